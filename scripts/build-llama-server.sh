@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's llama-server from the source that node-llama-cpp ships as a git bundle
+# (llama/gitRelease.bundle) and caches it by version, laid out like llama.cpp's release
+# archives: bin/llama-server with its shared libraries beside it and an $ORIGIN rpath.
+#
+#   scripts/build-llama-server.sh            # prints the cached directory, building if needed
+#
+# Env: LLMGW_CACHE_DIR (default ~/.cache/llmgw), NODE_LLAMA_CPP_VERSION (default 3.21.1),
+#      LLMGW_BUILD_JOBS (default: nproc).
+set -euo pipefail
+version="${NODE_LLAMA_CPP_VERSION:-3.21.1}"
+cache="${LLMGW_CACHE_DIR:-$HOME/.cache/llmgw}"
+out="$cache/llama-server/node-llama-cpp-$version"
+jobs="${LLMGW_BUILD_JOBS:-$(nproc)}"
+
+if [ -x "$out/llama-server" ] && [ -f "$out/.complete" ]; then
+  echo "$out"
+  exit 0
+fi
+
+for tool in git cmake make g++ npm tar; do
+  command -v "$tool" >/dev/null || { echo "build-llama-server: '$tool' is required but not installed" >&2; exit 1; }
+done
+
+work="$cache/build/node-llama-cpp-$version"
+mkdir -p "$work" "$cache/llama-server"
+log() { echo "[build-llama-server] $*" >&2; }
+
+if [ ! -f "$work/gitRelease.bundle" ]; then
+  log "fetching node-llama-cpp@$version (npm pack, no install scripts)"
+  (cd "$work" && npm pack "node-llama-cpp@$version" --silent >/dev/null)
+  tar -xzf "$work/node-llama-cpp-$version.tgz" -C "$work" package/llama/gitRelease.bundle
+  mv "$work/package/llama/gitRelease.bundle" "$work/gitRelease.bundle"
+  rm -rf "$work/package" "$work/node-llama-cpp-$version.tgz"
+fi
+
+if [ ! -d "$work/src/.git" ]; then
+  log "cloning the llama.cpp bundle"
+  rm -rf "$work/src"
+  git clone --quiet "$work/gitRelease.bundle" "$work/src"
+fi
+
+log "configuring (cmake)"
+cmake -S "$work/src" -B "$work/src/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF \
+  -DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_INSTALL_RPATH='$ORIGIN' >"$work/cmake.log" 2>&1 \
+  || { tail -30 "$work/cmake.log" >&2; exit 1; }
+log "building llama-server with $jobs jobs (about 10 minutes on 2 cores)"
+cmake --build "$work/src/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 \
+  || { tail -30 "$work/build.log" >&2; exit 1; }
+
+tmp="$out.tmp.$$"
+rm -rf "$tmp"; mkdir -p "$tmp"
+cp "$work/src/build/bin/llama-server" "$tmp/"
+find "$work/src/build" -name '*.so*' \( -type f -o -type l \) -exec cp -P {} "$tmp/" \;
+"$tmp/llama-server" --version >"$tmp/VERSION" 2>&1 || { cat "$tmp/VERSION" >&2; exit 1; }
+touch "$tmp/.complete"
+rm -rf "$out"; mv "$tmp" "$out"
+log "cached at $out"
+echo "$out"

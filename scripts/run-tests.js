@@ -1,0 +1,36 @@
+#!/usr/bin/env node
+// Runs the compiled test suite (dist/test/**/*.test.js) with node's test runner.
+// Usage: node scripts/run-tests.js [substring …]   (only test files whose path contains one)
+import { readdirSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const root = join(fileURLToPath(import.meta.url), '..', '..');
+const testRoot = join(root, 'dist', 'test');
+const filters = process.argv.slice(2);
+
+function walk(dir) {
+  const out = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...walk(p));
+    else if (name.endsWith('.test.js')) out.push(p);
+  }
+  return out;
+}
+
+const files = walk(testRoot)
+  .map((f) => relative(root, f))
+  .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)))
+  .sort();
+if (files.length === 0) {
+  console.error('run-tests: no test files matched');
+  process.exit(1);
+}
+const res = spawnSync(process.execPath, ['--test', '--test-reporter=spec', ...files], {
+  cwd: root,
+  stdio: 'inherit',
+  env: { ...process.env, LLMGW_REPO_ROOT: root },
+});
+process.exit(res.status ?? 1);

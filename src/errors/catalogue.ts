@@ -1,0 +1,97 @@
+/**
+ * The one catalogue of failure reasons. Each reason has a stable code (never change one that
+ * shipped), the HTTP status it maps to on the admin API and router, whether retrying the same
+ * thing can help, and a hint an operator can act on. The core matches on `code`, never on text.
+ */
+export interface Reason {
+  readonly code: string;
+  readonly http: number;
+  readonly retryable: boolean;
+  readonly hint: string;
+}
+
+function reason(code: string, http: number, retryable: boolean, hint: string): Reason {
+  return Object.freeze({ code, http, retryable, hint });
+}
+
+export const Reasons = Object.freeze({
+  // --- fleet spec (validation) ---
+  SPEC_YAML_SYNTAX: reason('SPEC_YAML_SYNTAX', 422, false, 'Fix the YAML syntax at the given line and column.'),
+  SPEC_YAML_DUPLICATE_KEY: reason('SPEC_YAML_DUPLICATE_KEY', 422, false, 'Remove one of the duplicated keys; YAML mappings need unique keys.'),
+  SPEC_YAML_ALIAS_LIMIT: reason('SPEC_YAML_ALIAS_LIMIT', 422, false, 'Expand the YAML aliases by hand; fleet files may not use alias chains that blow up in size.'),
+  SPEC_NOT_A_MAPPING: reason('SPEC_NOT_A_MAPPING', 422, false, 'The file must hold one YAML mapping (key: value pairs) at the top level.'),
+  SPEC_FILE_TOO_LARGE: reason('SPEC_FILE_TOO_LARGE', 422, false, 'Fleet files are small YAML documents; keep each under the size limit.'),
+  SPEC_NOT_UTF8: reason('SPEC_NOT_UTF8', 422, false, 'Save the file as UTF-8 text.'),
+  SPEC_SYMLINK_ESCAPES: reason('SPEC_SYMLINK_ESCAPES', 422, false, 'Replace the symlink with the file itself; links may not point outside the fleet repo.'),
+  SPEC_UNEXPECTED_FILE: reason('SPEC_UNEXPECTED_FILE', 422, false, 'Fleet objects are <kind>/<name>.yaml files; move or rename the file.'),
+  SPEC_BAD_NAME: reason('SPEC_BAD_NAME', 422, false, 'Names are lowercase letters, digits, ".", "_" and "-", start and end with a letter or digit, at most 63 characters.'),
+  SPEC_SCHEMA: reason('SPEC_SCHEMA', 422, false, 'Change the field to a value the schema allows (see schemas/).'),
+  SPEC_DANGLING_REF: reason('SPEC_DANGLING_REF', 422, false, 'Point the reference at an object that exists in the fleet repo, or add that object.'),
+  SPEC_DUPLICATE_NAME: reason('SPEC_DUPLICATE_NAME', 422, false, 'Model names and aliases share one namespace; rename one of them.'),
+  SPEC_INVALID_VALUE: reason('SPEC_INVALID_VALUE', 422, false, 'Change the value to one within the allowed range.'),
+  SPEC_MISSING_FLEET: reason('SPEC_MISSING_FLEET', 422, false, 'Add a fleet.yaml at the top of the fleet repo (an empty mapping `{}` takes all defaults).'),
+
+  // --- git ---
+  GIT_AUTH_FAILED: reason('GIT_AUTH_FAILED', 502, false, 'Check the git token (env var or file named in the controller config) and its read access to the fleet repo.'),
+  GIT_UNREACHABLE: reason('GIT_UNREACHABLE', 502, true, 'Check that the fleet repo URL is right and the git server is reachable from the controller.'),
+  GIT_REF_NOT_FOUND: reason('GIT_REF_NOT_FOUND', 404, false, 'Check the branch or revision name; it does not exist in the fleet repo.'),
+  GIT_PUSH_REJECTED: reason('GIT_PUSH_REJECTED', 409, true, 'Someone else moved the branch; llmgw retries with the new tip.'),
+  GIT_FAILED: reason('GIT_FAILED', 500, true, 'See the error detail; the git operation failed.'),
+  GIT_PATH_NOT_FOUND: reason('GIT_PATH_NOT_FOUND', 404, false, 'The file does not exist (or is not a regular file) at that revision of the fleet repo.'),
+  SPEC_REJECTED: reason('SPEC_REJECTED', 422, false, 'The fleet revision failed validation and was not applied; run `llmgw validate --rev REV` and fix the problems listed. The last valid revision stays in force.'),
+
+  // --- nodes: transport (ssh / local) ---
+  NODE_UNREACHABLE: reason('NODE_UNREACHABLE', 502, true, 'Check that the node is up and its sshd reachable at host:port from the controller.'),
+  NODE_HOST_KEY_MISMATCH: reason('NODE_HOST_KEY_MISMATCH', 502, false, 'The node presented a host key other than the one pinned in nodes/<node>.yaml. Verify the machine; if the key legitimately changed, update host_key in a commit.'),
+  NODE_AUTH_FAILED: reason('NODE_AUTH_FAILED', 502, false, 'Check the node\'s user and that the identity key named in nodes/<node>.yaml exists in the secrets dir and is authorized on the node.'),
+  SECRET_NOT_FOUND: reason('SECRET_NOT_FOUND', 500, false, 'Put the named secret (file) into the controller\'s secrets dir; secrets never live in the fleet repo.'),
+  NODE_TIMEOUT: reason('NODE_TIMEOUT', 504, true, 'The operation on the node took longer than its timeout; check the node\'s load and network.'),
+  NODE_COMMAND_FAILED: reason('NODE_COMMAND_FAILED', 500, true, 'A command on the node failed; see the detail (stderr) for why.'),
+  NODE_NO_FREE_PORT: reason('NODE_NO_FREE_PORT', 503, true, 'Every port in the node\'s port range is in use; widen ports in nodes/<node>.yaml or stop replicas.'),
+  NODE_DISK_FULL: reason('NODE_DISK_FULL', 507, false, 'Free disk space in the node\'s data dir or move data_dir to a larger disk.'),
+
+  // --- nodes: engines ---
+  ENGINE_CHECKSUM_MISMATCH: reason('ENGINE_CHECKSUM_MISMATCH', 502, false, 'The downloaded engine artifact does not match its sha256 in engines/<engine>.yaml; fix the url or the checksum.'),
+  ENGINE_DOWNLOAD_FAILED: reason('ENGINE_DOWNLOAD_FAILED', 502, true, 'The engine artifact could not be downloaded; check the url and the node\'s network (or set fetch: controller).'),
+  ENGINE_BUILD_FAILED: reason('ENGINE_BUILD_FAILED', 500, false, 'Building the engine on the node failed; see the build log tail in the detail.'),
+  ENGINE_TOOL_MISSING: reason('ENGINE_TOOL_MISSING', 500, false, 'A tool the install needs (git, cmake, a C++ compiler, tar, curl) is missing on the node; install it there.'),
+  ENGINE_NOT_FOUND: reason('ENGINE_NOT_FOUND', 500, false, 'The engine binary at the configured path does not exist or does not run `--version` on the node.'),
+
+  // --- nodes: model files ---
+  MODEL_CHECKSUM_MISMATCH: reason('MODEL_CHECKSUM_MISMATCH', 502, false, 'The model file does not match the sha256 in models/<model>.yaml; fix the source or the checksum.'),
+  MODEL_DOWNLOAD_FAILED: reason('MODEL_DOWNLOAD_FAILED', 502, true, 'The model file could not be downloaded; check the source URL and the node\'s network.'),
+  MODEL_FILE_NOT_FOUND: reason('MODEL_FILE_NOT_FOUND', 404, false, 'The file:// source does not exist on the node; copy it there or change the source.'),
+
+  // --- replicas ---
+  REPLICA_UNKNOWN_ARCHITECTURE: reason('REPLICA_UNKNOWN_ARCHITECTURE', 500, false, 'The engine version does not know this model\'s architecture; upgrade the profile\'s engine version or use another model file, then commit (or `llmgw ctl retry MODEL`).'),
+  REPLICA_OUT_OF_MEMORY: reason('REPLICA_OUT_OF_MEMORY', 507, false, 'The replica ran out of memory while loading; lower ctx_size/parallel in the profile or set a larger memory: for the model so placement picks a bigger node.'),
+  REPLICA_PORT_IN_USE: reason('REPLICA_PORT_IN_USE', 503, true, 'The replica\'s port was taken by another process; llmgw picks another port on the next attempt.'),
+  REPLICA_MODEL_LOAD_FAILED: reason('REPLICA_MODEL_LOAD_FAILED', 500, false, 'The engine could not load the model file; check that the file is a valid GGUF for this engine version.'),
+  REPLICA_START_TIMEOUT: reason('REPLICA_START_TIMEOUT', 504, true, 'The replica was not healthy within the profile\'s start_timeout; raise start_timeout or check the node\'s load.'),
+  REPLICA_EXITED: reason('REPLICA_EXITED', 500, true, 'The replica process exited; see the log tail in the detail.'),
+  REPLICA_NOT_FOUND: reason('REPLICA_NOT_FOUND', 404, false, 'No replica with that id exists on the node.'),
+
+  // --- CLI usage ---
+  USAGE: reason('USAGE', 400, false, 'Run `llmgw help` for usage.'),
+} as const);
+
+export type ReasonCode = keyof typeof Reasons;
+
+/** An error that carries a catalogue reason. Adapters translate library errors into these. */
+export class LlmgwError extends Error {
+  readonly reason: Reason;
+  readonly detail: Readonly<Record<string, unknown>>;
+  constructor(code: ReasonCode, message: string, detail: Record<string, unknown> = {}, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'LlmgwError';
+    this.reason = Reasons[code];
+    this.detail = Object.freeze({ ...detail });
+  }
+  get code(): ReasonCode {
+    return this.reason.code as ReasonCode;
+  }
+}
+
+export function isLlmgwError(e: unknown, code?: ReasonCode): e is LlmgwError {
+  return e instanceof LlmgwError && (code === undefined || e.code === code);
+}

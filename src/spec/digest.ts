@@ -1,0 +1,37 @@
+/**
+ * A model's definition digest: sha256 over the canonical JSON of what decides what runs —
+ * normalized source, sha256, and the resolved profile with its engine version's install spec.
+ * Scheduling fields (replicas, on_demand, aliases, selector, memory) are not part of it, nor is
+ * the profile's name: renaming a profile without changing it does not restart anything.
+ */
+import { createHash } from 'node:crypto';
+import type { EngineVersionSpec, ProfileSpec } from './types.js';
+
+export function canonicalJson(v: unknown): string {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  const o = v as Record<string, unknown>;
+  return `{${Object.keys(o)
+    .filter((k) => o[k] !== undefined)
+    .sort()
+    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
+    .join(',')}}`;
+}
+
+export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
+  const definition = {
+    v: 1,
+    source,
+    sha256: sha256.toLowerCase(),
+    engine: { name: engine.engine, version: engine.version, install: engine.install },
+    args: {
+      ctxSize: profile.ctxSize,
+      threads: profile.threads,
+      parallel: profile.parallel,
+      batchSize: profile.batchSize,
+      embeddings: profile.embeddings,
+      extraArgs: profile.extraArgs,
+    },
+  };
+  return createHash('sha256').update(canonicalJson(definition)).digest('hex');
+}

@@ -1,0 +1,139 @@
+/** Schema-valid raw YAML values (defaults applied by ajv) → typed spec objects. Pure. */
+import { parseDuration, parseSize } from './units.js';
+import { normalizeSource } from './source.js';
+import type {
+  AccessKeySpec,
+  EngineInstall,
+  EngineSpec,
+  EngineVersionSpec,
+  FleetSettings,
+  ModelScaling,
+  NodeSpec,
+  ProfileSpec,
+} from './types.js';
+
+type Raw = Record<string, unknown>;
+
+const obj = (v: unknown): Raw => (v && typeof v === 'object' ? (v as Raw) : {});
+const str = (v: unknown): string => (typeof v === 'string' ? v : '');
+const num = (v: unknown): number | null => (typeof v === 'number' ? v : null);
+const size = (v: unknown): number | null => (v === undefined ? null : parseSize(v as string | number));
+const dur = (v: unknown): number => parseDuration(v as string | number) ?? 0;
+const strMap = (v: unknown): Record<string, string> => Object.fromEntries(Object.entries(obj(v)).map(([k, x]) => [k, String(x)]));
+
+export function normalizeFleet(raw: Raw): FleetSettings {
+  const backoff = obj(raw.backoff);
+  return {
+    pollIntervalMs: dur(raw.poll_interval),
+    parkAfterFailures: num(raw.park_after_failures) ?? 5,
+    backoff: { initialMs: dur(backoff.initial), maxMs: dur(backoff.max) },
+    readyResetMs: dur(raw.ready_reset_after),
+    activationWindowMs: dur(raw.activation_window),
+    drainGraceMs: dur(raw.drain_grace),
+    stopGraceMs: dur(raw.stop_grace),
+    statusBranch: str(raw.status_branch),
+    placementReserveBytes: size(raw.placement_reserve) ?? 0,
+    unplaceableLogIntervalMs: dur(raw.unplaceable_log_interval),
+  };
+}
+
+export function normalizeNode(name: string, file: string, raw: Raw): NodeSpec {
+  const capacity = obj(raw.capacity);
+  const ports = obj(raw.ports);
+  const transport = raw.transport === 'local' ? 'local' : 'ssh';
+  return {
+    name,
+    file,
+    transport,
+    host: transport === 'local' ? str(raw.host) || '127.0.0.1' : str(raw.host),
+    port: num(raw.port) ?? 22,
+    user: str(raw.user),
+    hostKey: typeof raw.host_key === 'string' ? raw.host_key : null,
+    identity: typeof raw.identity === 'string' ? raw.identity : null,
+    labels: strMap(raw.labels),
+    capacity: { memoryBytes: size(capacity.memory), cpus: num(capacity.cpus) },
+    dataDir: str(raw.data_dir),
+    ports: { from: num(ports.from) ?? 20000, to: num(ports.to) ?? 20999 },
+  };
+}
+
+function normalizeInstall(raw: Raw): EngineInstall {
+  if (raw.artifact) {
+    const a = obj(raw.artifact);
+    return { method: 'artifact', url: str(a.url), sha256: str(a.sha256).toLowerCase(), binary: str(a.binary), fetch: a.fetch === 'controller' ? 'controller' : 'node' };
+  }
+  if (raw.build) {
+    const b = obj(raw.build);
+    return { method: 'build', git: str(b.git), ref: str(b.ref), cmakeFlags: (b.cmake_flags as string[] | undefined) ?? [], target: str(b.target) };
+  }
+  return { method: 'path', path: str(raw.path) };
+}
+
+export function normalizeEngine(name: string, file: string, raw: Raw): EngineSpec {
+  const versions: Record<string, EngineVersionSpec> = {};
+  for (const [version, v] of Object.entries(obj(raw.versions))) {
+    versions[version] = { engine: name, version, install: normalizeInstall(obj(v)) };
+  }
+  return { name, file, versions };
+}
+
+export function normalizeProfile(name: string, file: string, raw: Raw): ProfileSpec {
+  const [engine = '', engineVersion = ''] = str(raw.engine).split('@');
+  return {
+    name,
+    file,
+    engine,
+    engineVersion,
+    ctxSize: num(raw.ctx_size) ?? 4096,
+    threads: num(raw.threads),
+    parallel: num(raw.parallel) ?? 1,
+    batchSize: num(raw.batch_size),
+    embeddings: raw.embeddings === true,
+    extraArgs: (raw.extra_args as string[] | undefined) ?? [],
+    memoryOverheadBytes: size(raw.memory_overhead) ?? 0,
+    startTimeoutMs: dur(raw.start_timeout),
+  };
+}
+
+export interface ModelDraft {
+  readonly name: string;
+  readonly file: string;
+  readonly source: string;
+  readonly sha256: string;
+  readonly profile: string;
+  readonly scaling: ModelScaling | null;
+  readonly aliases: readonly string[];
+  readonly nodeSelector: Readonly<Record<string, string>>;
+  readonly memoryBytes: number | null;
+  readonly maxConcurrency: number | null;
+}
+
+export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft {
+  let scaling: ModelScaling | null = null;
+  if (raw.on_demand !== undefined && raw.replicas === undefined) {
+    const od = obj(raw.on_demand);
+    scaling = { mode: 'on_demand', idleTimeoutMs: dur(od.idle_timeout), maxReplicas: num(od.max_replicas) ?? 1 };
+  } else if (raw.replicas !== undefined && raw.on_demand === undefined) {
+    scaling = { mode: 'replicas', replicas: num(raw.replicas) ?? 0 };
+  }
+  return {
+    name,
+    file,
+    source: normalizeSource(str(raw.source)),
+    sha256: str(raw.sha256).toLowerCase(),
+    profile: str(raw.profile),
+    scaling,
+    aliases: (raw.aliases as string[] | undefined) ?? [],
+    nodeSelector: strMap(raw.node_selector),
+    memoryBytes: size(raw.memory),
+    maxConcurrency: num(raw.max_concurrency),
+  };
+}
+
+export function normalizeKeys(raw: Raw): AccessKeySpec[] {
+  return ((raw.keys as Raw[] | undefined) ?? []).map((k) => ({
+    name: str(k.name),
+    sha256: str(k.sha256).toLowerCase(),
+    models: (k.models as string[] | undefined) ?? ['*'],
+  }));
+}

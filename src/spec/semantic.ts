@@ -1,0 +1,150 @@
+/** Checks across fleet objects: references resolve, names are unique, values make sense together. */
+import { definitionDigest } from './digest.js';
+import type { ModelDraft } from './normalize.js';
+import type { ParsedObject } from './load.js';
+import type { SchemaKind } from './schemas.js';
+import { formatBytes } from './units.js';
+import { problem } from './yaml.js';
+import type { AccessKeySpec, EngineSpec, FleetSettings, ModelSpec, NodeSpec, ProfileSpec, Problem } from './types.js';
+import type { Reasons } from '../errors/catalogue.js';
+
+export interface SpecParts {
+  readonly settings: FleetSettings;
+  readonly nodes: readonly NodeSpec[];
+  readonly engines: readonly EngineSpec[];
+  readonly profiles: readonly ProfileSpec[];
+  readonly models: readonly ModelDraft[];
+  readonly keys: readonly AccessKeySpec[];
+  readonly objects: readonly ParsedObject[];
+}
+
+export interface CheckResult {
+  readonly problems: Problem[];
+  readonly warnings: Problem[];
+  readonly models: ModelSpec[];
+  readonly modelNames: Record<string, string>;
+}
+
+/** llama-server arguments llmgw sets itself; a profile may not set them in extra_args. */
+const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file']);
+
+const MIN_MODEL_MEMORY = 1024 * 1024;
+const MAX_MODEL_MEMORY = 16 * 2 ** 40;
+
+export function checkSpec(p: SpecParts): CheckResult {
+  const problems: Problem[] = [];
+  const warnings: Problem[] = [];
+  const obj = (kind: SchemaKind, name: string): ParsedObject | undefined => p.objects.find((o) => o.kind === kind && o.name === name);
+  const add = (
+    kind: SchemaKind,
+    name: string,
+    path: (string | number)[],
+    code: keyof typeof Reasons,
+    message: string,
+    hint?: string,
+  ): void => {
+    const o = obj(kind, name);
+    const file = o?.parsed.file ?? (kind === 'fleet' ? 'fleet.yaml' : kind === 'keys' ? 'access/keys.yaml' : `${kind}s/${name}.yaml`);
+    problems.push(problem(file, o ? o.parsed.position(path) : null, path.length ? '/' + path.join('/') : '', code, `${file}: ${message}`, hint));
+  };
+
+  // fleet.yaml
+  if (p.settings.backoff.initialMs > p.settings.backoff.maxMs) {
+    add('fleet', 'fleet', ['backoff', 'initial'], 'SPEC_INVALID_VALUE', 'backoff.initial is longer than backoff.max', 'make backoff.initial at most backoff.max');
+  }
+
+  // nodes
+  const endpoints = new Map<string, string>();
+  for (const n of p.nodes) {
+    if (n.ports.from > n.ports.to) add('node', n.name, ['ports', 'from'], 'SPEC_INVALID_VALUE', `ports.from (${n.ports.from}) is above ports.to (${n.ports.to})`, 'make ports.from at most ports.to');
+    if (n.transport === 'ssh') {
+      const ep = `${n.host.toLowerCase()}:${n.port}`;
+      const other = endpoints.get(ep);
+      if (other) add('node', n.name, ['host'], 'SPEC_DUPLICATE_NAME', `node "${n.name}" has the same host and port (${ep}) as node "${other}"`, 'each machine is one node file; remove the duplicate');
+      else endpoints.set(ep, n.name);
+    }
+  }
+
+  // profiles → engines
+  const engineByName = new Map(p.engines.map((e) => [e.name, e]));
+  for (const pr of p.profiles) {
+    const engine = engineByName.get(pr.engine);
+    if (!engine) {
+      add('profile', pr.name, ['engine'], 'SPEC_DANGLING_REF', `engine "${pr.engine}" does not exist`, listHint('engines', [...engineByName.keys()], 'engines/<engine>.yaml'));
+    } else if (!engine.versions[pr.engineVersion]) {
+      add('profile', pr.name, ['engine'], 'SPEC_DANGLING_REF', `engine "${pr.engine}" has no version "${pr.engineVersion}"`, listHint(`versions of ${pr.engine}`, Object.keys(engine.versions), `${engine.file}`));
+    }
+    pr.extraArgs.forEach((a, i) => {
+      const flag = a.split('=')[0] ?? a;
+      if (MANAGED_ARGS.has(flag)) {
+        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings) instead; the port, host, model and API key are set by llmgw');
+      }
+    });
+  }
+
+  // models
+  const profileByName = new Map(p.profiles.map((x) => [x.name, x]));
+  const names = new Map<string, string>(); // name or alias → owning model
+  for (const m of p.models) names.set(m.name, m.name);
+  const models: ModelSpec[] = [];
+  for (const m of p.models) {
+    if (m.scaling === null) {
+      add('model', m.name, [], 'SPEC_SCHEMA', 'set exactly one of "replicas" (always on) or "on_demand" (started by requests)', 'e.g. `replicas: 1` or `on_demand: { idle_timeout: 15m }`');
+    }
+    const profile = profileByName.get(m.profile);
+    if (!profile) add('model', m.name, ['profile'], 'SPEC_DANGLING_REF', `profile "${m.profile}" does not exist`, listHint('profiles', [...profileByName.keys()], 'profiles/<profile>.yaml'));
+    m.aliases.forEach((alias, i) => {
+      const owner = names.get(alias);
+      if (owner !== undefined && owner !== m.name) {
+        add('model', m.name, ['aliases', i], 'SPEC_DUPLICATE_NAME', `alias "${alias}" is already ${owner === alias ? 'the name of model' : 'an alias of model'} "${owner}"`, 'model names and aliases share one namespace; pick another alias');
+      } else if (owner === m.name && alias === m.name) {
+        add('model', m.name, ['aliases', i], 'SPEC_DUPLICATE_NAME', `alias "${alias}" repeats the model's own name`, 'remove the alias');
+      } else names.set(alias, m.name);
+    });
+    const selector = Object.entries(m.nodeSelector);
+    if (selector.length > 0 && !p.nodes.some((n) => selector.every(([k, v]) => n.labels[k] === v))) {
+      add('model', m.name, ['node_selector'], 'SPEC_DANGLING_REF', `node_selector ${selector.map(([k, v]) => `${k}=${v}`).join(',')} matches no node`, 'label a node with these labels in nodes/<node>.yaml, or change the selector');
+    }
+    if (m.memoryBytes !== null && (m.memoryBytes < MIN_MODEL_MEMORY || m.memoryBytes > MAX_MODEL_MEMORY)) {
+      add('model', m.name, ['memory'], 'SPEC_INVALID_VALUE', `memory ${formatBytes(m.memoryBytes)} is not a plausible need for one replica`, `use a size between ${formatBytes(MIN_MODEL_MEMORY)} and ${formatBytes(MAX_MODEL_MEMORY)}, e.g. 6GiB`);
+    }
+    const engineVersion = profile ? engineByName.get(profile.engine)?.versions[profile.engineVersion] : undefined;
+    if (profile && engineVersion && m.scaling) {
+      models.push({
+        name: m.name,
+        file: m.file,
+        source: m.source,
+        sha256: m.sha256,
+        profile: m.profile,
+        scaling: m.scaling,
+        aliases: m.aliases,
+        nodeSelector: m.nodeSelector,
+        memoryBytes: m.memoryBytes,
+        maxConcurrency: m.maxConcurrency,
+        digest: definitionDigest(m.source, m.sha256, profile, engineVersion),
+      });
+    }
+  }
+
+  // access/keys.yaml
+  const keyNames = new Set<string>();
+  const keyHashes = new Map<string, string>();
+  p.keys.forEach((k, i) => {
+    if (keyNames.has(k.name)) add('keys', 'keys', ['keys', i, 'name'], 'SPEC_DUPLICATE_NAME', `key name "${k.name}" appears twice`, 'give each key its own name');
+    keyNames.add(k.name);
+    const other = keyHashes.get(k.sha256);
+    if (other) add('keys', 'keys', ['keys', i, 'sha256'], 'SPEC_DUPLICATE_NAME', `key "${k.name}" has the same sha256 as key "${other}"`, 'each key must be distinct');
+    else keyHashes.set(k.sha256, k.name);
+    k.models.forEach((ref, j) => {
+      if (ref !== '*' && !names.has(ref)) add('keys', 'keys', ['keys', i, 'models', j], 'SPEC_DANGLING_REF', `key "${k.name}" names model "${ref}", which does not exist`, listHint('models', p.models.map((m) => m.name), 'models/<model>.yaml'));
+    });
+  });
+
+  return { problems, warnings, models, modelNames: Object.fromEntries(names) };
+}
+
+function listHint(what: string, names: readonly string[], where: string): string {
+  if (names.length === 0) return `there are no ${what}; add ${where}`;
+  const shown = [...names].sort().slice(0, 12);
+  return `existing ${what}: ${shown.join(', ')}${names.length > shown.length ? ', …' : ''}`;
+}

@@ -1,0 +1,39 @@
+/** Model sources: normalized so that spelling differences do not change a definition digest. */
+
+/**
+ * https://Host:443/a/b.gguf → https://host/a/b.gguf; hf://org/repo/file.gguf kept (an "@main"
+ * revision suffix dropped, as it is the default); file:///a//b/./c.gguf → file:///a/b/c.gguf.
+ */
+export function normalizeSource(source: string): string {
+  const s = source.trim();
+  if (s.startsWith('hf://')) {
+    const rest = s.slice('hf://'.length).replace(/@main$/, '');
+    return `hf://${rest.split('/').filter(Boolean).join('/')}`;
+  }
+  if (s.startsWith('file://')) {
+    const parts: string[] = [];
+    for (const p of s.slice('file://'.length).split('/')) {
+      if (p === '' || p === '.') continue;
+      if (p === '..') parts.pop();
+      else parts.push(p);
+    }
+    return `file:///${parts.join('/')}`;
+  }
+  try {
+    const u = new URL(s);
+    u.hash = '';
+    return u.toString();
+  } catch {
+    return s;
+  }
+}
+
+/** hf://org/repo/path/file.gguf[@rev] → https://huggingface.co/org/repo/resolve/<rev>/path/file.gguf */
+export function resolveSourceUrl(source: string): string {
+  if (!source.startsWith('hf://')) return source;
+  const body = source.slice('hf://'.length);
+  const at = body.lastIndexOf('@');
+  const [path, rev] = at > 0 ? [body.slice(0, at), body.slice(at + 1)] : [body, 'main'];
+  const [org, repo, ...file] = path.split('/');
+  return `https://huggingface.co/${org}/${repo}/resolve/${rev}/${file.join('/')}`;
+}

@@ -1,0 +1,125 @@
+/** The validated, frozen desired state of a fleet at one revision. Sizes are bytes, durations ms. */
+
+export interface FleetSettings {
+  readonly pollIntervalMs: number;
+  readonly parkAfterFailures: number;
+  readonly backoff: { readonly initialMs: number; readonly maxMs: number };
+  readonly readyResetMs: number;
+  readonly activationWindowMs: number;
+  readonly drainGraceMs: number;
+  readonly statusBranch: string;
+  readonly placementReserveBytes: number;
+  readonly unplaceableLogIntervalMs: number;
+  readonly stopGraceMs: number;
+}
+
+export type Transport = 'ssh' | 'local';
+
+export interface NodeSpec {
+  readonly name: string;
+  readonly file: string;
+  readonly transport: Transport;
+  /** ssh only */
+  readonly host: string;
+  readonly port: number;
+  readonly user: string;
+  /** Pinned host key, "<type> <base64>" as in known_hosts (ssh only). */
+  readonly hostKey: string | null;
+  /** Name of the private key file held in the controller's secrets dir (ssh only). */
+  readonly identity: string | null;
+  readonly labels: Readonly<Record<string, string>>;
+  /** Declared capacity; overrides what observation reports. */
+  readonly capacity: { readonly memoryBytes: number | null; readonly cpus: number | null };
+  /** Directory on the node holding engines, models and replica state. */
+  readonly dataDir: string;
+  readonly ports: { readonly from: number; readonly to: number };
+}
+
+export type EngineInstall =
+  | { readonly method: 'artifact'; readonly url: string; readonly sha256: string; readonly binary: string; readonly fetch: 'node' | 'controller' }
+  | { readonly method: 'build'; readonly git: string; readonly ref: string; readonly cmakeFlags: readonly string[]; readonly target: string }
+  | { readonly method: 'path'; readonly path: string };
+
+export interface EngineVersionSpec {
+  readonly engine: string;
+  readonly version: string;
+  readonly install: EngineInstall;
+}
+
+export interface EngineSpec {
+  readonly name: string;
+  readonly file: string;
+  readonly versions: Readonly<Record<string, EngineVersionSpec>>;
+}
+
+export interface ProfileSpec {
+  readonly name: string;
+  readonly file: string;
+  readonly engine: string;
+  readonly engineVersion: string;
+  readonly ctxSize: number;
+  readonly threads: number | null;
+  readonly parallel: number;
+  readonly batchSize: number | null;
+  readonly embeddings: boolean;
+  readonly extraArgs: readonly string[];
+  readonly memoryOverheadBytes: number;
+  readonly startTimeoutMs: number;
+}
+
+export type ModelScaling =
+  | { readonly mode: 'replicas'; readonly replicas: number }
+  | { readonly mode: 'on_demand'; readonly idleTimeoutMs: number; readonly maxReplicas: number };
+
+export interface ModelSpec {
+  readonly name: string;
+  readonly file: string;
+  /** Normalized source URL: https://…, hf://org/repo/path.gguf[@revision], file:///abs/path. */
+  readonly source: string;
+  readonly sha256: string;
+  readonly profile: string;
+  readonly scaling: ModelScaling;
+  readonly aliases: readonly string[];
+  readonly nodeSelector: Readonly<Record<string, string>>;
+  readonly memoryBytes: number | null;
+  readonly maxConcurrency: number | null;
+  /** sha256 (hex) over the model's definition: source, sha256, resolved profile and engine version. */
+  readonly digest: string;
+}
+
+export interface AccessKeySpec {
+  readonly name: string;
+  /** sha256 hex of the key the client sends. */
+  readonly sha256: string;
+  /** Model names (canonical) the key may use, or ['*'] for all. */
+  readonly models: readonly string[];
+}
+
+export interface FleetSpec {
+  /** The git revision (commit oid) the spec was read at, or null for a plain directory. */
+  readonly revision: string | null;
+  readonly settings: FleetSettings;
+  readonly nodes: Readonly<Record<string, NodeSpec>>;
+  readonly engines: Readonly<Record<string, EngineSpec>>;
+  readonly profiles: Readonly<Record<string, ProfileSpec>>;
+  readonly models: Readonly<Record<string, ModelSpec>>;
+  readonly access: { readonly keys: readonly AccessKeySpec[]; readonly file: string | null };
+  /** alias or canonical name -> canonical model name */
+  readonly modelNames: Readonly<Record<string, string>>;
+}
+
+/** One problem found in a fleet repo. `file` is repo-relative; line/col are 1-based. */
+export interface Problem {
+  readonly file: string;
+  readonly line: number | null;
+  readonly col: number | null;
+  /** JSON-pointer-like field path inside the file, e.g. "/profile" or "" for the file itself. */
+  readonly path: string;
+  readonly code: string;
+  readonly message: string;
+  readonly hint: string;
+}
+
+export type LoadResult =
+  | { readonly ok: true; readonly spec: FleetSpec; readonly warnings: readonly Problem[] }
+  | { readonly ok: false; readonly problems: readonly Problem[]; readonly warnings: readonly Problem[] };

@@ -1,0 +1,121 @@
+/**
+ * Strict YAML reading for fleet files: one document, unique keys, a bounded alias count,
+ * and positions kept so every problem can name file:line:col.
+ */
+import { LineCounter, parseDocument, isMap, isSeq, isPair, isScalar, type Document, type Node } from 'yaml';
+import { Reasons } from '../errors/catalogue.js';
+import type { Problem } from './types.js';
+
+export interface ParsedYaml {
+  readonly file: string;
+  readonly value: unknown;
+  /** Position of the field at `path` (JSON-pointer segments), falling back to the nearest parent. */
+  position(path: readonly (string | number)[], key?: boolean): { line: number; col: number };
+}
+
+const MAX_ALIASES = 100;
+
+export function problem(
+  file: string,
+  pos: { line: number; col: number } | null,
+  path: string,
+  code: keyof typeof Reasons,
+  message: string,
+  hint?: string,
+): Problem {
+  return {
+    file,
+    line: pos?.line ?? null,
+    col: pos?.col ?? null,
+    path,
+    code,
+    message,
+    hint: hint ?? Reasons[code].hint,
+  };
+}
+
+export function decodeUtf8(file: string, bytes: Uint8Array): { text: string } | { problem: Problem } {
+  try {
+    const text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(bytes);
+    return { text };
+  } catch {
+    let offset = 0;
+    // find the first invalid byte for the message
+    for (let i = 1; i <= bytes.length; i++) {
+      try {
+        new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(0, i), { stream: true });
+        offset = i;
+      } catch {
+        break;
+      }
+    }
+    const line = new TextDecoder().decode(bytes.subarray(0, offset)).split('\n').length;
+    return { problem: problem(file, { line, col: 1 }, '', 'SPEC_NOT_UTF8', `${file} is not valid UTF-8 (first bad byte at offset ${offset})`) };
+  }
+}
+
+export function parseYaml(file: string, text: string): { parsed: ParsedYaml } | { problems: Problem[] } {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: false, strict: true, version: '1.2' });
+  const pos = (offset: number): { line: number; col: number } => lineCounter.linePos(offset);
+  if (doc.errors.length > 0) {
+    return {
+      problems: doc.errors.map((e) => {
+        const at = e.pos?.[0] ?? 0;
+        const dup = e.code === 'DUPLICATE_KEY';
+        const multi = e.code === 'MULTIPLE_DOCS' || /multiple documents/i.test(e.message);
+        const message = dup
+          ? `duplicate key in ${file}: ${firstLine(e.message)}`
+          : multi
+            ? `${file} holds more than one YAML document`
+            : `YAML syntax error in ${file}: ${firstLine(e.message)}`;
+        return problem(file, pos(at), '', dup ? 'SPEC_YAML_DUPLICATE_KEY' : 'SPEC_YAML_SYNTAX', message);
+      }),
+    };
+  }
+  let value: unknown;
+  try {
+    value = doc.toJS({ maxAliasCount: MAX_ALIASES });
+  } catch (e) {
+    const msg = e instanceof Error ? e.message : String(e);
+    if (/alias/i.test(msg)) {
+      return { problems: [problem(file, { line: 1, col: 1 }, '', 'SPEC_YAML_ALIAS_LIMIT', `${file} expands too many YAML aliases (limit ${MAX_ALIASES}): ${msg}`)] };
+    }
+    return { problems: [problem(file, { line: 1, col: 1 }, '', 'SPEC_YAML_SYNTAX', `YAML error in ${file}: ${msg}`)] };
+  }
+  return { parsed: { file, value, position: (path, key) => findPosition(doc, path, key === true, pos) } };
+}
+
+function firstLine(s: string): string {
+  return s.split('\n')[0] ?? s;
+}
+
+function findPosition(
+  doc: Document,
+  path: readonly (string | number)[],
+  wantKey: boolean,
+  pos: (offset: number) => { line: number; col: number },
+): { line: number; col: number } {
+  let node: unknown = doc.contents;
+  let best: { line: number; col: number } = node && (node as Node).range ? pos((node as Node).range![0]) : { line: 1, col: 1 };
+  for (let i = 0; i < path.length; i++) {
+    const seg = path[i];
+    const last = i === path.length - 1;
+    if (isMap(node)) {
+      const pair = node.items.find((p) => isPair(p) && isScalar(p.key) && String(p.key.value) === String(seg));
+      if (!pair) return best;
+      const keyNode = pair.key as Node;
+      if (keyNode.range) best = pos(keyNode.range[0]);
+      if (last && wantKey) return best;
+      node = pair.value;
+    } else if (isSeq(node)) {
+      const item = node.items[Number(seg)];
+      node = item;
+    } else {
+      return best;
+    }
+    const n = node as Node | null | undefined;
+    if (n && n.range) best = pos(n.range[0]);
+  }
+  return best;
+}
