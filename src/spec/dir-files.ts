@@ -35,14 +35,14 @@ export function dirFiles(root: string): FleetFiles {
       try {
         real = await realpath(full);
       } catch {
-        throw new LlmgwError('SPEC_SYMLINK_ESCAPES', `${path} is a broken symlink`);
+        throw new LlmgwError('SPEC_SYMLINK_ESCAPES', "broken symlink");
       }
       if (real !== realRoot && !real.startsWith(realRoot + sep)) {
-        throw new LlmgwError('SPEC_SYMLINK_ESCAPES', `${path} links outside the fleet repo`);
+        throw new LlmgwError('SPEC_SYMLINK_ESCAPES', "symlink points outside the fleet repo");
       }
       const st = await stat(real);
-      if (!st.isFile()) throw new LlmgwError('SPEC_UNEXPECTED_FILE', `${path} is not a regular file`);
-      if (st.size > maxBytes) throw new LlmgwError('SPEC_FILE_TOO_LARGE', `${path} is ${st.size} bytes; the limit is ${maxBytes}`, { size: st.size });
+      if (!st.isFile()) throw new LlmgwError('SPEC_UNEXPECTED_FILE', "not a regular file");
+      if (st.size > maxBytes) throw new LlmgwError('SPEC_FILE_TOO_LARGE', `file is ${st.size} bytes; the limit is ${maxBytes}`, { size: st.size });
       const fh = await open(real, 'r');
       try {
         const buf = Buffer.alloc(st.size);

@@ -25,6 +25,8 @@ import type { FleetSpec, LoadResult, Problem } from './types.js';
 export const MAX_FILE_BYTES = 256 * 1024;
 
 const KIND_DIRS: Readonly<Record<string, SchemaKind>> = { nodes: 'node', engines: 'engine', profiles: 'profile', models: 'model' };
+/** File-level problems point at the file's start, so editors and GitHub annotations can show them. */
+const FILE_START = { line: 1, col: 1 };
 const IGNORED = /^(README(\.[a-z]+)?|\.gitkeep|\.keep|\.gitignore)$/i;
 const YAML_EXT = /\.ya?ml$/;
 
@@ -47,7 +49,7 @@ function classify(entries: readonly FleetEntry[], problems: Problem[]): FleetFil
   for (const entry of [...entries].sort((a, b) => a.path.localeCompare(b.path))) {
     const parts = entry.path.split('/');
     const unexpected = (why: string): void => {
-      problems.push(problem(entry.path, null, '', 'SPEC_UNEXPECTED_FILE', `${entry.path} ${why}`));
+      problems.push(problem(entry.path, FILE_START, '', 'SPEC_UNEXPECTED_FILE', why));
     };
     let kind: SchemaKind | null = null;
     let name = '';
@@ -57,7 +59,7 @@ function classify(entries: readonly FleetEntry[], problems: Problem[]): FleetFil
         kind = 'fleet';
         name = 'fleet';
       } else if ((top in KIND_DIRS || top === 'access') && entry.kind !== 'dir') {
-        unexpected(`must be a folder of ${top === 'access' ? 'access files' : `${top.slice(0, -1)} files`}`);
+        unexpected(`is not a folder; it must be a folder of ${top === 'access' ? 'access files' : `${top.slice(0, -1)} files`}`);
         continue;
       } else continue; // README, CI config, … are not fleet objects
     } else if (parts.length === 2) {
@@ -81,7 +83,7 @@ function classify(entries: readonly FleetEntry[], problems: Problem[]): FleetFil
         kind = dirKind!;
         name = base.replace(YAML_EXT, '');
         if (!isValidName(name)) {
-          problems.push(problem(entry.path, null, '', 'SPEC_BAD_NAME', `${entry.path}: ${JSON.stringify(name)} is not a valid ${kind} name`));
+          problems.push(problem(entry.path, FILE_START, '', 'SPEC_BAD_NAME', `${JSON.stringify(name)} is not a valid ${kind} name`));
           continue;
         }
       }
@@ -93,7 +95,7 @@ function classify(entries: readonly FleetEntry[], problems: Problem[]): FleetFil
     const id = `${kind}/${name}`;
     const prev = seen.get(id);
     if (prev) {
-      problems.push(problem(entry.path, null, '', 'SPEC_DUPLICATE_NAME', `${entry.path} defines the same ${kind} as ${prev}`));
+      problems.push(problem(entry.path, FILE_START, '', 'SPEC_DUPLICATE_NAME', `defines the same ${kind} as ${prev}`));
       continue;
     }
     seen.set(id, entry.path);
@@ -105,7 +107,7 @@ function classify(entries: readonly FleetEntry[], problems: Problem[]): FleetFil
 async function readOne(files: FleetFiles, f: FleetFile, problems: Problem[]): Promise<ParsedObject | null> {
   const path = f.entry.path;
   if (f.entry.kind === 'file' && f.entry.size > MAX_FILE_BYTES) {
-    problems.push(problem(path, null, '', 'SPEC_FILE_TOO_LARGE', `${path} is ${f.entry.size} bytes; fleet files may be at most ${MAX_FILE_BYTES} bytes`));
+    problems.push(problem(path, FILE_START, '', 'SPEC_FILE_TOO_LARGE', `file is ${f.entry.size} bytes; fleet files may be at most ${MAX_FILE_BYTES} bytes`));
     return null;
   }
   let bytes: Uint8Array;
@@ -113,7 +115,7 @@ async function readOne(files: FleetFiles, f: FleetFile, problems: Problem[]): Pr
     bytes = await files.read(path, MAX_FILE_BYTES);
   } catch (e) {
     if (isLlmgwError(e) && (e.code === 'SPEC_FILE_TOO_LARGE' || e.code === 'SPEC_SYMLINK_ESCAPES' || e.code === 'SPEC_UNEXPECTED_FILE')) {
-      problems.push(problem(path, null, '', e.code, `${path}: ${e.message}`));
+      problems.push(problem(path, FILE_START, '', e.code, e.message));
       return null;
     }
     throw e;
@@ -133,7 +135,7 @@ async function readOne(files: FleetFiles, f: FleetFile, problems: Problem[]): Pr
   if (value === null || value === undefined) value = {}; // an empty file is an empty mapping
   if (typeof value !== 'object' || Array.isArray(value)) {
     problems.push(
-      problem(path, parsed.position([]), '', 'SPEC_NOT_A_MAPPING', `${path} holds ${Array.isArray(value) ? 'a list' : `a ${typeof value}`}, not a mapping of fields`),
+      problem(path, parsed.position([]), '', 'SPEC_NOT_A_MAPPING', `the file holds ${Array.isArray(value) ? 'a list' : `a ${typeof value}`}, not a mapping of fields`),
     );
     return null;
   }
@@ -177,7 +179,7 @@ export async function loadFleetSpec(files: FleetFiles, revision: string | null):
     engines: Object.fromEntries(engines.map((e) => [e.name, e])),
     profiles: Object.fromEntries(profiles.map((p) => [p.name, p])),
     models: Object.fromEntries(checked.models.map((m) => [m.name, m])),
-    access: { keys, file: keysObj?.parsed.file ?? null },
+    access: { keys: checked.keys, file: keysObj?.parsed.file ?? null },
     modelNames: checked.modelNames,
   });
   return { ok: true, spec, warnings: checked.warnings };

@@ -76,11 +76,11 @@ export function schemaProblems(parsed: ParsedYaml, errors: readonly ErrorObject[
       case 'required': {
         const missing = String((e.params as { missingProperty: string }).missingProperty);
         fieldSegs = [...segs, missing];
-        message = `missing required field "${missing}"`;
+        message = `missing required field "${missing}"${segs.length ? ` in ${segs.join('.')}` : ''}`;
         const ps = e.parentSchema as { properties?: Record<string, { description?: string; 'x-hint'?: string }> } | undefined;
         const prop = ps?.properties?.[missing];
         hint = prop?.['x-hint'] ?? prop?.description ?? `add "${missing}:"`;
-        out.push(problem(file, parsed.position(segs), '/' + fieldSegs.join('/'), 'SPEC_SCHEMA', `${file}: ${message}`, hint));
+        out.push(problem(file, parsed.position(segs), '/' + fieldSegs.join('/'), 'SPEC_SCHEMA', message, hint));
         continue;
       }
       case 'additionalProperties': {
@@ -130,8 +130,8 @@ export function schemaProblems(parsed: ParsedYaml, errors: readonly ErrorObject[
     const key = `${path}|${message}`;
     if (seen.has(key)) continue;
     seen.add(key);
-    const where = fieldSegs.length ? ` field ${fieldSegs.join('.')}` : '';
-    out.push(problem(file, parsed.position(fieldSegs, atKey), path === '/' ? '' : path, 'SPEC_SCHEMA', `${file}:${where} ${message}`, hint));
+    const where = fieldSegs.length ? `${fieldSegs.join('.')}: ` : '';
+    out.push(problem(file, parsed.position(fieldSegs, atKey), path === '/' ? '' : path, 'SPEC_SCHEMA', `${where}${message}`, hint));
   }
   return out;
 }

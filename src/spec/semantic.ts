@@ -23,6 +23,8 @@ export interface CheckResult {
   readonly warnings: Problem[];
   readonly models: ModelSpec[];
   readonly modelNames: Record<string, string>;
+  /** Keys with their model references resolved to canonical model names. */
+  readonly keys: AccessKeySpec[];
 }
 
 /** llama-server arguments llmgw sets itself; a profile may not set them in extra_args. */
@@ -45,7 +47,7 @@ export function checkSpec(p: SpecParts): CheckResult {
   ): void => {
     const o = obj(kind, name);
     const file = o?.parsed.file ?? (kind === 'fleet' ? 'fleet.yaml' : kind === 'keys' ? 'access/keys.yaml' : `${kind}s/${name}.yaml`);
-    problems.push(problem(file, o ? o.parsed.position(path) : null, path.length ? '/' + path.join('/') : '', code, `${file}: ${message}`, hint));
+    problems.push(problem(file, o ? o.parsed.position(path) : null, path.length ? '/' + path.join('/') : '', code, message, hint));
   };
 
   // fleet.yaml
@@ -140,7 +142,8 @@ export function checkSpec(p: SpecParts): CheckResult {
     });
   });
 
-  return { problems, warnings, models, modelNames: Object.fromEntries(names) };
+  const keys = p.keys.map((k) => ({ ...k, models: [...new Set(k.models.map((ref) => (ref === '*' ? ref : (names.get(ref) ?? ref))))] }));
+  return { problems, warnings, models, modelNames: Object.fromEntries(names), keys };
 }
 
 function listHint(what: string, names: readonly string[], where: string): string {

@@ -50,7 +50,7 @@ export function decodeUtf8(file: string, bytes: Uint8Array): { text: string } | 
       }
     }
     const line = new TextDecoder().decode(bytes.subarray(0, offset)).split('\n').length;
-    return { problem: problem(file, { line, col: 1 }, '', 'SPEC_NOT_UTF8', `${file} is not valid UTF-8 (first bad byte at offset ${offset})`) };
+    return { problem: problem(file, { line, col: 1 }, '', 'SPEC_NOT_UTF8', `not valid UTF-8 text (first bad byte at offset ${offset})`) };
   }
 }
 
@@ -65,10 +65,10 @@ export function parseYaml(file: string, text: string): { parsed: ParsedYaml } | 
         const dup = e.code === 'DUPLICATE_KEY';
         const multi = e.code === 'MULTIPLE_DOCS' || /multiple documents/i.test(e.message);
         const message = dup
-          ? `duplicate key in ${file}: ${firstLine(e.message)}`
+          ? `duplicate key: ${firstLine(e.message)}`
           : multi
-            ? `${file} holds more than one YAML document`
-            : `YAML syntax error in ${file}: ${firstLine(e.message)}`;
+            ? 'the file holds more than one YAML document'
+            : `YAML syntax error: ${firstLine(e.message)}`;
         return problem(file, pos(at), '', dup ? 'SPEC_YAML_DUPLICATE_KEY' : 'SPEC_YAML_SYNTAX', message);
       }),
     };
@@ -79,9 +79,9 @@ export function parseYaml(file: string, text: string): { parsed: ParsedYaml } | 
   } catch (e) {
     const msg = e instanceof Error ? e.message : String(e);
     if (/alias/i.test(msg)) {
-      return { problems: [problem(file, { line: 1, col: 1 }, '', 'SPEC_YAML_ALIAS_LIMIT', `${file} expands too many YAML aliases (limit ${MAX_ALIASES}): ${msg}`)] };
+      return { problems: [problem(file, { line: 1, col: 1 }, '', 'SPEC_YAML_ALIAS_LIMIT', `the file expands too many YAML aliases (limit ${MAX_ALIASES}): ${msg}`)] };
     }
-    return { problems: [problem(file, { line: 1, col: 1 }, '', 'SPEC_YAML_SYNTAX', `YAML error in ${file}: ${msg}`)] };
+    return { problems: [problem(file, { line: 1, col: 1 }, '', 'SPEC_YAML_SYNTAX', `YAML error: ${msg}`)] };
   }
   return { parsed: { file, value, position: (path, key) => findPosition(doc, path, key === true, pos) } };
 }

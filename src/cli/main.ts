@@ -1,0 +1,57 @@
+/** llmgw's command dispatcher. Each command returns its exit status. */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { isLlmgwError } from '../errors/catalogue.js';
+import { packageRoot } from '../util/package-root.js';
+import { UsageError } from './args.js';
+import { processIo, type Io } from './io.js';
+import { validateCommand } from './validate.js';
+import { planCommand } from './plan.js';
+
+const usage = `usage: llmgw <command> [options]
+
+commands:
+  validate [DIR | --rev REV]          check a fleet repo (exit 0 valid, 2 invalid)
+  plan --base REV --head REV [DIR]    what merging head would do (exit 0 no change, 1 changes, 2 error)
+  help                                this text
+  version                             print the version
+
+Run \`llmgw <command> --help\` for a command's options.`;
+
+type Command = (argv: readonly string[], io: Io) => Promise<number>;
+
+const commands: Record<string, Command> = {
+  validate: validateCommand,
+  plan: planCommand,
+};
+
+export async function run(argv: readonly string[], io: Io = processIo): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === 'help' || name === '--help' || name === '-h') {
+    io.out(usage);
+    return name === undefined ? 2 : 0;
+  }
+  if (name === 'version' || name === '--version') {
+    const pkg = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { version: string };
+    io.out(pkg.version);
+    return 0;
+  }
+  const cmd = commands[name];
+  if (!cmd) {
+    io.err(`llmgw: unknown command "${name}"\n\n${usage}`);
+    return 2;
+  }
+  try {
+    return await cmd(rest, io);
+  } catch (e) {
+    if (e instanceof UsageError) {
+      io.err(`llmgw ${name}: ${e.message}`);
+      return 2;
+    }
+    if (isLlmgwError(e)) {
+      io.err(`llmgw ${name}: ${e.message} [${e.code}]\n    hint: ${e.reason.hint}`);
+      return 2;
+    }
+    throw e;
+  }
+}

@@ -1,0 +1,69 @@
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { buildCase, invalidCases } from '../fixtures/invalid-fleets.js';
+import { minimalFleet, tempFleet } from '../harness/fleet.js';
+import { runCli, spawnCli } from '../harness/cli.js';
+
+describe('llmgw validate', () => {
+  it('the installed binary: `llmgw validate example-fleet-repo` exits 0', () => {
+    const r = spawnCli(['validate', 'example-fleet-repo']);
+    assert.equal(r.code, 0, r.stderr + r.stdout);
+    assert.match(r.stdout, /example-fleet-repo: valid — 3 nodes, 1 engine \(2 versions\), 3 profiles, 4 models, 3 keys/);
+  });
+
+  it('the installed binary exits 2 on an invalid fleet and prints GitHub annotations', () => {
+    const files = minimalFleet();
+    files['models/alpha.yaml'] = files['models/alpha.yaml']!.replace('profile: chat', 'profile: nope');
+    const f = tempFleet(files);
+    try {
+      const r = spawnCli(['validate', f.dir, '--format', 'github']);
+      assert.equal(r.code, 2);
+      assert.match(r.stdout, /^::error file=.*models\/alpha\.yaml,line=4,col=10,title=llmgw SPEC_DANGLING_REF::profile "nope" does not exist \(field \/profile\)\. Hint: existing profiles: chat, embed$/m);
+    } finally {
+      f.cleanup();
+    }
+  });
+
+  it('json format lists the problems with file, line, col, field, code and hint', async () => {
+    const files = minimalFleet();
+    files['models/beta.yaml'] = files['models/beta.yaml']!.replace('memory: 6GiB', 'memory: 6 GiBs');
+    const f = tempFleet(files);
+    try {
+      const r = await runCli(['validate', f.dir, '-f', 'json']);
+      assert.equal(r.code, 2);
+      const out = JSON.parse(r.stdout) as { valid: boolean; problems: { file: string; line: number; col: number; path: string; code: string; hint: string }[] };
+      assert.equal(out.valid, false);
+      assert.deepEqual(
+        out.problems.map((p) => [p.file, p.line, p.col, p.path, p.code]),
+        [['models/beta.yaml', 5, 9, '/memory', 'SPEC_SCHEMA']],
+      );
+      assert.match(out.problems[0]!.hint, /512MiB, 14GiB/);
+    } finally {
+      f.cleanup();
+    }
+  });
+
+  it('usage errors exit 2', async () => {
+    assert.equal((await runCli(['validate', '--format', 'xml'])).code, 2);
+    assert.equal((await runCli(['validate', '--bogus'])).code, 2);
+    assert.equal((await runCli(['frobnicate'])).code, 2);
+  });
+
+  for (const c of invalidCases) {
+    it(`exits 2 naming file, line and field: ${c.name}`, async () => {
+      const f = tempFleet(buildCase(c));
+      try {
+        c.setup?.(f.dir);
+        const r = await runCli(['validate', f.dir]);
+        assert.equal(r.code, 2, r.stdout);
+        const where = c.expect.line > 0 ? `${c.expect.file}:${c.expect.line}:` : `${c.expect.file}: error`;
+        assert.ok(r.stdout.includes(where), `expected "${where}" in:\n${r.stdout}`);
+        if (c.expect.field) assert.ok(r.stdout.includes(`(field ${c.expect.field})`), `expected the field in:\n${r.stdout}`);
+        assert.ok(r.stdout.includes(`[${c.expect.code}]`));
+        assert.match(r.stdout, /hint: /);
+      } finally {
+        f.cleanup();
+      }
+    });
+  }
+});

@@ -1,0 +1,82 @@
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { join } from 'node:path';
+import { dirFiles } from '../../src/spec/dir-files.js';
+import { loadFleetSpec } from '../../src/spec/load.js';
+import { minimalFleet, tempFleet } from '../harness/fleet.js';
+import { repoRoot } from '../harness/paths.js';
+import { buildCase, invalidCases } from '../fixtures/invalid-fleets.js';
+
+describe('fleet spec loading', () => {
+  it('loads the minimal fleet into a frozen, typed spec with defaults applied', async () => {
+    const f = tempFleet(minimalFleet());
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+      const spec = r.spec;
+      assert.ok(Object.isFrozen(spec) && Object.isFrozen(spec.models) && Object.isFrozen(spec.models.alpha));
+      assert.equal(spec.settings.parkAfterFailures, 5);
+      assert.equal(spec.settings.backoff.initialMs, 10_000);
+      assert.equal(spec.settings.backoff.maxMs, 300_000);
+      assert.equal(spec.settings.statusBranch, 'llmgw/status');
+      assert.equal(spec.settings.placementReserveBytes, 2 ** 30);
+      assert.equal(spec.nodes['cpu-01']!.port, 22);
+      assert.equal(spec.nodes['cpu-01']!.capacity.memoryBytes, 16 * 2 ** 30);
+      assert.deepEqual(spec.models.beta!.scaling, { mode: 'on_demand', idleTimeoutMs: 600_000, maxReplicas: 1 });
+      assert.deepEqual(spec.models.alpha!.scaling, { mode: 'replicas', replicas: 1 });
+      assert.equal(spec.modelNames['gpt-alpha'], 'alpha');
+      assert.equal(spec.profiles.chat!.startTimeoutMs, 120_000);
+      assert.match(spec.models.alpha!.digest, /^[0-9a-f]{64}$/);
+    } finally {
+      f.cleanup();
+    }
+  });
+
+  it('validates the example fleet repo', async () => {
+    const r = await loadFleetSpec(dirFiles(join(repoRoot, 'example-fleet-repo')), null);
+    assert.ok(r.ok, JSON.stringify(!r.ok && r.problems, null, 2));
+    assert.equal(Object.keys(r.spec.nodes).length, 3);
+    assert.equal(Object.keys(r.spec.engines['llama-cpp']!.versions).length, 2);
+  });
+
+  it('reports every problem at once', async () => {
+    const files = minimalFleet();
+    files['models/alpha.yaml'] = files['models/alpha.yaml']!.replace('profile: chat', 'profile: nope');
+    files['models/beta.yaml'] = files['models/beta.yaml']!.replace('memory: 6GiB', 'memory: lots');
+    files['nodes/cpu-01.yaml'] += 'port: 99999\n';
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.equal(r.ok, false);
+      if (r.ok) return;
+      assert.deepEqual(
+        r.problems.map((p) => `${p.file}:${p.line}:${p.code}`),
+        ['models/alpha.yaml:4:SPEC_DANGLING_REF', 'models/beta.yaml:5:SPEC_SCHEMA', 'nodes/cpu-01.yaml:6:SPEC_SCHEMA'],
+      );
+    } finally {
+      f.cleanup();
+    }
+  });
+
+  for (const c of invalidCases) {
+    it(`rejects: ${c.name}`, async () => {
+      const f = tempFleet(buildCase(c));
+      try {
+        c.setup?.(f.dir);
+        const r = await loadFleetSpec(dirFiles(f.dir), null);
+        assert.equal(r.ok, false, 'expected the fleet to be rejected');
+        if (r.ok) return;
+        assert.equal(r.problems.length, 1, `expected one problem, got:\n${r.problems.map((p) => `${p.file}:${p.line} ${p.code} ${p.message}`).join('\n')}`);
+        const p = r.problems[0]!;
+        assert.equal(p.code, c.expect.code, p.message);
+        assert.equal(p.file, c.expect.file);
+        assert.equal(p.line ?? 0, c.expect.line, `line of: ${p.message}`);
+        if (c.expect.field) assert.equal(p.path, c.expect.field);
+        if (c.expect.text) assert.match(p.message, c.expect.text);
+        assert.ok(p.hint.length > 10, 'every problem carries a hint');
+      } finally {
+        f.cleanup();
+      }
+    });
+  }
+});
