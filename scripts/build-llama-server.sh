@@ -18,6 +18,15 @@ if [ -x "$out/llama-server" ] && [ -f "$out/.complete" ]; then
   exit 0
 fi
 
+# One build at a time per cache: a second caller waits, then finds the cache filled.
+mkdir -p "$cache"
+if command -v flock >/dev/null && [ -z "${LLMGW_BUILD_LOCKED:-}" ]; then
+  exec 9>"$cache/.build-llama-server.lock"
+  flock 9
+  export LLMGW_BUILD_LOCKED=1
+  if [ -x "$out/llama-server" ] && [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
+fi
+
 for tool in git cmake make g++ npm tar; do
   command -v "$tool" >/dev/null || { echo "build-llama-server: '$tool' is required but not installed" >&2; exit 1; }
 done

@@ -1,5 +1,5 @@
 /** FleetFiles over a plain directory (`llmgw validate DIR`); symlinks may not leave the directory. */
-import { lstat, readdir, realpath, stat, open } from 'node:fs/promises';
+import { lstat, readdir, realpath, open } from 'node:fs/promises';
 import { join, sep } from 'node:path';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { FleetEntry, FleetEntryKind, FleetFiles } from './files.js';
@@ -11,43 +11,42 @@ function kindOf(st: { isFile(): boolean; isDirectory(): boolean; isSymbolicLink(
 }
 
 export function dirFiles(root: string): FleetFiles {
+  let realRoot: string | undefined;
   return {
     label: root,
     async list(): Promise<FleetEntry[]> {
+      // Sizes are not needed here: read() checks the size of what it opens.
       const out: FleetEntry[] = [];
-      for (const name of await readdir(root)) {
-        if (name === '.git') continue;
-        const st = await lstat(join(root, name));
-        out.push({ path: name, kind: kindOf(st), size: st.size });
-        if (st.isDirectory() && DESCEND.has(name)) {
-          for (const child of await readdir(join(root, name))) {
-            const cst = await lstat(join(root, name, child));
-            out.push({ path: `${name}/${child}`, kind: kindOf(cst), size: cst.size });
+      for (const d of await readdir(root, { withFileTypes: true })) {
+        if (d.name === '.git') continue;
+        out.push({ path: d.name, kind: kindOf(d), size: 0 });
+        if (d.isDirectory() && DESCEND.has(d.name)) {
+          for (const c of await readdir(join(root, d.name), { withFileTypes: true })) {
+            out.push({ path: `${d.name}/${c.name}`, kind: kindOf(c), size: 0 });
           }
         }
       }
       return out;
     },
     async read(path: string, maxBytes: number): Promise<Uint8Array> {
-      const full = join(root, ...path.split('/'));
-      const realRoot = await realpath(root);
-      let real: string;
-      try {
-        real = await realpath(full);
-      } catch {
-        throw new LlmgwError('SPEC_SYMLINK_ESCAPES', "broken symlink");
+      let full = join(root, ...path.split('/'));
+      if ((await lstat(full)).isSymbolicLink()) {
+        realRoot ??= await realpath(root);
+        try {
+          full = await realpath(full);
+        } catch {
+          throw new LlmgwError('SPEC_SYMLINK_ESCAPES', 'broken symlink');
+        }
+        if (full !== realRoot && !full.startsWith(realRoot + sep)) {
+          throw new LlmgwError('SPEC_SYMLINK_ESCAPES', 'symlink points outside the fleet repo');
+        }
       }
-      if (real !== realRoot && !real.startsWith(realRoot + sep)) {
-        throw new LlmgwError('SPEC_SYMLINK_ESCAPES', "symlink points outside the fleet repo");
-      }
-      const st = await stat(real);
-      if (!st.isFile()) throw new LlmgwError('SPEC_UNEXPECTED_FILE', "not a regular file");
-      if (st.size > maxBytes) throw new LlmgwError('SPEC_FILE_TOO_LARGE', `file is ${st.size} bytes; the limit is ${maxBytes}`, { size: st.size });
-      const fh = await open(real, 'r');
+      const fh = await open(full, 'r');
       try {
-        const buf = Buffer.alloc(st.size);
-        const { bytesRead } = await fh.read(buf, 0, st.size, 0);
-        return buf.subarray(0, bytesRead);
+        const st = await fh.stat();
+        if (!st.isFile()) throw new LlmgwError('SPEC_UNEXPECTED_FILE', 'not a regular file');
+        if (st.size > maxBytes) throw new LlmgwError('SPEC_FILE_TOO_LARGE', `file is ${st.size} bytes; the limit is ${maxBytes}`, { size: st.size });
+        return await fh.readFile();
       } finally {
         await fh.close();
       }

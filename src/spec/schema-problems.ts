@@ -110,9 +110,13 @@ export function schemaProblems(parsed: ParsedYaml, errors: readonly ErrorObject[
       case 'const':
         message = `must be ${show((e.params as { allowedValue: unknown }).allowedValue)}`;
         break;
-      case 'type':
-        message = `${show(valueAt(parsed.value, segs))} must be of type ${String((e.params as { type: string }).type)}`;
+      case 'type': {
+        const want = String((e.params as { type: string }).type);
+        const got = valueAt(parsed.value, segs);
+        message = `${show(got)} must be of type ${want}`;
+        if (want === 'string' && (typeof got === 'number' || typeof got === 'boolean')) hint = `YAML read this as a ${typeof got}; put the value in quotes${hint ? ` (${hint})` : ''}`;
         break;
+      }
       case 'pattern':
       case 'oneOf':
       case 'anyOf':
