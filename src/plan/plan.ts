@@ -154,7 +154,8 @@ export function planChanges(input: {
       if (parked && !unparks) {
         unparks = true;
         effects.push(`retry requested (${short}): unparks the model (parked since ${parked.since}: ${parked.lastError.message})`);
-      } else if (!parked) effects.push(`retry requested (${short}): clears the model's backoff${status ? ' (it is not parked)' : ''}`);
+      } else if (!parked && status) effects.push(`retry requested (${short}): clears the model's backoff (it is not parked)`);
+      else if (!parked) effects.push(`retry requested (${short}): unparks the model if it is parked, else clears its backoff`);
       else effects.push(`retry requested (${short})`);
     }
     const change = !b ? 'added' : effects.length ? 'changed' : 'unchanged';

@@ -1,0 +1,259 @@
+/**
+ * Write the machine-owned status branch (default llmgw/status) of the fleet repo: a tree and
+ * commit built in the object store (no working tree is touched), committed only when the
+ * tree changed, and published with compare-and-swap:
+ * - remote: fetch the branch's tip, build on it, push non-force with a pre-push check that the
+ *   remote still has that tip; the server's receive-pack swaps the ref only if it still holds
+ *   the old value. Someone moved it → refetch, rebuild, retry.
+ * - local: update the ref under git's own lock protocol (<ref>.lock, O_EXCL) only if it still
+ *   holds the expected oid.
+ * Only refs/heads/<branch> is ever updated, so operators pushing to main are never affected.
+ */
+import * as fs from 'node:fs';
+import { open, readFile, readdir, rename, unlink, mkdir, type FileHandle } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import git, { type TreeEntry } from 'isomorphic-git';
+import { LlmgwError } from '../errors/catalogue.js';
+import { REMOTE_NAME, type FleetRepo } from './repo.js';
+
+export const DEFAULT_STATUS_BRANCH = 'llmgw/status';
+const ZERO_OID = '0000000000000000000000000000000000000000';
+
+export interface StatusBranchOptions {
+  /** Default llmgw/status. Must not be the fleet branch. */
+  readonly branch?: string;
+  /** path → content (UTF-8). Paths are repo-relative, "/"-separated. */
+  readonly files: Readonly<Record<string, string>>;
+  readonly message: string;
+  readonly author?: { readonly name: string; readonly email: string };
+  /** Attempts when someone else moved the branch (default 5). */
+  readonly maxAttempts?: number;
+  readonly now?: () => Date;
+  /** Called after the commit is built, before the swap (push or ref update). Tests race here. */
+  readonly beforeUpdate?: (attempt: number) => void | Promise<void>;
+}
+
+export interface StatusWriteResult {
+  readonly changed: boolean;
+  /** The branch tip after the call. */
+  readonly oid: string;
+  readonly attempts: number;
+}
+
+function checkBranchName(branch: string, fleetBranch: string): void {
+  const bad =
+    !/^[A-Za-z0-9._/-]+$/.test(branch) ||
+    branch.split('/').some((s) => s === '' || s.startsWith('.') || s.endsWith('.lock')) ||
+    branch.includes('..') ||
+    branch.startsWith('-');
+  if (bad) throw new LlmgwError('USAGE', `status branch name ${JSON.stringify(branch)} is not a valid branch name`);
+  if (branch === fleetBranch) {
+    throw new LlmgwError('USAGE', `status branch ${branch} is the fleet branch; llmgw writes status only to its own branch`);
+  }
+}
+
+interface DirNode {
+  readonly files: Map<string, string>;
+  readonly dirs: Map<string, DirNode>;
+}
+
+/** Blobs and trees for the files; returns the root tree oid. */
+export async function writeFilesTree(gitdir: string, files: Readonly<Record<string, string>>): Promise<string> {
+  const root: DirNode = { files: new Map(), dirs: new Map() };
+  for (const [path, content] of Object.entries(files)) {
+    const parts = path.split('/');
+    if (parts.some((p) => p === '' || p === '.' || p === '..' || p === '.git')) {
+      throw new LlmgwError('USAGE', `status file path ${JSON.stringify(path)} is not a plain repo-relative path`);
+    }
+    let dir = root;
+    for (const p of parts.slice(0, -1)) {
+      if (dir.files.has(p)) throw new LlmgwError('USAGE', `status file path ${path} goes through the file ${p}`);
+      let next = dir.dirs.get(p);
+      if (!next) {
+        next = { files: new Map(), dirs: new Map() };
+        dir.dirs.set(p, next);
+      }
+      dir = next;
+    }
+    const name = parts[parts.length - 1] as string;
+    if (dir.dirs.has(name)) throw new LlmgwError('USAGE', `status file path ${path} is also a folder`);
+    dir.files.set(name, content);
+  }
+  const write = async (d: DirNode): Promise<string> => {
+    const tree: TreeEntry[] = [];
+    for (const [name, content] of d.files) {
+      const oid = await git.writeBlob({ fs, gitdir, blob: Buffer.from(content, 'utf8') });
+      tree.push({ mode: '100644', path: name, oid, type: 'blob' });
+    }
+    for (const [name, sub] of d.dirs) tree.push({ mode: '040000', path: name, oid: await write(sub), type: 'tree' });
+    return git.writeTree({ fs, gitdir, tree });
+  };
+  return write(root);
+}
+
+async function treeOf(repo: FleetRepo, commit: string): Promise<string> {
+  return (await git.readCommit({ fs, gitdir: repo.gitdir, oid: commit, cache: repo.cache })).commit.tree;
+}
+
+async function makeCommit(repo: FleetRepo, tree: string, parent: string | null, opts: StatusBranchOptions): Promise<string> {
+  const now = (opts.now ?? (() => new Date()))();
+  const who = {
+    name: opts.author?.name ?? 'llmgw',
+    email: opts.author?.email ?? 'llmgw@localhost',
+    timestamp: Math.floor(now.getTime() / 1000),
+    timezoneOffset: 0,
+  };
+  const message = opts.message.endsWith('\n') ? opts.message : `${opts.message}\n`;
+  return git.writeCommit({ fs, gitdir: repo.gitdir, commit: { tree, parent: parent ? [parent] : [], author: who, committer: who, message } });
+}
+
+// --- local repos: git's ref lock protocol ---
+
+async function readLocalRef(gitdir: string, ref: string): Promise<string | null> {
+  try {
+    const v = (await readFile(join(gitdir, ref), 'utf8')).trim();
+    if (/^[0-9a-f]{40}$/.test(v)) return v;
+    throw new LlmgwError('GIT_FAILED', `${ref} in ${gitdir} does not hold a commit id (symbolic ref?)`);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+  let packed: string;
+  try {
+    packed = await readFile(join(gitdir, 'packed-refs'), 'utf8');
+  } catch {
+    return null;
+  }
+  for (const line of packed.split('\n')) {
+    const m = /^([0-9a-f]{40}) (.+)$/.exec(line);
+    if (m && m[2] === ref) return m[1] as string;
+  }
+  return null;
+}
+
+/** Set ref to next only if it still holds expected (null: absent). False when it moved or is locked. */
+async function casLocalRef(gitdir: string, ref: string, expected: string | null, next: string): Promise<boolean> {
+  const refPath = join(gitdir, ref);
+  const lockPath = `${refPath}.lock`;
+  await mkdir(dirname(refPath), { recursive: true });
+  let fh: FileHandle | null;
+  try {
+    fh = await open(lockPath, 'wx');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw e;
+  }
+  let renamed = false;
+  try {
+    if ((await readLocalRef(gitdir, ref)) !== expected) return false;
+    await fh.writeFile(`${next}\n`);
+    await fh.sync();
+    await fh.close();
+    fh = null;
+    await rename(lockPath, refPath);
+    renamed = true;
+    return true;
+  } finally {
+    if (fh) await fh.close();
+    if (!renamed) await unlink(lockPath).catch(() => undefined);
+  }
+}
+
+/** Refuse a status branch that is checked out in the repo or one of its worktrees. */
+async function assertNotCheckedOut(gitdir: string, ref: string): Promise<void> {
+  const heads = [join(gitdir, 'HEAD')];
+  try {
+    for (const w of await readdir(join(gitdir, 'worktrees'))) heads.push(join(gitdir, 'worktrees', w, 'HEAD'));
+  } catch {
+    /* no worktrees */
+  }
+  for (const h of heads) {
+    const v = await readFile(h, 'utf8').catch(() => '');
+    if (v.trim() === `ref: ${ref}`) {
+      throw new LlmgwError('GIT_FAILED', `${ref} is checked out in a working tree; llmgw will not move a checked-out branch`, { ref });
+    }
+  }
+}
+
+// --- remote repos ---
+
+async function fetchRemoteTip(repo: FleetRepo, branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth']): Promise<string | null> {
+  try {
+    const res = await git.fetch({
+      fs,
+      http: repo.http,
+      gitdir: repo.gitdir,
+      url: repo.url as string,
+      remote: REMOTE_NAME,
+      ref: repo.branchRef(branch),
+      remoteRef: `refs/heads/${branch}`,
+      singleBranch: true,
+      tags: false,
+      cache: repo.cache,
+      ...(onAuth ? { onAuth } : {}),
+    });
+    return res.fetchHead ?? null;
+  } catch (e) {
+    if ((e as { code?: string }).code === 'NotFoundError') return null; // the branch does not exist yet
+    throw e;
+  }
+}
+
+const MOVED = new Set(['UserCanceledError', 'PushRejectedError', 'GitPushError']);
+
+export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptions): Promise<StatusWriteResult> {
+  const branch = opts.branch ?? DEFAULT_STATUS_BRANCH;
+  checkBranchName(branch, repo.branch);
+  await repo.open();
+  const ref = `refs/heads/${branch}`;
+  const maxAttempts = Math.max(1, opts.maxAttempts ?? 5);
+  let token: string | null = null;
+  try {
+    const tree = await writeFilesTree(repo.gitdir, opts.files);
+    if (repo.kind === 'local') {
+      await assertNotCheckedOut(repo.gitdir, ref);
+      for (let attempt = 0; attempt < maxAttempts; attempt++) {
+        const tip = await readLocalRef(repo.gitdir, ref);
+        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
+        const commit = await makeCommit(repo, tree, tip, opts);
+        await opts.beforeUpdate?.(attempt);
+        if (await casLocalRef(repo.gitdir, ref, tip, commit)) return { changed: true, oid: commit, attempts: attempt + 1 };
+      }
+    } else {
+      const a = repo.auth();
+      token = a.token;
+      for (let attempt = 0; attempt < maxAttempts; attempt++) {
+        const tip = await fetchRemoteTip(repo, branch, a.onAuth);
+        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
+        const commit = await makeCommit(repo, tree, tip, opts);
+        // The mirror's own branch ref is what push sends; the mirror has no working tree.
+        await git.writeRef({ fs, gitdir: repo.gitdir, ref, value: commit, force: true });
+        await opts.beforeUpdate?.(attempt);
+        try {
+          await git.push({
+            fs,
+            http: repo.http,
+            gitdir: repo.gitdir,
+            url: repo.url as string,
+            remote: REMOTE_NAME,
+            ref,
+            remoteRef: ref,
+            force: false,
+            cache: repo.cache,
+            // Compare-and-swap: push only if the remote still has the tip we built on.
+            onPrePush: ({ remoteRef }) => remoteRef.oid === (tip ?? ZERO_OID),
+            ...(a.onAuth ? { onAuth: a.onAuth } : {}),
+          });
+          return { changed: true, oid: commit, attempts: attempt + 1 };
+        } catch (e) {
+          if (!MOVED.has((e as { code?: string }).code ?? '')) throw e;
+        }
+      }
+    }
+  } catch (e) {
+    throw repo.fail(e, `write status branch ${branch}`, token);
+  }
+  throw new LlmgwError('GIT_PUSH_REJECTED', `write status branch ${branch} (${repo.label}): the branch kept moving; gave up after ${maxAttempts} attempts`, {
+    branch,
+    attempts: maxAttempts,
+  });
+}

@@ -1,0 +1,138 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { CommitInfo } from '../../src/git/commits.js';
+import { extractRetries, parseTrailers, retryId, retryModels, trailerValues } from '../../src/git/trailers.js';
+
+interface Case {
+  readonly name: string;
+  readonly message: string;
+  readonly trailers: ReadonlyArray<[string, string]>;
+  readonly retries: readonly string[];
+}
+
+// Expected values agree with `git interpret-trailers --parse` (test/integration/git-trailers.test.ts checks that).
+const cases: readonly Case[] = [
+  { name: 'subject only', message: 'Bump qwen\n', trailers: [], retries: [] },
+  { name: 'a trailer as the only line is the title, not a trailer', message: 'Llmgw-Retry: m1\n', trailers: [], retries: [] },
+  {
+    name: 'one retry trailer after a blank line',
+    message: 'Retry m1\n\nLlmgw-Retry: m1\n',
+    trailers: [['Llmgw-Retry', 'm1']],
+    retries: ['m1'],
+  },
+  {
+    name: 'key matched case-insensitively',
+    message: 'Retry\n\nllmgw-retry: m1\nLLMGW-RETRY: m2\n',
+    trailers: [
+      ['llmgw-retry', 'm1'],
+      ['LLMGW-RETRY', 'm2'],
+    ],
+    retries: ['m1', 'm2'],
+  },
+  {
+    name: 'several trailers and comma-separated values, deduplicated',
+    message: 'Retry some\n\nBody text here.\n\nLlmgw-Retry: m1, m2\nReviewed-by: A <a@x>\nLlmgw-Retry: m3,m1\n',
+    trailers: [
+      ['Llmgw-Retry', 'm1, m2'],
+      ['Reviewed-by', 'A <a@x>'],
+      ['Llmgw-Retry', 'm3,m1'],
+    ],
+    retries: ['m1', 'm2', 'm3'],
+  },
+  {
+    name: 'trailers only count in the last paragraph',
+    message: 'Subject\n\nLlmgw-Retry: m1\n\nMore prose after it.\n',
+    trailers: [],
+    retries: [],
+  },
+  {
+    name: 'a paragraph mixing prose and trailers is not a trailer block',
+    message: 'Subject\n\nSome prose line\nLlmgw-Retry: m1\n',
+    trailers: [],
+    retries: [],
+  },
+  {
+    name: 'with a git-generated trailer, 25% trailers is enough',
+    message: 'Subject\n\nprose one\nprose two\nprose three\nSigned-off-by: Op <op@x>\nLlmgw-Retry: m1\n',
+    trailers: [
+      ['Signed-off-by', 'Op <op@x>'],
+      ['Llmgw-Retry', 'm1'],
+    ],
+    retries: ['m1'],
+  },
+  {
+    name: 'continuation lines fold into the value',
+    message: 'Subject\n\nLlmgw-Retry: m1,\n  m2\n',
+    trailers: [['Llmgw-Retry', 'm1, m2']],
+    retries: ['m1', 'm2'],
+  },
+  {
+    name: 'whitespace before the colon, trailing blank lines',
+    message: 'Subject\n\nLlmgw-Retry : m1\n\n\n',
+    trailers: [['Llmgw-Retry', 'm1']],
+    retries: ['m1'],
+  },
+  {
+    name: 'comment lines are ignored',
+    message: 'Subject\n\nLlmgw-Retry: m1\n# a comment\n',
+    trailers: [['Llmgw-Retry', 'm1']],
+    retries: ['m1'],
+  },
+  {
+    name: 'a key with a space inside is not a trailer',
+    message: 'Subject\n\nLlmgw Retry: m1\n',
+    trailers: [],
+    retries: [],
+  },
+  {
+    name: 'empty value',
+    message: 'Subject\n\nLlmgw-Retry:\nAcked-by: b\n',
+    trailers: [
+      ['Llmgw-Retry', ''],
+      ['Acked-by', 'b'],
+    ],
+    retries: [],
+  },
+  {
+    name: 'CRLF line ends',
+    message: 'Subject\r\n\r\nLlmgw-Retry: m1\r\n',
+    trailers: [['Llmgw-Retry', 'm1']],
+    retries: ['m1'],
+  },
+];
+
+describe('git trailers', () => {
+  for (const c of cases) {
+    it(c.name, () => {
+      assert.deepEqual(
+        parseTrailers(c.message).map((t) => [t.key, t.value]),
+        c.trailers.map(([k, v]) => [k, v]),
+      );
+      assert.deepEqual(retryModels(c.message), c.retries);
+    });
+  }
+
+  it('trailerValues filters by key', () => {
+    assert.deepEqual(trailerValues('S\n\nA: 1\nB: 2\na: 3\n', 'A'), ['1', '3']);
+  });
+
+  it('extractRetries: one request per (commit, model), in commit order', () => {
+    const commit = (oid: string, message: string, ts: number): CommitInfo => ({
+      oid,
+      parents: [],
+      message,
+      author: { name: 'Op', email: 'op@x', timestamp: ts },
+    });
+    const out = extractRetries([
+      commit('a'.repeat(40), 'retry\n\nLlmgw-Retry: m1, m1\nLlmgw-Retry: m2\n', 100),
+      commit('b'.repeat(40), 'nothing\n', 200),
+      commit('c'.repeat(40), 'again\n\nLlmgw-Retry: m1\n', 300),
+    ]);
+    assert.deepEqual(out, [
+      { model: 'm1', commit: 'a'.repeat(40), author: 'Op <op@x>', timestamp: 100 },
+      { model: 'm2', commit: 'a'.repeat(40), author: 'Op <op@x>', timestamp: 100 },
+      { model: 'm1', commit: 'c'.repeat(40), author: 'Op <op@x>', timestamp: 300 },
+    ]);
+    assert.equal(new Set(out.map(retryId)).size, 3);
+  });
+});
