@@ -1,0 +1,295 @@
+/**
+ * The action planner (pure): from desired state, observation, health and what is already in
+ * flight, the actions of one pass. Level-triggered: a second pass over an unchanged world plans
+ * nothing. Replicas on unreachable nodes are unknown — counted as present, never replaced or
+ * stopped from a missing observation.
+ */
+import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
+import type { FleetSpec, ModelSpec } from '../spec/types.js';
+import { mayStart, type ModelHealth } from './health.js';
+import { place, type PlacementNode, type PlacementRequest } from './placement.js';
+
+export interface ObservedNode {
+  readonly name: string;
+  readonly reachable: boolean;
+  /** Capacity as observed (total memory); null when never observed. */
+  readonly memoryTotalBytes: number | null;
+  /** The last good observation's replicas (for an unreachable node: the last known ones). */
+  readonly replicas: readonly ReplicaObservation[];
+}
+
+export interface InflightStart {
+  readonly replicaId: string;
+  readonly model: string;
+  readonly node: string;
+  readonly digest: string;
+}
+
+export interface Demand {
+  /** Epoch ms of the last request for the model (on-demand activity). */
+  readonly lastRequestAt: number;
+}
+
+export interface PlanInput {
+  readonly spec: FleetSpec;
+  readonly nodes: readonly ObservedNode[];
+  readonly health: Readonly<Record<string, ModelHealth>>;
+  readonly inflightStarts: readonly InflightStart[];
+  /** Replica ids being stopped right now (not counted, not stopped again). */
+  readonly stopping: ReadonlySet<string>;
+  /** On-demand activity per model. */
+  readonly demand: Readonly<Record<string, Demand>>;
+  /** Replica ids an operator asked to restart (replaced surge-first, like an outdated digest). */
+  readonly restarts: ReadonlySet<string>;
+  /** Replica id → epoch ms when it began draining because a restart had no room to surge. */
+  readonly draining: Readonly<Record<string, number>>;
+  /** Memory per replica of each model (override or estimate); missing/null = unknown. */
+  readonly memory: Readonly<Record<string, number | null>>;
+  /** Replica ids whose failure was already counted. */
+  readonly accountedFailures: ReadonlySet<string>;
+  readonly now: number;
+  /** Makes a new replica id for a model (deterministic in tests). */
+  readonly newReplicaId: (model: string, digest: string) => string;
+}
+
+export type StopReason = 'removed' | 'surplus' | 'idle' | 'replaced' | 'drained' | 'evicted' | 'failed' | 'orphan';
+
+export type Action =
+  | { readonly kind: 'start'; readonly model: string; readonly node: string; readonly replicaId: string; readonly digest: string }
+  | { readonly kind: 'stop'; readonly model: string; readonly node: string; readonly replicaId: string; readonly reason: StopReason };
+
+export interface ObservedFailure {
+  readonly model: string;
+  readonly replicaId: string;
+  readonly node: string;
+  readonly failure: ReplicaFailure;
+}
+
+export interface PlanOutput {
+  readonly actions: readonly Action[];
+  /** Replica failures seen in observation and not counted yet (crashes, deaths while away). */
+  readonly failures: readonly ObservedFailure[];
+  /** What each model should have now. */
+  readonly desired: Readonly<Record<string, number>>;
+  /** Models wanting a replica that fits nowhere, with the reason. */
+  readonly unplaceable: Readonly<Record<string, string>>;
+  /** Replicas that started draining in this pass (no room to surge). */
+  readonly drainStarted: readonly string[];
+}
+
+interface Located {
+  readonly node: string;
+  readonly reachable: boolean;
+  readonly r: ReplicaObservation;
+}
+
+export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number): number {
+  if (m.scaling.mode === 'replicas') return m.scaling.replicas;
+  return demand && now - demand.lastRequestAt < m.scaling.idleTimeoutMs ? 1 : 0;
+}
+
+export function planPass(input: PlanInput): PlanOutput {
+  const { spec, now } = input;
+  const actions: Action[] = [];
+  const failures: ObservedFailure[] = [];
+  const desired: Record<string, number> = {};
+  const unplaceable: Record<string, string> = {};
+  const drainStarted: string[] = [];
+
+  // Every replica we know of, by model.
+  const byModel = new Map<string, Located[]>();
+  for (const n of input.nodes) {
+    for (const r of n.replicas) {
+      if (input.stopping.has(r.id)) continue;
+      const list = byModel.get(r.model) ?? [];
+      list.push({ node: n.name, reachable: n.reachable, r });
+      byModel.set(r.model, list);
+    }
+  }
+  const observedIds = new Set([...byModel.values()].flat().map((l) => l.r.id));
+  const inflightByModel = new Map<string, InflightStart[]>();
+  for (const s of input.inflightStarts) {
+    if (observedIds.has(s.replicaId)) continue; // visible on the node already
+    inflightByModel.set(s.model, [...(inflightByModel.get(s.model) ?? []), s]);
+  }
+  const inflightIds = new Set(input.inflightStarts.map((s) => s.replicaId));
+
+  const stop = (model: string, l: Located, reason: StopReason): void => {
+    actions.push({ kind: 'stop', model, node: l.node, replicaId: l.r.id, reason });
+  };
+
+  // Failed replicas: reap them (reachable nodes only); count a failure unless a start op reports it.
+  for (const [model, list] of byModel) {
+    for (const l of list) {
+      if (l.r.state !== 'failed' || !l.reachable) continue;
+      if (!inflightIds.has(l.r.id) && !input.accountedFailures.has(l.r.id) && spec.models[model] && l.r.failure) {
+        failures.push({ model, replicaId: l.r.id, node: l.node, failure: l.r.failure });
+      }
+      if (!inflightIds.has(l.r.id)) stop(model, l, 'failed');
+    }
+  }
+
+  // Replicas of models that left the desired state.
+  for (const [model, list] of byModel) {
+    if (spec.models[model]) continue;
+    for (const l of list) if (l.reachable && l.r.state !== 'failed') stop(model, l, 'removed');
+  }
+
+  // Memory in use per node: every replica we keep counting (including in-flight starts).
+  const used = new Map<string, number>();
+  const mem = (model: string): number => input.memory[model] ?? 0;
+  for (const [model, list] of byModel) for (const l of list) if (l.r.state !== 'failed') used.set(l.node, (used.get(l.node) ?? 0) + mem(model));
+  for (const [model, list] of inflightByModel) for (const s of list) used.set(s.node, (used.get(s.node) ?? 0) + mem(model));
+
+  interface Want {
+    model: ModelSpec;
+    count: number;
+    existingOn: string[];
+    surge: boolean;
+    outdated: Located[];
+  }
+  const wants: Want[] = [];
+  const models = Object.values(spec.models).sort((a, b) => a.name.localeCompare(b.name));
+  for (const m of models) {
+    const want = desiredNow(m, input.demand[m.name], now);
+    desired[m.name] = want;
+    const h = input.health[m.name];
+    const alive = (byModel.get(m.name) ?? []).filter((l) => l.r.state !== 'failed');
+    const isCurrent = (l: Located): boolean => l.r.digest === m.digest && !input.restarts.has(l.r.id);
+    const current = alive.filter(isCurrent);
+    const outdated = alive.filter((l) => !isCurrent(l));
+    const pending = inflightByModel.get(m.name) ?? [];
+    const currentReady = current.filter((l) => l.r.state === 'ready' && l.reachable).length;
+    const currentStarting = current.filter((l) => l.r.state === 'starting').length + pending.length;
+    const haveCurrent = current.length + pending.length;
+
+    // Too many current replicas: stop the extras (starting before ready, newest first).
+    if (haveCurrent > want) {
+      const extra = [...current]
+        .filter((l) => l.reachable)
+        .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || b.r.startedAt - a.r.startedAt)
+        .slice(0, haveCurrent - want);
+      const reason: StopReason = m.scaling.mode === 'on_demand' && want === 0 ? 'idle' : 'surplus';
+      for (const l of extra) stop(m.name, l, reason);
+    }
+
+    // Outdated replicas (new digest or a restart): keep as many as still needed to serve.
+    if (outdated.length) {
+      const keep = Math.max(0, want - currentReady);
+      const byAge = [...outdated].sort((a, b) => a.r.startedAt - b.r.startedAt || a.r.id.localeCompare(b.r.id));
+      const toStop = byAge.slice(0, Math.max(0, byAge.length - keep));
+      for (const l of toStop) if (l.reachable) stop(m.name, l, 'replaced');
+      // A drain that has run its grace: stop it now, its room goes to the new replica.
+      for (const l of byAge.slice(toStop.length)) {
+        const since = input.draining[l.r.id];
+        if (since !== undefined && now - since >= spec.settings.drainGraceMs && l.reachable) stop(m.name, l, 'drained');
+      }
+    }
+
+    const missing = want - haveCurrent;
+    if (missing <= 0 || !h || !mayStart(h, now)) continue;
+    // One start at a time while failing or rolling; all at once otherwise.
+    const rolling = outdated.length > 0;
+    if ((h.consecutiveFailures > 0 || rolling) && currentStarting > 0) continue;
+    const count = h.consecutiveFailures > 0 || rolling ? 1 : missing;
+    wants.push({
+      model: m,
+      count,
+      existingOn: [...current.map((l) => l.node), ...pending.map((p) => p.node)],
+      surge: rolling,
+      outdated,
+    });
+  }
+
+  const stoppedIds = new Set(actions.filter((a) => a.kind === 'stop').map((a) => a.replicaId));
+  // Stops free their room for this pass's placement.
+  for (const [model, list] of byModel) for (const l of list) if (stoppedIds.has(l.r.id) && l.r.state !== 'failed') used.set(l.node, (used.get(l.node) ?? 0) - mem(model));
+
+  const placementNodes = (extraFree: ReadonlyMap<string, number> = new Map()): PlacementNode[] =>
+    input.nodes.map((n) => {
+      const ns = spec.nodes[n.name];
+      return {
+        name: n.name,
+        labels: ns?.labels ?? {},
+        capacityBytes: ns?.capacity.memoryBytes ?? n.memoryTotalBytes,
+        usedBytes: (used.get(n.name) ?? 0) - (extraFree.get(n.name) ?? 0),
+        reachable: n.reachable && ns !== undefined,
+      };
+    });
+  const requests: PlacementRequest[] = wants.map((w) => ({
+    model: w.model.name,
+    count: w.count,
+    memoryBytes: input.memory[w.model.name] ?? null,
+    nodeSelector: w.model.nodeSelector,
+    existingOn: w.existingOn,
+  }));
+  const results = place({ nodes: placementNodes(), requests, reserveBytes: spec.settings.placementReserveBytes });
+
+  for (const [i, r] of results.entries()) {
+    const w = wants[i]!;
+    let nodes = r.nodes;
+    if (r.unplaceable && nodes.length === 0) {
+      // Surge restart without room: drain the oldest outdated replica, then take its place.
+      if (w.surge) {
+        const oldest = [...w.outdated].sort((a, b) => a.r.startedAt - b.r.startedAt)[0];
+        if (oldest && input.draining[oldest.r.id] === undefined && !stoppedIds.has(oldest.r.id)) drainStarted.push(oldest.r.id);
+        continue;
+      }
+      // An on-demand model may take the room of idle on-demand replicas, least recently used first.
+      if (w.model.scaling.mode === 'on_demand') {
+        const evicted = evictFor(w, input, byModel, stoppedIds, placementNodes);
+        if (evicted) {
+          for (const l of evicted.stop) {
+            stop(l.model, l.located, 'evicted');
+            stoppedIds.add(l.located.r.id);
+          }
+          nodes = evicted.nodes;
+        }
+      }
+      if (nodes.length === 0) {
+        unplaceable[w.model.name] = r.unplaceable.reason;
+        continue;
+      }
+    }
+    for (const node of nodes) {
+      actions.push({ kind: 'start', model: w.model.name, node, replicaId: input.newReplicaId(w.model.name, w.model.digest), digest: w.model.digest });
+    }
+  }
+  return { actions, failures, desired, unplaceable, drainStarted };
+}
+
+function evictFor(
+  w: { model: ModelSpec; count: number; existingOn: string[] },
+  input: PlanInput,
+  byModel: ReadonlyMap<string, readonly Located[]>,
+  stoppedIds: ReadonlySet<string>,
+  placementNodes: (extraFree: ReadonlyMap<string, number>) => PlacementNode[],
+): { stop: { model: string; located: Located }[]; nodes: readonly string[] } | null {
+  const victims: { model: string; located: Located; lastRequestAt: number }[] = [];
+  for (const [model, list] of byModel) {
+    const m = input.spec.models[model];
+    if (!m || m.scaling.mode !== 'on_demand' || model === w.model.name) continue;
+    for (const l of list) {
+      if (!l.reachable || l.r.state === 'failed' || stoppedIds.has(l.r.id)) continue;
+      victims.push({ model, located: l, lastRequestAt: input.demand[model]?.lastRequestAt ?? 0 });
+    }
+  }
+  victims.sort((a, b) => a.lastRequestAt - b.lastRequestAt || a.located.r.id.localeCompare(b.located.r.id));
+  const freed = new Map<string, number>();
+  const chosen: { model: string; located: Located }[] = [];
+  for (const v of victims) {
+    freed.set(v.located.node, (freed.get(v.located.node) ?? 0) + (input.memory[v.model] ?? 0));
+    chosen.push(v);
+    const [r] = place({
+      nodes: placementNodes(freed),
+      requests: [{ model: w.model.name, count: w.count, memoryBytes: input.memory[w.model.name] ?? null, nodeSelector: w.model.nodeSelector, existingOn: w.existingOn }],
+      reserveBytes: input.spec.settings.placementReserveBytes,
+    });
+    if (r && !r.unplaceable) {
+      // Only evict on the nodes the new replica lands on.
+      const landing = new Set(r.nodes);
+      return { stop: chosen.filter((c) => landing.has(c.located.node)), nodes: r.nodes };
+    }
+  }
+  return null;
+}

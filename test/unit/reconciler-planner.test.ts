@@ -1,0 +1,179 @@
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import type { ReplicaObservation } from '../../src/nodes/driver.js';
+import { initialHealth, startFailed, type ModelHealth } from '../../src/reconciler/health.js';
+import { planPass, type ObservedNode, type PlanInput } from '../../src/reconciler/planner.js';
+import { dirFiles } from '../../src/spec/dir-files.js';
+import { loadFleetSpec } from '../../src/spec/load.js';
+import type { FleetSpec } from '../../src/spec/types.js';
+import { minimalFleet, tempFleet, type FleetFilesMap } from '../harness/fleet.js';
+
+const GiB = 2 ** 30;
+
+async function specOf(edit: (f: FleetFilesMap) => void = () => undefined): Promise<FleetSpec> {
+  const files = minimalFleet();
+  edit(files);
+  const f = tempFleet(files);
+  try {
+    const r = await loadFleetSpec(dirFiles(f.dir), 'rev1');
+    assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+    return r.spec;
+  } finally {
+    f.cleanup();
+  }
+}
+
+const spec = await specOf();
+const digest = (m: string): string => spec.models[m]!.digest;
+
+function replica(id: string, model: string, state: ReplicaObservation['state'], extra: Partial<ReplicaObservation> = {}): ReplicaObservation {
+  return { id, model, digest: digest(model), port: 20000, pid: 100, startedAt: 1000, endpoint: 'http://x:20000', state, ...extra };
+}
+
+function node(name: string, replicas: ReplicaObservation[] = [], reachable = true): ObservedNode {
+  return { name, reachable, memoryTotalBytes: 64 * GiB, replicas };
+}
+
+function input(over: Partial<PlanInput> = {}): PlanInput {
+  let n = 0;
+  const s = over.spec ?? spec;
+  const health: Record<string, ModelHealth> = {};
+  for (const m of Object.values(s.models)) health[m.name] = initialHealth(m.digest);
+  return {
+    spec: s,
+    nodes: [node('cpu-01'), node('cpu-02')],
+    health,
+    inflightStarts: [],
+    stopping: new Set(),
+    demand: {},
+    restarts: new Set(),
+    draining: {},
+    memory: Object.fromEntries(Object.values(s.models).map((m) => [m.name, m.memoryBytes])),
+    accountedFailures: new Set(),
+    now: 1_000_000,
+    newReplicaId: (model) => `${model}-new${++n}`,
+    ...over,
+  };
+}
+
+const summary = (out: ReturnType<typeof planPass>): string[] =>
+  out.actions.map((a) => (a.kind === 'start' ? `start ${a.model} on ${a.node}` : `stop ${a.replicaId} (${a.reason})`)).sort();
+
+describe('action planner', () => {
+  it('an empty world: start the always-on models, not the on-demand one nobody asked for', () => {
+    const out = planPass(input());
+    assert.deepEqual(summary(out), ['start alpha on cpu-01', 'start gamma on cpu-01']);
+    assert.deepEqual(out.desired, { alpha: 1, beta: 0, gamma: 1 });
+  });
+
+  it('a second pass over an unchanged world plans zero actions (replicas ready)', () => {
+    const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'ready')]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
+    const out = planPass(input({ nodes: world }));
+    assert.deepEqual(out.actions, []);
+    assert.deepEqual(out.failures, []);
+    assert.deepEqual(planPass(input({ nodes: world })).actions, []);
+  });
+
+  it('starts in flight count: nothing started twice', () => {
+    const out = planPass(input({ inflightStarts: [{ replicaId: 'a1', model: 'alpha', node: 'cpu-01', digest: digest('alpha') }, { replicaId: 'g1', model: 'gamma', node: 'cpu-02', digest: digest('gamma') }] }));
+    assert.deepEqual(out.actions, []);
+  });
+
+  it('a replica that died is reaped and its failure counted once', () => {
+    const failure = { code: 'REPLICA_EXITED' as const, message: 'exited', logTail: 'boom' };
+    const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'failed', { failure })]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
+    const out = planPass(input({ nodes: world }));
+    assert.deepEqual(out.failures.map((f) => f.replicaId), ['alpha-1']);
+    assert.deepEqual(summary(out), ['start alpha on cpu-01', 'stop alpha-1 (failed)']);
+    const again = planPass(input({ nodes: world, accountedFailures: new Set(['alpha-1']) }));
+    assert.deepEqual(again.failures, []);
+  });
+
+  it('a parked model is not started; a model in backoff waits', () => {
+    const err = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: 'unknown model architecture' };
+    const s = { backoff: { initialMs: 10_000, maxMs: 300_000 }, parkAfterFailures: 5, readyResetMs: 600_000 };
+    let parked = initialHealth(digest('alpha'));
+    for (let i = 0; i < 5; i++) parked = startFailed(parked, err, 0, s);
+    const backingOff = startFailed(initialHealth(digest('gamma')), err, 999_000, s);
+    const base = input();
+    const out = planPass({ ...base, health: { ...base.health, alpha: parked, gamma: backingOff } });
+    assert.deepEqual(out.actions, []);
+    const later = planPass({ ...base, health: { ...base.health, alpha: parked, gamma: backingOff }, now: 999_000 + 10_000 });
+    assert.deepEqual(summary(later), ['start gamma on cpu-01']);
+  });
+
+  it('on demand: a request makes it desired; the idle timeout stops it', () => {
+    const asked = planPass(input({ demand: { beta: { lastRequestAt: 999_000 } } }));
+    assert.ok(summary(asked).includes('start beta on cpu-01'));
+    assert.equal(asked.desired.beta, 1);
+    const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'ready'), replica('beta-1', 'beta', 'ready')]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
+    assert.deepEqual(planPass(input({ nodes: world, demand: { beta: { lastRequestAt: 999_000 } } })).actions, []);
+    const idle = planPass(input({ nodes: world, demand: { beta: { lastRequestAt: 1_000_000 - 10 * 60_000 } } }));
+    assert.deepEqual(summary(idle), ['stop beta-1 (idle)']);
+  });
+
+  it('replicas of a removed model are stopped', () => {
+    const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'ready'), { ...replica('old-1', 'alpha', 'ready'), model: 'old' }]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
+    assert.deepEqual(summary(planPass(input({ nodes: world }))), ['stop old-1 (removed)']);
+  });
+
+  it('an unreachable node is unknown, never empty: its replicas count and nothing is stopped there', () => {
+    const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'starting')], false), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
+    assert.deepEqual(planPass(input({ nodes: world })).actions, []);
+    const gone = [node('cpu-01', [{ ...replica('x-1', 'alpha', 'ready'), model: 'removed-model' }], false), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
+    assert.deepEqual(summary(planPass(input({ nodes: gone }))), ['start alpha on cpu-02']);
+  });
+
+  it('a definition change rolls surge-first: new beside old, old stopped once new is ready', async () => {
+    const changed = await specOf((f) => (f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('alpha-q4.gguf', 'alpha-q5.gguf')));
+    const old = { ...replica('alpha-old', 'alpha', 'ready'), digest: digest('alpha') };
+    const gamma = replica('gamma-1', 'gamma', 'ready');
+    const step1 = planPass(input({ spec: changed, nodes: [node('cpu-01', [old]), node('cpu-02', [{ ...gamma, digest: changed.models.gamma!.digest }])] }));
+    assert.deepEqual(summary(step1), ['start alpha on cpu-01']);
+    const fresh = { ...replica('alpha-new', 'alpha', 'starting'), digest: changed.models.alpha!.digest };
+    const step2 = planPass(input({ spec: changed, nodes: [node('cpu-01', [old]), node('cpu-02', [{ ...gamma, digest: changed.models.gamma!.digest }, fresh])] }));
+    assert.deepEqual(step2.actions, [], 'the old one serves until the new one is ready');
+    const step3 = planPass(input({ spec: changed, nodes: [node('cpu-01', [old]), node('cpu-02', [{ ...gamma, digest: changed.models.gamma!.digest }, { ...fresh, state: 'ready' }])] }));
+    assert.deepEqual(summary(step3), ['stop alpha-old (replaced)']);
+  });
+
+  it('a restart without room for a second replica drains the old one for the grace, then replaces it', () => {
+    const tight = { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: 6 * GiB, cpus: null } } } } as FleetSpec;
+    const tightSpec = { ...tight, models: { alpha: spec.models.alpha! } } as FleetSpec;
+    const old = replica('alpha-old', 'alpha', 'ready');
+    const base = input({ spec: tightSpec, nodes: [node('cpu-01', [old])], restarts: new Set(['alpha-old']) });
+    const step1 = planPass(base);
+    assert.deepEqual(step1.actions, []);
+    assert.deepEqual(step1.drainStarted, ['alpha-old']);
+    const during = planPass({ ...base, draining: { 'alpha-old': 1_000_000 - 60_000 } });
+    assert.deepEqual(during.actions, [], 'still serving during the drain grace');
+    const after = planPass({ ...base, draining: { 'alpha-old': 1_000_000 - 5 * 60_000 } });
+    assert.deepEqual(summary(after), ['start alpha on cpu-01', 'stop alpha-old (drained)']);
+  });
+
+  it('a model that fits nowhere is unplaceable with need and largest free', async () => {
+    const big = await specOf((f) => (f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('memory: 4GiB', 'memory: 100GiB')));
+    const out = planPass(input({ spec: big }));
+    assert.match(out.unplaceable.alpha!, /^needs 100 GiB; largest free 15 GiB on cpu-01; 2 nodes checked$/);
+    assert.ok(!summary(out).some((a) => a.includes('alpha')));
+  });
+
+  it('an on-demand model takes the room of an idle on-demand replica, least recently used first', async () => {
+    const s2 = await specOf((f) => {
+      f['nodes/cpu-01.yaml'] = f['nodes/cpu-01.yaml']!.replace('memory: 16GiB', 'memory: 8GiB');
+      delete f['nodes/cpu-02.yaml'];
+      f['models/delta.yaml'] = f['models/beta.yaml']!;
+      f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 0');
+      f['models/gamma.yaml'] = f['models/gamma.yaml']!.replace('replicas: 1', 'replicas: 0');
+    });
+    const betaRunning = { ...replica('beta-1', 'beta', 'ready'), digest: s2.models.beta!.digest };
+    const out = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
+    assert.deepEqual(summary(out), ['start delta on cpu-01', 'stop beta-1 (evicted)']);
+    assert.deepEqual(out.unplaceable, {});
+  });
+
+  it('scaling down stops extras, starting ones first', async () => {
+    const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'ready'), replica('alpha-2', 'alpha', 'starting', { startedAt: 500 })]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
+    assert.deepEqual(summary(planPass(input({ nodes: world }))), ['stop alpha-2 (surplus)']);
+  });
+});
