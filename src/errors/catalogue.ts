@@ -56,6 +56,7 @@ export const Reasons = Object.freeze({
   ENGINE_BUILD_FAILED: reason('ENGINE_BUILD_FAILED', 500, false, 'Building the engine on the node failed; see the build log tail in the detail.'),
   ENGINE_TOOL_MISSING: reason('ENGINE_TOOL_MISSING', 500, false, 'A tool the install needs (git, cmake, a C++ compiler, tar, curl) is missing on the node; install it there.'),
   ENGINE_NOT_FOUND: reason('ENGINE_NOT_FOUND', 500, false, 'The engine binary at the configured path does not exist or does not run `--version` on the node.'),
+  ENGINE_ARTIFACT_INVALID: reason('ENGINE_ARTIFACT_INVALID', 502, false, 'The engine artifact does not unpack (tar.gz, tar or zip) or has no runnable binary at its `binary:` path; fix the archive or the path in engines/<engine>.yaml.'),
 
   // --- nodes: model files ---
   MODEL_CHECKSUM_MISMATCH: reason('MODEL_CHECKSUM_MISMATCH', 502, false, 'The model file does not match the sha256 in models/<model>.yaml; fix the source or the checksum.'),
@@ -70,6 +71,32 @@ export const Reasons = Object.freeze({
   REPLICA_START_TIMEOUT: reason('REPLICA_START_TIMEOUT', 504, true, 'The replica was not healthy within the profile\'s start_timeout; raise start_timeout or check the node\'s load.'),
   REPLICA_EXITED: reason('REPLICA_EXITED', 500, true, 'The replica process exited; see the log tail in the detail.'),
   REPLICA_NOT_FOUND: reason('REPLICA_NOT_FOUND', 404, false, 'No replica with that id exists on the node.'),
+
+  // --- controller ---
+  INTERNAL: reason('INTERNAL', 500, true, 'An unexpected error inside llmgw; see the controller log for the stack and report it.'),
+  NO_VALID_SPEC: reason('NO_VALID_SPEC', 503, true, 'No valid fleet revision has been applied yet; check `llmgw ctl status` for the sync error or the rejected revision.'),
+
+  // --- router ---
+  MODEL_NOT_FOUND: reason('MODEL_NOT_FOUND', 404, false, 'No model or alias of that name exists in the fleet spec; GET /v1/models lists the models your key may use.'),
+  MODEL_FORBIDDEN: reason('MODEL_FORBIDDEN', 403, false, 'The API key may not use this model; add the model to the key\'s models in access/keys.yaml or use another key.'),
+  MODEL_PARKED: reason('MODEL_PARKED', 503, false, 'The model is parked after repeated start failures and is not started again until its definition changes or a retry: fix the cause, then `llmgw ctl retry MODEL` or push a commit with the trailer `Llmgw-Retry: MODEL`.'),
+  MODEL_UNPLACEABLE: reason('MODEL_UNPLACEABLE', 503, false, 'The model fits on no node (see the reason); free memory on a node, add a node, relax node_selector or lower the model\'s memory.'),
+  MODEL_LOADING: reason('MODEL_LOADING', 503, true, 'The model is starting and was not ready within the activation window; retry after Retry-After seconds.'),
+  MODEL_FAILING: reason('MODEL_FAILING', 503, true, 'The model\'s replicas failed to start and llmgw is backing off; it tries again after Retry-After seconds (see the last error).'),
+  AUTH_MISSING: reason('AUTH_MISSING', 401, false, 'Send the API key as `Authorization: Bearer KEY` (or `x-api-key: KEY`).'),
+  AUTH_INVALID: reason('AUTH_INVALID', 401, false, 'The API key is not one of the keys in access/keys.yaml (compared by sha256); check the key.'),
+  BAD_REQUEST: reason('BAD_REQUEST', 400, false, 'The request body must be a JSON object; see the OpenAI API reference for the endpoint.'),
+  BAD_JSON: reason('BAD_JSON', 400, false, 'The request body is not valid JSON; send `Content-Type: application/json` with a JSON object.'),
+  MODEL_MISSING: reason('MODEL_MISSING', 400, false, 'Name the model in the request body\'s `model` field (a model name or alias from GET /v1/models).'),
+  BODY_TOO_LARGE: reason('BODY_TOO_LARGE', 413, false, 'The request body exceeds the router\'s body size limit; send less, or raise the limit in the router configuration.'),
+  ROUTE_NOT_FOUND: reason('ROUTE_NOT_FOUND', 404, false, 'The router serves POST /v1/chat/completions, /v1/completions, /v1/embeddings, GET /v1/models and other POST /v1/* requests that name a model.'),
+  CONCURRENCY_LIMIT: reason('CONCURRENCY_LIMIT', 429, true, 'The model is at its max_concurrency; retry shortly, or raise max_concurrency / add replicas in models/<model>.yaml.'),
+  UPSTREAM_CONNECT: reason('UPSTREAM_CONNECT', 502, true, 'No ready replica of the model accepted a connection; llmgw replaces failed replicas, retry shortly.'),
+  UPSTREAM_FIRST_BYTE_TIMEOUT: reason('UPSTREAM_FIRST_BYTE_TIMEOUT', 504, true, 'The replica did not start answering within the first-byte timeout; the node may be overloaded, or raise the timeout (or stream the response).'),
+  UPSTREAM_STALLED: reason('UPSTREAM_STALLED', 504, true, 'The replica stopped sending mid-response for longer than the stream idle timeout; check the node\'s load.'),
+  UPSTREAM_FAILED: reason('UPSTREAM_FAILED', 502, true, 'The connection to the replica failed mid-request; retry.'),
+  UPSTREAM_AUTH: reason('UPSTREAM_AUTH', 502, false, 'The replica refused llmgw\'s engine API key; the replica was not started by this controller or its key changed. Restart it (`llmgw ctl restart MODEL`).'),
+  ROUTER_SHUTTING_DOWN: reason('ROUTER_SHUTTING_DOWN', 503, true, 'The router is shutting down; retry against another instance or after it restarts.'),
 
   // --- CLI usage ---
   USAGE: reason('USAGE', 400, false, 'Run `llmgw help` for usage.'),
@@ -90,6 +117,12 @@ export class LlmgwError extends Error {
   get code(): ReasonCode {
     return this.reason.code as ReasonCode;
   }
+}
+
+/** A reason reference for status, logs and metrics: the stable code and a message. */
+export function reasonOf(e: unknown): { code: string; message: string } {
+  if (e instanceof LlmgwError) return { code: e.code, message: e.message };
+  return { code: 'INTERNAL', message: e instanceof Error ? e.message : String(e) };
 }
 
 export function isLlmgwError(e: unknown, code?: ReasonCode): e is LlmgwError {

@@ -1,0 +1,83 @@
+/**
+ * Memory need per replica: the model's override, or an estimate from the GGUF header — the file's
+ * size (weights are mapped whole) plus the KV cache for the profile's context — plus the profile's
+ * overhead. Estimates are cached by file checksum and context size.
+ */
+import { stat } from 'node:fs/promises';
+import { gguf } from '@huggingface/gguf';
+import { request } from 'undici';
+import { resolveSourceUrl } from '../spec/source.js';
+import type { ModelSpec, ProfileSpec } from '../spec/types.js';
+
+export interface GgufShape {
+  readonly fileBytes: number;
+  readonly layers: number;
+  readonly headCountKv: number;
+  readonly keyLength: number;
+  readonly valueLength: number;
+}
+
+/** KV cache in f16 for `ctx` tokens (shared by the parallel slots, as llama-server allocates it). */
+export function kvCacheBytes(shape: GgufShape, ctx: number): number {
+  return shape.layers * ctx * shape.headCountKv * (shape.keyLength + shape.valueLength) * 2;
+}
+
+export function replicaMemory(shape: GgufShape, profile: Pick<ProfileSpec, 'ctxSize' | 'memoryOverheadBytes'>): number {
+  return shape.fileBytes + kvCacheBytes(shape, profile.ctxSize) + profile.memoryOverheadBytes;
+}
+
+function num(v: unknown): number | null {
+  if (typeof v === 'number') return v;
+  if (typeof v === 'bigint') return Number(v);
+  if (Array.isArray(v) && v.length) return num(v[0]); // per-layer arrays: take the first
+  return null;
+}
+
+export function shapeFromMetadata(metadata: Record<string, unknown>, fileBytes: number): GgufShape {
+  const arch = String(metadata['general.architecture'] ?? 'llama');
+  const k = (key: string): number | null => num(metadata[`${arch}.${key}`]);
+  const layers = k('block_count') ?? 0;
+  const embd = k('embedding_length') ?? 0;
+  const heads = k('attention.head_count') ?? 1;
+  const headsKv = k('attention.head_count_kv') ?? heads;
+  const headDim = heads > 0 ? Math.floor(embd / heads) : 0;
+  return { fileBytes, layers, headCountKv: headsKv, keyLength: k('attention.key_length') ?? headDim, valueLength: k('attention.value_length') ?? headDim };
+}
+
+async function readShape(source: string): Promise<GgufShape> {
+  if (source.startsWith('file://')) {
+    const path = decodeURIComponent(new URL(source).pathname);
+    const [{ metadata }, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
+    return shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size);
+  }
+  const url = resolveSourceUrl(source);
+  const head = await request(url, { method: 'HEAD', maxRedirections: 5 } as Parameters<typeof request>[1]);
+  await head.body.dump();
+  const len = Number(head.headers['content-length']);
+  if (head.statusCode >= 400 || !Number.isFinite(len)) throw new Error(`HEAD ${url} answered ${head.statusCode} without a size`);
+  const { metadata } = await gguf(url);
+  return shapeFromMetadata(metadata as unknown as Record<string, unknown>, len);
+}
+
+export type MemoryEstimate = { readonly bytes: number } | { readonly error: string };
+
+export class MemoryEstimator {
+  private readonly shapes = new Map<string, Promise<GgufShape>>();
+
+  /** The model's need per replica; an error says why it is not known (yet). */
+  async estimate(model: ModelSpec, profile: ProfileSpec): Promise<MemoryEstimate> {
+    if (model.memoryBytes !== null) return { bytes: model.memoryBytes };
+    const key = `${model.sha256}|${model.source}`;
+    let p = this.shapes.get(key);
+    if (!p) {
+      p = readShape(model.source);
+      this.shapes.set(key, p);
+      p.catch(() => this.shapes.delete(key)); // retried on the next pass
+    }
+    try {
+      return { bytes: replicaMemory(await p, profile) };
+    } catch (e) {
+      return { error: `memory need unknown: could not read the GGUF header of ${model.source} (${e instanceof Error ? e.message : String(e)}); set memory: in ${model.file}` };
+    }
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * The parking scenario end to end: real sshd nodes, the real llama-server, a fleet repo served by
+ * git http-backend and changed with the git CLI.
+ */
+import { strict as assert } from 'node:assert';
+import { after, before, describe, it } from 'node:test';
+import { git } from '../harness/git.js';
+import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+
+let fleet: TestFleet;
+let ctl: TestController;
+
+const model = (name: string) => ctl.reconciler.model(name)!;
+
+before(async () => {
+  fleet = await startTestFleet({ nodes: 2 });
+  await fleet.push(fleet.baseFiles(), 'initial fleet');
+  ctl = await fleet.startController();
+});
+
+after(async () => {
+  await fleet?.cleanup();
+});
+
+describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
+  it('the good model becomes ready; the unknown-architecture model is parked after 5 failures with the engine’s reason', async () => {
+    await ctl.until(() => model('good').phase === 'ready' && model('kev').phase === 'parked', 'good ready and kev parked');
+    const kev = model('kev');
+    assert.equal(kev.consecutiveFailures, 5);
+    assert.ok(kev.parked);
+    assert.equal(kev.parked.lastError.code, 'REPLICA_UNKNOWN_ARCHITECTURE');
+    assert.match(kev.parked.lastError.message, /unknown model architecture: 'kev'/);
+    assert.equal(ctl.starts.get('kev'), 5);
+    assert.equal(model('good').ready, 1);
+    // the parking was logged as an error, with the model and reason
+    const parkedLog = ctl.logs.filter((l) => l.msg.startsWith('model parked') && l.model === 'kev');
+    assert.equal(parkedLog.length, 1);
+    assert.match(String(parkedLog[0]!.reason), /unknown model architecture/);
+  });
+
+  it('a model bigger than every node is unplaceable with need and largest free, warned once', async () => {
+    const huge = model('huge');
+    assert.equal(huge.phase, 'unplaceable');
+    assert.match(huge.unplaceable ?? '', /^needs 1 TiB; largest free [\d.]+ GiB on node-[12]; 2 nodes checked$/);
+    for (let i = 0; i < 3; i++) await ctl.reconciler.requestPass('test');
+    assert.equal(ctl.logs.filter((l) => l.msg === 'model unplaceable' && l.model === 'huge').length, 1);
+    assert.equal(ctl.starts.get('huge'), undefined);
+  });
+
+  it('a second pass over an unchanged world plans zero actions', async () => {
+    await ctl.reconciler.requestPass('test');
+    await ctl.reconciler.requestPass('test');
+    assert.equal(ctl.reconciler.snapshot().lastPass?.actions, 0);
+    assert.equal(ctl.starts.get('kev'), 5, 'a parked model is not started again');
+  });
+
+  it('the status branch holds the parked model’s file with last error and digest', async () => {
+    const bare = `${fleet.git.root}/fleet.git`;
+    const text = await git(bare, ['show', 'llmgw/status:models/kev.json']);
+    const status = JSON.parse(text) as { parked: { lastError: { message: string } }; digest: string; consecutiveFailures: number };
+    assert.match(status.parked.lastError.message, /unknown model architecture/);
+    assert.equal(status.digest, model('kev').digest);
+    assert.equal(status.consecutiveFailures, 5);
+    const fleetJson = JSON.parse(await git(bare, ['show', 'llmgw/status:fleet.json'])) as { appliedRevision: string };
+    assert.equal(fleetJson.appliedRevision, await git(bare, ['rev-parse', 'main']));
+  });
+
+  it('a commit that only edits another model leaves it parked', async () => {
+    const files = fleet.baseFiles();
+    await fleet.push({ 'models/good.yaml': files['models/good.yaml']!.replace('aliases: [good-alias]', 'aliases: [good-alias, good-2]') }, 'good: another alias');
+    await ctl.until(() => ctl.reconciler.spec()?.modelNames['good-2'] === 'good', 'the new revision applied');
+    await ctl.reconciler.requestPass('test');
+    assert.equal(model('kev').phase, 'parked');
+    assert.equal(ctl.starts.get('kev'), 5);
+  });
+
+  it('a restarted controller keeps parking and failure counts', async () => {
+    await ctl.stop();
+    ctl = await fleet.startController();
+    await ctl.reconciler.requestPass('test');
+    assert.equal(model('kev').phase, 'parked');
+    assert.equal(model('kev').consecutiveFailures, 5);
+    assert.equal(ctl.starts.get('kev'), undefined, 'the new controller starts nothing for a parked model');
+    assert.equal(model('good').phase, 'ready', 'the running replica is adopted');
+    assert.equal(ctl.starts.get('good'), undefined, 'and not started twice');
+  });
+
+  it('a commit changing its source to a good GGUF unparks it and it becomes ready', async () => {
+    await fleet.push({ 'models/kev.yaml': modelYaml(fleet.models.good2, ['replicas: 1']) }, 'kev: use a GGUF this engine knows');
+    await ctl.until(() => model('kev').phase === 'ready', 'kev ready after the definition change');
+    assert.equal(model('kev').consecutiveFailures, 0);
+    assert.equal(model('kev').parked, null);
+  });
+
+  it('parked again, an empty commit with Llmgw-Retry unparks it exactly once', async () => {
+    await fleet.push({ 'models/kev.yaml': modelYaml(fleet.models.kev2, ['replicas: 1']) }, 'kev: back to an unknown architecture');
+    await ctl.until(() => model('kev').phase === 'parked', 'kev parked again');
+    const before = ctl.starts.get('kev') ?? 0;
+    await fleet.push({}, 'retry kev\n\nLlmgw-Retry: kev\n');
+    await ctl.until(() => (ctl.starts.get('kev') ?? 0) > before, 'a start after the retry');
+    assert.equal(ctl.logs.filter((l) => l.msg === 'retry handled' && l.model === 'kev').length, 1);
+    // it fails again and parks again; the trailer is not handled a second time
+    await ctl.until(() => model('kev').phase === 'parked', 'kev parked after the retry');
+    const afterRetry = ctl.starts.get('kev') ?? 0;
+    assert.equal(afterRetry - before, 5);
+    for (let i = 0; i < 3; i++) await ctl.reconciler.requestPass('test');
+    assert.equal(ctl.starts.get('kev'), afterRetry);
+    assert.equal(ctl.logs.filter((l) => l.msg === 'retry handled' && l.model === 'kev').length, 1);
+  });
+});
