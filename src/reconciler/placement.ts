@@ -93,10 +93,18 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
   for (const n of req.existingOn) hosting.set(n, (hosting.get(n) ?? 0) + 1);
   for (let i = 0; i < req.count; i++) {
     // fewest replicas of this model first (spread), then most free room, then name
-    const candidates = known
-      .filter((n) => (free.get(n.name) ?? 0) >= need)
-      .sort((a, b) => (hosting.get(a.name) ?? 0) - (hosting.get(b.name) ?? 0) || free.get(b.name)! - free.get(a.name)! || a.name.localeCompare(b.name));
-    const pick = candidates[0];
+    let pick: PlacementNode | undefined;
+    for (const n of known) {
+      const f = free.get(n.name)!;
+      if (f < need) continue;
+      if (!pick) {
+        pick = n;
+        continue;
+      }
+      const dh = (hosting.get(n.name) ?? 0) - (hosting.get(pick.name) ?? 0);
+      const df = f - free.get(pick.name)!;
+      if (dh < 0 || (dh === 0 && (df > 0 || (df === 0 && n.name < pick.name)))) pick = n;
+    }
     if (!pick) break;
     placed.push(pick.name);
     free.set(pick.name, free.get(pick.name)! - need);
