@@ -400,6 +400,11 @@ export class Reconciler implements FleetView {
     const starts = actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start');
     const stops = actions.filter((a): a is Extract<Action, { kind: 'stop' }> => a.kind === 'stop');
     for (const a of starts) this.launchStart(spec, a, log);
+    if (stops.length) {
+      // Stopping replicas leave the router's view at once, before their grace runs.
+      for (const a of stops) this.stopping.add(a.replicaId);
+      this.current = this.summarize();
+    }
     await mapLimit(stops, this.o.concurrency ?? 8, async (a) => {
       const n = spec.nodes[a.node];
       if (!n) return;
@@ -499,7 +504,12 @@ export class Reconciler implements FleetView {
     if (!this.o.statusRepo || !spec || !this.leader()) return;
     const files = statusFiles(this.current, this.health);
     const key = JSON.stringify(files);
-    if (key === this.lastStatusFiles) return;
+    if (key === this.lastStatusFiles) {
+      // Nothing new to write: the branch is confirmed up to date as of now.
+      this.lastStatusWriteOk = this.clock();
+      this.current = { ...this.current, lastStatusWriteOk: new Date(this.lastStatusWriteOk).toISOString() };
+      return;
+    }
     try {
       const r = await writeStatusBranch(this.o.statusRepo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${this.current.appliedRevision?.slice(0, 12) ?? 'no revision'}` });
       this.lastStatusFiles = key;

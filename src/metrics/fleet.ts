@@ -1,0 +1,231 @@
+/**
+ * Fleet and control-plane metrics, applied from the `FleetSnapshot` the reconciler publishes after
+ * every pass. Every model in the snapshot gets every per-model series (0 is a real value), and the
+ * series of models, nodes, digests and revisions that left the snapshot are deleted.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
+import { MODEL_STATES, MetricNames as N } from './names.js';
+import { GaugeSeries } from './series.js';
+
+// MODEL_STATES and ModelPhase must list the same phases.
+type Missing<A, B> = Exclude<A, B> extends never ? true : never;
+const _statesCoverPhases: Missing<ModelPhase, (typeof MODEL_STATES)[number]> = true;
+const _phasesCoverStates: Missing<(typeof MODEL_STATES)[number], ModelPhase> = true;
+void _statesCoverPhases;
+void _phasesCoverStates;
+
+/** Reconcile pass durations: a pass is usually well under a second, a slow node can stretch it. */
+export const RECONCILE_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+/** Longest unplaceable reason kept as a label value. */
+const MAX_REASON_LABEL = 200;
+
+function isoSeconds(iso: string | null): number {
+  if (iso === null) return 0;
+  const ms = Date.parse(iso);
+  return Number.isFinite(ms) ? ms / 1000 : 0;
+}
+
+function splitEngine(key: string): { engine: string; version: string } {
+  const at = key.indexOf('@');
+  return at < 0 ? { engine: key, version: '' } : { engine: key.slice(0, at), version: key.slice(at + 1) };
+}
+
+function truncate(s: string, max: number): string {
+  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
+}
+
+type EngineLabels = { node: string; engine: string; version: string };
+const engineKey = (l: EngineLabels): string => JSON.stringify([l.node, l.engine, l.version]);
+
+export class FleetMetrics {
+  private readonly desired: GaugeSeries<'model'>;
+  private readonly ready: GaugeSeries<'model'>;
+  private readonly failures: GaugeSeries<'model'>;
+  private readonly parked: GaugeSeries<'model'>;
+  private readonly unplaceable: GaugeSeries<'model'>;
+  private readonly info: GaugeSeries<'model' | 'digest' | 'profile'>;
+  private readonly state: GaugeSeries<'model' | 'state'>;
+  private readonly lastError: GaugeSeries<'model' | 'code'>;
+  private readonly unplaceableReason: GaugeSeries<'model' | 'reason'>;
+
+  private readonly nodeReachable: GaugeSeries<'node'>;
+  private readonly nodeCapacity: GaugeSeries<'node'>;
+  private readonly nodeAvailable: GaugeSeries<'node'>;
+  private readonly engineInstalls: GaugeSeries<'node' | 'engine' | 'version'>;
+  private readonly engineFailures: Counter<'node' | 'engine' | 'version'>;
+  /** Failure counts per node/engine/version as the counter shows them. */
+  private readonly engineFailureCounts = new Map<string, { labels: EngineLabels; count: number }>();
+
+  private readonly leader: Gauge;
+  private readonly leaderChanges: Counter;
+  private readonly reconcileDuration: Histogram;
+  private readonly reconcileTotal: Counter<'result'>;
+  private readonly reconcileLastSuccess: Gauge;
+  private readonly revisionInfo: GaugeSeries<'revision'>;
+  private readonly specValid: Gauge;
+  private readonly rejectedInfo: GaugeSeries<'revision'>;
+  private readonly gitSyncLastSuccess: Gauge;
+  private readonly statusWriteLastSuccess: Gauge;
+
+  private isLeader = false;
+  /** Once passFinished is called, passes are counted from it only (not from snapshot.lastPass). */
+  private explicitPasses = false;
+  private lastRecordedPass: string | null = null;
+
+  constructor(
+    registry: Registry,
+    private readonly clock: () => number,
+  ) {
+    const registers = [registry];
+    const gauge = <T extends string>(name: string, help: string, labelNames: readonly T[]): GaugeSeries<T> =>
+      new GaugeSeries(new Gauge<T>({ name, help, labelNames, registers }));
+
+    this.desired = gauge(N.modelDesiredReplicas, 'Replicas the model should have now (on-demand models: only while asked for).', ['model']);
+    this.ready = gauge(N.modelReadyReplicas, 'Replicas of the model that are ready and serving.', ['model']);
+    this.failures = gauge(N.modelConsecutiveStartFailures, 'Failed starts of the model in a row since its last ready replica (or definition change / retry).', ['model']);
+    this.parked = gauge(N.modelParked, '1 while the model is parked after repeated start failures (not placed until its definition changes or a retry).', ['model']);
+    this.unplaceable = gauge(N.modelUnplaceable, '1 while the model fits on no node.', ['model']);
+    this.info = gauge(N.modelInfo, 'The model definition in force: definition digest and profile (always 1).', ['model', 'digest', 'profile']);
+    this.state = gauge(N.modelState, 'The model phase, one-hot: 1 for the current state, 0 for the others.', ['model', 'state']);
+    this.lastError = gauge(N.modelLastErrorInfo, 'The failure reason code of the model\'s last error (always 1; present while there is one).', ['model', 'code']);
+    this.unplaceableReason = gauge(N.modelUnplaceableReasonInfo, 'Why the model fits on no node (always 1; present while unplaceable).', ['model', 'reason']);
+
+    this.nodeReachable = gauge(N.nodeReachable, '1 when the controller reaches the node, 0 when not.', ['node']);
+    this.nodeCapacity = gauge(N.nodeMemoryCapacityBytes, 'Memory capacity of the node (absent while unknown).', ['node']);
+    this.nodeAvailable = gauge(N.nodeMemoryAvailableBytes, 'Memory available on the node (absent while unknown).', ['node']);
+    this.engineInstalls = gauge(N.nodeEngineInstalls, '1 when the engine version is installed on the node, 0 when it is needed but not installed.', ['node', 'engine', 'version']);
+    this.engineFailures = new Counter({
+      name: N.nodeEngineInstallFailuresTotal,
+      help: 'Failed installs of the engine version on the node.',
+      labelNames: ['node', 'engine', 'version'],
+      registers,
+    });
+
+    this.leader = new Gauge({ name: N.leader, help: '1 on the instance that reconciles the fleet (the leader), 0 on standbys.', registers });
+    this.leaderChanges = new Counter({ name: N.leaderChangesTotal, help: 'Times this instance gained or lost leadership.', registers });
+    this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
+    this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
+    this.reconcileLastSuccess = new Gauge({ name: N.reconcileLastSuccessTimestampSeconds, help: 'End of the last reconcile pass that succeeded (0: none yet).', registers });
+    this.revisionInfo = gauge(N.fleetRevisionInfo, 'The fleet repo revision in force (always 1; absent before the first valid revision).', ['revision']);
+    this.specValid = new Gauge({ name: N.specValid, help: '1 when the newest fleet revision is valid and applied, 0 when it was rejected.', registers });
+    this.rejectedInfo = gauge(N.specRejectedRevisionInfo, 'The fleet revision rejected by validation (always 1; present while one is rejected).', ['revision']);
+    this.gitSyncLastSuccess = new Gauge({ name: N.gitSyncLastSuccessTimestampSeconds, help: 'Time of the last successful fetch of the fleet repo (0: none yet).', registers });
+    this.statusWriteLastSuccess = new Gauge({ name: N.statusWriteLastSuccessTimestampSeconds, help: 'Time the status branch was last known up to date (written, or nothing to write) (0: never).', registers });
+
+    // Series that exist from the start, so that `increase()` and absence checks work.
+    this.leader.set(0);
+    this.leaderChanges.inc(0);
+    for (const result of ['ok', 'error']) this.reconcileTotal.inc({ result }, 0);
+    this.reconcileLastSuccess.set(0);
+    this.specValid.set(0);
+    this.gitSyncLastSuccess.set(0);
+    this.statusWriteLastSuccess.set(0);
+  }
+
+  applySnapshot(s: FleetSnapshot): void {
+    this.setLeader(s.leader);
+
+    const one = <L>(labels: L, value: number | boolean): [L, number] => [labels, typeof value === 'boolean' ? (value ? 1 : 0) : value];
+    this.desired.replace(s.models.map((m) => one({ model: m.name }, m.desired)));
+    this.ready.replace(s.models.map((m) => one({ model: m.name }, m.ready)));
+    this.failures.replace(s.models.map((m) => one({ model: m.name }, m.consecutiveFailures)));
+    this.parked.replace(s.models.map((m) => one({ model: m.name }, m.parked !== null)));
+    this.unplaceable.replace(s.models.map((m) => one({ model: m.name }, m.unplaceable !== null)));
+    this.info.replace(s.models.map((m) => one({ model: m.name, digest: m.digest, profile: m.spec.profile }, 1)));
+    this.state.replace(s.models.flatMap((m) => MODEL_STATES.map((state) => one({ model: m.name, state }, state === m.phase))));
+    this.lastError.replace(
+      s.models.flatMap((m) => {
+        const err = m.parked?.lastError ?? m.lastError;
+        return err ? [one({ model: m.name, code: err.code }, 1)] : [];
+      }),
+    );
+    this.unplaceableReason.replace(
+      s.models.flatMap((m) => (m.unplaceable !== null ? [one({ model: m.name, reason: truncate(m.unplaceable, MAX_REASON_LABEL) }, 1)] : [])),
+    );
+
+    this.nodeReachable.replace(s.nodes.map((n) => one({ node: n.name }, n.reachable)));
+    this.nodeCapacity.replace(s.nodes.flatMap((n) => (n.memory ? [one({ node: n.name }, n.memory.totalBytes)] : [])));
+    this.nodeAvailable.replace(s.nodes.flatMap((n) => (n.memory ? [one({ node: n.name }, n.memory.availableBytes)] : [])));
+    this.applyEngines(s);
+
+    this.revisionInfo.replace(s.appliedRevision !== null ? [one({ revision: s.appliedRevision }, 1)] : []);
+    this.specValid.set(s.specValid ? 1 : 0);
+    this.rejectedInfo.replace(s.rejected ? [one({ revision: s.rejected.revision }, 1)] : []);
+    this.gitSyncLastSuccess.set(isoSeconds(s.lastSyncOk));
+    this.statusWriteLastSuccess.set(isoSeconds(s.lastStatusWriteOk));
+
+    const pass = s.lastPass;
+    if (!this.explicitPasses && pass && pass.startedAt !== this.lastRecordedPass) {
+      this.lastRecordedPass = pass.startedAt;
+      this.recordPass(pass.result, pass.durationMs / 1000, isoSeconds(pass.startedAt) + pass.durationMs / 1000);
+    }
+  }
+
+  private applyEngines(s: FleetSnapshot): void {
+    const installs: [EngineLabels, number][] = [];
+    const failures = new Map<string, { labels: EngineLabels; count: number }>();
+    for (const n of s.nodes) {
+      const installed = new Set(n.engines);
+      const keys = new Set([...n.engines, ...Object.keys(n.engineInstallFailures)]);
+      for (const key of keys) {
+        const labels = { node: n.name, ...splitEngine(key) };
+        installs.push([labels, installed.has(key) ? 1 : 0]);
+        failures.set(engineKey(labels), { labels, count: n.engineInstallFailures[key] ?? 0 });
+      }
+    }
+    this.engineInstalls.replace(installs);
+    for (const [key, { labels }] of this.engineFailureCounts) {
+      if (!failures.has(key)) {
+        this.engineFailures.remove(labels);
+        this.engineFailureCounts.delete(key);
+      }
+    }
+    // The snapshot's count raises the counter; it never lowers it (a counter only goes up), and
+    // failures already reported through engineInstall() are not counted twice.
+    for (const [key, { labels, count }] of failures) this.raiseEngineFailures(key, labels, count);
+  }
+
+  private raiseEngineFailures(key: string, labels: EngineLabels, count: number): void {
+    const cur = this.engineFailureCounts.get(key);
+    const have = cur?.count ?? 0;
+    this.engineFailures.inc(labels, Math.max(0, count - have));
+    this.engineFailureCounts.set(key, { labels, count: Math.max(have, count) });
+  }
+
+  /** A reconcile pass finished. Once called, passes are counted from here only, not from snapshots. */
+  passFinished(result: 'ok' | 'error', durationSeconds: number): void {
+    this.explicitPasses = true;
+    this.recordPass(result, durationSeconds, this.clock() / 1000);
+  }
+
+  private recordPass(result: 'ok' | 'error', durationSeconds: number, endSeconds: number): void {
+    this.reconcileDuration.observe(Math.max(0, durationSeconds));
+    this.reconcileTotal.inc({ result });
+    if (result === 'ok') this.reconcileLastSuccess.set(endSeconds);
+  }
+
+  leaderChanged(isLeader: boolean): void {
+    this.setLeader(isLeader);
+  }
+
+  private setLeader(isLeader: boolean): void {
+    if (isLeader !== this.isLeader) {
+      this.isLeader = isLeader;
+      this.leaderChanges.inc();
+    }
+    this.leader.set(isLeader ? 1 : 0);
+  }
+
+  /** An engine install on a node finished (shows at once, before the next snapshot). */
+  engineInstall(node: string, engine: string, version: string, result: 'ok' | 'error'): void {
+    const labels = { node, engine, version };
+    const key = engineKey(labels);
+    const have = this.engineFailureCounts.get(key)?.count ?? 0;
+    this.raiseEngineFailures(key, labels, result === 'error' ? have + 1 : have);
+    const present = this.engineInstalls.labels().some((l) => engineKey(l) === key);
+    if (result === 'ok') this.engineInstalls.set(labels, 1);
+    else if (!present) this.engineInstalls.set(labels, 0);
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * Every metric llmgw exports, by name. The names are part of llmgw's interface (alert rules,
+ * dashboards and operators' own queries use them): never rename one that shipped.
+ */
+export const MetricNames = Object.freeze({
+  // --- per model (label model) ---
+  modelDesiredReplicas: 'llmgw_model_desired_replicas',
+  modelReadyReplicas: 'llmgw_model_ready_replicas',
+  modelConsecutiveStartFailures: 'llmgw_model_consecutive_start_failures',
+  modelParked: 'llmgw_model_parked',
+  modelUnplaceable: 'llmgw_model_unplaceable',
+  modelInfo: 'llmgw_model_info',
+  modelState: 'llmgw_model_state',
+  modelLastErrorInfo: 'llmgw_model_last_error_info',
+  modelUnplaceableReasonInfo: 'llmgw_model_unplaceable_reason_info',
+
+  // --- per node (label node) ---
+  nodeReachable: 'llmgw_node_reachable',
+  nodeMemoryCapacityBytes: 'llmgw_node_memory_capacity_bytes',
+  nodeMemoryAvailableBytes: 'llmgw_node_memory_available_bytes',
+  nodeEngineInstalls: 'llmgw_node_engine_installs',
+  nodeEngineInstallFailuresTotal: 'llmgw_node_engine_install_failures_total',
+
+  // --- control plane ---
+  leader: 'llmgw_leader',
+  leaderChangesTotal: 'llmgw_leader_changes_total',
+  reconcileDurationSeconds: 'llmgw_reconcile_duration_seconds',
+  reconcileTotal: 'llmgw_reconcile_total',
+  reconcileLastSuccessTimestampSeconds: 'llmgw_reconcile_last_success_timestamp_seconds',
+  fleetRevisionInfo: 'llmgw_fleet_revision_info',
+  specValid: 'llmgw_spec_valid',
+  specRejectedRevisionInfo: 'llmgw_spec_rejected_revision_info',
+  gitSyncLastSuccessTimestampSeconds: 'llmgw_git_sync_last_success_timestamp_seconds',
+  statusWriteLastSuccessTimestampSeconds: 'llmgw_status_write_last_success_timestamp_seconds',
+
+  // --- certificates (label path) ---
+  certificateExpiryTimestampSeconds: 'llmgw_certificate_expiry_timestamp_seconds',
+  certificateReadErrors: 'llmgw_certificate_read_errors',
+
+  // --- router ---
+  routerRequestsTotal: 'llmgw_router_requests_total',
+  routerRequestDurationSeconds: 'llmgw_router_request_duration_seconds',
+  routerTimeToFirstTokenSeconds: 'llmgw_router_time_to_first_token_seconds',
+  routerUpstreamErrorsTotal: 'llmgw_router_upstream_errors_total',
+  routerInFlightRequests: 'llmgw_router_in_flight_requests',
+} as const);
+
+export type MetricName = (typeof MetricNames)[keyof typeof MetricNames];
+
+/** Every llmgw metric name, sorted. */
+export const METRIC_NAMES: readonly MetricName[] = Object.freeze(Object.values(MetricNames).sort());
+
+/** The histograms among them (they are scraped as NAME_bucket, NAME_sum and NAME_count). */
+export const HISTOGRAM_NAMES: readonly MetricName[] = Object.freeze([
+  MetricNames.reconcileDurationSeconds,
+  MetricNames.routerRequestDurationSeconds,
+  MetricNames.routerTimeToFirstTokenSeconds,
+]);
+
+/** Every phase a model can be in, for the one-hot llmgw_model_state{state}. */
+export const MODEL_STATES = Object.freeze([
+  'ready',
+  'degraded',
+  'starting',
+  'failing',
+  'parked',
+  'unplaceable',
+  'idle',
+  'pending',
+] as const);
+
+/**
+ * The metric a PromQL identifier refers to: NAME_bucket / NAME_sum / NAME_count of a histogram
+ * map to NAME; anything else is returned as is.
+ */
+export function baseMetricName(identifier: string): string {
+  const m = /^(.*)_(bucket|sum|count)$/.exec(identifier);
+  if (m && m[1] !== undefined && (HISTOGRAM_NAMES as readonly string[]).includes(m[1])) return m[1];
+  return identifier;
+}

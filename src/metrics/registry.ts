@@ -1,0 +1,67 @@
+/**
+ * Every llmgw metric in one prom-client Registry: fleet and control plane (applied from the
+ * reconciler's snapshots), router, certificates (read at each scrape) and, optionally, the
+ * standard process_* / nodejs_* metrics.
+ */
+import { Registry, collectDefaultMetrics } from 'prom-client';
+import type { FleetSnapshot } from '../reconciler/view.js';
+import type { RouterMetrics } from './ports.js';
+import { registerCertificateMetrics } from './certificates.js';
+import { FleetMetrics } from './fleet.js';
+import { createRouterMetrics } from './router.js';
+
+export interface MetricsOptions {
+  /** Certificate file paths (PEM or DER), asked for and read at each scrape. */
+  readonly certificates?: () => readonly string[];
+  /** Milliseconds since the epoch (default Date.now); used for passFinished's success time. */
+  readonly clock?: () => number;
+  /** Also export prom-client's default process_* and nodejs_* metrics (default true). */
+  readonly defaultMetrics?: boolean;
+}
+
+export interface LlmgwMetrics {
+  readonly registry: Registry;
+  /** Applies the snapshot the reconciler publishes after every pass. */
+  applySnapshot(s: FleetSnapshot): void;
+  readonly router: RouterMetrics;
+  /**
+   * A reconcile pass finished. Optional: without calls, passes are counted from the snapshots'
+   * `lastPass`; after the first call, only from here (never both).
+   */
+  passFinished(result: 'ok' | 'error', durationSeconds: number): void;
+  /** This instance gained (true) or lost (false) leadership; snapshots' `leader` does the same. */
+  leaderChanged(isLeader: boolean): void;
+  /**
+   * An engine install finished on a node: shows at once. The next snapshot's engines and
+   * engineInstallFailures stay authoritative (counts are not doubled; pairs it no longer lists go).
+   */
+  engineInstall(node: string, engine: string, version: string, result: 'ok' | 'error'): void;
+  /** The llmgw_* metric names in the registry, sorted. */
+  metricNames(): string[];
+  /** The scrape: exposition text and its content type. */
+  scrape(): Promise<{ readonly contentType: string; readonly body: string }>;
+}
+
+export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
+  const registry = new Registry();
+  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
+  const fleet = new FleetMetrics(registry, opts.clock ?? Date.now);
+  const router = createRouterMetrics(registry);
+  registerCertificateMetrics(registry, opts.certificates ?? (() => []));
+
+  return {
+    registry,
+    router,
+    applySnapshot: (s) => fleet.applySnapshot(s),
+    passFinished: (result, durationSeconds) => fleet.passFinished(result, durationSeconds),
+    leaderChanged: (isLeader) => fleet.leaderChanged(isLeader),
+    engineInstall: (node, engine, version, result) => fleet.engineInstall(node, engine, version, result),
+    metricNames: () =>
+      registry
+        .getMetricsAsArray()
+        .map((m) => m.name)
+        .filter((n) => n.startsWith('llmgw_'))
+        .sort(),
+    scrape: async () => ({ contentType: registry.contentType, body: await registry.metrics() }),
+  };
+}
