@@ -6,7 +6,9 @@
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import Fastify, { type FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
+import { createMetrics, serveMetrics } from '../../src/metrics/index.js';
 import { FleetRepo } from '../../src/git/repo.js';
 import { SpecTracker } from '../../src/git/tracker.js';
 import { openNodeDriver } from '../../src/nodes/shell-driver.js';
@@ -43,6 +45,8 @@ export interface TestFleet {
 
 export interface TestController {
   readonly reconciler: Reconciler;
+  /** The controller's metrics, served on /metrics by a fastify app (as the admin port does). */
+  readonly metricsApp: FastifyInstance;
   readonly logs: LogLine[];
   /** startReplica calls per model, through every driver this controller made. */
   readonly starts: Map<string, number>;
@@ -144,6 +148,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
         },
       });
     };
+    const metrics = createMetrics({ defaultMetrics: false });
     const reconciler = new Reconciler({
       tracker,
       statusRepo: repo,
@@ -153,10 +158,16 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
       engineApiKey: 'test-engine-key',
       logger,
       observeTimeoutMs: 20_000,
+      onPass: (result, seconds) => metrics.passFinished(result, seconds),
+      onEngineInstall: (node, engine, version, result) => metrics.engineInstall(node, engine, version, result),
       ...over,
     });
+    reconciler.onSnapshot((snap) => metrics.applySnapshot(snap));
+    const metricsApp = Fastify();
+    serveMetrics(metricsApp, metrics);
     const c: TestController = {
       reconciler,
+      metricsApp,
       logs,
       starts,
       async until(check, what, timeoutMs = 90_000) {
@@ -172,6 +183,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
       },
       async stop() {
         await reconciler.stop();
+        await metricsApp.close();
       },
     };
     controllers.push(c);

@@ -3,7 +3,9 @@
  * git http-backend and changed with the git CLI.
  */
 import { strict as assert } from 'node:assert';
+import { spawnSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
+import { parseExposition, sampleValue } from '../../src/metrics/index.js';
 import { git } from '../harness/git.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 
@@ -47,6 +49,23 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
     assert.equal(ctl.starts.get('huge'), undefined);
   });
 
+  it('/metrics shows it: parked 1, ready 0, failures 5 for the parked model; unplaceable 1 for the oversize one', async () => {
+    const res = await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' });
+    assert.equal(res.statusCode, 200);
+    const s = parseExposition(res.body);
+    assert.equal(sampleValue(s, 'llmgw_model_parked', { model: 'kev' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_model_ready_replicas', { model: 'kev' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_model_desired_replicas', { model: 'kev' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_model_consecutive_start_failures', { model: 'kev' }), 5);
+    assert.equal(sampleValue(s, 'llmgw_model_unplaceable', { model: 'huge' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_model_parked', { model: 'huge' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_model_ready_replicas', { model: 'good' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_model_unplaceable', { model: 'good' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_spec_valid'), 1);
+    assert.equal(sampleValue(s, 'llmgw_leader'), 1);
+    assert.equal(sampleValue(s, 'llmgw_node_reachable', { node: 'node-1' }), 1);
+  });
+
   it('a second pass over an unchanged world plans zero actions', async () => {
     await ctl.reconciler.requestPass('test');
     await ctl.reconciler.requestPass('test');
@@ -83,6 +102,17 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
     assert.equal(ctl.starts.get('kev'), undefined, 'the new controller starts nothing for a parked model');
     assert.equal(model('good').phase, 'ready', 'the running replica is adopted');
     assert.equal(ctl.starts.get('good'), undefined, 'and not started twice');
+  });
+
+  it('a replica that crashes is counted, replaced, and its model’s series never disappear', async () => {
+    spawnSync('pkill', ['-9', '-f', `${fleet.models.good.sha256}.gguf`]);
+    await ctl.until(() => model('good').consecutiveFailures === 1, 'the crash counted');
+    const s = parseExposition((await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' })).body);
+    for (const name of ['llmgw_model_desired_replicas', 'llmgw_model_ready_replicas', 'llmgw_model_consecutive_start_failures', 'llmgw_model_parked', 'llmgw_model_unplaceable']) {
+      assert.notEqual(sampleValue(s, name, { model: 'good' }), undefined, `${name} present after the crash`);
+    }
+    assert.equal(model('good').lastError?.code, 'REPLICA_EXITED');
+    await ctl.until(() => model('good').phase === 'ready', 'good replaced');
   });
 
   it('a commit changing its source to a good GGUF unparks it and it becomes ready', async () => {
