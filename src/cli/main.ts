@@ -7,12 +7,17 @@ import { UsageError } from './args.js';
 import { processIo, type Io } from './io.js';
 import { validateCommand } from './validate.js';
 import { planCommand } from './plan.js';
+import { ctlCommand } from './ctl.js';
+import { serveCommand } from './serve.js';
 
 const usage = `usage: llmgw <command> [options]
 
 commands:
   validate [DIR | --rev REV]          check a fleet repo (exit 0 valid, 2 invalid)
   plan --base REV --head REV [DIR]    what merging head would do (exit 0 no change, 1 changes, 2 error)
+  ctl status|models|replicas|nodes|retry|restart|logs
+                                      talk to a running controller's admin API (exit 0 ok, 1 failed, 2 usage)
+  serve [--config FILE] [--local]     run the controller, router and admin API (npm start: --local)
   help                                this text
   version                             print the version
 
@@ -23,6 +28,8 @@ type Command = (argv: readonly string[], io: Io) => Promise<number>;
 const commands: Record<string, Command> = {
   validate: validateCommand,
   plan: planCommand,
+  ctl: ctlCommand,
+  serve: serveCommand,
 };
 
 export async function run(argv: readonly string[], io: Io = processIo): Promise<number> {

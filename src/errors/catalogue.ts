@@ -98,6 +98,15 @@ export const Reasons = Object.freeze({
   UPSTREAM_AUTH: reason('UPSTREAM_AUTH', 502, false, 'The replica refused llmgw\'s engine API key; the replica was not started by this controller or its key changed. Restart it (`llmgw ctl restart MODEL`).'),
   ROUTER_SHUTTING_DOWN: reason('ROUTER_SHUTTING_DOWN', 503, true, 'The router is shutting down; retry against another instance or after it restarts.'),
 
+  // --- admin API ---
+  ADMIN_AUTH_MISSING: reason('ADMIN_AUTH_MISSING', 401, false, 'Send the admin token as `Authorization: Bearer TOKEN`; `llmgw ctl` takes it from --token, LLMGW_ADMIN_TOKEN or its config file (~/.config/llmgw/ctl.json).'),
+  ADMIN_AUTH_INVALID: reason('ADMIN_AUTH_INVALID', 401, false, 'The admin token does not match the controller\'s; use the token the controller was started with (its admin token file or LLMGW_ADMIN_TOKEN).'),
+  WEBHOOK_SIGNATURE_INVALID: reason('WEBHOOK_SIGNATURE_INVALID', 401, false, 'Give the git server\'s webhook the same secret as the controller config; llmgw checks X-Hub-Signature-256 (GitHub), X-Gitea-Signature (Gitea, Forgejo) or X-Gitlab-Token (GitLab).'),
+  WEBHOOK_NOT_CONFIGURED: reason('WEBHOOK_NOT_CONFIGURED', 404, false, 'The controller has no webhook secret configured; set one in the controller config to accept git push webhooks (polling still picks up commits).'),
+  NOT_FOUND: reason('NOT_FOUND', 404, false, 'Nothing of that name exists in the fleet in force; `llmgw ctl models`, `llmgw ctl replicas` and `llmgw ctl nodes` list what does.'),
+  ADMIN_ROUTE_NOT_FOUND: reason('ADMIN_ROUTE_NOT_FOUND', 404, false, 'The admin API serves /admin/v1/status, /models, /models/NAME, /models/NAME/retry, /replicas, /replicas/ID/logs, /nodes, /restart and /webhook; check the URL and method.'),
+  ADMIN_BAD_REQUEST: reason('ADMIN_BAD_REQUEST', 400, false, 'Fix the request as the message says: JSON bodies and query parameters as the admin API documents them (`llmgw ctl --help` shows what the CLI sends).'),
+
   // --- CLI usage ---
   USAGE: reason('USAGE', 400, false, 'Run `llmgw help` for usage.'),
 } as const);

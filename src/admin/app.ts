@@ -1,0 +1,331 @@
+/**
+ * The admin API (fastify): thin routes over the controller. Each route validates its input
+ * (schema), makes one backend call and shapes the reply; one error handler renders every failure
+ * as `{ error: { code, message, hint, retryable } }` with the catalogue's HTTP status.
+ *
+ * Under /admin/v1, all but the webhook need `Authorization: Bearer <admin token>`:
+ *   GET  /status                     fleet summary
+ *   GET  /models                     every model; GET /models/:name one (aliases resolve)
+ *   POST /models/:name/retry         unpark / clear backoff; answers after the pass that handled it
+ *   GET  /replicas                   every replica
+ *   GET  /replicas/:id/logs?lines=N  a replica's log tail
+ *   GET  /nodes                      nodes: reachable, memory, engines
+ *   POST /restart[?wait=true&timeout=S]  body {replicas}|{model}|{all:true}: surge-first replacement
+ *   GET  /restart?ids=a,b[&wait=true&timeout=S]  whether a restart is done (200 done, 202 not yet)
+ *   POST /webhook                    git push webhook, authenticated by its signature (webhook.ts)
+ * Routes the embedding process adds at the root (e.g. /metrics) are outside the token scope.
+ */
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
+import { isLlmgwError, LlmgwError } from '../errors/catalogue.js';
+import { adminAuth } from './auth.js';
+import type { AdminBackend } from './backend.js';
+import { renderAdminError } from './errors.js';
+import {
+  modelJson,
+  nodeJson,
+  replicasJson,
+  statusJson,
+  type LogsJson,
+  type ModelOneJson,
+  type ModelsJson,
+  type NodesJson,
+  type RestartJson,
+  type RetryJson,
+} from './shape.js';
+import { decideWebhook, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
+
+export const ADMIN_PREFIX = '/admin/v1';
+
+export interface AdminAppDeps {
+  readonly backend: AdminBackend;
+  /** The admin token; `null` disables authentication (explicit local mode only). */
+  readonly token: string | null;
+  /** Without it, POST /admin/v1/webhook answers 404 WEBHOOK_NOT_CONFIGURED. */
+  readonly webhook?: WebhookConfig;
+  readonly logger?: FastifyBaseLogger;
+  /** For TLS: a factory returning an https server (see fastify's serverFactory). */
+  readonly serverFactory?: FastifyServerFactory;
+  readonly limits?: Partial<AdminLimits>;
+}
+
+export interface AdminLimits {
+  /** Longest a `?wait=true` restart request may hold the connection. */
+  readonly maxWaitMs: number;
+  /** Wait when `?wait=true` gives no timeout. */
+  readonly defaultWaitMs: number;
+  /** How often a waiting restart request checks restartDone. */
+  readonly pollMs: number;
+  /** Largest webhook body (GitHub caps deliveries at 25 MB). */
+  readonly webhookBodyBytes: number;
+  /** Most log lines one request may ask for. */
+  readonly maxLogLines: number;
+}
+
+export const DEFAULT_ADMIN_LIMITS: AdminLimits = Object.freeze({
+  maxWaitMs: 600_000,
+  defaultWaitMs: 30_000,
+  pollMs: 200,
+  webhookBodyBytes: 25 * 1024 * 1024,
+  maxLogLines: 10_000,
+});
+
+const MAX_NAME = 256;
+
+const waitQuery = {
+  wait: { type: 'boolean', default: false },
+  /** seconds */
+  timeout: { type: 'number', minimum: 0 },
+} as const;
+
+function waitUntil(cond: () => boolean, ms: number, pollMs: number, signal: AbortSignal): Promise<boolean> {
+  if (cond()) return Promise.resolve(true);
+  if (ms <= 0 || signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const deadline = Date.now() + ms;
+    const finish = (v: boolean): void => {
+      clearInterval(timer);
+      signal.removeEventListener('abort', onAbort);
+      resolve(v);
+    };
+    const onAbort = (): void => finish(cond());
+    const timer = setInterval(() => {
+      if (cond()) finish(true);
+      else if (Date.now() >= deadline) finish(false);
+    }, Math.max(1, Math.min(pollMs, ms)));
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** Aborts when the client goes away before the reply is sent. */
+function clientGone(reply: FastifyReply): { signal: AbortSignal; dispose: () => void } {
+  const ac = new AbortController();
+  const onClose = (): void => {
+    if (!reply.raw.writableEnded) ac.abort();
+  };
+  reply.raw.once('close', onClose);
+  return { signal: ac.signal, dispose: () => reply.raw.removeListener('close', onClose) };
+}
+
+export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
+  const { backend } = deps;
+  const limits: AdminLimits = { ...DEFAULT_ADMIN_LIMITS, ...(deps.limits ?? {}) };
+  const auth = adminAuth(deps.token);
+  const log = deps.logger;
+  if (deps.webhook && deps.webhook.secret === '') throw new Error('the webhook secret is empty');
+
+  const app = Fastify({
+    ...(log ? { loggerInstance: log, logController: new LogController({ disableRequestLogging: true }) } : { logger: false }),
+    ...(deps.serverFactory ? { serverFactory: deps.serverFactory } : {}),
+    // reject unknown body fields instead of silently dropping them
+    ajv: { customOptions: { removeAdditional: false } },
+    return503OnClosing: true,
+  }) as unknown as FastifyInstance;
+
+  app.setErrorHandler((err, request, reply) => {
+    const r = renderAdminError(err);
+    if (r.internal) log?.error({ err, url: request.url, method: request.method }, 'admin API: internal error');
+    if (r.body.error.code === 'ADMIN_AUTH_MISSING' || r.body.error.code === 'ADMIN_AUTH_INVALID') void reply.header('www-authenticate', 'Bearer realm="llmgw-admin"');
+    void reply.code(r.status).header('cache-control', 'no-store').send(r.body);
+  });
+
+  const checkAuth = (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
+    try {
+      auth.check(request.headers);
+      done();
+    } catch (e) {
+      done(e as Error);
+    }
+  };
+
+  app.setNotFoundHandler({ preHandler: checkAuth }, (request) => {
+    throw new LlmgwError('ADMIN_ROUTE_NOT_FOUND', `No admin route ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}.`);
+  });
+
+  const whatSpec = (): string => {
+    const rev = backend.snapshot().appliedRevision;
+    return rev ? `the fleet in force (revision ${rev.slice(0, 12)})` : 'the fleet in force';
+  };
+
+  /** A model name or alias → its canonical name; NO_VALID_SPEC before the first valid revision, NOT_FOUND when unknown. */
+  const canonicalModel = (name: string): string => {
+    const spec = backend.spec();
+    if (!spec) throw new LlmgwError('NO_VALID_SPEC', 'No valid fleet revision has been applied yet; there are no models.');
+    const canonical = spec.modelNames[name];
+    if (canonical === undefined) throw new LlmgwError('NOT_FOUND', `No model named "${name}" in ${whatSpec()}.`, { model: name });
+    return canonical;
+  };
+
+  /** The backend's "unknown model" (SPEC_DANGLING_REF, 422) is a 404 here. */
+  const notFoundFromBackend = (e: unknown): never => {
+    if (isLlmgwError(e, 'SPEC_DANGLING_REF')) throw new LlmgwError('NOT_FOUND', e.message, { ...e.detail }, { cause: e });
+    throw e;
+  };
+
+  const noStore = (reply: FastifyReply): FastifyReply => reply.header('cache-control', 'no-store');
+
+  // waiting requests answer (done:false) at once when the app closes, so close() is not held up
+  const closing = new AbortController();
+  app.addHook('preClose', async () => closing.abort());
+
+  // ------------------------------------------------------------------ token-authenticated routes
+  void app.register(
+    async (api) => {
+      api.addHook('onRequest', checkAuth);
+
+      api.get('/status', async (_req, reply) => noStore(reply).send(statusJson(backend.snapshot())));
+
+      api.get('/models', async (_req, reply) => {
+        const s = backend.snapshot();
+        const body: ModelsJson = { at: s.at, revision: s.appliedRevision, models: s.models.map((m) => modelJson(m, s.appliedRevision)) };
+        return noStore(reply).send(body);
+      });
+
+      api.get<{ Params: { name: string } }>(
+        '/models/:name',
+        { schema: { params: { type: 'object', properties: { name: { type: 'string', minLength: 1, maxLength: MAX_NAME } } } } },
+        async (req, reply) => {
+          const s = backend.snapshot();
+          const name = req.params.name;
+          const canonical = backend.spec()?.modelNames[name] ?? name;
+          const m = s.models.find((x) => x.name === canonical);
+          if (!m) throw new LlmgwError('NOT_FOUND', `No model named "${name}" in ${whatSpec()}.`, { model: name });
+          const body: ModelOneJson = { at: s.at, model: modelJson(m, s.appliedRevision) };
+          return noStore(reply).send(body);
+        },
+      );
+
+      api.post<{ Params: { name: string } }>(
+        '/models/:name/retry',
+        { schema: { params: { type: 'object', properties: { name: { type: 'string', minLength: 1, maxLength: MAX_NAME } } } } },
+        async (req, reply) => {
+          const model = canonicalModel(req.params.name);
+          const r = await backend.retry(model).catch(notFoundFromBackend);
+          const after = backend.snapshot().models.find((m) => m.name === r.model) ?? null;
+          const message = r.outcome === 'unparked' ? `${r.model}: unparked; it will be started again` : `${r.model}: not parked; backoff cleared`;
+          log?.info({ model: r.model, outcome: r.outcome }, 'admin: retry');
+          const body: RetryJson = { model: r.model, outcome: r.outcome, phase: after?.phase ?? null, message };
+          return noStore(reply).send(body);
+        },
+      );
+
+      api.get('/replicas', async (_req, reply) => noStore(reply).send(replicasJson(backend.snapshot())));
+
+      api.get<{ Params: { id: string }; Querystring: { lines: number } }>(
+        '/replicas/:id/logs',
+        {
+          schema: {
+            params: { type: 'object', properties: { id: { type: 'string', minLength: 1, maxLength: MAX_NAME } } },
+            querystring: { type: 'object', properties: { lines: { type: 'integer', minimum: 1, maximum: limits.maxLogLines, default: 100 } }, additionalProperties: false },
+          },
+        },
+        async (req, reply) => {
+          const text = await backend.logs(req.params.id, req.query.lines);
+          const body: LogsJson = { replica: req.params.id, lines: req.query.lines, log: text };
+          return noStore(reply).send(body);
+        },
+      );
+
+      api.get('/nodes', async (_req, reply) => {
+        const s = backend.snapshot();
+        const spec = backend.spec();
+        const body: NodesJson = { at: s.at, nodes: s.nodes.map((n) => nodeJson(n, spec)) };
+        return noStore(reply).send(body);
+      });
+
+      const answerRestart = async (reply: FastifyReply, ids: readonly string[], wait: boolean, timeoutS: number | undefined): Promise<FastifyReply> => {
+        let done = backend.restartDone(ids);
+        if (!done && wait) {
+          const ms = Math.min(limits.maxWaitMs, timeoutS === undefined ? limits.defaultWaitMs : timeoutS * 1000);
+          const gone = clientGone(reply);
+          try {
+            done = await waitUntil(() => backend.restartDone(ids), ms, limits.pollMs, AbortSignal.any([gone.signal, closing.signal]));
+          } finally {
+            gone.dispose();
+          }
+        }
+        const body: RestartJson = { ids, done };
+        return noStore(reply).code(done ? 200 : 202).send(body);
+      };
+
+      api.post<{ Body: { replicas?: string[]; model?: string; all?: boolean }; Querystring: { wait: boolean; timeout?: number } }>(
+        '/restart',
+        {
+          schema: {
+            body: {
+              type: 'object',
+              properties: {
+                replicas: { type: 'array', minItems: 1, maxItems: 1000, items: { type: 'string', minLength: 1, maxLength: MAX_NAME } },
+                model: { type: 'string', minLength: 1, maxLength: MAX_NAME },
+                all: { type: 'boolean' },
+              },
+              additionalProperties: false,
+            },
+            querystring: { type: 'object', properties: waitQuery, additionalProperties: false },
+          },
+        },
+        async (req, reply) => {
+          const b = req.body;
+          const given = [b.replicas !== undefined, b.model !== undefined, b.all === true].filter(Boolean).length;
+          if (given !== 1) {
+            throw new LlmgwError(
+              'ADMIN_BAD_REQUEST',
+              given === 0 ? 'Name what to restart: exactly one of "replicas" (ids), "model" or "all": true.' : 'Give exactly one of "replicas", "model" or "all": true, not several.',
+            );
+          }
+          const request = b.replicas !== undefined ? { replicas: [...new Set(b.replicas)] } : b.model !== undefined ? { model: canonicalModel(b.model) } : { all: true };
+          const ids = await backend.restart(request).catch(notFoundFromBackend);
+          log?.info({ request, ids }, 'admin: restart');
+          return answerRestart(reply, ids, req.query.wait, req.query.timeout);
+        },
+      );
+
+      api.get<{ Querystring: { ids: string; wait: boolean; timeout?: number } }>(
+        '/restart',
+        {
+          schema: {
+            querystring: { type: 'object', properties: { ids: { type: 'string', maxLength: 100_000 }, ...waitQuery }, required: ['ids'], additionalProperties: false },
+          },
+        },
+        async (req, reply) => {
+          const ids = req.query.ids.split(',').map((s) => s.trim()).filter((s) => s !== '');
+          return answerRestart(reply, ids, req.query.wait, req.query.timeout);
+        },
+      );
+    },
+    { prefix: ADMIN_PREFIX },
+  );
+
+  // ------------------------------------------------------------------ webhook (signature-authenticated)
+  void app.register(
+    async (hook) => {
+      // keep the raw bytes: the signature is over them
+      hook.removeAllContentTypeParsers();
+      hook.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limits.webhookBodyBytes }, (_req, body, done) => done(null, body));
+
+      hook.post('/webhook', { bodyLimit: limits.webhookBodyBytes }, async (req, reply) => {
+        const cfg = deps.webhook;
+        if (!cfg) throw new LlmgwError('WEBHOOK_NOT_CONFIGURED', 'This controller accepts no push webhooks (no webhook secret configured).');
+        const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+        let source: string;
+        try {
+          source = verifyWebhookSignature(req.headers, raw, cfg.secret);
+        } catch (e) {
+          log?.warn({ code: (e as LlmgwError).code, ip: req.ip }, 'admin: webhook refused');
+          throw e;
+        }
+        const decision = decideWebhook(req.headers, raw, cfg.branch);
+        if (decision.action === 'pong') return noStore(reply).code(200).send({ accepted: true, action: 'pong' });
+        if (decision.action === 'pass-requested') {
+          log?.info({ source, ref: decision.ref }, 'admin: push webhook; pass requested');
+          void backend.requestPass('webhook').catch((e: unknown) => log?.error({ err: e }, 'admin: pass after webhook failed'));
+        } else {
+          log?.debug({ source, ref: decision.ref, reason: decision.reason }, 'admin: webhook ignored');
+        }
+        return noStore(reply).code(202).send({ accepted: true, ...decision });
+      });
+    },
+    { prefix: ADMIN_PREFIX },
+  );
+
+  return app;
+}

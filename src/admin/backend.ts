@@ -1,0 +1,31 @@
+/**
+ * What the admin API needs from the controller: exactly the calls its routes make. The Reconciler
+ * (src/reconciler/reconciler.ts) satisfies it structurally; tests pass a fake.
+ */
+import type { FleetSnapshot } from '../reconciler/view.js';
+import type { FleetSpec } from '../spec/types.js';
+
+export type RetryOutcome = 'unparked' | 'backoff-cleared';
+
+export interface RestartRequest {
+  readonly replicas?: readonly string[];
+  readonly model?: string;
+  readonly all?: boolean;
+}
+
+export interface AdminBackend {
+  /** The fleet as of the last pass. */
+  snapshot(): FleetSnapshot;
+  /** The spec in force (null before the first valid revision): resolves aliases. */
+  spec(): FleetSpec | null;
+  /** Unparks a parked model or clears its backoff; resolves after the pass that handled it. Throws SPEC_DANGLING_REF for an unknown model. */
+  retry(model: string): Promise<{ model: string; outcome: RetryOutcome }>;
+  /** Marks replicas for a surge-first replacement; resolves with their ids after a pass. Throws REPLICA_NOT_FOUND / SPEC_DANGLING_REF. */
+  restart(req: RestartRequest): Promise<readonly string[]>;
+  /** Whether every replica of a restart request has been replaced. */
+  restartDone(ids: readonly string[]): boolean;
+  /** A replica's log tail. Throws REPLICA_NOT_FOUND. */
+  logs(replicaId: string, lines: number): Promise<string>;
+  /** Asks for a pass; resolves when a pass begun after the call has finished. */
+  requestPass(trigger: string): Promise<void>;
+}

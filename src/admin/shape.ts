@@ -1,0 +1,220 @@
+/**
+ * The admin API's JSON: what the routes answer and what `llmgw ctl` reads. Shaped from the
+ * reconciler's FleetSnapshot; every reason an operator sees carries its stable code and a hint.
+ */
+import { Reasons } from '../errors/catalogue.js';
+import type { ReasonRef } from '../reconciler/status-types.js';
+import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
+import type { FleetSpec, ModelScaling, Problem } from '../spec/types.js';
+
+export const MODEL_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
+
+export interface ReasonJson {
+  readonly code: string;
+  readonly message: string;
+  readonly hint: string;
+}
+
+export interface ReplicaJson {
+  readonly id: string;
+  readonly model: string;
+  readonly node: string;
+  readonly endpoint: string;
+  readonly phase: ReplicaPhase;
+  readonly digest: string;
+  /** The replica runs an older definition of its model than the one in force. */
+  readonly outdated: boolean;
+  readonly startedAt: string;
+}
+
+export interface ModelJson {
+  readonly name: string;
+  readonly phase: ModelPhase;
+  /** Replicas the model should have now (an on-demand model: only while asked for). */
+  readonly desired: number;
+  readonly ready: number;
+  readonly scaling: ModelScaling;
+  readonly profile: string;
+  readonly source: string;
+  readonly aliases: readonly string[];
+  /** Definition digest. */
+  readonly digest: string;
+  /** The fleet revision in force. */
+  readonly revision: string | null;
+  readonly consecutiveFailures: number;
+  readonly lastError: ReasonJson | null;
+  readonly parked: { readonly since: string; readonly lastError: ReasonJson; readonly hint: string } | null;
+  readonly unplaceable: { readonly code: 'MODEL_UNPLACEABLE'; readonly reason: string; readonly hint: string } | null;
+  readonly nextAttemptAt: string | null;
+  readonly memoryBytes: number | null;
+  readonly replicas: readonly ReplicaJson[];
+}
+
+export interface NodeJson {
+  readonly name: string;
+  readonly transport: string | null;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly reachable: boolean;
+  readonly error: ReasonJson | null;
+  /** Memory as last observed (kept while unreachable), or the capacity override. */
+  readonly memory: { readonly totalBytes: number; readonly availableBytes: number } | null;
+  readonly capacity: { readonly memoryBytes: number | null; readonly cpus: number | null } | null;
+  readonly engines: readonly string[];
+  readonly engineInstallFailures: Readonly<Record<string, number>>;
+  readonly replicas: number;
+}
+
+export interface StatusJson {
+  readonly at: string;
+  readonly leader: boolean;
+  readonly revision: string | null;
+  readonly spec: {
+    readonly valid: boolean;
+    readonly rejected: { readonly revision: string; readonly code: 'SPEC_REJECTED'; readonly hint: string; readonly problems: readonly Problem[] } | null;
+  };
+  readonly sync: { readonly lastOk: string | null; readonly error: ReasonJson | null };
+  readonly statusWrite: { readonly lastOk: string | null };
+  readonly lastPass: { readonly startedAt: string; readonly durationMs: number; readonly result: 'ok' | 'error'; readonly actions: number; readonly error: ReasonJson | null } | null;
+  readonly models: { readonly total: number; readonly desired: number; readonly ready: number; readonly byPhase: Readonly<Record<ModelPhase, number>> };
+  readonly nodes: { readonly total: number; readonly reachable: number; readonly unreachable: readonly { readonly name: string; readonly error: ReasonJson | null }[] };
+}
+
+export interface ModelsJson {
+  readonly at: string;
+  readonly revision: string | null;
+  readonly models: readonly ModelJson[];
+}
+export interface ModelOneJson {
+  readonly at: string;
+  readonly model: ModelJson;
+}
+export interface ReplicasJson {
+  readonly at: string;
+  readonly replicas: readonly ReplicaJson[];
+}
+export interface NodesJson {
+  readonly at: string;
+  readonly nodes: readonly NodeJson[];
+}
+export interface RetryJson {
+  readonly model: string;
+  readonly outcome: 'unparked' | 'backoff-cleared';
+  /** What the model looks like after the pass that handled the retry (null if it left the spec). */
+  readonly phase: ModelPhase | null;
+  readonly message: string;
+}
+export interface RestartJson {
+  readonly ids: readonly string[];
+  readonly done: boolean;
+}
+export interface LogsJson {
+  readonly replica: string;
+  readonly lines: number;
+  readonly log: string;
+}
+export interface ErrorJson {
+  readonly error: { readonly code: string; readonly message: string; readonly hint: string; readonly retryable: boolean };
+}
+
+const FALLBACK_HINT = 'See the message; the controller log has the detail.';
+
+export function reasonJson(r: ReasonRef): ReasonJson {
+  return { code: r.code, message: r.message, hint: (Reasons as Record<string, { hint: string } | undefined>)[r.code]?.hint ?? FALLBACK_HINT };
+}
+
+const reasonOrNull = (r: ReasonRef | null): ReasonJson | null => (r ? reasonJson(r) : null);
+
+/** The un-parking hint, naming the model. */
+export function parkedHint(model: string): string {
+  return Reasons.MODEL_PARKED.hint.replaceAll('MODEL', model);
+}
+
+export function replicaJson(r: ReplicaView, modelDigest: string | null): ReplicaJson {
+  return {
+    id: r.id,
+    model: r.model,
+    node: r.node,
+    endpoint: r.endpoint,
+    phase: r.phase,
+    digest: r.digest,
+    outdated: modelDigest !== null && r.digest !== modelDigest,
+    startedAt: r.startedAt,
+  };
+}
+
+export function modelJson(m: ModelView, revision: string | null): ModelJson {
+  return {
+    name: m.name,
+    phase: m.phase,
+    desired: m.desired,
+    ready: m.ready,
+    scaling: m.spec.scaling,
+    profile: m.spec.profile,
+    source: m.spec.source,
+    aliases: m.spec.aliases,
+    digest: m.digest,
+    revision,
+    consecutiveFailures: m.consecutiveFailures,
+    lastError: reasonOrNull(m.lastError),
+    parked: m.parked ? { since: m.parked.since, lastError: reasonJson(m.parked.lastError), hint: parkedHint(m.name) } : null,
+    unplaceable: m.unplaceable !== null ? { code: 'MODEL_UNPLACEABLE', reason: m.unplaceable, hint: Reasons.MODEL_UNPLACEABLE.hint } : null,
+    nextAttemptAt: m.nextAttemptAt,
+    memoryBytes: m.memoryBytes,
+    replicas: m.replicas.map((r) => replicaJson(r, m.digest)),
+  };
+}
+
+export function nodeJson(n: NodeView, spec: FleetSpec | null): NodeJson {
+  const ns = spec?.nodes[n.name];
+  return {
+    name: n.name,
+    transport: ns?.transport ?? null,
+    labels: ns?.labels ?? {},
+    reachable: n.reachable,
+    error: reasonOrNull(n.error),
+    memory: n.memory,
+    capacity: ns ? ns.capacity : null,
+    engines: n.engines,
+    engineInstallFailures: n.engineInstallFailures,
+    replicas: n.replicas,
+  };
+}
+
+export function statusJson(s: FleetSnapshot): StatusJson {
+  const byPhase = Object.fromEntries(MODEL_PHASES.map((p) => [p, 0])) as Record<ModelPhase, number>;
+  let desired = 0;
+  let ready = 0;
+  for (const m of s.models) {
+    byPhase[m.phase]++;
+    desired += m.desired;
+    ready += m.ready;
+  }
+  return {
+    at: s.at,
+    leader: s.leader,
+    revision: s.appliedRevision,
+    spec: {
+      valid: s.specValid,
+      rejected: s.rejected ? { revision: s.rejected.revision, code: 'SPEC_REJECTED', hint: Reasons.SPEC_REJECTED.hint, problems: s.rejected.problems } : null,
+    },
+    sync: { lastOk: s.lastSyncOk, error: reasonOrNull(s.lastSyncError) },
+    statusWrite: { lastOk: s.lastStatusWriteOk },
+    lastPass: s.lastPass
+      ? { startedAt: s.lastPass.startedAt, durationMs: s.lastPass.durationMs, result: s.lastPass.result, actions: s.lastPass.actions, error: reasonOrNull(s.lastPass.error) }
+      : null,
+    models: { total: s.models.length, desired, ready, byPhase },
+    nodes: {
+      total: s.nodes.length,
+      reachable: s.nodes.filter((n) => n.reachable).length,
+      unreachable: s.nodes.filter((n) => !n.reachable).map((n) => ({ name: n.name, error: reasonOrNull(n.error) })),
+    },
+  };
+}
+
+/** Every replica, ordered by model, node and id. */
+export function replicasJson(s: FleetSnapshot): ReplicasJson {
+  const replicas = s.models
+    .flatMap((m) => m.replicas.map((r) => replicaJson(r, m.digest)))
+    .sort((a, b) => a.model.localeCompare(b.model) || a.node.localeCompare(b.node) || a.id.localeCompare(b.id));
+  return { at: s.at, replicas };
+}

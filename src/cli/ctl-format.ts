@@ -1,0 +1,188 @@
+/**
+ * `llmgw ctl`'s tables. Pure functions of the admin API's JSON; times are shown relative to the
+ * snapshot's `at`, so the same answer always prints the same text.
+ */
+import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../admin/shape.js';
+import type { ModelPhase } from '../reconciler/view.js';
+import { formatBytes, formatDuration } from '../spec/units.js';
+
+/** Aligned columns (two spaces apart), no trailing blanks. */
+export function table(header: readonly string[], rows: readonly (readonly string[])[], indent = ''): string {
+  const all = [header, ...rows];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
+  return all
+    .map((r) => indent + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd())
+    .join('\n');
+}
+
+/** "45s", "1m30s", "2h5m", "3d4h". */
+export function shortDuration(ms: number): string {
+  const s = Math.floor(Math.abs(ms) / 1000);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${s % 60 ? `${s % 60}s` : ''}`;
+  if (s < 86_400) return `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60) ? `${Math.floor((s % 3600) / 60)}m` : ''}`;
+  return `${Math.floor(s / 86_400)}d${Math.floor((s % 86_400) / 3600) ? `${Math.floor((s % 86_400) / 3600)}h` : ''}`;
+}
+
+/** "5m ago" / "in 40s" relative to `at` (both ISO); "-" for null. */
+export function relative(iso: string | null, at: string): string {
+  if (iso === null) return '-';
+  const d = Date.parse(at) - Date.parse(iso);
+  if (!Number.isFinite(d)) return iso;
+  if (Math.abs(d) < 1000) return 'just now';
+  return d > 0 ? `${shortDuration(d)} ago` : `in ${shortDuration(d)}`;
+}
+
+export function reasonText(r: ReasonJson): string {
+  return `${r.message} [${r.code}]`;
+}
+
+/** "1/1", "0/1", "0/0 idle", "1/2 degraded" is left to the phase column. */
+export function readyCount(m: Pick<ModelJson, 'ready' | 'desired' | 'phase'>): string {
+  return `${m.ready}/${m.desired}${m.phase === 'idle' ? ' idle' : ''}`;
+}
+
+export function scalingText(m: ModelJson): string {
+  if (m.scaling.mode === 'replicas') return `${m.scaling.replicas} replica${m.scaling.replicas === 1 ? '' : 's'}`;
+  return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas})`;
+}
+
+const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n === 1 ? one : many}`;
+
+/** Models by what needs attention: parked, unplaceable, not ready, then ready and idle. */
+export const ATTENTION_ORDER: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
+
+function unparkLine(name: string): string {
+  return `llmgw ctl retry ${name}   (or push a commit with the trailer "Llmgw-Retry: ${name}")`;
+}
+
+/** One line of detail for a model: the reason it needs attention, or "-". */
+export function modelDetail(m: ModelJson, at: string): string {
+  if (m.parked) return `parked ${relative(m.parked.since, at)}: ${reasonText(m.parked.lastError)}`;
+  if (m.unplaceable) return m.unplaceable.reason;
+  if (m.consecutiveFailures > 0 && (m.lastError || m.nextAttemptAt)) {
+    const next = m.nextAttemptAt ? `next attempt ${relative(m.nextAttemptAt, at)}` : 'backing off';
+    return m.lastError ? `${next}: ${reasonText(m.lastError)}` : next;
+  }
+  if (m.phase === 'pending') return m.scaling.mode === 'on_demand' ? 'asked for; not placed yet' : 'not placed yet';
+  if (m.phase === 'starting') return `starting ${plural(m.replicas.filter((r) => r.phase === 'starting').length, 'replica')}`;
+  if (m.replicas.some((r) => r.outdated)) return 'replicas on an older definition are being replaced';
+  return '-';
+}
+
+export function renderStatus(s: StatusJson, models: ModelsJson): string {
+  const at = s.at;
+  const out: string[] = [];
+  const head: [string, string][] = [];
+
+  const rev = s.revision ? `revision ${s.revision.slice(0, 12)}` : 'no revision applied yet';
+  const spec = s.spec.rejected ? `${s.revision ? ' in force' : ''}; revision ${s.spec.rejected.revision.slice(0, 12)} REJECTED (see below)` : s.spec.valid ? ', spec valid' : '';
+  head.push(['fleet', `${rev}${spec}; ${s.leader ? 'this controller is the leader' : 'this controller is NOT the leader'}`]);
+  if (s.sync.error) {
+    head.push(['git sync', `FAILED: ${reasonText(s.sync.error)}; last ok ${relative(s.sync.lastOk, at)}`]);
+    head.push(['', `hint: ${s.sync.error.hint}`]);
+  } else {
+    head.push(['git sync', s.sync.lastOk ? `ok ${relative(s.sync.lastOk, at)}` : 'not yet']);
+  }
+  if (s.lastPass) {
+    const p = s.lastPass;
+    head.push(['last pass', `${p.result === 'ok' ? 'ok' : 'FAILED'} ${relative(p.startedAt, at)}: ${plural(p.actions, 'action')} in ${formatDuration(p.durationMs)}${p.error ? `; ${reasonText(p.error)}` : ''}`]);
+  } else {
+    head.push(['last pass', 'none yet']);
+  }
+  head.push(['nodes', `${s.nodes.reachable} of ${s.nodes.total} reachable`]);
+  for (const n of s.nodes.unreachable) head.push(['', `${n.name}: unreachable${n.error ? `: ${reasonText(n.error)}` : ''}`]);
+  const counts = ATTENTION_ORDER.filter((p) => s.models.byPhase[p] > 0).map((p) => `${s.models.byPhase[p]} ${p}`);
+  head.push(['models', `${s.models.total}${counts.length ? ` (${counts.join(', ')})` : ''}; replicas ${s.models.ready} of ${s.models.desired} wanted now are ready`]);
+  const w = Math.max(...head.map(([k]) => k.length));
+  for (const [k, v] of head) out.push(`${k.padEnd(w)}  ${v}`.trimEnd());
+
+  if (s.spec.rejected) {
+    const r = s.spec.rejected;
+    out.push('', `REJECTED revision ${r.revision.slice(0, 12)}: ${plural(r.problems.length, 'problem')}; ${s.revision ? `revision ${s.revision.slice(0, 12)} stays in force` : 'nothing is applied'}`);
+    for (const p of r.problems) out.push(`  ${p.file}${p.line !== null ? `:${p.line}` : ''}: ${p.message} [${p.code}]`);
+    out.push(`  hint: ${r.hint}`);
+  }
+
+  const byPhase = (...phases: ModelPhase[]): ModelJson[] => models.models.filter((m) => phases.includes(m.phase));
+
+  const parked = byPhase('parked');
+  if (parked.length) {
+    out.push('', `PARKED (${parked.length}): not started again until the cause is fixed and a retry is handled`);
+    const w2 = Math.max(...parked.map((m) => m.name.length));
+    for (const m of parked) {
+      const p = m.parked!;
+      out.push(`  ${m.name.padEnd(w2)}  ${readyCount(m)}  parked ${relative(p.since, at)} after ${plural(m.consecutiveFailures, 'failure')} in a row`);
+      out.push(`    last error  ${reasonText(p.lastError)}`);
+      out.push(`    fix         ${p.lastError.hint}`);
+      out.push(`    unpark      ${unparkLine(m.name)}`);
+    }
+  }
+
+  const unplaceable = byPhase('unplaceable');
+  if (unplaceable.length) {
+    out.push('', `UNPLACEABLE (${unplaceable.length}): fits on no node`);
+    out.push(table(['MODEL', 'READY', 'REASON'], unplaceable.map((m) => [m.name, readyCount(m), m.unplaceable?.reason ?? '-']), '  '));
+    out.push(`  hint: ${unplaceable[0]!.unplaceable?.hint ?? ''}`.trimEnd());
+  }
+
+  const notReady = byPhase('failing', 'starting', 'pending', 'degraded');
+  if (notReady.length) {
+    const order = (m: ModelJson): number => ATTENTION_ORDER.indexOf(m.phase);
+    notReady.sort((a, b) => order(a) - order(b) || a.name.localeCompare(b.name));
+    out.push('', `NOT READY (${notReady.length})`);
+    out.push(
+      table(
+        ['MODEL', 'PHASE', 'READY', 'FAILURES', 'DETAIL'],
+        notReady.map((m) => [m.name, m.phase, readyCount(m), String(m.consecutiveFailures), modelDetail(m, at)]),
+        '  ',
+      ),
+    );
+  }
+
+  const ok = byPhase('ready', 'idle');
+  if (ok.length) {
+    out.push('', `READY / IDLE (${ok.length})`);
+    out.push(
+      table(
+        ['MODEL', 'READY', 'SCALING', 'NODES'],
+        ok.map((m) => {
+          const nodes = [...new Set(m.replicas.filter((r) => r.phase === 'ready').map((r) => r.node))].sort();
+          return [m.name, readyCount(m), scalingText(m), nodes.length ? nodes.join(', ') : '-'];
+        }),
+        '  ',
+      ),
+    );
+  }
+  if (models.models.length === 0) out.push('', 'no models in the fleet spec');
+  return out.join('\n');
+}
+
+export function renderModels(ms: ModelsJson): string {
+  if (ms.models.length === 0) return 'no models in the fleet spec';
+  const rows = ms.models.map((m) => [m.name, m.phase, readyCount(m), String(m.consecutiveFailures), scalingText(m), m.digest.slice(0, 12), modelDetail(m, ms.at)]);
+  const out = [table(['MODEL', 'PHASE', 'READY', 'FAILURES', 'SCALING', 'DIGEST', 'DETAIL'], rows)];
+  const parked = ms.models.filter((m) => m.parked);
+  if (parked.length) out.push('', `${plural(parked.length, 'model is', 'models are')} parked; unpark with \`llmgw ctl retry MODEL\` or a commit with the trailer \`Llmgw-Retry: MODEL\` once the cause is fixed.`);
+  return out.join('\n');
+}
+
+export function renderReplicas(rs: ReplicasJson): string {
+  if (rs.replicas.length === 0) return 'no replicas';
+  const rows = rs.replicas.map((r) => [r.id, r.model, r.node, r.outdated ? `${r.phase} (outdated)` : r.phase, shortDuration(Date.parse(rs.at) - Date.parse(r.startedAt)), r.endpoint || '-']);
+  return table(['REPLICA', 'MODEL', 'NODE', 'PHASE', 'AGE', 'ENDPOINT'], rows);
+}
+
+export function renderNodes(ns: NodesJson): string {
+  if (ns.nodes.length === 0) return 'no nodes in the fleet spec';
+  const rows = ns.nodes.map((n) => {
+    const mem = n.memory ? `${formatBytes(n.memory.availableBytes)} of ${formatBytes(n.memory.totalBytes)}` : '-';
+    const failures = Object.entries(n.engineInstallFailures).filter(([, c]) => c > 0);
+    const problems = [...(n.error ? [reasonText(n.error)] : []), ...failures.map(([e, c]) => `${e}: ${plural(c, 'install failure')}`)];
+    return [n.name, n.transport ?? '-', n.reachable ? 'yes' : 'NO', mem, String(n.replicas), n.engines.length ? n.engines.join(', ') : '-', problems.length ? problems.join('; ') : '-'];
+  });
+  const out = [table(['NODE', 'TRANSPORT', 'REACHABLE', 'MEMORY FREE', 'REPLICAS', 'ENGINES', 'PROBLEMS'], rows)];
+  const hints = [...new Set(ns.nodes.flatMap((n) => (n.error ? [`${n.error.code}: ${n.error.hint}`] : [])))];
+  for (const h of hints) out.push(`hint: ${h}`);
+  return out.join('\n');
+}

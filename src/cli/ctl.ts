@@ -1,0 +1,210 @@
+/**
+ * `llmgw ctl` — looks at and steers a running controller through its admin API.
+ * Exit status: 0 ok, 1 failed (the request failed, or a retry/restart did not succeed), 2 usage.
+ */
+import type { ModelsJson, NodesJson, ReplicasJson, RestartJson, RetryJson, StatusJson, LogsJson } from '../admin/shape.js';
+import { formatDuration, parseDuration } from '../spec/units.js';
+import { oneOf, parse, UsageError } from './args.js';
+import { AdminClient, CtlFailure, DEFAULT_SERVER, resolveTarget } from './ctl-client.js';
+import { renderModels, renderNodes, renderReplicas, renderStatus } from './ctl-format.js';
+import type { Io } from './io.js';
+
+export const ctlUsage = `usage: llmgw ctl <command> [options]
+
+commands:
+  status                          fleet summary; parked and unplaceable models first, with reasons
+  models                          every model: phase, ready/wanted now, failures, reason
+  replicas                        every replica: model, node, phase, age, endpoint
+  nodes                           nodes: reachable, free memory, engines, problems
+  retry MODEL                     unpark MODEL (or clear its backoff) and start it again
+  restart REPLICA... | --model M | --all
+                                  replace replicas surge-first; waits until done
+  logs REPLICA [-n|--lines N]     the replica's log tail (default 100 lines)
+
+options:
+  --server URL        the admin API (env LLMGW_SERVER; default ${DEFAULT_SERVER})
+  --token TOKEN       the admin token (env LLMGW_ADMIN_TOKEN); or --token-file FILE
+                      (env LLMGW_ADMIN_TOKEN_FILE)
+  --config FILE       JSON {"server", "token" | "tokenFile", "ca"} (env LLMGW_CONFIG;
+                      default ~/.config/llmgw/ctl.json)
+  --ca FILE           trust this CA for an https:// server (env LLMGW_CA)
+  -o, --output FMT    text (default) or json (the admin API's answer)
+  --timeout DURATION  restart: how long to wait, e.g. 90s, 15m (default 15m)
+  --no-wait           restart: return once the restart is requested
+
+The server, token and CA come from the flags, else the environment, else the config file.
+
+Exit status: 0 ok, 1 failed (request failed, or retry/restart did not succeed), 2 usage.`;
+
+const DEFAULT_RESTART_TIMEOUT_MS = 15 * 60_000;
+/** One long-poll request of a restart wait. */
+const RESTART_POLL_S = 30;
+/** A retry or restart answers after a whole pass (sync, observe every node, apply). */
+const PASS_TIMEOUT_MS = 5 * 60_000;
+
+function failure(io: Io, e: CtlFailure): number {
+  io.err(`llmgw ctl: ${e.message} [${e.code}]${e.hint ? `\n    hint: ${e.hint}` : ''}`);
+  return 1;
+}
+
+const json = (v: unknown): string => JSON.stringify(v, null, 2);
+
+export async function ctlCommand(argv: readonly string[], io: Io): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    server: { type: 'string' },
+    token: { type: 'string' },
+    'token-file': { type: 'string' },
+    config: { type: 'string' },
+    ca: { type: 'string' },
+    output: { type: 'string', short: 'o' },
+    lines: { type: 'string', short: 'n' },
+    model: { type: 'string' },
+    all: { type: 'boolean' },
+    timeout: { type: 'string' },
+    'no-wait': { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
+  });
+  const [sub, ...args] = positionals;
+  if (values.help || sub === 'help') {
+    io.out(ctlUsage);
+    return 0;
+  }
+  if (sub === undefined) {
+    io.err(ctlUsage);
+    return 2;
+  }
+  const output = oneOf('output', values.output, ['text', 'json'] as const, 'text');
+
+  // options that belong to one command only
+  const only = (names: readonly (keyof typeof values)[], cmd: string): void => {
+    if (sub === cmd) return;
+    for (const n of names) if (values[n] !== undefined) throw new UsageError(`--${String(n)} only applies to \`llmgw ctl ${cmd}\``);
+  };
+  only(['lines'], 'logs');
+  only(['model', 'all', 'timeout', 'no-wait'], 'restart');
+  const noArgs = (): void => {
+    if (args.length) throw new UsageError(`\`llmgw ctl ${sub}\` takes no arguments (got ${args.join(' ')})`);
+  };
+
+  // validate the command line completely before talking to anyone
+  let run: (c: AdminClient) => Promise<number>;
+  switch (sub) {
+    case 'status':
+      noArgs();
+      run = async (c) => {
+        const [s, m] = await Promise.all([c.call<StatusJson>('GET', '/status'), c.call<ModelsJson>('GET', '/models')]);
+        io.out(output === 'json' ? json(s.body) : renderStatus(s.body, m.body));
+        return 0;
+      };
+      break;
+    case 'models':
+      noArgs();
+      run = async (c) => {
+        const r = await c.call<ModelsJson>('GET', '/models');
+        io.out(output === 'json' ? json(r.body) : renderModels(r.body));
+        return 0;
+      };
+      break;
+    case 'replicas':
+      noArgs();
+      run = async (c) => {
+        const r = await c.call<ReplicasJson>('GET', '/replicas');
+        io.out(output === 'json' ? json(r.body) : renderReplicas(r.body));
+        return 0;
+      };
+      break;
+    case 'nodes':
+      noArgs();
+      run = async (c) => {
+        const r = await c.call<NodesJson>('GET', '/nodes');
+        io.out(output === 'json' ? json(r.body) : renderNodes(r.body));
+        return 0;
+      };
+      break;
+    case 'retry': {
+      if (args.length !== 1) throw new UsageError('usage: llmgw ctl retry MODEL');
+      const model = args[0]!;
+      run = async (c) => {
+        const r = await c.call<RetryJson>('POST', `/models/${encodeURIComponent(model)}/retry`, { timeoutMs: PASS_TIMEOUT_MS });
+        io.out(output === 'json' ? json(r.body) : r.body.message);
+        return 0;
+      };
+      break;
+    }
+    case 'logs': {
+      if (args.length !== 1) throw new UsageError('usage: llmgw ctl logs REPLICA [--lines N]');
+      const replica = args[0]!;
+      const lines = values.lines === undefined ? 100 : Number(values.lines);
+      if (!Number.isInteger(lines) || lines < 1 || lines > 10_000) throw new UsageError(`--lines must be a whole number from 1 to 10000 (got ${JSON.stringify(values.lines)})`);
+      run = async (c) => {
+        const r = await c.call<LogsJson>('GET', `/replicas/${encodeURIComponent(replica)}/logs`, { query: { lines: String(lines) } });
+        io.out(output === 'json' ? json(r.body) : r.body.log.replace(/\n$/, ''));
+        return 0;
+      };
+      break;
+    }
+    case 'restart': {
+      const forms = [args.length > 0, values.model !== undefined, values.all === true].filter(Boolean).length;
+      if (forms !== 1) throw new UsageError('name what to restart: replica ids, --model MODEL or --all (exactly one)');
+      const body = args.length ? { replicas: args } : values.model !== undefined ? { model: values.model } : { all: true };
+      const timeoutMs = values.timeout === undefined ? DEFAULT_RESTART_TIMEOUT_MS : parseDuration(/^[0-9.]+$/.test(values.timeout) ? Number(values.timeout) : values.timeout);
+      if (timeoutMs === null) throw new UsageError(`--timeout must be a duration such as 90s or 15m (got ${JSON.stringify(values.timeout)})`);
+      const wait = !values['no-wait'];
+      run = (c) => restart(c, io, output, body, wait, timeoutMs);
+      break;
+    }
+    default:
+      throw new UsageError(`unknown ctl command "${sub}"; run \`llmgw ctl --help\``);
+  }
+
+  const target = resolveTarget({ server: values.server, token: values.token, tokenFile: values['token-file'], config: values.config, ca: values.ca }, io.env, io.cwd);
+  const client = new AdminClient(target);
+  try {
+    return await run(client);
+  } catch (e) {
+    if (e instanceof CtlFailure) return failure(io, e);
+    throw e;
+  } finally {
+    await client.close().catch(() => undefined);
+  }
+}
+
+async function restart(
+  c: AdminClient,
+  io: Io,
+  output: 'text' | 'json',
+  body: { replicas: string[] } | { model: string } | { all: boolean },
+  wait: boolean,
+  timeoutMs: number,
+): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  const chunk = (): string => String(Math.max(0, Math.min(RESTART_POLL_S, (deadline - Date.now()) / 1000)));
+  const first = await c.call<RestartJson>('POST', '/restart', {
+    body,
+    query: wait ? { wait: 'true', timeout: chunk() } : {},
+    timeoutMs: PASS_TIMEOUT_MS + RESTART_POLL_S * 1000,
+  });
+  let { ids, done } = first.body;
+  const what = 'model' in body ? `of ${body.model} ` : '';
+  if (ids.length === 0) {
+    io.out(output === 'json' ? json(first.body) : `nothing to restart: no running replicas ${what}`.trimEnd());
+    return 0;
+  }
+  const list = ids.join(', ');
+  if (!wait) {
+    io.out(output === 'json' ? json(first.body) : `restart requested for ${ids.length === 1 ? 'replica' : `${ids.length} replicas`} ${what}(${list}); \`llmgw ctl replicas\` shows progress`);
+    return 0;
+  }
+  if (output === 'text' && !done) io.out(`restarting ${list} surge-first (each new replica starts before the old one stops)…`);
+  while (!done && Date.now() < deadline) {
+    const r = await c.call<RestartJson>('GET', '/restart', { query: { ids: ids.join(','), wait: 'true', timeout: chunk() }, timeoutMs: RESTART_POLL_S * 1000 + 30_000 });
+    ({ ids, done } = r.body);
+  }
+  if (output === 'json') io.out(json({ ids, done }));
+  if (!done) {
+    io.err(`llmgw ctl: the restart of ${list} did not finish within ${formatDuration(timeoutMs)}; it goes on in the controller\n    hint: \`llmgw ctl replicas\` and \`llmgw ctl status\` show where it stands; the old replicas serve until the new ones are ready`);
+    return 1;
+  }
+  if (output === 'text') io.out(`restarted ${ids.length === 1 ? 'replica' : `${ids.length} replicas`} ${what}(${list})`);
+  return 0;
+}

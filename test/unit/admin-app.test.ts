@@ -1,0 +1,563 @@
+/** Admin API via inject(): auth, every route's answer and error shape, restart validation and waiting, the push webhook. */
+import { strict as assert } from 'node:assert';
+import { createHmac } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import { buildAdminApp } from '../../src/admin/app.js';
+import type { AdminBackend, RestartRequest } from '../../src/admin/backend.js';
+import type { ModelJson, ModelsJson, NodesJson, ReplicasJson, StatusJson } from '../../src/admin/shape.js';
+import { LlmgwError, Reasons } from '../../src/errors/catalogue.js';
+import type { Reconciler } from '../../src/reconciler/reconciler.js';
+import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
+import type { FleetSpec, NodeSpec } from '../../src/spec/types.js';
+import { fakeSpec } from '../harness/fake-fleet-view.js';
+
+// The Reconciler must satisfy the interface structurally (checked by tsc).
+export const reconcilerIsAnAdminBackend = (r: Reconciler): AdminBackend => r;
+
+const TOKEN = 'admin-token-for-tests';
+const SECRET = 'webhook-secret-for-tests';
+const AT = '2025-03-01T12:00:00.000Z';
+const GiB = 2 ** 30;
+
+const baseSpec = fakeSpec({ models: { good: { aliases: ['good-alias'] }, kev: {}, huge: {} } });
+const node = (name: string): NodeSpec => ({
+  name,
+  file: `nodes/${name}.yaml`,
+  transport: 'ssh',
+  host: '10.0.0.1',
+  port: 22,
+  user: 'llmgw',
+  hostKey: null,
+  identity: 'id',
+  labels: { gpu: 'none' },
+  capacity: { memoryBytes: null, cpus: null },
+  dataDir: '/var/lib/llmgw',
+  ports: { from: 8000, to: 8100 },
+});
+const SPEC: FleetSpec = { ...baseSpec, revision: 'c0ffee0123456789', nodes: { 'node-1': node('node-1'), 'node-2': node('node-2') } };
+
+function replica(id: string, model: string, digest: string, phase: ReplicaView['phase'] = 'ready'): ReplicaView {
+  return { id, model, node: 'node-1', endpoint: `http://10.0.0.1:8001`, phase, digest, startedAt: '2025-03-01T10:00:00.000Z' };
+}
+
+function model(name: string, over: Partial<ModelView>): ModelView {
+  const spec = SPEC.models[name]!;
+  return {
+    name,
+    spec,
+    phase: 'ready',
+    desired: 1,
+    ready: 0,
+    replicas: [],
+    consecutiveFailures: 0,
+    lastError: null,
+    parked: null,
+    unplaceable: null,
+    nextAttemptAt: null,
+    memoryBytes: GiB,
+    digest: spec.digest,
+    ...over,
+  };
+}
+
+const kevError = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
+const goodDigest = SPEC.models.good!.digest;
+
+const SNAPSHOT: FleetSnapshot = {
+  at: AT,
+  leader: true,
+  appliedRevision: 'c0ffee0123456789',
+  specValid: false,
+  rejected: {
+    revision: 'bad0000000000000',
+    problems: [{ file: 'models/x.yaml', line: 3, col: 1, path: '/profile', code: 'SPEC_DANGLING_REF', message: 'profile "nope" does not exist', hint: Reasons.SPEC_DANGLING_REF.hint }],
+  },
+  lastSyncOk: '2025-03-01T11:59:00.000Z',
+  lastSyncError: { code: 'GIT_UNREACHABLE', message: 'connect ECONNREFUSED' },
+  lastStatusWriteOk: null,
+  models: [
+    model('good', { ready: 2, desired: 2, replicas: [replica('good-b', 'good', goodDigest), replica('good-a', 'good', 'old-digest')] }),
+    model('huge', { phase: 'unplaceable', unplaceable: 'needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked' }),
+    model('kev', { phase: 'parked', consecutiveFailures: 5, lastError: kevError, parked: { since: '2025-03-01T10:00:00.000Z', lastError: kevError } }),
+  ],
+  nodes: [
+    { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 22 * GiB }, engines: ['llama.cpp@b1'], engineInstallFailures: {}, replicas: 2 },
+    { name: 'node-2', reachable: false, error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT' }, memory: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 2 }, replicas: 0 },
+  ],
+  lastPass: { startedAt: '2025-03-01T11:59:58.000Z', durationMs: 412, result: 'ok', error: null, actions: 2 },
+};
+
+class FakeBackend implements AdminBackend {
+  snap: FleetSnapshot = SNAPSHOT;
+  specValue: FleetSpec | null = SPEC;
+  pending = new Set<string>();
+  logsError: unknown = null;
+  retryError: unknown = null;
+  /** Called after restart() marked its replicas. */
+  afterRestart: (() => void) | null = null;
+  readonly calls = { retry: [] as string[], restart: [] as RestartRequest[], logs: [] as [string, number][], requestPass: [] as string[] };
+
+  snapshot(): FleetSnapshot {
+    return this.snap;
+  }
+  spec(): FleetSpec | null {
+    return this.specValue;
+  }
+  async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
+    this.calls.retry.push(name);
+    if (this.retryError) throw this.retryError;
+    if (!this.specValue?.models[name]) throw new LlmgwError('SPEC_DANGLING_REF', `no model named "${name}"`);
+    return { model: name, outcome: this.snap.models.find((m) => m.name === name)?.parked ? 'unparked' : 'backoff-cleared' };
+  }
+  async restart(req: RestartRequest): Promise<readonly string[]> {
+    this.calls.restart.push(req);
+    if (req.model && !this.specValue?.models[req.model]) throw new LlmgwError('SPEC_DANGLING_REF', `no model named "${req.model}"`);
+    const all = this.snap.models.flatMap((m) => m.replicas);
+    for (const id of req.replicas ?? []) if (!all.some((r) => r.id === id)) throw new LlmgwError('REPLICA_NOT_FOUND', `no running replica "${id}"`);
+    const ids = all.filter((r) => req.all || r.model === req.model || req.replicas?.includes(r.id)).map((r) => r.id);
+    for (const id of ids) this.pending.add(id);
+    this.afterRestart?.();
+    return ids;
+  }
+  restartDone(ids: readonly string[]): boolean {
+    return ids.every((id) => !this.pending.has(id));
+  }
+  async logs(id: string, lines: number): Promise<string> {
+    this.calls.logs.push([id, lines]);
+    if (this.logsError) throw this.logsError;
+    if (!this.snap.models.some((m) => m.replicas.some((r) => r.id === id))) throw new LlmgwError('REPLICA_NOT_FOUND', `no replica "${id}"`);
+    return 'line 1\nline 2\n';
+  }
+  /** Never resolves: the webhook must not wait for the pass. */
+  requestPass(trigger: string): Promise<void> {
+    this.calls.requestPass.push(trigger);
+    return new Promise<void>(() => undefined);
+  }
+}
+
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+function assertError(res: { statusCode: number; json(): unknown }, status: number, code: string): { code: string; message: string; hint: string; retryable: boolean } {
+  assert.equal(res.statusCode, status, JSON.stringify(res.json()));
+  const body = res.json() as { error?: Record<string, unknown> };
+  assert.ok(body.error, `no error envelope: ${JSON.stringify(body)}`);
+  assert.deepEqual(Object.keys(body.error).sort(), ['code', 'hint', 'message', 'retryable']);
+  assert.equal(body.error.code, code);
+  const reason = Reasons[code as keyof typeof Reasons];
+  assert.ok(reason, `${code} is not in the catalogue`);
+  assert.equal(reason.http, status);
+  assert.equal(body.error.hint, reason.hint);
+  assert.equal(body.error.retryable, reason.retryable);
+  assert.ok(typeof body.error.message === 'string' && body.error.message.length > 0);
+  return body.error as never;
+}
+
+function app(over: Partial<Parameters<typeof buildAdminApp>[0]> = {}): { app: FastifyInstance; backend: FakeBackend } {
+  const backend = (over.backend as FakeBackend | undefined) ?? new FakeBackend();
+  return { app: buildAdminApp({ backend, token: TOKEN, webhook: { secret: SECRET, branch: 'main' }, limits: { pollMs: 5 }, ...over }), backend };
+}
+
+describe('admin API: authentication', () => {
+  const { app: a } = app();
+  after(() => a.close());
+
+  test('no token → 401 ADMIN_AUTH_MISSING with a hint and WWW-Authenticate', async () => {
+    const res = await a.inject({ method: 'GET', url: '/admin/v1/status' });
+    assertError(res, 401, 'ADMIN_AUTH_MISSING');
+    assert.match(String(res.headers['www-authenticate']), /^Bearer/);
+  });
+
+  test('a bad token → 401 ADMIN_AUTH_INVALID; a non-Bearer scheme → ADMIN_AUTH_MISSING', async () => {
+    assertError(await a.inject({ method: 'GET', url: '/admin/v1/status', headers: { authorization: 'Bearer wrong' } }), 401, 'ADMIN_AUTH_INVALID');
+    assertError(await a.inject({ method: 'GET', url: '/admin/v1/status', headers: { authorization: `Bearer ${TOKEN}x` } }), 401, 'ADMIN_AUTH_INVALID');
+    assertError(await a.inject({ method: 'GET', url: '/admin/v1/status', headers: { authorization: `Basic ${TOKEN}` } }), 401, 'ADMIN_AUTH_MISSING');
+  });
+
+  test('every route wants the token (mutations are not called without it)', async () => {
+    const { app: b, backend } = app();
+    for (const [method, url] of [
+      ['GET', '/admin/v1/models'],
+      ['GET', '/admin/v1/models/good'],
+      ['POST', '/admin/v1/models/kev/retry'],
+      ['GET', '/admin/v1/replicas'],
+      ['GET', '/admin/v1/replicas/good-a/logs'],
+      ['GET', '/admin/v1/nodes'],
+      ['POST', '/admin/v1/restart'],
+      ['GET', '/admin/v1/restart?ids=good-a'],
+      ['GET', '/admin/v1/no-such-route'],
+    ] as const) {
+      assertError(await b.inject({ method, url, ...(method === 'POST' ? { payload: { all: true } } : {}) }), 401, 'ADMIN_AUTH_MISSING');
+    }
+    assert.deepEqual(backend.calls, { retry: [], restart: [], logs: [], requestPass: [] });
+    await b.close();
+  });
+
+  test('the right token passes; unknown routes are 404 ADMIN_ROUTE_NOT_FOUND only once authenticated', async () => {
+    assert.equal((await a.inject({ method: 'GET', url: '/admin/v1/status', headers: auth })).statusCode, 200);
+    assert.equal((await a.inject({ method: 'GET', url: '/admin/v1/status', headers: { authorization: `bearer   ${TOKEN}` } })).statusCode, 200);
+    assertError(await a.inject({ method: 'GET', url: '/admin/v1/nope', headers: auth }), 404, 'ADMIN_ROUTE_NOT_FOUND');
+    assertError(await a.inject({ method: 'DELETE', url: '/admin/v1/models/good', headers: auth }), 404, 'ADMIN_ROUTE_NOT_FOUND');
+  });
+
+  test('token: null disables authentication (explicit local mode)', async () => {
+    const { app: open } = app({ token: null });
+    const res = await open.inject({ method: 'GET', url: '/admin/v1/status' });
+    assert.equal(res.statusCode, 200);
+    await open.close();
+  });
+
+  test('an empty token is refused at build time', () => {
+    assert.throws(() => buildAdminApp({ backend: new FakeBackend(), token: '  ' }), /empty/);
+  });
+
+  test('routes the embedding process adds at the root (e.g. /metrics) are outside the token scope', async () => {
+    const { app: b } = app();
+    b.get('/metrics', async () => 'llmgw_up 1\n');
+    assert.equal((await b.inject({ method: 'GET', url: '/metrics' })).statusCode, 200);
+    await b.close();
+  });
+});
+
+describe('admin API: read routes', () => {
+  const { app: a } = app();
+  after(() => a.close());
+
+  test('GET /status: revision, spec rejection with problems, sync error with hint, pass, counts by phase, nodes', async () => {
+    const res = await a.inject({ method: 'GET', url: '/admin/v1/status', headers: auth });
+    assert.equal(res.statusCode, 200);
+    assert.equal(res.headers['cache-control'], 'no-store');
+    const s = res.json() as StatusJson;
+    assert.equal(s.at, AT);
+    assert.equal(s.leader, true);
+    assert.equal(s.revision, 'c0ffee0123456789');
+    assert.equal(s.spec.valid, false);
+    assert.equal(s.spec.rejected?.revision, 'bad0000000000000');
+    assert.equal(s.spec.rejected?.code, 'SPEC_REJECTED');
+    assert.equal(s.spec.rejected?.hint, Reasons.SPEC_REJECTED.hint);
+    assert.equal(s.spec.rejected?.problems[0]?.code, 'SPEC_DANGLING_REF');
+    assert.deepEqual(s.sync, { lastOk: '2025-03-01T11:59:00.000Z', error: { code: 'GIT_UNREACHABLE', message: 'connect ECONNREFUSED', hint: Reasons.GIT_UNREACHABLE.hint } });
+    assert.deepEqual(s.lastPass, { startedAt: '2025-03-01T11:59:58.000Z', durationMs: 412, result: 'ok', actions: 2, error: null });
+    assert.equal(s.models.total, 3);
+    assert.equal(s.models.byPhase.parked, 1);
+    assert.equal(s.models.byPhase.unplaceable, 1);
+    assert.equal(s.models.byPhase.ready, 1);
+    assert.equal(s.models.byPhase.idle, 0);
+    assert.equal(s.models.desired, 4);
+    assert.equal(s.models.ready, 2);
+    assert.deepEqual(s.nodes, { total: 2, reachable: 1, unreachable: [{ name: 'node-2', error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT', hint: Reasons.NODE_UNREACHABLE.hint } }] });
+  });
+
+  test('GET /models: desired now, ready, failures, parked + last error, unplaceable reason, digest, revision — each reason with code and hint', async () => {
+    const res = await a.inject({ method: 'GET', url: '/admin/v1/models', headers: auth });
+    assert.equal(res.statusCode, 200);
+    const ms = res.json() as ModelsJson;
+    assert.equal(ms.revision, 'c0ffee0123456789');
+    assert.deepEqual(ms.models.map((m) => m.name), ['good', 'huge', 'kev']);
+    const kev = ms.models.find((m) => m.name === 'kev')!;
+    assert.equal(kev.phase, 'parked');
+    assert.equal(kev.consecutiveFailures, 5);
+    assert.deepEqual(kev.parked?.lastError, { ...kevError, hint: Reasons.REPLICA_UNKNOWN_ARCHITECTURE.hint });
+    assert.match(kev.parked!.hint, /`llmgw ctl retry kev`/);
+    assert.match(kev.parked!.hint, /`Llmgw-Retry: kev`/);
+    assert.equal(kev.revision, 'c0ffee0123456789');
+    assert.equal(kev.digest, SPEC.models.kev!.digest);
+    const huge = ms.models.find((m) => m.name === 'huge')!;
+    assert.deepEqual(huge.unplaceable, { code: 'MODEL_UNPLACEABLE', reason: 'needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked', hint: Reasons.MODEL_UNPLACEABLE.hint });
+    const good = ms.models.find((m) => m.name === 'good')!;
+    assert.deepEqual([good.desired, good.ready], [2, 2]);
+    assert.deepEqual(good.aliases, ['good-alias']);
+    assert.deepEqual(good.scaling, { mode: 'replicas', replicas: 1 });
+  });
+
+  test('GET /models/:name by name and by alias; unknown → 404 NOT_FOUND with a hint', async () => {
+    const one = await a.inject({ method: 'GET', url: '/admin/v1/models/kev', headers: auth });
+    assert.equal(one.statusCode, 200);
+    assert.equal((one.json() as { model: ModelJson }).model.phase, 'parked');
+    const alias = await a.inject({ method: 'GET', url: '/admin/v1/models/good-alias', headers: auth });
+    assert.equal((alias.json() as { model: ModelJson }).model.name, 'good');
+    const e = assertError(await a.inject({ method: 'GET', url: '/admin/v1/models/nope', headers: auth }), 404, 'NOT_FOUND');
+    assert.match(e.message, /"nope"/);
+    assert.match(e.message, /c0ffee012345/);
+  });
+
+  test('GET /replicas: sorted, with outdated replicas marked', async () => {
+    const rs = (await a.inject({ method: 'GET', url: '/admin/v1/replicas', headers: auth })).json() as ReplicasJson;
+    assert.deepEqual(rs.replicas.map((r) => [r.id, r.outdated]), [['good-a', true], ['good-b', false]]);
+    assert.deepEqual(Object.keys(rs.replicas[0]!).sort(), ['digest', 'endpoint', 'id', 'model', 'node', 'outdated', 'phase', 'startedAt']);
+  });
+
+  test('GET /nodes: reachable, memory, capacity, engines, install failures, error with hint', async () => {
+    const ns = (await a.inject({ method: 'GET', url: '/admin/v1/nodes', headers: auth })).json() as NodesJson;
+    assert.equal(ns.nodes.length, 2);
+    const [n1, n2] = ns.nodes;
+    assert.deepEqual(n1!.memory, { totalBytes: 64 * GiB, availableBytes: 22 * GiB });
+    assert.deepEqual(n1!.engines, ['llama.cpp@b1']);
+    assert.deepEqual(n1!.capacity, { memoryBytes: null, cpus: null });
+    assert.equal(n1!.transport, 'ssh');
+    assert.equal(n2!.reachable, false);
+    assert.equal(n2!.error?.hint, Reasons.NODE_UNREACHABLE.hint);
+    assert.deepEqual(n2!.engineInstallFailures, { 'llama.cpp@b1': 2 });
+  });
+
+  test('GET /replicas/:id/logs: the tail, default 100 lines; bad lines → 400; unknown replica → 404 REPLICA_NOT_FOUND', async () => {
+    const { app: b, backend } = app();
+    const res = await b.inject({ method: 'GET', url: '/admin/v1/replicas/good-a/logs', headers: auth });
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json(), { replica: 'good-a', lines: 100, log: 'line 1\nline 2\n' });
+    await b.inject({ method: 'GET', url: '/admin/v1/replicas/good-a/logs?lines=5', headers: auth });
+    assert.deepEqual(backend.calls.logs, [['good-a', 100], ['good-a', 5]]);
+    assertError(await b.inject({ method: 'GET', url: '/admin/v1/replicas/good-a/logs?lines=0', headers: auth }), 400, 'ADMIN_BAD_REQUEST');
+    assertError(await b.inject({ method: 'GET', url: '/admin/v1/replicas/good-a/logs?lines=lots', headers: auth }), 400, 'ADMIN_BAD_REQUEST');
+    assertError(await b.inject({ method: 'GET', url: '/admin/v1/replicas/good-a/logs?lines=5&x=1', headers: auth }), 400, 'ADMIN_BAD_REQUEST');
+    assertError(await b.inject({ method: 'GET', url: '/admin/v1/replicas/nope/logs', headers: auth }), 404, 'REPLICA_NOT_FOUND');
+    await b.close();
+  });
+
+  test('a node error from the backend keeps its catalogue status; an unknown error is a 500 INTERNAL that leaks nothing', async () => {
+    const { app: b, backend } = app();
+    backend.logsError = new LlmgwError('NODE_UNREACHABLE', 'node-1: connect ECONNREFUSED');
+    assertError(await b.inject({ method: 'GET', url: '/admin/v1/replicas/good-a/logs', headers: auth }), 502, 'NODE_UNREACHABLE');
+    backend.logsError = new Error('secret /etc/llmgw/key at line 3');
+    const res = await b.inject({ method: 'GET', url: '/admin/v1/replicas/good-a/logs', headers: auth });
+    const e = assertError(res, 500, 'INTERNAL');
+    assert.ok(!res.body.includes('secret'));
+    assert.ok(!res.body.includes('at '), 'no stack');
+    assert.equal(e.retryable, true);
+    await b.close();
+  });
+});
+
+describe('admin API: retry', () => {
+  test('a parked model is unparked; the answer comes after the pass, with a message', async () => {
+    const { app: a, backend } = app();
+    const res = await a.inject({ method: 'POST', url: '/admin/v1/models/kev/retry', headers: auth });
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json(), { model: 'kev', outcome: 'unparked', phase: 'parked', message: 'kev: unparked; it will be started again' });
+    assert.deepEqual(backend.calls.retry, ['kev']);
+    await a.close();
+  });
+
+  test('a model that is not parked: backoff cleared; aliases resolve to the model', async () => {
+    const { app: a, backend } = app();
+    const res = await a.inject({ method: 'POST', url: '/admin/v1/models/good-alias/retry', headers: auth });
+    assert.deepEqual(res.json(), { model: 'good', outcome: 'backoff-cleared', phase: 'ready', message: 'good: not parked; backoff cleared' });
+    assert.deepEqual(backend.calls.retry, ['good']);
+    await a.close();
+  });
+
+  test('unknown model → 404 NOT_FOUND and no retry; no valid spec → 503 NO_VALID_SPEC; the backend\'s own "unknown" → 404', async () => {
+    const { app: a, backend } = app();
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/models/nope/retry', headers: auth }), 404, 'NOT_FOUND');
+    assert.deepEqual(backend.calls.retry, []);
+    backend.specValue = null;
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/models/kev/retry', headers: auth }), 503, 'NO_VALID_SPEC');
+    backend.specValue = SPEC;
+    backend.retryError = new LlmgwError('SPEC_DANGLING_REF', 'no model named "kev"');
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/models/kev/retry', headers: auth }), 404, 'NOT_FOUND');
+    await a.close();
+  });
+});
+
+describe('admin API: restart', () => {
+  test('exactly one of replicas, model, all: none, several, empty lists, unknown fields and non-objects → 400', async () => {
+    const { app: a, backend } = app();
+    for (const payload of [{}, { all: false }, { model: 'good', all: true }, { replicas: ['good-a'], model: 'good' }, { replicas: [] }, { models: 'good' }, { all: 'yes' }, [1]]) {
+      const e = assertError(await a.inject({ method: 'POST', url: '/admin/v1/restart', headers: auth, payload: payload as object }), 400, 'ADMIN_BAD_REQUEST');
+      assert.ok(e.message.length > 0);
+    }
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/restart', headers: { ...auth, 'content-type': 'application/json' }, payload: '{not json' }), 400, 'ADMIN_BAD_REQUEST');
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/restart', headers: auth }), 400, 'ADMIN_BAD_REQUEST');
+    assert.deepEqual(backend.calls.restart, []);
+    await a.close();
+  });
+
+  test('unknown model → 404 NOT_FOUND; unknown replica → 404 REPLICA_NOT_FOUND', async () => {
+    const { app: a } = app();
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/restart', headers: auth, payload: { model: 'nope' } }), 404, 'NOT_FOUND');
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/restart', headers: auth, payload: { replicas: ['nope'] } }), 404, 'REPLICA_NOT_FOUND');
+    await a.close();
+  });
+
+  test('without wait: the ids, 202 done:false; aliases resolve', async () => {
+    const { app: a, backend } = app();
+    const res = await a.inject({ method: 'POST', url: '/admin/v1/restart', headers: auth, payload: { model: 'good-alias' } });
+    assert.equal(res.statusCode, 202);
+    assert.deepEqual(res.json(), { ids: ['good-b', 'good-a'], done: false });
+    assert.deepEqual(backend.calls.restart, [{ model: 'good' }]);
+    await a.close();
+  });
+
+  test('?wait=true answers 200 done:true once restartDone turns true', async () => {
+    const { app: a, backend } = app();
+    backend.afterRestart = () => setTimeout(() => backend.pending.clear(), 50);
+    const t0 = Date.now();
+    const res = await a.inject({ method: 'POST', url: '/admin/v1/restart?wait=true&timeout=10', headers: auth, payload: { replicas: ['good-a'] } });
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json(), { ids: ['good-a'], done: true });
+    assert.ok(Date.now() - t0 < 5000);
+    await a.close();
+  });
+
+  test('?wait=true with a timeout that passes → 202 done:false; GET /restart?ids polls without restarting again', async () => {
+    const { app: a, backend } = app();
+    const res = await a.inject({ method: 'POST', url: '/admin/v1/restart?wait=true&timeout=0.05', headers: auth, payload: { all: true } });
+    assert.equal(res.statusCode, 202);
+    assert.deepEqual(res.json(), { ids: ['good-b', 'good-a'], done: false });
+    const poll = await a.inject({ method: 'GET', url: '/admin/v1/restart?ids=good-b,good-a&wait=true&timeout=0.02', headers: auth });
+    assert.equal(poll.statusCode, 202);
+    backend.pending.clear();
+    const done = await a.inject({ method: 'GET', url: '/admin/v1/restart?ids=good-b,good-a', headers: auth });
+    assert.equal(done.statusCode, 200);
+    assert.deepEqual(done.json(), { ids: ['good-b', 'good-a'], done: true });
+    assert.equal(backend.calls.restart.length, 1);
+    assertError(await a.inject({ method: 'GET', url: '/admin/v1/restart', headers: auth }), 400, 'ADMIN_BAD_REQUEST');
+    assertError(await a.inject({ method: 'POST', url: '/admin/v1/restart?timeout=-1', headers: auth, payload: { all: true } }), 400, 'ADMIN_BAD_REQUEST');
+    await a.close();
+  });
+
+  test('closing the app answers waiting restart requests at once (202 done:false) instead of holding close() up', async () => {
+    const { app: a } = app();
+    await a.listen({ host: '127.0.0.1', port: 0 });
+    const port = (a.server.address() as { port: number }).port;
+    const t0 = Date.now();
+    const pending = fetch(`http://127.0.0.1:${port}/admin/v1/restart?wait=true&timeout=60`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ all: true }),
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    await a.close();
+    const res = await pending;
+    assert.equal(res.status, 202);
+    assert.deepEqual(await res.json(), { ids: ['good-b', 'good-a'], done: false });
+    assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+  });
+
+  test('nothing running: 200 with no ids', async () => {
+    const { app: a, backend } = app();
+    backend.snap = { ...SNAPSHOT, models: SNAPSHOT.models.map((m) => ({ ...m, replicas: [] })) };
+    const res = await a.inject({ method: 'POST', url: '/admin/v1/restart?wait=true', headers: auth, payload: { model: 'kev' } });
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json(), { ids: [], done: true });
+    await a.close();
+  });
+});
+
+describe('admin API: push webhook', () => {
+  let a: FastifyInstance;
+  let backend: FakeBackend;
+  before(() => {
+    ({ app: a, backend } = app());
+  });
+  after(() => a.close());
+
+  const push = (ref: string): string => JSON.stringify({ ref, before: '0'.repeat(40), after: '1'.repeat(40), commits: [] });
+  const hmac = (body: string, secret = SECRET): string => createHmac('sha256', secret).update(body).digest('hex');
+  const post = (headers: Record<string, string>, payload: string) =>
+    a.inject({ method: 'POST', url: '/admin/v1/webhook', headers: { 'content-type': 'application/json', ...headers }, payload });
+
+  const passes = (): number => backend.calls.requestPass.length;
+
+  test('GitHub: a valid X-Hub-Signature-256 on a push to the fleet branch → 202 and a pass is requested (not waited for)', async () => {
+    const before = passes();
+    const body = push('refs/heads/main');
+    const res = await post({ 'x-github-event': 'push', 'x-hub-signature-256': `sha256=${hmac(body)}` }, body);
+    assert.equal(res.statusCode, 202);
+    assert.deepEqual(res.json(), { accepted: true, action: 'pass-requested', ref: 'refs/heads/main' });
+    assert.equal(passes(), before + 1);
+    assert.equal(backend.calls.requestPass.at(-1), 'webhook');
+  });
+
+  test('Gitea / Forgejo: a valid X-Gitea-Signature → 202 and a pass', async () => {
+    const before = passes();
+    const body = push('refs/heads/main');
+    assert.equal((await post({ 'x-gitea-event': 'push', 'x-gitea-signature': hmac(body) }, body)).statusCode, 202);
+    assert.equal((await post({ 'x-forgejo-event': 'push', 'x-forgejo-signature': hmac(body) }, body)).statusCode, 202);
+    assert.equal(passes(), before + 2);
+  });
+
+  test('GitLab: the right X-Gitlab-Token → 202 and a pass', async () => {
+    const before = passes();
+    const res = await post({ 'x-gitlab-event': 'Push Hook', 'x-gitlab-token': SECRET }, push('refs/heads/main'));
+    assert.equal(res.statusCode, 202);
+    assert.equal(passes(), before + 1);
+  });
+
+  test('the webhook needs no admin token, and an admin token does not replace the signature', async () => {
+    const before = passes();
+    assertError(await post({ authorization: `Bearer ${TOKEN}` }, push('refs/heads/main')), 401, 'WEBHOOK_SIGNATURE_INVALID');
+    assert.equal(passes(), before);
+  });
+
+  test('bad or missing signatures → 401 WEBHOOK_SIGNATURE_INVALID and no pass', async () => {
+    const before = passes();
+    const body = push('refs/heads/main');
+    for (const headers of <Record<string, string>[]>[
+      {},
+      { 'x-hub-signature-256': `sha256=${hmac(body, 'other-secret')}` },
+      { 'x-hub-signature-256': hmac(body) }, // without the sha256= prefix
+      { 'x-hub-signature-256': 'sha256=zz' },
+      { 'x-hub-signature-256': `sha256=${hmac(`${body} `)}` }, // signed a different body
+      { 'x-gitea-signature': hmac(body, 'other-secret') },
+      { 'x-gitea-signature': '' },
+      { 'x-gitlab-token': 'wrong' },
+      { 'x-gitlab-token': `${SECRET}x` },
+    ]) {
+      assertError(await post(headers, body), 401, 'WEBHOOK_SIGNATURE_INVALID');
+    }
+    assert.equal(passes(), before);
+  });
+
+  test('a push to the status branch (or any other ref) is acknowledged and ignored: no pass', async () => {
+    const before = passes();
+    for (const ref of ['refs/heads/llmgw/status', 'refs/heads/feature', 'refs/tags/v1', 'refs/heads/main2']) {
+      const body = push(ref);
+      const res = await post({ 'x-github-event': 'push', 'x-hub-signature-256': `sha256=${hmac(body)}` }, body);
+      assert.equal(res.statusCode, 202);
+      const j = res.json() as { action: string; ref: string; reason: string };
+      assert.equal(j.action, 'ignored');
+      assert.equal(j.ref, ref);
+      assert.match(j.reason, /not the fleet branch refs\/heads\/main/);
+    }
+    const gl = push('refs/heads/llmgw/status');
+    assert.equal((await post({ 'x-gitlab-event': 'Push Hook', 'x-gitlab-token': SECRET }, gl)).json().action, 'ignored');
+    assert.equal(passes(), before);
+  });
+
+  test('GitHub ping → 200 pong; other events are ignored; form-encoded payloads are read', async () => {
+    const before = passes();
+    const ping = JSON.stringify({ zen: 'hi', hook_id: 1 });
+    const p = await post({ 'x-github-event': 'ping', 'x-hub-signature-256': `sha256=${hmac(ping)}` }, ping);
+    assert.equal(p.statusCode, 200);
+    assert.equal(p.json().action, 'pong');
+    const issue = JSON.stringify({ ref: 'refs/heads/main', action: 'opened' });
+    const i = await post({ 'x-github-event': 'issues', 'x-hub-signature-256': `sha256=${hmac(issue)}` }, issue);
+    assert.equal(i.statusCode, 202);
+    assert.equal(i.json().action, 'ignored');
+    assert.equal(passes(), before);
+    const form = `payload=${encodeURIComponent(push('refs/heads/main'))}`;
+    const f = await post({ 'content-type': 'application/x-www-form-urlencoded', 'x-github-event': 'push', 'x-hub-signature-256': `sha256=${hmac(form)}` }, form);
+    assert.equal(f.statusCode, 202);
+    assert.equal(f.json().action, 'pass-requested');
+    assert.equal(passes(), before + 1);
+  });
+
+  test('a signed body that is not JSON → 400 ADMIN_BAD_REQUEST, no pass', async () => {
+    const before = passes();
+    const body = '{nope';
+    assertError(await post({ 'x-github-event': 'push', 'x-hub-signature-256': `sha256=${hmac(body)}` }, body), 400, 'ADMIN_BAD_REQUEST');
+    assert.equal(passes(), before);
+  });
+
+  test('the branch may be given as a full ref; without a webhook config the route is 404 WEBHOOK_NOT_CONFIGURED', async () => {
+    const { app: full, backend: b2 } = app({ webhook: { secret: SECRET, branch: 'refs/heads/fleet' } });
+    const body = push('refs/heads/fleet');
+    assert.equal((await full.inject({ method: 'POST', url: '/admin/v1/webhook', headers: { 'content-type': 'application/json', 'x-hub-signature-256': `sha256=${hmac(body)}` }, payload: body })).json().action, 'pass-requested');
+    assert.deepEqual(b2.calls.requestPass, ['webhook']);
+    await full.close();
+    const none = buildAdminApp({ backend: new FakeBackend(), token: TOKEN });
+    assertError(await none.inject({ method: 'POST', url: '/admin/v1/webhook', headers: { 'content-type': 'application/json' }, payload: body }), 404, 'WEBHOOK_NOT_CONFIGURED');
+    await none.close();
+  });
+});

@@ -1,0 +1,97 @@
+/** `llmgw ctl` rendering (pure): relative times, aligned tables, and a controller in trouble. */
+import { strict as assert } from 'node:assert';
+import { describe, test } from 'node:test';
+import type { ModelJson, ModelsJson, NodesJson, StatusJson } from '../../src/admin/shape.js';
+import { Reasons } from '../../src/errors/catalogue.js';
+import { modelDetail, readyCount, relative, renderNodes, renderReplicas, renderStatus, shortDuration, table } from '../../src/cli/ctl-format.js';
+import { assertGolden } from '../harness/golden.js';
+
+const AT = '2025-03-01T12:00:00.000Z';
+const ago = (s: number): string => new Date(Date.parse(AT) - s * 1000).toISOString();
+
+describe('ctl format helpers', () => {
+  test('shortDuration and relative', () => {
+    assert.deepEqual([0, 999, 45_000, 60_000, 90_000, 3_600_000, 3_660_000, 86_400_000, 90_000_000].map(shortDuration), ['0s', '0s', '45s', '1m', '1m30s', '1h', '1h1m', '1d', '1d1h']);
+    assert.equal(relative(ago(7200), AT), '2h ago');
+    assert.equal(relative(new Date(Date.parse(AT) + 40_000).toISOString(), AT), 'in 40s');
+    assert.equal(relative(AT, AT), 'just now');
+    assert.equal(relative(null, AT), '-');
+  });
+
+  test('table: aligned, two spaces apart, no trailing blanks', () => {
+    assert.equal(table(['A', 'BB', 'C'], [['xxx', '', 'z'], ['y', 'long-value', '']], '  '), '  A    BB          C\n  xxx              z\n  y    long-value');
+  });
+
+  test('readyCount: against what is wanted now', () => {
+    assert.equal(readyCount({ ready: 1, desired: 1, phase: 'ready' }), '1/1');
+    assert.equal(readyCount({ ready: 0, desired: 1, phase: 'pending' }), '0/1');
+    assert.equal(readyCount({ ready: 0, desired: 0, phase: 'idle' }), '0/0 idle');
+  });
+
+  test('modelDetail: starting and outdated replicas', () => {
+    const m = {
+      name: 'm',
+      phase: 'starting',
+      desired: 1,
+      ready: 0,
+      scaling: { mode: 'replicas', replicas: 1 },
+      consecutiveFailures: 0,
+      lastError: null,
+      parked: null,
+      unplaceable: null,
+      nextAttemptAt: null,
+      replicas: [{ id: 'm-1', model: 'm', node: 'n', endpoint: '', phase: 'starting', digest: 'd', outdated: false, startedAt: AT }],
+    } as unknown as ModelJson;
+    assert.equal(modelDetail(m, AT), 'starting 1 replica');
+    const outdated = { ...m, phase: 'ready', ready: 1, replicas: [{ ...m.replicas[0]!, phase: 'ready', outdated: true }] } as ModelJson;
+    assert.equal(modelDetail(outdated, AT), 'replicas on an older definition are being replaced');
+  });
+});
+
+describe('ctl status: a controller in trouble', () => {
+  test('rejected revision with its problems, failed sync with hint, unreachable node, failed pass, not the leader (golden)', () => {
+    const status: StatusJson = {
+      at: AT,
+      leader: false,
+      revision: '3f2a9c1e0b7d55aa',
+      spec: {
+        valid: false,
+        rejected: {
+          revision: '9e8d7c6b5a4f3e2d',
+          code: 'SPEC_REJECTED',
+          hint: Reasons.SPEC_REJECTED.hint,
+          problems: [
+            { file: 'models/chat.yaml', line: 4, col: 10, path: '/profile', code: 'SPEC_DANGLING_REF', message: 'profile "fast" does not exist', hint: Reasons.SPEC_DANGLING_REF.hint },
+            { file: 'fleet.yaml', line: null, col: null, path: '', code: 'SPEC_SCHEMA', message: 'unknown field "pol_interval"', hint: Reasons.SPEC_SCHEMA.hint },
+          ],
+        },
+      },
+      sync: { lastOk: ago(600), error: { code: 'GIT_UNREACHABLE', message: 'connect ECONNREFUSED 10.0.0.9:443', hint: Reasons.GIT_UNREACHABLE.hint } },
+      statusWrite: { lastOk: null },
+      lastPass: { startedAt: ago(5), durationMs: 30_250, result: 'error', actions: 0, error: { code: 'NODE_TIMEOUT', message: 'observing node node-2 took longer than 30000 ms', hint: Reasons.NODE_TIMEOUT.hint } },
+      models: { total: 0, desired: 0, ready: 0, byPhase: { parked: 0, unplaceable: 0, failing: 0, starting: 0, pending: 0, degraded: 0, ready: 0, idle: 0 } },
+      nodes: { total: 2, reachable: 1, unreachable: [{ name: 'node-2', error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT', hint: Reasons.NODE_UNREACHABLE.hint } }] },
+    };
+    const models: ModelsJson = { at: AT, revision: status.revision, models: [] };
+    const text = renderStatus(status, models);
+    assertGolden('ctl-status-troubled.txt', text);
+    assert.match(text, /REJECTED revision 9e8d7c6b5a4f: 2 problems; revision 3f2a9c1e0b7d stays in force/);
+    assert.match(text, /models\/chat\.yaml:4: profile "fast" does not exist \[SPEC_DANGLING_REF\]/);
+    assert.match(text, /git sync +FAILED: connect ECONNREFUSED 10\.0\.0\.9:443 \[GIT_UNREACHABLE\]; last ok 10m ago/);
+    assert.match(text, /NOT the leader/);
+  });
+
+  test('nodes: an unreachable node shows its error, install failures and the hint', () => {
+    const nodes: NodesJson = {
+      at: AT,
+      nodes: [
+        { name: 'gpu-1', transport: 'ssh', labels: {}, reachable: false, error: { code: 'NODE_HOST_KEY_MISMATCH', message: 'host key changed', hint: Reasons.NODE_HOST_KEY_MISMATCH.hint }, memory: null, capacity: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 3 }, replicas: 0 },
+      ],
+    };
+    const text = renderNodes(nodes);
+    assert.match(text, /gpu-1 +ssh +NO +- +0 +- +host key changed \[NODE_HOST_KEY_MISMATCH\]; llama\.cpp@b1: 3 install failures/);
+    assert.match(text, /\nhint: NODE_HOST_KEY_MISMATCH: The node presented a host key/);
+    assert.equal(renderNodes({ at: AT, nodes: [] }), 'no nodes in the fleet spec');
+    assert.equal(renderReplicas({ at: AT, replicas: [] }), 'no replicas');
+  });
+});
