@@ -106,6 +106,7 @@ export class Reconciler implements FleetView {
   private running: Promise<void> | null = null;
   private next: { promise: Promise<void>; resolve: () => void } | null = null;
   private timer: NodeJS.Timeout | null = null;
+  private wake: { at: number; timer: NodeJS.Timeout } | null = null;
   private pollMs = 0;
   private stopped = false;
 
@@ -134,6 +135,8 @@ export class Reconciler implements FleetView {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    if (this.wake) clearTimeout(this.wake.timer);
+    this.wake = null;
     await this.running?.catch(() => undefined);
     await Promise.all([...this.drivers.values()].map((d) => d.driver.close().catch(() => undefined)));
   }
@@ -200,6 +203,7 @@ export class Reconciler implements FleetView {
       this.lastPass = { startedAt: new Date(started).toISOString(), durationMs, result: error ? 'error' : 'ok', error, actions };
       await this.summarizeAndPersist(log);
       this.o.onPass?.(error ? 'error' : 'ok', durationMs / 1000);
+      this.scheduleWake();
     }
   }
 
@@ -418,6 +422,40 @@ export class Reconciler implements FleetView {
         this.stopping.delete(a.replicaId);
       }
     });
+    // The world changed under the stops: look again (restarts finish, freed room gets used).
+    if (stops.length) void this.requestPass('stops-finished');
+  }
+
+  /**
+   * Time-based changes need a pass at the right moment, not at the next poll: a backoff that
+   * expires, a drain grace that ends, an on-demand model that goes idle, a failure count that resets.
+   */
+  private scheduleWake(): void {
+    const spec = this.spec();
+    if (!spec || this.stopped) return;
+    const now = this.clock();
+    const times: number[] = [];
+    for (const h of Object.values(this.health)) if (h.nextAttemptAt !== null) times.push(h.nextAttemptAt);
+    for (const since of Object.values(this.draining)) times.push(since + spec.settings.drainGraceMs);
+    for (const m of Object.values(spec.models)) {
+      const d = this.demandAt[m.name];
+      if (m.scaling.mode === 'on_demand' && d && (this.desired[m.name] ?? 0) > 0) times.push(d.lastRequestAt + m.scaling.idleTimeoutMs);
+      const h = this.health[m.name];
+      if (h && h.consecutiveFailures > 0 && !h.parked) {
+        const readyAt = Math.min(...this.readyReplicas(m.name).map((r) => this.readySince.get(r.id) ?? Infinity));
+        if (Number.isFinite(readyAt)) times.push(readyAt + spec.settings.readyResetMs);
+      }
+    }
+    const future = times.filter((t) => t > now);
+    const at = future.length ? Math.min(...future) : null;
+    if (at === null || (this.wake && this.wake.at <= at && this.wake.at > now)) return;
+    if (this.wake) clearTimeout(this.wake.timer);
+    const timer = setTimeout(() => {
+      this.wake = null;
+      void this.requestPass('wake');
+    }, at - now + 5);
+    timer.unref();
+    this.wake = { at, timer };
   }
 
   /** A replica start runs in the background: engine, model file, launch, wait for ready. */

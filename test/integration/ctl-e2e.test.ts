@@ -1,0 +1,117 @@
+/**
+ * `llmgw ctl` against the real stack (sshd nodes, llama-server, git http-backend) through the admin
+ * API: retry unparks a parked model that becomes ready once the cause is fixed; retry on a model
+ * that is not parked says so; restart --model keeps the model serving through the router.
+ */
+import { strict as assert } from 'node:assert';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import { request } from 'undici';
+import { buildAdminApp } from '../../src/admin/app.js';
+import { buildRouter } from '../../src/router/app.js';
+import { runCli } from '../harness/cli.js';
+import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+
+let fleet: TestFleet;
+let ctl: TestController;
+let admin: FastifyInstance;
+let router: FastifyInstance;
+let adminUrl: string;
+let routerUrl: string;
+let lateDir: string;
+const TOKEN = 'ctl-e2e-admin-token';
+
+const model = (name: string) => ctl.reconciler.model(name)!;
+const ctlRun = (...args: string[]) => runCli(['ctl', '--server', adminUrl, '--token', TOKEN, ...args]);
+
+before(async () => {
+  fleet = await startTestFleet({ nodes: 2 });
+  lateDir = mkdtempSync(join(tmpdir(), 'llmgw-late-engine-'));
+  const files = fleet.baseFiles();
+  delete files['models/kev.yaml'];
+  delete files['models/huge.yaml'];
+  // an engine version whose binary is not installed on the nodes yet
+  files['engines/llama-cpp.yaml'] += `  late:\n    path: ${lateDir}/engine/llama-server\n`;
+  files['profiles/late.yaml'] = files['profiles/tiny.yaml']!.replace('llama-cpp@test', 'llama-cpp@late');
+  files['models/lazy.yaml'] = modelYaml(fleet.models.good2, ['replicas: 1']).replace('profile: tiny', 'profile: late');
+  await fleet.push(files, 'a model on an engine that is not installed yet');
+  ctl = await fleet.startController();
+  admin = buildAdminApp({ backend: ctl.reconciler, token: TOKEN });
+  router = buildRouter({ fleet: ctl.reconciler, auth: { required: false } });
+  adminUrl = await admin.listen({ host: '127.0.0.1', port: 0 });
+  routerUrl = await router.listen({ host: '127.0.0.1', port: 0 });
+});
+
+after(async () => {
+  await router?.close();
+  await admin?.close();
+  await fleet?.cleanup();
+  rmSync(lateDir, { recursive: true, force: true });
+});
+
+describe('llmgw ctl against the real stack', () => {
+  it('status shows the parked model with the engine’s reason', async () => {
+    await ctl.until(() => model('lazy').phase === 'parked' && model('good').phase === 'ready', 'lazy parked, good ready');
+    assert.equal(model('lazy').parked?.lastError.code, 'ENGINE_NOT_FOUND');
+    const r = await ctlRun('status');
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /PARKED \(1\)/);
+    assert.match(r.stdout, /lazy\s+0\/1\s+parked/);
+    assert.match(r.stdout, /llmgw ctl retry lazy/);
+  });
+
+  it('retry on a parked model unparks it; once the cause is fixed it becomes ready', async () => {
+    symlinkSync(dirname(fleet.engineBinary), join(lateDir, 'engine'));
+    const r = await ctlRun('retry', 'lazy');
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /lazy: unparked/);
+    await ctl.until(() => model('lazy').phase === 'ready', 'lazy ready after the retry');
+    assert.equal(model('lazy').consecutiveFailures, 0);
+  });
+
+  it('retry on a model that is not parked says so and clears its backoff', async () => {
+    const r = await ctlRun('retry', 'good');
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /good: not parked; backoff cleared/);
+    const json = await ctlRun('retry', 'good-alias', '-o', 'json');
+    assert.equal((JSON.parse(json.stdout) as { outcome: string }).outcome, 'backoff-cleared');
+  });
+
+  it('restart --model keeps the model serving through the router when there is room', async () => {
+    const before = model('good').replicas.map((r) => r.id);
+    let ok = 0;
+    const failures: string[] = [];
+    let running = true;
+    const client = (async () => {
+      while (running) {
+        const res = await request(`${routerUrl}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'good', prompt: 'hi', max_tokens: 2 }),
+        }).catch((e: unknown) => ({ statusCode: 0, body: { text: async () => String(e) } }));
+        const text = await res.body.text();
+        if (res.statusCode === 200) ok++;
+        else failures.push(`${res.statusCode} ${text.slice(0, 200)}`);
+      }
+    })();
+    const r = await ctlRun('restart', '--model', 'good');
+    running = false;
+    await client;
+    assert.equal(r.code, 0, r.stderr + r.stdout);
+    const afterIds = model('good').replicas.filter((x) => x.phase === 'ready').map((x) => x.id);
+    assert.equal(afterIds.length, 1);
+    assert.ok(!before.includes(afterIds[0]!), 'the replica was replaced');
+    assert.ok(ok > 3, `requests were answered during the restart (${ok})`);
+    assert.deepEqual(failures, []);
+  });
+
+  it('logs shows a replica’s log tail', async () => {
+    const [replica] = model('good').replicas;
+    const r = await ctlRun('logs', replica!.id, '--lines', '20');
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /llama|server|listening|slot/i);
+  });
+});
