@@ -211,6 +211,21 @@ export class FleetRepo {
 
   /** A commit oid for a branch, tag, full or short oid, full ref name, or HEAD. */
   async resolve(rev: string): Promise<string> {
+    // REV~N and REV^N (as in `git rev-parse`): walk first / Nth parents from the base revision.
+    const m = /^(.+?)((?:[~^]\d*)+)$/.exec(rev.trim());
+    if (m) {
+      let oid = await this.resolve(m[1]!);
+      for (const [, op, digits] of m[2]!.matchAll(/([~^])(\d*)/g)) {
+        const n = digits === '' ? 1 : Number(digits);
+        for (let i = 0; i < (op === '~' ? n : 1); i++) {
+          const parents = (await this.readCommit(oid)).parents;
+          const next = op === '~' ? parents[0] : n === 0 ? oid : parents[n - 1];
+          if (!next) throw new LlmgwError('GIT_REF_NOT_FOUND', `revision ${rev} not found in ${this.label}: ${oid.slice(0, 12)} has no such parent`, { rev });
+          oid = next;
+        }
+      }
+      return oid;
+    }
     await this.open();
     const r = rev.trim();
     const candidates: string[] = [];

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { buildCase, invalidCases } from '../fixtures/invalid-fleets.js';
 import { minimalFleet, tempFleet } from '../harness/fleet.js';
 import { runCli, spawnCli } from '../harness/cli.js';
+import { cleanupTempDirs, WorkRepo } from '../harness/git.js';
 
 describe('llmgw validate', () => {
   it('the installed binary: `llmgw validate example-fleet-repo` exits 0', () => {
@@ -40,6 +41,28 @@ describe('llmgw validate', () => {
       assert.match(out.problems[0]!.hint, /512MiB, 14GiB/);
     } finally {
       f.cleanup();
+    }
+  });
+
+  it('--rev reads the committed files at a revision, never the working tree', async () => {
+    const repo = await WorkRepo.init();
+    try {
+      await repo.write(minimalFleet());
+      await repo.commit('good fleet');
+      await repo.write({ 'models/alpha.yaml': 'source: nope\n' }); // uncommitted breakage
+      assert.equal((await runCli(['validate', '--rev', 'HEAD', repo.dir])).code, 0);
+      assert.equal((await runCli(['validate', repo.dir])).code, 2, 'the directory itself is broken');
+      await repo.commit('break alpha');
+      const bad = await runCli(['validate', '--rev', 'HEAD', repo.dir]);
+      assert.equal(bad.code, 2);
+      assert.match(bad.stdout, /models\/alpha\.yaml:1:9: error: source: "nope" is not valid here/);
+      assert.match(bad.stdout, /at [0-9a-f]{12}: invalid/);
+      assert.equal((await runCli(['validate', '--rev', 'HEAD~1', repo.dir])).code, 0);
+      const missing = await runCli(['validate', '--rev', 'no-such-branch', repo.dir]);
+      assert.equal(missing.code, 2);
+      assert.match(missing.stderr, /GIT_REF_NOT_FOUND/);
+    } finally {
+      await cleanupTempDirs();
     }
   });
 
