@@ -6,7 +6,7 @@
 import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
 import { request } from 'undici';
-import { resolveSourceUrl } from '../spec/source.js';
+import { resolveModelSource } from '../nodes/sources.js';
 import type { ModelSpec, ProfileSpec } from '../spec/types.js';
 
 export interface GgufShape {
@@ -50,7 +50,9 @@ async function readShape(source: string): Promise<GgufShape> {
     const [{ metadata }, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
     return shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size);
   }
-  const url = resolveSourceUrl(source);
+  const src = resolveModelSource(source);
+  if (src.kind !== 'url') throw new Error(`not a URL source: ${source}`);
+  const url = src.url;
   const head = await request(url, { method: 'HEAD', maxRedirections: 5 } as Parameters<typeof request>[1]);
   await head.body.dump();
   const len = Number(head.headers['content-length']);

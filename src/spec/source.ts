@@ -27,13 +27,3 @@ export function normalizeSource(source: string): string {
     return s;
   }
 }
-
-/** hf://org/repo/path/file.gguf[@rev] → https://huggingface.co/org/repo/resolve/<rev>/path/file.gguf */
-export function resolveSourceUrl(source: string): string {
-  if (!source.startsWith('hf://')) return source;
-  const body = source.slice('hf://'.length);
-  const at = body.lastIndexOf('@');
-  const [path, rev] = at > 0 ? [body.slice(0, at), body.slice(at + 1)] : [body, 'main'];
-  const [org, repo, ...file] = path.split('/');
-  return `https://huggingface.co/${org}/${repo}/resolve/${rev}/${file.join('/')}`;
-}

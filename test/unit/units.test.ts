@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { formatBytes, formatDuration, parseDuration, parseSize } from '../../src/spec/units.js';
-import { normalizeSource, resolveSourceUrl } from '../../src/spec/source.js';
+import { normalizeSource } from '../../src/spec/source.js';
 
 describe('units', () => {
   it('parses sizes', () => {
@@ -25,11 +25,9 @@ describe('units', () => {
     assert.equal(formatDuration(300_000), '5m');
     assert.equal(formatDuration(5_400_000), '1h30m');
   });
-  it('normalizes and resolves sources', () => {
+  it('normalizes sources', () => {
     assert.equal(normalizeSource('hf://org/repo/f.gguf@main'), 'hf://org/repo/f.gguf');
     assert.equal(normalizeSource('https://Example.COM:443/a/b.gguf'), 'https://example.com/a/b.gguf');
     assert.equal(normalizeSource('file:///srv//models/./x.gguf'), 'file:///srv/models/x.gguf');
-    assert.equal(resolveSourceUrl('hf://org/repo/dir/f.gguf'), 'https://huggingface.co/org/repo/resolve/main/dir/f.gguf');
-    assert.equal(resolveSourceUrl('hf://org/repo/f.gguf@v2'), 'https://huggingface.co/org/repo/resolve/v2/f.gguf');
   });
 });

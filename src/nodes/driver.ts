@@ -1,0 +1,123 @@
+/**
+ * The NodeDriver: everything llmgw does on a node (observe it, install engines, fetch model files,
+ * start / stop / adopt llama-server replicas), behind one interface. There is one implementation,
+ * ShellNodeDriver (shell-driver.ts), written over the `Shell` interface so the ssh and local
+ * transports share every script.
+ *
+ * Layout on the node, under `node.dataDir`:
+ *   engines/<engine>/<version>/         the installed engine; `.complete` (binary path + install
+ *                                       fingerprint) is written last, so a half install never looks installed
+ *   models/<sha256>.gguf                verified model files (downloaded to `<sha256>.gguf.part`, renamed when verified)
+ *   replicas/<id>/state.json            what was started (pid, process start time, port, argv, model, digest, log path)
+ *   replicas/<id>/log                   llama-server's stdout + stderr
+ *
+ * Errors are LlmgwError with catalogue reasons (NODE_*, ENGINE_*, MODEL_*, REPLICA_*).
+ */
+import type { ReasonCode } from '../errors/catalogue.js';
+import type { EngineVersionSpec, ProfileSpec } from '../spec/types.js';
+
+export type ReplicaState = 'starting' | 'ready' | 'failed';
+
+export interface ReplicaFailure {
+  readonly code: ReasonCode;
+  /** From the engine's own output where possible, e.g. "… unknown model architecture: 'kev'". */
+  readonly message: string;
+  readonly logTail: string;
+}
+
+export interface ReplicaObservation {
+  readonly id: string;
+  readonly model: string;
+  /** The model's definition digest the replica was started with. */
+  readonly digest: string;
+  readonly port: number;
+  readonly pid: number;
+  /** Epoch ms when the replica was started (the node's clock). */
+  readonly startedAt: number;
+  /** http://host:port — where the controller reaches the replica. */
+  readonly endpoint: string;
+  /**
+   * ready: the process is the one started and GET /health is 200; starting: the process is alive
+   * but not (yet) healthy; failed: the process is gone (or its pid now belongs to another process).
+   */
+  readonly state: ReplicaState;
+  readonly failure?: ReplicaFailure;
+}
+
+export interface EngineObservation {
+  readonly engine: string;
+  readonly version: string;
+  readonly binary: string;
+}
+
+export interface ModelFileObservation {
+  readonly sha256: string;
+  readonly path: string;
+  readonly bytes: number;
+}
+
+export interface NodeObservation {
+  readonly node: string;
+  /** Epoch ms (controller clock) when the observation was taken. */
+  readonly at: number;
+  readonly memory: { readonly totalBytes: number; readonly availableBytes: number };
+  readonly cpus: number;
+  readonly cpuFlags: readonly string[];
+  /** `uname -m`, e.g. x86_64, aarch64. */
+  readonly arch: string;
+  /** Free bytes on the file system of dataDir. */
+  readonly diskFreeBytes: number;
+  readonly engines: readonly EngineObservation[];
+  readonly models: readonly ModelFileObservation[];
+  readonly replicas: readonly ReplicaObservation[];
+}
+
+export interface ReplicaStartSpec {
+  /** Chosen by the reconciler; [A-Za-z0-9][A-Za-z0-9._-]{0,127}, unique on the node. */
+  readonly id: string;
+  /** Canonical model name (recorded, not interpreted). */
+  readonly model: string;
+  /** The model's definition digest (recorded, so adoption can compare it with the spec). */
+  readonly digest: string;
+  /** The GGUF on the node (from ensureModel). */
+  readonly modelPath: string;
+  /** The engine binary on the node (from ensureEngine). */
+  readonly binary: string;
+  readonly profile: ProfileSpec;
+  /** Passed to llama-server as LLAMA_API_KEY over the script's stdin, never in argv. Empty = no key. */
+  readonly apiKey: string;
+  /** A fixed port (must be free); default: allocated from node.ports. */
+  readonly port?: number;
+}
+
+export interface ReplicaHandle {
+  readonly id: string;
+  readonly port: number;
+  readonly pid: number;
+  readonly endpoint: string;
+  readonly startedAt: number;
+}
+
+export interface NodeDriver {
+  readonly node: string;
+  /** One look at the node. Throws LlmgwError (NODE_UNREACHABLE, NODE_TIMEOUT, …): an unreachable node is unknown, never empty. */
+  observe(): Promise<NodeObservation>;
+  /** Install engine@version once (idempotent; concurrent calls coalesce). Returns the binary's path on the node. */
+  ensureEngine(v: EngineVersionSpec): Promise<{ binary: string }>;
+  /** Fetch and verify a model file into models/<sha256>.gguf (idempotent; concurrent calls coalesce). */
+  ensureModel(source: string, sha256: string): Promise<{ path: string; bytes: number }>;
+  /** Launch llama-server detached (own session, survives the controller); returns at once. */
+  startReplica(spec: ReplicaStartSpec): Promise<ReplicaHandle>;
+  /**
+   * Resolves when GET /health is 200. Rejects with LlmgwError REPLICA_* (detail { logTail }) when the
+   * process exits first (reason classified from its log) or with REPLICA_START_TIMEOUT. Does not stop
+   * the replica: the caller decides (stopReplica also removes its state).
+   */
+  waitReady(id: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<void>;
+  /** SIGTERM, SIGKILL after graceMs, then remove replicas/<id>. Idempotent (unknown id is fine). */
+  stopReplica(id: string, graceMs: number): Promise<void>;
+  /** The last `lines` lines of the replica's log. REPLICA_NOT_FOUND for an unknown id. */
+  logTail(id: string, lines: number): Promise<string>;
+  /** Close the transport. */
+  close(): Promise<void>;
+}

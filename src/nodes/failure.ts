@@ -1,0 +1,65 @@
+/**
+ * Classify why a llama-server replica failed, from the tail of its log. The message is the
+ * engine's own line (e.g. "llama_model_load: error loading model: error loading model architecture:
+ * unknown model architecture: 'kev'"), so an operator sees what llama.cpp said, not a generic text.
+ *
+ * What llama-server prints (node-llama-cpp 3.21.1's llama.cpp; see test/harness/llama-server.ts):
+ *   unknown arch   unknown model architecture: 'kev'
+ *   missing file   gguf_init_from_file: failed to open GGUF file '/x.gguf' (No such file or directory)
+ *   load failure   llama_model_load_from_file_impl: failed to load model
+ *   port in use    start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 41234
+ *   out of memory  failed to allocate … / unable to allocate … / std::bad_alloc / Cannot allocate memory
+ */
+import type { ReasonCode } from '../errors/catalogue.js';
+
+export interface ClassifiedFailure {
+  readonly code: ReasonCode;
+  readonly message: string;
+}
+
+interface Rule {
+  readonly code: ReasonCode;
+  readonly test: RegExp;
+}
+
+// Order matters: an unknown architecture is also "failed to load model"; a failed allocation is
+// also a failed load.
+const RULES: readonly Rule[] = [
+  { code: 'REPLICA_UNKNOWN_ARCHITECTURE', test: /unknown model architecture/i },
+  { code: 'REPLICA_OUT_OF_MEMORY', test: /failed to allocate|unable to allocate|std::bad_alloc|cannot allocate memory|out of memory|failed to initialize the context|\boom\b/i },
+  { code: 'REPLICA_PORT_IN_USE', test: /couldn't bind HTTP server socket|address already in use/i },
+  { code: 'REPLICA_MODEL_LOAD_FAILED', test: /failed to open GGUF file|No such file or directory|failed to load model|error loading model|invalid magic|not a GGUF file|failed to read/i },
+];
+
+// Lines that say "we are exiting" but not why.
+const NOISE = /cleaning up before exit|exiting due to|^main: |^\s*$|^srv\s+operator\(\)/;
+const ERRORISH = /error|fail|invalid|unknown|cannot|can't|couldn't|unable|abort|terminate|exception|not found|denied|killed|segmentation/i;
+
+/** Strip ANSI colour codes, carriage returns and llama.cpp's log prefix ("0.00.018.295 E "). */
+function clean(line: string): string {
+  return line
+    // eslint-disable-next-line no-control-regex
+    .replace(/\x1b\[[0-9;]*m/g, '')
+    .replace(/\r/g, '')
+    .replace(/^\s*\d+\.\d+\.\d+\.\d+ [A-Z] /, '')
+    .trim();
+}
+
+/**
+ * The reason a replica failed, from its log tail. `exit` (when known) is added to REPLICA_EXITED
+ * messages, e.g. "killed by SIGKILL".
+ */
+export function classifyFailure(logTail: string, exit?: string): ClassifiedFailure {
+  const lines = logTail.split('\n').map(clean).filter((l) => l !== '');
+  for (const rule of RULES) {
+    // the first matching line is usually the root cause (later ones are consequences)
+    const line = lines.find((l) => rule.test.test(l));
+    if (line !== undefined) return { code: rule.code, message: line };
+  }
+  const meaningful = lines.filter((l) => !NOISE.test(l));
+  const errorLine = [...meaningful].reverse().find((l) => ERRORISH.test(l));
+  const last = errorLine ?? meaningful[meaningful.length - 1] ?? lines[lines.length - 1];
+  const suffix = exit ? ` (${exit})` : '';
+  if (last === undefined) return { code: 'REPLICA_EXITED', message: `llama-server exited with an empty log${suffix}` };
+  return { code: 'REPLICA_EXITED', message: `llama-server exited${suffix}: ${last}` };
+}

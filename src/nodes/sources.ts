@@ -1,0 +1,45 @@
+/**
+ * Model sources: https://…, http://… (tests, internal mirrors), hf://org/repo/path.gguf[@revision]
+ * (resolved to Hugging Face's https "resolve" URL) and file:///abs/path (a file already on the node).
+ */
+export type ModelSource =
+  | { readonly kind: 'url'; readonly url: string }
+  | { readonly kind: 'file'; readonly path: string };
+
+export const HF_BASE_URL = 'https://huggingface.co';
+
+/** Parse a normalized model source. Throws Error on anything else (the spec validates sources first). */
+export function resolveModelSource(source: string, hfBase: string = HF_BASE_URL): ModelSource {
+  if (source.startsWith('https://') || source.startsWith('http://')) {
+    const u = new URL(source); // throws on a malformed URL
+    return { kind: 'url', url: u.toString() };
+  }
+  if (source.startsWith('hf://')) return { kind: 'url', url: hfToHttps(source, hfBase) };
+  if (source.startsWith('file://')) {
+    const u = new URL(source);
+    if (u.host !== '' && u.host !== 'localhost') throw new Error(`file:// source must be on the node (no host): ${source}`);
+    const path = decodeURIComponent(u.pathname);
+    if (!path.startsWith('/')) throw new Error(`file:// source must be an absolute path: ${source}`);
+    return { kind: 'file', path };
+  }
+  throw new Error(`unsupported model source (expected https://, hf:// or file://): ${source}`);
+}
+
+/** hf://org/repo/dir/file.gguf[@rev] → https://huggingface.co/org/repo/resolve/<rev|main>/dir/file.gguf */
+export function hfToHttps(source: string, hfBase: string = HF_BASE_URL): string {
+  let rest = source.slice('hf://'.length);
+  let revision = 'main';
+  const at = rest.lastIndexOf('@');
+  if (at >= 0) {
+    revision = rest.slice(at + 1);
+    rest = rest.slice(0, at);
+    if (revision === '') throw new Error(`hf:// source has an empty revision: ${source}`);
+  }
+  const parts = rest.split('/');
+  if (parts.length < 3 || parts.some((p) => p === '' || p === '.' || p === '..')) {
+    throw new Error(`hf:// source must be hf://org/repo/path/to/file.gguf[@revision]: ${source}`);
+  }
+  const [org, repo, ...file] = parts as [string, string, ...string[]];
+  const enc = (s: string) => encodeURIComponent(s);
+  return `${hfBase.replace(/\/+$/, '')}/${enc(org)}/${enc(repo)}/resolve/${enc(revision)}/${file.map(enc).join('/')}`;
+}
