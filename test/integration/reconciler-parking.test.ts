@@ -32,7 +32,9 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
     assert.ok(kev.parked);
     assert.equal(kev.parked.lastError.code, 'REPLICA_UNKNOWN_ARCHITECTURE');
     assert.match(kev.parked.lastError.message, /unknown model architecture: 'kev'/);
-    assert.equal(ctl.starts.get('kev'), 5);
+    // exactly 5 counted failures; a start set back by the node (a port taken in between) is not counted
+    const setbacks = ctl.logs.filter((l) => l.msg.startsWith('replica start set back') && l.model === 'kev').length;
+    assert.ok((ctl.starts.get('kev') ?? 0) >= 5 && (ctl.starts.get('kev') ?? 0) - 5 <= setbacks, `starts ${ctl.starts.get('kev')}, setbacks ${setbacks}`);
     assert.equal(model('good').ready, 1);
     // the parking was logged as an error, with the model and reason
     const parkedLog = ctl.logs.filter((l) => l.msg.startsWith('model parked') && l.model === 'kev');
@@ -67,10 +69,11 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
   });
 
   it('a second pass over an unchanged world plans zero actions', async () => {
+    const starts = ctl.starts.get('kev');
     await ctl.reconciler.requestPass('test');
     await ctl.reconciler.requestPass('test');
     assert.equal(ctl.reconciler.snapshot().lastPass?.actions, 0);
-    assert.equal(ctl.starts.get('kev'), 5, 'a parked model is not started again');
+    assert.equal(ctl.starts.get('kev'), starts, 'a parked model is not started again');
   });
 
   it('the status branch holds the parked model’s file with last error and digest', async () => {
@@ -87,10 +90,11 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
   it('a commit that only edits another model leaves it parked', async () => {
     const files = fleet.baseFiles();
     await fleet.push({ 'models/good.yaml': files['models/good.yaml']!.replace('aliases: [good-alias]', 'aliases: [good-alias, good-2]') }, 'good: another alias');
+    const starts = ctl.starts.get('kev');
     await ctl.until(() => ctl.reconciler.spec()?.modelNames['good-2'] === 'good', 'the new revision applied');
     await ctl.reconciler.requestPass('test');
     assert.equal(model('kev').phase, 'parked');
-    assert.equal(ctl.starts.get('kev'), 5);
+    assert.equal(ctl.starts.get('kev'), starts);
   });
 
   it('a restarted controller keeps parking and failure counts', async () => {
@@ -132,7 +136,8 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
     // it fails again and parks again; the trailer is not handled a second time
     await ctl.until(() => model('kev').phase === 'parked', 'kev parked after the retry');
     const afterRetry = ctl.starts.get('kev') ?? 0;
-    assert.equal(afterRetry - before, 5);
+    assert.ok(afterRetry - before >= 5, 'five more failed starts after the retry');
+    assert.equal(model('kev').consecutiveFailures, 5);
     for (let i = 0; i < 3; i++) await ctl.reconciler.requestPass('test');
     assert.equal(ctl.starts.get('kev'), afterRetry);
     assert.equal(ctl.logs.filter((l) => l.msg === 'retry handled' && l.model === 'kev').length, 1);

@@ -1,0 +1,92 @@
+/**
+ * The front door: `npm start` (= `llmgw serve --local`) brings up the bundled local fleet; curl gets
+ * a chat completion from the demo model; `llmgw ctl status` shows the parked and unplaceable models
+ * with their reasons. Runs the real binary (bin/llmgw.js on dist/) as a child process.
+ */
+import { strict as assert } from 'node:assert';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { freePort } from '../harness/llama-server.js';
+import { repoRoot } from '../harness/paths.js';
+import { spawnCli } from '../harness/cli.js';
+
+let home: string;
+let child: ChildProcess;
+let stderr = '';
+let stdout = '';
+let routerPort: number;
+let adminPort: number;
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+async function eventually<T>(what: string, timeoutMs: number, fn: () => T | null | undefined): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n--- llmgw stderr (tail) ---\n${stderr.slice(-3000)}\n--- llmgw log (tail) ---\n${stdout.slice(-6000)}`);
+    if (child.exitCode !== null) throw new Error(`llmgw exited (${child.exitCode}) while waiting for ${what}\n${stderr.slice(-3000)}`);
+    await sleep(500);
+  }
+}
+
+before(async () => {
+  home = mkdtempSync(join(tmpdir(), 'llmgw-local-'));
+  [routerPort, adminPort] = [await freePort(), await freePort()];
+  child = spawn(process.execPath, [join(repoRoot, 'bin', 'llmgw.js'), 'serve', '--local'], {
+    cwd: repoRoot,
+    env: { ...process.env, LLMGW_LOCAL_HOME: home, LLMGW_ROUTER_LISTEN: `127.0.0.1:${routerPort}`, LLMGW_ADMIN_LISTEN: `127.0.0.1:${adminPort}`, LLMGW_LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stdout!.on('data', (d: Buffer) => (stdout = (stdout + d.toString()).slice(-20_000)));
+  await eventually('llmgw to serve', 15 * 60_000, () => stderr.includes('llmgw is serving the local fleet'));
+});
+
+after(async () => {
+  if (child && child.exitCode === null) {
+    child.kill('SIGKILL');
+  }
+  spawnSync('pkill', ['-9', '-f', `${home}/node/`]);
+  rmSync(home, { recursive: true, force: true });
+});
+
+describe('npm start: the bundled local fleet', () => {
+  it('prints where the router and admin API are and how to try them', () => {
+    assert.match(stderr, new RegExp(`router \\(OpenAI API\\): http://127\\.0\\.0\\.1:${routerPort}/v1`));
+    assert.match(stderr, /curl .*\/v1\/chat\/completions/);
+  });
+
+  it('curl to the router gets a chat completion from the demo model', async () => {
+    const body = JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
+    const reply = await eventually('a chat completion', 120_000, () => {
+      const r = spawnSync('curl', ['-sS', '-m', '60', '-w', '\n%{http_code}', `http://127.0.0.1:${routerPort}/v1/chat/completions`, '-H', 'content-type: application/json', '-d', body], { encoding: 'utf8' });
+      const [text = '', code = ''] = [r.stdout.slice(0, r.stdout.lastIndexOf('\n')), r.stdout.slice(r.stdout.lastIndexOf('\n') + 1)];
+      return code === '200' ? (JSON.parse(text) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } }) : null;
+    });
+    assert.equal(reply.usage.completion_tokens, 8);
+    assert.ok(reply.choices[0]!.message.content.length > 0);
+  });
+
+  it('`llmgw ctl status` shows the parked and the unplaceable model with their reasons', async () => {
+    const out = await eventually('kev-demo parked and huge-demo unplaceable', 180_000, () => {
+      const r = spawnCli(['ctl', 'status', '--server', `http://127.0.0.1:${adminPort}`]);
+      return /parked/i.test(r.stdout) && r.stdout.includes('kev-demo') && /unknown model architecture/.test(r.stdout) && /needs 4 TiB/.test(r.stdout) ? r.stdout : null;
+    });
+    assert.match(out, /huge-demo/);
+    assert.match(out, /demo\s+.*1\/1/);
+  });
+
+  it('SIGTERM shuts it down gracefully; the demo replica keeps running for the next start to adopt', async () => {
+    child.kill('SIGTERM');
+    const code = await new Promise<number | null>((r) => child.once('exit', r));
+    assert.equal(code, 0, stderr.slice(-2000));
+    const ps = spawnSync('pgrep', ['-f', `${home}/node/`], { encoding: 'utf8' });
+    assert.ok(ps.stdout.trim().length > 0, 'the replica is still running');
+  });
+});
