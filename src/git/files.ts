@@ -50,12 +50,30 @@ export function gitFiles(opts: GitFilesOptions): FleetFiles {
   const sizer = opts.sizer ?? new ObjectSizer(gitdir);
   const label = opts.label ?? oid.slice(0, 12);
 
-  const readTreeAt = async (treeish: string): Promise<TreeEntry[]> => (await git.readTree({ fs, gitdir, oid: treeish, cache })).tree;
+  // Trees are read once and indexed by name: a fleet of 1,000 models reads models/ once, not per file.
+  const trees = new Map<string, Promise<Map<string, TreeEntry>>>();
+  const treeAt = (treeish: string): Promise<Map<string, TreeEntry>> => {
+    let t = trees.get(treeish);
+    if (!t) {
+      t = git.readTree({ fs, gitdir, oid: treeish, cache }).then((r) => new Map(r.tree.map((e) => [e.path, e])));
+      trees.set(treeish, t);
+    }
+    return t;
+  };
+  const readTreeAt = async (treeish: string): Promise<TreeEntry[]> => [...(await treeAt(treeish)).values()];
+  const sizes = new Map<string, Promise<number>>();
 
-  const sizeOf = async (blob: string): Promise<number> => {
-    const s = await sizer.size(blob).catch(() => null);
-    if (s !== null) return s;
-    return (await git.readBlob({ fs, gitdir, oid: blob, cache })).blob.byteLength;
+  const sizeOf = (blob: string): Promise<number> => {
+    let p = sizes.get(blob);
+    if (!p) {
+      p = (async () => {
+        const s = await sizer.size(blob).catch(() => null);
+        if (s !== null) return s;
+        return (await git.readBlob({ fs, gitdir, oid: blob, cache })).blob.byteLength;
+      })();
+      sizes.set(blob, p);
+    }
+    return p;
   };
 
   const entry = async (path: string, e: TreeEntry): Promise<FleetEntry> => {
@@ -73,7 +91,7 @@ export function gitFiles(opts: GitFilesOptions): FleetFiles {
         if (kindOf(found.mode) !== 'dir') return null;
         treeish = found.oid;
       }
-      found = (await readTreeAt(treeish)).find((t) => t.path === part) ?? null;
+      found = (await treeAt(treeish)).get(part) ?? null;
       if (!found) return null;
     }
     return found;
