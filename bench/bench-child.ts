@@ -1,0 +1,127 @@
+/**
+ * One process of the router benchmark (forked by bench/router.bench.ts, IPC channel required):
+ *
+ *   bench-child stub                    the fast upstream stub (bench/upstream-stub.ts)
+ *   bench-child bare   UPSTREAM         a bare Node passthrough: node:http + undici Pool.stream, no
+ *                                       auth, no routing — the floor for any Node proxy
+ *   bench-child router UPSTREAM ENGINE_KEY   llmgw's router: auth (sha256 key lookup), model
+ *                                       routing through a FleetView, prom-client metrics
+ *
+ * Sends {ready: port} once listening; answers {mem: true} with {rss} after a GC when --expose-gc.
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Registry } from 'prom-client';
+import { Pool } from 'undici';
+import { createRouterMetrics } from '../src/metrics/router.js';
+import type { DemandResult, FleetView, ModelView, ReplicaView } from '../src/reconciler/view.js';
+import { buildRouter } from '../src/router/app.js';
+import type { FleetSpec } from '../src/spec/types.js';
+import { fakeSpec } from '../test/harness/fake-fleet-view.js';
+import { startUpstreamStub } from './upstream-stub.js';
+
+export const BENCH_MODEL = 'bench-model';
+export const BENCH_ALIAS = 'gpt-bench';
+export const BENCH_CLIENT_KEY = 'bench-client-key';
+
+/** A FleetView with one always-ready model: no allocation per request. */
+export class StaticFleetView implements FleetView {
+  private readonly s: FleetSpec;
+  private readonly replicas: readonly ReplicaView[];
+  constructor(
+    upstream: string,
+    readonly engineApiKey: string,
+  ) {
+    this.s = fakeSpec({
+      models: { [BENCH_MODEL]: { aliases: [BENCH_ALIAS] }, other: {} },
+      keys: [
+        { name: 'bench', key: BENCH_CLIENT_KEY, models: [BENCH_MODEL] },
+        { name: 'someone-else', key: 'another-key', models: ['other'] },
+      ],
+    });
+    this.replicas = [{ id: 'bench-r1', model: BENCH_MODEL, node: 'local', endpoint: upstream, phase: 'ready', digest: 'd', startedAt: new Date().toISOString() }];
+  }
+  spec(): FleetSpec {
+    return this.s;
+  }
+  model(name: string): ModelView | null {
+    const spec = this.s.models[name];
+    if (!spec) return null;
+    return { name, spec, phase: 'ready', desired: 1, ready: 1, replicas: this.replicas, consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, digest: spec.digest };
+  }
+  readyReplicas(model: string): readonly ReplicaView[] {
+    return model === BENCH_MODEL ? this.replicas : [];
+  }
+  async demand(): Promise<DemandResult> {
+    return { kind: 'ready', replicas: this.replicas };
+  }
+  async waitReady(): Promise<readonly ReplicaView[]> {
+    return this.replicas;
+  }
+  private last = 0;
+  touch(): void {
+    this.last = Date.now();
+  }
+}
+
+async function startBare(upstream: string): Promise<number> {
+  const pool = new Pool(upstream);
+  const server = createServer((req, res) => {
+    const parts: Buffer[] = [];
+    req.on('data', (d: Buffer) => parts.push(d));
+    req.on('end', () => {
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (req.headers.authorization) headers['authorization'] = req.headers.authorization;
+      pool.stream(
+        { path: req.url ?? '/', method: 'POST', headers, body: Buffer.concat(parts) },
+        ({ statusCode, headers: h }) => {
+          const out: Record<string, string> = {};
+          if (typeof h['content-type'] === 'string') out['content-type'] = h['content-type'];
+          if (typeof h['content-length'] === 'string') out['content-length'] = h['content-length'];
+          res.writeHead(statusCode, out);
+          return res;
+        },
+        (err) => {
+          if (err && !res.headersSent) {
+            res.writeHead(502);
+            res.end();
+          }
+        },
+      );
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return (server.address() as AddressInfo).port;
+}
+
+async function startRouter(upstream: string, engineKey: string): Promise<number> {
+  const app = buildRouter({
+    fleet: new StaticFleetView(upstream, engineKey),
+    metrics: createRouterMetrics(new Registry()),
+    auth: { required: true },
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  app.server.keepAliveTimeout = 60_000;
+  return (app.server.address() as AddressInfo).port;
+}
+
+async function main(): Promise<void> {
+  const [role, upstream, engineKey] = process.argv.slice(2);
+  let port: number;
+  if (role === 'stub') port = (await startUpstreamStub()).port;
+  else if (role === 'bare') port = await startBare(upstream!);
+  else if (role === 'router') port = await startRouter(upstream!, engineKey ?? '');
+  else throw new Error(`unknown role ${role}`);
+  process.on('message', (m: { mem?: boolean }) => {
+    if (m.mem) {
+      (globalThis as { gc?: () => void }).gc?.();
+      const mu = process.memoryUsage();
+      process.send!({ rss: mu.rss, heapUsed: mu.heapUsed });
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+  process.send!({ ready: port });
+}
+
+if (process.send && ['stub', 'bare', 'router'].includes(process.argv[2] ?? '')) void main();

@@ -1,0 +1,501 @@
+/**
+ * Router benchmark (not a test; prints figures). All on loopback, bounded to a few minutes.
+ *
+ *   node --import tsx bench/router.bench.ts          (or compiled: node dist/bench/router.bench.js)
+ *   BENCH_QUICK=1 …                                   shorter runs (smoke)
+ *   BENCH_NO_LLAMA=1 …                                skip the llama-server run
+ *
+ * Against the same fast upstream stub (bench/upstream-stub.ts: OpenAI-shaped JSON and SSE), each in
+ * its own process:
+ *   (a) direct     the load generator talks to the stub
+ *   (b) nginx      Debian nginx as a reverse proxy (one worker, keepalive upstream, no buffering)
+ *   (c) bare       node:http + undici Pool.stream, no auth, no routing (the floor for a Node proxy)
+ *   (d) llmgw      the router: sha256 key auth, alias → model → replica routing, prom-client metrics
+ * Measures: throughput at saturation (JSON and short SSE; best of two interleaved rounds), p50/p99
+ * latency at a fixed open-loop rate, and 1,000 concurrent SSE streams: time to first chunk and the
+ * proxy's memory per open stream (RSS after GC with the streams open, minus before, / streams).
+ * Then the same throughput/latency, fewer requests, against a real llama-server (if built).
+ *
+ * The load generator is Node + undici in this process. The machine's cores are shared by the load
+ * generator, the proxy and the stub, so absolute numbers are low; the ratios are the point.
+ */
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { Pool } from 'undici';
+import { BENCH_ALIAS, BENCH_CLIENT_KEY } from './bench-child.js';
+
+const QUICK = process.env['BENCH_QUICK'] === '1';
+const HERE = fileURLToPath(new URL('.', import.meta.url));
+const IS_TS = import.meta.url.endsWith('.ts');
+const CHILD = join(HERE, IS_TS ? 'bench-child.ts' : 'bench-child.js');
+const NGINX = '/usr/sbin/nginx';
+const ENGINE_KEY = 'bench-engine-key';
+
+const SAT_CONNS = 32;
+const SAT_MS = QUICK ? 1000 : 2500;
+const WARM_MS = QUICK ? 300 : 500;
+const RATE = 1000;
+const RATE_MS = QUICK ? 2000 : 5000;
+const STREAMS = QUICK ? 200 : 1000;
+const STREAM_RAMP_PER_S = 500;
+
+const children: ChildProcess[] = [];
+let tmp = '';
+
+function cleanup(): void {
+  for (const c of children) {
+    try {
+      c.kill('SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+}
+process.on('exit', cleanup);
+process.on('SIGINT', () => process.exit(130));
+
+// ---------------------------------------------------------------------------------------------
+// processes
+
+interface Child {
+  proc: ChildProcess;
+  url: string;
+  /** RSS in bytes after a GC (node children) or summed over the processes (nginx). */
+  rss(): Promise<number>;
+  /** CPU time used so far (ms), summed over the processes. */
+  cpuMs(): number;
+}
+
+async function forkChild(args: string[]): Promise<Child> {
+  const proc = fork(CHILD, args, {
+    execArgv: [...(IS_TS ? ['--import', 'tsx'] : []), '--expose-gc'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  children.push(proc);
+  const port = await new Promise<number>((resolve, reject) => {
+    proc.once('message', (m: { ready?: number }) => (m.ready ? resolve(m.ready) : reject(new Error('bad child message'))));
+    proc.once('exit', (code) => reject(new Error(`child ${args[0]} exited with ${code}`)));
+  });
+  return {
+    proc,
+    url: `http://127.0.0.1:${port}`,
+    rss: () =>
+      new Promise((resolve) => {
+        proc.once('message', (m: { rss: number }) => resolve(m.rss));
+        proc.send({ mem: true });
+      }),
+    cpuMs: () => procCpuMs(proc.pid!),
+  };
+}
+
+function procRss(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** user+system CPU time of a process in ms (clock ticks of 10 ms). */
+function procCpuMs(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(f[11]) + Number(f[12])) * 10;
+  } catch {
+    return 0;
+  }
+}
+
+function childPids(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+async function startNginx(upstreamUrl: string): Promise<Child | null> {
+  if (!existsSync(NGINX)) return null;
+  const prefix = mkdtempSync(join(tmp, 'nginx-'));
+  for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(prefix, d));
+  const { freePort } = await import('../test/harness/llama-server.js');
+  const port = await freePort();
+  // bench/nginx.conf beside this file, or (compiled, dist/bench/) in the source tree
+  const template = [join(HERE, 'nginx.conf'), join(HERE, '..', '..', 'bench', 'nginx.conf')].find((p) => existsSync(p));
+  if (!template) throw new Error('bench/nginx.conf not found');
+  const conf = readFileSync(template, 'utf8')
+    .replaceAll('{{PREFIX}}', prefix)
+    .replaceAll('{{PORT}}', String(port))
+    .replaceAll('{{UPSTREAM}}', new URL(upstreamUrl).host);
+  const confPath = join(prefix, 'nginx.conf');
+  writeFileSync(confPath, conf);
+  const proc = spawn(NGINX, ['-c', confPath, '-p', prefix, '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  children.push(proc);
+  let err = '';
+  proc.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`nginx exited: ${err}`);
+    try {
+      await fetch(`http://127.0.0.1:${port}/`, { method: 'HEAD' });
+      break;
+    } catch {
+      if (Date.now() > deadline) throw new Error(`nginx not listening: ${err}`);
+      await sleep(50);
+    }
+  }
+  return {
+    proc,
+    url: `http://127.0.0.1:${port}`,
+    rss: async () => procRss(proc.pid!) + childPids(proc.pid!).reduce((s, p) => s + procRss(p), 0),
+    cpuMs: () => procCpuMs(proc.pid!) + childPids(proc.pid!).reduce((s, p) => s + procCpuMs(p), 0),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// load generation
+
+interface Target {
+  readonly name: string;
+  readonly url: string;
+  /** Authorization header the client sends to this target. */
+  readonly auth: string;
+  readonly proc: Child | null;
+}
+
+function reqHeaders(t: Target): Record<string, string> {
+  return { 'content-type': 'application/json', authorization: t.auth };
+}
+
+const chatBody = (extra: Record<string, unknown> = {}, model = BENCH_ALIAS): Buffer =>
+  Buffer.from(JSON.stringify({ model, messages: [{ role: 'user', content: 'Say something about the fleet.' }], max_tokens: 16, ...extra }));
+
+function pct(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/** Closed loop: `conns` workers back to back; requests per second after a warm-up. */
+async function saturate(t: Target, body: Buffer, conns: number, ms: number, path = '/v1/chat/completions'): Promise<{ rps: number; errors: number; cpuUsPerReq: number }> {
+  const pool = new Pool(t.url, { connections: conns, pipelining: 1 });
+  const headers = reqHeaders(t);
+  let counting = false;
+  let stop = false;
+  let done = 0;
+  let errors = 0;
+  const worker = async (): Promise<void> => {
+    while (!stop) {
+      try {
+        const r = await pool.request({ path, method: 'POST', headers, body });
+        await r.body.dump({ limit: 1 << 20 });
+        if (r.statusCode !== 200) errors++;
+        else if (counting) done++;
+      } catch {
+        errors++;
+        await sleep(10);
+      }
+    }
+  };
+  const workers = Array.from({ length: conns }, worker);
+  await sleep(WARM_MS);
+  counting = true;
+  const t0 = performance.now();
+  const c0 = t.proc?.cpuMs() ?? 0;
+  await sleep(ms);
+  counting = false;
+  const elapsed = performance.now() - t0;
+  const cpu = (t.proc?.cpuMs() ?? 0) - c0;
+  stop = true;
+  await Promise.all(workers);
+  await pool.close();
+  return { rps: done / (elapsed / 1000), errors, cpuUsPerReq: t.proc ? (cpu * 1000) / Math.max(1, done) : NaN };
+}
+
+/** Open loop at `rate` req/s: latency of each request from its send to the end of its body. */
+async function fixedRate(t: Target, body: Buffer, rate: number, ms: number, path = '/v1/chat/completions'): Promise<{ p50: number; p99: number; errors: number; sent: number }> {
+  const pool = new Pool(t.url, { connections: 256, pipelining: 1 });
+  const headers = reqHeaders(t);
+  const lat: number[] = [];
+  let errors = 0;
+  const pending = new Set<Promise<void>>();
+  const total = Math.round((rate * ms) / 1000);
+  const warm = Math.round((rate * WARM_MS) / 1000);
+  const fire = (i: number): void => {
+    const t0 = performance.now();
+    const p = pool
+      .request({ path, method: 'POST', headers, body })
+      .then(async (r) => {
+        await r.body.dump({ limit: 1 << 20 });
+        if (r.statusCode !== 200) errors++;
+        else if (i >= warm) lat.push(performance.now() - t0);
+      })
+      .catch(() => void errors++)
+      .finally(() => pending.delete(p));
+    pending.add(p);
+  };
+  const start = performance.now();
+  let i = 0;
+  while (i < total + warm) {
+    const due = Math.floor(((performance.now() - start) * rate) / 1000);
+    while (i < due && i < total + warm) fire(i++);
+    await sleep(1);
+  }
+  await Promise.all(pending);
+  await pool.close();
+  lat.sort((a, b) => a - b);
+  return { p50: pct(lat, 50), p99: pct(lat, 99), errors, sent: total };
+}
+
+/** Opens `n` SSE streams (ramped), measures time to first chunk, holds them open and reads the proxy's memory. */
+async function openStreams(t: Target, n: number): Promise<{ ttfcP50: number; ttfcP99: number; memPerStream: number | null; opened: number }> {
+  const pool = new Pool(t.url, { connections: n + 16, pipelining: 1 });
+  const headers = reqHeaders(t);
+  const body = chatBody({ stream: true, hold: true });
+  const ttfc: number[] = [];
+  const controllers: AbortController[] = [];
+  const before = t.proc ? await t.proc.rss() : 0;
+  let firsts = 0;
+  let failed = 0;
+  const start = performance.now();
+  for (let i = 0; i < n; i++) {
+    const due = start + (i * 1000) / STREAM_RAMP_PER_S;
+    const wait = due - performance.now();
+    if (wait > 1) await sleep(wait);
+    const ac = new AbortController();
+    controllers.push(ac);
+    const t0 = performance.now();
+    void pool
+      .request({ path: '/v1/chat/completions', method: 'POST', headers, body, signal: ac.signal })
+      .then(async (r) => {
+        let first = true;
+        for await (const _ of r.body) {
+          if (first) {
+            first = false;
+            ttfc.push(performance.now() - t0);
+            firsts++;
+          }
+        }
+      })
+      .catch(() => {
+        if (!ac.signal.aborted) failed++;
+      });
+  }
+  const deadline = Date.now() + 20_000;
+  while (firsts + failed < n && Date.now() < deadline) await sleep(20);
+  await sleep(300);
+  const during = t.proc ? await t.proc.rss() : 0;
+  for (const ac of controllers) ac.abort();
+  await pool.destroy();
+  await sleep(300);
+  ttfc.sort((a, b) => a - b);
+  return { ttfcP50: pct(ttfc, 50), ttfcP99: pct(ttfc, 99), memPerStream: t.proc ? (during - before) / Math.max(1, firsts) : null, opened: firsts };
+}
+
+// ---------------------------------------------------------------------------------------------
+// report
+
+const f = (x: number, d = 0): string => (Number.isFinite(x) ? x.toFixed(d) : 'n/a');
+const ms = (x: number): string => (Number.isFinite(x) ? `${x.toFixed(2)} ms` : 'n/a');
+function table(rows: string[][]): void {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  for (const r of rows) console.log('  ' + r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  '));
+}
+const check = (ok: boolean): string => (ok ? 'PASS' : 'FAIL');
+
+/** The three proxies in front of `upstream`, plus "direct". */
+async function startTargets(upstream: Child, clientAuth: string): Promise<Target[]> {
+  const bare = await forkChild(['bare', upstream.url]);
+  const router = await forkChild(['router', upstream.url, ENGINE_KEY]);
+  const nginx = await startNginx(upstream.url);
+  return [
+    { name: 'direct', url: upstream.url, auth: clientAuth, proc: null },
+    ...(nginx ? [{ name: 'nginx', url: nginx.url, auth: clientAuth, proc: nginx }] : []),
+    { name: 'bare node', url: bare.url, auth: clientAuth, proc: bare },
+    { name: 'llmgw router', url: router.url, auth: clientAuth, proc: router },
+  ];
+}
+
+function stopTargets(targets: Target[]): void {
+  for (const t of targets) if (t.proc) t.proc.proc.kill('SIGTERM');
+}
+
+async function sanity(targets: Target[], body: Buffer): Promise<void> {
+  for (const t of targets) {
+    const r = await fetch(`${t.url}/v1/chat/completions`, { method: 'POST', headers: reqHeaders(t), body });
+    const text = await r.text();
+    if (r.status !== 200 || !text.includes('chat.completion')) throw new Error(`${t.name} answered ${r.status}: ${text}`);
+  }
+}
+
+const ROUNDS = QUICK ? 1 : 3;
+
+async function benchStub(): Promise<void> {
+  const stub = await forkChild(['stub']);
+  const clientAuth = `Bearer ${BENCH_CLIENT_KEY}`;
+  let targets = await startTargets(stub, clientAuth);
+  if (!targets.some((t) => t.name === 'nginx')) console.log('  (nginx not found at /usr/sbin/nginx: skipped)');
+  await sanity(targets, chatBody());
+
+  // 1. saturation, interleaved rounds (forward, backward, …): best throughput and least CPU per request of each
+  const json = chatBody();
+  const sse = chatBody({ stream: true });
+  type Sat = { json: number; sse: number; cpuJson: number; cpuSse: number; errors: number };
+  const sat = new Map<string, Sat>();
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
+      const a = await saturate(t, json, SAT_CONNS, SAT_MS);
+      const b = await saturate(t, sse, SAT_CONNS, SAT_MS);
+      const p = sat.get(t.name);
+      sat.set(t.name, {
+        json: Math.max(p?.json ?? 0, a.rps),
+        sse: Math.max(p?.sse ?? 0, b.rps),
+        cpuJson: Math.min(p?.cpuJson ?? Infinity, a.cpuUsPerReq),
+        cpuSse: Math.min(p?.cpuSse ?? Infinity, b.cpuUsPerReq),
+        errors: (p?.errors ?? 0) + a.errors + b.errors,
+      });
+    }
+  }
+  // 2. latency at a fixed rate
+  const lat = new Map<string, Awaited<ReturnType<typeof fixedRate>>>();
+  for (const t of targets) lat.set(t.name, await fixedRate(t, json, RATE, RATE_MS));
+
+  // 3. open SSE streams, on fresh proxy processes (the saturation runs grew their heaps), after a short warm-up
+  stopTargets(targets);
+  targets = await startTargets(stub, clientAuth);
+  await sanity(targets, chatBody());
+  const streams = new Map<string, Awaited<ReturnType<typeof openStreams>>>();
+  for (const t of targets) {
+    await saturate(t, sse, 8, 300);
+    streams.set(t.name, await openStreams(t, STREAMS));
+  }
+  stopTargets(targets);
+  stub.proc.kill('SIGTERM');
+
+  console.log(`\n== fast upstream stub: ${SAT_CONNS} connections at saturation (best of ${ROUNDS} interleaved rounds; CPU = the proxy process's user+system time per request); ${RATE} req/s for ${RATE_MS / 1000} s; ${STREAMS} SSE streams opened at ${STREAM_RAMP_PER_S}/s ==`);
+  table([
+    ['target', 'JSON req/s', 'CPU/req', 'SSE req/s', 'CPU/req', `p50 @${RATE}/s`, `p99 @${RATE}/s`, 'TTFC p50', 'TTFC p99', 'mem/stream', 'errors'],
+    ...targets.map((t) => {
+      const s = sat.get(t.name)!;
+      const l = lat.get(t.name)!;
+      const st = streams.get(t.name)!;
+      return [
+        t.name,
+        f(s.json),
+        Number.isFinite(s.cpuJson) ? `${f(s.cpuJson)} µs` : '-',
+        f(s.sse),
+        Number.isFinite(s.cpuSse) ? `${f(s.cpuSse)} µs` : '-',
+        ms(l.p50),
+        ms(l.p99),
+        ms(st.ttfcP50),
+        ms(st.ttfcP99),
+        st.memPerStream === null ? '-' : `${f(st.memPerStream / 1024, 1)} KB`,
+        String(s.errors + l.errors + (STREAMS - st.opened)),
+      ];
+    }),
+  ]);
+  const get = (name: string) => (sat.has(name) ? { sat: sat.get(name)!, lat: lat.get(name)!, st: streams.get(name)! } : null);
+  const d = get('direct')!;
+  const b = get('bare node')!;
+  const r = get('llmgw router')!;
+  const n = get('nginx');
+  console.log('\n  ratios and added cost');
+  const row = (name: string, x: NonNullable<ReturnType<typeof get>>): string[] => [
+    name,
+    f(x.sat.json / b.sat.json, 2),
+    f(x.sat.sse / b.sat.sse, 2),
+    f(b.sat.cpuJson / x.sat.cpuJson, 2),
+    f(x.sat.json / d.sat.json, 2),
+    ms(x.lat.p50 - d.lat.p50),
+    ms(x.st.ttfcP50 - d.st.ttfcP50),
+  ];
+  table([
+    ['', 'JSON thr / bare', 'SSE thr / bare', 'bare CPU / CPU', 'JSON thr / direct', 'added p50 vs direct', 'added TTFC p50 vs direct'],
+    ...(n ? [row('nginx', n)] : []),
+    row('bare node', b),
+    row('llmgw router', r),
+  ]);
+  console.log('\n  targets (issue 7)');
+  const thr = r.sat.json / b.sat.json;
+  const thrSse = r.sat.sse / b.sat.sse;
+  console.log(`  ${check(Math.min(thr, thrSse) >= 0.9)}  router throughput ≥ 90% of bare node: JSON ${f(thr * 100)}%, SSE ${f(thrSse * 100)}% (CPU per request: JSON ${f((b.sat.cpuJson / r.sat.cpuJson) * 100)}%, SSE ${f((b.sat.cpuSse / r.sat.cpuSse) * 100)}% of bare's efficiency)`);
+  console.log(`  ${check(r.lat.p50 - d.lat.p50 <= 0.5)}  added p50 over direct at ${RATE} req/s ≤ 0.5 ms: ${ms(r.lat.p50 - d.lat.p50)}`);
+  console.log(`  ${check(r.st.ttfcP50 - d.st.ttfcP50 <= 1)}  added time to first chunk p50 with ${STREAMS} streams ≤ 1 ms: ${ms(r.st.ttfcP50 - d.st.ttfcP50)}`);
+  console.log(`  ${check((r.st.memPerStream ?? Infinity) <= 50 * 1024)}  memory per open stream ≤ 50 KB: ${f((r.st.memPerStream ?? NaN) / 1024, 1)} KB`);
+  if (n) console.log(`  info  nginx throughput vs bare node: JSON ${f((n.sat.json / b.sat.json) * 100)}%, SSE ${f((n.sat.sse / b.sat.sse) * 100)}%; router vs nginx: JSON ${f((r.sat.json / n.sat.json) * 100)}%, SSE ${f((r.sat.sse / n.sat.sse) * 100)}%`);
+}
+
+async function benchLlama(): Promise<void> {
+  const { llamaServerCacheDir, startLlamaServer } = await import('../test/harness/llama-server.js');
+  const dir = llamaServerCacheDir();
+  if (!existsSync(join(dir, '.complete'))) {
+    console.log(`\n== llama-server: skipped (not built; run scripts/build-llama-server.sh) ==`);
+    return;
+  }
+  const { writeTinyModel } = await import('../test/fixtures/gguf.js');
+  const model = await writeTinyModel(join(tmp, 'tiny.gguf'), { seed: 3 });
+  const srv = await startLlamaServer({ dir, model: model.path, args: ['--parallel', '2'], env: { LLAMA_API_KEY: ENGINE_KEY } });
+  children.push(srv.proc);
+  try {
+    const bare = await forkChild(['bare', srv.url]);
+    const router = await forkChild(['router', srv.url, ENGINE_KEY]);
+    const nginx = await startNginx(srv.url);
+    const engineAuth = `Bearer ${ENGINE_KEY}`;
+    const targets: Target[] = [
+      { name: 'direct', url: srv.url, auth: engineAuth, proc: null },
+      ...(nginx ? [{ name: 'nginx', url: nginx.url, auth: engineAuth, proc: nginx }] : []),
+      { name: 'bare node', url: bare.url, auth: engineAuth, proc: bare },
+      { name: 'llmgw router', url: router.url, auth: `Bearer ${BENCH_CLIENT_KEY}`, proc: router },
+    ];
+    const body = Buffer.from(JSON.stringify({ model: BENCH_ALIAS, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }));
+    for (const t of targets) {
+      const r = await fetch(`${t.url}/v1/chat/completions`, { method: 'POST', headers: reqHeaders(t), body });
+      if (r.status !== 200) throw new Error(`${t.name} answered ${r.status}: ${await r.text()}`);
+      await r.arrayBuffer();
+    }
+    const rows: string[][] = [['target', 'req/s (4 conns)', 'p50 @20/s', 'p99 @20/s', 'errors']];
+    const res = new Map<string, { rps: number; p50: number }>();
+    for (const t of targets) {
+      const s = await saturate(t, body, 4, QUICK ? 1000 : 3000);
+      const l = await fixedRate(t, body, 20, QUICK ? 1000 : 3000);
+      res.set(t.name, { rps: s.rps, p50: l.p50 });
+      rows.push([t.name, f(s.rps, 1), ms(l.p50), ms(l.p99), String(s.errors + l.errors)]);
+    }
+    console.log(`\n== real llama-server (tiny GGUF, --parallel 2, chat completion of max_tokens 1) ==`);
+    table(rows);
+    const d = res.get('direct')!;
+    const rr = res.get('llmgw router')!;
+    console.log(`  router: ${f((rr.rps / d.rps) * 100)}% of direct throughput; added p50 ${ms(rr.p50 - d.p50)}`);
+    for (const c of [bare, router, nginx]) c?.proc.kill('SIGTERM');
+  } finally {
+    await srv.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  tmp = mkdtempSync(join(tmpdir(), 'llmgw-bench-'));
+  const t0 = Date.now();
+  console.log(`llmgw router benchmark — node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load avg at start ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+  console.log('  metrics: prom-client RouterMetrics (src/metrics/router.ts); auth: sha256 key lookup; model: alias → canonical → replica');
+  if (IS_TS) console.log('  (running through tsx: for production-like figures run the compiled bench, `npx tsc -p . && node dist/bench/router.bench.js`)');
+  await benchStub();
+  if (process.env['BENCH_NO_LLAMA'] !== '1') await benchLlama();
+  console.log(`\n(total ${((Date.now() - t0) / 1000).toFixed(0)} s; load avg at end ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')})`);
+}
+
+main().then(
+  () => {
+    cleanup();
+    process.exit(0);
+  },
+  (e: unknown) => {
+    console.error(e);
+    cleanup();
+    process.exit(1);
+  },
+);

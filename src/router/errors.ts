@@ -1,0 +1,134 @@
+/**
+ * The router's errors: catalogue reasons (src/errors/catalogue.ts, section "router") rendered as the
+ * OpenAI error envelope `{error:{message,type,code,param}}` with the headers OpenAI SDKs act on:
+ * `x-should-retry` (the official SDKs obey it before looking at the status) and `Retry-After`.
+ */
+import type { ServerResponse } from 'node:http';
+import { LlmgwError, Reasons, type ReasonCode } from '../errors/catalogue.js';
+
+export type RouterReasonCode =
+  | 'MODEL_NOT_FOUND'
+  | 'MODEL_FORBIDDEN'
+  | 'MODEL_PARKED'
+  | 'MODEL_UNPLACEABLE'
+  | 'MODEL_LOADING'
+  | 'MODEL_FAILING'
+  | 'AUTH_MISSING'
+  | 'AUTH_INVALID'
+  | 'BAD_REQUEST'
+  | 'BAD_JSON'
+  | 'MODEL_MISSING'
+  | 'BODY_TOO_LARGE'
+  | 'ROUTE_NOT_FOUND'
+  | 'CONCURRENCY_LIMIT'
+  | 'UPSTREAM_CONNECT'
+  | 'UPSTREAM_FIRST_BYTE_TIMEOUT'
+  | 'UPSTREAM_STALLED'
+  | 'UPSTREAM_FAILED'
+  | 'UPSTREAM_AUTH'
+  | 'ROUTER_SHUTTING_DOWN'
+  | 'NO_VALID_SPEC'
+  | 'INTERNAL';
+
+/** OpenAI `error.type` and `error.code` per reason. Codes are part of the API: never change one that shipped. */
+export const OPENAI_ERRORS: Readonly<Record<RouterReasonCode, { readonly type: string; readonly code: string }>> = {
+  MODEL_NOT_FOUND: { type: 'invalid_request_error', code: 'model_not_found' },
+  MODEL_FORBIDDEN: { type: 'permission_error', code: 'model_not_allowed' },
+  MODEL_PARKED: { type: 'model_unavailable_error', code: 'model_parked' },
+  MODEL_UNPLACEABLE: { type: 'model_unavailable_error', code: 'model_unplaceable' },
+  MODEL_LOADING: { type: 'model_unavailable_error', code: 'model_loading' },
+  MODEL_FAILING: { type: 'model_unavailable_error', code: 'model_failing' },
+  AUTH_MISSING: { type: 'authentication_error', code: 'missing_api_key' },
+  AUTH_INVALID: { type: 'authentication_error', code: 'invalid_api_key' },
+  BAD_REQUEST: { type: 'invalid_request_error', code: 'invalid_request' },
+  BAD_JSON: { type: 'invalid_request_error', code: 'invalid_json' },
+  MODEL_MISSING: { type: 'invalid_request_error', code: 'missing_model' },
+  BODY_TOO_LARGE: { type: 'invalid_request_error', code: 'request_too_large' },
+  ROUTE_NOT_FOUND: { type: 'invalid_request_error', code: 'unknown_url' },
+  CONCURRENCY_LIMIT: { type: 'rate_limit_error', code: 'concurrency_limit_exceeded' },
+  UPSTREAM_CONNECT: { type: 'server_error', code: 'upstream_connect_failed' },
+  UPSTREAM_FIRST_BYTE_TIMEOUT: { type: 'server_error', code: 'upstream_first_byte_timeout' },
+  UPSTREAM_STALLED: { type: 'server_error', code: 'upstream_stalled' },
+  UPSTREAM_FAILED: { type: 'server_error', code: 'upstream_error' },
+  UPSTREAM_AUTH: { type: 'server_error', code: 'upstream_auth_failed' },
+  ROUTER_SHUTTING_DOWN: { type: 'server_error', code: 'router_shutting_down' },
+  NO_VALID_SPEC: { type: 'server_error', code: 'fleet_not_ready' },
+  INTERNAL: { type: 'server_error', code: 'internal_error' },
+};
+
+export interface RouterErrorDetail {
+  /** Seconds for the Retry-After header. */
+  readonly retryAfterSeconds?: number;
+  /** The request field at fault (OpenAI `param`). */
+  readonly param?: string;
+  readonly [k: string]: unknown;
+}
+
+/** An LlmgwError carrying a router reason. */
+export class RouterError extends LlmgwError {
+  readonly retryAfterSeconds: number | undefined;
+  readonly param: string | null;
+  constructor(code: RouterReasonCode, message: string, detail: RouterErrorDetail = {}, options?: { cause?: unknown }) {
+    super(code as ReasonCode, message, { ...detail }, options);
+    this.name = 'RouterError';
+    this.retryAfterSeconds = detail.retryAfterSeconds;
+    this.param = detail.param ?? null;
+  }
+}
+
+export interface Envelope {
+  readonly error: { readonly message: string; readonly type: string; readonly code: string; readonly param: string | null };
+}
+
+function isRouterCode(code: string): code is RouterReasonCode {
+  return Object.hasOwn(OPENAI_ERRORS, code);
+}
+
+export interface RenderedError {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  readonly body: string;
+  readonly code: RouterReasonCode;
+}
+
+/** Any error → status, headers and the JSON envelope. Unknown errors become 500 internal_error (message kept generic). */
+export function renderError(e: unknown): RenderedError {
+  let code: RouterReasonCode = 'INTERNAL';
+  let message = 'Internal error in the llmgw router.';
+  let param: string | null = null;
+  let retryAfter: number | undefined;
+  if (e instanceof LlmgwError && isRouterCode(e.code)) {
+    code = e.code;
+    message = e.message;
+    if (e instanceof RouterError) {
+      param = e.param;
+      retryAfter = e.retryAfterSeconds;
+    }
+  }
+  const reason = Reasons[code];
+  const oa = OPENAI_ERRORS[code];
+  const headers: Record<string, string> = {
+    'content-type': 'application/json; charset=utf-8',
+    'x-should-retry': reason.retryable ? 'true' : 'false',
+    'x-llmgw-reason': code,
+  };
+  if (retryAfter !== undefined) headers['retry-after'] = String(Math.max(1, Math.ceil(retryAfter)));
+  const env: Envelope = { error: { message, type: oa.type, code: oa.code, param } };
+  return { status: reason.http, headers, body: JSON.stringify(env), code };
+}
+
+/** Writes an error straight to a raw response (hijacked replies). Returns the status written, or 0 if it could not. */
+export function writeErrorRaw(res: ServerResponse, e: unknown, extraHeaders?: Record<string, string>): number {
+  if (res.headersSent || res.destroyed) return 0;
+  const r = renderError(e);
+  const headers = extraHeaders ? { ...r.headers, ...extraHeaders } : r.headers;
+  headers['content-length'] = String(Buffer.byteLength(r.body));
+  res.writeHead(r.status, headers);
+  res.end(r.body);
+  return r.status;
+}
+
+/** The same error as one SSE event (`data: {"error":…}`), which OpenAI SDKs raise as an APIError mid-stream. */
+export function sseErrorEvent(e: unknown): string {
+  return `data: ${renderError(e).body}\n\n`;
+}

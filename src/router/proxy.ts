@@ -1,0 +1,441 @@
+/**
+ * The upstream half of the router: one undici Pool (keep-alive) per replica endpoint, least-busy
+ * replica selection, and `ProxyCall`, a low-level undici dispatch handler that streams the replica's
+ * response to the client's raw ServerResponse chunk by chunk:
+ *
+ * - backpressure: when the client's socket buffer is full, the upstream read is paused until 'drain';
+ * - a client that goes away aborts the upstream request (llama-server then cancels the generation);
+ * - a connect failure, or a connection closed before any response byte, retries on another ready
+ *   replica (each at most once) and marks the failed one down for a moment;
+ * - distinct timeouts: connect (UPSTREAM_CONNECT), first byte / response headers
+ *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the
+ *   headers went out an SSE stream gets a final `data: {"error":…}` event, other bodies are cut;
+ * - only a small allowlist of upstream response headers is forwarded (nothing that could echo the
+ *   engine API key); the engine key goes upstream as `Authorization: Bearer`, the client's never does.
+ */
+import type { ServerResponse } from 'node:http';
+import { Pool, type Dispatcher } from 'undici';
+import type { RouterMetrics } from '../metrics/ports.js';
+import type { ReplicaView } from '../reconciler/view.js';
+import { RouterError, sseErrorEvent, writeErrorRaw } from './errors.js';
+
+export interface UpstreamTimeouts {
+  /** TCP connect to a replica. */
+  readonly connectTimeoutMs: number;
+  /** From sending the request to the response headers (for llama-server: to the first byte). */
+  readonly firstByteTimeoutMs: number;
+  /** Longest gap between two body chunks before a stream counts as stalled. */
+  readonly streamIdleTimeoutMs: number;
+}
+
+/** How long a replica that refused a connection is avoided when another is available. */
+export const DOWN_FOR_MS = 2000;
+/** Pools unused for this long (and idle) are closed by the sweep. */
+export const POOL_IDLE_CLOSE_MS = 5 * 60_000;
+
+export class Upstream {
+  /** Requests in flight to this replica (least-busy selection). */
+  inFlight = 0;
+  /** performance.now() until which the replica is avoided after a connect failure. */
+  downUntil = 0;
+  /** performance.now() of the last request. */
+  lastUsed = 0;
+  readonly pool: Pool;
+  /** Path prefix of the endpoint ('' for http://host:port). */
+  readonly prefix: string;
+  constructor(
+    readonly endpoint: string,
+    t: UpstreamTimeouts,
+  ) {
+    const u = new URL(endpoint);
+    this.prefix = u.pathname === '/' ? '' : u.pathname.replace(/\/+$/, '');
+    this.pool = new Pool(u.origin, {
+      connect: { timeout: t.connectTimeoutMs },
+      headersTimeout: t.firstByteTimeoutMs,
+      bodyTimeout: t.streamIdleTimeoutMs,
+    });
+  }
+}
+
+export class Upstreams {
+  private readonly byEndpoint = new Map<string, Upstream>();
+  private rr = 0;
+  constructor(private readonly timeouts: UpstreamTimeouts) {}
+
+  get(endpoint: string): Upstream {
+    let u = this.byEndpoint.get(endpoint);
+    if (!u) {
+      u = new Upstream(endpoint, this.timeouts);
+      this.byEndpoint.set(endpoint, u);
+    }
+    return u;
+  }
+
+  /** In-flight requests per endpoint (for tests and status). */
+  inFlight(endpoint: string): number {
+    return this.byEndpoint.get(endpoint)?.inFlight ?? 0;
+  }
+
+  /**
+   * The least-busy replica not in `exclude`; replicas marked down lose to any other. Ties rotate,
+   * so equal replicas share the load. `now` is performance.now().
+   */
+  pick(replicas: readonly ReplicaView[], exclude: ReadonlySet<string> | null, now: number): ReplicaView | null {
+    const n = replicas.length;
+    if (n === 1) {
+      const r = replicas[0]!;
+      return exclude !== null && exclude.has(r.endpoint) ? null : r;
+    }
+    this.rr = (this.rr + 1) & 0x3fffffff;
+    const start = this.rr % n;
+    let best: ReplicaView | null = null;
+    let bestScore = Infinity;
+    for (let i = 0; i < n; i++) {
+      const r = replicas[(start + i) % n]!;
+      if (exclude !== null && exclude.has(r.endpoint)) continue;
+      const u = this.byEndpoint.get(r.endpoint);
+      const score = u === undefined ? 0 : u.inFlight + (u.downUntil > now ? 1e9 : 0);
+      if (score < bestScore) {
+        best = r;
+        bestScore = score;
+        if (score === 0) break;
+      }
+    }
+    return best;
+  }
+
+  /** Closes pools that are idle and unused for `idleMs` (`now` from performance.now()). */
+  sweep(now: number, idleMs = POOL_IDLE_CLOSE_MS): void {
+    for (const [endpoint, u] of this.byEndpoint) {
+      if (u.inFlight === 0 && now - u.lastUsed > idleMs) {
+        this.byEndpoint.delete(endpoint);
+        void u.pool.close().catch(() => undefined);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    const pools = [...this.byEndpoint.values()].map((u) => u.pool);
+    this.byEndpoint.clear();
+    await Promise.all(pools.map((p) => p.destroy().catch(() => undefined)));
+  }
+}
+
+export type UpstreamFailure = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'stall_timeout' | 'auth' | 'error';
+
+const CONNECT_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN', 'EADDRNOTAVAIL', 'ENOTFOUND', 'EAI_AGAIN']);
+const RESET_CODES = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED', 'ECONNABORTED']);
+
+/** What kind of upstream failure an undici error is. */
+export function classifyUpstreamError(err: unknown): UpstreamFailure {
+  let e = err as { code?: unknown; cause?: unknown } | null;
+  for (let depth = 0; e && depth < 3; depth++) {
+    const code = typeof e.code === 'string' ? e.code : '';
+    if (code === 'UND_ERR_CONNECT_TIMEOUT') return 'connect_timeout';
+    if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'first_byte_timeout';
+    if (code === 'UND_ERR_BODY_TIMEOUT') return 'stall_timeout';
+    if (CONNECT_CODES.has(code)) return 'connect';
+    if (RESET_CODES.has(code)) return 'reset';
+    e = e.cause as typeof e;
+  }
+  return 'error';
+}
+
+/** Failures before any response byte after which another replica is tried. */
+export function isRetryableBeforeResponse(f: UpstreamFailure): boolean {
+  return f === 'connect' || f === 'connect_timeout' || f === 'reset';
+}
+
+/** Upstream response headers passed to the client; everything else (server, CORS, auth echoes…) is dropped. */
+const FORWARD_HEADERS = ['content-type', 'content-length', 'content-encoding', 'cache-control', 'retry-after'] as const;
+
+/**
+ * The calls in flight, as an intrusive doubly-linked list: O(1) add/remove with no hashing and no
+ * table churn (a Set of short-lived objects measurably costs GC time at saturation).
+ */
+export class ActiveCalls {
+  size = 0;
+  /** @internal */
+  head: ProxyCall | null = null;
+
+  add(c: ProxyCall): void {
+    c.prev = null;
+    c.next = this.head;
+    if (this.head) this.head.prev = c;
+    this.head = c;
+    this.size++;
+  }
+
+  delete(c: ProxyCall): void {
+    if (c.prev) c.prev.next = c.next;
+    else if (this.head === c) this.head = c.next;
+    else return; // not in the list
+    if (c.next) c.next.prev = c.prev;
+    c.prev = null;
+    c.next = null;
+    this.size--;
+  }
+
+  toArray(): ProxyCall[] {
+    const out: ProxyCall[] = [];
+    for (let c = this.head; c; c = c.next) out.push(c);
+    return out;
+  }
+}
+
+/** In-flight proxied requests of one model; one mutable counter per model, looked up once per request. */
+export interface ModelCounter {
+  n: number;
+}
+
+/** Shared by every ProxyCall of one router. */
+export interface ProxyContext {
+  readonly upstreams: Upstreams;
+  readonly metrics: RouterMetrics;
+  /** Calls in flight (graceful shutdown waits for them, then aborts the rest). */
+  readonly active: ActiveCalls;
+  /** In-flight proxied requests per model (for max_concurrency). */
+  readonly modelInFlight: Map<string, ModelCounter>;
+  /** True once the router is shutting down: responses say `connection: close`. */
+  shuttingDown: boolean;
+  /** Called when `active` shrinks. */
+  onIdle: (() => void) | null;
+  readonly log: { warn(obj: object, msg: string): void };
+}
+
+class ClientGone extends Error {
+  constructor() {
+    super('client went away');
+    this.name = 'ClientGone';
+  }
+}
+
+/** Status recorded for a request whose client went away (as nginx does). */
+export const CLIENT_CLOSED_STATUS = 499;
+
+/** The in-flight counter of a model (created on first use; one per model name, never removed). */
+export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {
+  let c = ctx.modelInFlight.get(model);
+  if (!c) {
+    c = { n: 0 };
+    ctx.modelInFlight.set(model, c);
+  }
+  return c;
+}
+
+function uncork(call: ProxyCall): void {
+  call.corked = false;
+  call.uncorkResponse();
+}
+
+/** One client request proxied to a model's ready replicas. Implements undici's DispatchHandler. */
+export class ProxyCall implements Dispatcher.DispatchHandler {
+  /** @internal ActiveCalls links */
+  prev: ProxyCall | null = null;
+  /** @internal */
+  next: ProxyCall | null = null;
+  private counter: ModelCounter | null = null;
+  private controller: Dispatcher.DispatchController | null = null;
+  private upstream: Upstream | null = null;
+  private replica: ReplicaView | null = null;
+  private tried: Set<string> | null = null;
+  private responded = false;
+  private gotByte = false;
+  private sse = false;
+  private status = 0;
+  private done = false;
+  /** @internal corked until the next tick (see onResponseData). */
+  corked = false;
+  private abortReason: Error | null = null;
+  private readonly resumeFn = (): void => {
+    this.controller?.resume();
+  };
+  private readonly onClientClose = (): void => {
+    if (!this.res.writableFinished) this.abort(new ClientGone());
+  };
+
+  constructor(
+    private readonly ctx: ProxyContext,
+    private readonly model: string,
+    private readonly path: string,
+    private readonly headers: Record<string, string>,
+    private readonly body: Buffer,
+    private readonly replicas: readonly ReplicaView[],
+    private readonly res: ServerResponse,
+    /** performance.now() at the request's arrival. */
+    private readonly t0: number,
+  ) {}
+
+  /** Starts the call; `first` is the replica picked by the caller. */
+  start(first: ReplicaView): void {
+    this.ctx.active.add(this);
+    this.counter = modelCounter(this.ctx, this.model);
+    this.counter.n++;
+    this.ctx.metrics.inFlight(this.model, 1);
+    if (this.res.destroyed) {
+      // the client left before anything was sent upstream (e.g. while its model was activating)
+      this.finish(CLIENT_CLOSED_STATUS);
+      return;
+    }
+    this.res.on('close', this.onClientClose);
+    this.attempt(first);
+  }
+
+  /** @internal */
+  uncorkResponse(): void {
+    this.res.uncork();
+  }
+
+  /** Aborts the call (client gone, shutdown). */
+  abort(reason: Error): void {
+    if (this.done || this.abortReason) return;
+    this.abortReason = reason;
+    if (this.controller) this.controller.abort(reason);
+  }
+
+  private attempt(r: ReplicaView): void {
+    const u = this.ctx.upstreams.get(r.endpoint);
+    this.upstream = u;
+    this.replica = r;
+    this.controller = null;
+    u.inFlight++;
+    u.lastUsed = performance.now();
+    u.pool.dispatch({ path: u.prefix + this.path, method: 'POST', headers: this.headers, body: this.body }, this);
+  }
+
+  private releaseUpstream(): void {
+    if (this.upstream) {
+      this.upstream.inFlight--;
+      this.upstream = null;
+    }
+  }
+
+  // --- undici DispatchHandler ---
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.abortReason) controller.abort(this.abortReason);
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    if (statusCode < 200) return; // 1xx
+    this.responded = true;
+    if (statusCode === 401 || statusCode === 403) {
+      // the replica refused the engine key: never hand its "invalid API key" to the client as if it were theirs
+      controller.abort(new RouterError('UPSTREAM_AUTH', `The replica of model '${this.model}' refused llmgw's engine API key (HTTP ${statusCode}).`, { model: this.model }));
+      return;
+    }
+    this.status = statusCode;
+    const out: Record<string, string | string[]> = { 'x-llmgw-replica': this.replica!.id };
+    for (const name of FORWARD_HEADERS) {
+      const v = headers[name];
+      if (v !== undefined) out[name] = v;
+    }
+    const ct = headers['content-type'];
+    this.sse = typeof ct === 'string' && ct.startsWith('text/event-stream');
+    if (this.ctx.shuttingDown) out['connection'] = 'close';
+    this.res.writeHead(statusCode, out);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.gotByte) {
+      this.gotByte = true;
+      this.ctx.metrics.timeToFirstToken(this.model, (performance.now() - this.t0) / 1000);
+    }
+    // chunks (and the end) that arrive in the same tick leave in one write
+    if (!this.corked) {
+      this.corked = true;
+      this.res.cork();
+      process.nextTick(uncork, this);
+    }
+    if (!this.res.write(chunk)) {
+      controller.pause();
+      this.res.once('drain', this.resumeFn);
+    }
+  }
+
+  onResponseEnd(): void {
+    this.releaseUpstream();
+    this.res.end();
+    this.finish(this.status);
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    this.releaseUpstream();
+    if (this.done) return;
+    const reason = this.abortReason;
+    if (reason instanceof ClientGone) {
+      this.finish(CLIENT_CLOSED_STATUS);
+      return;
+    }
+    if (reason) {
+      // shutdown past its grace
+      this.fail(reason, 'aborted');
+      return;
+    }
+    if (err instanceof RouterError) {
+      this.ctx.metrics.upstreamError(this.model, 'auth');
+      this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint }, err.message);
+      this.fail(err, null);
+      return;
+    }
+    const kind = classifyUpstreamError(err);
+    this.ctx.metrics.upstreamError(this.model, kind);
+    if (!this.responded && isRetryableBeforeResponse(kind)) {
+      const failed = this.replica!;
+      const now = performance.now();
+      this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
+      (this.tried ??= new Set()).add(failed.endpoint);
+      this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection failed; trying another replica');
+      const next = this.ctx.upstreams.pick(this.replicas, this.tried, now);
+      if (next) {
+        this.responded = false;
+        this.attempt(next);
+        return;
+      }
+      this.fail(
+        new RouterError('UPSTREAM_CONNECT', `No ready replica of model '${this.model}' accepted the connection (${this.tried.size} tried; last: ${err.message}).`, { model: this.model }),
+        kind,
+      );
+      return;
+    }
+    this.ctx.log.warn({ model: this.model, replica: this.replica?.id, err: err.message, kind }, 'upstream request failed');
+    let e: RouterError;
+    if (kind === 'first_byte_timeout') {
+      e = new RouterError('UPSTREAM_FIRST_BYTE_TIMEOUT', `The replica of model '${this.model}' sent no response within the first-byte timeout.`, { model: this.model });
+    } else if (kind === 'stall_timeout') {
+      e = new RouterError('UPSTREAM_STALLED', `The replica of model '${this.model}' stopped sending for longer than the stream idle timeout.`, { model: this.model });
+    } else {
+      e = new RouterError('UPSTREAM_FAILED', `The connection to the replica of model '${this.model}' failed: ${err.message}`, { model: this.model });
+    }
+    this.fail(e, kind);
+  }
+
+  /** Ends the client response with an error: an envelope before the headers, an SSE error event or a cut after. */
+  private fail(e: Error, _kind: string | null): void {
+    const res = this.res;
+    let status: number;
+    if (!res.headersSent) {
+      status = writeErrorRaw(res, e, this.ctx.shuttingDown ? { connection: 'close' } : undefined) || 502;
+    } else if (this.sse && !res.destroyed && !res.writableEnded) {
+      res.end(sseErrorEvent(e));
+      status = this.status;
+    } else {
+      res.destroy();
+      status = this.status;
+    }
+    this.finish(status);
+  }
+
+  private finish(status: number): void {
+    if (this.done) return;
+    this.done = true;
+    this.res.removeListener('close', this.onClientClose);
+    const ctx = this.ctx;
+    if (this.counter) this.counter.n--;
+    ctx.metrics.inFlight(this.model, -1);
+    ctx.metrics.request(this.model, status, (performance.now() - this.t0) / 1000);
+    ctx.active.delete(this);
+    if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
+  }
+}

@@ -1,0 +1,383 @@
+/**
+ * The router's proxying over real loopback sockets, against stub upstreams (plain node:http servers
+ * standing in for replicas): least-busy selection, retry on connect failure, the three timeouts,
+ * client aborts, backpressure, the concurrency limit, upstream auth failures, graceful shutdown.
+ * (The same against real llama-server replicas and the official openai client: router-openai.test.ts.)
+ */
+import { strict as assert } from 'node:assert';
+import { Agent, createServer, request as httpRequest, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { buildRouter, routerStats, type RouterLimits } from '../../src/router/app.js';
+import { freePort } from '../harness/llama-server.js';
+import { FakeFleetView, defaultStubHandler, fakeSpec, replica, sseChunk, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
+import type { FakeModelInit } from '../harness/fake-fleet-view.js';
+
+const KEY = 'Bearer k';
+
+interface Setup {
+  app: ReturnType<typeof buildRouter>;
+  fleet: FakeFleetView;
+  url: string;
+  port: number;
+}
+
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!().catch(() => undefined);
+});
+
+async function stub(...args: Parameters<typeof startStubUpstream>): Promise<StubUpstream> {
+  const s = await startStubUpstream(...args);
+  cleanups.push(() => s.close());
+  return s;
+}
+
+/** Polls until `cond` holds (or fails after `ms`). */
+async function until(cond: () => boolean, what: string, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+async function router(models: Record<string, FakeModelInit>, limits: Partial<RouterLimits> = {}): Promise<Setup> {
+  const fleet = new FakeFleetView(fakeSpec({ models, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
+  const app = buildRouter({ fleet, auth: { required: true }, limits });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  cleanups.push(() => app.close());
+  const port = (app.server.address() as AddressInfo).port;
+  return { app, fleet, url: `http://127.0.0.1:${port}`, port };
+}
+
+interface Res {
+  status: number;
+  headers: IncomingMessage['headers'];
+  body: string;
+  /** ms after the request was sent, per received chunk. */
+  chunkTimes: number[];
+}
+
+function post(url: string, body: unknown, opts: { path?: string; onResponse?: (res: IncomingMessage) => void; agent?: Agent } = {}): Promise<Res> {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const payload = JSON.stringify(body);
+    const req = httpRequest(`${url}${opts.path ?? '/v1/chat/completions'}`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }, agent: opts.agent ?? false }, (res) => {
+      opts.onResponse?.(res);
+      const parts: Buffer[] = [];
+      const chunkTimes: number[] = [];
+      res.on('data', (d: Buffer) => {
+        parts.push(d);
+        chunkTimes.push(performance.now() - t0);
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts).toString('utf8'), chunkTimes }));
+      res.on('error', reject);
+      res.on('aborted', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts).toString('utf8') + '<<aborted>>', chunkTimes }));
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+const chat = (model: string, stream = false) => ({ model, stream, messages: [{ role: 'user', content: 'hi' }] });
+
+describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () => {
+
+  test('SSE passes through chunk by chunk (the first chunk arrives long before the last)', async () => {
+    const s = await stub();
+    s.handler = defaultStubHandler({ chunks: 6, intervalMs: 100 });
+    const { fleet, url } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const r = await post(url, chat('m', true));
+    assert.equal(r.status, 200);
+    assert.match(String(r.headers['content-type']), /^text\/event-stream/);
+    assert.equal((r.body.match(/^data: /gm) ?? []).length, 7);
+    assert.ok(r.chunkTimes.length >= 5, `chunks: ${r.chunkTimes.length}`);
+    assert.ok(r.chunkTimes.at(-1)! - r.chunkTimes[0]! > 400, `spread ${r.chunkTimes.map(Math.round).join(',')}`);
+  });
+
+  test('least-busy replica: concurrent long requests spread, a quick one goes to the idle replica', async () => {
+    const a = await stub();
+    const b = await stub();
+    a.handler = defaultStubHandler({ chunks: 10, intervalMs: 50 });
+    b.handler = defaultStubHandler({ chunks: 10, intervalMs: 50 });
+    const { fleet, url, app } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', a.url, 'ra'), replica('m', b.url, 'rb')]);
+    const long = [post(url, chat('m', true)), post(url, chat('m', true)), post(url, chat('m', true)), post(url, chat('m', true))];
+    await until(() => a.requests.length + b.requests.length === 4, 'four requests upstream');
+    assert.equal(a.requests.length, 2);
+    assert.equal(b.requests.length, 2);
+    assert.equal(routerStats(app).inFlight(a.url), 2);
+    // make b busier: one more long stream lands on the less busy of the two (tie → either), then a quick one goes to the other
+    const third = post(url, chat('m', true));
+    await until(() => a.requests.length + b.requests.length === 5, 'the fifth request upstream');
+    const busier = [a, b].find((x) => x.requests.length === 3);
+    assert.ok(busier, 'the third stream went nowhere');
+    const other = busier === a ? b : a;
+    const quick = await post(url, chat('m'));
+    assert.equal(quick.status, 200);
+    assert.equal(other.requests.length, 3, 'the quick request went to the less busy replica');
+    for (const r of await Promise.all([...long, third])) assert.equal(r.status, 200);
+    assert.equal(routerStats(app).active, 0);
+  });
+
+  test('connect failure before any byte → retried on another replica; all dead → 502 upstream_connect_failed', async () => {
+    const live = await stub();
+    const deadPort = await freePort();
+    const dead = `http://127.0.0.1:${deadPort}`;
+    const { fleet, url } = await router({ m: {}, gone: {} });
+    fleet.setReady('m', [replica('m', dead, 'dead'), replica('m', live.url, 'live')]);
+    for (let i = 0; i < 4; i++) {
+      const r = await post(url, chat('m'));
+      assert.equal(r.status, 200, r.body);
+      assert.equal(r.headers['x-llmgw-replica'], 'live');
+    }
+    assert.equal(live.requests.length, 4);
+    fleet.setReady('gone', [replica('gone', dead, 'd1'), replica('gone', `http://127.0.0.1:${await freePort()}`, 'd2')]);
+    const r = await post(url, chat('gone'));
+    assert.equal(r.status, 502);
+    const e = JSON.parse(r.body).error;
+    assert.equal(e.code, 'upstream_connect_failed');
+    assert.match(e.message, /2 tried/);
+    assert.equal(r.headers['x-should-retry'], 'true');
+  });
+
+  test('first-byte timeout → 504 upstream_first_byte_timeout', async () => {
+    const s = await stub(() => undefined /* never answers */);
+    const { fleet, url } = await router({ m: {} }, { firstByteTimeoutMs: 300 });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const t = performance.now();
+    const r = await post(url, chat('m'));
+    assert.ok(performance.now() - t < 3000);
+    assert.equal(r.status, 504);
+    assert.equal(JSON.parse(r.body).error.code, 'upstream_first_byte_timeout');
+  });
+
+  test('a stalled SSE stream ends with an upstream_stalled error event; a stalled JSON body is cut', async () => {
+    const s = await stub((req, res) => {
+      if (req.url === '/v1/chat/completions') {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(sseChunk('m', 'first'));
+      } else {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': 1000 });
+        res.write('{"partial":');
+      }
+      // …and then nothing
+    });
+    const { fleet, url } = await router({ m: {} }, { streamIdleTimeoutMs: 300 });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const r = await post(url, chat('m', true));
+    assert.equal(r.status, 200);
+    const events = r.body.split('\n\n').filter(Boolean);
+    assert.match(events[0]!, /first/);
+    assert.equal(JSON.parse(events.at(-1)!.slice(6)).error.code, 'upstream_stalled');
+    const j = await post(url, chat('m'), { path: '/v1/completions' }).catch((e: Error) => ({ status: -1, body: e.message, headers: {}, chunkTimes: [] }));
+    assert.ok(j.status === -1 || j.body.endsWith('<<aborted>>'), `not cut: ${j.body}`);
+  });
+
+  test('a client that goes away mid-stream aborts the upstream request', async () => {
+    const s = await stub();
+    s.handler = defaultStubHandler({ chunks: 200, intervalMs: 20 });
+    const { fleet, url, app } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', s.url)]);
+    await new Promise<void>((resolve, reject) => {
+      const payload = JSON.stringify(chat('m', true));
+      const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' } }, (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      });
+      req.on('error', () => undefined);
+      req.end(payload);
+      setTimeout(() => reject(new Error('no data')), 5000);
+    });
+    const deadline = Date.now() + 2000;
+    while (s.clientAborts.length === 0 && Date.now() < deadline) await sleep(20);
+    assert.deepEqual(s.clientAborts, ['/v1/chat/completions']);
+    assert.equal(routerStats(app).active, 0);
+    assert.equal(routerStats(app).inFlight(s.url), 0);
+  });
+
+  test('backpressure: a client that does not read holds the upstream back', async () => {
+    let written = 0;
+    let finished = false;
+    const chunk = Buffer.alloc(64 * 1024, 'x');
+    const s = await stub((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const total = 64 * 1024 * 1024;
+      const pump = (): void => {
+        while (written < total) {
+          written += chunk.length;
+          if (!res.write(chunk)) {
+            res.once('drain', pump);
+            return;
+          }
+        }
+        finished = true;
+        res.end();
+      };
+      pump();
+    });
+    const { fleet, url } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', s.url)]);
+    let received = 0;
+    await new Promise<void>((resolve, reject) => {
+      const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' } }, (res) => {
+        res.pause();
+        setTimeout(() => {
+          // the client read nothing for 1 s: the upstream must have been paused well short of the 64 MiB
+          try {
+            assert.ok(!finished, 'upstream wrote everything although the client read nothing');
+            assert.ok(written < 24 * 1024 * 1024, `upstream wrote ${written} bytes into a paused client`);
+          } catch (e) {
+            reject(e);
+            return;
+          }
+          res.on('data', (d: Buffer) => (received += d.length));
+          res.on('end', resolve);
+          res.resume();
+        }, 1000);
+      });
+      req.on('error', reject);
+      req.end(JSON.stringify(chat('m', true)));
+    });
+    assert.equal(received, 64 * 1024 * 1024);
+  });
+
+  test('per-model concurrency limit → 429 concurrency_limit_exceeded, then served again', async () => {
+    const s = await stub();
+    s.handler = defaultStubHandler({ chunks: 5, intervalMs: 60 });
+    const { fleet, url } = await router({ m: { maxConcurrency: 1 } });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const first = post(url, chat('m', true));
+    await until(() => s.requests.length === 1, 'the first request upstream');
+    const second = await post(url, chat('m'));
+    assert.equal(second.status, 429);
+    assert.equal(JSON.parse(second.body).error.code, 'concurrency_limit_exceeded');
+    assert.equal(JSON.parse(second.body).error.type, 'rate_limit_error');
+    assert.equal(second.headers['retry-after'], '1');
+    assert.equal((await first).status, 200);
+    assert.equal((await post(url, chat('m'))).status, 200);
+    assert.equal(s.requests.length, 2);
+  });
+
+  test('a replica refusing the engine key → 502 upstream_auth_failed, not the replica\'s 401', async () => {
+    const s = await stub((_req, res) => {
+      res.writeHead(401, { 'content-type': 'application/json' });
+      res.end('{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}');
+    });
+    const { fleet, url } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const r = await post(url, chat('m'));
+    assert.equal(r.status, 502);
+    assert.equal(JSON.parse(r.body).error.code, 'upstream_auth_failed');
+  });
+
+  test('upstream errors other than auth pass through with their status and body', async () => {
+    const s = await stub((_req, res) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end('{"error":{"code":400,"message":"bad param","type":"invalid_request_error"}}');
+    });
+    const { fleet, url } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const r = await post(url, chat('m'));
+    assert.equal(r.status, 400);
+    assert.match(r.body, /bad param/);
+  });
+
+  test('graceful shutdown: no new connections, in-flight streams finish within the grace', async () => {
+    const s = await stub();
+    s.handler = defaultStubHandler({ chunks: 8, intervalMs: 60 });
+    const { fleet, url, app } = await router({ m: {} }, { shutdownGraceMs: 5000 });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const keepAlive = new Agent({ keepAlive: true });
+    cleanups.push(async () => keepAlive.destroy());
+    const inflight = post(url, chat('m', true), { agent: keepAlive });
+    await until(() => s.requests.length === 1, 'the stream upstream');
+    const t = performance.now();
+    const closing = app.close();
+    await until(() => !app.server.listening, 'the server to stop listening');
+    await assert.rejects(post(url, chat('m')), /ECONNREFUSED|ECONNRESET|socket hang up/);
+    const r = await inflight;
+    assert.equal(r.status, 200);
+    assert.match(r.body, /\[DONE\]/);
+    await closing; // the keep-alive connection is closed once its stream ended (not after the keep-alive timeout)
+    assert.ok(performance.now() - t < 3000);
+  });
+
+  test('graceful shutdown: past the grace, in-flight streams are aborted with router_shutting_down', async () => {
+    const s = await stub();
+    s.handler = defaultStubHandler({ chunks: 500, intervalMs: 20 });
+    const { fleet, url, app } = await router({ m: {} }, { shutdownGraceMs: 300 });
+    fleet.setReady('m', [replica('m', s.url)]);
+    const inflight = post(url, chat('m', true));
+    await until(() => s.requests.length === 1, 'the stream upstream');
+    await sleep(50);
+    const t = performance.now();
+    await app.close();
+    const ms = performance.now() - t;
+    assert.ok(ms >= 280 && ms < 3000, `${ms} ms`);
+    const r = await inflight;
+    const last = r.body.split('\n\n').filter(Boolean).at(-1)!;
+    assert.equal(JSON.parse(last.slice(6)).error.code, 'router_shutting_down');
+    const deadline = Date.now() + 2000;
+    while (s.clientAborts.length === 0 && Date.now() < deadline) await sleep(20);
+    assert.equal(s.clientAborts.length, 1, 'upstream not aborted');
+  });
+
+  test('a client that goes away while its model is activating: the wait ends, nothing is proxied', async () => {
+    const s = await stub();
+    const { fleet, url, app } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } });
+    fleet.setPhase('lazy', 'idle');
+    const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' } });
+    req.on('error', () => undefined);
+    req.end(JSON.stringify(chat('lazy')));
+    const deadline = Date.now() + 2000;
+    while (fleet.calls.waitReady.length === 0 && Date.now() < deadline) await sleep(10);
+    assert.deepEqual(fleet.calls.waitReady, ['lazy']);
+    req.destroy();
+    await sleep(100);
+    fleet.setReady('lazy', [replica('lazy', s.url)]);
+    await sleep(100);
+    assert.equal(s.requests.length, 0, 'proxied for a client that left');
+    assert.equal(routerStats(app).active, 0);
+  });
+
+  test('shutdown while a model is activating: the waiting request gets 503 router_shutting_down at once', async () => {
+    const { fleet, url, app } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } }, { shutdownGraceMs: 10_000 });
+    fleet.setPhase('lazy', 'idle');
+    const waiting = post(url, chat('lazy'));
+    const deadline = Date.now() + 2000;
+    while (fleet.calls.waitReady.length === 0 && Date.now() < deadline) await sleep(10);
+    const t = performance.now();
+    await app.close();
+    const r = await waiting;
+    assert.ok(performance.now() - t < 2000);
+    assert.equal(r.status, 503);
+    assert.equal(JSON.parse(r.body).error.code, 'router_shutting_down');
+    assert.equal(r.headers['connection'], 'close');
+  });
+
+  test('serverFactory (for TLS) is used for the listening server', async () => {
+    const s = await stub();
+    let made = 0;
+    const fleet = new FakeFleetView(fakeSpec({ models: { m: {} }, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
+    fleet.setReady('m', [replica('m', s.url)]);
+    const app = buildRouter({
+      fleet,
+      auth: { required: true },
+      serverFactory: (handler) => {
+        made++;
+        return createServer(handler);
+      },
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    cleanups.push(() => app.close());
+    const r = await post(`http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, chat('m'));
+    assert.equal(r.status, 200);
+    assert.equal(made, 1);
+  });
+});

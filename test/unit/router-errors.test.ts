@@ -1,0 +1,149 @@
+/** Router error shapes: every error is the OpenAI envelope with the right status, code and headers; bad requests never reach a replica. */
+import { strict as assert } from 'node:assert';
+import { after, before, describe, test } from 'node:test';
+import { Reasons } from '../../src/errors/catalogue.js';
+import { buildRouter } from '../../src/router/app.js';
+import { OPENAI_ERRORS, RouterError, renderError, sseErrorEvent, type RouterReasonCode } from '../../src/router/errors.js';
+import { FakeFleetView, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
+
+function assertEnvelope(body: unknown, code: string, type?: string): { message: string; type: string; code: string; param: string | null } {
+  const e = (body as { error?: Record<string, unknown> }).error;
+  assert.ok(e && typeof e === 'object', `no error envelope: ${JSON.stringify(body)}`);
+  assert.deepEqual(Object.keys(e).sort(), ['code', 'message', 'param', 'type']);
+  assert.equal(e.code, code);
+  if (type) assert.equal(e.type, type);
+  assert.equal(typeof e.message, 'string');
+  assert.ok((e.message as string).length > 0);
+  return e as never;
+}
+
+describe('router errors (pure)', () => {
+  test('every router reason is in the catalogue with a status, and has an OpenAI type and code', () => {
+    const codes = new Set<string>();
+    for (const [reason, oa] of Object.entries(OPENAI_ERRORS)) {
+      const r = Reasons[reason as keyof typeof Reasons];
+      assert.ok(r, `${reason} missing from the catalogue`);
+      assert.ok(r.http >= 400 && r.http < 600);
+      assert.match(oa.code, /^[a-z_]+$/);
+      assert.ok(!codes.has(oa.code), `duplicate OpenAI code ${oa.code}`);
+      codes.add(oa.code);
+    }
+  });
+
+  test('renderError: envelope, x-should-retry from the catalogue, Retry-After when given', () => {
+    const parked = renderError(new RouterError('MODEL_PARKED', 'parked!'));
+    assert.equal(parked.status, 503);
+    assert.equal(parked.headers['x-should-retry'], 'false');
+    assert.equal(parked.headers['retry-after'], undefined);
+    assertEnvelope(JSON.parse(parked.body), 'model_parked');
+    const loading = renderError(new RouterError('MODEL_LOADING', 'wait', { retryAfterSeconds: 4.2 }));
+    assert.equal(loading.headers['x-should-retry'], 'true');
+    assert.equal(loading.headers['retry-after'], '5');
+    const missing = renderError(new RouterError('MODEL_MISSING', 'no model', { param: 'model' }));
+    assert.equal(JSON.parse(missing.body).error.param, 'model');
+  });
+
+  test('renderError: a foreign error is a generic 500 that leaks nothing', () => {
+    const r = renderError(new Error('secret internals /etc/llmgw/key'));
+    assert.equal(r.status, 500);
+    const e = assertEnvelope(JSON.parse(r.body), 'internal_error', 'server_error');
+    assert.ok(!e.message.includes('secret'));
+  });
+
+  test('sseErrorEvent is one data: event with the envelope', () => {
+    const ev = sseErrorEvent(new RouterError('UPSTREAM_STALLED', 'stalled'));
+    assert.match(ev, /^data: \{.*\}\n\n$/);
+    assertEnvelope(JSON.parse(ev.slice(6)), 'upstream_stalled');
+  });
+});
+
+describe('router errors (inject)', () => {
+  let stub: StubUpstream;
+  let app: ReturnType<typeof buildRouter>;
+  const fleet = new FakeFleetView(
+    fakeSpec({ models: { alpha: { aliases: ['gpt-alpha'] } }, keys: [{ name: 'k', key: 'good', models: ['*'] }] }),
+  );
+  const auth = { authorization: 'Bearer good' };
+
+  before(async () => {
+    stub = await startStubUpstream();
+    fleet.setReady('alpha', [replica('alpha', stub.url)]);
+    app = buildRouter({ fleet, auth: { required: true }, limits: { bodyBytes: 1024 } });
+  });
+  after(async () => {
+    await app.close();
+    await stub.close();
+  });
+
+  const cases: { name: string; payload: string; headers?: Record<string, string>; status: number; code: string; param?: string | null }[] = [
+    { name: 'malformed JSON', payload: '{"model": "alpha",', status: 400, code: 'invalid_json' },
+    { name: 'empty body', payload: '', status: 400, code: 'invalid_json' },
+    { name: 'a JSON array', payload: '[1,2]', status: 400, code: 'invalid_request' },
+    { name: 'missing model', payload: '{"messages":[]}', status: 400, code: 'missing_model', param: 'model' },
+    { name: 'model not a string', payload: '{"model":42}', status: 400, code: 'invalid_request', param: 'model' },
+    { name: 'unknown model', payload: '{"model":"no-such-model"}', status: 404, code: 'model_not_found', param: 'model' },
+    { name: 'model named like a prototype key', payload: '{"model":"constructor"}', status: 404, code: 'model_not_found' },
+    { name: 'oversized body', payload: JSON.stringify({ model: 'alpha', prompt: 'x'.repeat(2000) }), status: 413, code: 'request_too_large' },
+    { name: 'wrong key', payload: '{"model":"alpha"}', headers: { authorization: 'Bearer bad' }, status: 401, code: 'invalid_api_key' },
+  ];
+  for (const c of cases) {
+    test(`${c.name} → ${c.status} ${c.code}, never proxied`, async () => {
+      const before = stub.requests.length;
+      const r = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { 'content-type': 'application/json', ...auth, ...(c.headers ?? {}) }, payload: c.payload });
+      assert.equal(r.statusCode, c.status, r.body);
+      assert.match(String(r.headers['content-type']), /^application\/json/);
+      const e = assertEnvelope(r.json(), c.code);
+      if (c.param !== undefined) assert.equal(e.param, c.param);
+      assert.equal(stub.requests.length, before, 'reached the replica');
+    });
+  }
+
+  test('unknown model: the message lists no model names', async () => {
+    const r = await app.inject({ method: 'POST', url: '/v1/completions', headers: auth, payload: '{"model":"nope"}' });
+    assert.ok(!r.body.includes('alpha'), r.body);
+  });
+
+  test('unknown URL → 404 unknown_url envelope', async () => {
+    const r = await app.inject({ method: 'GET', url: '/v2/whatever', headers: auth });
+    assert.equal(r.statusCode, 404);
+    assertEnvelope(r.json(), 'unknown_url');
+  });
+
+  test('a body without content-type (curl -d) is still read as JSON', async () => {
+    const r = await app.inject({ method: 'POST', url: '/v1/completions', headers: { ...auth, 'content-type': 'application/x-www-form-urlencoded' }, payload: '{"model":"gpt-alpha","prompt":"hi"}' });
+    assert.equal(r.statusCode, 200, r.body);
+  });
+
+  test('other /v1/* POSTs naming a model pass through with path and query; the original bytes are forwarded', async () => {
+    const payload = '{ "model" : "gpt-alpha",  "query":"q", "documents":["a"] }';
+    const r = await app.inject({ method: 'POST', url: '/v1/rerank?x=1', headers: auth, payload });
+    assert.equal(r.statusCode, 200, r.body);
+    const got = stub.requests.at(-1)!;
+    assert.equal(got.url, '/v1/rerank?x=1');
+    assert.equal(got.body, payload, 'body re-serialized');
+  });
+
+  test('no valid spec yet → 503 fleet_not_ready (retryable) for a request with a key; 401 without one', async () => {
+    const empty = new FakeFleetView(null);
+    const a = buildRouter({ fleet: empty, auth: { required: true } });
+    try {
+      const r = await a.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth, payload: '{"model":"alpha"}' });
+      assert.equal(r.statusCode, 503);
+      assert.equal(r.headers['x-should-retry'], 'true');
+      assertEnvelope(r.json(), 'fleet_not_ready');
+      // without any key it is still a 401 (nothing said to anonymous callers)
+      const anon = await a.inject({ method: 'GET', url: '/v1/models' });
+      assert.equal(anon.statusCode, 401);
+      assertEnvelope(anon.json(), 'missing_api_key');
+    } finally {
+      await a.close();
+    }
+  });
+
+  test('all catalogue router codes render with their catalogue status', () => {
+    for (const code of Object.keys(OPENAI_ERRORS) as RouterReasonCode[]) {
+      const r = renderError(new RouterError(code, 'x'));
+      assert.equal(r.status, Reasons[code].http, code);
+    }
+  });
+});

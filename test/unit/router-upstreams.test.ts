@@ -1,0 +1,88 @@
+/** Pure parts of the proxy: least-busy selection, the in-flight list, error classification. */
+import { strict as assert } from 'node:assert';
+import { after, describe, test } from 'node:test';
+import { ActiveCalls, classifyUpstreamError, isRetryableBeforeResponse, ProxyCall, Upstreams } from '../../src/router/proxy.js';
+import { replica } from '../harness/fake-fleet-view.js';
+
+describe('Upstreams.pick', () => {
+  const ups = new Upstreams({ connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000 });
+  after(() => ups.close());
+  const a = replica('m', 'http://127.0.0.1:1', 'a');
+  const b = replica('m', 'http://127.0.0.1:2', 'b');
+  const c = replica('m', 'http://127.0.0.1:3', 'c');
+
+  test('the least busy replica wins; ties rotate', () => {
+    ups.get(a.endpoint).inFlight = 2;
+    ups.get(b.endpoint).inFlight = 1;
+    ups.get(c.endpoint).inFlight = 3;
+    assert.equal(ups.pick([a, b, c], null, performance.now())?.id, 'b');
+    ups.get(a.endpoint).inFlight = 0;
+    ups.get(b.endpoint).inFlight = 0;
+    ups.get(c.endpoint).inFlight = 0;
+    const seen = new Set<string>();
+    for (let i = 0; i < 9; i++) seen.add(ups.pick([a, b, c], null, performance.now())!.id);
+    assert.deepEqual([...seen].sort(), ['a', 'b', 'c']);
+  });
+
+  test('excluded replicas are skipped; a replica marked down loses to any other but is still used alone', () => {
+    assert.equal(ups.pick([a, b], new Set([a.endpoint]), performance.now())?.id, 'b');
+    assert.equal(ups.pick([a], new Set([a.endpoint]), performance.now()), null);
+    ups.get(a.endpoint).downUntil = performance.now() + 10_000;
+    ups.get(b.endpoint).inFlight = 50;
+    assert.equal(ups.pick([a, b], null, performance.now())?.id, 'b');
+    assert.equal(ups.pick([a], null, performance.now())?.id, 'a');
+    ups.get(a.endpoint).downUntil = 0;
+    ups.get(b.endpoint).inFlight = 0;
+  });
+
+  test('sweep closes idle pools only', () => {
+    const u = ups.get('http://127.0.0.1:9');
+    u.lastUsed = 0;
+    u.inFlight = 1;
+    ups.sweep(performance.now() + 1e9, 1);
+    assert.equal(ups.get('http://127.0.0.1:9'), u, 'a busy pool was closed');
+    u.inFlight = 0;
+    ups.sweep(performance.now() + 1e9, 1);
+    assert.notEqual(ups.get('http://127.0.0.1:9'), u);
+  });
+});
+
+describe('ActiveCalls', () => {
+  test('add, delete in any order, toArray, size; deleting twice is harmless', () => {
+    const list = new ActiveCalls();
+    const mk = () => Object.create(ProxyCall.prototype) as ProxyCall;
+    const [x, y, z] = [mk(), mk(), mk()];
+    for (const c of [x, y, z]) list.add(c);
+    assert.equal(list.size, 3);
+    assert.deepEqual(list.toArray(), [z, y, x]);
+    list.delete(y);
+    assert.deepEqual(list.toArray(), [z, x]);
+    list.delete(y);
+    assert.equal(list.size, 2);
+    list.delete(z);
+    list.delete(x);
+    assert.equal(list.size, 0);
+    assert.deepEqual(list.toArray(), []);
+  });
+});
+
+describe('classifyUpstreamError', () => {
+  test('maps undici and socket errors to reasons; only connect failures and resets are retried', () => {
+    const err = (code: string) => Object.assign(new Error(code), { code });
+    assert.equal(classifyUpstreamError(err('UND_ERR_CONNECT_TIMEOUT')), 'connect_timeout');
+    assert.equal(classifyUpstreamError(err('ECONNREFUSED')), 'connect');
+    assert.equal(classifyUpstreamError(err('EHOSTUNREACH')), 'connect');
+    assert.equal(classifyUpstreamError(err('UND_ERR_SOCKET')), 'reset');
+    assert.equal(classifyUpstreamError(err('ECONNRESET')), 'reset');
+    assert.equal(classifyUpstreamError(err('UND_ERR_HEADERS_TIMEOUT')), 'first_byte_timeout');
+    assert.equal(classifyUpstreamError(err('UND_ERR_BODY_TIMEOUT')), 'stall_timeout');
+    assert.equal(classifyUpstreamError(Object.assign(new Error('x'), { cause: err('ECONNREFUSED') })), 'connect');
+    assert.equal(classifyUpstreamError(new Error('?')), 'error');
+    assert.equal(classifyUpstreamError(null), 'error');
+    assert.ok(isRetryableBeforeResponse('connect'));
+    assert.ok(isRetryableBeforeResponse('connect_timeout'));
+    assert.ok(isRetryableBeforeResponse('reset'));
+    assert.ok(!isRetryableBeforeResponse('first_byte_timeout'));
+    assert.ok(!isRetryableBeforeResponse('stall_timeout'));
+  });
+});
