@@ -1,0 +1,108 @@
+/**
+ * `llmgw serve` configuration: a small YAML/JSON file, overridden by environment variables,
+ * overridden by flags. Secrets are referenced by file or env var name, never given inline.
+ */
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { UsageError } from '../cli/args.js';
+
+export interface Listen {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface ServeConfig {
+  readonly fleet: { readonly url: string | null; readonly path: string | null; readonly branch: string; readonly tokenFile: string | null; readonly tokenEnv: string | null };
+  readonly secretsDir: string;
+  readonly stateDir: string;
+  readonly router: { readonly listen: Listen; readonly auth: boolean; readonly bodyLimitBytes: number | null };
+  readonly admin: { readonly listen: Listen; readonly auth: boolean; readonly tokenFile: string | null; readonly tokenEnv: string };
+  readonly tls: { readonly cert: string; readonly key: string } | null;
+  readonly webhookSecretFile: string | null;
+  readonly logLevel: string;
+}
+
+/** Every setting: its flag, env var and config-file key (dotted). */
+export const SETTINGS = {
+  fleet: { flag: 'fleet', env: 'LLMGW_FLEET', key: 'fleet', help: 'fleet repo: an http(s) git URL or a local repo path' },
+  branch: { flag: 'branch', env: 'LLMGW_BRANCH', key: 'branch', help: 'branch holding the desired state (default main)' },
+  gitTokenFile: { flag: 'git-token-file', env: 'LLMGW_GIT_TOKEN_FILE', key: 'git_token_file', help: 'file holding the git token (https remotes)' },
+  gitTokenEnv: { flag: 'git-token-env', env: 'LLMGW_GIT_TOKEN_ENV', key: 'git_token_env', help: 'name of an env var holding the git token' },
+  secretsDir: { flag: 'secrets-dir', env: 'LLMGW_SECRETS_DIR', key: 'secrets_dir', help: 'directory of SSH private keys named by nodes/<node>.yaml identity (default ./.llmgw/secrets)' },
+  stateDir: { flag: 'state-dir', env: 'LLMGW_STATE_DIR', key: 'state_dir', help: 'controller state: state file, fleet repo mirror, engine key (default ./.llmgw/state)' },
+  routerListen: { flag: 'router-listen', env: 'LLMGW_ROUTER_LISTEN', key: 'router_listen', help: 'router address host:port (default 127.0.0.1:8080)' },
+  adminListen: { flag: 'admin-listen', env: 'LLMGW_ADMIN_LISTEN', key: 'admin_listen', help: 'admin API address host:port (default 127.0.0.1:8081)' },
+  adminTokenFile: { flag: 'admin-token-file', env: 'LLMGW_ADMIN_TOKEN_FILE', key: 'admin_token_file', help: 'file holding the admin API bearer token (or env LLMGW_ADMIN_TOKEN)' },
+  tlsCert: { flag: 'tls-cert', env: 'LLMGW_TLS_CERT', key: 'tls_cert', help: 'PEM certificate for HTTPS on both ports (re-read when the file changes)' },
+  tlsKey: { flag: 'tls-key', env: 'LLMGW_TLS_KEY', key: 'tls_key', help: 'PEM private key for HTTPS' },
+  webhookSecretFile: { flag: 'webhook-secret-file', env: 'LLMGW_WEBHOOK_SECRET_FILE', key: 'webhook_secret_file', help: 'file holding the git push webhook HMAC secret' },
+  bodyLimit: { flag: 'body-limit', env: 'LLMGW_BODY_LIMIT', key: 'body_limit', help: 'largest request body the router accepts, in bytes (default 4 MiB)' },
+  logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
+} as const;
+
+export type SettingName = keyof typeof SETTINGS;
+
+export function parseListen(name: string, v: string): Listen {
+  const m = /^(?:\[([0-9a-fA-F:]+)\]|([^:]+)):(\d{1,5})$/.exec(v.trim());
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new UsageError(`${name} must be host:port (got ${JSON.stringify(v)})`);
+  return { host: m[1] ?? m[2] ?? '127.0.0.1', port };
+}
+
+export function readConfigFile(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new UsageError(`--config ${path}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  const v = parseYaml(text) as unknown;
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new UsageError(`--config ${path}: expected a mapping of settings`);
+  const known = new Set(Object.values(SETTINGS).map((s) => s.key as string).concat(['no_router_auth', 'no_admin_auth']));
+  for (const k of Object.keys(v)) if (!known.has(k)) throw new UsageError(`--config ${path}: unknown setting "${k}" (known: ${[...known].sort().join(', ')})`);
+  return v as Record<string, unknown>;
+}
+
+export interface ConfigSources {
+  readonly flags: Partial<Record<SettingName, string>> & { readonly noRouterAuth?: boolean; readonly noAdminAuth?: boolean };
+  readonly env: NodeJS.ProcessEnv;
+  readonly file: Record<string, unknown>;
+  readonly cwd: string;
+}
+
+export function resolveConfig(src: ConfigSources): ServeConfig {
+  const get = (name: SettingName): string | null => {
+    const s = SETTINGS[name];
+    const v = src.flags[name] ?? src.env[s.env] ?? src.file[s.key];
+    return v === undefined || v === null || v === '' ? null : String(v);
+  };
+  const abs = (p: string | null): string | null => (p === null ? null : resolve(src.cwd, p));
+  const fleet = get('fleet');
+  if (!fleet) throw new UsageError('no fleet repo: give --fleet URL|PATH (or LLMGW_FLEET, or fleet: in the config file)');
+  const isUrl = /^https?:\/\//.test(fleet);
+  const certPath = abs(get('tlsCert'));
+  const keyPath = abs(get('tlsKey'));
+  if ((certPath === null) !== (keyPath === null)) throw new UsageError('--tls-cert and --tls-key go together');
+  const body = get('bodyLimit');
+  const truthy = (v: unknown): boolean => v === true || v === 'true' || v === '1';
+  return {
+    fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
+    secretsDir: abs(get('secretsDir')) ?? resolve(src.cwd, '.llmgw/secrets'),
+    stateDir: abs(get('stateDir')) ?? resolve(src.cwd, '.llmgw/state'),
+    router: {
+      listen: parseListen('--router-listen', get('routerListen') ?? '127.0.0.1:8080'),
+      auth: !(src.flags.noRouterAuth || truthy(src.env.LLMGW_NO_ROUTER_AUTH) || truthy(src.file.no_router_auth)),
+      bodyLimitBytes: body === null ? null : Number(body),
+    },
+    admin: {
+      listen: parseListen('--admin-listen', get('adminListen') ?? '127.0.0.1:8081'),
+      auth: !(src.flags.noAdminAuth || truthy(src.env.LLMGW_NO_ADMIN_AUTH) || truthy(src.file.no_admin_auth)),
+      tokenFile: abs(get('adminTokenFile')),
+      tokenEnv: 'LLMGW_ADMIN_TOKEN',
+    },
+    tls: certPath && keyPath ? { cert: certPath, key: keyPath } : null,
+    webhookSecretFile: abs(get('webhookSecretFile')),
+    logLevel: get('logLevel') ?? 'info',
+  };
+}
