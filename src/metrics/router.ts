@@ -47,21 +47,45 @@ export function createRouterMetrics(registry: Registry): RouterMetrics {
     registers,
   });
 
+  // The hot path: resolve each model's labelled children once, not on every request.
+  interface Children {
+    readonly duration: ReturnType<typeof duration.labels>;
+    readonly ttft: ReturnType<typeof ttft.labels>;
+    readonly inFlight: ReturnType<typeof inFlight.labels>;
+    readonly codes: Map<number, ReturnType<typeof requests.labels>>;
+  }
+  const byModel = new Map<string, Children>();
+  const children = (model: string): Children => {
+    let c = byModel.get(model);
+    if (!c) {
+      const m = modelLabel(model);
+      c = { duration: duration.labels(m), ttft: ttft.labels(m), inFlight: inFlight.labels(m), codes: new Map() };
+      if (byModel.size < 10_000) byModel.set(model, c);
+    }
+    return c;
+  };
+
   return {
     request(model, code, durationSeconds) {
-      const m = modelLabel(model);
-      requests.inc({ model: m, code: String(code) });
-      duration.observe({ model: m }, Math.max(0, durationSeconds));
+      const c = children(model);
+      let counter = c.codes.get(code);
+      if (!counter) {
+        counter = requests.labels(modelLabel(model), String(code));
+        c.codes.set(code, counter);
+      }
+      counter.inc();
+      c.duration.observe(Math.max(0, durationSeconds));
     },
     timeToFirstToken(model, seconds) {
-      ttft.observe({ model: modelLabel(model) }, Math.max(0, seconds));
+      children(model).ttft.observe(Math.max(0, seconds));
     },
     upstreamError(model, reason) {
       upstreamErrors.inc({ model: modelLabel(model), reason });
     },
     inFlight(model, delta) {
-      if (delta >= 0) inFlight.inc({ model: modelLabel(model) }, delta);
-      else inFlight.dec({ model: modelLabel(model) }, -delta);
+      const g = children(model).inFlight;
+      if (delta >= 0) g.inc(delta);
+      else g.dec(-delta);
     },
   };
 }

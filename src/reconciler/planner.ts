@@ -266,9 +266,13 @@ function evictFor(
   placementNodes: (extraFree: ReadonlyMap<string, number>) => PlacementNode[],
 ): { stop: { model: string; located: Located }[]; nodes: readonly string[] } | null {
   const victims: { model: string; located: Located; lastRequestAt: number }[] = [];
+  // Only replicas used less recently than the model asking for room: two busy on-demand models
+  // never evict each other in turn.
+  const mine = input.demand[w.model.name]?.lastRequestAt ?? 0;
   for (const [model, list] of byModel) {
     const m = input.spec.models[model];
     if (!m || m.scaling.mode !== 'on_demand' || model === w.model.name) continue;
+    if ((input.demand[model]?.lastRequestAt ?? 0) >= mine) continue;
     for (const l of list) {
       if (!l.reachable || l.r.state === 'failed' || stoppedIds.has(l.r.id)) continue;
       victims.push({ model, located: l, lastRequestAt: input.demand[model]?.lastRequestAt ?? 0 });

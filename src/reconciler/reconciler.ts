@@ -416,6 +416,7 @@ export class Reconciler implements FleetView {
       try {
         log.info({ model: a.model, node: a.node, replica: a.replicaId, reason: a.reason }, 'stopping replica');
         await this.driver(n).stopReplica(a.replicaId, a.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
+        this.forgetReplica(a.node, a.replicaId);
       } catch (e) {
         log.warn({ replica: a.replicaId, node: a.node, code: reasonOf(e).code, err: reasonOf(e).message }, 'stopping replica failed; retried next pass');
       } finally {
@@ -498,6 +499,13 @@ export class Reconciler implements FleetView {
         void this.requestPass('start-finished');
       }
     })();
+  }
+
+  /** A stopped replica leaves the last observation at once, so nothing routes to it until the next look. */
+  private forgetReplica(node: string, replicaId: string): void {
+    const ns = this.nodes.get(node);
+    if (!ns?.obs) return;
+    this.nodes.set(node, { ...ns, obs: { ...ns.obs, replicas: ns.obs.replicas.filter((r) => r.id !== replicaId) } });
   }
 
   private engineInstallFailed(node: string, engine: string): void {

@@ -85,7 +85,7 @@ describe('replica lifecycle, end to end', () => {
           if (res.statusCode === 200) ok++;
           else failed.push(`HTTP ${res.statusCode}`);
         } catch (e) {
-          failed.push(String(e));
+          failed.push(`${r.id} (${r.phase}): ${String(e)}; replicas now ${JSON.stringify(model('good').replicas.map((x) => [x.id, x.phase, x.endpoint]))}`);
         }
       }
     })();
@@ -98,6 +98,7 @@ describe('replica lifecycle, end to end', () => {
     assert.equal(afterIds.length, 1);
     assert.notDeepEqual(afterIds, before);
     assert.ok(ok > 5, `the client got answers (${ok})`);
+    if (failed.length) console.error(JSON.stringify(ctl.logs.filter((l) => /replica|pass failed|node/.test(l.msg)).map((l) => ({ t: l.time, msg: l.msg, id: l.replica, model: l.model, reason: l.reason, code: l.code })), null, 0));
     assert.deepEqual(failed, []);
     assert.ok(!ctl.logs.some((l) => l.msg.startsWith('no room to surge')));
   });

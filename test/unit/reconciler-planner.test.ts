@@ -172,6 +172,21 @@ describe('action planner', () => {
     assert.deepEqual(out.unplaceable, {});
   });
 
+  it('an evicted on-demand model does not evict the one that took its room (no ping-pong)', async () => {
+    const s2 = await specOf((f) => {
+      f['nodes/cpu-01.yaml'] = f['nodes/cpu-01.yaml']!.replace('memory: 16GiB', 'memory: 8GiB');
+      delete f['nodes/cpu-02.yaml'];
+      f['models/delta.yaml'] = f['models/beta.yaml']!;
+      f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 0');
+      f['models/gamma.yaml'] = f['models/gamma.yaml']!.replace('replicas: 1', 'replicas: 0');
+    });
+    const deltaRunning = { ...replica('delta-1', 'beta', 'ready'), model: 'delta', digest: s2.models.delta!.digest };
+    // beta was asked for before delta: it waits, unplaceable, instead of evicting delta
+    const out = planPass(input({ spec: s2, nodes: [node('cpu-01', [deltaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
+    assert.deepEqual(out.actions, []);
+    assert.match(out.unplaceable.beta!, /needs 6 GiB; largest free 1 GiB on cpu-01/);
+  });
+
   it('scaling down stops extras, starting ones first', async () => {
     const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'ready'), replica('alpha-2', 'alpha', 'starting', { startedAt: 500 })]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
     assert.deepEqual(summary(planPass(input({ nodes: world }))), ['stop alpha-2 (surplus)']);
