@@ -258,6 +258,7 @@ export class Reconciler implements FleetView {
       }
       const h = this.health[ev.model];
       if (!h || h.digest !== ev.digest) continue; // a failure of an old definition does not count
+      if (h.parked) continue; // already parked: a late report changes nothing
       if (!ev.counted) {
         this.health[ev.model] = setbackNotCounted(h, ev.error, ev.at, s);
         log.warn({ model: ev.model, replica: ev.replicaId, code: ev.error.code, reason: ev.error.message }, 'replica start set back (not counted)');
@@ -356,6 +357,9 @@ export class Reconciler implements FleetView {
   private memoryErrors: Record<string, string> = {};
 
   private async planAndApply(spec: FleetSpec, log: Logger): Promise<number> {
+    // Starts that ended while this pass was observing: their outcome counts before planning
+    // (no await between here and planPass, so none can slip in between).
+    this.applyOpEvents(spec, log);
     const now = this.clock();
     const observed: ObservedNode[] = Object.values(spec.nodes).map((n) => {
       const ns = this.nodes.get(n.name);
