@@ -1,8 +1,6 @@
 /** `llmgw plan --base REV --head REV [DIR]` — exit 0 no change, 1 changes, 2 error. */
-import * as fs from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
-import git from 'isomorphic-git';
 import { extractRetries } from '../git/trailers.js';
 import { planChanges } from '../plan/plan.js';
 import { renderJson, renderMarkdown, renderText } from '../plan/render.js';
@@ -63,8 +61,7 @@ export async function planCommand(argv: readonly string[], io: Io): Promise<numb
   if (values.base !== undefined) base = await repo.resolve(values.base);
   else {
     const branch = await repo.resolve(values['default-branch'] ?? 'main');
-    const bases = await git.findMergeBase({ fs, gitdir: repo.gitdir, oids: [head, branch], cache: repo.cache });
-    base = (bases[0] as string | undefined) ?? null;
+    base = await repo.mergeBase(head, branch);
   }
 
   const headSpec = await loadFleetSpec(repo.files(head), head);

@@ -165,27 +165,51 @@ export class FleetRepo {
     try {
       const a = this.auth();
       token = a.token;
+      const head = await this.fetchBranch(this.branch, a.onAuth);
+      if (!head) {
+        throw new LlmgwError('GIT_REF_NOT_FOUND', `branch ${this.branch} does not exist in ${this.label} (the repo is empty)`, { branch: this.branch });
+      }
+      await git.writeRef({ fs, gitdir: this.gitdir, ref: this.branchRef(), value: head, force: true });
+      return this.noteHead(head);
+    } catch (e) {
+      throw this.fail(e, `fetch ${this.branch}`, token);
+    }
+  }
+
+  /**
+   * Fetches one branch of the remote into its tracking ref's objects; the remote tip, or null when
+   * the branch does not exist there. `ref` is what isomorphic-git offers as "have": the tracking
+   * ref, so only new objects come.
+   */
+  async fetchBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth']): Promise<string | null> {
+    try {
       const res = await git.fetch({
         fs,
         http: this.http,
         gitdir: this.gitdir,
         url: this.url as string,
         remote: REMOTE_NAME,
-        // `ref` is what isomorphic-git offers as "have": the tracking ref, so only new objects come.
-        ref: this.branchRef(),
-        remoteRef: `refs/heads/${this.branch}`,
+        ref: this.branchRef(branch),
+        remoteRef: `refs/heads/${branch}`,
         singleBranch: true,
         tags: false,
         cache: this.cache,
-        ...(a.onAuth ? { onAuth: a.onAuth } : {}),
+        ...(onAuth ? { onAuth } : {}),
       });
-      if (!res.fetchHead) {
-        throw new LlmgwError('GIT_REF_NOT_FOUND', `branch ${this.branch} does not exist in ${this.label} (the repo is empty)`, { branch: this.branch });
-      }
-      await git.writeRef({ fs, gitdir: this.gitdir, ref: this.branchRef(), value: res.fetchHead, force: true });
-      return this.noteHead(res.fetchHead);
+      return res.fetchHead ?? null;
     } catch (e) {
-      throw this.fail(e, `fetch ${this.branch}`, token);
+      if ((e as { code?: string }).code === 'NotFoundError') return null;
+      throw e;
+    }
+  }
+
+  /** The best common ancestor of two commits, or null when they share none. */
+  async mergeBase(a: string, b: string): Promise<string | null> {
+    try {
+      const bases = (await git.findMergeBase({ fs, gitdir: this.gitdir, oids: [a, b], cache: this.cache })) as string[];
+      return bases[0] ?? null;
+    } catch (e) {
+      throw this.fail(e, `merge-base ${a.slice(0, 12)} ${b.slice(0, 12)}`);
     }
   }
 

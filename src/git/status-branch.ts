@@ -176,28 +176,6 @@ async function assertNotCheckedOut(gitdir: string, ref: string): Promise<void> {
 
 // --- remote repos ---
 
-async function fetchRemoteTip(repo: FleetRepo, branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth']): Promise<string | null> {
-  try {
-    const res = await git.fetch({
-      fs,
-      http: repo.http,
-      gitdir: repo.gitdir,
-      url: repo.url as string,
-      remote: REMOTE_NAME,
-      ref: repo.branchRef(branch),
-      remoteRef: `refs/heads/${branch}`,
-      singleBranch: true,
-      tags: false,
-      cache: repo.cache,
-      ...(onAuth ? { onAuth } : {}),
-    });
-    return res.fetchHead ?? null;
-  } catch (e) {
-    if ((e as { code?: string }).code === 'NotFoundError') return null; // the branch does not exist yet
-    throw e;
-  }
-}
-
 const MOVED = new Set(['UserCanceledError', 'PushRejectedError', 'GitPushError']);
 
 export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptions): Promise<StatusWriteResult> {
@@ -222,7 +200,7 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       const a = repo.auth();
       token = a.token;
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
-        const tip = await fetchRemoteTip(repo, branch, a.onAuth);
+        const tip = await repo.fetchBranch(branch, a.onAuth);
         if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
         const commit = await makeCommit(repo, tree, tip, opts);
         // The mirror's own branch ref is what push sends; the mirror has no working tree.

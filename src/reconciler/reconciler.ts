@@ -95,6 +95,8 @@ export class Reconciler implements FleetView {
   private readonly draining: Record<string, number> = {};
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private memoryNeeds: Record<string, number | null> = {};
+  /** Why a model's memory need is unknown (shown as its unplaceable reason). */
+  private memoryErrors: Record<string, string> = {};
   private unplaceable: Record<string, string> = {};
   private desired: Record<string, number> = {};
   private lastStatusFiles: string | null = null;
@@ -354,7 +356,6 @@ export class Reconciler implements FleetView {
     this.memoryNeeds = needs;
     this.memoryErrors = errors;
   }
-  private memoryErrors: Record<string, string> = {};
 
   private async planAndApply(spec: FleetSpec, log: Logger): Promise<number> {
     // Starts that ended while this pass was observing: their outcome counts before planning
