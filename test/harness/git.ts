@@ -7,7 +7,8 @@ import { execFile } from 'node:child_process';
 import { mkdtemp, mkdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { isolatedGitEnv } from './git-http.js';
+import { FleetRepo } from '../../src/git/repo.js';
+import { isolatedGitEnv, startGitHttpServer, type GitHttpServer } from './git-http.js';
 
 const tempDirs: string[] = [];
 
@@ -150,4 +151,42 @@ export async function revParse(gitdir: string, rev: string): Promise<string | nu
   } catch {
     return null;
   }
+}
+
+/** A fleet repo served by the smart-HTTP server, its token in an env var, and the operator's clone. */
+export interface ServedFleetRepo {
+  readonly server: GitHttpServer;
+  readonly work: WorkRepo;
+  /** The repo URL with credentials, for the git CLI. */
+  readonly url: string;
+  /** The bare repo the server serves. */
+  readonly bare: string;
+  /** A FleetRepo (llmgw's side) over the served URL, with its own mirror. */
+  remote(): Promise<FleetRepo>;
+  close(): Promise<void>;
+}
+
+/** Commits `commits` (files + message, in order) in a fresh repo and serves it as fleet.git. */
+export async function servedFleetRepo(tokenEnv: string, commits: readonly { files?: Record<string, string>; message: string }[]): Promise<ServedFleetRepo> {
+  const root = await makeTempDir('llmgw-srv-');
+  const server = await startGitHttpServer({ root });
+  process.env[tokenEnv] = server.token;
+  const work = await WorkRepo.init();
+  for (const c of commits) {
+    if (c.files) await work.write(c.files);
+    await work.commit(c.message);
+  }
+  const bare = await work.bareCopy(root, 'fleet.git');
+  return {
+    server,
+    work,
+    url: server.authUrl('fleet.git'),
+    bare,
+    remote: async () => new FleetRepo({ url: server.url('fleet.git'), cacheDir: join(await makeTempDir('llmgw-cache-'), 'm'), token: { env: tokenEnv } }),
+    async close() {
+      delete process.env[tokenEnv];
+      await server.close();
+      await cleanupTempDirs();
+    },
+  };
 }

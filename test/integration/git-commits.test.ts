@@ -1,41 +1,31 @@
 /** commitsBetween over merged branches, and retry trailers handled exactly once across refreshes. */
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { FleetRepo } from '../../src/git/repo.js';
 import { SpecTracker } from '../../src/git/tracker.js';
 import { extractRetries, retryId } from '../../src/git/trailers.js';
-import { startGitHttpServer, type GitHttpServer } from '../harness/git-http.js';
-import { WorkRepo, cleanupTempDirs, git, makeTempDir } from '../harness/git.js';
+import { WorkRepo, git, servedFleetRepo, type ServedFleetRepo } from '../harness/git.js';
 
 const ENV = `LLMGW_TEST_GIT_TOKEN_C_${process.pid}`;
 
 describe('commitsBetween and retry trailers', () => {
-  let server: GitHttpServer;
   let work: WorkRepo;
   let url: string;
 
+  let served: ServedFleetRepo;
+
   before(async () => {
-    const root = await makeTempDir('llmgw-srv-');
-    server = await startGitHttpServer({ root });
-    process.env[ENV] = server.token;
-    url = server.authUrl('fleet.git');
-    work = await WorkRepo.init();
-    await work.write({ 'fleet.yaml': '{}\n' });
-    await work.commit('initial\n\nLlmgw-Retry: from-history\n');
-    await work.write({ 'fleet.yaml': 'poll_interval: 20s\n' });
-    await work.commit('tune polling');
-    await work.bareCopy(root, 'fleet.git');
+    served = await servedFleetRepo(ENV, [
+      { files: { 'fleet.yaml': '{}\n' }, message: 'initial\n\nLlmgw-Retry: from-history\n' },
+      { files: { 'fleet.yaml': 'poll_interval: 20s\n' }, message: 'tune polling' },
+    ]);
+    work = served.work;
+    url = served.url;
   });
 
-  after(async () => {
-    delete process.env[ENV];
-    await server.close();
-    await cleanupTempDirs();
-  });
+  after(() => served.close());
 
   it('includes merged branches, oldest first, and reports a trailer in them exactly once', async () => {
-    const repo = new FleetRepo({ url: server.url('fleet.git'), cacheDir: join(await makeTempDir('llmgw-cache-'), 'm'), token: { env: ENV } });
+    const repo = await served.remote();
     const tracker = new SpecTracker(repo);
     const seen: string[] = [];
 

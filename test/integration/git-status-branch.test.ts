@@ -6,8 +6,8 @@ import { after, before, describe, it } from 'node:test';
 import { FleetRepo } from '../../src/git/repo.js';
 import { writeStatusBranch } from '../../src/git/status-branch.js';
 import { isLlmgwError } from '../../src/errors/catalogue.js';
-import { startGitHttpServer, type GitHttpServer } from '../harness/git-http.js';
-import { WorkRepo, cleanupTempDirs, git, makeTempDir, revParse } from '../harness/git.js';
+import type { GitHttpServer } from '../harness/git-http.js';
+import { WorkRepo, cleanupTempDirs, git, makeTempDir, revParse, servedFleetRepo, type ServedFleetRepo } from '../harness/git.js';
 
 const ENV = `LLMGW_TEST_GIT_TOKEN_S_${process.pid}`;
 const BRANCH = 'llmgw/status';
@@ -33,29 +33,21 @@ async function moveRemoteStatus(url: string, note: string): Promise<string> {
 
 describe('status branch on a remote', () => {
   let server: GitHttpServer;
-  let work: WorkRepo;
   let url: string;
   let bare: string;
 
+  let served: ServedFleetRepo;
+
   before(async () => {
-    const root = await makeTempDir('llmgw-srv-');
-    server = await startGitHttpServer({ root });
-    process.env[ENV] = server.token;
-    url = server.authUrl('fleet.git');
-    work = await WorkRepo.init();
-    await work.write({ 'fleet.yaml': '{}\n' });
-    await work.commit('fleet');
-    bare = await work.bareCopy(root, 'fleet.git');
+    served = await servedFleetRepo(ENV, [{ files: { 'fleet.yaml': '{}\n' }, message: 'fleet' }]);
+    server = served.server;
+    url = served.url;
+    bare = served.bare;
   });
 
-  after(async () => {
-    delete process.env[ENV];
-    await server.close();
-    await cleanupTempDirs();
-  });
+  after(() => served.close());
 
-  const remote = async (): Promise<FleetRepo> =>
-    new FleetRepo({ url: server.url('fleet.git'), cacheDir: join(await makeTempDir('llmgw-cache-'), 'm'), token: { env: ENV } });
+  const remote = (): Promise<FleetRepo> => served.remote();
 
   it('commits only when the content changed', async () => {
     const repo = await remote();

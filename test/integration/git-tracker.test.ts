@@ -1,38 +1,27 @@
 /** SpecTracker with the real spec loader over the smart-HTTP remote: good → bad → fix. */
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { FleetRepo } from '../../src/git/repo.js';
 import { SpecTracker, type RejectedRevision } from '../../src/git/tracker.js';
-import { startGitHttpServer, type GitHttpServer } from '../harness/git-http.js';
-import { WorkRepo, cleanupTempDirs, makeTempDir } from '../harness/git.js';
+import { WorkRepo, servedFleetRepo, type ServedFleetRepo } from '../harness/git.js';
 
 const ENV = `LLMGW_TEST_GIT_TOKEN_T_${process.pid}`;
 
 describe('SpecTracker over a real remote with the real loader', () => {
-  let server: GitHttpServer;
   let work: WorkRepo;
   let url: string;
 
+  let served: ServedFleetRepo;
+
   before(async () => {
-    const root = await makeTempDir('llmgw-srv-');
-    server = await startGitHttpServer({ root });
-    process.env[ENV] = server.token;
-    url = server.authUrl('fleet.git');
-    work = await WorkRepo.init();
-    await work.write({ 'fleet.yaml': '{}\n' });
-    await work.commit('empty fleet');
-    await work.bareCopy(root, 'fleet.git');
+    served = await servedFleetRepo(ENV, [{ files: { 'fleet.yaml': '{}\n' }, message: 'empty fleet' }]);
+    work = served.work;
+    url = served.url;
   });
 
-  after(async () => {
-    delete process.env[ENV];
-    await server.close();
-    await cleanupTempDirs();
-  });
+  after(() => served.close());
 
   it('applies a good revision, rejects a bad one keeping the good, applies the fix', async () => {
-    const repo = new FleetRepo({ url: server.url('fleet.git'), cacheDir: join(await makeTempDir('llmgw-cache-'), 'm'), token: { env: ENV } });
+    const repo = await served.remote();
     const tracker = new SpecTracker(repo);
     // Read through a function: asserting on the property would narrow its type for later reads.
     const rejected = (): RejectedRevision | null => tracker.rejected;
@@ -74,7 +63,7 @@ describe('SpecTracker over a real remote with the real loader', () => {
     assert.deepEqual(r3.retries.map((r) => [r.model, r.commit]), [['m1', bad]]);
 
     // The server going away keeps the applied spec and records the error.
-    await server.close();
+    await served.server.close();
     const r4 = await tracker.refresh();
     assert.equal(r4.outcome, 'failed');
     assert.equal(tracker.lastSyncError?.code, 'GIT_UNREACHABLE');
