@@ -103,6 +103,8 @@ export class Reconciler implements FleetView {
   private lastStatusWriteOk: number | null = null;
   private lastPass: PassSummary | null = null;
   private current: FleetSnapshot;
+  private indexed: readonly ModelView[] | null = null;
+  private modelIndex = new Map<string, ModelView>();
 
   // --- single flight ---
   private running: Promise<void> | null = null;
@@ -628,7 +630,12 @@ export class Reconciler implements FleetView {
   }
 
   model(name: string): ModelView | null {
-    return this.current.models.find((m) => m.name === name) ?? null;
+    // The router asks per request: index the snapshot's models once per snapshot.
+    if (this.indexed !== this.current.models) {
+      this.indexed = this.current.models;
+      this.modelIndex = new Map(this.current.models.map((m) => [m.name, m]));
+    }
+    return this.modelIndex.get(name) ?? null;
   }
 
   readyReplicas(model: string): readonly ReplicaView[] {
