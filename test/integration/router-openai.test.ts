@@ -120,10 +120,8 @@ describe('router with the openai client and real llama-server replicas', { timeo
     };
 
     app = buildRouter({ fleet, metrics: metrics.m, auth: { required: true }, limits: { bodyBytes: 64 * 1024 } });
-    app.addHook('onRequest', (_req, _reply, done) => {
-      routerRequests++;
-      done();
-    });
+    // every HTTP request the router's server receives (proxied POSTs never reach fastify's hooks)
+    app.server.prependListener('request', () => routerRequests++);
     await app.listen({ port: 0, host: '127.0.0.1' });
     baseURL = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/v1`;
     client = new OpenAI({ apiKey: CLIENT_KEY, baseURL }); // default retries (2) and timeouts

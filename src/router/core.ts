@@ -1,0 +1,301 @@
+/**
+ * The router's request handling on node:http's own request and response objects: admission (shutdown,
+ * spec, API key), the proxied POST /v1/* requests from the first body byte to the last response byte,
+ * activation of models with no ready replica, and the drain on shutdown.
+ *
+ * The proxied requests are the data path, so they do not go through fastify's routing, hooks, body
+ * parser and reply objects: the server's request listener hands POST /v1/* straight to `handle()`
+ * (see app.ts), which costs a few microseconds less per request. fastify still serves everything else
+ * (GET /v1/models, 404s) and its inject() reaches `handle()` through a route that hands over the raw
+ * request and response, so tests of the HTTP surface exercise this same code.
+ *
+ * A proxied request: the body is buffered as bytes (up to the body limit) and parsed once only to read
+ * `model`; the original bytes are forwarded. No per-request logging.
+ */
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { RouterMetrics } from '../metrics/ports.js';
+import type { FleetView, ReplicaView } from '../reconciler/view.js';
+import type { FleetSpec } from '../spec/types.js';
+import { authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
+import { RouterError, renderError } from './errors.js';
+import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
+import { Activator } from './resolve.js';
+
+export interface CoreLimits extends UpstreamTimeouts {
+  /** Largest request body accepted (413 above). */
+  readonly bodyBytes: number;
+}
+
+/** Where the warnings and internal errors go (a pino logger fits). */
+export interface CoreLog {
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** A request's spec and what its key may use. */
+export interface Admission {
+  readonly spec: FleetSpec;
+  readonly compiled: CompiledSpec;
+  readonly grant: KeyGrant;
+}
+
+/**
+ * Paths passed through: /v1/ and segments of letters, digits, '_', '-' and '.', none starting with a
+ * dot (so no '.' or '..' segment reaches a replica), then an optional query string.
+ */
+const PROXY_PATH = /^\/v1(?:\/[A-Za-z0-9_-][A-Za-z0-9._-]*)+(?:\?.*)?$/;
+
+/** True for the requests `handle()` serves: POST /v1/…. */
+export function isProxyRequest(method: string | undefined, url: string | undefined): boolean {
+  return method === 'POST' && url !== undefined && url.startsWith('/v1/');
+}
+
+class ClientGoneDuringActivation extends Error {}
+
+function quote(name: string): string {
+  return name.length > 200 ? `${name.slice(0, 200)}…` : name;
+}
+
+export class RouterCore {
+  readonly upstreams: Upstreams;
+  readonly ctx: ProxyContext;
+  private readonly activator: Activator;
+  private readonly shutdown = new AbortController();
+  /** Requests waiting for their model to become ready. */
+  private activating = 0;
+  private headersKey: string | null = null;
+  private upstreamHeaders: Record<string, string> = {};
+
+  constructor(
+    private readonly fleet: FleetView,
+    private readonly metrics: RouterMetrics,
+    private readonly limits: CoreLimits,
+    private readonly authRequired: boolean,
+    private readonly log: CoreLog | null,
+  ) {
+    this.upstreams = new Upstreams(limits);
+    this.ctx = {
+      upstreams: this.upstreams,
+      metrics,
+      active: new ActiveCalls(),
+      modelInFlight: new Map(),
+      shuttingDown: false,
+      onIdle: null,
+      log: { warn: (obj, msg) => log?.warn(obj, msg) },
+    };
+    this.activator = new Activator(fleet);
+  }
+
+  /** Requests in progress: being proxied or waiting for their model. */
+  get busy(): number {
+    return this.ctx.active.size + this.activating;
+  }
+
+  /** The spec and grant for a request, or a RouterError (shutting down, no spec yet, 401). */
+  admit(headers: IncomingHttpHeaders): Admission {
+    if (this.ctx.shuttingDown) throw new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.', { retryAfterSeconds: 1 });
+    const spec = this.fleet.spec();
+    if (spec === null) {
+      // no key table yet: a request without any key is still refused as such; one with a key cannot
+      // be checked yet and gets a retryable answer (a 401 would make clients give up during startup)
+      if (this.authRequired && extractKey(headers) === null) {
+        throw new RouterError('AUTH_MISSING', 'No API key provided. Send it as "Authorization: Bearer KEY" (or "x-api-key: KEY").');
+      }
+      throw new RouterError('NO_VALID_SPEC', 'The fleet has no valid revision applied yet; no models are served.', { retryAfterSeconds: 5 });
+    }
+    const compiled = compileSpec(spec);
+    return { spec, compiled, grant: authenticate(compiled, headers, this.authRequired) };
+  }
+
+  /** Serves one POST /v1/… request on the raw request and response. Never throws. */
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    const t0 = performance.now();
+    let adm: Admission;
+    try {
+      if (!PROXY_PATH.test(req.url ?? '')) {
+        throw new RouterError('ROUTE_NOT_FOUND', `Unknown request URL: ${req.method ?? ''} ${quote(req.url ?? '')}.`);
+      }
+      adm = this.admit(req.headers);
+    } catch (e) {
+      this.fail(res, '', t0, e);
+      return;
+    }
+    const limit = this.limits.bodyBytes;
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > limit) {
+      this.fail(res, '', t0, this.tooLarge(), true);
+      return;
+    }
+    let first: Buffer | null = null;
+    let parts: Buffer[] | null = null;
+    let size = 0;
+    let over = false;
+    req.on('data', (chunk: Buffer) => {
+      if (over) return;
+      size += chunk.length;
+      if (size > limit) {
+        over = true;
+        first = parts = null;
+        this.fail(res, '', t0, this.tooLarge(), true);
+        return;
+      }
+      if (first === null) first = chunk;
+      else (parts ??= [first]).push(chunk);
+    });
+    req.on('end', () => {
+      if (over) return;
+      const body = parts !== null ? Buffer.concat(parts, size) : (first ?? Buffer.alloc(0));
+      try {
+        this.route(req, res, t0, adm, body);
+      } catch (e) {
+        this.fail(res, '', t0, e);
+      }
+    });
+    req.on('error', () => {
+      // the client went away while sending the body
+      if (!over && !res.headersSent) this.metrics.request('', CLIENT_CLOSED_STATUS, (performance.now() - t0) / 1000);
+      over = true;
+      res.destroy();
+    });
+  }
+
+  /** A whole body: read `model`, check the key's grant, then proxy (or activate first). */
+  private route(req: IncomingMessage, res: ServerResponse, t0: number, adm: Admission, body: Buffer): void {
+    if (body.length === 0) throw new RouterError('BAD_JSON', 'The request body is empty; send a JSON object naming a model.');
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch (e) {
+      throw new RouterError('BAD_JSON', `The request body is not valid JSON: ${(e as Error).message}`);
+    }
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+      throw new RouterError('BAD_REQUEST', 'The request body must be a JSON object.');
+    }
+    const name = (parsed as { model?: unknown }).model;
+    if (name === undefined || name === null || name === '') {
+      throw new RouterError('MODEL_MISSING', 'The request body names no model: set "model" to a model name or alias.', { param: 'model' });
+    }
+    if (typeof name !== 'string') throw new RouterError('BAD_REQUEST', '"model" must be a string.', { param: 'model' });
+    const model = adm.compiled.names.get(name);
+    if (model === undefined) {
+      throw new RouterError('MODEL_NOT_FOUND', `The model '${quote(name)}' does not exist or you do not have access to it.`, { param: 'model' });
+    }
+    if (!grantAllows(adm.grant, model)) {
+      this.fail(res, model, t0, new RouterError('MODEL_FORBIDDEN', `This API key may not use model '${model}'.`, { param: 'model' }));
+      return;
+    }
+    this.fleet.touch(model);
+    const replicas = this.fleet.readyReplicas(model);
+    if (replicas.length > 0) {
+      this.proxy(req, res, t0, adm.spec, model, body, replicas);
+      return;
+    }
+    void this.activateThenProxy(req, res, t0, adm.spec, model, body);
+  }
+
+  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, replicas: readonly ReplicaView[]): void {
+    const max = spec.models[model]?.maxConcurrency;
+    if (max != null && modelCounter(this.ctx, model).n >= max) {
+      this.fail(res, model, t0, new RouterError('CONCURRENCY_LIMIT', `Model '${model}' is at its concurrency limit of ${max} requests; retry shortly.`, { model, retryAfterSeconds: 1 }));
+      return;
+    }
+    const first = this.upstreams.pick(replicas, null, performance.now())!;
+    new ProxyCall(this.ctx, model, req.url ?? '/', this.headersFor(this.fleet.engineApiKey), body, replicas, res, t0).start(first);
+  }
+
+  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer): Promise<void> {
+    const gone = new AbortController();
+    const onClose = (): void => {
+      if (!res.writableFinished) gone.abort(new ClientGoneDuringActivation('client went away'));
+    };
+    res.once('close', onClose);
+    const signal = AbortSignal.any([gone.signal, this.shutdown.signal]);
+    this.metrics.inFlight(model, 1);
+    this.activating++;
+    let replicas: readonly ReplicaView[] | null = null;
+    let failure: unknown = null;
+    try {
+      const startedAt = Date.now() - (performance.now() - t0);
+      replicas = await this.activator.activate(model, { windowMs: spec.settings.activationWindowMs, startedAt, signal });
+    } catch (e) {
+      failure = e;
+    } finally {
+      res.removeListener('close', onClose);
+      this.metrics.inFlight(model, -1);
+      this.activating--;
+      if (this.ctx.onIdle && this.busy === 0) this.ctx.onIdle();
+    }
+    if (replicas !== null) {
+      try {
+        this.proxy(req, res, t0, spec, model, body, replicas);
+      } catch (e) {
+        this.fail(res, model, t0, e);
+      }
+      return;
+    }
+    if (gone.signal.aborted) {
+      res.destroy();
+      this.metrics.request(model, CLIENT_CLOSED_STATUS, (performance.now() - t0) / 1000);
+      return;
+    }
+    if (this.shutdown.signal.aborted) {
+      failure = new RouterError('ROUTER_SHUTTING_DOWN', `The router is shutting down; model '${model}' was still starting.`, { retryAfterSeconds: 1 });
+    }
+    this.fail(res, model, t0, failure);
+  }
+
+  /** The error envelope for a request that is not proxied, and its metrics. `close` ends the connection. */
+  fail(res: ServerResponse, model: string, t0: number, e: unknown, close = false): void {
+    const r = renderError(e);
+    if (r.code === 'INTERNAL') this.log?.error({ err: e }, 'router: internal error');
+    this.metrics.request(model, r.status, (performance.now() - t0) / 1000);
+    if (res.headersSent || res.destroyed) return;
+    if (close || this.ctx.shuttingDown) r.headers['connection'] = 'close';
+    r.headers['content-length'] = String(Buffer.byteLength(r.body));
+    res.writeHead(r.status, r.headers);
+    res.end(r.body);
+  }
+
+  private tooLarge(): RouterError {
+    return new RouterError('BODY_TOO_LARGE', `The request body is larger than the router's limit of ${this.limits.bodyBytes} bytes.`);
+  }
+
+  /** The upstream request headers with the engine key, rebuilt only when the key changes. */
+  private headersFor(key: string): Record<string, string> {
+    if (key !== this.headersKey) {
+      this.headersKey = key;
+      this.upstreamHeaders = key ? { 'content-type': 'application/json', authorization: `Bearer ${key}` } : { 'content-type': 'application/json' };
+    }
+    return this.upstreamHeaders;
+  }
+
+  /**
+   * Shutdown: from now on every response says `connection: close`, new requests get 503, waits for
+   * activations are cut; in-flight requests finish up to `graceMs`, then are aborted.
+   */
+  async drain(graceMs: number): Promise<void> {
+    this.ctx.shuttingDown = true;
+    this.shutdown.abort(new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.'));
+    await this.whenIdle(graceMs);
+    if (this.ctx.active.size > 0) {
+      this.log?.warn({ active: this.ctx.active.size, graceMs }, 'router: shutdown grace over; aborting in-flight requests');
+      const gone = new RouterError('ROUTER_SHUTTING_DOWN', 'The router shut down before the response was complete.');
+      for (const call of this.ctx.active.toArray()) call.abort(gone);
+      await this.whenIdle(1000);
+    }
+    this.ctx.onIdle = null;
+  }
+
+  private whenIdle(ms: number): Promise<void> {
+    if (this.busy === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, ms);
+      this.ctx.onIdle = () => {
+        if (this.busy === 0) {
+          clearTimeout(t);
+          resolve();
+        }
+      };
+    });
+  }
+}
