@@ -1,5 +1,9 @@
-/** The router's metrics (the `RouterMetrics` port) on prom-client. */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+/**
+ * The router's metrics (the `RouterMetrics` port) in a prom-client Registry. The per-request series are
+ * cells (cells.ts): looked up once per model, then plain number updates on the data path.
+ */
+import { Counter, type Registry } from 'prom-client';
+import { CellCounter, CellGauge, CellHistogram, type HistogramCell, type ValueCell } from './cells.js';
 import type { RouterMetrics } from './ports.js';
 import { MetricNames as N } from './names.js';
 
@@ -14,20 +18,20 @@ const modelLabel = (model: string): string => (model.length <= MAX_MODEL_LABEL ?
 
 export function createRouterMetrics(registry: Registry): RouterMetrics {
   const registers = [registry];
-  const requests = new Counter({
+  const requests = new CellCounter({
     name: N.routerRequestsTotal,
     help: 'Requests the router answered, by model ("" when unknown) and HTTP status code.',
     labelNames: ['model', 'code'],
     registers,
   });
-  const duration = new Histogram({
+  const duration = new CellHistogram({
     name: N.routerRequestDurationSeconds,
     help: 'Duration of router requests, from arrival to the end of the response.',
     labelNames: ['model'],
     buckets: REQUEST_DURATION_BUCKETS,
     registers,
   });
-  const ttft = new Histogram({
+  const ttft = new CellHistogram({
     name: N.routerTimeToFirstTokenSeconds,
     help: 'Time from a request\'s arrival to the first response byte from upstream.',
     labelNames: ['model'],
@@ -40,26 +44,27 @@ export function createRouterMetrics(registry: Registry): RouterMetrics {
     labelNames: ['model', 'reason'],
     registers,
   });
-  const inFlight = new Gauge({
+  const inFlight = new CellGauge({
     name: N.routerInFlightRequests,
     help: 'Requests the router is handling right now.',
     labelNames: ['model'],
     registers,
   });
 
-  // The hot path: resolve each model's labelled children once, not on every request.
-  interface Children {
-    readonly duration: ReturnType<typeof duration.labels>;
-    readonly ttft: ReturnType<typeof ttft.labels>;
-    readonly inFlight: ReturnType<typeof inFlight.labels>;
-    readonly codes: Map<number, ReturnType<typeof requests.labels>>;
+  // each model's cells, looked up once
+  interface ModelCells {
+    readonly duration: HistogramCell;
+    readonly ttft: HistogramCell;
+    readonly inFlight: ValueCell;
+    readonly codes: Map<number, ValueCell>;
+    readonly label: string;
   }
-  const byModel = new Map<string, Children>();
-  const children = (model: string): Children => {
+  const byModel = new Map<string, ModelCells>();
+  const cells = (model: string): ModelCells => {
     let c = byModel.get(model);
     if (!c) {
       const m = modelLabel(model);
-      c = { duration: duration.labels(m), ttft: ttft.labels(m), inFlight: inFlight.labels(m), codes: new Map() };
+      c = { duration: duration.cell(m), ttft: ttft.cell(m), inFlight: inFlight.cell(m), codes: new Map(), label: m };
       if (byModel.size < 10_000) byModel.set(model, c);
     }
     return c;
@@ -67,25 +72,23 @@ export function createRouterMetrics(registry: Registry): RouterMetrics {
 
   return {
     request(model, code, durationSeconds) {
-      const c = children(model);
+      const c = cells(model);
       let counter = c.codes.get(code);
       if (!counter) {
-        counter = requests.labels(modelLabel(model), String(code));
+        counter = requests.cell(c.label, String(code));
         c.codes.set(code, counter);
       }
-      counter.inc();
-      c.duration.observe(Math.max(0, durationSeconds));
+      counter.value++;
+      duration.observe(c.duration, durationSeconds > 0 ? durationSeconds : 0);
     },
     timeToFirstToken(model, seconds) {
-      children(model).ttft.observe(Math.max(0, seconds));
+      ttft.observe(cells(model).ttft, seconds > 0 ? seconds : 0);
     },
     upstreamError(model, reason) {
       upstreamErrors.inc({ model: modelLabel(model), reason });
     },
     inFlight(model, delta) {
-      const g = children(model).inFlight;
-      if (delta >= 0) g.inc(delta);
-      else g.dec(-delta);
+      cells(model).inFlight.value += delta;
     },
   };
 }
