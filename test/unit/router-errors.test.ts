@@ -1,5 +1,7 @@
 /** Router error shapes: every error is the OpenAI envelope with the right status, code and headers; bad requests never reach a replica. */
 import { strict as assert } from 'node:assert';
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { buildRouter } from '../../src/router/app.js';
@@ -145,5 +147,88 @@ describe('router errors (inject)', () => {
       const r = renderError(new RouterError(code, 'x'));
       assert.equal(r.status, Reasons[code].http, code);
     }
+  });
+});
+
+/** One raw HTTP/1.1 exchange (node's client does not normalize the path). */
+function rawPost(url: string, path: string, headers: Record<string, string>, chunks: readonly string[]): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${url}${path}`, { method: 'POST', headers, path }, (res) => {
+      let body = '';
+      res.setEncoding('utf8').on('data', (d: string) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    for (const c of chunks) req.write(c);
+    req.end();
+  });
+}
+
+describe('router errors (real socket: the server hands POST /v1/* to the core directly)', () => {
+  let stub: StubUpstream;
+  let app: ReturnType<typeof buildRouter>;
+  let url: string;
+  const fleet = new FakeFleetView(fakeSpec({ models: { alpha: {} }, keys: [{ name: 'k', key: 'good', models: ['*'] }] }));
+  const headers = { authorization: 'Bearer good', 'content-type': 'application/json' };
+
+  before(async () => {
+    stub = await startStubUpstream();
+    fleet.setReady('alpha', [replica('alpha', stub.url)]);
+    app = buildRouter({ fleet, auth: { required: true }, limits: { bodyBytes: 1024 } });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  });
+  after(async () => {
+    await app.close();
+    await stub.close();
+  });
+
+  for (const path of ['/v1/../props', '/v1/./chat/completions', '/v1/%2e%2e/props', '/v1/chat//completions', '/v1/', '/v1/slots/0?action=erase&x=/../']) {
+    test(`${path} → 404 unknown_url, never proxied`, async () => {
+      const before = stub.requests.length;
+      const r = await rawPost(url, path, headers, ['{"model":"alpha"}']);
+      if (path.startsWith('/v1/slots')) {
+        // plain segments pass through (the query string is not a path)
+        assert.equal(r.status, 200, r.body);
+        assert.equal(stub.requests.at(-1)!.url, path);
+        return;
+      }
+      assert.equal(r.status, 404, r.body);
+      assertEnvelope(JSON.parse(r.body), 'unknown_url');
+      assert.equal(stub.requests.length, before, 'reached the replica');
+    });
+  }
+
+  test('a body over the limit, chunked with no content-length → 413 and the connection is closed', async () => {
+    const before = stub.requests.length;
+    const r = await rawPost(url, '/v1/chat/completions', { ...headers, 'transfer-encoding': 'chunked' }, ['{"model":"alpha","prompt":"', 'x'.repeat(800), 'y'.repeat(800), '"}']);
+    assert.equal(r.status, 413, r.body);
+    assert.equal(r.headers['connection'], 'close');
+    assertEnvelope(JSON.parse(r.body), 'request_too_large');
+    assert.equal(stub.requests.length, before);
+  });
+
+  test('a declared content-length over the limit → 413 before the body is read', async () => {
+    const body = JSON.stringify({ model: 'alpha', prompt: 'x'.repeat(2000) });
+    const r = await rawPost(url, '/v1/chat/completions', { ...headers, 'content-length': String(body.length) }, [body]);
+    assert.equal(r.status, 413, r.body);
+    assertEnvelope(JSON.parse(r.body), 'request_too_large');
+  });
+
+  test('a body in many chunks is forwarded byte for byte', async () => {
+    const body = JSON.stringify({ model: 'alpha', prompt: 'é'.repeat(300) });
+    const parts = [body.slice(0, 5), body.slice(5, 200), body.slice(200)];
+    const r = await rawPost(url, '/v1/completions', { ...headers, 'transfer-encoding': 'chunked' }, parts);
+    assert.equal(r.status, 200, r.body);
+    assert.equal(stub.requests.at(-1)!.body, body);
+  });
+
+  test('GET routes still go through fastify: /v1/models lists the model; PUT on a proxy path is a 404 envelope', async () => {
+    const list = await fetch(`${url}/v1/models`, { headers });
+    assert.equal(list.status, 200);
+    assert.deepEqual(((await list.json()) as { data: { id: string }[] }).data.map((m) => m.id), ['alpha']);
+    const head = await fetch(`${url}/v1/chat/completions`, { method: 'PUT', headers, body: '{}' });
+    assert.equal(head.status, 404);
+    assertEnvelope(await head.json(), 'unknown_url');
   });
 });
