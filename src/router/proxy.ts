@@ -269,6 +269,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   private sse = false;
   private status = 0;
   private done = false;
+  /** The response to the client has no content-length (it is sent chunked). */
+  private chunked = false;
   /** @internal corked until the next tick (see onData). */
   corked = false;
   private abortReason: Error | null = null;
@@ -357,6 +359,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
     this.sse = ct !== undefined && ct.startsWith('text/event-stream');
+    this.chunked = out['content-length'] === undefined;
     if (this.ctx.shuttingDown) out['connection'] = 'close';
     this.res.writeHead(statusCode, out);
     return true;
@@ -367,8 +370,9 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       this.gotByte = true;
       this.ctx.metrics.timeToFirstToken(this.model, (performance.now() - this.t0) / 1000);
     }
-    // chunks (and the end) that arrive in the same tick leave in one write
-    if (!this.corked) {
+    // a chunked response (SSE): chunks and the end that arrive in the same tick leave in one write.
+    // A response with a content-length has no end chunk, so it is written as it comes.
+    if (this.chunked && !this.corked) {
       this.corked = true;
       this.res.cork();
       process.nextTick(uncork, this);
