@@ -20,7 +20,7 @@
  * The load generator is Node + undici in this process. The machine's cores are shared by the load
  * generator, the proxy and the stub, so absolute numbers are low; the ratios are the point.
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -72,7 +72,23 @@ interface Child {
   cpuMs(): number;
 }
 
-async function forkChild(args: string[]): Promise<Child> {
+/**
+ * CPU pinning (with taskset, when there are at least 2 CPUs; BENCH_NO_PIN=1 turns it off): the proxy
+ * under test gets CPU 0 to itself, the load generator (this process) and the upstream stub share CPU
+ * 1. Left to the scheduler, the three processes move between the two cores and a run's throughput
+ * flips between two modes (measured here: 72 vs 130 µs of CPU per request for the same process),
+ * depending on which process shares a core with which.
+ */
+const PIN = process.env['BENCH_NO_PIN'] !== '1' && cpus().length >= 2 && existsSync('/usr/bin/taskset');
+const PROXY_CPU = '0';
+const LOADGEN_CPU = '1';
+
+/** Pins every thread of a process to a CPU. */
+function pin(pid: number, cpu: string): void {
+  if (PIN) execFileSync('/usr/bin/taskset', ['-apc', cpu, String(pid)], { stdio: 'ignore' });
+}
+
+async function forkChild(args: string[], cpu: string | null): Promise<Child> {
   const proc = fork(CHILD, args, {
     execArgv: [...(IS_TS ? ['--import', 'tsx'] : []), '--expose-gc'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -82,6 +98,7 @@ async function forkChild(args: string[]): Promise<Child> {
     proc.once('message', (m: { ready?: number }) => (m.ready ? resolve(m.ready) : reject(new Error('bad child message'))));
     proc.once('exit', (code) => reject(new Error(`child ${args[0]} exited with ${code}`)));
   });
+  if (cpu !== null) pin(proc.pid!, cpu);
   return {
     proc,
     url: `http://127.0.0.1:${port}`,
@@ -121,7 +138,8 @@ function childPids(pid: number): number[] {
   }
 }
 
-async function startNginx(upstreamUrl: string): Promise<Child | null> {
+async function startNginx(upstreamUrl: string, pinned: boolean): Promise<Child | null> {
+  pinned &&= PIN;
   if (!existsSync(NGINX)) return null;
   const prefix = mkdtempSync(join(tmp, 'nginx-'));
   for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(prefix, d));
@@ -136,7 +154,8 @@ async function startNginx(upstreamUrl: string): Promise<Child | null> {
     .replaceAll('{{UPSTREAM}}', new URL(upstreamUrl).host);
   const confPath = join(prefix, 'nginx.conf');
   writeFileSync(confPath, conf);
-  const proc = spawn(NGINX, ['-c', confPath, '-p', prefix, '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const argv = [NGINX, '-c', confPath, '-p', prefix, '-g', 'daemon off;'];
+  const proc = spawn(pinned ? '/usr/bin/taskset' : NGINX, pinned ? ['-c', PROXY_CPU, ...argv] : argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
   children.push(proc);
   let err = '';
   proc.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
@@ -311,9 +330,9 @@ const check = (ok: boolean): string => (ok ? 'PASS' : 'FAIL');
 
 /** The three proxies in front of `upstream`, plus "direct". */
 async function startTargets(upstream: Child, clientAuth: string): Promise<Target[]> {
-  const bare = await forkChild(['bare', upstream.url]);
-  const router = await forkChild(['router', upstream.url, ENGINE_KEY]);
-  const nginx = await startNginx(upstream.url);
+  const bare = await forkChild(['bare', upstream.url], PROXY_CPU);
+  const router = await forkChild(['router', upstream.url, ENGINE_KEY], PROXY_CPU);
+  const nginx = await startNginx(upstream.url, true);
   return [
     { name: 'direct', url: upstream.url, auth: clientAuth, proc: null },
     ...(nginx ? [{ name: 'nginx', url: nginx.url, auth: clientAuth, proc: nginx }] : []),
@@ -355,7 +374,7 @@ function median(xs: readonly number[]): number {
  * target only.
  */
 async function benchStub(): Promise<void> {
-  const stub = await forkChild(['stub']);
+  const stub = await forkChild(['stub'], LOADGEN_CPU);
   const clientAuth = `Bearer ${BENCH_CLIENT_KEY}`;
   let targets = await startTargets(stub, clientAuth);
   if (!targets.some((t) => t.name === 'nginx')) console.log('  (nginx not found at /usr/sbin/nginx: skipped)');
@@ -490,9 +509,9 @@ async function benchLlama(): Promise<void> {
   const srv = await startLlamaServer({ dir, model: model.path, args: ['--parallel', '2'], env: { LLAMA_API_KEY: ENGINE_KEY } });
   children.push(srv.proc);
   try {
-    const bare = await forkChild(['bare', srv.url]);
-    const router = await forkChild(['router', srv.url, ENGINE_KEY]);
-    const nginx = await startNginx(srv.url);
+    const bare = await forkChild(['bare', srv.url], null);
+    const router = await forkChild(['router', srv.url, ENGINE_KEY], null);
+    const nginx = await startNginx(srv.url, false);
     const engineAuth = `Bearer ${ENGINE_KEY}`;
     const targets: Target[] = [
       { name: 'direct', url: srv.url, auth: engineAuth, proc: null },
@@ -531,7 +550,11 @@ async function main(): Promise<void> {
   console.log(`llmgw router benchmark — node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load avg at start ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')}`);
   console.log('  metrics: RouterMetrics (src/metrics/router.ts, cells in a prom-client registry); auth: sha256 key lookup; model: alias → canonical → replica');
   if (IS_TS) console.log('  (running through tsx: for production-like figures run the compiled bench, `npx tsc -p . && node dist/bench/router.bench.js`)');
+  console.log(PIN ? `  pinned: each proxy on CPU ${PROXY_CPU}; load generator and stub on CPU ${LOADGEN_CPU} (BENCH_NO_PIN=1: unpinned)` : '  not pinned to CPUs');
+  pin(process.pid, LOADGEN_CPU);
   await benchStub();
+  // llama-server uses every core: unpin the load generator again
+  pin(process.pid, cpus().map((_, i) => i).join(','));
   if (process.env['BENCH_NO_LLAMA'] !== '1') await benchLlama();
   console.log(`\n(total ${((Date.now() - t0) / 1000).toFixed(0)} s; load avg at end ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')})`);
 }
