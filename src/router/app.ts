@@ -102,8 +102,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
       if (isProxyRequest(req.method, req.url)) core.handle(req, res);
       else fastifyHandler(req, res);
     };
-    if (deps.serverFactory) return deps.serverFactory(listener, opts) as Server;
-    const server = createServer(listener);
+    const server = deps.serverFactory ? (deps.serverFactory(listener, opts) as Server) : createServer(listener);
     server.keepAliveTimeout = CLIENT_KEEP_ALIVE_MS;
     return server;
   };
