@@ -52,7 +52,10 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   return {
     registry,
     router,
-    applySnapshot: (s) => fleet.applySnapshot(s),
+    applySnapshot: (s) => {
+      fleet.applySnapshot(s);
+      router.setModels(s.models.map((m) => m.name));
+    },
     passFinished: (result, durationSeconds) => fleet.passFinished(result, durationSeconds),
     leaderChanged: (isLeader) => fleet.leaderChanged(isLeader),
     engineInstall: (node, engine, version, result) => fleet.engineInstall(node, engine, version, result),

@@ -16,7 +16,17 @@ export const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30,
 const MAX_MODEL_LABEL = 128;
 const modelLabel = (model: string): string => (model.length <= MAX_MODEL_LABEL ? model : model.slice(0, MAX_MODEL_LABEL));
 
-export function createRouterMetrics(registry: Registry): RouterMetrics {
+/** RouterMetrics, plus the desired models whose series exist at 0 before their first request. */
+export interface RouterSeries extends RouterMetrics {
+  /**
+   * The models in the desired state: each gets its request counter (code 200), duration and time
+   * to first token histograms and in-flight gauge at 0 now; models no longer listed lose theirs
+   * (once nothing is in flight for them).
+   */
+  setModels(names: readonly string[]): void;
+}
+
+export function createRouterMetrics(registry: Registry): RouterSeries {
   const registers = [registry];
   const requests = new CellCounter({
     name: N.routerRequestsTotal,
@@ -70,15 +80,32 @@ export function createRouterMetrics(registry: Registry): RouterMetrics {
     return c;
   };
 
+  const counterFor = (c: ModelCells, code: number): ValueCell => {
+    let counter = c.codes.get(code);
+    if (!counter) {
+      counter = requests.cell(c.label, String(code));
+      c.codes.set(code, counter);
+    }
+    return counter;
+  };
+
   return {
+    setModels(names) {
+      const keep = new Set(names);
+      keep.add(''); // requests naming no known model
+      for (const name of names) counterFor(cells(name), 200);
+      for (const [model, c] of byModel) {
+        if (keep.has(model) || c.inFlight.value !== 0) continue;
+        byModel.delete(model);
+        duration.remove(c.label);
+        ttft.remove(c.label);
+        inFlight.remove(c.label);
+        for (const code of c.codes.keys()) requests.remove(c.label, String(code));
+      }
+    },
     request(model, code, durationSeconds) {
       const c = cells(model);
-      let counter = c.codes.get(code);
-      if (!counter) {
-        counter = requests.cell(c.label, String(code));
-        c.codes.set(code, counter);
-      }
-      counter.value++;
+      counterFor(c, code).value++;
       duration.observe(c.duration, durationSeconds > 0 ? durationSeconds : 0);
     },
     timeToFirstToken(model, seconds) {

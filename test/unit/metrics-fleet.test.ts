@@ -303,3 +303,31 @@ describe('metrics: fleet snapshot', () => {
     assert.ok(types.has('process_cpu_user_seconds_total'));
   });
 });
+
+describe('metrics: router series follow the desired models', () => {
+  it('exist at 0 from the snapshot that lists a model, before any request, and leave with it (not while a request is in flight)', async () => {
+    const m = createMetrics({ defaultMetrics: false });
+    m.applySnapshot(snapshot({ models: [model('a'), model('b')] }));
+    let s = await scrape(m);
+    for (const name of ['a', 'b']) {
+      assert.equal(sampleValue(s, 'llmgw_router_requests_total', { model: name, code: '200' }), 0, name);
+      assert.equal(sampleValue(s, 'llmgw_router_request_duration_seconds_count', { model: name }), 0, name);
+      assert.equal(sampleValue(s, 'llmgw_router_request_duration_seconds_bucket', { model: name, le: '+Inf' }), 0, name);
+      assert.equal(sampleValue(s, 'llmgw_router_time_to_first_token_seconds_count', { model: name }), 0, name);
+      assert.equal(sampleValue(s, 'llmgw_router_in_flight_requests', { model: name }), 0, name);
+    }
+    m.router.request('a', 503, 0.01);
+    m.router.inFlight('b', 1);
+    m.applySnapshot(snapshot({ models: [] }));
+    s = await scrape(m);
+    assert.equal(findSamples(s, 'llmgw_router_requests_total', { model: 'a' }).length, 0, 'a left the desired state');
+    assert.equal(findSamples(s, 'llmgw_router_request_duration_seconds_count', { model: 'a' }).length, 0);
+    assert.equal(sampleValue(s, 'llmgw_router_in_flight_requests', { model: 'b' }), 1, 'b still has a request in flight');
+    m.router.request('b', 200, 0.2);
+    m.router.inFlight('b', -1);
+    m.applySnapshot(snapshot({ models: [] }));
+    s = await scrape(m);
+    assert.equal(findSamples(s, 'llmgw_router_in_flight_requests', { model: 'b' }).length, 0);
+    assert.equal(findSamples(s, 'llmgw_router_requests_total', { model: 'b' }).length, 0);
+  });
+});
