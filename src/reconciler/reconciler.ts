@@ -52,6 +52,9 @@ type OpEvent =
 /** Failures that are the node's, not the model's: they delay the model without counting. */
 const NOT_COUNTED: ReadonlySet<string> = new Set<ReasonCode>(['NODE_UNREACHABLE', 'NODE_TIMEOUT', 'NODE_AUTH_FAILED', 'NODE_HOST_KEY_MISMATCH', 'SECRET_NOT_FOUND', 'NODE_NO_FREE_PORT', 'REPLICA_PORT_IN_USE', 'NODE_COMMAND_FAILED', 'INTERNAL']);
 
+/** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
+const STOP_WAIT_MS = 10_000;
+
 async function mapLimit<T>(items: readonly T[], limit: number, fn: (t: T) => Promise<void>): Promise<void> {
   let i = 0;
   const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
@@ -86,6 +89,10 @@ export class Reconciler implements FleetView {
   private readonly drivers = new Map<string, { fingerprint: string; driver: NodeDriver }>();
   private readonly nodes = new Map<string, NodeState>();
   private readonly inflight = new Map<string, InflightStart>();
+  /** The background starts (launchStart), awaited by stop(). */
+  private readonly starts = new Set<Promise<void>>();
+  /** Aborted by stop(): cuts the wait for a launched replica to become ready. */
+  private stopSignal = new AbortController();
   private readonly stopping = new Set<string>();
   private readonly opEvents: OpEvent[] = [];
   private readonly accountedFailures = new Set<string>();
@@ -132,16 +139,33 @@ export class Reconciler implements FleetView {
   /** Starts the poll timer and runs a first pass. */
   start(): Promise<void> {
     this.stopped = false;
+    if (this.stopSignal.signal.aborted) this.stopSignal = new AbortController();
     return this.requestPass('start');
   }
 
+  /**
+   * Stops the loop. Starts in flight launch nothing more: one still fetching its engine or model file
+   * gives up before launching (up to STOP_WAIT_MS, then the node connections are closed under it); a
+   * replica already launched keeps running and is adopted by the next controller. Neither counts as
+   * a failure of the model.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopSignal.abort();
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     if (this.wake) clearTimeout(this.wake.timer);
     this.wake = null;
     await this.running?.catch(() => undefined);
+    if (this.starts.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      const waited = await Promise.race([
+        Promise.allSettled([...this.starts]).then(() => true),
+        new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), STOP_WAIT_MS))),
+      ]);
+      clearTimeout(timer);
+      if (!waited) this.log.warn({ starts: [...this.inflight.values()].map((s) => s.replicaId), waitMs: STOP_WAIT_MS }, 'stopping with replica starts still running; closing node connections under them');
+    }
     await Promise.all([...this.drivers.values()].map((d) => d.driver.close().catch(() => undefined)));
   }
 
@@ -477,7 +501,8 @@ export class Reconciler implements FleetView {
     this.inflight.set(a.replicaId, { replicaId: a.replicaId, model: a.model, node: a.node, digest: a.digest });
     rlog.info('starting replica');
     let stage: 'engine' | 'model' | 'start' = 'engine';
-    void (async () => {
+    const stopSignal = this.stopSignal.signal;
+    const started = (async () => {
       try {
         let binary: string;
         try {
@@ -490,11 +515,20 @@ export class Reconciler implements FleetView {
         }
         stage = 'model';
         const file = await driver.ensureModel(m.source, m.sha256);
+        if (stopSignal.aborted) {
+          rlog.info({ stage }, 'controller stopping: replica not launched');
+          return;
+        }
         stage = 'start';
         await driver.startReplica({ id: a.replicaId, model: a.model, digest: a.digest, modelPath: file.path, binary, profile, apiKey: this.engineApiKey });
-        await driver.waitReady(a.replicaId, { timeoutMs: profile.startTimeoutMs });
+        await driver.waitReady(a.replicaId, { timeoutMs: profile.startTimeoutMs, signal: stopSignal });
         this.opEvents.push({ kind: 'ready', model: a.model, replicaId: a.replicaId });
       } catch (e) {
+        if (stopSignal.aborted) {
+          // not the model's failure; a launched replica is left running for the next controller to adopt
+          rlog.info({ stage }, 'controller stopping: replica start abandoned');
+          return;
+        }
         const error = reasonOf(e);
         const logTail = isLlmgwError(e) ? (e.detail.logTail as string | undefined) : undefined;
         rlog.warn({ stage, code: error.code, reason: error.message, logTail: logTail?.slice(-2000) }, 'replica start failed');
@@ -506,6 +540,8 @@ export class Reconciler implements FleetView {
         void this.requestPass('start-finished');
       }
     })();
+    this.starts.add(started);
+    void started.finally(() => this.starts.delete(started));
   }
 
   /** A stopped replica leaves the last observation at once, so nothing routes to it until the next look. */
