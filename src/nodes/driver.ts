@@ -116,6 +116,12 @@ export interface NodeDriver {
   waitReady(id: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<void>;
   /** SIGTERM, SIGKILL after graceMs, then remove replicas/<id>. Idempotent (unknown id is fine). */
   stopReplica(id: string, graceMs: number): Promise<void>;
+  /**
+   * Up to `length` bytes of a file on the node from `offset`, and the file's size (to read the GGUF
+   * header of a file:// model source where it is). May return fewer bytes than asked (at the end of
+   * the file, or above the driver's limit per call). MODEL_FILE_NOT_FOUND when it is not there.
+   */
+  readFileRange(path: string, offset: number, length: number): Promise<{ data: Buffer; size: number }>;
   /** The last `lines` lines of the replica's log. REPLICA_NOT_FOUND for an unknown id. */
   logTail(id: string, lines: number): Promise<string>;
   /** Close the transport. */

@@ -204,6 +204,22 @@ tail -n ${int(lines)} "$r/log"
 `;
 }
 
+/**
+ * Bytes [offset, offset+length) of a file on the node, base64 on one line after a `size=<bytes>` line
+ * (for reading a GGUF header where the file is: file:// model sources on remote nodes).
+ */
+export function readRangeScript(path: string, offset: number, length: number): string {
+  return `${PRELUDE}
+f=${shq(path)}
+[ -f "$f" ] || llmgw_fail MODEL_FILE_NOT_FOUND ${shq(`no such file on the node: ${path}`)}
+[ -r "$f" ] || llmgw_fail MODEL_FILE_NOT_FOUND ${shq(`the file is not readable on the node: ${path}`)}
+llmgw_need base64
+printf 'size=%s\\n' "$(wc -c < "$f" | tr -d ' ')"
+tail -c +${int(offset) + 1} "$f" | head -c ${int(length)} | base64 | tr -d '\\n'
+echo
+`;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Engines
 

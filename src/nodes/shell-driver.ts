@@ -23,7 +23,7 @@ import { classifyFailure } from './failure.js';
 import { parseProcNetTcp, pickPort } from './ports.js';
 import {
   artifactInstallScript, buildInstallScript, engineCleanupScript, engineInstalledScript, engineStageScript,
-  EXIT_PORT_TAKEN, EXIT_REPLICA_EXISTS, inspectReplicaScript, logTailScript, modelFromFileScript,
+  EXIT_PORT_TAKEN, EXIT_REPLICA_EXISTS, inspectReplicaScript, logTailScript, readRangeScript, modelFromFileScript,
   modelFromUrlScript, observeScript, pathEngineScript, startReplicaScript, stopReplicaScript, usedPortsScript,
   type EnginePaths,
 } from './scripts.js';
@@ -96,6 +96,9 @@ interface Inspection {
 
 /** In-flight controller-side artifact downloads, shared by every driver in the process. */
 const artifactDownloads = new Map<string, Promise<string>>();
+
+/** The most bytes one readFileRange returns (a shorter read than asked is possible, as with read(2)). */
+export const MAX_RANGE_READ = 2_500_000;
 
 export class ShellNodeDriver implements NodeDriver {
   readonly node: string;
@@ -395,6 +398,15 @@ export class ShellNodeDriver implements NodeDriver {
     if (!REPLICA_ID_RE.test(id)) throw new LlmgwError('REPLICA_NOT_FOUND', `node ${this.node}: no replica ${id}`, { node: this.node, replica: id });
     const res = await this.exec(logTailScript(this.dataDir, id, Math.max(1, Math.floor(lines))), `log tail ${id}`, { timeoutMs: this.timeouts.opMs });
     return res.stdout;
+  }
+
+  async readFileRange(path: string, offset: number, length: number): Promise<{ data: Buffer; size: number }> {
+    if (!path.startsWith('/')) throw new LlmgwError('MODEL_FILE_NOT_FOUND', `node ${this.node}: not an absolute path: ${path}`, { node: this.node, path });
+    // base64 of at most MAX_RANGE_READ bytes stays within the shell's output cap
+    const res = await this.exec(readRangeScript(path, offset, Math.min(length, MAX_RANGE_READ)), `read ${path}`, { timeoutMs: this.timeouts.opMs });
+    const m = /^size=(\d+)\n([A-Za-z0-9+/=]*)\n?$/.exec(res.stdout);
+    if (!m) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: unexpected output reading ${path}`, { node: this.node, path });
+    return { size: Number(m[1]), data: Buffer.from(m[2]!, 'base64') };
   }
 
   async close(): Promise<void> {

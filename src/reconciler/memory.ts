@@ -2,6 +2,10 @@
  * Memory need per replica: the model's override, or an estimate from the GGUF header — the file's
  * size (weights are mapped whole) plus the KV cache for the profile's context — plus the profile's
  * overhead. Estimates are cached by file checksum and context size.
+ *
+ * Where the header is read: https/hf sources over HTTP range requests; file:// sources on the
+ * controller when the file is there (local and loopback nodes), else on the nodes that could run the
+ * model (RangeReader: NodeDriver.readFileRange over the node's shell), the first that has it.
  */
 import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
@@ -44,11 +48,48 @@ export function shapeFromMetadata(metadata: Record<string, unknown>, fileBytes: 
   return { fileBytes, layers, headCountKv: headsKv, keyLength: k('attention.key_length') ?? headDim, valueLength: k('attention.value_length') ?? headDim };
 }
 
-async function readShape(source: string): Promise<GgufShape> {
+/** Reads bytes of a file where it is: a node (NodeDriver.readFileRange). */
+export interface RangeReader {
+  /** The node's name, for messages. */
+  readonly where: string;
+  readFileRange(path: string, offset: number, length: number): Promise<{ data: Buffer; size: number }>;
+}
+
+/** The GGUF header of a file on a node: the gguf parser's range requests are served by the reader. */
+async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShape> {
+  let size = -1;
+  const fetchRange = async (_url: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const m = /^bytes=(\d+)-(\d+)$/.exec(new Headers(init?.headers).get('range') ?? '');
+    if (!m) throw new Error(`unexpected read of ${path} (no byte range)`);
+    const start = Number(m[1]);
+    const r = await reader.readFileRange(path, start, Number(m[2]) - start + 1);
+    size = r.size;
+    const body = r.data.buffer.slice(r.data.byteOffset, r.data.byteOffset + r.data.byteLength) as ArrayBuffer;
+    return new Response(body, { status: 206, headers: { 'content-range': `bytes ${start}-${start + r.data.length - 1}/${r.size}` } });
+  };
+  const { metadata } = await gguf(`https://node.llmgw.invalid${encodeURI(path)}`, { fetch: fetchRange as typeof fetch });
+  return shapeFromMetadata(metadata as unknown as Record<string, unknown>, size);
+}
+
+async function readShape(source: string, readers: readonly RangeReader[]): Promise<GgufShape> {
   if (source.startsWith('file://')) {
     const path = decodeURIComponent(new URL(source).pathname);
-    const [{ metadata }, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
-    return shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size);
+    try {
+      const [{ metadata }, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
+      return shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size);
+    } catch (e) {
+      if ((e as { code?: unknown }).code !== 'ENOENT') throw e;
+    }
+    if (readers.length === 0) throw new Error('not on the controller, and no reachable node to read it on');
+    const tried: string[] = [];
+    for (const r of readers) {
+      try {
+        return await readShapeVia(r, path);
+      } catch (e) {
+        tried.push(`${r.where}: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+    throw new Error(`not on the controller; ${tried.join('; ')}`);
   }
   const src = resolveModelSource(source);
   if (src.kind !== 'url') throw new Error(`not a URL source: ${source}`);
@@ -66,13 +107,16 @@ export type MemoryEstimate = { readonly bytes: number } | { readonly error: stri
 export class MemoryEstimator {
   private readonly shapes = new Map<string, Promise<GgufShape>>();
 
-  /** The model's need per replica; an error says why it is not known (yet). */
-  async estimate(model: ModelSpec, profile: ProfileSpec): Promise<MemoryEstimate> {
+  /**
+   * The model's need per replica; an error says why it is not known (yet). `readers`: the nodes a
+   * file:// source missing on the controller is read on, in order.
+   */
+  async estimate(model: ModelSpec, profile: ProfileSpec, readers: readonly RangeReader[] = []): Promise<MemoryEstimate> {
     if (model.memoryBytes !== null) return { bytes: model.memoryBytes };
     const key = `${model.sha256}|${model.source}`;
     let p = this.shapes.get(key);
     if (!p) {
-      p = readShape(model.source);
+      p = readShape(model.source, readers);
       this.shapes.set(key, p);
       p.catch(() => this.shapes.delete(key)); // retried on the next pass
     }

@@ -50,7 +50,8 @@ export interface PlacementInput {
   readonly reserveBytes: number;
 }
 
-function matches(selector: Readonly<Record<string, string>>, labels: Readonly<Record<string, string>>): boolean {
+/** True when a node's labels carry every key = value of a model's node_selector. */
+export function selectorMatches(selector: Readonly<Record<string, string>>, labels: Readonly<Record<string, string>>): boolean {
   for (const [k, v] of Object.entries(selector)) if (labels[k] !== v) return false;
   return true;
 }
@@ -74,7 +75,7 @@ export function place(input: PlacementInput): PlacementResult[] {
 
 function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: Map<string, number>): PlacementResult {
   if (req.count <= 0) return { model: req.model, nodes: [], unplaceable: null };
-  const selected = nodes.filter((n) => matches(req.nodeSelector, n.labels));
+  const selected = nodes.filter((n) => selectorMatches(req.nodeSelector, n.labels));
   const excludedBySelector = nodes.length - selected.length;
   const known = selected.filter((n) => free.has(n.name));
   const unknown = selected.length - known.length;

@@ -16,7 +16,8 @@ import { writeStatusBranch } from '../git/status-branch.js';
 import type { NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../spec/types.js';
 import { retried, setbackNotCounted, startFailed, stayedReady, withDigest, type ModelHealth } from './health.js';
-import { MemoryEstimator } from './memory.js';
+import { MemoryEstimator, type RangeReader } from './memory.js';
+import { selectorMatches } from './placement.js';
 import { planPass, type Action, type InflightStart, type ObservedNode } from './planner.js';
 import { MAX_HANDLED_RETRIES, type ControllerState, type StateStore } from './state-store.js';
 import { buildSnapshot, statusFiles, type NodeState } from './summarize.js';
@@ -371,7 +372,7 @@ export class Reconciler implements FleetView {
     const errors: Record<string, string> = {};
     await Promise.all(
       Object.values(spec.models).map(async (m) => {
-        const e = await this.memory.estimate(m, spec.profiles[m.profile]!);
+        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, m.source.startsWith('file://') ? this.rangeReaders(spec, m) : []);
         if ('bytes' in e) needs[m.name] = e.bytes;
         else {
           needs[m.name] = null;
@@ -381,6 +382,16 @@ export class Reconciler implements FleetView {
     );
     this.memoryNeeds = needs;
     this.memoryErrors = errors;
+  }
+
+  /** The reachable nodes a model may run on, to read its file:// source's header where it is. */
+  private rangeReaders(spec: FleetSpec, m: ModelSpec): RangeReader[] {
+    return Object.values(spec.nodes)
+      .filter((n) => this.nodes.get(n.name)?.reachable === true && selectorMatches(m.nodeSelector, n.labels))
+      .map((n) => {
+        const d = this.driver(n);
+        return { where: n.name, readFileRange: (path, offset, length) => d.readFileRange(path, offset, length) };
+      });
   }
 
   private async planAndApply(spec: FleetSpec, log: Logger): Promise<number> {

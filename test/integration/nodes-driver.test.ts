@@ -222,6 +222,28 @@ describe('models', () => {
     await assert.rejects(a.ensureModel(`file://${kev.path}`, good.sha256.replace(/^./, '0')), isCode('MODEL_CHECKSUM_MISMATCH'));
   });
 
+  test('readFileRange: bytes and size of a file on an ssh node (for GGUF headers); missing is MODEL_FILE_NOT_FOUND; a hostile path runs nothing', async () => {
+    const full = await readFile(good.path);
+    const head = await a.readFileRange(good.path, 0, 64);
+    assert.equal(head.size, full.length);
+    assert.deepEqual(head.data, full.subarray(0, 64));
+    assert.equal(head.data.subarray(0, 4).toString('latin1'), 'GGUF');
+    const mid = await a.readFileRange(good.path, 1000, 5000);
+    assert.deepEqual(mid.data, full.subarray(1000, 6000));
+    const tail = await a.readFileRange(good.path, full.length - 10, 1000);
+    assert.deepEqual(tail.data, full.subarray(full.length - 10));
+    // a parser-sized chunk (the gguf reader asks for 2 MB at a time) comes back whole
+    const big = randomBytes(3_200_000);
+    await writeFile(join(work, 'big.bin'), big);
+    const chunk = await a.readFileRange(join(work, 'big.bin'), 1_000_000, 2_000_000);
+    assert.equal(chunk.size, big.length);
+    assert.ok(chunk.data.equals(big.subarray(1_000_000, 3_000_000)));
+    await assert.rejects(a.readFileRange(join(work, 'nope.gguf'), 0, 10), isCode('MODEL_FILE_NOT_FOUND'));
+    const marker = join(work, 'pwned-range');
+    await assert.rejects(a.readFileRange(`${work}/x"; touch ${marker}; "$(touch ${marker})`, 0, 10), isCode('MODEL_FILE_NOT_FOUND'));
+    assert.equal(existsSync(marker), false);
+  });
+
   test('http source resumes a partial download (Range) and renames only when verified', async () => {
     const full = await readFile(good.path);
     const part = join(nodeB.dataDir, 'models', `${good.sha256}.gguf.part`);

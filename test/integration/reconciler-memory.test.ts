@@ -1,0 +1,85 @@
+/**
+ * Memory estimates from GGUF headers, read where the file is: on the controller, or over a node's
+ * shell (NodeDriver.readFileRange, here the local transport running the real script) when a file://
+ * source exists only on the node.
+ */
+import { strict as assert } from 'node:assert';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { MemoryEstimator, type RangeReader } from '../../src/reconciler/memory.js';
+import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
+import { openShell } from '../../src/nodes/transport.js';
+import type { ModelSpec, ProfileSpec } from '../../src/spec/types.js';
+import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
+import { localNodeSpec } from '../harness/sshd.js';
+
+let dir: string;
+let tiny: TinyModelFile;
+let driver: ShellNodeDriver;
+
+const profile = { ctxSize: 512, memoryOverheadBytes: 64 * 2 ** 20 } as ProfileSpec;
+const model = (source: string, over: Partial<ModelSpec> = {}): ModelSpec =>
+  ({ name: 'm', file: 'models/m.yaml', source, sha256: tiny.sha256, memoryBytes: null, nodeSelector: {}, ...over }) as ModelSpec;
+
+/** The node's file system has the model at `onNode`; the spec names `asNamed` (missing on the controller). */
+function nodeWith(asNamed: string, onNode: string, where = 'node-1'): RangeReader & { reads: number } {
+  const r = {
+    where,
+    reads: 0,
+    readFileRange: (path: string, offset: number, length: number) => {
+      r.reads++;
+      return driver.readFileRange(path === asNamed ? onNode : path, offset, length);
+    },
+  };
+  return r;
+}
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'llmgw-memory-'));
+  tiny = await writeTinyModel(join(dir, 'tiny.gguf'), { seed: 7 });
+  const node = localNodeSpec(join(dir, 'data'));
+  driver = new ShellNodeDriver(node, openShell(node, { secretsDir: dir }));
+});
+
+after(async () => {
+  await driver?.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('memory estimates', () => {
+  test('a memory: override wins; a file on the controller: file size + KV cache + the profile overhead', async () => {
+    const est = new MemoryEstimator();
+    assert.deepEqual(await est.estimate(model(`file://${tiny.path}`, { memoryBytes: 123 }), profile), { bytes: 123 });
+    const e = await est.estimate(model(`file://${tiny.path}`), profile);
+    assert.ok('bytes' in e, JSON.stringify(e));
+    assert.ok(e.bytes > tiny.bytes + profile.memoryOverheadBytes, `${e.bytes} should exceed the file (${tiny.bytes}) plus the overhead`);
+  });
+
+  test('a file:// source only on the node: the header is read there, and the estimate is the same as from the file itself', async () => {
+    const local = await new MemoryEstimator().estimate(model(`file://${tiny.path}`), profile);
+    const missing = join(dir, 'only-on-the-node', 'tiny.gguf');
+    const absent = nodeWith(missing, join(dir, 'nope.gguf'), 'node-0');
+    const node = nodeWith(missing, tiny.path);
+    const est = new MemoryEstimator();
+    const remote = await est.estimate(model(`file://${missing}`), profile, [absent, node]);
+    assert.deepEqual(remote, local);
+    assert.ok(absent.reads >= 1 && node.reads >= 1);
+    // cached by checksum and source: no second read
+    const reads = node.reads;
+    assert.deepEqual(await est.estimate(model(`file://${missing}`), profile, [absent, node]), local);
+    assert.equal(node.reads, reads);
+  });
+
+  test('nowhere: the reason names the controller and each node tried, and how to get past it', async () => {
+    const missing = join(dir, 'nowhere.gguf');
+    const e = await new MemoryEstimator().estimate(model(`file://${missing}`), profile, [nodeWith(missing, join(dir, 'also-missing.gguf'))]);
+    assert.ok('error' in e);
+    assert.match(e.error, /memory need unknown/);
+    assert.match(e.error, /not on the controller; node-1: .*no such file on the node/);
+    assert.match(e.error, /set memory: in models\/m\.yaml/);
+    const none = await new MemoryEstimator().estimate(model(`file://${missing}`), profile, []);
+    assert.ok('error' in none && /no reachable node/.test(none.error), JSON.stringify(none));
+  });
+});
