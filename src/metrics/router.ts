@@ -2,7 +2,7 @@
  * The router's metrics (the `RouterMetrics` port) in a prom-client Registry. The per-request series are
  * cells (cells.ts): looked up once per model, then plain number updates on the data path.
  */
-import { Counter, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import { CellCounter, CellGauge, CellHistogram, type HistogramCell, type ValueCell } from './cells.js';
 import type { RouterMetrics } from './ports.js';
 import { MetricNames as N } from './names.js';
@@ -48,7 +48,7 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     buckets: TTFT_BUCKETS,
     registers,
   });
-  const upstreamErrors = new Counter({
+  const upstreamErrors = new CellCounter({
     name: N.routerUpstreamErrorsTotal,
     help: 'Failures talking to a replica, by reason (connect, first_byte_timeout, stall_timeout, reset, …).',
     labelNames: ['model', 'reason'],
@@ -67,6 +67,8 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     readonly ttft: HistogramCell;
     readonly inFlight: ValueCell;
     readonly codes: Map<number, ValueCell>;
+    /** Upstream failure reasons seen (their counters are removed with the model). */
+    readonly reasons: Set<string>;
     readonly label: string;
   }
   const byModel = new Map<string, ModelCells>();
@@ -74,7 +76,7 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     let c = byModel.get(model);
     if (!c) {
       const m = modelLabel(model);
-      c = { duration: duration.cell(m), ttft: ttft.cell(m), inFlight: inFlight.cell(m), codes: new Map(), label: m };
+      c = { duration: duration.cell(m), ttft: ttft.cell(m), inFlight: inFlight.cell(m), codes: new Map(), reasons: new Set(), label: m };
       if (byModel.size < 10_000) byModel.set(model, c);
     }
     return c;
@@ -101,6 +103,7 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
         ttft.remove(c.label);
         inFlight.remove(c.label);
         for (const code of c.codes.keys()) requests.remove(c.label, String(code));
+        for (const reason of c.reasons) upstreamErrors.remove(c.label, reason);
       }
     },
     request(model, code, durationSeconds) {
@@ -112,7 +115,9 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
       ttft.observe(cells(model).ttft, seconds > 0 ? seconds : 0);
     },
     upstreamError(model, reason) {
-      upstreamErrors.inc({ model: modelLabel(model), reason });
+      const c = cells(model);
+      c.reasons.add(reason);
+      upstreamErrors.cell(c.label, reason).value++;
     },
     inFlight(model, delta) {
       cells(model).inFlight.value += delta;

@@ -317,11 +317,13 @@ describe('metrics: router series follow the desired models', () => {
       assert.equal(sampleValue(s, 'llmgw_router_in_flight_requests', { model: name }), 0, name);
     }
     m.router.request('a', 503, 0.01);
+    m.router.upstreamError('a', 'connect');
     m.router.inFlight('b', 1);
     m.applySnapshot(snapshot({ models: [] }));
     s = await scrape(m);
     assert.equal(findSamples(s, 'llmgw_router_requests_total', { model: 'a' }).length, 0, 'a left the desired state');
     assert.equal(findSamples(s, 'llmgw_router_request_duration_seconds_count', { model: 'a' }).length, 0);
+    assert.equal(findSamples(s, 'llmgw_router_upstream_errors_total', { model: 'a' }).length, 0);
     assert.equal(sampleValue(s, 'llmgw_router_in_flight_requests', { model: 'b' }), 1, 'b still has a request in flight');
     m.router.request('b', 200, 0.2);
     m.router.inFlight('b', -1);
