@@ -70,6 +70,7 @@ export const Reasons = Object.freeze({
   REPLICA_MODEL_LOAD_FAILED: reason('REPLICA_MODEL_LOAD_FAILED', 500, false, 'The engine could not load the model file; check that the file is a valid GGUF for this engine version.'),
   REPLICA_START_TIMEOUT: reason('REPLICA_START_TIMEOUT', 504, true, 'The replica was not healthy within the profile\'s start_timeout; raise start_timeout or check the node\'s load.'),
   REPLICA_EXITED: reason('REPLICA_EXITED', 500, true, 'The replica process exited; see the log tail in the detail.'),
+  REPLICA_UNHEALTHY: reason('REPLICA_UNHEALTHY', 504, true, 'The replica\'s process is alive but has not answered /health for longer than the profile\'s start_timeout (hung, or the node is overloaded); llmgw stopped it and starts a new one. Check the node\'s load and the replica\'s log (`llmgw ctl logs`).'),
   REPLICA_NOT_FOUND: reason('REPLICA_NOT_FOUND', 404, false, 'No replica with that id exists on the node.'),
 
   // --- controller ---

@@ -13,7 +13,7 @@ import { retryId } from '../git/trailers.js';
 import type { SpecTracker } from '../git/tracker.js';
 import type { FleetRepo } from '../git/repo.js';
 import { writeStatusBranch } from '../git/status-branch.js';
-import type { NodeDriver } from '../nodes/driver.js';
+import type { NodeDriver, ReplicaObservation } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../spec/types.js';
 import { retried, setbackNotCounted, startFailed, stayedReady, withDigest, type ModelHealth } from './health.js';
 import { MemoryEstimator, type RangeReader } from './memory.js';
@@ -98,6 +98,8 @@ export class Reconciler implements FleetView {
   private readonly opEvents: OpEvent[] = [];
   private readonly accountedFailures = new Set<string>();
   private readonly readySince = new Map<string, number>();
+  /** Live replicas (no start in flight) seen not answering /health: since when, and until when that is tolerated. */
+  private readonly unhealthy = new Map<string, { readonly since: number; readonly until: number }>();
   private readonly demandAt: Record<string, { lastRequestAt: number }> = {};
   private readonly restarts = new Set<string>();
   private readonly draining: Record<string, number> = {};
@@ -221,6 +223,7 @@ export class Reconciler implements FleetView {
       this.armTimer(spec);
       this.applyOpEvents(spec, log);
       await this.observe(spec, log);
+      this.failUnresponsive(spec, log);
       this.trackHealth(spec);
       await this.estimateMemory(spec);
       actions = await this.planAndApply(spec, log);
@@ -332,6 +335,36 @@ export class Reconciler implements FleetView {
         this.nodes.set(n.name, { reachable: false, error, obs: prev?.obs ?? null, installFailures: prev?.installFailures ?? {} });
       }
     });
+  }
+
+  /**
+   * A live replica that has not answered /health for longer than its profile's start timeout (hung
+   * after being ready, or adopted and never ready) is failed with REPLICA_UNHEALTHY: counted like a
+   * crash, stopped and replaced. A replica whose start is in flight is timed by the start itself.
+   */
+  private failUnresponsive(spec: FleetSpec, log: Logger): void {
+    const now = this.clock();
+    const seen = new Set<string>();
+    for (const [node, ns] of this.nodes) {
+      if (!ns.reachable || !ns.obs) continue;
+      let changed = false;
+      const replicas = ns.obs.replicas.map((r): ReplicaObservation => {
+        if (r.state !== 'starting' || this.inflight.has(r.id)) return r;
+        seen.add(r.id);
+        const m = spec.models[r.model];
+        const limit = m ? spec.profiles[m.profile]?.startTimeoutMs : undefined;
+        if (limit === undefined) return r;
+        const since = this.unhealthy.get(r.id)?.since ?? now;
+        this.unhealthy.set(r.id, { since, until: since + limit });
+        if (now - since < limit) return r;
+        changed = true;
+        const message = `replica ${r.id} on ${node} is running but has not answered /health for ${Math.round((now - since) / 1000)} s (the profile's start_timeout is ${Math.round(limit / 1000)} s)`;
+        if (!this.accountedFailures.has(r.id)) log.warn({ model: r.model, node, replica: r.id, code: 'REPLICA_UNHEALTHY' }, 'replica unresponsive: stopping it');
+        return { ...r, state: 'failed', failure: { code: 'REPLICA_UNHEALTHY', message, logTail: '' } };
+      });
+      if (changed) this.nodes.set(node, { ...ns, obs: { ...ns.obs, replicas } });
+    }
+    for (const id of [...this.unhealthy.keys()]) if (!seen.has(id)) this.unhealthy.delete(id);
   }
 
   /** Digest changes reset health; replicas that stay ready reset the failure count. */
@@ -471,7 +504,8 @@ export class Reconciler implements FleetView {
 
   /**
    * Time-based changes need a pass at the right moment, not at the next poll: a backoff that
-   * expires, a drain grace that ends, an on-demand model that goes idle, a failure count that resets.
+   * expires, a drain grace that ends, an on-demand model that goes idle, a failure count that resets,
+   * a replica that has not answered /health for too long.
    */
   private scheduleWake(): void {
     const spec = this.spec();
@@ -480,6 +514,7 @@ export class Reconciler implements FleetView {
     const times: number[] = [];
     for (const h of Object.values(this.health)) if (h.nextAttemptAt !== null) times.push(h.nextAttemptAt);
     for (const since of Object.values(this.draining)) times.push(since + spec.settings.drainGraceMs);
+    for (const u of this.unhealthy.values()) times.push(u.until);
     for (const m of Object.values(spec.models)) {
       const d = this.demandAt[m.name];
       if (m.scaling.mode === 'on_demand' && d && (this.desired[m.name] ?? 0) > 0) times.push(d.lastRequestAt + m.scaling.idleTimeoutMs);
