@@ -340,7 +340,8 @@ export class Reconciler implements FleetView {
   /**
    * A live replica that has not answered /health for longer than its profile's start timeout (hung
    * after being ready, or adopted and never ready) is failed with REPLICA_UNHEALTHY: counted like a
-   * crash, stopped and replaced. A replica whose start is in flight is timed by the start itself.
+   * crash, stopped and replaced. A replica whose start is in flight is timed by the start itself; one
+   * being stopped is left to the stop.
    */
   private failUnresponsive(spec: FleetSpec, log: Logger): void {
     const now = this.clock();
@@ -349,7 +350,7 @@ export class Reconciler implements FleetView {
       if (!ns.reachable || !ns.obs) continue;
       let changed = false;
       const replicas = ns.obs.replicas.map((r): ReplicaObservation => {
-        if (r.state !== 'starting' || this.inflight.has(r.id)) return r;
+        if (r.state !== 'starting' || this.inflight.has(r.id) || this.stopping.has(r.id)) return r;
         seen.add(r.id);
         const m = spec.models[r.model];
         const limit = m ? spec.profiles[m.profile]?.startTimeoutMs : undefined;
