@@ -228,17 +228,28 @@ function uncork(call: ProxyCall): void {
   call.uncorkResponse();
 }
 
-/**
- * The upstream response headers passed on, picked out of undici's raw [name, value, …] Buffers.
- * Names are compared only when their length matches one of FORWARD_HEADERS.
- */
-const FORWARD_LENGTHS = new Set<number>(FORWARD_HEADERS.map((h) => h.length));
-function forwardedHeaders(raw: readonly Buffer[], out: Record<string, string>): void {
+const FORWARD_BYTES = FORWARD_HEADERS.map((name) => ({ name, bytes: Buffer.from(name, 'latin1') }));
+
+/** True when a raw header name equals `lower` (lowercase ASCII), ignoring case; no string is made. */
+function nameIs(n: Buffer, lower: Buffer): boolean {
+  if (n.length !== lower.length) return false;
+  for (let i = 0; i < n.length; i++) {
+    const c = n[i]!;
+    if ((c >= 65 && c <= 90 ? c + 32 : c) !== lower[i]) return false;
+  }
+  return true;
+}
+
+/** The upstream response headers passed on, picked out of undici's raw [name, value, …] Buffers. */
+export function forwardedHeaders(raw: readonly Buffer[], out: Record<string, string>): void {
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const n = raw[i]!;
-    if (!FORWARD_LENGTHS.has(n.length)) continue;
-    const name = n.toString('latin1').toLowerCase();
-    if ((FORWARD_HEADERS as readonly string[]).includes(name) && out[name] === undefined) out[name] = raw[i + 1]!.toString('latin1');
+    for (const f of FORWARD_BYTES) {
+      if (nameIs(n, f.bytes)) {
+        if (out[f.name] === undefined) out[f.name] = raw[i + 1]!.toString('latin1');
+        break;
+      }
+    }
   }
 }
 

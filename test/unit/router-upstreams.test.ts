@@ -1,7 +1,7 @@
 /** Pure parts of the proxy: least-busy selection, the in-flight list, error classification. */
 import { strict as assert } from 'node:assert';
 import { after, describe, test } from 'node:test';
-import { ActiveCalls, classifyUpstreamError, isRetryableBeforeResponse, ProxyCall, Upstreams } from '../../src/router/proxy.js';
+import { ActiveCalls, classifyUpstreamError, forwardedHeaders, isRetryableBeforeResponse, ProxyCall, Upstreams } from '../../src/router/proxy.js';
 import { replica } from '../harness/fake-fleet-view.js';
 
 describe('Upstreams.pick', () => {
@@ -84,5 +84,14 @@ describe('classifyUpstreamError', () => {
     assert.ok(isRetryableBeforeResponse('reset'));
     assert.ok(!isRetryableBeforeResponse('first_byte_timeout'));
     assert.ok(!isRetryableBeforeResponse('stall_timeout'));
+  });
+});
+
+describe('forwardedHeaders', () => {
+  test('keeps only the allowlisted upstream headers, matched without regard to case; the first value wins', () => {
+    const raw = ['Content-Type', 'text/event-stream', 'WWW-Authenticate', 'Bearer secret', 'content-LENGTH', '12', 'Server', 'llama.cpp', 'Set-Cookie', 'k=v', 'Cache-Control', 'no-cache', 'content-type', 'text/plain', 'Retry-After', '3', 'Content-Typf', 'x'].map((s) => Buffer.from(s, 'latin1'));
+    const out: Record<string, string> = { 'x-llmgw-replica': 'r1' };
+    forwardedHeaders(raw, out);
+    assert.deepEqual(out, { 'x-llmgw-replica': 'r1', 'content-type': 'text/event-stream', 'content-length': '12', 'cache-control': 'no-cache', 'retry-after': '3' });
   });
 });
