@@ -39,6 +39,9 @@ llmgw_sha256() { sha256sum "$1" | awk '{print $1}'; }
 `;
 
 /** Everything `observe()` needs in one round trip. */
+/** Engine staging and build dirs older than this (minutes) are leftovers of cut-off installs. */
+export const STALE_INSTALL_MINUTES = 24 * 60;
+
 export function observeScript(dataDir: string, nonce: string, logLines: number): string {
   const m = `@@${nonce}`;
   return `${PRELUDE}
@@ -50,6 +53,9 @@ echo ${shq(`${m} flags`)}; grep -m1 -E '^(flags|Features)[[:space:]]*:' /proc/cp
 echo ${shq(`${m} arch`)}; uname -m
 echo ${shq(`${m} df`)}; df -Pk "$d" | tail -n 1
 echo ${shq(`${m} now`)}; date +%s
+# engine installs that were cut off (the controller or the node went down mid-install) leave their
+# staging and build dirs behind; no install runs for a day, so those older than that are removed
+find "$d/engines" -mindepth 2 -maxdepth 2 -type d \\( -name '.*.tmp-*' -o -name '.*.build-*' \\) -mmin +${STALE_INSTALL_MINUTES} -exec rm -rf {} + 2>/dev/null
 for f in "$d"/engines/*/*/.complete; do
   [ -f "$f" ] || continue
   v=\${f%/.complete}; e=\${v%/*}

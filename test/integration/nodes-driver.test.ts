@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -118,6 +118,17 @@ describe('observe', () => {
       assert.ok(o.diskFreeBytes > 0);
       assert.deepEqual([o.engines, o.models, o.replicas], [[], [], []]);
     }
+  });
+
+  test('staging and build dirs of installs cut off more than a day ago are removed; recent ones and installed versions stay', async () => {
+    const base = join(nodeB.dataDir, 'engines', 'llama-cpp');
+    const dirs = ['.v1.tmp-old', '.v1.build-old', '.v1.tmp-new', '.v2.build-new', 'v0'];
+    for (const dir of dirs) await mkdir(join(base, dir, 'src'), { recursive: true });
+    const twoDaysAgo = new Date(Date.now() - 2 * 24 * 3600_000);
+    for (const dir of ['.v1.tmp-old', '.v1.build-old', 'v0']) await utimes(join(base, dir), twoDaysAgo, twoDaysAgo);
+    await b.observe();
+    assert.deepEqual((await readdir(base)).sort(), ['.v1.tmp-new', '.v2.build-new', 'v0']);
+    await rm(base, { recursive: true, force: true });
   });
 
   test('an unreachable node throws NODE_UNREACHABLE (unknown, never empty)', async () => {
