@@ -89,9 +89,8 @@ export interface ValueCell {
   value: number;
 }
 
-/** A counter: `cell(...).value += n` (never decrease it). */
-export class CellCounter extends CellMetric<ValueCell> {
-  readonly type = 'counter' as const;
+/** One number per label set: the storage of counters and gauges. */
+abstract class ValueCells extends CellMetric<ValueCell> {
   protected create(labels: Labels): ValueCell {
     return { labels, value: 0 };
   }
@@ -100,15 +99,14 @@ export class CellCounter extends CellMetric<ValueCell> {
   }
 }
 
+/** A counter: `cell(...).value += n` (never decrease it). */
+export class CellCounter extends ValueCells {
+  readonly type = 'counter' as const;
+}
+
 /** A gauge: `cell(...).value` set, increased or decreased freely. */
-export class CellGauge extends CellMetric<ValueCell> {
+export class CellGauge extends ValueCells {
   readonly type = 'gauge' as const;
-  protected create(labels: Labels): ValueCell {
-    return { labels, value: 0 };
-  }
-  protected values(): Sample[] {
-    return [...this.cells.values()].map((c) => ({ labels: c.labels, value: c.value }));
-  }
 }
 
 export interface HistogramCell {

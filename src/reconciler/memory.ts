@@ -71,15 +71,17 @@ async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShap
   return shapeFromMetadata(metadata as unknown as Record<string, unknown>, size);
 }
 
-async function readShape(source: string, readers: readonly RangeReader[]): Promise<GgufShape> {
-  if (source.startsWith('file://')) {
-    const path = decodeURIComponent(new URL(source).pathname);
+async function readShape(source: string, nodeReaders: () => readonly RangeReader[]): Promise<GgufShape> {
+  const src = resolveModelSource(source);
+  if (src.kind === 'file') {
+    const path = src.path;
     try {
       const [{ metadata }, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
       return shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size);
     } catch (e) {
       if ((e as { code?: unknown }).code !== 'ENOENT') throw e;
     }
+    const readers = nodeReaders();
     if (readers.length === 0) throw new Error('not on the controller, and no reachable node to read it on');
     const tried: string[] = [];
     for (const r of readers) {
@@ -91,8 +93,6 @@ async function readShape(source: string, readers: readonly RangeReader[]): Promi
     }
     throw new Error(`not on the controller; ${tried.join('; ')}`);
   }
-  const src = resolveModelSource(source);
-  if (src.kind !== 'url') throw new Error(`not a URL source: ${source}`);
   const url = src.url;
   const head = await request(url, { method: 'HEAD', maxRedirections: 5 } as Parameters<typeof request>[1]);
   await head.body.dump();
@@ -108,15 +108,15 @@ export class MemoryEstimator {
   private readonly shapes = new Map<string, Promise<GgufShape>>();
 
   /**
-   * The model's need per replica; an error says why it is not known (yet). `readers`: the nodes a
-   * file:// source missing on the controller is read on, in order.
+   * The model's need per replica; an error says why it is not known (yet). `nodeReaders`: the nodes
+   * a file:// source missing on the controller is read on, in order (asked for only then).
    */
-  async estimate(model: ModelSpec, profile: ProfileSpec, readers: readonly RangeReader[] = []): Promise<MemoryEstimate> {
+  async estimate(model: ModelSpec, profile: ProfileSpec, nodeReaders: () => readonly RangeReader[] = () => []): Promise<MemoryEstimate> {
     if (model.memoryBytes !== null) return { bytes: model.memoryBytes };
     const key = `${model.sha256}|${model.source}`;
     let p = this.shapes.get(key);
     if (!p) {
-      p = readShape(model.source, readers);
+      p = readShape(model.source, nodeReaders);
       this.shapes.set(key, p);
       p.catch(() => this.shapes.delete(key)); // retried on the next pass
     }

@@ -406,7 +406,7 @@ export class Reconciler implements FleetView {
     const errors: Record<string, string> = {};
     await Promise.all(
       Object.values(spec.models).map(async (m) => {
-        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, m.source.startsWith('file://') ? this.rangeReaders(spec, m) : []);
+        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, () => this.rangeReaders(spec, m));
         if ('bytes' in e) needs[m.name] = e.bytes;
         else {
           needs[m.name] = null;

@@ -23,7 +23,7 @@ import type { FleetView } from '../reconciler/view.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import { grantAllows } from './auth.js';
 import { RouterCore, isProxyRequest, type Admission } from './core.js';
-import { RouterError } from './errors.js';
+import { RouterError, modelNotFound, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
 
 export interface RouterLimits {
@@ -84,10 +84,6 @@ export function routerStats(app: FastifyInstance): RouterStats {
   return s;
 }
 
-function quote(name: string): string {
-  return name.length > 200 ? `${name.slice(0, 200)}…` : name;
-}
-
 export function buildRouter(deps: RouterDeps): FastifyInstance {
   const fleet = deps.fleet;
   const metrics = deps.metrics ?? noRouterMetrics;
@@ -139,7 +135,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
 
   app.setNotFoundHandler((request, reply) => {
     reply.hijack();
-    core.fail(reply.raw, '', performance.now(), new RouterError('ROUTE_NOT_FOUND', `Unknown request URL: ${request.method} ${quote(request.url)}.`));
+    core.fail(reply.raw, '', performance.now(), routeNotFound(request.method, request.url));
   });
 
   /** Route-level onRequest of the GET routes: shutdown, spec and API key. */
@@ -176,7 +172,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     const model = adm.compiled.names.get(name);
     const spec = model === undefined ? undefined : adm.spec.models[model];
     if (model === undefined || spec === undefined || !grantAllows(adm.grant, model)) {
-      throw new RouterError('MODEL_NOT_FOUND', `The model '${quote(name)}' does not exist or you do not have access to it.`, { param: 'model' });
+      throw modelNotFound(name);
     }
     metrics.request(model, 200, (performance.now() - r.llmgwT0) / 1000);
     void reply.header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(modelEntry(fleet, spec)));

@@ -17,7 +17,7 @@ import type { RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec } from '../spec/types.js';
 import { authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
-import { RouterError, renderError } from './errors.js';
+import { RouterError, modelNotFound, renderError, routeNotFound, writeRendered } from './errors.js';
 import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
 import { Activator } from './resolve.js';
 
@@ -51,10 +51,6 @@ export function isProxyRequest(method: string | undefined, url: string | undefin
 }
 
 class ClientGoneDuringActivation extends Error {}
-
-function quote(name: string): string {
-  return name.length > 200 ? `${name.slice(0, 200)}…` : name;
-}
 
 export class RouterCore {
   readonly upstreams: Upstreams;
@@ -113,7 +109,7 @@ export class RouterCore {
     let adm: Admission;
     try {
       if (!PROXY_PATH.test(req.url ?? '')) {
-        throw new RouterError('ROUTE_NOT_FOUND', `Unknown request URL: ${req.method ?? ''} ${quote(req.url ?? '')}.`);
+        throw routeNotFound(req.method ?? '', req.url ?? '');
       }
       adm = this.admit(req.headers);
     } catch (e) {
@@ -178,7 +174,7 @@ export class RouterCore {
     if (typeof name !== 'string') throw new RouterError('BAD_REQUEST', '"model" must be a string.', { param: 'model' });
     const model = adm.compiled.names.get(name);
     if (model === undefined) {
-      throw new RouterError('MODEL_NOT_FOUND', `The model '${quote(name)}' does not exist or you do not have access to it.`, { param: 'model' });
+      throw modelNotFound(name);
     }
     if (!grantAllows(adm.grant, model)) {
       this.fail(res, model, t0, new RouterError('MODEL_FORBIDDEN', `This API key may not use model '${model}'.`, { param: 'model' }));
@@ -249,11 +245,7 @@ export class RouterCore {
     const r = renderError(e);
     if (r.code === 'INTERNAL') this.log?.error({ err: e }, 'router: internal error');
     this.metrics.request(model, r.status, (performance.now() - t0) / 1000);
-    if (res.headersSent || res.destroyed) return;
-    if (close || this.ctx.shuttingDown) r.headers['connection'] = 'close';
-    r.headers['content-length'] = String(Buffer.byteLength(r.body));
-    res.writeHead(r.status, r.headers);
-    res.end(r.body);
+    writeRendered(res, r, close || this.ctx.shuttingDown ? { connection: 'close' } : undefined);
   }
 
   private tooLarge(): RouterError {

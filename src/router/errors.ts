@@ -117,15 +117,34 @@ export function renderError(e: unknown): RenderedError {
   return { status: reason.http, headers, body: JSON.stringify(env), code };
 }
 
-/** Writes an error straight to a raw response (hijacked replies). Returns the status written, or 0 if it could not. */
-export function writeErrorRaw(res: ServerResponse, e: unknown, extraHeaders?: Record<string, string>): number {
+/** Writes a rendered error to a raw response. Returns the status written, or 0 if it could not. */
+export function writeRendered(res: ServerResponse, r: RenderedError, extraHeaders?: Record<string, string>): number {
   if (res.headersSent || res.destroyed) return 0;
-  const r = renderError(e);
-  const headers = extraHeaders ? { ...r.headers, ...extraHeaders } : r.headers;
+  const headers = extraHeaders ? { ...r.headers, ...extraHeaders } : { ...r.headers };
   headers['content-length'] = String(Buffer.byteLength(r.body));
   res.writeHead(r.status, headers);
   res.end(r.body);
   return r.status;
+}
+
+/** Writes an error straight to a raw response (hijacked replies). Returns the status written, or 0 if it could not. */
+export function writeErrorRaw(res: ServerResponse, e: unknown, extraHeaders?: Record<string, string>): number {
+  return writeRendered(res, renderError(e), extraHeaders);
+}
+
+/** A name or URL quoted in a message, cut at 200 characters. */
+function quote(name: string): string {
+  return name.length > 200 ? `${name.slice(0, 200)}…` : name;
+}
+
+/** 404 model_not_found: the same answer whether the model does not exist or the key may not see it. */
+export function modelNotFound(name: string): RouterError {
+  return new RouterError('MODEL_NOT_FOUND', `The model '${quote(name)}' does not exist or you do not have access to it.`, { param: 'model' });
+}
+
+/** 404 unknown_url. */
+export function routeNotFound(method: string, url: string): RouterError {
+  return new RouterError('ROUTE_NOT_FOUND', `Unknown request URL: ${method} ${quote(url)}.`);
 }
 
 /** The same error as one SSE event (`data: {"error":…}`), which OpenAI SDKs raise as an APIError mid-stream. */

@@ -63,23 +63,23 @@ describe('memory estimates', () => {
     const absent = nodeWith(missing, join(dir, 'nope.gguf'), 'node-0');
     const node = nodeWith(missing, tiny.path);
     const est = new MemoryEstimator();
-    const remote = await est.estimate(model(`file://${missing}`), profile, [absent, node]);
+    const remote = await est.estimate(model(`file://${missing}`), profile, () => [absent, node]);
     assert.deepEqual(remote, local);
     assert.ok(absent.reads >= 1 && node.reads >= 1);
     // cached by checksum and source: no second read
     const reads = node.reads;
-    assert.deepEqual(await est.estimate(model(`file://${missing}`), profile, [absent, node]), local);
+    assert.deepEqual(await est.estimate(model(`file://${missing}`), profile, () => [absent, node]), local);
     assert.equal(node.reads, reads);
   });
 
   test('nowhere: the reason names the controller and each node tried, and how to get past it', async () => {
     const missing = join(dir, 'nowhere.gguf');
-    const e = await new MemoryEstimator().estimate(model(`file://${missing}`), profile, [nodeWith(missing, join(dir, 'also-missing.gguf'))]);
+    const e = await new MemoryEstimator().estimate(model(`file://${missing}`), profile, () => [nodeWith(missing, join(dir, 'also-missing.gguf'))]);
     assert.ok('error' in e);
     assert.match(e.error, /memory need unknown/);
     assert.match(e.error, /not on the controller; node-1: .*no such file on the node/);
     assert.match(e.error, /set memory: in models\/m\.yaml/);
-    const none = await new MemoryEstimator().estimate(model(`file://${missing}`), profile, []);
+    const none = await new MemoryEstimator().estimate(model(`file://${missing}`), profile, () => []);
     assert.ok('error' in none && /no reachable node/.test(none.error), JSON.stringify(none));
   });
 });
