@@ -4,6 +4,9 @@
  * a Map of hashes built once per spec object (a WeakMap keyed by the frozen spec), so a new
  * revision takes effect on the next request and the hot path does one hash and one Map lookup.
  * Comparing hashes of the secret (not the secret) needs no constant-time compare.
+ *
+ * `ConnectionKeys` remembers the grant of each client connection's last verified key, so a keep-alive
+ * client does not pay the sha256 on every request.
  */
 import * as crypto from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -90,4 +93,44 @@ export function authenticate(compiledSpec: CompiledSpec | null, headers: Incomin
   const grant = compiledSpec?.keys.get(sha256Hex(key));
   if (!grant) throw new RouterError('AUTH_INVALID', 'Incorrect API key provided.');
   return grant;
+}
+
+interface ConnectionGrant {
+  compiled: CompiledSpec;
+  authorization: string | undefined;
+  xApiKey: string | string[] | undefined;
+  grant: KeyGrant;
+}
+
+/**
+ * The grant of each client connection's last verified key. A keep-alive client sends the same
+ * `Authorization` (or `x-api-key`) header on every request; when a request on a connection carries
+ * exactly the header values of the last one verified there, under the same spec tables, it gets the
+ * same grant without hashing the key again. Anything else (another key, a new revision of
+ * access/keys.yaml) is checked by `authenticate` as usual, and a refused key is never remembered.
+ *
+ * Entries are held in a WeakMap keyed by the connection's socket, so a key stays in memory no longer
+ * than the client's own connection (which holds the same header strings anyway), and a connection
+ * only ever sees the grant of a key sent on it.
+ */
+export class ConnectionKeys {
+  private readonly byConnection = new WeakMap<object, ConnectionGrant>();
+
+  grant(compiledSpec: CompiledSpec, headers: IncomingHttpHeaders, required: boolean, connection: object): KeyGrant {
+    if (!required) return OPEN_GRANT;
+    const authorization = headers.authorization;
+    const xApiKey = headers['x-api-key'];
+    const last = this.byConnection.get(connection);
+    if (last !== undefined && last.compiled === compiledSpec && last.authorization === authorization && last.xApiKey === xApiKey) return last.grant;
+    const grant = authenticate(compiledSpec, headers, true);
+    if (last === undefined) {
+      this.byConnection.set(connection, { compiled: compiledSpec, authorization, xApiKey, grant });
+    } else {
+      last.compiled = compiledSpec;
+      last.authorization = authorization;
+      last.xApiKey = xApiKey;
+      last.grant = grant;
+    }
+    return grant;
+  }
 }

@@ -16,7 +16,7 @@ import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:
 import type { RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec } from '../spec/types.js';
-import { authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
+import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderError, routeNotFound, writeRendered } from './errors.js';
 import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
 import { Activator } from './resolve.js';
@@ -44,6 +44,8 @@ export interface Admission {
  * dot (so no '.' or '..' segment reaches a replica), then an optional query string.
  */
 const PROXY_PATH = /^\/v1(?:\/[A-Za-z0-9_-][A-Za-z0-9._-]*)+(?:\?.*)?$/;
+/** The usual paths, which PROXY_PATH accepts, checked first without the regex. */
+const KNOWN_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings']);
 
 /** True for the requests `handle()` serves: POST /v1/…. */
 export function isProxyRequest(method: string | undefined, url: string | undefined): boolean {
@@ -56,6 +58,7 @@ export class RouterCore {
   readonly upstreams: Upstreams;
   readonly ctx: ProxyContext;
   private readonly activator: Activator;
+  private readonly connectionKeys = new ConnectionKeys();
   private readonly shutdown = new AbortController();
   /** Requests waiting for their model to become ready. */
   private activating = 0;
@@ -87,8 +90,11 @@ export class RouterCore {
     return this.ctx.active.size + this.activating;
   }
 
-  /** The spec and grant for a request, or a RouterError (shutting down, no spec yet, 401). */
-  admit(headers: IncomingHttpHeaders): Admission {
+  /**
+   * The spec and grant for a request, or a RouterError (shutting down, no spec yet, 401). With the
+   * request's `connection` (its socket), a key already verified on that connection is not hashed again.
+   */
+  admit(headers: IncomingHttpHeaders, connection?: object): Admission {
     if (this.ctx.shuttingDown) throw new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.', { retryAfterSeconds: 1 });
     const spec = this.fleet.spec();
     if (spec === null) {
@@ -100,7 +106,8 @@ export class RouterCore {
       throw new RouterError('NO_VALID_SPEC', 'The fleet has no valid revision applied yet; no models are served.', { retryAfterSeconds: 5 });
     }
     const compiled = compileSpec(spec);
-    return { spec, compiled, grant: authenticate(compiled, headers, this.authRequired) };
+    const grant = connection === undefined ? authenticate(compiled, headers, this.authRequired) : this.connectionKeys.grant(compiled, headers, this.authRequired, connection);
+    return { spec, compiled, grant };
   }
 
   /** Serves one POST /v1/… request on the raw request and response. Never throws. */
@@ -108,10 +115,11 @@ export class RouterCore {
     const t0 = performance.now();
     let adm: Admission;
     try {
-      if (!PROXY_PATH.test(req.url ?? '')) {
-        throw routeNotFound(req.method ?? '', req.url ?? '');
+      const url = req.url ?? '';
+      if (!KNOWN_PATHS.has(url) && !PROXY_PATH.test(url)) {
+        throw routeNotFound(req.method ?? '', url);
       }
-      adm = this.admit(req.headers);
+      adm = this.admit(req.headers, req.socket);
     } catch (e) {
       this.fail(res, '', t0, e);
       return;

@@ -1,7 +1,9 @@
 /** Router auth: key extraction, per-spec tables, 401/403 envelopes, auth off only when asked. */
 import { strict as assert } from 'node:assert';
 import { after, describe, test } from 'node:test';
-import { authenticate, compileSpec, extractKey, grantAllows, OPEN_GRANT } from '../../src/router/auth.js';
+import { Client } from 'undici';
+import type { AddressInfo } from 'node:net';
+import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, OPEN_GRANT } from '../../src/router/auth.js';
 import { buildRouter } from '../../src/router/app.js';
 import { RouterError } from '../../src/router/errors.js';
 import { FakeFleetView, defaultStubHandler, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
@@ -46,6 +48,63 @@ describe('router auth (pure)', () => {
     assert.throws(() => authenticate(c, {}, true), (e) => e instanceof RouterError && e.code === 'AUTH_MISSING');
     assert.throws(() => authenticate(c, { authorization: 'Bearer nope' }, true), (e) => e instanceof RouterError && e.code === 'AUTH_INVALID');
     assert.equal(authenticate(c, {}, false), OPEN_GRANT);
+  });
+});
+
+describe('ConnectionKeys (the last verified key of each connection)', () => {
+  test('the same header on the same connection gets the same grant; another key, connection or spec is checked again', () => {
+    const keys = new ConnectionKeys();
+    const c = compileSpec(spec);
+    const connA = {};
+    const connB = {};
+    const team = keys.grant(c, { authorization: 'Bearer team-key' }, true, connA);
+    assert.equal(team.name, 'team');
+    assert.equal(keys.grant(c, { authorization: 'Bearer team-key' }, true, connA), team);
+    // another key on the same connection: its own grant, or 401
+    assert.equal(keys.grant(c, { 'x-api-key': 'admin-key' }, true, connA).name, 'admin');
+    assert.throws(() => keys.grant(c, { authorization: 'Bearer nope' }, true, connA), (e) => e instanceof RouterError && e.code === 'AUTH_INVALID');
+    assert.throws(() => keys.grant(c, {}, true, connA), (e) => e instanceof RouterError && e.code === 'AUTH_MISSING');
+    // a refused key is not remembered: the connection's entry still holds admin-key
+    assert.throws(() => keys.grant(c, { authorization: 'Bearer nope' }, true, connA), (e) => e instanceof RouterError && e.code === 'AUTH_INVALID');
+    // both headers are part of the match
+    assert.throws(() => keys.grant(c, { 'x-api-key': 'admin-key', authorization: 'Bearer nope' }, true, connA), (e) => e instanceof RouterError && e.code === 'AUTH_INVALID');
+    // another connection knows nothing of connA's keys
+    assert.throws(() => keys.grant(c, { authorization: 'Bearer nope' }, true, connB), (e) => e instanceof RouterError);
+    // a new revision without team-key: refused on the connection that had it verified
+    assert.equal(keys.grant(c, { authorization: 'Bearer team-key' }, true, connB).name, 'team');
+    const revoked = compileSpec(fakeSpec({ models: { alpha: {} }, keys: [{ name: 'admin', key: 'admin-key', models: ['*'] }] }));
+    assert.throws(() => keys.grant(revoked, { authorization: 'Bearer team-key' }, true, connB), (e) => e instanceof RouterError && e.code === 'AUTH_INVALID');
+    assert.equal(keys.grant(c, {}, false, connB), OPEN_GRANT);
+  });
+
+  test('over a real keep-alive connection: a key revoked by a new revision, or swapped for a wrong one, is refused at once', async () => {
+    const stub = await startStubUpstream();
+    const fleet = new FakeFleetView(spec, 'the-engine-key');
+    fleet.setReady('alpha', [replica('alpha', stub.url)]);
+    const app = buildRouter({ fleet, auth: { required: true } });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const client = new Client(`http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, { pipelining: 1 });
+    let connects = 0;
+    client.on('connect', () => connects++);
+    const post = async (headers: Record<string, string>): Promise<number> => {
+      const r = await client.request({ path: '/v1/chat/completions', method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ model: 'alpha', messages: [] }) });
+      await r.body.dump();
+      return r.statusCode;
+    };
+    try {
+      assert.equal(await post({ authorization: 'Bearer team-key' }), 200);
+      assert.equal(await post({ authorization: 'Bearer team-key' }), 200);
+      assert.equal(await post({ authorization: 'Bearer wrong' }), 401);
+      assert.equal(await post({ authorization: 'Bearer team-key' }), 200);
+      fleet.setSpec(fakeSpec({ models: { alpha: {} }, keys: [{ name: 'admin', key: 'admin-key', models: ['*'] }] }));
+      assert.equal(await post({ authorization: 'Bearer team-key' }), 401);
+      assert.equal(await post({ 'x-api-key': 'admin-key' }), 200);
+      assert.equal(connects, 1, 'all on one connection');
+    } finally {
+      await client.close();
+      await app.close();
+      await stub.close();
+    }
   });
 });
 

@@ -89,7 +89,7 @@ describe('classifyUpstreamError', () => {
 
 describe('forwardedHeaders', () => {
   test('keeps only the allowlisted upstream headers, matched without regard to case; the first value wins', () => {
-    const raw = ['Content-Type', 'text/event-stream', 'WWW-Authenticate', 'Bearer secret', 'content-LENGTH', '12', 'Server', 'llama.cpp', 'Set-Cookie', 'k=v', 'Cache-Control', 'no-cache', 'content-type', 'text/plain', 'Retry-After', '3', 'Content-Typf', 'x'].map((s) => Buffer.from(s, 'latin1'));
+    const raw = ['Content-Type', 'text/event-stream', 'WWW-Authenticate', 'Bearer secret', 'content-LENGTH', '12', 'Server', 'llama.cpp', 'Set-Cookie', 'k=v', 'Cache-Control', 'no-cache', 'content-type', 'text/plain', 'Retry-After', '3', 'Content-Typf', 'x', 'X-Request-Id', 'same-length-as-content-type', 'Access-Control-Allow-Origin', '*', '', 'empty name'].map((s) => Buffer.from(s, 'latin1'));
     const out: Record<string, string> = { 'x-llmgw-replica': 'r1' };
     forwardedHeaders(raw, out);
     assert.deepEqual(out, { 'x-llmgw-replica': 'r1', 'content-type': 'text/event-stream', 'content-length': '12', 'cache-control': 'no-cache', 'retry-after': '3' });
