@@ -7,7 +7,8 @@
  *   bench-child router UPSTREAM ENGINE_KEY   llmgw's router: auth (sha256 key lookup), model
  *                                       routing through a FleetView, prom-client metrics
  *
- * Sends {ready: port} once listening; answers {mem: true} with {rss} after a GC when --expose-gc.
+ * Sends {ready: port} once listening; answers {mem: true} with {rss} after a GC when --expose-gc, and
+ * {settle: true} with {settled: true} after three full GCs (see settle() in router.bench.ts).
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -113,7 +114,11 @@ async function main(): Promise<void> {
   else if (role === 'bare') port = await startBare(upstream!);
   else if (role === 'router') port = await startRouter(upstream!, engineKey ?? '');
   else throw new Error(`unknown role ${role}`);
-  process.on('message', (m: { mem?: boolean }) => {
+  process.on('message', (m: { mem?: boolean; settle?: boolean }) => {
+    if (m.settle) {
+      for (let i = 0; i < 3; i++) (globalThis as { gc?: () => void }).gc?.();
+      process.send!({ settled: true });
+    }
     if (m.mem) {
       (globalThis as { gc?: () => void }).gc?.();
       const mu = process.memoryUsage();

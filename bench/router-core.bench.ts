@@ -6,7 +6,8 @@
  * bench/router.bench.ts measures whole proxies over loopback, where the kernel, node's http and
  * undici dominate and the machine's noise is large. This one drives RouterCore.handle with in-memory
  * requests and responses and an upstream that answers synchronously, so what is left is llmgw's code:
- * admission (sha256 key lookup), body collection, JSON parse of the body, model and replica lookups,
+ * admission (the key, verified once per connection: all requests here share one, as a keep-alive
+ * client's do), body collection, JSON parse of the body, model and replica lookups,
  * ProxyCall, header filtering and metrics. The baseline, measured in the same run with the same fakes,
  * is what the bare passthrough of router.bench.ts does per request (collect the body, dispatch,
  * copy two headers, write, end). Best of interleaved rounds, CPU time per request.
@@ -60,7 +61,11 @@ class FakeRes extends EventEmitter {
   }
 }
 
+/** One keep-alive client connection, as in the socket benchmark (its key is verified once). */
+const CONNECTION = {};
+
 class FakeReq extends EventEmitter {
+  socket = CONNECTION;
   method = 'POST';
   url = '/v1/chat/completions';
   headers = { 'content-type': 'application/json', authorization: `Bearer ${BENCH_CLIENT_KEY}`, 'content-length': String(body.length) };

@@ -223,11 +223,6 @@ export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {
   return c;
 }
 
-function uncork(call: ProxyCall): void {
-  call.corked = false;
-  call.uncorkResponse();
-}
-
 /**
  * The allowlisted names by length (their lengths differ: 11, 12, 13, 14, 16), so each upstream header
  * is compared with at most one name, and most (date, server, connection…) with none.
@@ -284,10 +279,6 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   private sse = false;
   private status = 0;
   private done = false;
-  /** The response to the client has no content-length (it is sent chunked). */
-  private chunked = false;
-  /** @internal corked until the next tick (see onData). */
-  corked = false;
   private abortReason: Error | null = null;
   private readonly resumeFn = (): void => {
     this.resumeUpstream?.();
@@ -321,11 +312,6 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     }
     this.res.on('close', this.onClientClose);
     this.attempt(first);
-  }
-
-  /** @internal */
-  uncorkResponse(): void {
-    this.res.uncork();
   }
 
   /** Aborts the call (client gone, shutdown). */
@@ -374,7 +360,6 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
     this.sse = ct !== undefined && ct.startsWith('text/event-stream');
-    this.chunked = out['content-length'] === undefined;
     if (this.ctx.shuttingDown) out['connection'] = 'close';
     this.res.writeHead(statusCode, out);
     return true;
@@ -385,13 +370,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       this.gotByte = true;
       this.ctx.metrics.timeToFirstToken(this.model, (performance.now() - this.t0) / 1000);
     }
-    // a chunked response (SSE): chunks and the end that arrive in the same tick leave in one write.
-    // A response with a content-length has no end chunk, so it is written as it comes.
-    if (this.chunked && !this.corked) {
-      this.corked = true;
-      this.res.cork();
-      process.nextTick(uncork, this);
-    }
+    // node's ServerResponse.write corks the socket until the next tick, so the chunks and the end
+    // that arrive in one tick (headers included) leave in one write
     if (this.res.write(chunk)) return true;
     this.res.once('drain', this.resumeFn);
     return false;
