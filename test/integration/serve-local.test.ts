@@ -1,7 +1,7 @@
 /**
  * The front door: `npm start` (= `llmgw serve --local`) brings up the bundled local fleet; curl gets
  * a chat completion from the demo model; `llmgw ctl status` shows the parked and unplaceable models
- * with their reasons. Runs the real binary (bin/llmgw.js on dist/) as a child process.
+ * with their reasons, and the openai client is refused for them at once. Runs the real binary (bin/llmgw.js on dist/) as a child process.
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -9,6 +9,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import OpenAI from 'openai';
+import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
 import { freePort } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { spawnCli } from '../harness/cli.js';
@@ -80,6 +82,33 @@ describe('npm start: the bundled local fleet', () => {
     });
     assert.match(out, /huge-demo/);
     assert.match(out, /demo\s+.*1\/1/);
+  });
+
+  it('the openai client (default retries) is refused at once for the parked and the unplaceable model; the router saw one request each', async () => {
+    // the real stack: the reconciler parked kev-demo and found huge-demo unplaceable (previous test)
+    const client = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused-auth-is-off-locally' });
+    const answered = async (model: string, code: number): Promise<number> => {
+      const r = await fetch(`http://127.0.0.1:${adminPort}/metrics`);
+      return sampleValue(parseExposition(await r.text()), 'llmgw_router_requests_total', { model, code: String(code) }) ?? 0;
+    };
+    for (const [model, code, reason] of [
+      ['kev-demo', 'model_parked', /unknown model architecture.*llmgw ctl retry kev-demo|llmgw ctl retry kev-demo.*unknown model architecture/s],
+      ['huge-demo', 'model_unplaceable', /needs 4 TiB/],
+    ] as const) {
+      const before = await answered(model, 503);
+      const t = performance.now();
+      const err = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }).then(
+        () => assert.fail(`${model} was served`),
+        (e: unknown) => e,
+      );
+      const ms = performance.now() - t;
+      assert.ok(err instanceof OpenAI.APIError, String(err));
+      assert.equal(err.status, 503);
+      assert.equal(err.code, code);
+      assert.match(err.message, reason);
+      assert.equal((await answered(model, 503)) - before, 1, `${model}: the SDK retried`);
+      assert.ok(ms < 5000, `${model}: ${ms} ms`);
+    }
   });
 
   it('SIGTERM shuts it down gracefully; the demo replica keeps running for the next start to adopt', async () => {
