@@ -158,14 +158,18 @@ describe('action planner', () => {
     assert.ok(!summary(out).some((a) => a.includes('alpha')));
   });
 
-  it('an on-demand model takes the room of an idle on-demand replica, least recently used first', async () => {
-    const s2 = await specOf((f) => {
+  /** One 8 GiB node; beta and delta (a copy of beta) on demand, with room for one of them; alpha and gamma at 0. */
+  const twoOnDemandOnOneSmallNode = () =>
+    specOf((f) => {
       f['nodes/cpu-01.yaml'] = f['nodes/cpu-01.yaml']!.replace('memory: 16GiB', 'memory: 8GiB');
       delete f['nodes/cpu-02.yaml'];
       f['models/delta.yaml'] = f['models/beta.yaml']!;
       f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 0');
       f['models/gamma.yaml'] = f['models/gamma.yaml']!.replace('replicas: 1', 'replicas: 0');
     });
+
+  it('an on-demand model takes the room of an idle on-demand replica, least recently used first', async () => {
+    const s2 = await twoOnDemandOnOneSmallNode();
     const betaRunning = { ...replica('beta-1', 'beta', 'ready'), digest: s2.models.beta!.digest };
     const out = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
     assert.deepEqual(summary(out), ['start delta on cpu-01', 'stop beta-1 (evicted)']);
@@ -173,13 +177,7 @@ describe('action planner', () => {
   });
 
   it('an evicted on-demand model does not evict the one that took its room (no ping-pong)', async () => {
-    const s2 = await specOf((f) => {
-      f['nodes/cpu-01.yaml'] = f['nodes/cpu-01.yaml']!.replace('memory: 16GiB', 'memory: 8GiB');
-      delete f['nodes/cpu-02.yaml'];
-      f['models/delta.yaml'] = f['models/beta.yaml']!;
-      f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 0');
-      f['models/gamma.yaml'] = f['models/gamma.yaml']!.replace('replicas: 1', 'replicas: 0');
-    });
+    const s2 = await twoOnDemandOnOneSmallNode();
     const deltaRunning = { ...replica('delta-1', 'beta', 'ready'), model: 'delta', digest: s2.models.delta!.digest };
     // beta was asked for before delta: it waits, unplaceable, instead of evicting delta
     const out = planPass(input({ spec: s2, nodes: [node('cpu-01', [deltaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
