@@ -6,6 +6,7 @@
 import type { FleetView, ModelPhase } from '../reconciler/view.js';
 import type { FleetSpec, ModelSpec } from '../spec/types.js';
 import { grantAllows, type KeyGrant } from './auth.js';
+import { describeError } from './resolve.js';
 
 export interface ModelEntry {
   readonly id: string;
@@ -27,9 +28,9 @@ export function modelEntry(fleet: FleetView, spec: ModelSpec): ModelEntry {
   const mv = fleet.model(spec.name);
   const ready = fleet.readyReplicas(spec.name).length;
   let reason: string | undefined;
-  if (mv?.parked) reason = `${mv.parked.lastError.code}: ${mv.parked.lastError.message}`;
+  if (mv?.parked) reason = describeError(mv.parked.lastError);
   else if (mv?.phase === 'unplaceable' && mv.unplaceable) reason = mv.unplaceable;
-  else if (mv?.phase === 'failing' && mv.lastError) reason = `${mv.lastError.code}: ${mv.lastError.message}`;
+  else if (mv?.phase === 'failing' && mv.lastError) reason = describeError(mv.lastError);
   const firstStart = mv?.replicas.reduce((min, r) => {
     const t = Date.parse(r.startedAt);
     return Number.isFinite(t) && t < min ? t : min;

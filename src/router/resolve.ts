@@ -26,7 +26,8 @@ export function unparkHint(model: string): string {
   return `To unpark it, fix the cause and run \`llmgw ctl retry ${model}\` or push a commit with the trailer \`Llmgw-Retry: ${model}\` (changing the model's definition also unparks it).`;
 }
 
-function describeError(e: ReasonRef | null): string {
+/** A reason as `CODE: message` (the router's messages and the models list use it). */
+export function describeError(e: ReasonRef | null): string {
   return e ? `${e.code}: ${e.message}` : 'unknown';
 }
 
