@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { UsageError } from '../cli/args.js';
+import { parseSize } from '../spec/units.js';
 
 export interface Listen {
   readonly host: string;
@@ -37,7 +38,7 @@ export const SETTINGS = {
   tlsCert: { flag: 'tls-cert', env: 'LLMGW_TLS_CERT', key: 'tls_cert', help: 'PEM certificate for HTTPS on both ports (re-read when the file changes)' },
   tlsKey: { flag: 'tls-key', env: 'LLMGW_TLS_KEY', key: 'tls_key', help: 'PEM private key for HTTPS' },
   webhookSecretFile: { flag: 'webhook-secret-file', env: 'LLMGW_WEBHOOK_SECRET_FILE', key: 'webhook_secret_file', help: 'file holding the git push webhook HMAC secret' },
-  bodyLimit: { flag: 'body-limit', env: 'LLMGW_BODY_LIMIT', key: 'body_limit', help: 'largest request body the router accepts, in bytes (default 4 MiB)' },
+  bodyLimit: { flag: 'body-limit', env: 'LLMGW_BODY_LIMIT', key: 'body_limit', help: 'largest request body the router accepts: bytes, or a size such as 16MiB (default 8 MiB)' },
   logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
 } as const;
 
@@ -85,6 +86,8 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
   const keyPath = abs(get('tlsKey'));
   if ((certPath === null) !== (keyPath === null)) throw new UsageError('--tls-cert and --tls-key go together');
   const body = get('bodyLimit');
+  const bodyLimitBytes = body === null ? null : parseSize(body);
+  if (body !== null && !bodyLimitBytes) throw new UsageError(`--body-limit must be a size of at least 1 byte, such as 16MiB or 1048576 (got ${JSON.stringify(body)})`);
   const truthy = (v: unknown): boolean => v === true || v === 'true' || v === '1';
   return {
     fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
@@ -93,7 +96,7 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
     router: {
       listen: parseListen('--router-listen', get('routerListen') ?? '127.0.0.1:8080'),
       auth: !(src.flags.noRouterAuth || truthy(src.env.LLMGW_NO_ROUTER_AUTH) || truthy(src.file.no_router_auth)),
-      bodyLimitBytes: body === null ? null : Number(body),
+      bodyLimitBytes,
     },
     admin: {
       listen: parseListen('--admin-listen', get('adminListen') ?? '127.0.0.1:8081'),
