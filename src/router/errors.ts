@@ -137,7 +137,10 @@ function quote(name: string): string {
   return name.length > 200 ? `${name.slice(0, 200)}…` : name;
 }
 
-/** 404 model_not_found: the same answer whether the model does not exist or the key may not see it. */
+/**
+ * 404 model_not_found. GET /v1/models/:model answers it also for a model the key may not use (the list
+ * hides those); a proxied request for one gets 403 model_not_allowed instead.
+ */
 export function modelNotFound(name: string): RouterError {
   return new RouterError('MODEL_NOT_FOUND', `The model '${quote(name)}' does not exist or you do not have access to it.`, { param: 'model' });
 }
