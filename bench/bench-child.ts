@@ -7,8 +7,9 @@
  *   bench-child router UPSTREAM ENGINE_KEY   llmgw's router: auth (sha256 key lookup), model
  *                                       routing through a FleetView, prom-client metrics
  *
- * Sends {ready: port} once listening; answers {mem: true} with {rss} after a GC when --expose-gc, and
- * {settle: true} with {settled: true} after three full GCs (see settle() in router.bench.ts).
+ * Sends {ready: port} once listening; answers {mem: true} with {rss} after a GC when --expose-gc,
+ * {settle: true} with {settled: true} after three full GCs (see settle() in router.bench.ts), and (the
+ * stub) {closeIdle: true} with {closedIdle: true} after closing its idle connections.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -110,11 +111,16 @@ async function startRouter(upstream: string, engineKey: string): Promise<number>
 async function main(): Promise<void> {
   const [role, upstream, engineKey] = process.argv.slice(2);
   let port: number;
-  if (role === 'stub') port = (await startUpstreamStub()).port;
+  let server: import('node:http').Server | null = null;
+  if (role === 'stub') ({ port, server } = await startUpstreamStub());
   else if (role === 'bare') port = await startBare(upstream!);
   else if (role === 'router') port = await startRouter(upstream!, engineKey ?? '');
   else throw new Error(`unknown role ${role}`);
-  process.on('message', (m: { mem?: boolean; settle?: boolean }) => {
+  process.on('message', (m: { mem?: boolean; settle?: boolean; closeIdle?: boolean }) => {
+    if (m.closeIdle) {
+      server?.closeIdleConnections();
+      process.send!({ closedIdle: true });
+    }
     if (m.settle) {
       for (let i = 0; i < 3; i++) (globalThis as { gc?: () => void }).gc?.();
       process.send!({ settled: true });
