@@ -345,9 +345,10 @@ async function openStreams(t: Target, n: number): Promise<{ ttfcP50: number; ttf
  * /proc on this VM, a new stream costs a Node proxy 1.0–1.5 ms of CPU in its first ramp and 0.55–0.9
  * ms in the second (the stub alone: 0.2–0.5 ms), and at 500 new streams a second that difference is
  * the proxy's CPU being busy or not. The code is equally warm in both (the saturation runs came
- * first, and a first pass of 300 streams did not help); what the first ramp has and the second does
- * not is memory the process has never touched (page faults show in its perf profile). A router that
- * has run for a while has held that many streams before; the first pass measures one that never has.
+ * first, and a first pass of only 300 streams did not help). What the first ramp has and the second
+ * does not is growth: memory the process has never touched (page faults show in its perf profile)
+ * and a V8 heap still growing; which of the two costs more was not measured. A router that has run
+ * for a while has held that many streams before; the first pass measures one that never has.
  */
 async function openStreamsTwice(t: Target, n: number, stub: Child): Promise<{ first: Awaited<ReturnType<typeof openStreams>>; second: Awaited<ReturnType<typeof openStreams>> }> {
   const first = await openStreams(t, n);
