@@ -9,7 +9,8 @@
  *
  * Sends {ready: port} once listening; answers {mem: true} with {rss} after a GC when --expose-gc,
  * {settle: true} with {settled: true} after three full GCs (see settle() in router.bench.ts), and (the
- * stub) {closeIdle: true} with {closedIdle: true} after closing its idle connections.
+ * stub) {closeIdle: true} with {closedIdle: true} after closing its idle connections and
+ * {connections: true} with {connections: n}, the connections it has accepted so far.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -111,16 +112,17 @@ async function startRouter(upstream: string, engineKey: string): Promise<number>
 async function main(): Promise<void> {
   const [role, upstream, engineKey] = process.argv.slice(2);
   let port: number;
-  let server: import('node:http').Server | null = null;
-  if (role === 'stub') ({ port, server } = await startUpstreamStub());
+  let stub: Awaited<ReturnType<typeof startUpstreamStub>> | null = null;
+  if (role === 'stub') ({ port } = stub = await startUpstreamStub());
   else if (role === 'bare') port = await startBare(upstream!);
   else if (role === 'router') port = await startRouter(upstream!, engineKey ?? '');
   else throw new Error(`unknown role ${role}`);
-  process.on('message', (m: { mem?: boolean; settle?: boolean; closeIdle?: boolean }) => {
+  process.on('message', (m: { mem?: boolean; settle?: boolean; closeIdle?: boolean; connections?: boolean }) => {
     if (m.closeIdle) {
-      server?.closeIdleConnections();
+      stub?.server.closeIdleConnections();
       process.send!({ closedIdle: true });
     }
+    if (m.connections) process.send!({ connections: stub?.connections() ?? 0 });
     if (m.settle) {
       for (let i = 0; i < 3; i++) (globalThis as { gc?: () => void }).gc?.();
       process.send!({ settled: true });

@@ -77,6 +77,8 @@ interface Child {
   settle(): Promise<void>;
   /** The stub closes its idle connections; nothing for the others. */
   closeIdle(): Promise<void>;
+  /** Connections the stub has accepted so far (0 for the others). */
+  connections(): Promise<number>;
 }
 
 /**
@@ -124,6 +126,11 @@ async function forkChild(args: string[], cpu: string | null): Promise<Child> {
       new Promise((resolve) => {
         proc.once('message', () => resolve());
         proc.send({ closeIdle: true });
+      }),
+    connections: () =>
+      new Promise((resolve) => {
+        proc.once('message', (m: { connections: number }) => resolve(m.connections));
+        proc.send({ connections: true });
       }),
   };
 }
@@ -194,6 +201,7 @@ async function startNginx(upstreamUrl: string, pinned: boolean): Promise<Child |
     cpuMs: () => procCpuMs(proc.pid!) + childPids(proc.pid!).reduce((s, p) => s + procCpuMs(p), 0),
     settle: async () => undefined,
     closeIdle: async () => undefined,
+    connections: async () => 0,
   };
 }
 
@@ -350,12 +358,19 @@ async function openStreams(t: Target, n: number): Promise<{ ttfcP50: number; ttf
  * and a V8 heap still growing; which of the two costs more was not measured. A router that has run
  * for a while has held that many streams before; the first pass measures one that never has.
  */
-async function openStreamsTwice(t: Target, n: number, stub: Child): Promise<{ first: Awaited<ReturnType<typeof openStreams>>; second: Awaited<ReturnType<typeof openStreams>> }> {
+async function openStreamsTwice(
+  t: Target,
+  n: number,
+  stub: Child,
+): Promise<{ first: Awaited<ReturnType<typeof openStreams>>; second: Awaited<ReturnType<typeof openStreams>>; secondNewConnections: number }> {
   const first = await openStreams(t, n);
   await stub.closeIdle();
   await sleep(200); // the proxies see the connections close
+  const before = await stub.connections();
   const second = await openStreams(t, n);
-  return { first, second };
+  // connections the stub accepted during the second pass (printed: each stream should have opened one)
+  const secondNewConnections = (await stub.connections()) - before;
+  return { first, second, secondNewConnections };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -477,7 +492,7 @@ async function benchStub(): Promise<void> {
   stopTargets(targets);
 
   // 3. open SSE streams, on fresh proxy processes each round (the saturation runs grew their heaps), after a short warm-up, twice
-  type St = { ttfcP50: number[]; ttfcP99: number[]; firstP50: number[]; mem: number[]; missing: number };
+  type St = { ttfcP50: number[]; ttfcP99: number[]; firstP50: number[]; mem: number[]; missing: number; secondNew: number[] };
   const streams = new Map<string, St>();
   for (let round = 0; round < STREAM_ROUNDS; round++) {
     targets = await startTargets(stub, clientAuth);
@@ -485,8 +500,9 @@ async function benchStub(): Promise<void> {
     await settle(targets, sse);
     for (const t of order(round)) {
       await saturate(t, sse, 8, 300);
-      const { first, second } = await openStreamsTwice(t, STREAMS, stub);
-      const st = streams.get(t.name) ?? { ttfcP50: [], ttfcP99: [], firstP50: [], mem: [], missing: 0 };
+      const { first, second, secondNewConnections } = await openStreamsTwice(t, STREAMS, stub);
+      const st = streams.get(t.name) ?? { ttfcP50: [], ttfcP99: [], firstP50: [], mem: [], missing: 0, secondNew: [] };
+      st.secondNew[round] = secondNewConnections;
       st.ttfcP50[round] = second.ttfcP50;
       st.ttfcP99[round] = second.ttfcP99;
       st.firstP50[round] = first.ttfcP50;
@@ -525,6 +541,10 @@ async function benchStub(): Promise<void> {
       ];
     }),
   ]);
+  console.log(
+    `  new upstream connections the stub accepted in each round's second stream pass (${STREAMS} streams; fewer would mean streams reused an open connection): ` +
+      targets.map((t) => `${t.name} ${streams.get(t.name)!.secondNew.join('/')}`).join(', '),
+  );
   /** Median over rounds of (target's throughput / bare's in the same round): bare and the router are measured back to back. */
   const paired = (x: Sat, kind: 'json' | 'sse'): number => median(x.rounds.map((rd, i) => rd[kind] / sat.get('bare node')!.rounds[i]![kind]));
   /** Median over rounds of (target's value − direct's value in the same round). */

@@ -29,8 +29,9 @@ const SSE_REST = Buffer.from(chunk(' fleet', null) + chunk(' is ready.', 'stop')
 const JSON_HEADERS = { 'content-type': 'application/json', 'content-length': String(JSON_BODY.length) };
 const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' };
 
-export function startUpstreamStub(port = 0): Promise<{ server: Server; port: number; url: string; openStreams: () => number }> {
+export function startUpstreamStub(port = 0): Promise<{ server: Server; port: number; url: string; openStreams: () => number; connections: () => number }> {
   let open = 0;
+  let accepted = 0;
   const server = createServer((req, res) => {
     let body = '';
     req.setEncoding('latin1');
@@ -56,12 +57,13 @@ export function startUpstreamStub(port = 0): Promise<{ server: Server; port: num
       });
     });
   });
+  server.on('connection', () => accepted++);
   server.keepAliveTimeout = 60_000;
   server.maxRequestsPerSocket = 0;
   return new Promise((resolve) => {
     server.listen(port, '127.0.0.1', () => {
       const p = (server.address() as AddressInfo).port;
-      resolve({ server, port: p, url: `http://127.0.0.1:${p}`, openStreams: () => open });
+      resolve({ server, port: p, url: `http://127.0.0.1:${p}`, openStreams: () => open, connections: () => accepted });
     });
   });
 }
