@@ -10,7 +10,7 @@
  * Sends {ready: port} once listening; answers {mem: true} with {rss} after a GC when --expose-gc,
  * {settle: true} with {settled: true} after three full GCs (see settle() in router.bench.ts), and (the
  * stub) {closeIdle: true} with {closedIdle: true} after closing its idle connections and
- * {connections: true} with {connections: n}, the connections it has accepted so far.
+ * {connections: true} with {connections: {accepted, open}}, its connections so far and now.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -21,7 +21,7 @@ import type { DemandResult, FleetView, ModelView, ReplicaView } from '../src/rec
 import { buildRouter } from '../src/router/app.js';
 import type { FleetSpec } from '../src/spec/types.js';
 import { fakeSpec } from '../test/harness/fake-fleet-view.js';
-import { startUpstreamStub } from './upstream-stub.js';
+import { startUpstreamStub, type UpstreamStub } from './upstream-stub.js';
 
 export const BENCH_MODEL = 'bench-model';
 export const BENCH_ALIAS = 'gpt-bench';
@@ -112,17 +112,17 @@ async function startRouter(upstream: string, engineKey: string): Promise<number>
 async function main(): Promise<void> {
   const [role, upstream, engineKey] = process.argv.slice(2);
   let port: number;
-  let stub: Awaited<ReturnType<typeof startUpstreamStub>> | null = null;
+  let stub: UpstreamStub | null = null;
   if (role === 'stub') ({ port } = stub = await startUpstreamStub());
   else if (role === 'bare') port = await startBare(upstream!);
   else if (role === 'router') port = await startRouter(upstream!, engineKey ?? '');
   else throw new Error(`unknown role ${role}`);
   process.on('message', (m: { mem?: boolean; settle?: boolean; closeIdle?: boolean; connections?: boolean }) => {
     if (m.closeIdle) {
-      stub?.server.closeIdleConnections();
+      stub?.closeIdle();
       process.send!({ closedIdle: true });
     }
-    if (m.connections) process.send!({ connections: stub?.connections() ?? 0 });
+    if (m.connections) process.send!({ connections: stub?.connections() ?? { accepted: 0, open: 0 } });
     if (m.settle) {
       for (let i = 0; i < 3; i++) (globalThis as { gc?: () => void }).gc?.();
       process.send!({ settled: true });

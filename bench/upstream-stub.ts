@@ -10,7 +10,7 @@
  * little CPU as possible.
  */
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 
 const JSON_BODY = Buffer.from(
   JSON.stringify({
@@ -29,9 +29,25 @@ const SSE_REST = Buffer.from(chunk(' fleet', null) + chunk(' is ready.', 'stop')
 const JSON_HEADERS = { 'content-type': 'application/json', 'content-length': String(JSON_BODY.length) };
 const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' };
 
-export function startUpstreamStub(port = 0): Promise<{ server: Server; port: number; url: string; openStreams: () => number; connections: () => number }> {
+export interface UpstreamStub {
+  server: Server;
+  port: number;
+  url: string;
+  /** Held SSE streams open now. */
+  openStreams: () => number;
+  /** Connections accepted so far, and open now. */
+  connections: () => { accepted: number; open: number };
+  /**
+   * Closes every connection with no request in progress, including those that never sent one
+   * (node's server.closeIdleConnections() leaves those open).
+   */
+  closeIdle: () => void;
+}
+
+export function startUpstreamStub(port = 0): Promise<UpstreamStub> {
   let open = 0;
   let accepted = 0;
+  const sockets = new Set<Socket>();
   const server = createServer((req, res) => {
     let body = '';
     req.setEncoding('latin1');
@@ -57,13 +73,30 @@ export function startUpstreamStub(port = 0): Promise<{ server: Server; port: num
       });
     });
   });
-  server.on('connection', () => accepted++);
+  server.on('connection', (socket: Socket) => {
+    accepted++;
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+  });
   server.keepAliveTimeout = 60_000;
   server.maxRequestsPerSocket = 0;
   return new Promise((resolve) => {
     server.listen(port, '127.0.0.1', () => {
       const p = (server.address() as AddressInfo).port;
-      resolve({ server, port: p, url: `http://127.0.0.1:${p}`, openStreams: () => open, connections: () => accepted });
+      resolve({
+        server,
+        port: p,
+        url: `http://127.0.0.1:${p}`,
+        openStreams: () => open,
+        connections: () => ({ accepted, open: sockets.size }),
+        closeIdle: () => {
+          // a socket's current response, as node's own closeIdleConnections() checks it
+          for (const s of sockets) {
+            const res = (s as Socket & { _httpMessage?: { writableFinished: boolean } | null })._httpMessage;
+            if (!res || res.writableFinished) s.destroy();
+          }
+        },
+      });
     });
   });
 }
