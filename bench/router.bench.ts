@@ -15,7 +15,7 @@
  * saturation (JSON and short SSE; 8 interleaved rounds: the median of the router's per-round ratio to
  * bare node, and the best round of each), p50/p99
  * latency at a fixed open-loop rate (median of 3 rounds), and 1,000 concurrent SSE streams (median of
- * 3 rounds, fresh processes each; see openStreamsTwice): time to first chunk and the proxy's memory
+ * 3 rounds, fresh processes each; see openStreamsFresh): time to first chunk and the proxy's memory
  * per open stream (RSS after GC with the streams open, minus before, / streams). See benchStub on why
  * rounds.
  * Then the same throughput/latency, fewer requests, against a real llama-server (if built).
@@ -349,44 +349,29 @@ async function openStreams(t: Target, n: number, whileOpen?: () => Promise<void>
 }
 
 /**
- * The stream measure, twice on the same processes. The first pass ramps a fresh proxy from nothing
- * to `n` open streams; it gives the memory per stream, and its time to first chunk is printed as
- * "1st pass". Then the streams are closed, the stub closes every idle connection (so each proxy
- * starts the second pass with no upstream connection to reuse: every stream opens a new one, as in
- * the first), and the second pass gives the time to first chunk that is checked. Why: measured from
- * /proc on this VM, a new stream costs a Node proxy 1.0–1.5 ms of CPU in its first ramp and 0.55–0.9
- * ms in the second (the stub alone: 0.2–0.5 ms), and at 500 new streams a second that difference is
- * the proxy's CPU being busy or not. The code is equally warm in both (the saturation runs came
- * first, and a first pass of only 300 streams did not help). What the first ramp has and the second
- * does not is growth: memory the process has never touched (page faults show in its perf profile)
- * and a V8 heap still growing; which of the two costs more was not measured. A router that has run
- * for a while has held that many streams before; the first pass measures one that never has.
+ * The stream measure on a proxy whose pool holds no upstream connection: first the stub closes every
+ * connection without a request in progress (the warm-up's idle ones, and those undici opens after an
+ * aborted request, nodejs/undici#5845), until none is left, so that each stream opens a new upstream
+ * connection. The connections the stub accepts while the streams open are counted and printed.
  */
-async function openStreamsTwice(
-  t: Target,
-  n: number,
-  stub: Child,
-): Promise<{ first: Awaited<ReturnType<typeof openStreams>>; second: Awaited<ReturnType<typeof openStreams>>; secondNewConnections: number }> {
-  const first = await openStreams(t, n);
-  // until no connection to the stub is left: a proxy may still be opening some (undici opens a new
-  // connection after each aborted request, nodejs/undici#5845), and those would be reused
+async function openStreamsFresh(t: Target, n: number, stub: Child): Promise<Awaited<ReturnType<typeof openStreams>> & { newConnections: number }> {
   const deadline = Date.now() + 10_000;
   for (;;) {
     await stub.closeIdle();
     await sleep(200);
-    if ((await stub.connections()).open === 0) break;
+    const open = (await stub.connections()).open;
+    if (open === 0) break;
     if (Date.now() > deadline) {
-      console.log(`  warning: ${t.name} still holds ${(await stub.connections()).open} connections to the stub before the second stream pass`);
+      console.log(`  warning: ${open} connections to the stub are still open before ${t.name}'s streams`);
       break;
     }
   }
-  // connections the stub accepted while the second pass opened its streams (printed: each stream should have opened one)
   const before = (await stub.connections()).accepted;
-  let secondNewConnections = 0;
-  const second = await openStreams(t, n, async () => {
-    secondNewConnections = (await stub.connections()).accepted - before;
+  let newConnections = 0;
+  const r = await openStreams(t, n, async () => {
+    newConnections = (await stub.connections()).accepted - before;
   });
-  return { first, second, secondNewConnections };
+  return { ...r, newConnections };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -507,8 +492,8 @@ async function benchStub(): Promise<void> {
   }
   stopTargets(targets);
 
-  // 3. open SSE streams, on fresh proxy processes each round (the saturation runs grew their heaps), after a short warm-up, twice
-  type St = { ttfcP50: number[]; ttfcP99: number[]; firstP50: number[]; mem: number[]; missing: number; secondNew: number[] };
+  // 3. open SSE streams, on fresh proxy processes each round (the saturation runs grew their heaps), after a short warm-up
+  type St = { ttfcP50: number[]; ttfcP99: number[]; mem: number[]; missing: number; newConnections: number[] };
   const streams = new Map<string, St>();
   for (let round = 0; round < STREAM_ROUNDS; round++) {
     targets = await startTargets(stub, clientAuth);
@@ -516,14 +501,13 @@ async function benchStub(): Promise<void> {
     await settle(targets, sse);
     for (const t of order(round)) {
       await saturate(t, sse, 8, 300);
-      const { first, second, secondNewConnections } = await openStreamsTwice(t, STREAMS, stub);
-      const st = streams.get(t.name) ?? { ttfcP50: [], ttfcP99: [], firstP50: [], mem: [], missing: 0, secondNew: [] };
-      st.secondNew[round] = secondNewConnections;
-      st.ttfcP50[round] = second.ttfcP50;
-      st.ttfcP99[round] = second.ttfcP99;
-      st.firstP50[round] = first.ttfcP50;
-      if (first.memPerStream !== null) st.mem[round] = first.memPerStream;
-      st.missing += 2 * STREAMS - first.opened - second.opened;
+      const r = await openStreamsFresh(t, STREAMS, stub);
+      const st = streams.get(t.name) ?? { ttfcP50: [], ttfcP99: [], mem: [], missing: 0, newConnections: [] };
+      st.newConnections[round] = r.newConnections;
+      st.ttfcP50[round] = r.ttfcP50;
+      st.ttfcP99[round] = r.ttfcP99;
+      if (r.memPerStream !== null) st.mem[round] = r.memPerStream;
+      st.missing += STREAMS - r.opened;
       streams.set(t.name, st);
     }
     stopTargets(targets);
@@ -532,10 +516,10 @@ async function benchStub(): Promise<void> {
 
   console.log(
     `\n== fast upstream stub: ${SAT_CONNS} connections at saturation for ${SAT_MS / 1000} s (best of ${ROUNDS} interleaved rounds; CPU = the proxy process's least user+system time per request); ` +
-      `${RATE} req/s for ${RATE_MS / 1000} s (median of ${LAT_ROUNDS} rounds); ${STREAMS} SSE streams opened at ${STREAM_RAMP_PER_S}/s (median of ${STREAM_ROUNDS} rounds; TTFC of the second pass, see openStreamsTwice) ==`,
+      `${RATE} req/s for ${RATE_MS / 1000} s (median of ${LAT_ROUNDS} rounds); ${STREAMS} SSE streams opened at ${STREAM_RAMP_PER_S}/s (median of ${STREAM_ROUNDS} rounds) ==`,
   );
   table([
-    ['target', 'JSON req/s', 'CPU/req', 'SSE req/s', 'CPU/req', `p50 @${RATE}/s`, `p99 @${RATE}/s`, 'TTFC p50', 'TTFC p99', 'TTFC p50 1st pass', 'mem/stream', 'errors'],
+    ['target', 'JSON req/s', 'CPU/req', 'SSE req/s', 'CPU/req', `p50 @${RATE}/s`, `p99 @${RATE}/s`, 'TTFC p50', 'TTFC p99', 'mem/stream', 'errors'],
     ...targets.map((t) => {
       const s = sat.get(t.name)!;
       const l = lat.get(t.name)!;
@@ -551,15 +535,14 @@ async function benchStub(): Promise<void> {
         ms(median(l.p99)),
         ms(median(st.ttfcP50)),
         ms(median(st.ttfcP99)),
-        ms(median(st.firstP50)),
         mem === null ? '-' : `${f(mem / 1024, 1)} KB`,
         String(s.errors + l.errors + st.missing),
       ];
     }),
   ]);
   console.log(
-    `  new upstream connections the stub accepted in each round's second stream pass (${STREAMS} streams; fewer would mean streams reused an open connection): ` +
-      targets.map((t) => `${t.name} ${streams.get(t.name)!.secondNew.join('/')}`).join(', '),
+    `  new upstream connections the stub accepted while each round's ${STREAMS} streams opened (fewer would mean streams reused an open connection): ` +
+      targets.map((t) => `${t.name} ${streams.get(t.name)!.newConnections.join('/')}`).join(', '),
   );
   /** Median over rounds of (target's throughput / bare's in the same round): bare and the router are measured back to back. */
   const paired = (x: Sat, kind: 'json' | 'sse'): number => median(x.rounds.map((rd, i) => rd[kind] / sat.get('bare node')!.rounds[i]![kind]));
@@ -581,10 +564,9 @@ async function benchStub(): Promise<void> {
     f(x.sat.json / d.sat.json, 2),
     ms(added(x.lat.p50, d.lat.p50)),
     ms(added(x.st.ttfcP50, d.st.ttfcP50)),
-    ms(added(x.st.firstP50, d.st.firstP50)),
   ];
   table([
-    ['', 'JSON thr / bare (paired)', 'SSE (paired)', 'JSON best / bare best', 'SSE best', 'bare CPU / CPU', 'JSON thr / direct', 'added p50 vs direct', 'added TTFC p50 vs direct', '1st pass'],
+    ['', 'JSON thr / bare (paired)', 'SSE (paired)', 'JSON best / bare best', 'SSE best', 'bare CPU / CPU', 'JSON thr / direct', 'added p50 vs direct', 'added TTFC p50 vs direct'],
     ...(n ? [row('nginx', n)] : []),
     row('bare node', b),
     row('llmgw router', r),
@@ -597,7 +579,7 @@ async function benchStub(): Promise<void> {
   const mem = median(r.st.mem);
   console.log(`  ${check(Math.min(thr, thrSse) >= 0.9)}  router throughput ≥ 90% of bare node (median of paired rounds): JSON ${f(thr * 100)}%, SSE ${f(thrSse * 100)}% (best against best: JSON ${f((r.sat.json / b.sat.json) * 100)}%, SSE ${f((r.sat.sse / b.sat.sse) * 100)}%; CPU per request: JSON ${f((b.sat.cpuJson / r.sat.cpuJson) * 100)}%, SSE ${f((b.sat.cpuSse / r.sat.cpuSse) * 100)}% of bare's efficiency)`);
   console.log(`  ${check(addedP50 <= 0.5)}  added p50 over direct at ${RATE} req/s ≤ 0.5 ms: ${ms(addedP50)} (bare node: ${ms(added(b.lat.p50, d.lat.p50))})`);
-  console.log(`  ${check(addedTtfc <= 1)}  added time to first chunk p50 with ${STREAMS} streams ≤ 1 ms: ${ms(addedTtfc)} (bare node: ${ms(added(b.st.ttfcP50, d.st.ttfcP50))}; in a fresh process's first ramp: router ${ms(added(r.st.firstP50, d.st.firstP50))}, bare node ${ms(added(b.st.firstP50, d.st.firstP50))})`);
+  console.log(`  ${check(addedTtfc <= 1)}  added time to first chunk p50 with ${STREAMS} streams ≤ 1 ms: ${ms(addedTtfc)} (bare node: ${ms(added(b.st.ttfcP50, d.st.ttfcP50))})`);
   console.log(`  ${check(mem <= 50 * 1024)}  memory per open stream ≤ 50 KB: ${f(mem / 1024, 1)} KB`);
   if (n) console.log(`  info  nginx throughput vs bare node: JSON ${f((n.sat.json / b.sat.json) * 100)}%, SSE ${f((n.sat.sse / b.sat.sse) * 100)}%; router vs nginx: JSON ${f((r.sat.json / n.sat.json) * 100)}%, SSE ${f((r.sat.sse / n.sat.sse) * 100)}%`);
 }
