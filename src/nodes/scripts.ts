@@ -38,10 +38,10 @@ llmgw_alive() {
 llmgw_sha256() { sha256sum "$1" | awk '{print $1}'; }
 `;
 
-/** Everything `observe()` needs in one round trip. */
 /** Engine staging and build dirs older than this (minutes) are leftovers of cut-off installs. */
 export const STALE_INSTALL_MINUTES = 24 * 60;
 
+/** Everything `observe()` needs in one round trip. */
 export function observeScript(dataDir: string, nonce: string, logLines: number): string {
   const m = `@@${nonce}`;
   return `${PRELUDE}
