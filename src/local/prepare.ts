@@ -5,7 +5,6 @@
  * The fleet is a real git repo under .llmgw/local/fleet: edit it and commit to change the fleet.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import * as fs from 'node:fs';
 import { dirname, join } from 'node:path';
 import git from 'isomorphic-git';
@@ -85,18 +84,18 @@ export async function prepareLocalFleet(home: string, progress: (line: string) =
   const nodeDir = join(home, 'node');
   progress('[llmgw] preparing the local fleet in ' + home);
   const engineDir = process.env.LLMGW_ENGINE_DIR ?? (await ensureEngine(progress));
-  mkdirSync(modelsDir, { recursive: true });
-  mkdirSync(nodeDir, { recursive: true });
+  fs.mkdirSync(modelsDir, { recursive: true });
+  fs.mkdirSync(nodeDir, { recursive: true });
   const demo = await writeTinyModel(join(modelsDir, 'demo.gguf'), { seed: 1 });
   const kev = await writeTinyModel(join(modelsDir, 'kev-demo.gguf'), { seed: 2, architecture: 'kev' });
-  if (existsSync(join(fleetDir, '.git'))) return { home, fleetDir, stateDir, created: false };
+  if (fs.existsSync(join(fleetDir, '.git'))) return { home, fleetDir, stateDir, created: false };
 
   const files = localFleetFiles({ engineBinary: join(engineDir, 'llama-server'), modelsDir, nodeDir, demoSha: demo.sha256, kevSha: kev.sha256 });
-  mkdirSync(fleetDir, { recursive: true });
+  fs.mkdirSync(fleetDir, { recursive: true });
   await git.init({ fs, dir: fleetDir, defaultBranch: 'main' });
   for (const [path, content] of Object.entries(files)) {
-    mkdirSync(dirname(join(fleetDir, path)), { recursive: true });
-    writeFileSync(join(fleetDir, path), content);
+    fs.mkdirSync(dirname(join(fleetDir, path)), { recursive: true });
+    fs.writeFileSync(join(fleetDir, path), content);
     await git.add({ fs, dir: fleetDir, filepath: path });
   }
   await git.commit({ fs, dir: fleetDir, message: 'The local demo fleet', author: { name: 'llmgw', email: 'llmgw@localhost' } });
