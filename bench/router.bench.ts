@@ -12,13 +12,12 @@
  *   (c) bare       node:http + undici Pool.stream, no auth, no routing (the floor for a Node proxy)
  *   (d) llmgw      the router: sha256 key auth, alias → model → replica routing, metrics (prom-client registry)
  * Every Node proxy is warmed and put through a full GC first (see settle()). Measures: throughput at
- * saturation (JSON and short SSE; 8 interleaved rounds: the median of the router's per-round ratio to
- * bare node, and the best round of each), p50/p99
- * latency at a fixed open-loop rate (median of 3 rounds), and 1,000 concurrent SSE streams (median of
- * 3 rounds, fresh processes each; see measureStreams): time to first chunk on
- * the second ramp after start (the first printed as "cold") and the proxy's memory per open stream
- * on the first (RSS after GC with the streams open, minus before, / streams). See benchStub on why
- * rounds.
+ * saturation (JSON and short SSE; 8 rounds of interleaved slices: the median of the router's
+ * per-round ratio to bare node, and the best round of each), p50/p99 latency at a fixed open-loop rate
+ * (median of 3 rounds of interleaved slices), and 1,000 concurrent SSE streams (median of 3 rounds,
+ * fresh processes each; see measureStreams): time to first chunk on the second ramp after start (the
+ * first printed as "cold") and the proxy's memory per open stream on the first (RSS after GC with the
+ * streams open, minus before, / streams). See benchStub and saturateRound on why rounds and slices.
  * Then the same throughput/latency, fewer requests, against a real llama-server (if built).
  *
  * The load generator is Node + undici in this process. The machine's cores are shared by the load
@@ -41,10 +40,14 @@ const NGINX = '/usr/sbin/nginx';
 const ENGINE_KEY = 'bench-engine-key';
 
 const SAT_CONNS = 32;
-const SAT_MS = 1000;
+const SAT_SLICES = QUICK ? 2 : 4;
+const SAT_SLICE_MS = 250;
+const SAT_SLICE_WARM_MS = 100;
 const WARM_MS = QUICK ? 300 : 500;
 const RATE = 1000;
-const RATE_MS = QUICK ? 2000 : 3000;
+const LAT_SLICES = QUICK ? 2 : 3;
+const LAT_SLICE_MS = 1000;
+const LAT_SLICE_WARM_MS = 200;
 const STREAMS = QUICK ? 200 : 1000;
 const STREAM_RAMP_PER_S = 500;
 
@@ -230,7 +233,14 @@ function pct(sorted: number[], p: number): number {
 }
 
 /** Closed loop: `conns` workers back to back; requests per second after a warm-up. */
-async function saturate(t: Target, body: Buffer, conns: number, ms: number, path = '/v1/chat/completions'): Promise<{ rps: number; errors: number; cpuUsPerReq: number }> {
+async function saturate(
+  t: Target,
+  body: Buffer,
+  conns: number,
+  ms: number,
+  warmMs = WARM_MS,
+  path = '/v1/chat/completions',
+): Promise<{ rps: number; errors: number; cpuUsPerReq: number; done: number; ms: number; cpuMs: number }> {
   const pool = new Pool(t.url, { connections: conns, pipelining: 1 });
   const headers = reqHeaders(t);
   let counting = false;
@@ -251,7 +261,7 @@ async function saturate(t: Target, body: Buffer, conns: number, ms: number, path
     }
   };
   const workers = Array.from({ length: conns }, worker);
-  await sleep(WARM_MS);
+  await sleep(warmMs);
   counting = true;
   const t0 = performance.now();
   const c0 = t.proc?.cpuMs() ?? 0;
@@ -262,18 +272,45 @@ async function saturate(t: Target, body: Buffer, conns: number, ms: number, path
   stop = true;
   await Promise.all(workers);
   await pool.close();
-  return { rps: done / (elapsed / 1000), errors, cpuUsPerReq: t.proc ? (cpu * 1000) / Math.max(1, done) : NaN };
+  return { rps: done / (elapsed / 1000), errors, cpuUsPerReq: t.proc ? (cpu * 1000) / Math.max(1, done) : NaN, done, ms: elapsed, cpuMs: t.proc ? cpu : NaN };
+}
+
+/**
+ * One round of saturation of every target: SAT_SLICES slices of SAT_SLICE_MS each, the targets
+ * interleaved (forward, then backward), summed per target. The speed of this machine's CPU 0 can
+ * change within a second (seen with fresh bare and router processes measured in turn: both moved
+ * between about 70 and 130 µs of CPU per request, together), so a target measured for one long
+ * stretch can land in a slow phase its neighbour missed; short interleaved slices spread a phase
+ * over every target.
+ */
+async function saturateRound(ts: readonly Target[], body: Buffer): Promise<Map<string, { rps: number; errors: number; cpuUsPerReq: number }>> {
+  const acc = new Map<string, { done: number; ms: number; cpuMs: number; errors: number }>();
+  for (let slice = 0; slice < SAT_SLICES; slice++) {
+    for (const t of slice % 2 === 0 ? ts : [...ts].reverse()) {
+      const r = await saturate(t, body, SAT_CONNS, SAT_SLICE_MS, SAT_SLICE_WARM_MS);
+      const a = acc.get(t.name) ?? { done: 0, ms: 0, cpuMs: 0, errors: 0 };
+      acc.set(t.name, { done: a.done + r.done, ms: a.ms + r.ms, cpuMs: a.cpuMs + r.cpuMs, errors: a.errors + r.errors });
+    }
+  }
+  return new Map([...acc].map(([name, a]) => [name, { rps: a.done / (a.ms / 1000), errors: a.errors, cpuUsPerReq: (a.cpuMs * 1000) / Math.max(1, a.done) }]));
 }
 
 /** Open loop at `rate` req/s: latency of each request from its send to the end of its body. */
-async function fixedRate(t: Target, body: Buffer, rate: number, ms: number, path = '/v1/chat/completions'): Promise<{ p50: number; p99: number; errors: number; sent: number }> {
+async function fixedRate(
+  t: Target,
+  body: Buffer,
+  rate: number,
+  ms: number,
+  warmMs = WARM_MS,
+  path = '/v1/chat/completions',
+): Promise<{ p50: number; p99: number; errors: number; sent: number; latencies: number[] }> {
   const pool = new Pool(t.url, { connections: 256, pipelining: 1 });
   const headers = reqHeaders(t);
   const lat: number[] = [];
   let errors = 0;
   const pending = new Set<Promise<void>>();
   const total = Math.round((rate * ms) / 1000);
-  const warm = Math.round((rate * WARM_MS) / 1000);
+  const warm = Math.round((rate * warmMs) / 1000);
   const fire = (i: number): void => {
     const t0 = performance.now();
     const p = pool
@@ -297,7 +334,25 @@ async function fixedRate(t: Target, body: Buffer, rate: number, ms: number, path
   await Promise.all(pending);
   await pool.close();
   lat.sort((a, b) => a - b);
-  return { p50: pct(lat, 50), p99: pct(lat, 99), errors, sent: total };
+  return { p50: pct(lat, 50), p99: pct(lat, 99), errors, sent: total, latencies: lat };
+}
+
+/** One round of the fixed rate on every target: LAT_SLICES interleaved slices per target (see saturateRound), latencies pooled. */
+async function fixedRateRound(ts: readonly Target[], body: Buffer): Promise<Map<string, { p50: number; p99: number; errors: number }>> {
+  const acc = new Map<string, { latencies: number[]; errors: number }>();
+  for (let slice = 0; slice < LAT_SLICES; slice++) {
+    for (const t of slice % 2 === 0 ? ts : [...ts].reverse()) {
+      const r = await fixedRate(t, body, RATE, LAT_SLICE_MS, LAT_SLICE_WARM_MS);
+      const a = acc.get(t.name) ?? { latencies: [], errors: 0 };
+      acc.set(t.name, { latencies: a.latencies.concat(r.latencies), errors: a.errors + r.errors });
+    }
+  }
+  return new Map(
+    [...acc].map(([name, a]) => {
+      const sorted = a.latencies.sort((x, y) => x - y);
+      return [name, { p50: pct(sorted, 50), p99: pct(sorted, 99), errors: a.errors }];
+    }),
+  );
 }
 
 /**
@@ -460,11 +515,11 @@ function median(xs: readonly number[]): number {
 
 /**
  * This machine's cores are shared with other tenants: a run can take twice as long as the one before
- * it for reasons outside the benchmark. So every measure is taken in rounds that interleave the
- * targets (forward, then backward), and reported as the best throughput of the rounds, and for
- * latencies as the median over rounds; the added latency over direct is the median of the per-round
- * differences (each measured back to back), so a slow phase of the machine does not land on one
- * target only.
+ * it for reasons outside the benchmark. So every measure is taken in rounds, each made of short
+ * slices that interleave the targets (forward, then backward; see saturateRound), and reported as
+ * the best throughput of the rounds, and for latencies as the median over rounds; the throughput
+ * ratio and the added latency over direct are the medians of the per-round ratios and differences,
+ * so a slow phase of the machine does not land on one target only.
  */
 async function benchStub(): Promise<void> {
   const stub = await forkChild(['stub'], LOADGEN_CPU);
@@ -481,9 +536,11 @@ async function benchStub(): Promise<void> {
   type Sat = { json: number; sse: number; cpuJson: number; cpuSse: number; errors: number; rounds: { json: number; sse: number }[] };
   const sat = new Map<string, Sat>();
   for (let round = 0; round < ROUNDS; round++) {
-    for (const t of order(round)) {
-      const a = await saturate(t, json, SAT_CONNS, SAT_MS);
-      const b = await saturate(t, sse, SAT_CONNS, SAT_MS);
+    const jsonRound = await saturateRound(order(round), json);
+    const sseRound = await saturateRound(order(round), sse);
+    for (const t of targets) {
+      const a = jsonRound.get(t.name)!;
+      const b = sseRound.get(t.name)!;
       const p = sat.get(t.name);
       sat.set(t.name, {
         json: Math.max(p?.json ?? 0, a.rps),
@@ -500,8 +557,9 @@ async function benchStub(): Promise<void> {
   type Lat = { p50: number[]; p99: number[]; errors: number };
   const lat = new Map<string, Lat>(targets.map((t) => [t.name, { p50: [], p99: [], errors: 0 }]));
   for (let round = 0; round < LAT_ROUNDS; round++) {
-    for (const t of order(round)) {
-      const r = await fixedRate(t, json, RATE, RATE_MS);
+    const byTarget = await fixedRateRound(order(round), json);
+    for (const t of targets) {
+      const r = byTarget.get(t.name)!;
       const l = lat.get(t.name)!;
       l.p50[round] = r.p50;
       l.p99[round] = r.p99;
@@ -535,8 +593,8 @@ async function benchStub(): Promise<void> {
   stub.proc.kill('SIGTERM');
 
   console.log(
-    `\n== fast upstream stub: ${SAT_CONNS} connections at saturation for ${SAT_MS / 1000} s (best of ${ROUNDS} interleaved rounds; CPU = the proxy process's least user+system time per request); ` +
-      `${RATE} req/s for ${RATE_MS / 1000} s (median of ${LAT_ROUNDS} rounds); ${STREAMS} SSE streams opened at ${STREAM_RAMP_PER_S}/s (median of ${STREAM_ROUNDS} rounds) ==`,
+    `\n== fast upstream stub: ${SAT_CONNS} connections at saturation, ${SAT_SLICES} interleaved slices of ${SAT_SLICE_MS} ms per target and round (best of ${ROUNDS} rounds; CPU = the proxy process's least user+system time per request); ` +
+      `${RATE} req/s, ${LAT_SLICES} interleaved slices of ${LAT_SLICE_MS / 1000} s per target and round (median of ${LAT_ROUNDS} rounds); ${STREAMS} SSE streams opened at ${STREAM_RAMP_PER_S}/s (median of ${STREAM_ROUNDS} rounds) ==`,
   );
   table([
     ['target', 'JSON req/s', 'CPU/req', 'SSE req/s', 'CPU/req', `p50 @${RATE}/s`, `p99 @${RATE}/s`, 'TTFC p50', 'TTFC p99', 'TTFC p50 cold', 'mem/stream', 'errors'],
