@@ -623,6 +623,10 @@ async function benchStub(): Promise<void> {
     `  new upstream connections the stub accepted while each round's ${STREAMS} streams opened (fewer would mean streams reused an open connection): ` +
       targets.map((t) => `${t.name} ${streams.get(t.name)!.newConnections.join('/')}`).join(', '),
   );
+  console.log(
+    `  TTFC p50 per round (cold → measured): ` +
+      targets.map((t) => `${t.name} ${streams.get(t.name)!.coldP50.map((c, i) => `${f(c, 2)}→${f(streams.get(t.name)!.ttfcP50[i]!, 2)}`).join(' ')}`).join(', '),
+  );
   /** Median over rounds of (target's throughput / bare's in the same round): bare and the router are measured back to back. */
   const paired = (x: Sat, kind: 'json' | 'sse'): number => median(x.rounds.map((rd, i) => rd[kind] / sat.get('bare node')!.rounds[i]![kind]));
   /** Median over rounds of (target's value − direct's value in the same round). */
