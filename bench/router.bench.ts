@@ -303,7 +303,7 @@ async function fixedRate(
   ms: number,
   warmMs = WARM_MS,
   path = '/v1/chat/completions',
-): Promise<{ p50: number; p99: number; errors: number; sent: number; latencies: number[] }> {
+): Promise<{ p50: number; p99: number; errors: number; latencies: number[] }> {
   const pool = new Pool(t.url, { connections: 256, pipelining: 1 });
   const headers = reqHeaders(t);
   const lat: number[] = [];
@@ -334,7 +334,7 @@ async function fixedRate(
   await Promise.all(pending);
   await pool.close();
   lat.sort((a, b) => a - b);
-  return { p50: pct(lat, 50), p99: pct(lat, 99), errors, sent: total, latencies: lat };
+  return { p50: pct(lat, 50), p99: pct(lat, 99), errors, latencies: lat };
 }
 
 /** One round of the fixed rate on every target: LAT_SLICES interleaved slices per target (see saturateRound), latencies pooled. */
