@@ -662,8 +662,12 @@ async function benchStub(): Promise<void> {
   const addedTtfc = added(r.st.ttfcP50, d.st.ttfcP50);
   const mem = median(r.st.mem);
   console.log(`  ${check(Math.min(thr, thrSse) >= 0.9)}  router throughput ≥ 90% of bare node (median of paired rounds): JSON ${f(thr * 100)}%, SSE ${f(thrSse * 100)}% (best against best: JSON ${f((r.sat.json / b.sat.json) * 100)}%, SSE ${f((r.sat.sse / b.sat.sse) * 100)}%; CPU per request: JSON ${f((b.sat.cpuJson / r.sat.cpuJson) * 100)}%, SSE ${f((b.sat.cpuSse / r.sat.cpuSse) * 100)}% of bare's efficiency)`);
-  console.log(`  ${check(addedP50 <= 0.5)}  added p50 over direct at ${RATE} req/s ≤ 0.5 ms: ${ms(addedP50)} (bare node: ${ms(added(b.lat.p50, d.lat.p50))})`);
-  console.log(`  ${check(addedTtfc <= 1)}  added time to first chunk p50 with ${STREAMS} streams ≤ 1 ms: ${ms(addedTtfc)} (bare node: ${ms(added(b.st.ttfcP50, d.st.ttfcP50))}; on the first ramp after start, cold: ${ms(added(r.st.coldP50, d.st.coldP50))}, bare node ${ms(added(b.st.coldP50, d.st.coldP50))})`);
+  const bareP50 = added(b.lat.p50, d.lat.p50);
+  const bareTtfc = added(b.st.ttfcP50, d.st.ttfcP50);
+  /** When the bare passthrough, the floor for any Node proxy, is over a line as well, the miss is the machine's as much as the router's. */
+  const floor = (bare: number, limit: number): string => (bare > limit ? '; the bare passthrough is over the line too' : '');
+  console.log(`  ${check(addedP50 <= 0.5)}  added p50 over direct at ${RATE} req/s ≤ 0.5 ms: ${ms(addedP50)} (bare node: ${ms(bareP50)}${floor(bareP50, 0.5)})`);
+  console.log(`  ${check(addedTtfc <= 1)}  added time to first chunk p50 with ${STREAMS} streams ≤ 1 ms: ${ms(addedTtfc)} (bare node: ${ms(bareTtfc)}${floor(bareTtfc, 1)}; on the first ramp after start, cold: ${ms(added(r.st.coldP50, d.st.coldP50))}, bare node ${ms(added(b.st.coldP50, d.st.coldP50))})`);
   console.log(`  ${check(mem <= 50 * 1024)}  memory per open stream ≤ 50 KB: ${f(mem / 1024, 1)} KB`);
   if (n) console.log(`  info  nginx throughput vs bare node: JSON ${f((n.sat.json / b.sat.json) * 100)}%, SSE ${f((n.sat.sse / b.sat.sse) * 100)}%; router vs nginx: JSON ${f((r.sat.json / n.sat.json) * 100)}%, SSE ${f((r.sat.sse / n.sat.sse) * 100)}%`);
 }
