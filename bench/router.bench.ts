@@ -50,6 +50,10 @@ const LAT_SLICE_MS = 1000;
 const LAT_SLICE_WARM_MS = 200;
 const STREAMS = QUICK ? 200 : 1000;
 const STREAM_RAMP_PER_S = 500;
+/** New streams on keep-alive connections while STREAMS are held open (see measureStreams). */
+const HELD_RATE = 500;
+const HELD_MS = QUICK ? 1000 : 2000;
+const HELD_WARM_MS = 300;
 
 const children: ChildProcess[] = [];
 let tmp = '';
@@ -91,10 +95,27 @@ interface Child {
  * 1. Left to the scheduler, the three processes move between the two cores and a run's throughput
  * flips between two modes (measured here: 72 vs 130 µs of CPU per request for the same process),
  * depending on which process shares a core with which.
+ *
+ * Latency at the fixed rate is taken in two placements of the stub (see LatPlacement), because on
+ * this kind of VM a wake-up across cores costs about as much as a proxy's own work per request.
  */
 const PIN = process.env['BENCH_NO_PIN'] !== '1' && cpus().length >= 2 && existsSync('/usr/bin/taskset');
 const PROXY_CPU = '0';
 const LOADGEN_CPU = '1';
+
+/**
+ * Where the stub runs while latency at the fixed rate is measured:
+ * - "beside the proxy" (CPU 0, the checked figure): the direct path and every proxied path cross
+ *   between the cores once each way, so "added" is what the proxy adds;
+ * - "beside the load generator" (CPU 1, printed too): the direct path never leaves CPU 1, while a
+ *   proxied request crosses cores four times, so "added" also holds two cross-core round trips that
+ *   direct never paid (measured: direct alone 0.12 ms on one core against 0.25 ms across the two).
+ */
+type LatPlacement = 'beside proxy' | 'beside loadgen';
+const LAT_PLACEMENTS: readonly { name: LatPlacement; stubCpu: string }[] = [
+  { name: 'beside proxy', stubCpu: PROXY_CPU },
+  { name: 'beside loadgen', stubCpu: LOADGEN_CPU },
+];
 
 /** Pins every thread of a process to a CPU. */
 function pin(pid: number, cpu: string): void {
@@ -295,7 +316,7 @@ async function saturateRound(ts: readonly Target[], body: Buffer): Promise<Map<s
   return new Map([...acc].map(([name, a]) => [name, { rps: a.done / (a.ms / 1000), errors: a.errors, cpuUsPerReq: (a.cpuMs * 1000) / Math.max(1, a.done) }]));
 }
 
-/** Open loop at `rate` req/s: latency of each request from its send to the end of its body. */
+/** Open loop at `rate` req/s: latency of each request from its send to the end of its body (or to its first body chunk). */
 async function fixedRate(
   t: Target,
   body: Buffer,
@@ -303,6 +324,7 @@ async function fixedRate(
   ms: number,
   warmMs = WARM_MS,
   path = '/v1/chat/completions',
+  until: 'end' | 'first chunk' = 'end',
 ): Promise<{ p50: number; p99: number; errors: number; latencies: number[] }> {
   const pool = new Pool(t.url, { connections: 256, pipelining: 1 });
   const headers = reqHeaders(t);
@@ -316,9 +338,12 @@ async function fixedRate(
     const p = pool
       .request({ path, method: 'POST', headers, body })
       .then(async (r) => {
-        await r.body.dump({ limit: 1 << 20 });
+        let end = NaN;
+        if (until === 'end') await r.body.dump({ limit: 1 << 20 });
+        else for await (const _ of r.body) if (Number.isNaN(end)) end = performance.now();
+        if (until === 'end') end = performance.now();
         if (r.statusCode !== 200) errors++;
-        else if (i >= warm) lat.push(performance.now() - t0);
+        else if (i >= warm) lat.push(end - t0);
       })
       .catch(() => void errors++)
       .finally(() => pending.delete(p));
@@ -410,7 +435,12 @@ async function openStreams(t: Target, n: number, whileOpen?: () => Promise<void>
  * aborted request, nodejs/undici#5845), until none is left, so that each stream opens a new upstream
  * connection. The connections the stub accepts while the streams open are counted and printed.
  */
-async function openStreamsFresh(t: Target, n: number, stub: Child): Promise<Awaited<ReturnType<typeof openStreams>> & { newConnections: number }> {
+async function openStreamsFresh(
+  t: Target,
+  n: number,
+  stub: Child,
+  whileOpen?: () => Promise<void>,
+): Promise<Awaited<ReturnType<typeof openStreams>> & { newConnections: number }> {
   const deadline = Date.now() + 10_000;
   for (;;) {
     await stub.closeIdle();
@@ -426,6 +456,7 @@ async function openStreamsFresh(t: Target, n: number, stub: Child): Promise<Awai
   let newConnections = 0;
   const r = await openStreams(t, n, async () => {
     newConnections = (await stub.connections()).accepted - before;
+    await whileOpen?.();
   });
   return { ...r, newConnections };
 }
@@ -439,12 +470,21 @@ async function openStreamsFresh(t: Target, n: number, stub: Child): Promise<Awai
  * chunk is taken on a second ramp (after a full GC), with every upstream connection closed again
  * first; the first ramp's figure is printed as "cold", and memory per stream is taken on the first
  * ramp (a fresh process, so the growth is not hidden by memory the first ramp left behind).
+ *
+ * The ramp measures streams that each open two connections, at a rate that keeps a Node proxy's core
+ * busy a third of the time or more. Once the streams are up, a client's next stream usually comes on
+ * a keep-alive connection, and the proxy's upstream pool reuses idle connections. So with the second
+ * ramp's streams held open, new SSE streams are sent at HELD_RATE on keep-alive connections ("held"):
+ * the time to first chunk a client sees from a proxy that carries STREAMS open streams.
  */
-async function measureStreams(t: Target, stub: Child): Promise<{ cold: Awaited<ReturnType<typeof openStreamsFresh>>; warm: Awaited<ReturnType<typeof openStreamsFresh>> }> {
+async function measureStreams(t: Target, stub: Child): Promise<{ cold: Awaited<ReturnType<typeof openStreamsFresh>>; warm: Awaited<ReturnType<typeof openStreamsFresh>>; held: Awaited<ReturnType<typeof fixedRate>> }> {
   const cold = await openStreamsFresh(t, STREAMS, stub);
   await t.proc?.settle();
-  const warm = await openStreamsFresh(t, STREAMS, stub);
-  return { cold, warm };
+  let held: Awaited<ReturnType<typeof fixedRate>> | null = null;
+  const warm = await openStreamsFresh(t, STREAMS, stub, async () => {
+    held = await fixedRate(t, chatBody({ stream: true }), HELD_RATE, HELD_MS, HELD_WARM_MS, '/v1/chat/completions', 'first chunk');
+  });
+  return { cold, warm, held: held! };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -553,24 +593,33 @@ async function benchStub(): Promise<void> {
     }
   }
 
-  // 2. latency at a fixed rate: per-round p50/p99 of each target
+  // 2. latency at a fixed rate: per-round p50/p99 of each target, in both placements of the stub
+  // (the order of the placements alternates by round too)
   type Lat = { p50: number[]; p99: number[]; errors: number };
-  const lat = new Map<string, Lat>(targets.map((t) => [t.name, { p50: [], p99: [], errors: 0 }]));
+  const latBy = new Map<LatPlacement, Map<string, Lat>>(
+    LAT_PLACEMENTS.map((pl) => [pl.name, new Map<string, Lat>(targets.map((t) => [t.name, { p50: [], p99: [], errors: 0 }]))]),
+  );
   for (let round = 0; round < LAT_ROUNDS; round++) {
-    const byTarget = await fixedRateRound(order(round), json);
-    for (const t of targets) {
-      const r = byTarget.get(t.name)!;
-      const l = lat.get(t.name)!;
-      l.p50[round] = r.p50;
-      l.p99[round] = r.p99;
-      l.errors += r.errors;
+    for (const pl of round % 2 === 0 ? LAT_PLACEMENTS : [...LAT_PLACEMENTS].reverse()) {
+      pin(stub.proc.pid!, pl.stubCpu);
+      const byTarget = await fixedRateRound(order(round), json);
+      for (const t of targets) {
+        const r = byTarget.get(t.name)!;
+        const l = latBy.get(pl.name)!.get(t.name)!;
+        l.p50[round] = r.p50;
+        l.p99[round] = r.p99;
+        l.errors += r.errors;
+      }
     }
   }
+  pin(stub.proc.pid!, LOADGEN_CPU);
+  const lat = latBy.get('beside proxy')!;
+  const latApart = latBy.get('beside loadgen')!;
   stopTargets(targets);
 
   // 3. open SSE streams, on fresh proxy processes each round (the saturation runs grew their heaps):
   // a first ramp after start ("cold"), then the measured ramp (see measureStreams)
-  type St = { ttfcP50: number[]; ttfcP99: number[]; coldP50: number[]; mem: number[]; missing: number; newConnections: number[] };
+  type St = { ttfcP50: number[]; ttfcP99: number[]; coldP50: number[]; heldP50: number[]; mem: number[]; missing: number; newConnections: number[] };
   const streams = new Map<string, St>();
   for (let round = 0; round < STREAM_ROUNDS; round++) {
     targets = await startTargets(stub, clientAuth);
@@ -578,14 +627,15 @@ async function benchStub(): Promise<void> {
     await settle(targets, sse);
     for (const t of order(round)) {
       await saturate(t, sse, 8, 300);
-      const { cold, warm: r } = await measureStreams(t, stub);
-      const st = streams.get(t.name) ?? { ttfcP50: [], ttfcP99: [], coldP50: [], mem: [], missing: 0, newConnections: [] };
+      const { cold, warm: r, held } = await measureStreams(t, stub);
+      const st = streams.get(t.name) ?? { ttfcP50: [], ttfcP99: [], coldP50: [], heldP50: [], mem: [], missing: 0, newConnections: [] };
       st.newConnections[round] = r.newConnections;
       st.ttfcP50[round] = r.ttfcP50;
       st.ttfcP99[round] = r.ttfcP99;
       st.coldP50[round] = cold.ttfcP50;
+      st.heldP50[round] = held.p50;
       if (cold.memPerStream !== null) st.mem[round] = cold.memPerStream;
-      st.missing += 2 * STREAMS - r.opened - cold.opened;
+      st.missing += 2 * STREAMS - r.opened - cold.opened + held.errors;
       streams.set(t.name, st);
     }
     stopTargets(targets);
@@ -594,13 +644,14 @@ async function benchStub(): Promise<void> {
 
   console.log(
     `\n== fast upstream stub: ${SAT_CONNS} connections at saturation, ${SAT_SLICES} interleaved slices of ${SAT_SLICE_MS} ms per target and round (best of ${ROUNDS} rounds; CPU = the proxy process's least user+system time per request); ` +
-      `${RATE} req/s, ${LAT_SLICES} interleaved slices of ${LAT_SLICE_MS / 1000} s per target and round (median of ${LAT_ROUNDS} rounds); ${STREAMS} SSE streams opened at ${STREAM_RAMP_PER_S}/s (median of ${STREAM_ROUNDS} rounds) ==`,
+      `${RATE} req/s, ${LAT_SLICES} interleaved slices of ${LAT_SLICE_MS / 1000} s per target, round and placement of the stub (median of ${LAT_ROUNDS} rounds); ${STREAMS} SSE streams opened at ${STREAM_RAMP_PER_S}/s, then with them held open new streams at ${HELD_RATE}/s on keep-alive connections for ${HELD_MS / 1000} s (median of ${STREAM_ROUNDS} rounds) ==`,
   );
   table([
-    ['target', 'JSON req/s', 'CPU/req', 'SSE req/s', 'CPU/req', `p50 @${RATE}/s`, `p99 @${RATE}/s`, 'TTFC p50', 'TTFC p99', 'TTFC p50 cold', 'mem/stream', 'errors'],
+    ['target', 'JSON req/s', 'CPU/req', 'SSE req/s', 'CPU/req', `p50 @${RATE}/s`, `p99 @${RATE}/s`, 'p50, stub beside loadgen', 'TTFC p50 held', 'TTFC p50 ramp', 'TTFC p99 ramp', 'ramp cold', 'mem/stream', 'errors'],
     ...targets.map((t) => {
       const s = sat.get(t.name)!;
       const l = lat.get(t.name)!;
+      const la = latApart.get(t.name)!;
       const st = streams.get(t.name)!;
       const mem = st.mem.length ? median(st.mem) : null;
       return [
@@ -611,11 +662,13 @@ async function benchStub(): Promise<void> {
         Number.isFinite(s.cpuSse) ? `${f(s.cpuSse)} µs` : '-',
         ms(median(l.p50)),
         ms(median(l.p99)),
+        ms(median(la.p50)),
+        ms(median(st.heldP50)),
         ms(median(st.ttfcP50)),
         ms(median(st.ttfcP99)),
         ms(median(st.coldP50)),
         mem === null ? '-' : `${f(mem / 1024, 1)} KB`,
-        String(s.errors + l.errors + st.missing),
+        String(s.errors + l.errors + la.errors + st.missing),
       ];
     }),
   ]);
@@ -624,14 +677,19 @@ async function benchStub(): Promise<void> {
       targets.map((t) => `${t.name} ${streams.get(t.name)!.newConnections.join('/')}`).join(', '),
   );
   console.log(
-    `  TTFC p50 per round (cold → measured): ` +
-      targets.map((t) => `${t.name} ${streams.get(t.name)!.coldP50.map((c, i) => `${f(c, 2)}→${f(streams.get(t.name)!.ttfcP50[i]!, 2)}`).join(' ')}`).join(', '),
+    `  TTFC p50 per round (ramp cold → ramp measured; held): ` +
+      targets
+        .map((t) => {
+          const st = streams.get(t.name)!;
+          return `${t.name} ${st.coldP50.map((c, i) => `${f(c, 2)}→${f(st.ttfcP50[i]!, 2)}; ${f(st.heldP50[i]!, 2)}`).join(' | ')}`;
+        })
+        .join(', '),
   );
   /** Median over rounds of (target's throughput / bare's in the same round): bare and the router are measured back to back. */
   const paired = (x: Sat, kind: 'json' | 'sse'): number => median(x.rounds.map((rd, i) => rd[kind] / sat.get('bare node')!.rounds[i]![kind]));
   /** Median over rounds of (target's value − direct's value in the same round). */
   const added = (xs: readonly number[], direct: readonly number[]): number => median(xs.map((x, i) => x - direct[i]!));
-  const get = (name: string) => (sat.has(name) ? { sat: sat.get(name)!, lat: lat.get(name)!, st: streams.get(name)! } : null);
+  const get = (name: string) => (sat.has(name) ? { sat: sat.get(name)!, lat: lat.get(name)!, latApart: latApart.get(name)!, st: streams.get(name)! } : null);
   const d = get('direct')!;
   const b = get('bare node')!;
   const r = get('llmgw router')!;
@@ -646,11 +704,13 @@ async function benchStub(): Promise<void> {
     f(b.sat.cpuJson / x.sat.cpuJson, 2),
     f(x.sat.json / d.sat.json, 2),
     ms(added(x.lat.p50, d.lat.p50)),
+    ms(added(x.latApart.p50, d.latApart.p50)),
+    ms(added(x.st.heldP50, d.st.heldP50)),
     ms(added(x.st.ttfcP50, d.st.ttfcP50)),
     ms(added(x.st.coldP50, d.st.coldP50)),
   ];
   table([
-    ['', 'JSON thr / bare (paired)', 'SSE (paired)', 'JSON best / bare best', 'SSE best', 'bare CPU / CPU', 'JSON thr / direct', 'added p50 vs direct', 'added TTFC p50 vs direct', 'cold'],
+    ['', 'JSON thr / bare (paired)', 'SSE (paired)', 'JSON best / bare best', 'SSE best', 'bare CPU / CPU', 'JSON thr / direct', 'added p50 vs direct', 'stub beside loadgen', 'added TTFC p50 held', 'ramp', 'ramp cold'],
     ...(n ? [row('nginx', n)] : []),
     row('bare node', b),
     row('llmgw router', r),
@@ -666,8 +726,18 @@ async function benchStub(): Promise<void> {
   const bareTtfc = added(b.st.ttfcP50, d.st.ttfcP50);
   /** When the bare passthrough, the floor for any Node proxy, is over a line as well, the miss is the machine's as much as the router's. */
   const floor = (bare: number, limit: number): string => (bare > limit ? '; the bare passthrough is over the line too' : '');
-  console.log(`  ${check(addedP50 <= 0.5)}  added p50 over direct at ${RATE} req/s ≤ 0.5 ms: ${ms(addedP50)} (bare node: ${ms(bareP50)}${floor(bareP50, 0.5)})`);
-  console.log(`  ${check(addedTtfc <= 1)}  added time to first chunk p50 with ${STREAMS} streams ≤ 1 ms: ${ms(addedTtfc)} (bare node: ${ms(bareTtfc)}${floor(bareTtfc, 1)}; on the first ramp after start, cold: ${ms(added(r.st.coldP50, d.st.coldP50))}, bare node ${ms(added(b.st.coldP50, d.st.coldP50))})`);
+  console.log(
+    `  ${check(addedP50 <= 0.5)}  added p50 over direct at ${RATE} req/s ≤ 0.5 ms, stub beside the proxy: ${ms(addedP50)} (bare node: ${ms(bareP50)}${floor(bareP50, 0.5)}; ` +
+      `with the stub beside the load generator, where a proxied request crosses cores twice more than direct: ${ms(added(r.latApart.p50, d.latApart.p50))}, bare node ${ms(added(b.latApart.p50, d.latApart.p50))})`,
+  );
+  const addedHeld = added(r.st.heldP50, d.st.heldP50);
+  const bareHeld = added(b.st.heldP50, d.st.heldP50);
+  console.log(
+    `  ${check(addedHeld <= 1)}  added time to first chunk p50 with ${STREAMS} streams open ≤ 1 ms, new streams at ${HELD_RATE}/s on keep-alive connections: ${ms(addedHeld)} (bare node: ${ms(bareHeld)}${floor(bareHeld, 1)})`,
+  );
+  console.log(
+    `  ${check(addedTtfc <= 1)}  added time to first chunk p50 ≤ 1 ms while the ${STREAMS} streams open, each on a new client and a new upstream connection at ${STREAM_RAMP_PER_S}/s: ${ms(addedTtfc)} (bare node: ${ms(bareTtfc)}${floor(bareTtfc, 1)}; on the first ramp after start, cold: ${ms(added(r.st.coldP50, d.st.coldP50))}, bare node ${ms(added(b.st.coldP50, d.st.coldP50))})`,
+  );
   console.log(`  ${check(mem <= 50 * 1024)}  memory per open stream ≤ 50 KB: ${f(mem / 1024, 1)} KB`);
   if (n) console.log(`  info  nginx throughput vs bare node: JSON ${f((n.sat.json / b.sat.json) * 100)}%, SSE ${f((n.sat.sse / b.sat.sse) * 100)}%; router vs nginx: JSON ${f((r.sat.json / n.sat.json) * 100)}%, SSE ${f((r.sat.sse / n.sat.sse) * 100)}%`);
 }
@@ -725,7 +795,7 @@ async function main(): Promise<void> {
   console.log(`llmgw router benchmark — node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load avg at start ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')}`);
   console.log('  metrics: RouterMetrics (src/metrics/router.ts, cells in a prom-client registry); auth: sha256 key lookup; model: alias → canonical → replica');
   if (IS_TS) console.log('  (running through tsx: for production-like figures run the compiled bench, `npx tsc -p . && node dist/bench/router.bench.js`)');
-  console.log(PIN ? `  pinned: each proxy on CPU ${PROXY_CPU}; load generator and stub on CPU ${LOADGEN_CPU} (BENCH_NO_PIN=1: unpinned)` : '  not pinned to CPUs');
+  console.log(PIN ? `  pinned: each proxy on CPU ${PROXY_CPU}; load generator and stub on CPU ${LOADGEN_CPU}, except the stub beside the proxy for the checked fixed-rate latency (BENCH_NO_PIN=1: unpinned)` : '  not pinned to CPUs (so the two placements of the stub are the same)');
   pin(process.pid, LOADGEN_CPU);
   await benchStub();
   // llama-server uses every core: unpin the load generator again
