@@ -9,7 +9,6 @@
  */
 import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
-import { request } from 'undici';
 import { resolveModelSource } from '../nodes/sources.js';
 import type { ModelSpec, ProfileSpec } from '../spec/types.js';
 
@@ -94,10 +93,11 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
     throw new Error(`not on the controller; ${tried.join('; ')}`);
   }
   const url = src.url;
-  const head = await request(url, { method: 'HEAD', maxRedirections: 5 } as Parameters<typeof request>[1]);
-  await head.body.dump();
-  const len = Number(head.headers['content-length']);
-  if (head.statusCode >= 400 || !Number.isFinite(len)) throw new Error(`HEAD ${url} answered ${head.statusCode} without a size`);
+  // fetch follows redirects (hf:// URLs redirect to a CDN); undici 7's request() refuses maxRedirections
+  const head = await fetch(url, { method: 'HEAD', redirect: 'follow' });
+  await head.body?.cancel();
+  const len = Number(head.headers.get('content-length') ?? NaN);
+  if (head.status >= 400 || !Number.isFinite(len)) throw new Error(`HEAD ${url} answered ${head.status} without a size`);
   const { metadata } = await gguf(url);
   return shapeFromMetadata(metadata as unknown as Record<string, unknown>, len);
 }

@@ -14,6 +14,7 @@ import { openShell } from '../../src/nodes/transport.js';
 import type { ModelSpec, ProfileSpec } from '../../src/spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { localNodeSpec } from '../harness/sshd.js';
+import { startGatedOrigin } from './gated-origin.js';
 
 let dir: string;
 let tiny: TinyModelFile;
@@ -70,6 +71,17 @@ describe('memory estimates', () => {
     const reads = node.reads;
     assert.deepEqual(await est.estimate(model(`file://${missing}`), profile, () => [absent, node]), local);
     assert.equal(node.reads, reads);
+  });
+
+  test('an http source behind a redirect (as hf:// sources are): HEAD and range reads follow it; the same estimate as the file', async () => {
+    const origin = await startGatedOrigin(tiny.path, null);
+    try {
+      const local = await new MemoryEstimator().estimate(model(`file://${tiny.path}`), profile);
+      assert.deepEqual(await new MemoryEstimator().estimate(model(origin.url), profile), local);
+      assert.ok(origin.hubSeen.some((x) => x.method === 'HEAD') && origin.cdnSeen.some((x) => x.method === 'GET'), JSON.stringify([origin.hubSeen, origin.cdnSeen]));
+    } finally {
+      await origin.close();
+    }
   });
 
   test('nowhere: the reason names the controller and each node tried, and how to get past it', async () => {
