@@ -45,6 +45,7 @@ export const Reasons = Object.freeze({
   NODE_HOST_KEY_MISMATCH: reason('NODE_HOST_KEY_MISMATCH', 502, false, 'The node presented a host key other than the one pinned in nodes/<node>.yaml. Verify the machine; if the key legitimately changed, update host_key in a commit.'),
   NODE_AUTH_FAILED: reason('NODE_AUTH_FAILED', 502, false, 'Check the node\'s user and that the identity key named in nodes/<node>.yaml exists in the secrets dir and is authorized on the node.'),
   SECRET_NOT_FOUND: reason('SECRET_NOT_FOUND', 500, false, 'Put the named secret (file) into the controller\'s secrets dir; secrets never live in the fleet repo.'),
+  SECRET_INVALID: reason('SECRET_INVALID', 500, false, 'The named secret in the controller\'s secrets dir is not in the form expected (a bearer token is one line of visible ASCII without spaces); fix the file.'),
   NODE_TIMEOUT: reason('NODE_TIMEOUT', 504, true, 'The operation on the node took longer than its timeout; check the node\'s load and network.'),
   NODE_COMMAND_FAILED: reason('NODE_COMMAND_FAILED', 500, true, 'A command on the node failed; see the detail (stderr) for why.'),
   NODE_NO_FREE_PORT: reason('NODE_NO_FREE_PORT', 503, true, 'Every port in the node\'s port range is in use; widen ports in nodes/<node>.yaml or stop replicas.'),

@@ -98,14 +98,24 @@ export interface ReplicaHandle {
   readonly startedAt: number;
 }
 
+/** A bearer token for downloading a model: the secret's name (for messages) and its value. */
+export interface DownloadToken {
+  readonly secret: string;
+  readonly value: string;
+}
+
 export interface NodeDriver {
   readonly node: string;
   /** One look at the node. Throws LlmgwError (NODE_UNREACHABLE, NODE_TIMEOUT, …): an unreachable node is unknown, never empty. */
   observe(): Promise<NodeObservation>;
   /** Install engine@version once (idempotent; concurrent calls coalesce). Returns the binary's path on the node. */
   ensureEngine(v: EngineVersionSpec): Promise<{ binary: string }>;
-  /** Fetch and verify a model file into models/<sha256>.gguf (idempotent; concurrent calls coalesce). */
-  ensureModel(source: string, sha256: string): Promise<{ path: string; bytes: number }>;
+  /**
+   * Fetch and verify a model file into models/<sha256>.gguf (idempotent; concurrent calls coalesce).
+   * `token` is sent as a bearer token with a URL source's download (on the script's stdin, never in
+   * an argv).
+   */
+  ensureModel(source: string, sha256: string, token?: DownloadToken): Promise<{ path: string; bytes: number }>;
   /** Launch llama-server detached (own session, survives the controller); returns at once. */
   startReplica(spec: ReplicaStartSpec): Promise<ReplicaHandle>;
   /**

@@ -404,8 +404,29 @@ printf '%s\\n' "$b"
 // ---------------------------------------------------------------------------------------------
 // Models
 
-/** Model from a URL: download to <sha>.gguf.part (resuming a previous part), verify, rename. */
-export function modelFromUrlScript(dataDir: string, sha256: string, url: string): string {
+/**
+ * Model from a URL: download to <sha>.gguf.part (resuming a previous part), verify, rename. With
+ * `tokenSecret` (the secret's name, for messages) the script reads a bearer token from its stdin and
+ * hands it to curl on a pipe (`-H @-`) or to wget in a private wgetrc: the token is in no argv. curl
+ * and wget drop it on a redirect to another host (Hugging Face redirects to a signed CDN URL).
+ */
+export function modelFromUrlScript(dataDir: string, sha256: string, url: string, tokenSecret: string | null = null): string {
+  const sent = tokenSecret === null ? '' : `; sent the bearer token from secret '${tokenSecret}'`;
+  const curl = (resume: boolean): string => {
+    const args = `-fsSL --retry 2 --connect-timeout 30${resume ? ' -C -' : ''} -o "$part" "$url" 2>"$err"`;
+    return tokenSecret === null ? `curl ${args}` : `printf 'Authorization: Bearer %s\\n' "$tok" | curl -H @- ${args}`;
+  };
+  const wget = (resume: boolean): string => {
+    const args = `-q${resume ? ' -c' : ''} -O "$part" "$url" 2>"$err"`;
+    return tokenSecret === null ? `wget ${args}` : `WGETRC="$rc_file" wget ${args}`;
+  };
+  const tokenSetup =
+    tokenSecret === null
+      ? ''
+      : `IFS= read -r tok || [ -n "$tok" ] || llmgw_fail SECRET_NOT_FOUND ${shq(`no token on stdin for secret '${tokenSecret}'`)}
+rc_file="$part.wgetrc"
+trap 'rm -f "$rc_file"' EXIT
+(umask 077 && printf 'header = Authorization: Bearer %s\\n' "$tok" >"$rc_file") || exit 1`;
   return `${PRELUDE}
 ${DISK_FULL}
 m=${shq(`${dataDir}/models`)}
@@ -417,11 +438,12 @@ if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exi
 llmgw_need sha256sum
 mkdir -p "$m" || exit 1
 err="$part.err"
+${tokenSetup}
 llmgw_get() {  # $1 = resume (1/0)
   if command -v curl >/dev/null 2>&1; then
-    if [ "$1" = 1 ]; then curl -fsSL --retry 2 --connect-timeout 30 -C - -o "$part" "$url" 2>"$err"; else curl -fsSL --retry 2 --connect-timeout 30 -o "$part" "$url" 2>"$err"; fi
+    if [ "$1" = 1 ]; then ${curl(true)}; else ${curl(false)}; fi
   elif command -v wget >/dev/null 2>&1; then
-    if [ "$1" = 1 ]; then wget -q -c -O "$part" "$url" 2>"$err"; else wget -q -O "$part" "$url" 2>"$err"; fi
+    if [ "$1" = 1 ]; then ${wget(true)}; else ${wget(false)}; fi
   else
     llmgw_fail ENGINE_TOOL_MISSING "neither curl nor wget is installed on the node"
   fi
@@ -436,9 +458,10 @@ if [ $rc -ne 0 ]; then
   fi
 fi
 if [ $rc -ne 0 ]; then
+  why=$(tail -n 2 "$err" 2>/dev/null | tr '\\n' ' ')
   cat "$err" >&2; rm -f "$err"
   llmgw_disk_full "$m"
-  llmgw_fail MODEL_DOWNLOAD_FAILED "download of $url failed (exit $rc)"
+  llmgw_fail MODEL_DOWNLOAD_FAILED "download of $url failed (exit $rc${sent}): $why"
 fi
 rm -f "$err"
 got=$(llmgw_sha256 "$part")

@@ -16,6 +16,7 @@ import { Agent, fetch, request } from 'undici';
 import { LlmgwError, Reasons, type ReasonCode } from '../errors/catalogue.js';
 import type { EngineVersionSpec, NodeSpec } from '../spec/types.js';
 import type {
+  DownloadToken,
   EngineObservation, ModelFileObservation, NodeDriver, NodeObservation, ReplicaFailure, ReplicaHandle,
   ReplicaObservation, ReplicaStartSpec,
 } from './driver.js';
@@ -75,6 +76,10 @@ export interface ShellNodeDriverOptions {
 export const REPLICA_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const ENGINE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$/;
 const SHA256_RE = /^[0-9a-f]{64}$/;
+/** A secret's name (a file in the controller's secrets dir; the schema's name pattern is stricter). */
+const SECRET_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+/** A bearer token: one line of visible ASCII, no spaces (RFC 6750's b64token, loosely). */
+export const TOKEN_RE = /^[\x21-\x7e]+$/;
 
 interface ReplicaState {
   readonly id: string;
@@ -285,25 +290,30 @@ export class ShellNodeDriver implements NodeDriver {
 
   // ------------------------------------------------------------------------------- models
 
-  ensureModel(source: string, sha256: string): Promise<{ path: string; bytes: number }> {
+  ensureModel(source: string, sha256: string, token?: DownloadToken): Promise<{ path: string; bytes: number }> {
     const sha = sha256.toLowerCase();
     const inflight = this.models.get(sha);
     if (inflight) return inflight;
-    const p = this.fetchModel(source, sha).finally(() => this.models.delete(sha));
+    const p = this.fetchModel(source, sha, token).finally(() => this.models.delete(sha));
     this.models.set(sha, p);
     return p;
   }
 
-  private async fetchModel(source: string, sha: string): Promise<{ path: string; bytes: number }> {
+  private async fetchModel(source: string, sha: string, token: DownloadToken | undefined): Promise<{ path: string; bytes: number }> {
     if (!SHA256_RE.test(sha)) throw new Error(`bad model sha256: ${sha}`);
+    if (token && !SECRET_NAME_RE.test(token.secret)) throw new Error(`bad secret name: ${JSON.stringify(token.secret)}`);
+    if (token && !TOKEN_RE.test(token.value)) {
+      throw new LlmgwError('SECRET_INVALID', `node ${this.node}: secret '${token.secret}' is not a bearer token (one line of visible ASCII, no spaces)`, { node: this.node, secret: token.secret });
+    }
     let src;
     try {
       src = resolveModelSource(source);
     } catch (e) {
       throw new LlmgwError('MODEL_DOWNLOAD_FAILED', `node ${this.node}: ${(e as Error).message}`, { node: this.node, source });
     }
-    const script = src.kind === 'file' ? modelFromFileScript(this.dataDir, sha, src.path) : modelFromUrlScript(this.dataDir, sha, src.url);
-    const res = await this.exec(script, `fetch model ${sha.slice(0, 12)}`, { timeoutMs: this.timeouts.downloadMs });
+    const script = src.kind === 'file' ? modelFromFileScript(this.dataDir, sha, src.path) : modelFromUrlScript(this.dataDir, sha, src.url, token?.secret ?? null);
+    const stdin = src.kind === 'url' && token ? { stdin: `${token.value}\n` } : {};
+    const res = await this.exec(script, `fetch model ${sha.slice(0, 12)}`, { timeoutMs: this.timeouts.downloadMs, ...stdin });
     return { path: `${this.dataDir}/models/${sha}.gguf`, bytes: Number(lastLine(res.stdout)) || 0 };
   }
 

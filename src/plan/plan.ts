@@ -143,6 +143,7 @@ export function planChanges(input: {
       if (!sameJson(b.nodeSelector, h.nodeSelector)) effects.push('node selector changed: replicas may move');
       if (b.memoryBytes !== h.memoryBytes) effects.push('memory override changed: placement is redone');
       if (b.maxConcurrency !== h.maxConcurrency) effects.push(`max_concurrency: ${b.maxConcurrency ?? 'none'} → ${h.maxConcurrency ?? 'none'}`);
+      if (b.token !== h.token) effects.push(`download token: ${b.token ?? 'none'} → ${h.token ?? 'none'} (the next download uses it; running replicas stay)`);
     }
     let unparks = false;
     if (parked && definitionChanged) {
@@ -157,6 +158,9 @@ export function planChanges(input: {
       } else if (!parked && status) effects.push(`retry requested (${short}): clears the model's backoff (it is not parked)`);
       else if (!parked) effects.push(`retry requested (${short}): unparks the model if it is parked, else clears its backoff`);
       else effects.push(`retry requested (${short})`);
+    }
+    if (parked && !unparks && b && b.token !== h.token) {
+      effects.push(`still parked: a new download token does not unpark; add the trailer "Llmgw-Retry: ${name}" to this commit, or run \`llmgw ctl retry ${name}\``);
     }
     const change = !b ? 'added' : effects.length ? 'changed' : 'unchanged';
     models.push({ model: name, change, effects, definitionChanged, unparks, retries, placement: placementText(h, headPlacement.get(name)) });

@@ -70,7 +70,7 @@ async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShap
   return shapeFromMetadata(metadata as unknown as Record<string, unknown>, size);
 }
 
-async function readShape(source: string, nodeReaders: () => readonly RangeReader[]): Promise<GgufShape> {
+async function readShape(source: string, nodeReaders: () => readonly RangeReader[], token: () => Promise<string | null>): Promise<GgufShape> {
   const src = resolveModelSource(source);
   if (src.kind === 'file') {
     const path = src.path;
@@ -93,12 +93,24 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
     throw new Error(`not on the controller; ${tried.join('; ')}`);
   }
   const url = src.url;
-  // fetch follows redirects (hf:// URLs redirect to a CDN); undici 7's request() refuses maxRedirections
-  const head = await fetch(url, { method: 'HEAD', redirect: 'follow' });
+  // fetch follows redirects (hf:// URLs redirect to a CDN) and drops the Authorization header when
+  // a redirect leaves the origin (the CDN's signed URL needs none)
+  const bearer = await token();
+  const auth: Record<string, string> = bearer === null ? {} : { authorization: `Bearer ${bearer}` };
+  const head = await fetch(url, { method: 'HEAD', headers: auth, redirect: 'follow' });
   await head.body?.cancel();
   const len = Number(head.headers.get('content-length') ?? NaN);
-  if (head.status >= 400 || !Number.isFinite(len)) throw new Error(`HEAD ${url} answered ${head.status} without a size`);
-  const { metadata } = await gguf(url);
+  if (head.status >= 400 || !Number.isFinite(len)) {
+    const denied = head.status === 401 || head.status === 403;
+    const why = !denied ? '' : bearer === null ? ' (a gated or private source needs token: naming a secret)' : ' (to the bearer token from the model\'s token: secret)';
+    throw new Error(`HEAD ${url} answered ${head.status}${why} without a size`);
+  }
+  const withAuth = (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    const headers = new Headers(init?.headers);
+    for (const [k, v] of Object.entries(auth)) headers.set(k, v);
+    return fetch(input, { ...init, headers });
+  };
+  const { metadata } = await gguf(url, { fetch: withAuth as typeof fetch });
   return shapeFromMetadata(metadata as unknown as Record<string, unknown>, len);
 }
 
@@ -109,14 +121,20 @@ export class MemoryEstimator {
 
   /**
    * The model's need per replica; an error says why it is not known (yet). `nodeReaders`: the nodes
-   * a file:// source missing on the controller is read on, in order (asked for only then).
+   * a file:// source missing on the controller is read on, in order (asked for only then). `token`:
+   * the bearer token for an https/hf source (asked for only when the header is read).
    */
-  async estimate(model: ModelSpec, profile: ProfileSpec, nodeReaders: () => readonly RangeReader[] = () => []): Promise<MemoryEstimate> {
+  async estimate(
+    model: ModelSpec,
+    profile: ProfileSpec,
+    nodeReaders: () => readonly RangeReader[] = () => [],
+    token: () => Promise<string | null> = async () => null,
+  ): Promise<MemoryEstimate> {
     if (model.memoryBytes !== null) return { bytes: model.memoryBytes };
     const key = `${model.sha256}|${model.source}`;
     let p = this.shapes.get(key);
     if (!p) {
-      p = readShape(model.source, nodeReaders);
+      p = readShape(model.source, nodeReaders, token);
       this.shapes.set(key, p);
       p.catch(() => this.shapes.delete(key)); // retried on the next pass
     }

@@ -13,7 +13,7 @@ import { retryId } from '../git/trailers.js';
 import type { SpecTracker } from '../git/tracker.js';
 import type { FleetRepo } from '../git/repo.js';
 import { writeStatusBranch } from '../git/status-branch.js';
-import type { NodeDriver, ReplicaObservation } from '../nodes/driver.js';
+import type { DownloadToken, NodeDriver, ReplicaObservation } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../spec/types.js';
 import { retried, setbackNotCounted, startFailed, stayedReady, withDigest, type ModelHealth } from './health.js';
 import { MemoryEstimator, type RangeReader } from './memory.js';
@@ -33,6 +33,12 @@ export interface ReconcilerOptions {
   readonly stateStore: StateStore;
   readonly initialState: ControllerState;
   readonly engineApiKey: string;
+  /**
+   * A secret's value by name (a file in the controller's secrets dir): models' download tokens.
+   * Throws LlmgwError SECRET_NOT_FOUND / SECRET_INVALID. Without it, a model with token: cannot be
+   * fetched (SECRET_NOT_FOUND).
+   */
+  readonly readSecret?: (name: string) => Promise<string>;
   readonly logger: Logger;
   readonly clock?: () => number;
   /** "Am I the leader?" — the one question the loop asks before it acts. */
@@ -51,7 +57,7 @@ type OpEvent =
   | { readonly kind: 'failed'; readonly model: string; readonly digest: string; readonly replicaId: string; readonly error: ReasonRef; readonly counted: boolean; readonly at: number };
 
 /** Failures that are the node's, not the model's: they delay the model without counting. */
-const NOT_COUNTED: ReadonlySet<string> = new Set<ReasonCode>(['NODE_UNREACHABLE', 'NODE_TIMEOUT', 'NODE_AUTH_FAILED', 'NODE_HOST_KEY_MISMATCH', 'SECRET_NOT_FOUND', 'NODE_NO_FREE_PORT', 'REPLICA_PORT_IN_USE', 'NODE_COMMAND_FAILED', 'INTERNAL']);
+const NOT_COUNTED: ReadonlySet<string> = new Set<ReasonCode>(['NODE_UNREACHABLE', 'NODE_TIMEOUT', 'NODE_AUTH_FAILED', 'NODE_HOST_KEY_MISMATCH', 'SECRET_NOT_FOUND', 'SECRET_INVALID', 'NODE_NO_FREE_PORT', 'REPLICA_PORT_IN_USE', 'NODE_COMMAND_FAILED', 'INTERNAL']);
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
@@ -406,7 +412,7 @@ export class Reconciler implements FleetView {
     const errors: Record<string, string> = {};
     await Promise.all(
       Object.values(spec.models).map(async (m) => {
-        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, () => this.rangeReaders(spec, m));
+        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, () => this.rangeReaders(spec, m), async () => (await this.downloadToken(m))?.value ?? null);
         if ('bytes' in e) needs[m.name] = e.bytes;
         else {
           needs[m.name] = null;
@@ -416,6 +422,13 @@ export class Reconciler implements FleetView {
     );
     this.memoryNeeds = needs;
     this.memoryErrors = errors;
+  }
+
+  /** The model's download token (token: names a secret), read when it is needed; undefined for none. */
+  private async downloadToken(m: ModelSpec): Promise<DownloadToken | undefined> {
+    if (m.token === null) return undefined;
+    if (!this.o.readSecret) throw new LlmgwError('SECRET_NOT_FOUND', `${m.file}: token: names secret '${m.token}', but this controller has no secrets dir`, { model: m.name, secret: m.token });
+    return { secret: m.token, value: await this.o.readSecret(m.token) };
   }
 
   /** The reachable nodes a model may run on, to read its file:// source's header where it is. */
@@ -561,7 +574,7 @@ export class Reconciler implements FleetView {
           throw e;
         }
         stage = 'model';
-        const file = await driver.ensureModel(m.source, m.sha256);
+        const file = await driver.ensureModel(m.source, m.sha256, await this.downloadToken(m));
         if (stopSignal.aborted) {
           rlog.info({ stage }, 'controller stopping: replica not launched');
           return;

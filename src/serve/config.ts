@@ -30,7 +30,7 @@ export const SETTINGS = {
   branch: { flag: 'branch', env: 'LLMGW_BRANCH', key: 'branch', help: 'branch holding the desired state (default main)' },
   gitTokenFile: { flag: 'git-token-file', env: 'LLMGW_GIT_TOKEN_FILE', key: 'git_token_file', help: 'file holding the git token (https remotes)' },
   gitTokenEnv: { flag: 'git-token-env', env: 'LLMGW_GIT_TOKEN_ENV', key: 'git_token_env', help: 'name of an env var holding the git token' },
-  secretsDir: { flag: 'secrets-dir', env: 'LLMGW_SECRETS_DIR', key: 'secrets_dir', help: 'directory of SSH private keys named by nodes/<node>.yaml identity (default ./.llmgw/secrets)' },
+  secretsDir: { flag: 'secrets-dir', env: 'LLMGW_SECRETS_DIR', key: 'secrets_dir', help: 'directory of secrets named in the fleet repo: SSH private keys (nodes/<node>.yaml identity) and download tokens (models/<model>.yaml token) (default ./.llmgw/secrets)' },
   stateDir: { flag: 'state-dir', env: 'LLMGW_STATE_DIR', key: 'state_dir', help: 'controller state: state file, fleet repo mirror, engine key (default ./.llmgw/state)' },
   routerListen: { flag: 'router-listen', env: 'LLMGW_ROUTER_LISTEN', key: 'router_listen', help: 'router address host:port (default 127.0.0.1:8080)' },
   adminListen: { flag: 'admin-listen', env: 'LLMGW_ADMIN_LISTEN', key: 'admin_listen', help: 'admin API address host:port (default 127.0.0.1:8081)' },

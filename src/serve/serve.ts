@@ -20,6 +20,7 @@ import { loadState, StateStore } from '../reconciler/state-store.js';
 import { buildRouter } from '../router/app.js';
 import type { ServeConfig } from './config.js';
 import { ReloadingTls } from './tls.js';
+import { tokenSecrets } from './secrets.js';
 
 /** Paths logs must never show. */
 export const REDACT = [
@@ -98,6 +99,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     stateStore: new StateStore(statePath),
     initialState: state,
     engineApiKey,
+    readSecret: tokenSecrets(cfg.secretsDir),
     logger: log,
     onPass: (result, seconds) => metrics.passFinished(result, seconds),
     onEngineInstall: (node, engine, version, result) => metrics.engineInstall(node, engine, version, result),

@@ -106,6 +106,7 @@ export interface ModelDraft {
   readonly nodeSelector: Readonly<Record<string, string>>;
   readonly memoryBytes: number | null;
   readonly maxConcurrency: number | null;
+  readonly token: string | null;
 }
 
 export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft {
@@ -127,6 +128,7 @@ export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft
     nodeSelector: strMap(raw.node_selector),
     memoryBytes: size(raw.memory),
     maxConcurrency: num(raw.max_concurrency),
+    token: raw.token === undefined ? null : str(raw.token),
   };
 }
 

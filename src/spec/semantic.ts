@@ -107,6 +107,9 @@ export function checkSpec(p: SpecParts): CheckResult {
     if (selector.length > 0 && !p.nodes.some((n) => selector.every(([k, v]) => n.labels[k] === v))) {
       add('model', m.name, ['node_selector'], 'SPEC_DANGLING_REF', `node_selector ${selector.map(([k, v]) => `${k}=${v}`).join(',')} matches no node`, 'label a node with these labels in nodes/<node>.yaml, or change the selector');
     }
+    if (m.token !== null && m.source.startsWith('file://')) {
+      add('model', m.name, ['token'], 'SPEC_INVALID_VALUE', 'token is sent only when a source is downloaded, and a file:// source is not', 'remove token:, or use an https:// or hf:// source');
+    }
     if (m.memoryBytes !== null && (m.memoryBytes < MIN_MODEL_MEMORY || m.memoryBytes > MAX_MODEL_MEMORY)) {
       add('model', m.name, ['memory'], 'SPEC_INVALID_VALUE', `memory ${formatBytes(m.memoryBytes)} is not a plausible need for one replica`, `use a size between ${formatBytes(MIN_MODEL_MEMORY)} and ${formatBytes(MAX_MODEL_MEMORY)}, e.g. 6GiB`);
     }
@@ -123,6 +126,7 @@ export function checkSpec(p: SpecParts): CheckResult {
         nodeSelector: m.nodeSelector,
         memoryBytes: m.memoryBytes,
         maxConcurrency: m.maxConcurrency,
+        token: m.token,
         digest: definitionDigest(m.source, m.sha256, profile, engineVersion),
       });
     }

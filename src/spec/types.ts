@@ -83,6 +83,12 @@ export interface ModelSpec {
   readonly nodeSelector: Readonly<Record<string, string>>;
   readonly memoryBytes: number | null;
   readonly maxConcurrency: number | null;
+  /**
+   * Name of a secret (a file in the controller's secrets dir) holding a bearer token for downloading
+   * the source and reading its header; null for none. Not part of the definition: a token changes
+   * who may fetch the file, not which file runs.
+   */
+  readonly token: string | null;
   /** sha256 (hex) over the model's definition: source, sha256, resolved profile and engine version. */
   readonly digest: string;
 }

@@ -57,6 +57,7 @@ export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: r
       nodeSelector: {},
       memoryBytes: null,
       maxConcurrency: m.maxConcurrency ?? null,
+      token: null,
       digest: sha256(`digest:${name}`),
     });
     modelNames[name] = name;

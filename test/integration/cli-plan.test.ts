@@ -23,6 +23,27 @@ async function plan(repo: WorkRepo, ...args: string[]): Promise<{ code: number; 
   return { code: r.code, out: normalize(r.stdout), err: r.stderr };
 }
 
+/** A status file (applied at `base`) in which model alpha is parked with `error`. */
+async function parkedAlphaStatus(base: string, error: { code: string; message: string }, nodes: FleetStatus['nodes'] = {}): Promise<string> {
+  const status: FleetStatus = {
+    version: 1,
+    generatedAt: '2026-11-30T00:00:00Z',
+    appliedRevision: base,
+    rejected: null,
+    nodes,
+    models: {
+      alpha: {
+        name: 'alpha', digest: 'x', desired: 1, ready: 0, consecutiveFailures: 5, memoryBytes: 4 * 2 ** 30, unplaceable: null, lastHandledRetry: null,
+        lastError: error,
+        parked: { since: '2026-11-29T22:10:00Z', lastError: error },
+      },
+    },
+  };
+  const statusFile = join(await makeTempDir(), 'status.json');
+  writeFileSync(statusFile, JSON.stringify(status));
+  return statusFile;
+}
+
 after(cleanupTempDirs);
 
 describe('llmgw plan', () => {
@@ -45,25 +66,10 @@ describe('llmgw plan', () => {
     const base = await repo.head();
     await repo.write({ 'profiles/chat.yaml': 'engine: llama-cpp@b6500\nctx_size: 8192\nparallel: 2\n' });
     const head = await repo.commit('chat: 8k context');
-    const status: FleetStatus = {
-      version: 1,
-      generatedAt: '2026-11-30T00:00:00Z',
-      appliedRevision: base,
-      rejected: null,
-      nodes: {
-        'cpu-01': { name: 'cpu-01', reachable: true, memory: { totalBytes: 16 * 2 ** 30, availableBytes: 10 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
-        'cpu-02': { name: 'cpu-02', reachable: true, memory: { totalBytes: 12 * 2 ** 30, availableBytes: 9 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
-      },
-      models: {
-        alpha: {
-          name: 'alpha', digest: 'x', desired: 1, ready: 0, consecutiveFailures: 5, memoryBytes: 4 * 2 ** 30, unplaceable: null, lastHandledRetry: null,
-          lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" },
-          parked: { since: '2026-11-29T22:10:00Z', lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" } },
-        },
-      },
-    };
-    const statusFile = join(await makeTempDir(), 'status.json');
-    writeFileSync(statusFile, JSON.stringify(status));
+    const statusFile = await parkedAlphaStatus(base, { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" }, {
+      'cpu-01': { name: 'cpu-01', reachable: true, memory: { totalBytes: 16 * 2 ** 30, availableBytes: 10 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
+      'cpu-02': { name: 'cpu-02', reachable: true, memory: { totalBytes: 12 * 2 ** 30, availableBytes: 9 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
+    });
     const r = await plan(repo, '--base', base, '--head', head, '--status', statusFile);
     assert.equal(r.code, 1, r.err);
     assertGolden('plan-change-profile.txt', r.out);
@@ -74,6 +80,30 @@ describe('llmgw plan', () => {
       json.models.filter((m) => m.definitionChanged).map((m) => [m.model, m.unparks]),
       [['alpha', true], ['beta', false]],
     );
+  });
+
+  it('a download token added to a parked model: listed, no replacement, and it says the model stays parked without a retry', async () => {
+    const repo = await fleetRepo();
+    const base = await repo.head();
+    const alpha = minimalFleet()['models/alpha.yaml']!;
+    await repo.write({ 'models/alpha.yaml': `${alpha}token: hf-token\n` });
+    const head = await repo.commit('alpha: token');
+    const statusFile = await parkedAlphaStatus(base, { code: 'MODEL_DOWNLOAD_FAILED', message: 'download failed (exit 22): 401' });
+    const planJson = async (h: string) =>
+      (JSON.parse((await runCli(['plan', '--base', base, '--head', h, '--status', statusFile, '-f', 'json'], repo.dir)).stdout) as {
+        models: { model: string; effects: string[]; unparks: boolean; definitionChanged: boolean }[];
+      }).models.find((m) => m.model === 'alpha')!;
+    const a = await planJson(head);
+    assert.equal(a.definitionChanged, false);
+    assert.equal(a.unparks, false);
+    assert.deepEqual(a.effects, [
+      'download token: none → hf-token (the next download uses it; running replicas stay)',
+      'still parked: a new download token does not unpark; add the trailer "Llmgw-Retry: alpha" to this commit, or run `llmgw ctl retry alpha`',
+    ]);
+    const retried = await repo.commit('retry alpha\n\nLlmgw-Retry: alpha\n');
+    const b = await planJson(retried);
+    assert.equal(b.unparks, true);
+    assert.ok(!b.effects.some((e) => e.startsWith('still parked')), JSON.stringify(b.effects));
   });
 
   it('a model that fits nowhere: the need and the largest free node', async () => {

@@ -18,6 +18,7 @@ function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
     nodeSelector: {},
     memoryBytes: null,
     maxConcurrency: null,
+    token: null,
     digest: 'd1',
     ...over,
   };

@@ -58,6 +58,24 @@ describe('fleet spec loading', () => {
     }
   });
 
+  it('a model\'s download token is read as the secret\'s name and is not part of its definition (digest)', async () => {
+    const plain = tempFleet(minimalFleet());
+    const files = minimalFleet();
+    files['models/alpha.yaml'] += 'token: hf-token\n';
+    const withToken = tempFleet(files);
+    try {
+      const a = await loadFleetSpec(dirFiles(plain.dir), null);
+      const b = await loadFleetSpec(dirFiles(withToken.dir), null);
+      assert.ok(a.ok && b.ok, JSON.stringify([!a.ok && a.problems, !b.ok && b.problems]));
+      assert.equal(a.spec.models.alpha!.token, null);
+      assert.equal(b.spec.models.alpha!.token, 'hf-token');
+      assert.equal(b.spec.models.alpha!.digest, a.spec.models.alpha!.digest);
+    } finally {
+      plain.cleanup();
+      withToken.cleanup();
+    }
+  });
+
   for (const c of invalidCases) {
     it(`rejects: ${c.name}`, async () => {
       const f = tempFleet(buildCase(c));
