@@ -407,8 +407,9 @@ printf '%s\\n' "$b"
 /**
  * Model from a URL: download to <sha>.gguf.part (resuming a previous part), verify, rename. With
  * `tokenSecret` (the secret's name, for messages) the script reads a bearer token from its stdin and
- * hands it to curl on a pipe (`-H @-`) or to wget in a private wgetrc: the token is in no argv. curl
- * and wget drop it on a redirect to another host (Hugging Face redirects to a signed CDN URL).
+ * hands it to curl on a pipe (`-H @-`), so it is in no argv; curl drops it on a redirect to another
+ * host (Hugging Face redirects to a signed CDN URL). wget is refused then: it sends a header given
+ * in its wgetrc on to the host a redirect leads to (seen with wget 1.21.3).
  */
 export function modelFromUrlScript(dataDir: string, sha256: string, url: string, tokenSecret: string | null = null): string {
   const sent = tokenSecret === null ? '' : `; sent the bearer token from secret '${tokenSecret}'`;
@@ -416,17 +417,12 @@ export function modelFromUrlScript(dataDir: string, sha256: string, url: string,
     const args = `-fsSL --retry 2 --connect-timeout 30${resume ? ' -C -' : ''} -o "$part" "$url" 2>"$err"`;
     return tokenSecret === null ? `curl ${args}` : `printf 'Authorization: Bearer %s\\n' "$tok" | curl -H @- ${args}`;
   };
-  const wget = (resume: boolean): string => {
-    const args = `-q${resume ? ' -c' : ''} -O "$part" "$url" 2>"$err"`;
-    return tokenSecret === null ? `wget ${args}` : `WGETRC="$rc_file" wget ${args}`;
-  };
-  const tokenSetup =
+  const wget = (resume: boolean): string =>
     tokenSecret === null
-      ? ''
-      : `IFS= read -r tok || [ -n "$tok" ] || llmgw_fail SECRET_NOT_FOUND ${shq(`no token on stdin for secret '${tokenSecret}'`)}
-rc_file="$part.wgetrc"
-trap 'rm -f "$rc_file"' EXIT
-(umask 077 && printf 'header = Authorization: Bearer %s\\n' "$tok" >"$rc_file") || exit 1`;
+      ? `wget -q${resume ? ' -c' : ''} -O "$part" "$url" 2>"$err"`
+      : `llmgw_fail ENGINE_TOOL_MISSING ${shq(`a download with token: needs curl on the node (wget would send the token on to the host the source redirects to)`)}`;
+  const tokenSetup =
+    tokenSecret === null ? '' : `IFS= read -r tok || [ -n "$tok" ] || llmgw_fail SECRET_NOT_FOUND ${shq(`no token on stdin for secret '${tokenSecret}'`)}`;
   return `${PRELUDE}
 ${DISK_FULL}
 m=${shq(`${dataDir}/models`)}
