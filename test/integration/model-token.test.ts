@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -92,6 +92,27 @@ describe('model download tokens', () => {
     await assert.rejects(s.ensureModel(url, other.sha256), isCode('MODEL_DOWNLOAD_FAILED', /401/));
     await assert.rejects(s.ensureModel(url, other.sha256, { secret: 'hf-token', value: 'hf_wrong' }), isCode('MODEL_DOWNLOAD_FAILED', /401[\s\S]*secret 'hf-token'|secret 'hf-token'[\s\S]*401/));
     await assert.rejects(s.ensureModel(url, other.sha256, { secret: 'hf-token', value: 'two words' }), isCode('SECRET_INVALID', /secret 'hf-token'/));
+  });
+
+  test('a node with wget but no curl refuses a token download (wget would send the token on through the redirect)', async () => {
+    // the local node's shell inherits this process's PATH: every tool of /usr/bin and /bin but curl
+    const bin = join(work, 'no-curl-bin');
+    await mkdir(bin, { recursive: true });
+    for (const dir of ['/usr/bin', '/bin']) {
+      for (const name of await readdir(dir)) {
+        if (name !== 'curl') await symlink(join(dir, name), join(bin, name)).catch(() => undefined);
+      }
+    }
+    const other = await writeTinyModel(join(work, 'wget-only.gguf'), { seed: 9 });
+    const path = process.env['PATH'];
+    process.env['PATH'] = bin;
+    try {
+      origin.hubSeen.length = 0;
+      await assert.rejects(l.ensureModel(origin.url, other.sha256, { secret: 'hf-token', value: TOKEN }), isCode('ENGINE_TOOL_MISSING', /needs curl on the node/));
+      assert.equal(origin.hubSeen.length, 0, 'wget was run');
+    } finally {
+      process.env['PATH'] = path;
+    }
   });
 
   test('the controller reads a gated GGUF header with the token; without it the estimate says the source needs token:', async () => {
