@@ -340,9 +340,12 @@ async function fixedRate(
       .request({ path, method: 'POST', headers, body })
       .then(async (r) => {
         let end = NaN;
-        if (until === 'end') await r.body.dump({ limit: 1 << 20 });
-        else for await (const _ of r.body) if (Number.isNaN(end)) end = performance.now();
-        if (until === 'end') end = performance.now();
+        if (until === 'first chunk') {
+          for await (const _ of r.body) if (Number.isNaN(end)) end = performance.now();
+        } else {
+          await r.body.dump({ limit: 1 << 20 });
+          end = performance.now();
+        }
         if (r.statusCode !== 200) errors++;
         else if (i >= warm) lat.push(end - t0);
       })
