@@ -19,7 +19,7 @@ import { Pool } from 'undici';
 import { createRouterMetrics } from '../src/metrics/router.js';
 import type { DemandResult, FleetView, ModelView, ReplicaView } from '../src/reconciler/view.js';
 import { buildRouter } from '../src/router/app.js';
-import type { FleetSpec } from '../src/spec/types.js';
+import type { FleetSpec } from '../src/fleet-spec/types.js';
 import { fakeSpec } from '../test/harness/fake-fleet-view.js';
 import { startUpstreamStub, type UpstreamStub } from './upstream-stub.js';
 

@@ -10,8 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { FleetRepo } from '../src/git/repo.js';
-import { dirFiles } from '../src/spec/dir-files.js';
-import { loadFleetSpec } from '../src/spec/load.js';
+import { dirFiles } from '../src/fleet-spec/dir-files.js';
+import { loadFleetSpec } from '../src/fleet-spec/load.js';
 import { minimalFleet, writeFleet, type FleetFilesMap } from '../test/harness/fleet.js';
 
 const count = Number(process.argv[2] ?? 1000);

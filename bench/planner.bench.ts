@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
 import type { ReplicaObservation } from '../src/nodes/driver.js';
 import { initialHealth } from '../src/reconciler/health.js';
 import { planPass, type ObservedNode } from '../src/reconciler/planner.js';
-import type { FleetSpec, ModelSpec, NodeSpec } from '../src/spec/types.js';
+import type { FleetSpec, ModelSpec, NodeSpec } from '../src/fleet-spec/types.js';
 
 const modelCount = Number(process.argv[2] ?? 1000);
 const nodeCount = Number(process.argv[3] ?? 100);

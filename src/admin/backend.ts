@@ -3,7 +3,7 @@
  * (src/reconciler/reconciler.ts) satisfies it structurally; tests pass a fake.
  */
 import type { FleetSnapshot } from '../reconciler/view.js';
-import type { FleetSpec } from '../spec/types.js';
+import type { FleetSpec } from '../fleet-spec/types.js';
 
 export type RetryOutcome = 'unparked' | 'backoff-cleared';
 

@@ -5,7 +5,7 @@
 import { Reasons } from '../errors/catalogue.js';
 import type { ReasonRef } from '../reconciler/status-types.js';
 import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
-import type { FleetSpec, ModelScaling, Problem } from '../spec/types.js';
+import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 
 export const MODEL_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
 

@@ -4,7 +4,7 @@
  */
 import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../admin/shape.js';
 import type { ModelPhase } from '../reconciler/view.js';
-import { formatBytes, formatDuration } from '../spec/units.js';
+import { formatBytes, formatDuration } from '../fleet-spec/units.js';
 
 /** Aligned columns (two spaces apart), no trailing blanks. */
 export function table(header: readonly string[], rows: readonly (readonly string[])[], indent = ''): string {

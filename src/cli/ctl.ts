@@ -3,7 +3,7 @@
  * Exit status: 0 ok, 1 failed (the request failed, or a retry/restart did not succeed), 2 usage.
  */
 import type { ModelsJson, NodesJson, ReplicasJson, RestartJson, RetryJson, StatusJson, LogsJson } from '../admin/shape.js';
-import { formatDuration, parseDuration } from '../spec/units.js';
+import { formatDuration, parseDuration } from '../fleet-spec/units.js';
 import { oneOf, parse, UsageError } from './args.js';
 import { AdminClient, CtlFailure, DEFAULT_SERVER, resolveTarget } from './ctl-client.js';
 import { renderModels, renderNodes, renderReplicas, renderStatus } from './ctl-format.js';

@@ -1,8 +1,8 @@
 /** Where a CLI command reads the fleet from: a directory's files, or a git revision's objects. */
 import { resolve } from 'node:path';
 import { FleetRepo } from '../git/repo.js';
-import { dirFiles } from '../spec/dir-files.js';
-import type { FleetFiles } from '../spec/files.js';
+import { dirFiles } from '../fleet-spec/dir-files.js';
+import type { FleetFiles } from '../fleet-spec/files.js';
 import { prefixFor } from './problems-format.js';
 
 export interface FleetInput {

@@ -5,7 +5,7 @@ import { extractRetries } from '../git/trailers.js';
 import { planChanges } from '../plan/plan.js';
 import { renderJson, renderMarkdown, renderText } from '../plan/render.js';
 import type { FleetStatus } from '../reconciler/status-types.js';
-import { loadFleetSpec } from '../spec/load.js';
+import { loadFleetSpec } from '../fleet-spec/load.js';
 import { oneOf, parse, UsageError } from './args.js';
 import { localRepo } from './fleet-input.js';
 import { formatProblemText } from './problems-format.js';

@@ -1,6 +1,6 @@
 /** Problems for people (text), machines (json) and GitHub Actions (workflow annotations). */
 import { join, relative } from 'node:path';
-import type { Problem } from '../spec/types.js';
+import type { Problem } from '../fleet-spec/types.js';
 
 export type ProblemFormat = 'text' | 'json' | 'github';
 

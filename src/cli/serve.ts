@@ -1,6 +1,6 @@
 /** `llmgw serve` — the controller: git sync, reconciler, router and admin API in one process. */
 import { join, resolve } from 'node:path';
-import { prepareLocalFleet } from '../local/prepare.js';
+import { prepareLocalFleet } from '../demo/prepare.js';
 import { parse, UsageError } from './args.js';
 import type { Io } from './io.js';
 import { readConfigFile, resolveConfig, SETTINGS, type SettingName } from '../serve/config.js';

@@ -1,6 +1,6 @@
 /** `llmgw validate [DIR | --rev REV]` — exit 0 valid, 2 invalid; text, json or GitHub annotations. */
-import { loadFleetSpec } from '../spec/load.js';
-import type { FleetSpec } from '../spec/types.js';
+import { loadFleetSpec } from '../fleet-spec/load.js';
+import type { FleetSpec } from '../fleet-spec/types.js';
 import { oneOf, parse } from './args.js';
 import { fleetInput } from './fleet-input.js';
 import { formatProblemGithub, formatProblemText } from './problems-format.js';

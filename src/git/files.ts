@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import { posix } from 'node:path';
 import git, { type TreeEntry } from 'isomorphic-git';
 import { LlmgwError } from '../errors/catalogue.js';
-import type { FleetEntry, FleetEntryKind, FleetFiles } from '../spec/files.js';
+import type { FleetEntry, FleetEntryKind, FleetFiles } from '../fleet-spec/files.js';
 import { ObjectSizer } from './objects.js';
 
 export interface GitFilesOptions {

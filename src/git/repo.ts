@@ -7,7 +7,7 @@ import { join, resolve as resolvePath } from 'node:path';
 import git, { type HttpClient } from 'isomorphic-git';
 import nodeHttp from 'isomorphic-git/http/node';
 import { LlmgwError } from '../errors/catalogue.js';
-import type { FleetFiles } from '../spec/files.js';
+import type { FleetFiles } from '../fleet-spec/files.js';
 import { displayUrl, readToken, tokenAuth, urlSecrets, type TokenSource } from './auth.js';
 import { CommitGraph, type CommitInfo } from './commits.js';
 import { toGitError } from './errors.js';

@@ -4,9 +4,9 @@
  * the last *applied* revision, so those in rejected commits surface once a later one applies.
  */
 import { LlmgwError, isLlmgwError } from '../errors/catalogue.js';
-import type { FleetFiles } from '../spec/files.js';
-import { loadFleetSpec } from '../spec/load.js';
-import type { FleetSpec, LoadResult, Problem } from '../spec/types.js';
+import type { FleetFiles } from '../fleet-spec/files.js';
+import { loadFleetSpec } from '../fleet-spec/load.js';
+import type { FleetSpec, LoadResult, Problem } from '../fleet-spec/types.js';
 import type { CommitInfo } from './commits.js';
 import { extractRetries, type RetryRequest } from './trailers.js';
 

@@ -14,7 +14,7 @@
  * Errors are LlmgwError with catalogue reasons (NODE_*, ENGINE_*, MODEL_*, REPLICA_*).
  */
 import type { ReasonCode } from '../errors/catalogue.js';
-import type { EngineVersionSpec, ProfileSpec } from '../spec/types.js';
+import type { EngineVersionSpec, ProfileSpec } from '../fleet-spec/types.js';
 
 export type ReplicaState = 'starting' | 'ready' | 'failed';
 

@@ -14,7 +14,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, fetch, request } from 'undici';
 import { LlmgwError, Reasons, type ReasonCode } from '../errors/catalogue.js';
-import type { EngineVersionSpec, NodeSpec } from '../spec/types.js';
+import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
 import type {
   DownloadToken,
   EngineObservation, ModelFileObservation, NodeDriver, NodeObservation, ReplicaFailure, ReplicaHandle,

@@ -31,7 +31,7 @@ import { finished } from 'node:stream';
 import type { Logger } from 'pino';
 import { Client, type ClientChannel, type ConnectConfig, type SFTPWrapper, type ServerHostKeyAlgorithm } from 'ssh2';
 import { LlmgwError, type ReasonCode } from '../errors/catalogue.js';
-import type { NodeSpec } from '../spec/types.js';
+import type { NodeSpec } from '../fleet-spec/types.js';
 import {
   checkScript, DEFAULT_OUTPUT_CAP, DEFAULT_TIMEOUTS, OutputTail, raceAbort, tempName, withDeadline, type ShellTimeouts,
 } from './local.js';

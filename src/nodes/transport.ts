@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import { LlmgwError } from '../errors/catalogue.js';
-import type { NodeSpec } from '../spec/types.js';
+import type { NodeSpec } from '../fleet-spec/types.js';
 import { LocalShell, type ShellTimeouts } from './local.js';
 import type { ExecResult, Shell } from './shell.js';
 import { SshShell, type SshOptions } from './ssh.js';

@@ -5,8 +5,8 @@
  */
 import { place, type PlacementNode, type PlacementResult } from '../reconciler/placement.js';
 import type { FleetStatus } from '../reconciler/status-types.js';
-import type { FleetSpec, ModelSpec } from '../spec/types.js';
-import { formatDuration } from '../spec/units.js';
+import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import { formatDuration } from '../fleet-spec/units.js';
 
 export interface PlanRetry {
   readonly model: string;

@@ -3,7 +3,7 @@
  * parking after N in a row, unparking on a definition change or a handled retry, and a reset
  * once a replica has stayed ready long enough.
  */
-import type { FleetSettings } from '../spec/types.js';
+import type { FleetSettings } from '../fleet-spec/types.js';
 import type { ReasonRef } from './status-types.js';
 
 export interface ModelHealth {

@@ -10,7 +10,7 @@
 import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
 import { resolveModelSource } from '../nodes/sources.js';
-import type { ModelSpec, ProfileSpec } from '../spec/types.js';
+import type { ModelSpec, ProfileSpec } from '../fleet-spec/types.js';
 
 export interface GgufShape {
   readonly fileBytes: number;

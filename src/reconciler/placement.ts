@@ -4,7 +4,7 @@
  * there. Replicas of one model spread over nodes (most free room first); a node selector limits
  * the candidates; unreachable nodes are unknown and never chosen.
  */
-import { formatBytes } from '../spec/units.js';
+import { formatBytes } from '../fleet-spec/units.js';
 
 export interface PlacementNode {
   readonly name: string;

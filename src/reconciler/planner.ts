@@ -5,7 +5,7 @@
  * stopped from a missing observation.
  */
 import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
-import type { FleetSpec, ModelSpec } from '../spec/types.js';
+import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
 import { place, type PlacementNode, type PlacementRequest } from './placement.js';
 

@@ -14,7 +14,7 @@ import type { SpecTracker } from '../git/tracker.js';
 import type { FleetRepo } from '../git/repo.js';
 import { writeStatusBranch } from '../git/status-branch.js';
 import type { DownloadToken, NodeDriver, ReplicaObservation } from '../nodes/driver.js';
-import type { FleetSpec, ModelSpec, NodeSpec } from '../spec/types.js';
+import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
 import { retried, setbackNotCounted, startFailed, stayedReady, withDigest, type ModelHealth } from './health.js';
 import { MemoryEstimator, type RangeReader } from './memory.js';
 import { selectorMatches } from './placement.js';

@@ -1,6 +1,6 @@
 /** The end of a pass (pure): the fleet snapshot everyone reads, and the status branch's files. */
 import type { NodeObservation } from '../nodes/driver.js';
-import type { FleetSpec, Problem } from '../spec/types.js';
+import type { FleetSpec, Problem } from '../fleet-spec/types.js';
 import type { ModelHealth } from './health.js';
 import type { InflightStart } from './planner.js';
 import type { FleetStatus, ModelStatus, NodeStatus, ReasonRef } from './status-types.js';

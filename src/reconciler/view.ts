@@ -3,7 +3,7 @@
  * API, `llmgw ctl`, status and metrics, and the `FleetView` the router asks about models.
  */
 import type { ReasonRef } from './status-types.js';
-import type { FleetSpec, ModelSpec, Problem } from '../spec/types.js';
+import type { FleetSpec, ModelSpec, Problem } from '../fleet-spec/types.js';
 
 export type ReplicaPhase = 'starting' | 'ready' | 'failed' | 'stopping';
 

@@ -10,7 +10,7 @@
  */
 import * as crypto from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import type { FleetSpec } from '../spec/types.js';
+import type { FleetSpec } from '../fleet-spec/types.js';
 import { RouterError } from './errors.js';
 
 /** What a key may do. */

@@ -15,7 +15,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
-import type { FleetSpec } from '../spec/types.js';
+import type { FleetSpec } from '../fleet-spec/types.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderError, routeNotFound, writeRendered } from './errors.js';
 import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';

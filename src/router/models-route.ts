@@ -4,7 +4,7 @@
  * why (parked: the last error; unplaceable: the reason; failing: the last error).
  */
 import type { FleetView, ModelPhase } from '../reconciler/view.js';
-import type { FleetSpec, ModelSpec } from '../spec/types.js';
+import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { grantAllows, type KeyGrant } from './auth.js';
 import { describeError } from './resolve.js';
 

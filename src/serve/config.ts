@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { UsageError } from '../cli/args.js';
-import { parseSize } from '../spec/units.js';
+import { parseSize } from '../fleet-spec/units.js';
 
 export interface Listen {
   readonly host: string;

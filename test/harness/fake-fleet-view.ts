@@ -10,7 +10,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { ReasonRef } from '../../src/reconciler/status-types.js';
 import type { DemandResult, FleetView, ModelPhase, ModelView, ReplicaView } from '../../src/reconciler/view.js';
-import type { AccessKeySpec, FleetSettings, FleetSpec, ModelScaling, ModelSpec } from '../../src/spec/types.js';
+import type { AccessKeySpec, FleetSettings, FleetSpec, ModelScaling, ModelSpec } from '../../src/fleet-spec/types.js';
 
 export const DEFAULT_SETTINGS: FleetSettings = Object.freeze({
   pollIntervalMs: 30_000,

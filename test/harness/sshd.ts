@@ -16,7 +16,7 @@ import { createServer, connect } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import type { NodeSpec } from '../../src/spec/types.js';
+import type { NodeSpec } from '../../src/fleet-spec/types.js';
 
 const execFileP = promisify(execFile);
 

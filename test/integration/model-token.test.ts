@@ -17,7 +17,7 @@ import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
 import { MemoryEstimator, replicaMemory, shapeFromMetadata } from '../../src/reconciler/memory.js';
 import { tokenSecrets } from '../../src/serve/secrets.js';
-import type { ModelSpec, NodeSpec } from '../../src/spec/types.js';
+import type { ModelSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { localNodeSpec, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
 import { startGatedOrigin, type GatedOrigin } from './gated-origin.js';

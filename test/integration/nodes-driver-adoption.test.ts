@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
-import type { NodeSpec } from '../../src/spec/types.js';
+import type { NodeSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';

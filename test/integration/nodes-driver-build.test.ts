@@ -19,7 +19,7 @@ import { isLlmgwError, type LlmgwError } from '../../src/errors/catalogue.js';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import type { Shell } from '../../src/nodes/shell.js';
 import { openShell } from '../../src/nodes/transport.js';
-import type { EngineVersionSpec, NodeSpec } from '../../src/spec/types.js';
+import type { EngineVersionSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir, NODE_LLAMA_CPP_VERSION } from '../harness/llama-server.js';
 import { sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';

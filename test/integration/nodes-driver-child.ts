@@ -7,7 +7,7 @@
  */
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
-import type { NodeSpec, ProfileSpec } from '../../src/spec/types.js';
+import type { NodeSpec, ProfileSpec } from '../../src/fleet-spec/types.js';
 
 interface ChildInput {
   readonly nodes: { readonly spec: NodeSpec; readonly secretsDir: string }[];

@@ -5,7 +5,7 @@
 import { createReadStream, readFileSync, statSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { ProfileSpec } from '../../src/spec/types.js';
+import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 
 export interface ServedRequest {
   readonly path: string;

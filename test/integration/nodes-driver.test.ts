@@ -17,7 +17,7 @@ import { isLlmgwError, type LlmgwError } from '../../src/errors/catalogue.js';
 import type { NodeDriver } from '../../src/nodes/driver.js';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
-import type { EngineVersionSpec, NodeSpec } from '../../src/spec/types.js';
+import type { EngineVersionSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { localNodeSpec, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';

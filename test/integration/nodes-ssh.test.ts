@@ -16,7 +16,7 @@ import { LocalShell } from '../../src/nodes/local.js';
 import { shq, type Shell } from '../../src/nodes/shell.js';
 import { fingerprint, parseHostKey, SshShell, type SshOptions } from '../../src/nodes/ssh.js';
 import { openShell } from '../../src/nodes/transport.js';
-import type { NodeSpec } from '../../src/spec/types.js';
+import type { NodeSpec } from '../../src/fleet-spec/types.js';
 import { makeKeyPair, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
 
 const execFileP = promisify(execFile);

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { MemoryEstimator, type RangeReader } from '../../src/reconciler/memory.js';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
-import type { ModelSpec, ProfileSpec } from '../../src/spec/types.js';
+import type { ModelSpec, ProfileSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { localNodeSpec } from '../harness/sshd.js';
 import { startGatedOrigin } from './gated-origin.js';

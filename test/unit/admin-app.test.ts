@@ -9,7 +9,7 @@ import type { ModelJson, ModelsJson, NodesJson, ReplicasJson, StatusJson } from 
 import { LlmgwError, Reasons } from '../../src/errors/catalogue.js';
 import type { Reconciler } from '../../src/reconciler/reconciler.js';
 import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
-import type { FleetSpec, NodeSpec } from '../../src/spec/types.js';
+import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
 
 // The Reconciler must satisfy the interface structurally (checked by tsc).

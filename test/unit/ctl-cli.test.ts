@@ -18,7 +18,7 @@ import type { ModelsJson, StatusJson } from '../../src/admin/shape.js';
 import { resolveTarget } from '../../src/cli/ctl-client.js';
 import { LlmgwError } from '../../src/errors/catalogue.js';
 import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
-import type { FleetSpec, NodeSpec } from '../../src/spec/types.js';
+import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { runCli } from '../harness/cli.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
 import { assertGolden } from '../harness/golden.js';

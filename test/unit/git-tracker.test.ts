@@ -4,8 +4,8 @@ import { describe, it } from 'node:test';
 import type { CommitInfo } from '../../src/git/commits.js';
 import { SpecTracker, type SpecLoader, type TrackedRepo } from '../../src/git/tracker.js';
 import { LlmgwError } from '../../src/errors/catalogue.js';
-import type { FleetFiles } from '../../src/spec/files.js';
-import type { FleetSpec, LoadResult, Problem } from '../../src/spec/types.js';
+import type { FleetFiles } from '../../src/fleet-spec/files.js';
+import type { FleetSpec, LoadResult, Problem } from '../../src/fleet-spec/types.js';
 
 /** A linear history; each commit says whether its spec is valid and which models it retries. */
 class FakeRepo implements TrackedRepo {

@@ -4,7 +4,7 @@ import { createMetrics, type LlmgwMetrics } from '../../src/metrics/registry.js'
 import { METRIC_NAMES, MODEL_STATES } from '../../src/metrics/names.js';
 import { findSamples, parseExposition, sampleValue, type Sample } from '../../src/metrics/parse.js';
 import type { FleetSnapshot, ModelView, NodeView } from '../../src/reconciler/view.js';
-import type { ModelSpec } from '../../src/spec/types.js';
+import type { ModelSpec } from '../../src/fleet-spec/types.js';
 
 function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
   return {

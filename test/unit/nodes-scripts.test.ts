@@ -7,7 +7,7 @@ import {
   usedPortsScript,
 } from '../../src/nodes/scripts.js';
 import { parseDfAvailableKb, parseSections, replicaArgv, scriptError } from '../../src/nodes/shell-driver.js';
-import type { ProfileSpec } from '../../src/spec/types.js';
+import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 
 const HOSTILE = `x'; touch /tmp/llmgw-pwned-unit; echo '$(id)\`id\`"`;
 const SHA = 'a'.repeat(64);

@@ -3,9 +3,9 @@ import { describe, it } from 'node:test';
 import type { ReplicaObservation } from '../../src/nodes/driver.js';
 import { initialHealth, startFailed, type ModelHealth } from '../../src/reconciler/health.js';
 import { planPass, type ObservedNode, type PlanInput } from '../../src/reconciler/planner.js';
-import { dirFiles } from '../../src/spec/dir-files.js';
-import { loadFleetSpec } from '../../src/spec/load.js';
-import type { FleetSpec } from '../../src/spec/types.js';
+import { dirFiles } from '../../src/fleet-spec/dir-files.js';
+import { loadFleetSpec } from '../../src/fleet-spec/load.js';
+import type { FleetSpec } from '../../src/fleet-spec/types.js';
 import { minimalFleet, tempFleet, type FleetFilesMap } from '../harness/fleet.js';
 
 const GiB = 2 ** 30;

@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { dirFiles } from '../../src/spec/dir-files.js';
-import { loadFleetSpec } from '../../src/spec/load.js';
+import { dirFiles } from '../../src/fleet-spec/dir-files.js';
+import { loadFleetSpec } from '../../src/fleet-spec/load.js';
 import { minimalFleet, tempFleet, SHA_B, type FleetFilesMap } from '../harness/fleet.js';
 
 async function digests(files: FleetFilesMap): Promise<Record<string, string>> {

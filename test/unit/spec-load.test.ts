@@ -1,8 +1,8 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { join } from 'node:path';
-import { dirFiles } from '../../src/spec/dir-files.js';
-import { loadFleetSpec } from '../../src/spec/load.js';
+import { dirFiles } from '../../src/fleet-spec/dir-files.js';
+import { loadFleetSpec } from '../../src/fleet-spec/load.js';
 import { minimalFleet, tempFleet } from '../harness/fleet.js';
 import { repoRoot } from '../harness/paths.js';
 import { buildCase, invalidCases } from '../fixtures/invalid-fleets.js';

@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { formatBytes, formatDuration, parseDuration, parseSize } from '../../src/spec/units.js';
-import { normalizeSource } from '../../src/spec/source.js';
+import { formatBytes, formatDuration, parseDuration, parseSize } from '../../src/fleet-spec/units.js';
+import { normalizeSource } from '../../src/fleet-spec/source.js';
 
 describe('units', () => {
   it('parses sizes', () => {
