@@ -8,7 +8,7 @@
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { isLlmgwError, LlmgwError, reasonOf, type ReasonCode } from '../errors/catalogue.js';
+import { countsTowardParking, isLlmgwError, LlmgwError, reasonOf } from '../errors/catalogue.js';
 import { retryId } from '../git/trailers.js';
 import type { SpecTracker } from '../git/tracker.js';
 import type { FleetRepo } from '../git/repo.js';
@@ -55,9 +55,6 @@ export interface ReconcilerOptions {
 type OpEvent =
   | { readonly kind: 'ready'; readonly model: string; readonly replicaId: string }
   | { readonly kind: 'failed'; readonly model: string; readonly digest: string; readonly replicaId: string; readonly error: ReasonRef; readonly counted: boolean; readonly at: number };
-
-/** Failures that are the node's, not the model's: they delay the model without counting. */
-const NOT_COUNTED: ReadonlySet<string> = new Set<ReasonCode>(['NODE_UNREACHABLE', 'NODE_TIMEOUT', 'NODE_AUTH_FAILED', 'NODE_HOST_KEY_MISMATCH', 'SECRET_NOT_FOUND', 'SECRET_INVALID', 'NODE_NO_FREE_PORT', 'REPLICA_PORT_IN_USE', 'NODE_COMMAND_FAILED', 'INTERNAL']);
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
@@ -482,7 +479,7 @@ export class Reconciler implements FleetView {
     }
     for (const f of out.failures) {
       this.accountedFailures.add(f.replicaId);
-      this.opEvents.push({ kind: 'failed', model: f.model, digest: this.health[f.model]?.digest ?? '', replicaId: f.replicaId, error: { code: f.failure.code, message: f.failure.message }, counted: !NOT_COUNTED.has(f.failure.code), at: now });
+      this.opEvents.push({ kind: 'failed', model: f.model, digest: this.health[f.model]?.digest ?? '', replicaId: f.replicaId, error: { code: f.failure.code, message: f.failure.message }, counted: countsTowardParking(f.failure.code), at: now });
     }
     if (out.failures.length) this.applyOpEvents(spec, log);
     await this.apply(spec, out.actions, log);
@@ -594,7 +591,7 @@ export class Reconciler implements FleetView {
         rlog.warn({ stage, code: error.code, reason: error.message, logTail: logTail?.slice(-2000) }, 'replica start failed');
         this.accountedFailures.add(a.replicaId);
         if (stage === 'start') await driver.stopReplica(a.replicaId, 0).catch(() => undefined);
-        this.opEvents.push({ kind: 'failed', model: a.model, digest: a.digest, replicaId: a.replicaId, error, counted: !NOT_COUNTED.has(error.code), at: this.clock() });
+        this.opEvents.push({ kind: 'failed', model: a.model, digest: a.digest, replicaId: a.replicaId, error, counted: countsTowardParking(error.code), at: this.clock() });
       } finally {
         this.inflight.delete(a.replicaId);
         void this.requestPass('start-finished');

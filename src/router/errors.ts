@@ -30,32 +30,6 @@ export type RouterReasonCode =
   | 'NO_VALID_SPEC'
   | 'INTERNAL';
 
-/** OpenAI `error.type` and `error.code` per reason. Codes are part of the API: never change one that shipped. */
-export const OPENAI_ERRORS: Readonly<Record<RouterReasonCode, { readonly type: string; readonly code: string }>> = {
-  MODEL_NOT_FOUND: { type: 'invalid_request_error', code: 'model_not_found' },
-  MODEL_FORBIDDEN: { type: 'permission_error', code: 'model_not_allowed' },
-  MODEL_PARKED: { type: 'model_unavailable_error', code: 'model_parked' },
-  MODEL_UNPLACEABLE: { type: 'model_unavailable_error', code: 'model_unplaceable' },
-  MODEL_LOADING: { type: 'model_unavailable_error', code: 'model_loading' },
-  MODEL_FAILING: { type: 'model_unavailable_error', code: 'model_failing' },
-  AUTH_MISSING: { type: 'authentication_error', code: 'missing_api_key' },
-  AUTH_INVALID: { type: 'authentication_error', code: 'invalid_api_key' },
-  BAD_REQUEST: { type: 'invalid_request_error', code: 'invalid_request' },
-  BAD_JSON: { type: 'invalid_request_error', code: 'invalid_json' },
-  MODEL_MISSING: { type: 'invalid_request_error', code: 'missing_model' },
-  BODY_TOO_LARGE: { type: 'invalid_request_error', code: 'request_too_large' },
-  ROUTE_NOT_FOUND: { type: 'invalid_request_error', code: 'unknown_url' },
-  CONCURRENCY_LIMIT: { type: 'rate_limit_error', code: 'concurrency_limit_exceeded' },
-  UPSTREAM_CONNECT: { type: 'server_error', code: 'upstream_connect_failed' },
-  UPSTREAM_FIRST_BYTE_TIMEOUT: { type: 'server_error', code: 'upstream_first_byte_timeout' },
-  UPSTREAM_STALLED: { type: 'server_error', code: 'upstream_stalled' },
-  UPSTREAM_FAILED: { type: 'server_error', code: 'upstream_error' },
-  UPSTREAM_AUTH: { type: 'server_error', code: 'upstream_auth_failed' },
-  ROUTER_SHUTTING_DOWN: { type: 'server_error', code: 'router_shutting_down' },
-  NO_VALID_SPEC: { type: 'server_error', code: 'fleet_not_ready' },
-  INTERNAL: { type: 'server_error', code: 'internal_error' },
-};
-
 export interface RouterErrorDetail {
   /** Seconds for the Retry-After header. */
   readonly retryAfterSeconds?: number;
@@ -81,7 +55,7 @@ export interface Envelope {
 }
 
 function isRouterCode(code: string): code is RouterReasonCode {
-  return Object.hasOwn(OPENAI_ERRORS, code);
+  return Object.hasOwn(Reasons, code) && Reasons[code as ReasonCode].openai !== null;
 }
 
 export interface RenderedError {
@@ -106,7 +80,7 @@ export function renderError(e: unknown): RenderedError {
     }
   }
   const reason = Reasons[code];
-  const oa = OPENAI_ERRORS[code];
+  const oa = reason.openai!;
   const headers: Record<string, string> = {
     'content-type': 'application/json; charset=utf-8',
     'x-should-retry': reason.retryable ? 'true' : 'false',
