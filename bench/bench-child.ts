@@ -42,7 +42,7 @@ export class StaticFleetView implements FleetView {
         { name: 'someone-else', key: 'another-key', models: ['other'] },
       ],
     });
-    this.replicas = [{ id: 'bench-r1', model: BENCH_MODEL, node: 'local', endpoint: upstream, phase: 'ready', digest: 'd', startedAt: new Date().toISOString() }];
+    this.replicas = [{ id: 'bench-r1', model: BENCH_MODEL, node: 'local', endpoint: upstream, phase: 'ready', digest: 'd', startedAt: Date.now() }];
   }
   spec(): FleetSpec {
     return this.s;
@@ -50,7 +50,7 @@ export class StaticFleetView implements FleetView {
   model(name: string): ModelView | null {
     const spec = this.s.models[name];
     if (!spec) return null;
-    return { name, spec, phase: 'ready', desired: 1, ready: 1, replicas: this.replicas, consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, digest: spec.digest };
+    return { name, spec, phase: 'ready', desired: 1, ready: 1, replicas: this.replicas, consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null };
   }
   readyReplicas(model: string): readonly ReplicaView[] {
     return model === BENCH_MODEL ? this.replicas : [];

@@ -16,13 +16,14 @@
  * Routes the embedding process adds at the root (e.g. /metrics) are outside the token scope.
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
-import { isLlmgwError, LlmgwError } from '../errors/catalogue.js';
+import { LlmgwError } from '../errors/catalogue.js';
 import { adminAuth } from './auth.js';
 import type { AdminBackend } from './backend.js';
 import { renderAdminError } from './errors.js';
 import {
   modelJson,
-  nodeJson,
+  modelsJson,
+  nodesJson,
   replicasJson,
   statusJson,
   type LogsJson,
@@ -155,12 +156,6 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
     return canonical;
   };
 
-  /** The backend's "unknown model" (SPEC_DANGLING_REF, 422) is a 404 here. */
-  const notFoundFromBackend = (e: unknown): never => {
-    if (isLlmgwError(e, 'SPEC_DANGLING_REF')) throw new LlmgwError('NOT_FOUND', e.message, { ...e.detail }, { cause: e });
-    throw e;
-  };
-
   const noStore = (reply: FastifyReply): FastifyReply => reply.header('cache-control', 'no-store');
 
   // waiting requests answer (done:false) at once when the app closes, so close() is not held up
@@ -175,8 +170,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
       api.get('/status', async (_req, reply) => noStore(reply).send(statusJson(backend.snapshot())));
 
       api.get('/models', async (_req, reply) => {
-        const s = backend.snapshot();
-        const body: ModelsJson = { at: s.at, revision: s.appliedRevision, models: s.models.map((m) => modelJson(m, s.appliedRevision)) };
+        const body: ModelsJson = modelsJson(backend.snapshot());
         return noStore(reply).send(body);
       });
 
@@ -189,7 +183,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
           const canonical = backend.spec()?.modelNames[name] ?? name;
           const m = s.models.find((x) => x.name === canonical);
           if (!m) throw new LlmgwError('NOT_FOUND', `No model named "${name}" in ${whatSpec()}.`, { model: name });
-          const body: ModelOneJson = { at: s.at, model: modelJson(m, s.appliedRevision) };
+          const body: ModelOneJson = { at: new Date(s.at).toISOString(), model: modelJson(m, s.appliedRevision) };
           return noStore(reply).send(body);
         },
       );
@@ -199,7 +193,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
         { schema: { params: { type: 'object', properties: { name: { type: 'string', minLength: 1, maxLength: MAX_NAME } } } } },
         async (req, reply) => {
           const model = canonicalModel(req.params.name);
-          const r = await backend.retry(model).catch(notFoundFromBackend);
+          const r = await backend.retry(model);
           const after = backend.snapshot().models.find((m) => m.name === r.model) ?? null;
           const message = r.outcome === 'unparked' ? `${r.model}: unparked; it will be started again` : `${r.model}: not parked; backoff cleared`;
           log?.info({ model: r.model, outcome: r.outcome }, 'admin: retry');
@@ -226,9 +220,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
       );
 
       api.get('/nodes', async (_req, reply) => {
-        const s = backend.snapshot();
-        const spec = backend.spec();
-        const body: NodesJson = { at: s.at, nodes: s.nodes.map((n) => nodeJson(n, spec)) };
+        const body: NodesJson = nodesJson(backend.snapshot(), backend.spec());
         return noStore(reply).send(body);
       });
 
@@ -273,7 +265,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
             );
           }
           const request = b.replicas !== undefined ? { replicas: [...new Set(b.replicas)] } : b.model !== undefined ? { model: canonicalModel(b.model) } : { all: true };
-          const ids = await backend.restart(request).catch(notFoundFromBackend);
+          const ids = await backend.restart(request);
           log?.info({ request, ids }, 'admin: restart');
           return answerRestart(reply, ids, req.query.wait, req.query.timeout);
         },

@@ -18,9 +18,9 @@ export interface AdminBackend {
   snapshot(): FleetSnapshot;
   /** The spec in force (null before the first valid revision): resolves aliases. */
   spec(): FleetSpec | null;
-  /** Unparks a parked model or clears its backoff; resolves after the pass that handled it. Throws SPEC_DANGLING_REF for an unknown model. */
+  /** Unparks a parked model or clears its backoff; resolves after the pass that handled it. Throws NOT_FOUND for an unknown model. */
   retry(model: string): Promise<{ model: string; outcome: RetryOutcome }>;
-  /** Marks replicas for a surge-first replacement; resolves with their ids after a pass. Throws REPLICA_NOT_FOUND / SPEC_DANGLING_REF. */
+  /** Marks replicas for a surge-first replacement; resolves with their ids after a pass. Throws REPLICA_NOT_FOUND / NOT_FOUND. */
   restart(req: RestartRequest): Promise<readonly string[]>;
   /** Whether every replica of a restart request has been replaced. */
   restartDone(ids: readonly string[]): boolean;

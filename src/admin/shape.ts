@@ -1,9 +1,11 @@
 /**
- * The admin API's JSON: what the routes answer and what `llmgw ctl` reads. Shaped from the
- * reconciler's FleetSnapshot; every reason an operator sees carries its stable code and a hint.
+ * The wire shapes, derived at the edge from the reconciler's FleetSnapshot (domain values: epoch ms,
+ * structured reasons): what the admin API answers, what `llmgw ctl` reads, and — the same shapes
+ * minus what changes on every pass — the status branch's files, which `llmgw plan` reads back.
+ * Every reason an operator sees carries its stable code and a hint.
  */
-import { Reasons } from '../errors/catalogue.js';
-import type { ReasonRef } from '../reconciler/status-types.js';
+import { Reasons, type ReasonRef } from '../errors/catalogue.js';
+import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 
@@ -44,10 +46,24 @@ export interface ModelJson {
   readonly consecutiveFailures: number;
   readonly lastError: ReasonJson | null;
   readonly parked: { readonly since: string; readonly lastError: ReasonJson; readonly hint: string } | null;
-  readonly unplaceable: { readonly code: 'MODEL_UNPLACEABLE'; readonly reason: string; readonly hint: string } | null;
+  readonly unplaceable: UnplaceableJson | null;
   readonly nextAttemptAt: string | null;
+  /** Memory per replica as estimated from the GGUF header and profile (or the override). */
   readonly memoryBytes: number | null;
+  readonly lastHandledRetry: string | null;
   readonly replicas: readonly ReplicaJson[];
+}
+
+/** Why a model fits nowhere: the sub-code of MODEL_UNPLACEABLE, the reason and its figures. */
+export interface UnplaceableJson {
+  readonly code: UnplaceableCode;
+  readonly reason: string;
+  readonly hint: string;
+  readonly needBytes: number | null;
+  readonly largestFree: { readonly node: string; readonly bytes: number } | null;
+  readonly nodesChecked: number;
+  readonly excludedBySelector: number;
+  readonly unknownNodes: number;
 }
 
 export interface NodeJson {
@@ -74,6 +90,8 @@ export interface StatusJson {
   };
   readonly sync: { readonly lastOk: string | null; readonly error: ReasonJson | null };
   readonly statusWrite: { readonly lastOk: string | null };
+  /** The state file: null while it is written fine; else why parking is not persisted (or was lost). */
+  readonly stateError: ReasonJson | null;
   readonly lastPass: { readonly startedAt: string; readonly durationMs: number; readonly result: 'ok' | 'error'; readonly actions: number; readonly error: ReasonJson | null } | null;
   readonly models: { readonly total: number; readonly desired: number; readonly ready: number; readonly byPhase: Readonly<Record<ModelPhase, number>> };
   readonly nodes: { readonly total: number; readonly reachable: number; readonly unreachable: readonly { readonly name: string; readonly error: ReasonJson | null }[] };
@@ -116,6 +134,9 @@ export interface ErrorJson {
   readonly error: { readonly code: string; readonly message: string; readonly hint: string; readonly retryable: boolean };
 }
 
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+const isoNow = (ms: number): string => new Date(ms).toISOString();
+
 const FALLBACK_HINT = 'See the message; the controller log has the detail.';
 
 export function reasonJson(r: ReasonRef): ReasonJson {
@@ -138,7 +159,7 @@ export function replicaJson(r: ReplicaView, modelDigest: string | null): Replica
     phase: r.phase,
     digest: r.digest,
     outdated: modelDigest !== null && r.digest !== modelDigest,
-    startedAt: r.startedAt,
+    startedAt: isoNow(r.startedAt),
   };
 }
 
@@ -152,15 +173,27 @@ export function modelJson(m: ModelView, revision: string | null): ModelJson {
     profile: m.spec.profile,
     source: m.spec.source,
     aliases: m.spec.aliases,
-    digest: m.digest,
+    digest: m.spec.digest,
     revision,
     consecutiveFailures: m.consecutiveFailures,
     lastError: reasonOrNull(m.lastError),
-    parked: m.parked ? { since: m.parked.since, lastError: reasonJson(m.parked.lastError), hint: parkedHint(m.name) } : null,
-    unplaceable: m.unplaceable !== null ? { code: 'MODEL_UNPLACEABLE', reason: m.unplaceable, hint: Reasons.MODEL_UNPLACEABLE.hint } : null,
-    nextAttemptAt: m.nextAttemptAt,
+    parked: m.parked ? { since: isoNow(m.parked.since), lastError: reasonJson(m.parked.lastError), hint: parkedHint(m.name) } : null,
+    unplaceable: m.unplaceable
+      ? {
+          code: m.unplaceable.code,
+          reason: m.unplaceable.reason,
+          hint: Reasons[m.unplaceable.code].hint,
+          needBytes: m.unplaceable.needBytes,
+          largestFree: m.unplaceable.largestFree,
+          nodesChecked: m.unplaceable.checked,
+          excludedBySelector: m.unplaceable.excludedBySelector,
+          unknownNodes: m.unplaceable.unknown,
+        }
+      : null,
+    nextAttemptAt: iso(m.nextAttemptAt),
     memoryBytes: m.memoryBytes,
-    replicas: m.replicas.map((r) => replicaJson(r, m.digest)),
+    lastHandledRetry: m.lastHandledRetry,
+    replicas: m.replicas.map((r) => replicaJson(r, m.spec.digest)),
   };
 }
 
@@ -190,17 +223,18 @@ export function statusJson(s: FleetSnapshot): StatusJson {
     ready += m.ready;
   }
   return {
-    at: s.at,
+    at: isoNow(s.at),
     leader: s.leader,
     revision: s.appliedRevision,
     spec: {
       valid: s.specValid,
       rejected: s.rejected ? { revision: s.rejected.revision, code: 'SPEC_REJECTED', hint: Reasons.SPEC_REJECTED.hint, problems: s.rejected.problems } : null,
     },
-    sync: { lastOk: s.lastSyncOk, error: reasonOrNull(s.lastSyncError) },
-    statusWrite: { lastOk: s.lastStatusWriteOk },
+    sync: { lastOk: iso(s.lastSyncOk), error: reasonOrNull(s.lastSyncError) },
+    statusWrite: { lastOk: iso(s.lastStatusWriteOk) },
+    stateError: reasonOrNull(s.stateError),
     lastPass: s.lastPass
-      ? { startedAt: s.lastPass.startedAt, durationMs: s.lastPass.durationMs, result: s.lastPass.result, actions: s.lastPass.actions, error: reasonOrNull(s.lastPass.error) }
+      ? { startedAt: isoNow(s.lastPass.startedAt), durationMs: s.lastPass.durationMs, result: s.lastPass.result, actions: s.lastPass.actions, error: reasonOrNull(s.lastPass.error) }
       : null,
     models: { total: s.models.length, desired, ready, byPhase },
     nodes: {
@@ -214,7 +248,53 @@ export function statusJson(s: FleetSnapshot): StatusJson {
 /** Every replica, ordered by model, node and id. */
 export function replicasJson(s: FleetSnapshot): ReplicasJson {
   const replicas = s.models
-    .flatMap((m) => m.replicas.map((r) => replicaJson(r, m.digest)))
+    .flatMap((m) => m.replicas.map((r) => replicaJson(r, m.spec.digest)))
     .sort((a, b) => a.model.localeCompare(b.model) || a.node.localeCompare(b.node) || a.id.localeCompare(b.id));
-  return { at: s.at, replicas };
+  return { at: isoNow(s.at), replicas };
+}
+
+export function modelsJson(s: FleetSnapshot): ModelsJson {
+  return { at: isoNow(s.at), revision: s.appliedRevision, models: s.models.map((m) => modelJson(m, s.appliedRevision)) };
+}
+
+export function nodesJson(s: FleetSnapshot, spec: FleetSpec | null): NodesJson {
+  return { at: isoNow(s.at), nodes: s.nodes.map((n) => nodeJson(n, spec)) };
+}
+
+/** The status branch's fleet.json: the fleet in force, its nodes (capacity, not momentary free memory). */
+export interface StatusFleetJson {
+  readonly version: 2;
+  readonly revision: string | null;
+  readonly spec: StatusJson['spec'];
+  readonly stateError: ReasonJson | null;
+  readonly nodes: readonly (Omit<NodeJson, 'memory'> & { readonly memory: { readonly totalBytes: number } | null })[];
+}
+
+/** The status branch's models/<model>.json: the admin API's model JSON without the revision (fleet.json has it). */
+export type StatusModelJson = Omit<ModelJson, 'revision'>;
+
+/**
+ * The status branch's files: one per model plus fleet.json, in the admin API's shapes. Nothing that
+ * moves on every pass (times of the pass, free memory) is in them, so a commit happens only when
+ * something changed.
+ */
+export function statusFiles(s: FleetSnapshot, spec: FleetSpec | null): Record<string, string> {
+  const files: Record<string, string> = {};
+  for (const m of s.models) {
+    const { revision: _, ...model } = modelJson(m, s.appliedRevision);
+    files[`models/${m.name}.json`] = `${JSON.stringify(model satisfies StatusModelJson, null, 2)}\n`;
+  }
+  const status = statusJson(s);
+  const fleet: StatusFleetJson = {
+    version: 2,
+    revision: s.appliedRevision,
+    spec: status.spec,
+    stateError: status.stateError,
+    nodes: s.nodes.map((n) => {
+      const j = nodeJson(n, spec);
+      return { ...j, memory: j.memory ? { totalBytes: j.memory.totalBytes } : null };
+    }),
+  };
+  files['fleet.json'] = `${JSON.stringify(fleet, null, 2)}\n`;
+  return files;
 }

@@ -84,6 +84,10 @@ export function renderStatus(s: StatusJson, models: ModelsJson): string {
   } else {
     head.push(['git sync', s.sync.lastOk ? `ok ${relative(s.sync.lastOk, at)}` : 'not yet']);
   }
+  if (s.stateError) {
+    head.push(['state file', `FAILED: ${reasonText(s.stateError)}`]);
+    head.push(['', `hint: ${s.stateError.hint}`]);
+  }
   if (s.lastPass) {
     const p = s.lastPass;
     head.push(['last pass', `${p.result === 'ok' ? 'ok' : 'FAILED'} ${relative(p.startedAt, at)}: ${plural(p.actions, 'action')} in ${formatDuration(p.durationMs)}${p.error ? `; ${reasonText(p.error)}` : ''}`]);

@@ -1,10 +1,10 @@
 /** `llmgw plan --base REV --head REV [DIR]` — exit 0 no change, 1 changes, 2 error. */
-import { readFile } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { extractRetries } from '../git/trailers.js';
 import { planChanges } from '../plan/plan.js';
 import { renderJson, renderMarkdown, renderText } from '../plan/render.js';
-import type { FleetStatus } from '../reconciler/status-types.js';
+import { mergeStatus, statusFromBranchFiles, statusFromJson, StatusFormatError, type PlanStatus } from '../plan/status.js';
 import { loadFleetSpec } from '../fleet-spec/load.js';
 import { oneOf, parse, UsageError } from './args.js';
 import { localRepo } from './fleet-input.js';
@@ -20,22 +20,26 @@ trailers), engine installs per node, and where each changed model would fit.
   --base REV        the revision in force (default: the merge-base of --head with --default-branch)
   --head REV        the proposed revision (default: HEAD)
   --default-branch  branch for the default base (default: main)
-  --status FILE     observed state (controller status JSON) for capacity, installed engines and parked models
+  --status PATH     observed state for capacity, installed engines, memory needs and parked models: a
+                    checkout of the status branch (llmgw/status), or JSON the admin API answers
+                    (GET /admin/v1/models, /admin/v1/nodes); give it more than once to combine
   DIR               the fleet git repo (default: the current directory); files are read from git objects
 Exit status: 0 no change, 1 changes, 2 error (including an invalid head).`;
 
-async function readStatus(path: string): Promise<FleetStatus> {
-  let raw: unknown;
+async function readStatus(path: string): Promise<PlanStatus> {
   try {
-    raw = JSON.parse(await readFile(path, 'utf8'));
+    if ((await stat(path)).isDirectory()) {
+      const files: Record<string, string> = {};
+      for (const f of ['fleet.json', ...(await readdir(join(path, 'models')).catch(() => [] as string[])).map((n) => `models/${n}`)]) {
+        files[f] = await readFile(join(path, f), 'utf8');
+      }
+      return statusFromBranchFiles(files, path);
+    }
+    return statusFromJson(JSON.parse(await readFile(path, 'utf8')), path);
   } catch (e) {
-    throw new UsageError(`--status ${path}: cannot read a status JSON file (${e instanceof Error ? e.message : String(e)})`);
+    if (e instanceof StatusFormatError) throw new UsageError(`--status ${e.message}`);
+    throw new UsageError(`--status ${path}: cannot read llmgw status (${e instanceof Error ? e.message : String(e)})`);
   }
-  const s = raw as Partial<FleetStatus>;
-  if (!s || typeof s !== 'object' || s.version !== 1 || typeof s.models !== 'object' || typeof s.nodes !== 'object') {
-    throw new UsageError(`--status ${path}: not an llmgw status file (expected {"version": 1, "nodes": {…}, "models": {…}})`);
-  }
-  return s as FleetStatus;
 }
 
 export async function planCommand(argv: readonly string[], io: Io): Promise<number> {
@@ -43,7 +47,7 @@ export async function planCommand(argv: readonly string[], io: Io): Promise<numb
     base: { type: 'string' },
     head: { type: 'string' },
     'default-branch': { type: 'string' },
-    status: { type: 'string' },
+    status: { type: 'string', multiple: true },
     format: { type: 'string', short: 'f' },
     help: { type: 'boolean', short: 'h' },
   });
@@ -54,7 +58,8 @@ export async function planCommand(argv: readonly string[], io: Io): Promise<numb
   if (positionals.length > 1) throw new UsageError('at most one DIR');
   const format = oneOf('format', values.format, ['text', 'json', 'markdown'] as const, 'text');
   const { repo, prefix } = localRepo(positionals[0] ?? '.', io.cwd);
-  const status = values.status ? await readStatus(resolve(io.cwd, values.status)) : null;
+  const statusPaths = (values.status ?? []) as unknown as readonly string[];
+  const status = statusPaths.length ? mergeStatus(await Promise.all(statusPaths.map((p) => readStatus(resolve(io.cwd, p))))) : null;
 
   const head = await repo.resolve(values.head ?? 'HEAD');
   let base: string | null;

@@ -95,6 +95,9 @@ export const Reasons = catalogue({
 
   // --- controller ---
   INTERNAL: { http: 500, retryable: true, counts: false, openai: { type: 'server_error', code: 'internal_error' }, hint: 'An unexpected error inside llmgw; see the controller log for the stack and report it.' },
+  STATE_FILE_CORRUPT: { http: 500, retryable: false, counts: false, hint: 'The state file was not an llmgw state record and was moved aside (see the message for where); the controller started from an empty record, so failure counts and parking start afresh. Look at the moved file for what went wrong (disk, a hand edit).' },
+  STATE_UNREADABLE: { http: 500, retryable: true, counts: false, hint: 'The controller cannot read its state file; check the permissions and the disk of the state dir (--state-dir).' },
+  STATE_WRITE_FAILED: { http: 500, retryable: true, counts: false, hint: 'The controller cannot write its state file, so failure counts and parking do not survive a restart; free disk space in the state dir or fix its permissions (--state-dir).' },
   NO_VALID_SPEC: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'fleet_not_ready' }, hint: 'No valid fleet revision has been applied yet; check `llmgw ctl status` for the sync error or the rejected revision.' },
 
   // --- router ---
@@ -153,8 +156,14 @@ export class LlmgwError extends Error {
   }
 }
 
-/** A reason reference for status, logs and metrics: the stable code and a message. */
-export function reasonOf(e: unknown): { code: string; message: string } {
+/** A reason as status, logs and metrics carry it: the stable code and a message. */
+export interface ReasonRef {
+  readonly code: string;
+  readonly message: string;
+}
+
+/** The reason of any error: its catalogue code, or INTERNAL for an error no adapter translated. */
+export function reasonOf(e: unknown): ReasonRef {
   if (e instanceof LlmgwError) return { code: e.code, message: e.message };
   return { code: 'INTERNAL', message: e instanceof Error ? e.message : String(e) };
 }

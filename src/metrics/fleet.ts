@@ -18,22 +18,11 @@ void _phasesCoverStates;
 /** Reconcile pass durations: a pass is usually well under a second, a slow node can stretch it. */
 export const RECONCILE_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
-/** Longest unplaceable reason kept as a label value. */
-const MAX_REASON_LABEL = 200;
-
-function isoSeconds(iso: string | null): number {
-  if (iso === null) return 0;
-  const ms = Date.parse(iso);
-  return Number.isFinite(ms) ? ms / 1000 : 0;
-}
+const seconds = (ms: number | null): number => (ms === null ? 0 : ms / 1000);
 
 function splitEngine(key: string): { engine: string; version: string } {
   const at = key.indexOf('@');
   return at < 0 ? { engine: key, version: '' } : { engine: key.slice(0, at), version: key.slice(at + 1) };
-}
-
-function truncate(s: string, max: number): string {
-  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
 }
 
 type EngineLabels = { node: string; engine: string; version: string };
@@ -48,7 +37,7 @@ export class FleetMetrics {
   private readonly info: GaugeSeries<'model' | 'digest' | 'profile'>;
   private readonly state: GaugeSeries<'model' | 'state'>;
   private readonly lastError: GaugeSeries<'model' | 'code'>;
-  private readonly unplaceableReason: GaugeSeries<'model' | 'reason'>;
+  private readonly unplaceableReason: GaugeSeries<'model' | 'code'>;
 
   private readonly nodeReachable: GaugeSeries<'node'>;
   private readonly nodeCapacity: GaugeSeries<'node'>;
@@ -72,7 +61,7 @@ export class FleetMetrics {
   private isLeader = false;
   /** Once passFinished is called, passes are counted from it only (not from snapshot.lastPass). */
   private explicitPasses = false;
-  private lastRecordedPass: string | null = null;
+  private lastRecordedPass: number | null = null;
 
   constructor(
     registry: Registry,
@@ -90,7 +79,7 @@ export class FleetMetrics {
     this.info = gauge(N.modelInfo, 'The model definition in force: definition digest and profile (always 1).', ['model', 'digest', 'profile']);
     this.state = gauge(N.modelState, 'The model phase, one-hot: 1 for the current state, 0 for the others.', ['model', 'state']);
     this.lastError = gauge(N.modelLastErrorInfo, 'The failure reason code of the model\'s last error (always 1; present while there is one).', ['model', 'code']);
-    this.unplaceableReason = gauge(N.modelUnplaceableReasonInfo, 'Why the model fits on no node (always 1; present while unplaceable).', ['model', 'reason']);
+    this.unplaceableReason = gauge(N.modelUnplaceableReasonInfo, 'Why the model fits on no node, as the catalogue sub-code (always 1; present while unplaceable; the figures are in `llmgw ctl models`).', ['model', 'code']);
 
     this.nodeReachable = gauge(N.nodeReachable, '1 when the controller reaches the node, 0 when not.', ['node']);
     this.nodeCapacity = gauge(N.nodeMemoryCapacityBytes, 'Memory capacity of the node (absent while unknown).', ['node']);
@@ -133,7 +122,7 @@ export class FleetMetrics {
     this.failures.replace(s.models.map((m) => one({ model: m.name }, m.consecutiveFailures)));
     this.parked.replace(s.models.map((m) => one({ model: m.name }, m.parked !== null)));
     this.unplaceable.replace(s.models.map((m) => one({ model: m.name }, m.unplaceable !== null)));
-    this.info.replace(s.models.map((m) => one({ model: m.name, digest: m.digest, profile: m.spec.profile }, 1)));
+    this.info.replace(s.models.map((m) => one({ model: m.name, digest: m.spec.digest, profile: m.spec.profile }, 1)));
     this.state.replace(s.models.flatMap((m) => MODEL_STATES.map((state) => one({ model: m.name, state }, state === m.phase))));
     this.lastError.replace(
       s.models.flatMap((m) => {
@@ -142,7 +131,7 @@ export class FleetMetrics {
       }),
     );
     this.unplaceableReason.replace(
-      s.models.flatMap((m) => (m.unplaceable !== null ? [one({ model: m.name, reason: truncate(m.unplaceable, MAX_REASON_LABEL) }, 1)] : [])),
+      s.models.flatMap((m) => (m.unplaceable !== null ? [one({ model: m.name, code: m.unplaceable.code }, 1)] : [])),
     );
 
     this.nodeReachable.replace(s.nodes.map((n) => one({ node: n.name }, n.reachable)));
@@ -153,13 +142,13 @@ export class FleetMetrics {
     this.revisionInfo.replace(s.appliedRevision !== null ? [one({ revision: s.appliedRevision }, 1)] : []);
     this.specValid.set(s.specValid ? 1 : 0);
     this.rejectedInfo.replace(s.rejected ? [one({ revision: s.rejected.revision }, 1)] : []);
-    this.gitSyncLastSuccess.set(isoSeconds(s.lastSyncOk));
-    this.statusWriteLastSuccess.set(isoSeconds(s.lastStatusWriteOk));
+    this.gitSyncLastSuccess.set(seconds(s.lastSyncOk));
+    this.statusWriteLastSuccess.set(seconds(s.lastStatusWriteOk));
 
     const pass = s.lastPass;
     if (!this.explicitPasses && pass && pass.startedAt !== this.lastRecordedPass) {
       this.lastRecordedPass = pass.startedAt;
-      this.recordPass(pass.result, pass.durationMs / 1000, isoSeconds(pass.startedAt) + pass.durationMs / 1000);
+      this.recordPass(pass.result, pass.durationMs / 1000, (pass.startedAt + pass.durationMs) / 1000);
     }
   }
 

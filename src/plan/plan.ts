@@ -4,7 +4,7 @@
  * engine installs per node, and a placement simulation of the head against node capacity.
  */
 import { place, type PlacementNode, type PlacementResult } from '../reconciler/placement.js';
-import type { FleetStatus } from '../reconciler/status-types.js';
+import type { PlanStatus } from './status.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { formatDuration } from '../fleet-spec/units.js';
 
@@ -51,11 +51,11 @@ function engineOf(spec: FleetSpec, m: ModelSpec): string {
   return `${p.engine}@${p.engineVersion}`;
 }
 
-function memoryOf(spec: FleetSpec, m: ModelSpec, status: FleetStatus | null): number | null {
+function memoryOf(spec: FleetSpec, m: ModelSpec, status: PlanStatus | null): number | null {
   return m.memoryBytes ?? status?.models[m.name]?.memoryBytes ?? null;
 }
 
-function nodesFor(spec: FleetSpec, status: FleetStatus | null): PlacementNode[] {
+function nodesFor(spec: FleetSpec, status: PlanStatus | null): PlacementNode[] {
   return Object.values(spec.nodes).map((n) => {
     const observed = status?.nodes[n.name];
     const capacity = n.capacity.memoryBytes ?? observed?.memory?.totalBytes ?? null;
@@ -64,7 +64,7 @@ function nodesFor(spec: FleetSpec, status: FleetStatus | null): PlacementNode[] 
 }
 
 /** Simulates placing every model of a spec from scratch (on-demand models as one replica each). */
-export function simulate(spec: FleetSpec, status: FleetStatus | null): Map<string, PlacementResult> {
+export function simulate(spec: FleetSpec, status: PlanStatus | null): Map<string, PlacementResult> {
   const models = Object.values(spec.models);
   const results = place({
     nodes: nodesFor(spec, status),
@@ -101,7 +101,7 @@ export function planChanges(input: {
   /** The base revision, even when its spec was invalid (base null). */
   readonly baseRevision?: string | null;
   readonly head: FleetSpec;
-  readonly status: FleetStatus | null;
+  readonly status: PlanStatus | null;
   readonly retries: readonly PlanRetry[];
 }): PlanReport {
   const { base, head, status } = input;

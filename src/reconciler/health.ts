@@ -4,7 +4,7 @@
  * once a replica has stayed ready long enough.
  */
 import type { FleetSettings } from '../fleet-spec/types.js';
-import type { ReasonRef } from './status-types.js';
+import type { ReasonRef } from '../errors/catalogue.js';
 
 export interface ModelHealth {
   readonly digest: string;

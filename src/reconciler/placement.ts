@@ -27,7 +27,12 @@ export interface PlacementRequest {
   readonly existingOn: readonly string[];
 }
 
+export type UnplaceableCode = 'PLACEMENT_MEMORY_UNKNOWN' | 'PLACEMENT_NO_MATCHING_NODE' | 'PLACEMENT_NO_ROOM';
+
+/** Why a model fits nowhere, as domain values (the reason text is derived from them). */
 export interface Unplaceable {
+  /** The catalogue sub-code of MODEL_UNPLACEABLE. */
+  readonly code: UnplaceableCode;
   readonly reason: string;
   readonly needBytes: number | null;
   readonly largestFree: { readonly node: string; readonly bytes: number } | null;
@@ -85,7 +90,7 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
     return {
       model: req.model,
       nodes: [],
-      unplaceable: { ...base, needBytes: null, largestFree: null, reason: 'memory need unknown: the model file has not been read yet and models/<model>.yaml sets no memory' },
+      unplaceable: { ...base, code: 'PLACEMENT_MEMORY_UNKNOWN', needBytes: null, largestFree: null, reason: `memory need unknown: the model file has not been read yet and models/${req.model}.yaml sets no memory` },
     };
   }
   const need = req.memoryBytes;
@@ -118,7 +123,7 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
     const f = Math.max(0, free.get(n.name)!);
     if (!largest || f > largest.bytes) largest = { node: n.name, bytes: f };
   }
-  return { model: req.model, nodes: placed, unplaceable: { ...base, needBytes: need, largestFree: largest, reason: unplaceableReason(need, largest, placed.length, req.count, base) } };
+  return { model: req.model, nodes: placed, unplaceable: { ...base, code: selected.length === 0 ? 'PLACEMENT_NO_MATCHING_NODE' : 'PLACEMENT_NO_ROOM', needBytes: need, largestFree: largest, reason: unplaceableReason(need, largest, placed.length, req.count, base) } };
 }
 
 export function unplaceableReason(

@@ -7,7 +7,7 @@
 import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
-import { place, type PlacementNode, type PlacementRequest } from './placement.js';
+import { place, type PlacementNode, type PlacementRequest, type Unplaceable } from './placement.js';
 
 export interface ObservedNode {
   readonly name: string;
@@ -60,6 +60,8 @@ export type Action =
 
 export interface ObservedFailure {
   readonly model: string;
+  /** The definition the failed replica ran. */
+  readonly digest: string;
   readonly replicaId: string;
   readonly node: string;
   readonly failure: ReplicaFailure;
@@ -71,8 +73,8 @@ export interface PlanOutput {
   readonly failures: readonly ObservedFailure[];
   /** What each model should have now. */
   readonly desired: Readonly<Record<string, number>>;
-  /** Models wanting a replica that fits nowhere, with the reason. */
-  readonly unplaceable: Readonly<Record<string, string>>;
+  /** Models wanting a replica that fits nowhere, and why. */
+  readonly unplaceable: Readonly<Record<string, Unplaceable>>;
   /** Replicas that started draining in this pass (no room to surge). */
   readonly drainStarted: readonly string[];
 }
@@ -88,12 +90,30 @@ export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number
   return demand && now - demand.lastRequestAt < m.scaling.idleTimeoutMs ? 1 : 0;
 }
 
+/**
+ * Replica failures the nodes show that nobody counted yet: crashes after ready, deaths while the
+ * controller was away, unresponsive replicas (marked failed by liveness). A replica whose start is in
+ * flight is left to the start, which reports its own outcome.
+ */
+export function observedFailures(input: Pick<PlanInput, 'spec' | 'nodes' | 'inflightStarts' | 'stopping' | 'accountedFailures'>): ObservedFailure[] {
+  const inflight = new Set(input.inflightStarts.map((s) => s.replicaId));
+  const out: ObservedFailure[] = [];
+  for (const n of input.nodes) {
+    if (!n.reachable) continue;
+    for (const r of n.replicas) {
+      if (r.state !== 'failed' || !r.failure || input.stopping.has(r.id) || inflight.has(r.id) || input.accountedFailures.has(r.id) || !input.spec.models[r.model]) continue;
+      out.push({ model: r.model, digest: r.digest, replicaId: r.id, node: n.name, failure: r.failure });
+    }
+  }
+  return out;
+}
+
 export function planPass(input: PlanInput): PlanOutput {
   const { spec, now } = input;
   const actions: Action[] = [];
   const failures: ObservedFailure[] = [];
   const desired: Record<string, number> = {};
-  const unplaceable: Record<string, string> = {};
+  const unplaceable: Record<string, Unplaceable> = {};
   const drainStarted: string[] = [];
 
   // Every replica we know of, by model.
@@ -106,10 +126,13 @@ export function planPass(input: PlanInput): PlanOutput {
       byModel.set(r.model, list);
     }
   }
-  const observedIds = new Set([...byModel.values()].flat().map((l) => l.r.id));
+  // A start in flight counts until its outcome is applied. Where the node shows its replica alive,
+  // that replica stands for it; where the node shows it failed (it died before the start reported),
+  // it is still one start in flight, never room for another.
+  const aliveIds = new Set([...byModel.values()].flat().filter((l) => l.r.state !== 'failed').map((l) => l.r.id));
   const inflightByModel = new Map<string, InflightStart[]>();
   for (const s of input.inflightStarts) {
-    if (observedIds.has(s.replicaId)) continue; // visible on the node already
+    if (aliveIds.has(s.replicaId)) continue; // visible on the node already
     inflightByModel.set(s.model, [...(inflightByModel.get(s.model) ?? []), s]);
   }
   const inflightIds = new Set(input.inflightStarts.map((s) => s.replicaId));
@@ -119,14 +142,9 @@ export function planPass(input: PlanInput): PlanOutput {
   };
 
   // Failed replicas: reap them (reachable nodes only); count a failure unless a start op reports it.
+  failures.push(...observedFailures(input));
   for (const [model, list] of byModel) {
-    for (const l of list) {
-      if (l.r.state !== 'failed' || !l.reachable) continue;
-      if (!inflightIds.has(l.r.id) && !input.accountedFailures.has(l.r.id) && spec.models[model] && l.r.failure) {
-        failures.push({ model, replicaId: l.r.id, node: l.node, failure: l.r.failure });
-      }
-      if (!inflightIds.has(l.r.id)) stop(model, l, 'failed');
-    }
+    for (const l of list) if (l.r.state === 'failed' && l.reachable && !inflightIds.has(l.r.id)) stop(model, l, 'failed');
   }
 
   // Replicas of models that left the desired state.
@@ -247,7 +265,7 @@ export function planPass(input: PlanInput): PlanOutput {
         }
       }
       if (nodes.length === 0) {
-        unplaceable[w.model.name] = r.unplaceable.reason;
+        unplaceable[w.model.name] = r.unplaceable;
         continue;
       }
     }

@@ -1,37 +1,52 @@
 /**
- * The reconcile loop: level-triggered and single-flight. Triggers (poll timer, webhook, admin,
- * router demand) only request a pass; requests made during a pass coalesce into one next pass.
- * A pass is a named pipeline — sync → load → observe → place/plan → apply → summarize — and the
- * summary (snapshot, state file, status branch) is written in a `finally`, success or not.
- * Replica starts run in the background (they can take minutes); each one ends by requesting a pass.
+ * The reconciler's shell: the loop and its I/O. Everything it must remember lives in one state
+ * record (state.ts), changed only by pure transitions (state.ts, outcomes.ts, liveness.ts, pass.ts);
+ * what is here is observing nodes, applying actions, writing the record, the status branch and the
+ * snapshot, and logging what the transitions decided.
+ *
+ * A pass: sync → load → observe → estimate memory → decide → apply → summarize. The summary (state
+ * file, status branch, then the snapshot) is written in a `finally`, success or not. Replica starts
+ * run in the background (they can take minutes); each one concludes with one transition and asks
+ * for a pass.
  */
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { countsTowardParking, isLlmgwError, LlmgwError, reasonOf } from '../errors/catalogue.js';
+import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import { retryId } from '../git/trailers.js';
 import type { SpecTracker } from '../git/tracker.js';
 import type { FleetRepo } from '../git/repo.js';
-import { writeStatusBranch } from '../git/status-branch.js';
-import type { DownloadToken, NodeDriver, ReplicaObservation } from '../nodes/driver.js';
+import type { DownloadToken, NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
-import { retried, setbackNotCounted, startFailed, stayedReady, withDigest, type ModelHealth } from './health.js';
-import { MemoryEstimator, type RangeReader } from './memory.js';
-import { selectorMatches } from './placement.js';
-import { planPass, type Action, type InflightStart, type ObservedNode } from './planner.js';
-import { MAX_HANDLED_RETRIES, type ControllerState, type StateStore } from './state-store.js';
-import { buildSnapshot, statusFiles, type NodeState } from './summarize.js';
-import type { ReasonRef } from './status-types.js';
+import { demandResultOf, readyReplicasOf, settledOf } from './availability.js';
+import { PassLoop, type LoopTimers } from './loop.js';
+import { MemoryEstimator } from './memory.js';
+import { mapLimit, NodeFleet } from './node-fleet.js';
+import { startConcluded } from './outcomes.js';
+import { decide, planInputOf, withMemoryError } from './pass.js';
+import { StateSaver, StatusWriter } from './persist.js';
+import type { Unplaceable } from './placement.js';
+import { planPass, type Action } from './planner.js';
+import { runStart } from './start-op.js';
+import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied, specApplied, startLaunched, type ControllerState, type Note } from './state.js';
+import type { StateStore } from './state-store.js';
+import { buildSnapshot } from './summarize.js';
 import type { DemandResult, FleetSnapshot, FleetView, ModelView, PassSummary, ReplicaView } from './view.js';
+import { nextWake } from './wake.js';
 import { shouldWarn, type LastWarning } from './warn-throttle.js';
 
+/** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
+export type FleetSource = Pick<SpecTracker, 'refresh' | 'applied' | 'rejected' | 'lastSyncOk' | 'lastSyncError'>;
+
 export interface ReconcilerOptions {
-  readonly tracker: SpecTracker;
+  readonly tracker: FleetSource;
   /** Where the status branch goes (the fleet repo); null to not write one. */
   readonly statusRepo: FleetRepo | null;
   readonly driverFor: (node: NodeSpec) => NodeDriver;
-  readonly stateStore: StateStore;
+  readonly stateStore: Pick<StateStore, 'save' | 'path'>;
   readonly initialState: ControllerState;
+  /** Why the state file could not be used at start (it was moved aside), shown in status. */
+  readonly initialStateProblem?: ReasonRef | null;
   readonly engineApiKey: string;
   /**
    * A secret's value by name (a file in the controller's secrets dir): models' download tokens.
@@ -40,113 +55,88 @@ export interface ReconcilerOptions {
    */
   readonly readSecret?: (name: string) => Promise<string>;
   readonly logger: Logger;
+  /** Wall clock (epoch ms): the times in the state record. */
   readonly clock?: () => number;
+  /** A monotonic clock (ms): tells a step of the wall clock from time passing. */
+  readonly monotonic?: () => number;
+  readonly timers?: LoopTimers;
   /** "Am I the leader?" — the one question the loop asks before it acts. */
   readonly leader?: () => boolean;
   readonly memory?: MemoryEstimator;
   /** Stops and observations run at most this many at once. */
   readonly concurrency?: number;
   readonly observeTimeoutMs?: number;
+  /** Makes a new replica id (deterministic in tests). */
+  readonly newReplicaId?: (model: string) => string;
   /** Called after every pass with its result (metrics). */
   readonly onPass?: (result: 'ok' | 'error', durationSeconds: number) => void;
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
 }
 
-type OpEvent =
-  | { readonly kind: 'ready'; readonly model: string; readonly replicaId: string }
-  | { readonly kind: 'failed'; readonly model: string; readonly digest: string; readonly replicaId: string; readonly error: ReasonRef; readonly counted: boolean; readonly at: number };
-
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
-
-async function mapLimit<T>(items: readonly T[], limit: number, fn: (t: T) => Promise<void>): Promise<void> {
-  let i = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (i < items.length) {
-      const item = items[i++]!;
-      await fn(item);
-    }
-  });
-  await Promise.all(workers);
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number, node: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new LlmgwError('NODE_TIMEOUT', `observing node ${node} took longer than ${ms} ms`, { node })), ms);
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
-}
+/** A change of the wall clock against the monotonic one beyond this is a step, not drift. */
+const CLOCK_STEP_MS = 1000;
 
 export class Reconciler implements FleetView {
   readonly engineApiKey: string;
   private readonly log: Logger;
   private readonly clock: () => number;
+  private readonly monotonic: () => number;
+  /** Wall clock minus monotonic clock at the last look: a change is a step of the wall clock. */
+  private clockOffset: number | null = null;
   private readonly leader: () => boolean;
   private readonly memory: MemoryEstimator;
   private readonly events = new EventEmitter();
+  private readonly loop: PassLoop;
 
-  // --- state that outlives a pass ---
-  private health: Record<string, ModelHealth>;
-  private handledRetries: string[];
-  private appliedRevision: string | null;
-  private readonly drivers = new Map<string, { fingerprint: string; driver: NodeDriver }>();
-  private readonly nodes = new Map<string, NodeState>();
-  private readonly inflight = new Map<string, InflightStart>();
-  /** The background starts (launchStart), awaited by stop(). */
-  private readonly starts = new Set<Promise<void>>();
-  /** Aborted by stop(): cuts the wait for a launched replica to become ready. */
-  private stopSignal = new AbortController();
+  /** The one record that outlives a pass. */
+  private state: ControllerState;
+  private readonly saver: StateSaver;
+  private readonly status: StatusWriter | null;
+
+  // --- I/O in progress and the last look at the world (rebuilt by every pass) ---
+  private readonly nodes: NodeFleet;
+  /** Starts this process runs (the background operations), awaited by stop(). */
+  private readonly running = new Map<string, Promise<void>>();
   private readonly stopping = new Set<string>();
-  private readonly opEvents: OpEvent[] = [];
-  private readonly accountedFailures = new Set<string>();
-  private readonly readySince = new Map<string, number>();
-  /** Live replicas (no start in flight) seen not answering /health: since when, and until when that is tolerated. */
-  private readonly unhealthy = new Map<string, { readonly since: number; readonly until: number }>();
-  private readonly demandAt: Record<string, { lastRequestAt: number }> = {};
-  private readonly restarts = new Set<string>();
-  private readonly draining: Record<string, number> = {};
-  private readonly unplaceableWarned = new Map<string, LastWarning>();
+  private stopSignal = new AbortController();
   private memoryNeeds: Record<string, number | null> = {};
-  /** Why a model's memory need is unknown (shown as its unplaceable reason). */
   private memoryErrors: Record<string, string> = {};
-  private unplaceable: Record<string, string> = {};
-  private desired: Record<string, number> = {};
-  private lastStatusFiles: string | null = null;
-  private lastStatusWriteOk: number | null = null;
+  private desired: Readonly<Record<string, number>> = {};
+  private unplaceable: Readonly<Record<string, Unplaceable>> = {};
+  private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
   private current: FleetSnapshot;
-  private indexed: readonly ModelView[] | null = null;
-  private modelIndex = new Map<string, ModelView>();
-
-  // --- single flight ---
-  private running: Promise<void> | null = null;
-  private next: { promise: Promise<void>; resolve: () => void } | null = null;
-  private timer: NodeJS.Timeout | null = null;
-  private wake: { at: number; timer: NodeJS.Timeout } | null = null;
-  private pollMs = 0;
-  private stopped = false;
+  private modelIndex: { of: readonly ModelView[]; byName: Map<string, ModelView> } | null = null;
 
   constructor(private readonly o: ReconcilerOptions) {
     this.engineApiKey = o.engineApiKey;
     this.log = o.logger.child({ component: 'reconciler' });
     this.clock = o.clock ?? Date.now;
+    this.monotonic = o.monotonic ?? (() => performance.now());
     this.leader = o.leader ?? (() => true);
     this.memory = o.memory ?? new MemoryEstimator();
-    this.health = { ...o.initialState.models };
-    this.handledRetries = [...o.initialState.handledRetries];
-    this.appliedRevision = o.initialState.appliedRevision;
+    this.state = o.initialState;
+    this.saver = new StateSaver(o.stateStore, this.log, o.initialStateProblem ?? null);
+    this.status = o.statusRepo ? new StatusWriter(o.statusRepo) : null;
+    this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000 });
     this.events.setMaxListeners(0);
+    this.loop = new PassLoop((trigger) => this.pass(trigger), this.clock, o.timers);
     this.current = this.summarize();
+  }
+
+  /** The state record as it stands (tests, and the future etcd store). */
+  record(): ControllerState {
+    return this.state;
   }
 
   // ------------------------------------------------------------------ triggers
 
   /** Starts the poll timer and runs a first pass. */
   start(): Promise<void> {
-    this.stopped = false;
     if (this.stopSignal.signal.aborted) this.stopSignal = new AbortController();
-    return this.requestPass('start');
+    return this.loop.request('start');
   }
 
   /**
@@ -156,61 +146,24 @@ export class Reconciler implements FleetView {
    * a failure of the model.
    */
   async stop(): Promise<void> {
-    this.stopped = true;
     this.stopSignal.abort();
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    if (this.wake) clearTimeout(this.wake.timer);
-    this.wake = null;
-    await this.running?.catch(() => undefined);
-    if (this.starts.size > 0) {
+    await this.loop.stop();
+    if (this.running.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const waited = await Promise.race([
-        Promise.allSettled([...this.starts]).then(() => true),
+        Promise.allSettled([...this.running.values()]).then(() => true),
         new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), STOP_WAIT_MS))),
       ]);
       clearTimeout(timer);
-      if (!waited) this.log.warn({ starts: [...this.inflight.values()].map((s) => s.replicaId), waitMs: STOP_WAIT_MS }, 'stopping with replica starts still running; closing node connections under them');
+      if (!waited) this.log.warn({ starts: [...this.running.keys()], waitMs: STOP_WAIT_MS }, 'stopping with replica starts still running; closing node connections under them');
     }
-    await Promise.all([...this.drivers.values()].map((d) => d.driver.close().catch(() => undefined)));
+    await this.saveState();
+    await this.nodes.close();
   }
 
   /** Asks for a pass. Resolves when a pass that began after this call has finished. */
   requestPass(trigger: string): Promise<void> {
-    if (this.stopped && trigger !== 'start') return Promise.resolve();
-    if (!this.running) {
-      this.running = this.runPass(trigger);
-      return this.running;
-    }
-    if (!this.next) {
-      let resolve!: () => void;
-      const promise = new Promise<void>((r) => (resolve = r));
-      this.next = { promise, resolve };
-    }
-    return this.next.promise;
-  }
-
-  private async runPass(trigger: string): Promise<void> {
-    try {
-      await this.pass(trigger);
-    } finally {
-      const next = this.next;
-      this.next = null;
-      this.running = null;
-      if (next && !this.stopped) {
-        this.running = this.runPass('coalesced');
-        void this.running.then(next.resolve, next.resolve);
-      } else next?.resolve();
-    }
-  }
-
-  private armTimer(spec: FleetSpec): void {
-    const ms = spec.settings.pollIntervalMs;
-    if (this.stopped || ms === this.pollMs || ms <= 0) return;
-    if (this.timer) clearInterval(this.timer);
-    this.pollMs = ms;
-    this.timer = setInterval(() => void this.requestPass('poll'), ms);
-    this.timer.unref();
+    return this.loop.request(trigger);
   }
 
   // ------------------------------------------------------------------ the pass
@@ -220,188 +173,80 @@ export class Reconciler implements FleetView {
     let error: ReasonRef | null = null;
     let actions = 0;
     const log = this.log.child({ pass: started, trigger });
+    this.followClockSteps(log);
     try {
       const spec = await this.sync(log);
       if (!spec || !this.leader()) return;
-      this.armTimer(spec);
-      this.applyOpEvents(spec, log);
-      await this.observe(spec, log);
-      this.failUnresponsive(spec, log);
-      this.trackHealth(spec);
+      this.loop.pollEvery(spec.settings.pollIntervalMs);
+      await this.nodes.observe(spec, log);
       await this.estimateMemory(spec);
-      actions = await this.planAndApply(spec, log);
+      // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
+      const d = decide({
+        state: this.state,
+        spec,
+        nodes: this.nodes.observed(spec),
+        memory: this.memoryNeeds,
+        memoryErrors: this.memoryErrors,
+        running: new Set(this.running.keys()),
+        stopping: this.stopping,
+        now: this.clock(),
+        newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
+      });
+      this.state = d.state;
+      this.desired = d.desired;
+      this.unplaceable = d.unplaceable;
+      this.logNotes(log, d.notes);
+      this.warnUnplaceable(spec, log);
+      actions = d.actions.length;
+      await this.apply(spec, d.actions, log);
     } catch (e) {
       error = reasonOf(e);
       log.error({ err: e, code: error.code }, 'reconcile pass failed');
     } finally {
       const durationMs = this.clock() - started;
-      this.lastPass = { startedAt: new Date(started).toISOString(), durationMs, result: error ? 'error' : 'ok', error, actions };
+      this.lastPass = { startedAt: started, durationMs, result: error ? 'error' : 'ok', error, actions };
       await this.summarizeAndPersist(log);
       this.o.onPass?.(error ? 'error' : 'ok', durationMs / 1000);
       this.scheduleWake();
     }
   }
 
+  /** A wall-clock step larger than a second moves the record's timers with it (state.ts clockStepped). */
+  private followClockSteps(log: Logger): void {
+    const offset = this.clock() - this.monotonic();
+    const step = this.clockOffset === null ? 0 : offset - this.clockOffset;
+    this.clockOffset = offset;
+    if (Math.abs(step) < CLOCK_STEP_MS) return;
+    this.state = clockStepped(this.state, Math.round(step));
+    log.warn({ stepMs: Math.round(step) }, 'the wall clock stepped: backoffs, idle timeouts, drains and health waits keep their real durations');
+  }
+
+  private logNotes(log: Logger, notes: readonly Note[]): void {
+    for (const n of notes) log[n.level](n.fields, n.msg);
+  }
+
   /** sync + load: the tracker keeps the last valid spec in force when a revision is rejected. */
   private async sync(log: Logger): Promise<FleetSpec | null> {
     const r = await this.o.tracker.refresh();
-    if (r.outcome === 'rejected') {
-      log.error({ revision: r.head, problems: this.o.tracker.rejected?.problems.length }, 'fleet revision rejected; the last valid one stays in force');
-    } else if (r.outcome === 'failed') {
-      log.warn({ code: r.error?.code, err: r.error?.message }, 'fleet repo sync failed');
-    } else if (r.outcome === 'applied') {
-      log.info({ revision: r.head }, 'fleet revision applied');
-    }
+    if (r.outcome === 'rejected') log.error({ revision: r.head, problems: this.o.tracker.rejected?.problems.length }, 'fleet revision rejected; the last valid one stays in force');
+    else if (r.outcome === 'failed') log.warn({ code: r.error?.code, err: r.error?.message }, 'fleet repo sync failed');
+    else if (r.outcome === 'applied') log.info({ revision: r.head }, 'fleet revision applied');
     const applied = this.o.tracker.applied;
-    if (applied) this.appliedRevision = applied.revision;
     const spec = applied?.spec ?? null;
+    this.state = revisionApplied(this.state, applied?.revision ?? null);
+    if (spec) {
+      const s = specApplied(this.state, Object.values(spec.models));
+      this.state = s.state;
+      this.logNotes(log, s.notes);
+    }
     for (const req of r.retries) {
-      const model = spec?.modelNames[req.model];
-      const id = retryId(req);
-      if (!model || !spec) {
-        log.warn({ commit: req.commit, model: req.model }, 'retry trailer names no model; ignored');
-        this.rememberRetry(id);
-        continue;
-      }
-      this.applyRetry(spec.models[model]!, id, log);
+      const name = spec?.modelNames[req.model];
+      const m = name ? spec!.models[name]! : null;
+      const h = retryHandled(this.state, m, retryId(req));
+      this.state = h.state;
+      this.logNotes(log, [{ ...h.note, fields: { ...h.note.fields, commit: req.commit, model: req.model } }]);
     }
     return spec;
-  }
-
-  private rememberRetry(id: string): void {
-    this.handledRetries.push(id);
-    if (this.handledRetries.length > MAX_HANDLED_RETRIES) this.handledRetries.splice(0, this.handledRetries.length - MAX_HANDLED_RETRIES);
-  }
-
-  private applyRetry(m: ModelSpec, id: string, log: Logger): 'unparked' | 'backoff-cleared' | 'already-handled' {
-    if (this.handledRetries.includes(id)) return 'already-handled';
-    const { health, outcome } = retried(withDigest(this.health[m.name], m.digest), id);
-    this.health[m.name] = health;
-    this.rememberRetry(id);
-    log.info({ model: m.name, retry: id, outcome }, 'retry handled');
-    return outcome;
-  }
-
-  private applyOpEvents(spec: FleetSpec, log: Logger): void {
-    const s = spec.settings;
-    for (const ev of this.opEvents.splice(0)) {
-      const m = spec.models[ev.model];
-      if (!m) continue;
-      if (ev.kind === 'ready') {
-        log.info({ model: ev.model, replica: ev.replicaId }, 'replica ready');
-        continue;
-      }
-      const h = this.health[ev.model];
-      if (!h || h.digest !== ev.digest) continue; // a failure of an old definition does not count
-      if (h.parked) continue; // already parked: a late report changes nothing
-      if (!ev.counted) {
-        this.health[ev.model] = setbackNotCounted(h, ev.error, ev.at, s);
-        log.warn({ model: ev.model, replica: ev.replicaId, code: ev.error.code, reason: ev.error.message }, 'replica start set back (not counted)');
-        continue;
-      }
-      const next = startFailed(h, ev.error, ev.at, s);
-      this.health[ev.model] = next;
-      const fields = { model: ev.model, replica: ev.replicaId, code: ev.error.code, reason: ev.error.message, failures: next.consecutiveFailures };
-      if (next.parked) log.error({ ...fields, parkAfter: s.parkAfterFailures }, 'model parked: not started again until its definition changes or a retry');
-      else log.warn({ ...fields, nextAttemptAt: new Date(next.nextAttemptAt ?? 0).toISOString() }, 'replica start failed');
-    }
-  }
-
-  private driver(n: NodeSpec): NodeDriver {
-    const fingerprint = JSON.stringify(n);
-    const have = this.drivers.get(n.name);
-    if (have && have.fingerprint === fingerprint) return have.driver;
-    if (have) void have.driver.close().catch(() => undefined);
-    const driver = this.o.driverFor(n);
-    this.drivers.set(n.name, { fingerprint, driver });
-    return driver;
-  }
-
-  private async observe(spec: FleetSpec, log: Logger): Promise<void> {
-    for (const name of [...this.drivers.keys()]) {
-      if (!spec.nodes[name]) {
-        void this.drivers.get(name)?.driver.close().catch(() => undefined);
-        this.drivers.delete(name);
-        this.nodes.delete(name);
-      }
-    }
-    const timeout = this.o.observeTimeoutMs ?? 30_000;
-    await mapLimit(Object.values(spec.nodes), this.o.concurrency ?? 8, async (n) => {
-      const prev = this.nodes.get(n.name);
-      try {
-        const obs = await withTimeout(this.driver(n).observe(), timeout, n.name);
-        if (prev && !prev.reachable) log.info({ node: n.name }, 'node reachable again');
-        this.nodes.set(n.name, { reachable: true, error: null, obs, installFailures: prev?.installFailures ?? {} });
-      } catch (e) {
-        const error = reasonOf(e);
-        if (!prev || prev.reachable || prev.error?.message !== error.message) log.warn({ node: n.name, code: error.code, reason: error.message }, 'node unreachable: its replicas are unknown');
-        this.nodes.set(n.name, { reachable: false, error, obs: prev?.obs ?? null, installFailures: prev?.installFailures ?? {} });
-      }
-    });
-  }
-
-  /**
-   * A live replica that has not answered /health for longer than its profile's start timeout (hung
-   * after being ready, or adopted and never ready) is failed with REPLICA_UNHEALTHY: counted like a
-   * crash, stopped and replaced. A replica whose start is in flight is timed by the start itself; one
-   * being stopped is left to the stop.
-   */
-  private failUnresponsive(spec: FleetSpec, log: Logger): void {
-    const now = this.clock();
-    const seen = new Set<string>();
-    for (const [node, ns] of this.nodes) {
-      if (!ns.reachable || !ns.obs) continue;
-      let changed = false;
-      const replicas = ns.obs.replicas.map((r): ReplicaObservation => {
-        if (r.state !== 'starting' || this.inflight.has(r.id) || this.stopping.has(r.id)) return r;
-        seen.add(r.id);
-        const m = spec.models[r.model];
-        const limit = m ? spec.profiles[m.profile]?.startTimeoutMs : undefined;
-        if (limit === undefined) return r;
-        const since = this.unhealthy.get(r.id)?.since ?? now;
-        this.unhealthy.set(r.id, { since, until: since + limit });
-        if (now - since < limit) return r;
-        changed = true;
-        const message = `replica ${r.id} on ${node} is running but has not answered /health for ${Math.round((now - since) / 1000)} s (the profile's start_timeout is ${Math.round(limit / 1000)} s)`;
-        if (!this.accountedFailures.has(r.id)) log.warn({ model: r.model, node, replica: r.id, code: 'REPLICA_UNHEALTHY' }, 'replica unresponsive: stopping it');
-        return { ...r, state: 'failed', failure: { code: 'REPLICA_UNHEALTHY', message, logTail: '' } };
-      });
-      if (changed) this.nodes.set(node, { ...ns, obs: { ...ns.obs, replicas } });
-    }
-    for (const id of [...this.unhealthy.keys()]) if (!seen.has(id)) this.unhealthy.delete(id);
-  }
-
-  /** Digest changes reset health; replicas that stay ready reset the failure count. */
-  private trackHealth(spec: FleetSpec): void {
-    const now = this.clock();
-    const health: Record<string, ModelHealth> = {};
-    for (const m of Object.values(spec.models)) {
-      const before = this.health[m.name];
-      const h = withDigest(before, m.digest);
-      if (before && before.digest !== m.digest) this.log.info({ model: m.name, digest: m.digest }, 'definition changed: failures reset, unparked');
-      health[m.name] = h;
-    }
-    const seen = new Set<string>();
-    for (const ns of this.nodes.values()) {
-      if (!ns.reachable) continue;
-      for (const r of ns.obs?.replicas ?? []) {
-        seen.add(r.id);
-        if (r.state === 'ready' && !this.readySince.has(r.id)) this.readySince.set(r.id, now);
-        if (r.state !== 'ready') this.readySince.delete(r.id);
-        const h = health[r.model];
-        const since = this.readySince.get(r.id);
-        if (h && since !== undefined && r.digest === h.digest) health[r.model] = stayedReady(h, since, now, spec.settings);
-      }
-    }
-    for (const id of [...this.readySince.keys()]) if (!seen.has(id) && this.isKnownReachableGone(id)) this.readySince.delete(id);
-    for (const id of Object.keys(this.draining)) if (!seen.has(id)) delete this.draining[id];
-    for (const id of [...this.restarts]) if (!seen.has(id) && !this.inflight.has(id)) this.restarts.delete(id);
-    this.health = health;
-  }
-
-  private isKnownReachableGone(id: string): boolean {
-    for (const ns of this.nodes.values()) if (!ns.reachable && ns.obs?.replicas.some((r) => r.id === id)) return false;
-    return true;
   }
 
   private async estimateMemory(spec: FleetSpec): Promise<void> {
@@ -409,12 +254,9 @@ export class Reconciler implements FleetView {
     const errors: Record<string, string> = {};
     await Promise.all(
       Object.values(spec.models).map(async (m) => {
-        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, () => this.rangeReaders(spec, m), async () => (await this.downloadToken(m))?.value ?? null);
-        if ('bytes' in e) needs[m.name] = e.bytes;
-        else {
-          needs[m.name] = null;
-          errors[m.name] = e.error;
-        }
+        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, () => this.nodes.rangeReaders(spec, m), async () => (await this.downloadToken(m))?.value ?? null);
+        needs[m.name] = 'bytes' in e ? e.bytes : null;
+        if ('error' in e) errors[m.name] = e.error;
       }),
     );
     this.memoryNeeds = needs;
@@ -428,81 +270,30 @@ export class Reconciler implements FleetView {
     return { secret: m.token, value: await this.o.readSecret(m.token) };
   }
 
-  /** The reachable nodes a model may run on, to read its file:// source's header where it is. */
-  private rangeReaders(spec: FleetSpec, m: ModelSpec): RangeReader[] {
-    return Object.values(spec.nodes)
-      .filter((n) => this.nodes.get(n.name)?.reachable === true && selectorMatches(m.nodeSelector, n.labels))
-      .map((n) => {
-        const d = this.driver(n);
-        return { where: n.name, readFileRange: (path, offset, length) => d.readFileRange(path, offset, length) };
-      });
-  }
-
-  private async planAndApply(spec: FleetSpec, log: Logger): Promise<number> {
-    // Starts that ended while this pass was observing: their outcome counts before planning
-    // (no await between here and planPass, so none can slip in between).
-    this.applyOpEvents(spec, log);
+  private warnUnplaceable(spec: FleetSpec, log: Logger): void {
     const now = this.clock();
-    const observed: ObservedNode[] = Object.values(spec.nodes).map((n) => {
-      const ns = this.nodes.get(n.name);
-      return { name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [] };
-    });
-    const out = planPass({
-      spec,
-      nodes: observed,
-      health: this.health,
-      inflightStarts: [...this.inflight.values()],
-      stopping: this.stopping,
-      demand: this.demandAt,
-      restarts: this.restarts,
-      draining: this.draining,
-      memory: this.memoryNeeds,
-      accountedFailures: this.accountedFailures,
-      now,
-      newReplicaId: (model) => `${model}-${randomBytes(4).toString('hex')}`,
-    });
-    this.desired = { ...out.desired };
-    this.unplaceable = { ...out.unplaceable };
-    for (const [model, reason] of Object.entries(this.unplaceable)) {
-      const err = this.memoryErrors[model];
-      const text = err && reason.startsWith('memory need unknown') ? err : reason;
-      this.unplaceable[model] = text;
-      if (shouldWarn(this.unplaceableWarned.get(model), text, now, spec.settings.unplaceableLogIntervalMs)) {
-        log.warn({ model, reason: text }, 'model unplaceable');
-        this.unplaceableWarned.set(model, { reason: text, at: now });
-      }
+    for (const [model, u] of Object.entries(this.unplaceable)) {
+      if (!shouldWarn(this.unplaceableWarned.get(model), u.reason, now, spec.settings.unplaceableLogIntervalMs)) continue;
+      log.warn({ model, code: u.code, reason: u.reason }, 'model unplaceable');
+      this.unplaceableWarned.set(model, { reason: u.reason, at: now });
     }
     for (const model of [...this.unplaceableWarned.keys()]) if (!this.unplaceable[model]) this.unplaceableWarned.delete(model);
-    for (const id of out.drainStarted) {
-      this.draining[id] = now;
-      log.info({ replica: id, graceMs: spec.settings.drainGraceMs }, 'no room to surge: draining the old replica before replacing it');
-    }
-    for (const f of out.failures) {
-      this.accountedFailures.add(f.replicaId);
-      this.opEvents.push({ kind: 'failed', model: f.model, digest: this.health[f.model]?.digest ?? '', replicaId: f.replicaId, error: { code: f.failure.code, message: f.failure.message }, counted: countsTowardParking(f.failure.code), at: now });
-    }
-    if (out.failures.length) this.applyOpEvents(spec, log);
-    await this.apply(spec, out.actions, log);
-    return out.actions.length;
   }
 
   private async apply(spec: FleetSpec, actions: readonly Action[], log: Logger): Promise<void> {
-    const starts = actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start');
     const stops = actions.filter((a): a is Extract<Action, { kind: 'stop' }> => a.kind === 'stop');
-    for (const a of starts) this.launchStart(spec, a, log);
-    if (stops.length) {
-      // Stopping replicas leave the router's view at once, before their grace runs.
-      for (const a of stops) this.stopping.add(a.replicaId);
-      this.current = this.summarize();
-    }
+    for (const a of actions) if (a.kind === 'start') this.launchStart(spec, a, log);
+    if (stops.length === 0) return;
+    // Stopping replicas leave the router's view at once, before their grace runs.
+    for (const a of stops) this.stopping.add(a.replicaId);
+    this.publish(this.summarize());
     await mapLimit(stops, this.o.concurrency ?? 8, async (a) => {
       const n = spec.nodes[a.node];
-      if (!n) return;
-      this.stopping.add(a.replicaId);
       try {
+        if (!n) return;
         log.info({ model: a.model, node: a.node, replica: a.replicaId, reason: a.reason }, 'stopping replica');
-        await this.driver(n).stopReplica(a.replicaId, a.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
-        this.forgetReplica(a.node, a.replicaId);
+        await this.nodes.driver(n).stopReplica(a.replicaId, a.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
+        this.nodes.forgetReplica(a.node, a.replicaId);
       } catch (e) {
         log.warn({ replica: a.replicaId, node: a.node, code: reasonOf(e).code, err: reasonOf(e).message }, 'stopping replica failed; retried next pass');
       } finally {
@@ -510,108 +301,58 @@ export class Reconciler implements FleetView {
       }
     });
     // The world changed under the stops: look again (restarts finish, freed room gets used).
-    if (stops.length) void this.requestPass('stops-finished');
+    void this.requestPass('stops-finished');
   }
 
-  /**
-   * Time-based changes need a pass at the right moment, not at the next poll: a backoff that
-   * expires, a drain grace that ends, an on-demand model that goes idle, a failure count that resets,
-   * a replica that has not answered /health for too long.
-   */
   private scheduleWake(): void {
     const spec = this.spec();
-    if (!spec || this.stopped) return;
-    const now = this.clock();
-    const times: number[] = [];
-    for (const h of Object.values(this.health)) if (h.nextAttemptAt !== null) times.push(h.nextAttemptAt);
-    for (const since of Object.values(this.draining)) times.push(since + spec.settings.drainGraceMs);
-    for (const u of this.unhealthy.values()) times.push(u.until);
-    for (const m of Object.values(spec.models)) {
-      const d = this.demandAt[m.name];
-      if (m.scaling.mode === 'on_demand' && d && (this.desired[m.name] ?? 0) > 0) times.push(d.lastRequestAt + m.scaling.idleTimeoutMs);
-      const h = this.health[m.name];
-      if (h && h.consecutiveFailures > 0 && !h.parked) {
-        const readyAt = Math.min(...this.readyReplicas(m.name).map((r) => this.readySince.get(r.id) ?? Infinity));
-        if (Number.isFinite(readyAt)) times.push(readyAt + spec.settings.readyResetMs);
-      }
-    }
-    const future = times.filter((t) => t > now);
-    const at = future.length ? Math.min(...future) : null;
-    if (at === null || (this.wake && this.wake.at <= at && this.wake.at > now)) return;
-    if (this.wake) clearTimeout(this.wake.timer);
-    const timer = setTimeout(() => {
-      this.wake = null;
-      void this.requestPass('wake');
-    }, at - now + 5);
-    timer.unref();
-    this.wake = { at, timer };
+    if (!spec) return;
+    const modelOf = this.nodes.modelOf();
+    this.loop.wakeAt(
+      nextWake({
+        state: this.state,
+        spec,
+        desired: this.desired,
+        readyReplicas: (model) => this.readyReplicas(model).map((r) => r.id),
+        modelOf: (id) => modelOf.get(id),
+        now: this.clock(),
+      }),
+    );
   }
 
-  /** A replica start runs in the background: engine, model file, launch, wait for ready. */
+  /** A replica start runs in the background (start-op.ts); it is in flight in the record from here. */
   private launchStart(spec: FleetSpec, a: Extract<Action, { kind: 'start' }>, log: Logger): void {
     const m = spec.models[a.model]!;
     const profile = spec.profiles[m.profile]!;
     const engine = spec.engines[profile.engine]!.versions[profile.engineVersion]!;
-    const node = spec.nodes[a.node]!;
-    const driver = this.driver(node);
     const rlog = log.child({ model: a.model, node: a.node, replica: a.replicaId });
-    this.inflight.set(a.replicaId, { replicaId: a.replicaId, model: a.model, node: a.node, digest: a.digest });
+    this.state = startLaunched(this.state, a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt: this.clock() });
     rlog.info('starting replica');
-    let stage: 'engine' | 'model' | 'start' = 'engine';
-    const stopSignal = this.stopSignal.signal;
-    const started = (async () => {
-      try {
-        let binary: string;
-        try {
-          ({ binary } = await driver.ensureEngine(engine));
-          this.o.onEngineInstall?.(a.node, engine.engine, engine.version, 'ok');
-        } catch (e) {
-          this.engineInstallFailed(a.node, `${engine.engine}@${engine.version}`);
-          this.o.onEngineInstall?.(a.node, engine.engine, engine.version, 'error');
-          throw e;
-        }
-        stage = 'model';
-        const file = await driver.ensureModel(m.source, m.sha256, await this.downloadToken(m));
-        if (stopSignal.aborted) {
-          rlog.info({ stage }, 'controller stopping: replica not launched');
-          return;
-        }
-        stage = 'start';
-        await driver.startReplica({ id: a.replicaId, model: a.model, digest: a.digest, modelPath: file.path, binary, profile, apiKey: this.engineApiKey });
-        await driver.waitReady(a.replicaId, { timeoutMs: profile.startTimeoutMs, signal: stopSignal });
-        this.opEvents.push({ kind: 'ready', model: a.model, replicaId: a.replicaId });
-      } catch (e) {
-        if (stopSignal.aborted) {
-          // not the model's failure; a launched replica is left running for the next controller to adopt
-          rlog.info({ stage }, 'controller stopping: replica start abandoned');
-          return;
-        }
-        const error = reasonOf(e);
-        const logTail = isLlmgwError(e) ? (e.detail.logTail as string | undefined) : undefined;
-        rlog.warn({ stage, code: error.code, reason: error.message, logTail: logTail?.slice(-2000) }, 'replica start failed');
-        this.accountedFailures.add(a.replicaId);
-        if (stage === 'start') await driver.stopReplica(a.replicaId, 0).catch(() => undefined);
-        this.opEvents.push({ kind: 'failed', model: a.model, digest: a.digest, replicaId: a.replicaId, error, counted: countsTowardParking(error.code), at: this.clock() });
-      } finally {
-        this.inflight.delete(a.replicaId);
-        void this.requestPass('start-finished');
-      }
-    })();
-    this.starts.add(started);
-    void started.finally(() => this.starts.delete(started));
-  }
-
-  /** A stopped replica leaves the last observation at once, so nothing routes to it until the next look. */
-  private forgetReplica(node: string, replicaId: string): void {
-    const ns = this.nodes.get(node);
-    if (!ns?.obs) return;
-    this.nodes.set(node, { ...ns, obs: { ...ns.obs, replicas: ns.obs.replicas.filter((r) => r.id !== replicaId) } });
-  }
-
-  private engineInstallFailed(node: string, engine: string): void {
-    const ns = this.nodes.get(node);
-    if (!ns) return;
-    this.nodes.set(node, { ...ns, installFailures: { ...ns.installFailures, [engine]: (ns.installFailures[engine] ?? 0) + 1 } });
+    const op = runStart({
+      action: a,
+      model: m,
+      profile,
+      engine,
+      driver: this.nodes.driver(spec.nodes[a.node]!),
+      engineApiKey: this.engineApiKey,
+      downloadToken: () => this.downloadToken(m),
+      stopSignal: this.stopSignal.signal,
+      log: rlog,
+      onEngineInstall: (result) => {
+        if (result === 'error') this.nodes.engineInstallFailed(a.node, `${engine.engine}@${engine.version}`);
+        this.o.onEngineInstall?.(a.node, engine.engine, engine.version, result);
+      },
+      conclude: (outcome) => {
+        const r = startConcluded(this.state, a.replicaId, outcome, this.clock(), (this.spec() ?? spec).settings);
+        this.state = r.state;
+        this.logNotes(log, r.notes);
+      },
+      persist: () => this.saveState(),
+    }).finally(() => {
+      this.running.delete(a.replicaId);
+      void this.requestPass('start-finished');
+    });
+    this.running.set(a.replicaId, op);
   }
 
   // ------------------------------------------------------------------ summary
@@ -622,49 +363,38 @@ export class Reconciler implements FleetView {
       spec: t.applied?.spec ?? null,
       now: this.clock(),
       leader: this.leader(),
-      appliedRevision: t.applied?.revision ?? this.appliedRevision,
+      appliedRevision: t.applied?.revision ?? this.state.appliedRevision,
       rejected: t.rejected ? { revision: t.rejected.revision, problems: t.rejected.problems } : null,
       lastSyncOk: t.lastSyncOk ? t.lastSyncOk.getTime() : null,
       lastSyncError: t.lastSyncError ? reasonOf(t.lastSyncError) : null,
-      lastStatusWriteOk: this.lastStatusWriteOk,
-      nodes: this.nodes,
-      health: this.health,
+      lastStatusWriteOk: this.status?.lastOk ?? null,
+      stateError: this.saver.error,
+      nodes: this.nodes.states,
+      health: this.state.models,
       desired: this.desired,
       unplaceable: this.unplaceable,
-      inflight: [...this.inflight.values()],
+      starts: this.state.starts,
       stopping: this.stopping,
       memory: this.memoryNeeds,
       lastPass: this.lastPass,
     });
   }
 
+  private publish(s: FleetSnapshot): void {
+    this.current = s;
+    this.events.emit('snapshot', s);
+  }
+
+  private saveState(): Promise<void> {
+    return this.saver.save(() => this.state);
+  }
+
+  /** State file, then status branch, then the snapshot everyone reads (so it never lags the branch). */
   private async summarizeAndPersist(log: Logger): Promise<void> {
-    this.current = this.summarize();
-    this.events.emit('snapshot', this.current);
-    try {
-      await this.o.stateStore.save({ version: 1, appliedRevision: this.appliedRevision, models: this.health, handledRetries: this.handledRetries });
-    } catch (e) {
-      log.error({ err: e, path: this.o.stateStore.path }, 'writing the state file failed');
-    }
+    await this.saveState();
     const spec = this.o.tracker.applied?.spec;
-    if (!this.o.statusRepo || !spec || !this.leader()) return;
-    const files = statusFiles(this.current, this.health);
-    const key = JSON.stringify(files);
-    if (key === this.lastStatusFiles) {
-      // Nothing new to write: the branch is confirmed up to date as of now.
-      this.lastStatusWriteOk = this.clock();
-      this.current = { ...this.current, lastStatusWriteOk: new Date(this.lastStatusWriteOk).toISOString() };
-      return;
-    }
-    try {
-      const r = await writeStatusBranch(this.o.statusRepo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${this.current.appliedRevision?.slice(0, 12) ?? 'no revision'}` });
-      this.lastStatusFiles = key;
-      this.lastStatusWriteOk = this.clock();
-      if (r.changed) log.debug({ oid: r.oid }, 'status branch written');
-      this.current = { ...this.current, lastStatusWriteOk: new Date(this.lastStatusWriteOk).toISOString() };
-    } catch (e) {
-      log.warn({ code: reasonOf(e).code, err: reasonOf(e).message }, 'writing the status branch failed; retried next pass');
-    }
+    if (this.status && spec && this.leader()) await this.status.write(this.summarize(), spec, this.clock, log);
+    this.publish(this.summarize());
   }
 
   // ------------------------------------------------------------------ operator and router API
@@ -678,44 +408,48 @@ export class Reconciler implements FleetView {
     return () => this.events.off('snapshot', listener);
   }
 
-  /** `llmgw ctl retry MODEL`: unparks a parked model, or clears the backoff of one that is not. */
-  async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
+  private specModel(name: string): ModelSpec {
     const spec = this.spec();
     const model = spec?.modelNames[name];
-    if (!spec || !model) throw new LlmgwError('SPEC_DANGLING_REF', `no model named "${name}"`, { model: name });
-    const m = spec.models[model]!;
-    const outcome = this.applyRetry(m, `admin:${this.clock()}:${randomBytes(3).toString('hex')}`, this.log);
+    if (!spec || !model) throw new LlmgwError('NOT_FOUND', `No model named "${name}" in the fleet in force.`, { model: name });
+    return spec.models[model]!;
+  }
+
+  /** `llmgw ctl retry MODEL`: unparks a parked model, or clears the backoff of one that is not. */
+  async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
+    const m = this.specModel(name);
+    const h = retryHandled(this.state, m, `admin:${this.clock()}:${randomBytes(3).toString('hex')}`);
+    this.state = h.state;
+    this.logNotes(this.log, [h.note]);
     await this.requestPass('admin-retry');
-    return { model, outcome: outcome === 'already-handled' ? 'backoff-cleared' : outcome };
+    return { model: m.name, outcome: h.outcome === 'already-handled' ? 'backoff-cleared' : h.outcome };
   }
 
   /** `llmgw ctl restart`: replace replicas surge-first (by id, all of a model, or all). */
   async restart(req: { readonly replicas?: readonly string[]; readonly model?: string; readonly all?: boolean }): Promise<readonly string[]> {
-    const spec = this.spec();
-    const model = req.model ? spec?.modelNames[req.model] : undefined;
-    if (req.model && !model) throw new LlmgwError('SPEC_DANGLING_REF', `no model named "${req.model}"`, { model: req.model });
+    const model = req.model ? this.specModel(req.model).name : undefined;
     const ids: string[] = [];
     for (const r of this.current.models.flatMap((mv) => mv.replicas)) {
       if (r.phase !== 'ready' && r.phase !== 'starting') continue;
       if (req.all || (model && r.model === model) || req.replicas?.includes(r.id)) ids.push(r.id);
     }
     for (const id of req.replicas ?? []) if (!ids.includes(id)) throw new LlmgwError('REPLICA_NOT_FOUND', `no running replica "${id}"`, { replica: id });
-    for (const id of ids) this.restarts.add(id);
+    this.state = restartRequested(this.state, ids, this.clock());
+    await this.saveState();
     await this.requestPass('admin-restart');
     return ids;
   }
 
   /** Whether every replica of a restart request has been replaced. */
   restartDone(ids: readonly string[]): boolean {
-    return ids.every((id) => !this.restarts.has(id));
+    return ids.every((id) => this.state.restarts[id] === undefined);
   }
 
   async logs(replicaId: string, lines: number): Promise<string> {
     const r = this.current.models.flatMap((m) => m.replicas).find((x) => x.id === replicaId);
-    const spec = this.spec();
-    const node = r && spec?.nodes[r.node];
+    const node = r && this.spec()?.nodes[r.node];
     if (!r || !node) throw new LlmgwError('REPLICA_NOT_FOUND', `no replica "${replicaId}"`, { replica: replicaId });
-    return this.driver(node).logTail(replicaId, lines);
+    return this.nodes.driver(node).logTail(replicaId, lines);
   }
 
   spec(): FleetSpec | null {
@@ -724,50 +458,58 @@ export class Reconciler implements FleetView {
 
   model(name: string): ModelView | null {
     // The router asks per request: index the snapshot's models once per snapshot.
-    if (this.indexed !== this.current.models) {
-      this.indexed = this.current.models;
-      this.modelIndex = new Map(this.current.models.map((m) => [m.name, m]));
-    }
-    return this.modelIndex.get(name) ?? null;
+    if (this.modelIndex?.of !== this.current.models) this.modelIndex = { of: this.current.models, byName: new Map(this.current.models.map((m) => [m.name, m])) };
+    return this.modelIndex.byName.get(name) ?? null;
   }
 
   readyReplicas(model: string): readonly ReplicaView[] {
-    return this.model(model)?.replicas.filter((r) => r.phase === 'ready') ?? [];
+    return readyReplicasOf(this.model(model));
   }
 
   touch(model: string): void {
-    this.demandAt[model] = { lastRequestAt: this.clock() };
+    const before = this.state;
+    this.state = demanded(this.state, model, this.clock());
+    // Demand survives a restart: the record is written when it moved (at most once a second per model).
+    if (this.state !== before) void this.saveState();
   }
 
   async demand(model: string): Promise<DemandResult> {
     this.touch(model);
-    delete this.unplaceable[model]; // the previous placement result is not reused
-    await this.requestPass('demand');
-    return this.demandResult(model);
+    const fresh = this.placeNow(model);
+    if (fresh === 'pass') {
+      await this.requestPass('demand');
+      return demandResultOf(this.model(model));
+    }
+    if (fresh) {
+      // Unplaceable on the current view: answered now, no pass (nothing would start).
+      if (this.unplaceable[model]?.reason !== fresh.reason) {
+        this.unplaceable = { ...this.unplaceable, [model]: fresh };
+        this.publish(this.summarize());
+      }
+      return { kind: 'unplaceable', code: fresh.code, reason: fresh.reason };
+    }
+    return demandResultOf(this.model(model));
   }
 
-  private demandResult(model: string): DemandResult {
-    const mv = this.model(model);
-    if (!mv) return { kind: 'unplaceable', reason: 'the model is not in the fleet spec in force' };
-    if (mv.parked) return { kind: 'parked', since: mv.parked.since, lastError: mv.parked.lastError };
-    const ready = mv.replicas.filter((r) => r.phase === 'ready');
-    if (ready.length) return { kind: 'ready', replicas: ready };
-    if (mv.unplaceable) return { kind: 'unplaceable', reason: mv.unplaceable };
-    if (mv.replicas.some((r) => r.phase === 'starting')) return { kind: 'starting' };
-    if (mv.nextAttemptAt) return { kind: 'failing', lastError: mv.lastError, nextAttemptAt: mv.nextAttemptAt };
-    return { kind: 'starting' };
+  /**
+   * A fresh placement of one model against the controller's current view (the last observation plus
+   * the starts and stops it knows of), in memory: 'pass' when something should start (or its memory
+   * need is not known yet), the reason when it fits nowhere, null when there is nothing to do now.
+   */
+  private placeNow(model: string): 'pass' | Unplaceable | null {
+    const spec = this.spec();
+    const m = spec?.models[model];
+    if (!spec || !m || this.memoryNeeds[model] === undefined || this.nodes.states.size === 0) return 'pass';
+    const h = this.state.models[model];
+    if (h?.parked) return null;
+    const out = planPass(planInputOf({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, stopping: this.stopping, now: this.clock(), newReplicaId: () => 'preview' }));
+    if (out.actions.some((a) => a.model === model && a.kind === 'start')) return 'pass';
+    const u = out.unplaceable[model];
+    return u ? withMemoryError(u, this.memoryErrors, model) : null;
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {
-    const settled = (): readonly ReplicaView[] | null => {
-      const mv = this.model(model);
-      if (!mv) return [];
-      const ready = mv.replicas.filter((r) => r.phase === 'ready');
-      if (ready.length) return ready;
-      if (mv.parked || mv.unplaceable) return [];
-      return null;
-    };
-    const now = settled();
+    const now = settledOf(this.model(model));
     if (now) return Promise.resolve(now);
     return new Promise((resolve) => {
       const done = (v: readonly ReplicaView[]): void => {
@@ -779,7 +521,7 @@ export class Reconciler implements FleetView {
       const onAbort = (): void => done([]);
       const timer = setTimeout(() => done([]), opts.timeoutMs);
       const off = this.onSnapshot(() => {
-        const v = settled();
+        const v = settledOf(this.model(model));
         if (v) done(v);
       });
       opts.signal?.addEventListener('abort', onAbort, { once: true });

@@ -1,56 +1,83 @@
 /**
- * The controller's local state file: failure counts, parking and handled retries survive a
- * restart. Written atomically (temp file + fsync + rename), only when the content changed.
+ * The state record on disk: the controller's local state file (state.ts says what it holds).
+ * Written atomically (temp file + fsync + rename + fsync of the directory), only when the content
+ * changed. A file that is not a state record (corrupt, truncated, hand-edited) is moved aside and
+ * named, and the controller starts from an empty record rather than not at all: the router keeps
+ * serving, and the problem shows in status and logs. Temp files left by a crash are removed.
  */
-import { mkdir, open, readFile, rename } from 'node:fs/promises';
-import { dirname } from 'node:path';
-import type { ModelHealth } from './health.js';
+import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
+import { emptyState, stateFromJson, type ControllerState } from './state.js';
 
-export interface ControllerState {
-  readonly version: 1;
-  readonly appliedRevision: string | null;
-  readonly models: Readonly<Record<string, ModelHealth>>;
-  /** Retry ids handled (commit:model, admin:…), most recent last; bounded. */
-  readonly handledRetries: readonly string[];
+export interface LoadedState {
+  readonly state: ControllerState;
+  /** Why the file was not used (it was moved aside), or null. */
+  readonly problem: ReasonRef | null;
 }
 
-export const MAX_HANDLED_RETRIES = 2000;
-
-export const emptyState: ControllerState = Object.freeze({ version: 1, appliedRevision: null, models: {}, handledRetries: [] });
-
-export async function loadState(path: string): Promise<ControllerState> {
+export async function loadState(path: string, now: () => number = Date.now): Promise<LoadedState> {
+  await removeStaleTemps(path);
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return emptyState;
-    throw e;
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { state: emptyState, problem: null };
+    throw new LlmgwError('STATE_UNREADABLE', `cannot read the state file ${path}: ${(e as Error).message}`, { path }, { cause: e });
   }
-  const s = JSON.parse(text) as Partial<ControllerState>;
-  if (s.version !== 1 || typeof s.models !== 'object' || !Array.isArray(s.handledRetries)) {
-    throw new Error(`${path} is not an llmgw state file (version 1)`);
+  try {
+    return { state: stateFromJson(JSON.parse(text)), problem: null };
+  } catch (e) {
+    const aside = `${path}.corrupt-${now()}`;
+    await rename(path, aside);
+    return {
+      state: emptyState,
+      problem: { code: 'STATE_FILE_CORRUPT', message: `the state file ${path} is not an llmgw state record (${(e as Error).message}); moved aside to ${aside}, starting from an empty record (failure counts and parking are lost)` },
+    };
   }
-  return { version: 1, appliedRevision: s.appliedRevision ?? null, models: s.models ?? {}, handledRetries: s.handledRetries };
+}
+
+async function removeStaleTemps(path: string): Promise<void> {
+  const prefix = `${basename(path)}.tmp.`;
+  let names: string[];
+  try {
+    names = await readdir(dirname(path));
+  } catch {
+    return;
+  }
+  await Promise.all(names.filter((n) => n.startsWith(prefix)).map((n) => rm(join(dirname(path), n), { force: true })));
 }
 
 export class StateStore {
   private last: string | null = null;
   constructor(readonly path: string) {}
 
-  /** Writes when the content differs from the last write; returns whether it wrote. */
+  /** Writes when the content differs from the last write; returns whether it wrote. Throws STATE_WRITE_FAILED. */
   async save(state: ControllerState): Promise<boolean> {
     const text = `${JSON.stringify(state, null, 2)}\n`;
     if (text === this.last) return false;
-    await mkdir(dirname(this.path), { recursive: true });
+    const dir = dirname(this.path);
     const tmp = `${this.path}.tmp.${process.pid}`;
-    const fh = await open(tmp, 'w', 0o600);
     try {
-      await fh.writeFile(text);
-      await fh.sync();
-    } finally {
-      await fh.close();
+      await mkdir(dir, { recursive: true });
+      const fh = await open(tmp, 'w', 0o600);
+      try {
+        await fh.writeFile(text);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, this.path);
+      const d = await open(dir, 'r');
+      try {
+        await d.sync();
+      } finally {
+        await d.close();
+      }
+    } catch (e) {
+      await rm(tmp, { force: true }).catch(() => undefined);
+      throw new LlmgwError('STATE_WRITE_FAILED', `writing the state file ${this.path} failed: ${reasonOf(e).message}`, { path: this.path }, { cause: e });
     }
-    await rename(tmp, this.path);
     this.last = text;
     return true;
   }

@@ -1,9 +1,11 @@
 /**
  * What the reconciler publishes after every pass: a read-only snapshot of the fleet for the admin
- * API, `llmgw ctl`, status and metrics, and the `FleetView` the router asks about models.
+ * API, `llmgw ctl`, the status branch and metrics, and the `FleetView` the router asks about models.
+ * It holds domain values (epoch ms, structured reasons); each reader derives its own shape at the edge.
  */
-import type { ReasonRef } from './status-types.js';
+import type { ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec, ModelSpec, Problem } from '../fleet-spec/types.js';
+import type { Unplaceable } from './placement.js';
 
 export type ReplicaPhase = 'starting' | 'ready' | 'failed' | 'stopping';
 
@@ -15,15 +17,11 @@ export interface ReplicaView {
   readonly endpoint: string;
   readonly phase: ReplicaPhase;
   readonly digest: string;
-  /** ISO time. */
-  readonly startedAt: string;
+  /** Epoch ms. */
+  readonly startedAt: number;
 }
 
-/**
- * ready: ≥1 replica ready and as many as desired; degraded: some but fewer than desired;
- * starting: none ready, a start in progress; failing: none ready, in backoff after failures;
- * parked / unplaceable: refused with a reason; idle: an on-demand model nobody asked for (desired 0).
- */
+/** See availability.ts for what each phase means. */
 export type ModelPhase = 'ready' | 'degraded' | 'starting' | 'failing' | 'parked' | 'unplaceable' | 'idle' | 'pending';
 
 export interface ModelView {
@@ -36,12 +34,14 @@ export interface ModelView {
   readonly replicas: readonly ReplicaView[];
   readonly consecutiveFailures: number;
   readonly lastError: ReasonRef | null;
-  readonly parked: { readonly since: string; readonly lastError: ReasonRef } | null;
-  readonly unplaceable: string | null;
-  /** ISO time of the next start attempt while backing off. */
-  readonly nextAttemptAt: string | null;
+  /** Parked since (epoch ms) with the error that parked it. */
+  readonly parked: { readonly since: number; readonly lastError: ReasonRef } | null;
+  readonly unplaceable: Unplaceable | null;
+  /** Epoch ms of the next start attempt while backing off. */
+  readonly nextAttemptAt: number | null;
   readonly memoryBytes: number | null;
-  readonly digest: string;
+  /** Id of the last retry handled for the model. */
+  readonly lastHandledRetry: string | null;
 }
 
 export interface NodeView {
@@ -57,7 +57,8 @@ export interface NodeView {
 }
 
 export interface PassSummary {
-  readonly startedAt: string;
+  /** Epoch ms. */
+  readonly startedAt: number;
   readonly durationMs: number;
   readonly result: 'ok' | 'error';
   readonly error: ReasonRef | null;
@@ -65,14 +66,19 @@ export interface PassSummary {
 }
 
 export interface FleetSnapshot {
-  readonly at: string;
+  /** Epoch ms. */
+  readonly at: number;
   readonly leader: boolean;
   readonly appliedRevision: string | null;
   readonly specValid: boolean;
   readonly rejected: { readonly revision: string; readonly problems: readonly Problem[] } | null;
-  readonly lastSyncOk: string | null;
+  /** Epoch ms of the last successful fleet repo sync. */
+  readonly lastSyncOk: number | null;
   readonly lastSyncError: ReasonRef | null;
-  readonly lastStatusWriteOk: string | null;
+  /** Epoch ms of the last status branch write (or confirmation that it was up to date). */
+  readonly lastStatusWriteOk: number | null;
+  /** The state record could not be written (or read at start): parking is not persisted. */
+  readonly stateError: ReasonRef | null;
   readonly models: readonly ModelView[];
   readonly nodes: readonly NodeView[];
   readonly lastPass: PassSummary | null;
@@ -81,9 +87,9 @@ export interface FleetSnapshot {
 export type DemandResult =
   | { readonly kind: 'ready'; readonly replicas: readonly ReplicaView[] }
   | { readonly kind: 'starting' }
-  | { readonly kind: 'parked'; readonly since: string; readonly lastError: ReasonRef }
-  | { readonly kind: 'unplaceable'; readonly reason: string }
-  | { readonly kind: 'failing'; readonly lastError: ReasonRef | null; readonly nextAttemptAt: string | null };
+  | { readonly kind: 'parked'; readonly since: number; readonly lastError: ReasonRef }
+  | { readonly kind: 'unplaceable'; readonly code: string; readonly reason: string }
+  | { readonly kind: 'failing'; readonly lastError: ReasonRef | null; readonly nextAttemptAt: number | null };
 
 /** The router's view of the fleet. */
 export interface FleetView {
@@ -94,8 +100,10 @@ export interface FleetView {
   /** Ready replicas of a model right now (cheap; called per request). */
   readyReplicas(model: string): readonly ReplicaView[];
   /**
-   * A request wants the model: clears its previous placement result, asks for a pass at once
-   * and resolves with what that pass found. Counts as activity for the idle timeout.
+   * A request wants the model and none of its replicas is ready: a fresh placement against the
+   * controller's current view (no previous result reused). Unplaceable is answered from it at once;
+   * when something should start, a pass is requested and this resolves with what it found. Counts
+   * as activity for the idle timeout.
    */
   demand(model: string): Promise<DemandResult>;
   /** Resolves with the ready replicas once ≥1 is ready, or [] when timeoutMs passes or the model becomes parked/unplaceable. */

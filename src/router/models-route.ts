@@ -29,12 +29,9 @@ export function modelEntry(fleet: FleetView, spec: ModelSpec): ModelEntry {
   const ready = fleet.readyReplicas(spec.name).length;
   let reason: string | undefined;
   if (mv?.parked) reason = describeError(mv.parked.lastError);
-  else if (mv?.phase === 'unplaceable' && mv.unplaceable) reason = mv.unplaceable;
+  else if (mv?.phase === 'unplaceable' && mv.unplaceable) reason = mv.unplaceable.reason;
   else if (mv?.phase === 'failing' && mv.lastError) reason = describeError(mv.lastError);
-  const firstStart = mv?.replicas.reduce((min, r) => {
-    const t = Date.parse(r.startedAt);
-    return Number.isFinite(t) && t < min ? t : min;
-  }, Infinity);
+  const firstStart = mv?.replicas.reduce((min, r) => Math.min(min, r.startedAt), Infinity);
   return {
     id: spec.name,
     object: 'model',

@@ -13,7 +13,7 @@
  *
  * Concurrent requests for the same model share one in-flight demand() (one fresh attempt answers all).
  */
-import type { ReasonRef } from '../reconciler/status-types.js';
+import type { ReasonRef } from '../errors/catalogue.js';
 import type { DemandResult, FleetView, ModelView, ReplicaView } from '../reconciler/view.js';
 import { RouterError } from './errors.js';
 
@@ -31,21 +31,21 @@ export function describeError(e: ReasonRef | null): string {
   return e ? `${e.code}: ${e.message}` : 'unknown';
 }
 
-export function parkedError(model: string, parked: { readonly since: string; readonly lastError: ReasonRef }): RouterError {
+export function parkedError(model: string, parked: { readonly since: number; readonly lastError: ReasonRef }): RouterError {
+  const since = new Date(parked.since).toISOString();
   return new RouterError(
     'MODEL_PARKED',
-    `Model '${model}' is parked (since ${parked.since}) after repeated start failures and will not be started again on its own. Last error: ${describeError(parked.lastError)}. ${unparkHint(model)}`,
-    { model, lastError: parked.lastError, since: parked.since },
+    `Model '${model}' is parked (since ${since}) after repeated start failures and will not be started again on its own. Last error: ${describeError(parked.lastError)}. ${unparkHint(model)}`,
+    { model, lastError: parked.lastError, since },
   );
 }
 
-export function unplaceableError(model: string, reason: string): RouterError {
-  return new RouterError('MODEL_UNPLACEABLE', `Model '${model}' fits on no node: ${reason}`, { model, reason });
+export function unplaceableError(model: string, u: { readonly code: string; readonly reason: string }): RouterError {
+  return new RouterError('MODEL_UNPLACEABLE', `Model '${model}' fits on no node: ${u.reason}`, { model, reason: u.reason, placement: u.code });
 }
 
-export function failingError(model: string, lastError: ReasonRef | null, nextAttemptAt: string | null, nowMs: number): RouterError {
-  const next = nextAttemptAt ? Date.parse(nextAttemptAt) : NaN;
-  const retryAfterSeconds = Number.isFinite(next) ? Math.max(1, Math.ceil((next - nowMs) / 1000)) : FAILING_RETRY_AFTER_SECONDS;
+export function failingError(model: string, lastError: ReasonRef | null, nextAttemptAt: number | null, nowMs: number): RouterError {
+  const retryAfterSeconds = nextAttemptAt !== null ? Math.max(1, Math.ceil((nextAttemptAt - nowMs) / 1000)) : FAILING_RETRY_AFTER_SECONDS;
   return new RouterError(
     'MODEL_FAILING',
     `Model '${model}' has no ready replica: its last start failed (${describeError(lastError)}); llmgw tries again in ${retryAfterSeconds} s.`,
@@ -122,7 +122,7 @@ export class Activator {
       case 'parked':
         throw parkedError(model, result);
       case 'unplaceable':
-        throw unplaceableError(model, result.reason);
+        throw unplaceableError(model, result);
       case 'failing':
         throw failingError(model, result.lastError, result.nextAttemptAt, this.now());
       case 'starting':

@@ -89,7 +89,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     token: { ...(cfg.fleet.tokenFile ? { file: cfg.fleet.tokenFile } : {}), ...(cfg.fleet.tokenEnv ? { env: cfg.fleet.tokenEnv } : {}) },
   });
   const statePath = join(cfg.stateDir, 'state.json');
-  const state = await loadState(statePath);
+  const { state, problem: stateProblem } = await loadState(statePath);
   const tracker = new SpecTracker(repo, state.appliedRevision ? { resumeFrom: state.appliedRevision } : {});
   const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []) });
   const reconciler = new Reconciler({
@@ -98,6 +98,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     driverFor: (n) => openNodeDriver(n, { secretsDir: cfg.secretsDir, logger: log.child({ component: 'node', node: n.name }) }),
     stateStore: new StateStore(statePath),
     initialState: state,
+    initialStateProblem: stateProblem,
     engineApiKey,
     readSecret: tokenSecrets(cfg.secretsDir),
     logger: log,

@@ -135,7 +135,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
     const logs: LogLine[] = [];
     const logger: Logger = pino({ level: 'debug' }, { write: (s: string) => void logs.push(JSON.parse(s) as LogLine) });
     const repo = new FleetRepo({ url: git.url('fleet.git'), token: { file: join(secretsDir, 'git-token') }, cacheDir: join(stateDir, 'fleet.git') });
-    const state = await loadState(join(stateDir, 'state.json'));
+    const { state } = await loadState(join(stateDir, 'state.json'));
     const tracker = new SpecTracker(repo, { resumeFrom: state.appliedRevision ?? undefined });
     const starts = new Map<string, number>();
     const driverFor = (n: Parameters<ReconcilerOptions['driverFor']>[0]): NodeDriver => {

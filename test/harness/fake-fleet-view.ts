@@ -8,7 +8,8 @@
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { ReasonRef } from '../../src/reconciler/status-types.js';
+import type { ReasonRef } from '../../src/errors/catalogue.js';
+import type { Unplaceable } from '../../src/reconciler/placement.js';
 import type { DemandResult, FleetView, ModelPhase, ModelView, ReplicaView } from '../../src/reconciler/view.js';
 import type { AccessKeySpec, FleetSettings, FleetSpec, ModelScaling, ModelSpec } from '../../src/fleet-spec/types.js';
 
@@ -80,9 +81,18 @@ export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: r
   });
 }
 
+/** Tests give times as ISO strings and reasons as text; the view holds epoch ms and structured reasons. */
+function parkedView(p: { since: string; lastError: ReasonRef } | null): ModelView['parked'] {
+  return p ? { since: Date.parse(p.since), lastError: p.lastError } : null;
+}
+
+export function unplaceableView(reason: string | null): Unplaceable | null {
+  return reason === null ? null : { code: 'PLACEMENT_NO_ROOM', reason, needBytes: null, largestFree: null, checked: 1, excludedBySelector: 0, unknown: 0 };
+}
+
 let replicaSeq = 0;
 export function replica(model: string, endpoint: string, id = `${model}-r${++replicaSeq}`): ReplicaView {
-  return { id, model, node: 'fake-node', endpoint, phase: 'ready', digest: 'd', startedAt: new Date().toISOString() };
+  return { id, model, node: 'fake-node', endpoint, phase: 'ready', digest: 'd', startedAt: Date.now() };
 }
 
 interface ModelState {
@@ -185,11 +195,11 @@ export class FakeFleetView implements FleetView {
       replicas: s.ready,
       consecutiveFailures: s.consecutiveFailures,
       lastError: s.lastError,
-      parked: s.parked,
-      unplaceable: s.unplaceable,
-      nextAttemptAt: s.nextAttemptAt,
+      parked: parkedView(s.parked),
+      unplaceable: unplaceableView(s.unplaceable),
+      nextAttemptAt: s.nextAttemptAt === null ? null : Date.parse(s.nextAttemptAt),
       memoryBytes: null,
-      digest: spec.digest,
+      lastHandledRetry: null,
     };
   }
 
@@ -209,9 +219,9 @@ export class FakeFleetView implements FleetView {
       return r;
     }
     if (s.ready.length > 0) return { kind: 'ready', replicas: s.ready };
-    if (s.phase === 'parked' && s.parked) return { kind: 'parked', ...s.parked };
-    if (s.phase === 'unplaceable' && s.unplaceable) return { kind: 'unplaceable', reason: s.unplaceable };
-    if (s.phase === 'failing') return { kind: 'failing', lastError: s.lastError, nextAttemptAt: s.nextAttemptAt };
+    if (s.phase === 'parked' && s.parked) return { kind: 'parked', ...parkedView(s.parked)! };
+    if (s.phase === 'unplaceable' && s.unplaceable) return { kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: s.unplaceable };
+    if (s.phase === 'failing') return { kind: 'failing', lastError: s.lastError, nextAttemptAt: s.nextAttemptAt === null ? null : Date.parse(s.nextAttemptAt) };
     s.phase = 'starting';
     return { kind: 'starting' };
   }

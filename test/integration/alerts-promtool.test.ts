@@ -9,6 +9,7 @@ import { createMetrics } from '../../src/metrics/registry.js';
 import { HISTOGRAM_NAMES, MODEL_STATES, MetricNames, baseMetricName } from '../../src/metrics/names.js';
 import { parseExposition } from '../../src/metrics/parse.js';
 import type { FleetSnapshot, ModelView } from '../../src/reconciler/view.js';
+import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { repoRoot } from '../harness/paths.js';
 
 const alertsDir = join(repoRoot, 'alerts');
@@ -204,26 +205,27 @@ function modelView(name: string, over: Partial<ModelView>): ModelView {
       scaling: { mode: 'replicas', replicas: 1 }, aliases: [], nodeSelector: {}, memoryBytes: null, maxConcurrency: null, token: null, digest: `digest-${name}`,
     },
     phase: 'ready', desired: 1, ready: 1, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null,
-    nextAttemptAt: null, memoryBytes: null, digest: `digest-${name}`,
+    nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null,
     ...over,
   };
 }
 
 const UNKNOWN_ARCH = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'zzz'" };
-const UNPLACEABLE = 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked';
+const UNPLACEABLE = unplaceableView('needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked')!;
 
 /** The parking scenario as a snapshot: a parked model, an oversize one, a healthy and an idle one. */
 const parkingSnapshot: FleetSnapshot = {
-  at: '2025-01-01T00:00:00.000Z',
+  at: Date.parse('2025-01-01T00:00:00.000Z'),
   leader: true,
   appliedRevision: 'abc123',
   specValid: true,
   rejected: null,
-  lastSyncOk: '2025-01-01T00:00:00.000Z',
+  lastSyncOk: Date.parse('2025-01-01T00:00:00.000Z'),
   lastSyncError: null,
-  lastStatusWriteOk: '2025-01-01T00:00:00.000Z',
+  lastStatusWriteOk: Date.parse('2025-01-01T00:00:00.000Z'),
+  stateError: null,
   models: [
-    modelView('new-arch', { phase: 'parked', ready: 0, consecutiveFailures: 5, lastError: UNKNOWN_ARCH, parked: { since: '2025-01-01T00:00:00.000Z', lastError: UNKNOWN_ARCH } }),
+    modelView('new-arch', { phase: 'parked', ready: 0, consecutiveFailures: 5, lastError: UNKNOWN_ARCH, parked: { since: Date.parse('2025-01-01T00:00:00.000Z'), lastError: UNKNOWN_ARCH } }),
     modelView('huge', { phase: 'unplaceable', ready: 0, unplaceable: UNPLACEABLE }),
     modelView('ok', {}),
     modelView('idle', { phase: 'idle', desired: 0, ready: 0 }),
@@ -231,7 +233,7 @@ const parkingSnapshot: FleetSnapshot = {
   nodes: [
     { name: 'cpu-01', reachable: true, error: null, memory: { totalBytes: 16 * 2 ** 30, availableBytes: 11 * 2 ** 30 }, engines: ['llama-cpp@b5000'], engineInstallFailures: {}, replicas: 1 },
   ],
-  lastPass: { startedAt: '2025-01-01T00:00:00.000Z', durationMs: 120, result: 'ok', error: null, actions: 1 },
+  lastPass: { startedAt: Date.parse('2025-01-01T00:00:00.000Z'), durationMs: 120, result: 'ok', error: null, actions: 1 },
 };
 
 const quote = (v: string): string => JSON.stringify(v);
@@ -285,7 +287,7 @@ describe('alert rules and dashboard against the series the code exports', () => 
           {
             expr: panelExpr('Unplaceable models'),
             eval_time: '11m',
-            exp_samples: [{ labels: `{model="huge", reason=${quote(UNPLACEABLE)}}`, value: 1 }],
+            exp_samples: [{ labels: `{model="huge", code=${quote(UNPLACEABLE.code)}}`, value: 1 }],
           },
           {
             expr: panelExpr('Models by state'),

@@ -2,7 +2,6 @@ import { strict as assert } from 'node:assert';
 import { after, describe, it } from 'node:test';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { FleetStatus } from '../../src/reconciler/status-types.js';
 import { minimalFleet, SHA_B } from '../harness/fleet.js';
 import { cleanupTempDirs, makeTempDir, WorkRepo } from '../harness/git.js';
 import { assertGolden } from '../harness/golden.js';
@@ -23,21 +22,22 @@ async function plan(repo: WorkRepo, ...args: string[]): Promise<{ code: number; 
   return { code: r.code, out: normalize(r.stdout), err: r.stderr };
 }
 
-/** A status file (applied at `base`) in which model alpha is parked with `error`. */
-async function parkedAlphaStatus(base: string, error: { code: string; message: string }, nodes: FleetStatus['nodes'] = {}): Promise<string> {
-  const status: FleetStatus = {
-    version: 1,
-    generatedAt: '2026-11-30T00:00:00Z',
-    appliedRevision: base,
-    rejected: null,
-    nodes,
-    models: {
-      alpha: {
-        name: 'alpha', digest: 'x', desired: 1, ready: 0, consecutiveFailures: 5, memoryBytes: 4 * 2 ** 30, unplaceable: null, lastHandledRetry: null,
-        lastError: error,
-        parked: { since: '2026-11-29T22:10:00Z', lastError: error },
+type NodeStatus = { name: string; reachable: boolean; memory: { totalBytes: number; availableBytes: number } | null; engines: string[] };
+
+/** A status file (the admin API's /models and /nodes answers in one document) in which model alpha is parked with `error`. */
+async function parkedAlphaStatus(base: string, error: { code: string; message: string }, nodes: Record<string, NodeStatus> = {}): Promise<string> {
+  const reason = { ...error, hint: 'h' };
+  const status = {
+    at: '2026-11-30T00:00:00Z',
+    revision: base,
+    nodes: Object.values(nodes).map((n) => ({ ...n, transport: 'ssh', labels: {}, error: null, capacity: null, engineInstallFailures: {}, replicas: 0 })),
+    models: [
+      {
+        name: 'alpha', phase: 'parked', digest: 'x', desired: 1, ready: 0, consecutiveFailures: 5, memoryBytes: 4 * 2 ** 30, unplaceable: null, lastHandledRetry: null, replicas: [],
+        lastError: reason,
+        parked: { since: '2026-11-29T22:10:00Z', lastError: reason, hint: 'retry' },
       },
-    },
+    ],
   };
   const statusFile = join(await makeTempDir(), 'status.json');
   writeFileSync(statusFile, JSON.stringify(status));

@@ -45,7 +45,8 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
   it('a model bigger than every node is unplaceable with need and largest free, warned once', async () => {
     const huge = model('huge');
     assert.equal(huge.phase, 'unplaceable');
-    assert.match(huge.unplaceable ?? '', /^needs 1 TiB; largest free [\d.]+ GiB on node-[12]; 2 nodes checked$/);
+    assert.equal(huge.unplaceable?.code, 'PLACEMENT_NO_ROOM');
+    assert.match(huge.unplaceable?.reason ?? '', /^needs 1 TiB; largest free [\d.]+ GiB on node-[12]; 2 nodes checked$/);
     for (let i = 0; i < 3; i++) await ctl.reconciler.requestPass('test');
     assert.equal(ctl.logs.filter((l) => l.msg === 'model unplaceable' && l.model === 'huge').length, 1);
     assert.equal(ctl.starts.get('huge'), undefined);
@@ -81,10 +82,10 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
     const text = await git(bare, ['show', 'llmgw/status:models/kev.json']);
     const status = JSON.parse(text) as { parked: { lastError: { message: string } }; digest: string; consecutiveFailures: number };
     assert.match(status.parked.lastError.message, /unknown model architecture/);
-    assert.equal(status.digest, model('kev').digest);
+    assert.equal(status.digest, model('kev').spec.digest);
     assert.equal(status.consecutiveFailures, 5);
-    const fleetJson = JSON.parse(await git(bare, ['show', 'llmgw/status:fleet.json'])) as { appliedRevision: string };
-    assert.equal(fleetJson.appliedRevision, await git(bare, ['rev-parse', 'main']));
+    const fleetJson = JSON.parse(await git(bare, ['show', 'llmgw/status:fleet.json'])) as { revision: string };
+    assert.equal(fleetJson.revision, await git(bare, ['rev-parse', 'main']));
   });
 
   it('a commit that only edits another model leaves it parked', async () => {

@@ -64,7 +64,8 @@ describe('memory estimates read on the nodes', () => {
       assert.equal(asked.filter((a) => a.path === STRANDED).length, 0, JSON.stringify(asked));
       const stranded = model('stranded')!;
       assert.equal(stranded.memoryBytes, null);
-      assert.match(stranded.unplaceable!, /memory need unknown: could not read the GGUF header of file:\/\/\/llmgw-test-only-on-nodes\/stranded\.gguf \(not on the controller, and no reachable node to read it on\); set memory: in models\/stranded\.yaml/);
+      assert.equal(stranded.unplaceable!.code, 'PLACEMENT_MEMORY_UNKNOWN');
+      assert.match(stranded.unplaceable!.reason, /memory need unknown: could not read the GGUF header of file:\/\/\/llmgw-test-only-on-nodes\/stranded\.gguf \(not on the controller, and no reachable node to read it on\); set memory: in models\/stranded\.yaml/);
       assert.ok(!ctl.reconciler.snapshot().nodes.find((n) => n.name === 'node-2')!.reachable, 'node-2 is down');
     } finally {
       await ctl.stop();

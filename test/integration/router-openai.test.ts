@@ -111,7 +111,7 @@ describe('router with the openai client and real llama-server replicas', { timeo
     fleet.setPhase('lazy', 'idle');
     fleet.demandDelayMs = 300; // a placement pass takes a moment
     fleet.onDemand = (model) => {
-      if (model === 'huge') return { kind: 'unplaceable', reason: 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked' };
+      if (model === 'huge') return { kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked' };
       if (model === 'lazy') {
         setTimeout(() => fleet.setReady('lazy', [replica('lazy', chatB.url, 'lazy-a')]), 700);
         return { kind: 'starting' };

@@ -10,6 +10,7 @@ import { LlmgwError, Reasons } from '../../src/errors/catalogue.js';
 import type { Reconciler } from '../../src/reconciler/reconciler.js';
 import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
+import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
 
 // The Reconciler must satisfy the interface structurally (checked by tsc).
@@ -38,7 +39,7 @@ const node = (name: string): NodeSpec => ({
 const SPEC: FleetSpec = { ...baseSpec, revision: 'c0ffee0123456789', nodes: { 'node-1': node('node-1'), 'node-2': node('node-2') } };
 
 function replica(id: string, model: string, digest: string, phase: ReplicaView['phase'] = 'ready'): ReplicaView {
-  return { id, model, node: 'node-1', endpoint: `http://10.0.0.1:8001`, phase, digest, startedAt: '2025-03-01T10:00:00.000Z' };
+  return { id, model, node: 'node-1', endpoint: `http://10.0.0.1:8001`, phase, digest, startedAt: Date.parse('2025-03-01T10:00:00.000Z') };
 }
 
 function model(name: string, over: Partial<ModelView>): ModelView {
@@ -56,7 +57,7 @@ function model(name: string, over: Partial<ModelView>): ModelView {
     unplaceable: null,
     nextAttemptAt: null,
     memoryBytes: GiB,
-    digest: spec.digest,
+    lastHandledRetry: null,
     ...over,
   };
 }
@@ -65,7 +66,7 @@ const kevError = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model
 const goodDigest = SPEC.models.good!.digest;
 
 const SNAPSHOT: FleetSnapshot = {
-  at: AT,
+  at: Date.parse(AT),
   leader: true,
   appliedRevision: 'c0ffee0123456789',
   specValid: false,
@@ -73,19 +74,20 @@ const SNAPSHOT: FleetSnapshot = {
     revision: 'bad0000000000000',
     problems: [{ file: 'models/x.yaml', line: 3, col: 1, path: '/profile', code: 'SPEC_DANGLING_REF', message: 'profile "nope" does not exist', hint: Reasons.SPEC_DANGLING_REF.hint }],
   },
-  lastSyncOk: '2025-03-01T11:59:00.000Z',
+  lastSyncOk: Date.parse('2025-03-01T11:59:00.000Z'),
   lastSyncError: { code: 'GIT_UNREACHABLE', message: 'connect ECONNREFUSED' },
   lastStatusWriteOk: null,
+  stateError: null,
   models: [
     model('good', { ready: 2, desired: 2, replicas: [replica('good-b', 'good', goodDigest), replica('good-a', 'good', 'old-digest')] }),
-    model('huge', { phase: 'unplaceable', unplaceable: 'needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked' }),
-    model('kev', { phase: 'parked', consecutiveFailures: 5, lastError: kevError, parked: { since: '2025-03-01T10:00:00.000Z', lastError: kevError } }),
+    model('huge', { phase: 'unplaceable', unplaceable: unplaceableView('needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked') }),
+    model('kev', { phase: 'parked', consecutiveFailures: 5, lastError: kevError, parked: { since: Date.parse('2025-03-01T10:00:00.000Z'), lastError: kevError } }),
   ],
   nodes: [
     { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 22 * GiB }, engines: ['llama.cpp@b1'], engineInstallFailures: {}, replicas: 2 },
     { name: 'node-2', reachable: false, error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT' }, memory: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 2 }, replicas: 0 },
   ],
-  lastPass: { startedAt: '2025-03-01T11:59:58.000Z', durationMs: 412, result: 'ok', error: null, actions: 2 },
+  lastPass: { startedAt: Date.parse('2025-03-01T11:59:58.000Z'), durationMs: 412, result: 'ok', error: null, actions: 2 },
 };
 
 class FakeBackend implements AdminBackend {
@@ -107,12 +109,12 @@ class FakeBackend implements AdminBackend {
   async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
     this.calls.retry.push(name);
     if (this.retryError) throw this.retryError;
-    if (!this.specValue?.models[name]) throw new LlmgwError('SPEC_DANGLING_REF', `no model named "${name}"`);
+    if (!this.specValue?.models[name]) throw new LlmgwError('NOT_FOUND', `no model named "${name}"`);
     return { model: name, outcome: this.snap.models.find((m) => m.name === name)?.parked ? 'unparked' : 'backoff-cleared' };
   }
   async restart(req: RestartRequest): Promise<readonly string[]> {
     this.calls.restart.push(req);
-    if (req.model && !this.specValue?.models[req.model]) throw new LlmgwError('SPEC_DANGLING_REF', `no model named "${req.model}"`);
+    if (req.model && !this.specValue?.models[req.model]) throw new LlmgwError('NOT_FOUND', `no model named "${req.model}"`);
     const all = this.snap.models.flatMap((m) => m.replicas);
     for (const id of req.replicas ?? []) if (!all.some((r) => r.id === id)) throw new LlmgwError('REPLICA_NOT_FOUND', `no running replica "${id}"`);
     const ids = all.filter((r) => req.all || r.model === req.model || req.replicas?.includes(r.id)).map((r) => r.id);
@@ -263,7 +265,16 @@ describe('admin API: read routes', () => {
     assert.equal(kev.revision, 'c0ffee0123456789');
     assert.equal(kev.digest, SPEC.models.kev!.digest);
     const huge = ms.models.find((m) => m.name === 'huge')!;
-    assert.deepEqual(huge.unplaceable, { code: 'MODEL_UNPLACEABLE', reason: 'needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked', hint: Reasons.MODEL_UNPLACEABLE.hint });
+    assert.deepEqual(huge.unplaceable, {
+      code: 'PLACEMENT_NO_ROOM',
+      reason: 'needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked',
+      hint: Reasons.PLACEMENT_NO_ROOM.hint,
+      needBytes: null,
+      largestFree: null,
+      nodesChecked: 1,
+      excludedBySelector: 0,
+      unknownNodes: 0,
+    });
     const good = ms.models.find((m) => m.name === 'good')!;
     assert.deepEqual([good.desired, good.ready], [2, 2]);
     assert.deepEqual(good.aliases, ['good-alias']);
@@ -353,7 +364,7 @@ describe('admin API: retry', () => {
     backend.specValue = null;
     assertError(await a.inject({ method: 'POST', url: '/admin/v1/models/kev/retry', headers: auth }), 503, 'NO_VALID_SPEC');
     backend.specValue = SPEC;
-    backend.retryError = new LlmgwError('SPEC_DANGLING_REF', 'no model named "kev"');
+    backend.retryError = new LlmgwError('NOT_FOUND', 'no model named "kev"');
     assertError(await a.inject({ method: 'POST', url: '/admin/v1/models/kev/retry', headers: auth }), 404, 'NOT_FOUND');
     await a.close();
   });

@@ -21,12 +21,13 @@ import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { runCli } from '../harness/cli.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
+import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { assertGolden } from '../harness/golden.js';
 
 const TOKEN = 'ctl-test-token';
 const AT = '2025-03-01T12:00:00.000Z';
 const GiB = 2 ** 30;
-const ago = (s: number): string => new Date(Date.parse(AT) - s * 1000).toISOString();
+const ago = (s: number): number => Date.parse(AT) - s * 1000;
 
 const base = fakeSpec({
   models: {
@@ -66,14 +67,14 @@ const replica = (id: string, model: string, node: string, phase: ReplicaView['ph
 
 function model(name: string, over: Partial<ModelView>): ModelView {
   const spec = SPEC.models[name]!;
-  return { name, spec, phase: 'ready', desired: 1, ready: 0, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: GiB, digest: spec.digest, ...over };
+  return { name, spec, phase: 'ready', desired: 1, ready: 0, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: GiB, lastHandledRetry: null, ...over };
 }
 
 const kevError = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
 const flakyError = { code: 'REPLICA_START_TIMEOUT', message: 'not healthy within 2m' };
 
 const SNAPSHOT: FleetSnapshot = {
-  at: AT,
+  at: Date.parse(AT),
   leader: true,
   appliedRevision: '3f2a9c1e0b7d55aa',
   specValid: true,
@@ -81,10 +82,11 @@ const SNAPSHOT: FleetSnapshot = {
   lastSyncOk: ago(15),
   lastSyncError: null,
   lastStatusWriteOk: ago(14),
+  stateError: null,
   models: [
-    model('flaky', { phase: 'degraded', desired: 2, ready: 1, consecutiveFailures: 2, lastError: flakyError, nextAttemptAt: new Date(Date.parse(AT) + 40_000).toISOString(), replicas: [replica('flaky-1', 'flaky', 'node-2', 'ready', 7200)] }),
+    model('flaky', { phase: 'degraded', desired: 2, ready: 1, consecutiveFailures: 2, lastError: flakyError, nextAttemptAt: Date.parse(AT) + 40_000, replicas: [replica('flaky-1', 'flaky', 'node-2', 'ready', 7200)] }),
     model('good', { phase: 'ready', desired: 1, ready: 1, replicas: [replica('good-r1', 'good', 'node-1', 'ready', 3 * 3600 + 300)] }),
-    model('huge', { phase: 'unplaceable', unplaceable: 'needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked' }),
+    model('huge', { phase: 'unplaceable', unplaceable: unplaceableView('needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked') }),
     model('kev', { phase: 'parked', consecutiveFailures: 5, lastError: kevError, parked: { since: ago(2 * 3600), lastError: kevError } }),
     model('lazy-asked', { phase: 'pending', desired: 1, ready: 0 }),
     model('lazy-idle', { phase: 'idle', desired: 0, ready: 0 }),

@@ -68,6 +68,7 @@ describe('ctl status: a controller in trouble', () => {
       },
       sync: { lastOk: ago(600), error: { code: 'GIT_UNREACHABLE', message: 'connect ECONNREFUSED 10.0.0.9:443', hint: Reasons.GIT_UNREACHABLE.hint } },
       statusWrite: { lastOk: null },
+      stateError: null,
       lastPass: { startedAt: ago(5), durationMs: 30_250, result: 'error', actions: 0, error: { code: 'NODE_TIMEOUT', message: 'observing node node-2 took longer than 30000 ms', hint: Reasons.NODE_TIMEOUT.hint } },
       models: { total: 0, desired: 0, ready: 0, byPhase: { parked: 0, unplaceable: 0, failing: 0, starting: 0, pending: 0, degraded: 0, ready: 0, idle: 0 } },
       nodes: { total: 2, reachable: 1, unreachable: [{ name: 'node-2', error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT', hint: Reasons.NODE_UNREACHABLE.hint } }] },

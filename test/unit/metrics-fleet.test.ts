@@ -4,6 +4,7 @@ import { createMetrics, type LlmgwMetrics } from '../../src/metrics/registry.js'
 import { METRIC_NAMES, MODEL_STATES } from '../../src/metrics/names.js';
 import { findSamples, parseExposition, sampleValue, type Sample } from '../../src/metrics/parse.js';
 import type { FleetSnapshot, ModelView, NodeView } from '../../src/reconciler/view.js';
+import { unplaceableView } from '../harness/fake-fleet-view.js';
 import type { ModelSpec } from '../../src/fleet-spec/types.js';
 
 function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
@@ -24,8 +25,7 @@ function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
   };
 }
 
-function model(name: string, over: Partial<ModelView> = {}): ModelView {
-  const digest = over.digest ?? 'd1';
+function model(name: string, { digest = 'd1', ...over }: Partial<ModelView> & { digest?: string } = {}): ModelView {
   return {
     name,
     spec: spec(name, { digest }),
@@ -39,7 +39,7 @@ function model(name: string, over: Partial<ModelView> = {}): ModelView {
     unplaceable: null,
     nextAttemptAt: null,
     memoryBytes: null,
-    digest,
+    lastHandledRetry: null,
     ...over,
   };
 }
@@ -59,14 +59,15 @@ function node(name: string, over: Partial<NodeView> = {}): NodeView {
 
 function snapshot(over: Partial<FleetSnapshot> = {}): FleetSnapshot {
   return {
-    at: '2025-01-01T00:00:00.000Z',
+    at: Date.parse('2025-01-01T00:00:00.000Z'),
     leader: true,
     appliedRevision: 'rev1',
     specValid: true,
     rejected: null,
-    lastSyncOk: '2025-01-01T00:00:00.000Z',
+    lastSyncOk: Date.parse('2025-01-01T00:00:00.000Z'),
     lastSyncError: null,
-    lastStatusWriteOk: '2025-01-01T00:00:10.000Z',
+    lastStatusWriteOk: Date.parse('2025-01-01T00:00:10.000Z'),
+    stateError: null,
     models: [],
     nodes: [],
     lastPass: null,
@@ -92,12 +93,12 @@ const parkedModel = model('new-arch', {
   ready: 0,
   consecutiveFailures: 5,
   lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'zzz'" },
-  parked: { since: '2025-01-01T00:00:00.000Z', lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'zzz'" } },
+  parked: { since: Date.parse('2025-01-01T00:00:00.000Z'), lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'zzz'" } },
 });
 const oversize = model('huge', {
   phase: 'unplaceable',
   ready: 0,
-  unplaceable: 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked',
+  unplaceable: unplaceableView('needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked'),
 });
 
 describe('metrics: fleet snapshot', () => {
@@ -125,7 +126,7 @@ describe('metrics: fleet snapshot', () => {
     assert.equal(sampleValue(s, 'llmgw_model_unplaceable', { model: 'huge' }), 1);
     assert.equal(sampleValue(s, 'llmgw_model_parked', { model: 'huge' }), 0);
     assert.equal(
-      sampleValue(s, 'llmgw_model_unplaceable_reason_info', { model: 'huge', reason: 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked' }),
+      sampleValue(s, 'llmgw_model_unplaceable_reason_info', { model: 'huge', code: 'PLACEMENT_NO_ROOM' }),
       1,
     );
     // A healthy model has no error series; an idle one has desired 0.
@@ -230,7 +231,7 @@ describe('metrics: fleet snapshot', () => {
         appliedRevision: 'abc',
         specValid: false,
         rejected: { revision: 'def', problems: [] },
-        lastPass: { startedAt: '2025-01-01T00:00:00.000Z', durationMs: 1500, result: 'ok', error: null, actions: 2 },
+        lastPass: { startedAt: Date.parse('2025-01-01T00:00:00.000Z'), durationMs: 1500, result: 'ok', error: null, actions: 2 },
       }),
     );
     // The same pass published twice is counted once.
@@ -239,7 +240,7 @@ describe('metrics: fleet snapshot', () => {
         appliedRevision: 'abc',
         specValid: false,
         rejected: { revision: 'def', problems: [] },
-        lastPass: { startedAt: '2025-01-01T00:00:00.000Z', durationMs: 1500, result: 'ok', error: null, actions: 2 },
+        lastPass: { startedAt: Date.parse('2025-01-01T00:00:00.000Z'), durationMs: 1500, result: 'ok', error: null, actions: 2 },
       }),
     );
     s = await scrape(m);
@@ -266,7 +267,7 @@ describe('metrics: fleet snapshot', () => {
     m.passFinished('error', 0.25);
     now += 60_000;
     m.passFinished('ok', 0.5);
-    m.applySnapshot(snapshot({ lastPass: { startedAt: '2025-01-01T00:11:00.000Z', durationMs: 500, result: 'ok', error: null, actions: 0 } }));
+    m.applySnapshot(snapshot({ lastPass: { startedAt: Date.parse('2025-01-01T00:11:00.000Z'), durationMs: 500, result: 'ok', error: null, actions: 0 } }));
     s = await scrape(m);
     assert.equal(sampleValue(s, 'llmgw_reconcile_total', { result: 'ok' }), 2);
     assert.equal(sampleValue(s, 'llmgw_reconcile_total', { result: 'error' }), 1);

@@ -3,25 +3,11 @@ import { describe, it } from 'node:test';
 import type { ReplicaObservation } from '../../src/nodes/driver.js';
 import { initialHealth, startFailed, type ModelHealth } from '../../src/reconciler/health.js';
 import { planPass, type ObservedNode, type PlanInput } from '../../src/reconciler/planner.js';
-import { dirFiles } from '../../src/fleet-spec/dir-files.js';
-import { loadFleetSpec } from '../../src/fleet-spec/load.js';
 import type { FleetSpec } from '../../src/fleet-spec/types.js';
-import { minimalFleet, tempFleet, type FleetFilesMap } from '../harness/fleet.js';
+import { specOf } from '../harness/reconciler-core.js';
 
 const GiB = 2 ** 30;
 
-async function specOf(edit: (f: FleetFilesMap) => void = () => undefined): Promise<FleetSpec> {
-  const files = minimalFleet();
-  edit(files);
-  const f = tempFleet(files);
-  try {
-    const r = await loadFleetSpec(dirFiles(f.dir), 'rev1');
-    assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
-    return r.spec;
-  } finally {
-    f.cleanup();
-  }
-}
 
 const spec = await specOf();
 const digest = (m: string): string => spec.models[m]!.digest;
@@ -154,7 +140,8 @@ describe('action planner', () => {
   it('a model that fits nowhere is unplaceable with need and largest free', async () => {
     const big = await specOf((f) => (f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('memory: 4GiB', 'memory: 100GiB')));
     const out = planPass(input({ spec: big }));
-    assert.match(out.unplaceable.alpha!, /^needs 100 GiB; largest free 15 GiB on cpu-01; 2 nodes checked$/);
+    assert.equal(out.unplaceable.alpha!.code, 'PLACEMENT_NO_ROOM');
+    assert.match(out.unplaceable.alpha!.reason, /^needs 100 GiB; largest free 15 GiB on cpu-01; 2 nodes checked$/);
     assert.ok(!summary(out).some((a) => a.includes('alpha')));
   });
 
@@ -182,7 +169,7 @@ describe('action planner', () => {
     // beta was asked for before delta: it waits, unplaceable, instead of evicting delta
     const out = planPass(input({ spec: s2, nodes: [node('cpu-01', [deltaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
     assert.deepEqual(out.actions, []);
-    assert.match(out.unplaceable.beta!, /needs 6 GiB; largest free 1 GiB on cpu-01/);
+    assert.match(out.unplaceable.beta!.reason, /needs 6 GiB; largest free 1 GiB on cpu-01/);
   });
 
   it('scaling down stops extras, starting ones first', async () => {

@@ -65,7 +65,7 @@ describe('router model states (inject, fake view)', () => {
   test('unplaceable → a fresh placement attempt, then 503 model_unplaceable with its reason (not after the window)', async () => {
     fleet.setUnplaceable('unplaceable', 'stale reason');
     fleet.demandDelayMs = 150;
-    fleet.onDemand = () => ({ kind: 'unplaceable', reason: 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked' });
+    fleet.onDemand = () => ({ kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked' });
     const t = performance.now();
     const r = await ask('unplaceable');
     const ms = performance.now() - t;
@@ -137,7 +137,7 @@ describe('router model states (inject, fake view)', () => {
   });
 
   test('demand() says parked/failing for a model that looked startable', async () => {
-    fleet.onDemand = () => ({ kind: 'parked', since: '2026-01-01T00:00:00Z', lastError: { code: 'REPLICA_OUT_OF_MEMORY', message: 'oom' } });
+    fleet.onDemand = () => ({ kind: 'parked', since: Date.parse('2026-01-01T00:00:00Z'), lastError: { code: 'REPLICA_OUT_OF_MEMORY', message: 'oom' } });
     const p = await ask('starting');
     assert.equal(p.json().error.code, 'model_parked');
     fleet.onDemand = () => ({ kind: 'failing', lastError: null, nextAttemptAt: null });
@@ -180,7 +180,7 @@ describe('Activator', () => {
   test('concurrent requests for one model share one placement attempt', async () => {
     const fleet = new FakeFleetView(makeSpec(30_000));
     fleet.demandDelayMs = 50;
-    fleet.onDemand = () => ({ kind: 'unplaceable', reason: 'no room' });
+    fleet.onDemand = () => ({ kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'no room' });
     const a = new Activator(fleet);
     const signal = new AbortController().signal;
     const results = await Promise.allSettled([1, 2, 3].map(() => a.activate('lazy', { windowMs: 30_000, startedAt: Date.now(), signal })));

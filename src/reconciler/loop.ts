@@ -1,0 +1,98 @@
+/**
+ * The single-flight loop: triggers (poll timer, webhook, admin, router demand, a start that
+ * finished, a due time) only request a pass; passes never overlap, and requests made during a pass
+ * coalesce into one next pass. Timers are the loop's only clock-driven I/O.
+ */
+export interface LoopTimers {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(t: unknown): void;
+  setInterval(fn: () => void, ms: number): unknown;
+  clearInterval(t: unknown): void;
+}
+
+export const nodeTimers: LoopTimers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+  clearTimeout: (t) => clearTimeout(t as NodeJS.Timeout),
+  setInterval: (fn, ms) => setInterval(fn, ms).unref(),
+  clearInterval: (t) => clearInterval(t as NodeJS.Timeout),
+};
+
+export class PassLoop {
+  private running: Promise<void> | null = null;
+  private next: { promise: Promise<void>; resolve: () => void } | null = null;
+  private poll: { ms: number; timer: unknown } | null = null;
+  private wake: { at: number; timer: unknown } | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly pass: (trigger: string) => Promise<void>,
+    private readonly clock: () => number,
+    private readonly timers: LoopTimers = nodeTimers,
+  ) {}
+
+  get isStopped(): boolean {
+    return this.stopped;
+  }
+
+  /** Asks for a pass. Resolves when a pass that began after this call has finished. */
+  request(trigger: string): Promise<void> {
+    if (trigger === 'start') this.stopped = false;
+    else if (this.stopped) return Promise.resolve();
+    if (!this.running) {
+      this.running = this.run(trigger);
+      return this.running;
+    }
+    if (!this.next) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.next = { promise, resolve };
+    }
+    return this.next.promise;
+  }
+
+  private async run(trigger: string): Promise<void> {
+    try {
+      await this.pass(trigger);
+    } finally {
+      const next = this.next;
+      this.next = null;
+      this.running = null;
+      if (next && !this.stopped) {
+        this.running = this.run('coalesced');
+        void this.running.then(next.resolve, next.resolve);
+      } else next?.resolve();
+    }
+  }
+
+  /** A pass every `ms` (re-armed only when the interval changes). */
+  pollEvery(ms: number): void {
+    if (this.stopped || ms <= 0 || this.poll?.ms === ms) return;
+    if (this.poll) this.timers.clearInterval(this.poll.timer);
+    this.poll = { ms, timer: this.timers.setInterval(() => void this.request('poll'), ms) };
+  }
+
+  /** A pass at `at` (epoch ms), unless one is due sooner already. */
+  wakeAt(at: number | null): void {
+    const now = this.clock();
+    if (this.stopped || at === null || at <= now) return;
+    if (this.wake && this.wake.at <= at && this.wake.at > now) return;
+    if (this.wake) this.timers.clearTimeout(this.wake.timer);
+    this.wake = {
+      at,
+      timer: this.timers.setTimeout(() => {
+        this.wake = null;
+        void this.request('wake');
+      }, at - now + 5),
+    };
+  }
+
+  /** Stops the timers; resolves when the pass running now has finished. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.poll) this.timers.clearInterval(this.poll.timer);
+    if (this.wake) this.timers.clearTimeout(this.wake.timer);
+    this.poll = null;
+    this.wake = null;
+    await this.running?.catch(() => undefined);
+  }
+}

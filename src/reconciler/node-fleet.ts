@@ -1,0 +1,114 @@
+/**
+ * The nodes as the controller sees them (I/O): one driver per node (re-made when its spec changes),
+ * and the last observation of each. An unreachable node keeps its last good observation, marked
+ * unreachable: its replicas are unknown, never gone.
+ */
+import type { Logger } from 'pino';
+import { LlmgwError, reasonOf } from '../errors/catalogue.js';
+import type { NodeDriver } from '../nodes/driver.js';
+import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
+import type { RangeReader } from './memory.js';
+import { selectorMatches } from './placement.js';
+import type { ObservedNode } from './planner.js';
+import type { NodeState } from './summarize.js';
+
+export async function mapLimit<T>(items: readonly T[], limit: number, fn: (t: T) => Promise<void>): Promise<void> {
+  let i = 0;
+  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (i < items.length) await fn(items[i++]!);
+  });
+  await Promise.all(workers);
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, node: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new LlmgwError('NODE_TIMEOUT', `observing node ${node} took longer than ${ms} ms`, { node })), ms);
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+export class NodeFleet {
+  private readonly drivers = new Map<string, { fingerprint: string; driver: NodeDriver }>();
+  /** The last look at each node. */
+  readonly states = new Map<string, NodeState>();
+
+  constructor(
+    private readonly driverFor: (node: NodeSpec) => NodeDriver,
+    private readonly opts: { readonly concurrency: number; readonly observeTimeoutMs: number },
+  ) {}
+
+  driver(n: NodeSpec): NodeDriver {
+    const fingerprint = JSON.stringify(n);
+    const have = this.drivers.get(n.name);
+    if (have && have.fingerprint === fingerprint) return have.driver;
+    if (have) void have.driver.close().catch(() => undefined);
+    const driver = this.driverFor(n);
+    this.drivers.set(n.name, { fingerprint, driver });
+    return driver;
+  }
+
+  /** One look at every node of the spec (nodes that left it are forgotten). */
+  async observe(spec: FleetSpec, log: Logger): Promise<void> {
+    for (const name of [...this.drivers.keys()]) {
+      if (spec.nodes[name]) continue;
+      void this.drivers.get(name)?.driver.close().catch(() => undefined);
+      this.drivers.delete(name);
+      this.states.delete(name);
+    }
+    await mapLimit(Object.values(spec.nodes), this.opts.concurrency, async (n) => {
+      const prev = this.states.get(n.name);
+      try {
+        const obs = await withTimeout(this.driver(n).observe(), this.opts.observeTimeoutMs, n.name);
+        if (prev && !prev.reachable) log.info({ node: n.name }, 'node reachable again');
+        this.states.set(n.name, { reachable: true, error: null, obs, installFailures: prev?.installFailures ?? {} });
+      } catch (e) {
+        const error = reasonOf(e);
+        if (!prev || prev.reachable || prev.error?.message !== error.message) log.warn({ node: n.name, code: error.code, reason: error.message }, 'node unreachable: its replicas are unknown');
+        this.states.set(n.name, { reachable: false, error, obs: prev?.obs ?? null, installFailures: prev?.installFailures ?? {} });
+      }
+    });
+  }
+
+  /** The last observation of every node in the spec, in the planner's terms. */
+  observed(spec: FleetSpec): ObservedNode[] {
+    return Object.values(spec.nodes).map((n) => {
+      const ns = this.states.get(n.name);
+      return { name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [] };
+    });
+  }
+
+  /** The reachable nodes a model may run on, to read its file:// source's header where it is. */
+  rangeReaders(spec: FleetSpec, m: ModelSpec): RangeReader[] {
+    return Object.values(spec.nodes)
+      .filter((n) => this.states.get(n.name)?.reachable === true && selectorMatches(m.nodeSelector, n.labels))
+      .map((n) => {
+        const d = this.driver(n);
+        return { where: n.name, readFileRange: (path, offset, length) => d.readFileRange(path, offset, length) };
+      });
+  }
+
+  /** The model of each replica the nodes show. */
+  modelOf(): Map<string, string> {
+    const out = new Map<string, string>();
+    for (const ns of this.states.values()) for (const r of ns.obs?.replicas ?? []) out.set(r.id, r.model);
+    return out;
+  }
+
+  /** A stopped replica leaves the last observation at once, so nothing routes to it until the next look. */
+  forgetReplica(node: string, replicaId: string): void {
+    const ns = this.states.get(node);
+    if (!ns?.obs) return;
+    this.states.set(node, { ...ns, obs: { ...ns.obs, replicas: ns.obs.replicas.filter((r) => r.id !== replicaId) } });
+  }
+
+  engineInstallFailed(node: string, engine: string): void {
+    const ns = this.states.get(node);
+    if (!ns) return;
+    this.states.set(node, { ...ns, installFailures: { ...ns.installFailures, [engine]: (ns.installFailures[engine] ?? 0) + 1 } });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.drivers.values()].map((d) => d.driver.close().catch(() => undefined)));
+  }
+}

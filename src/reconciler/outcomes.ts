@@ -1,0 +1,64 @@
+/**
+ * Replica outcomes → model health (pure). A start concludes (ready, failed, abandoned) and leaves the
+ * in-flight set in the same transition that records its outcome, so no pass can see the start gone
+ * and its failure not yet counted. A replica failure — a start's, or one seen on a node (a crash
+ * after ready, a death while the controller was away, an unresponsive replica) — is counted once
+ * per replica, against the definition the replica ran, and only when the catalogue says the reason
+ * is the model's fault; otherwise it delays the model without counting.
+ */
+import { countsTowardParking, type ReasonRef } from '../errors/catalogue.js';
+import type { FleetSettings } from '../fleet-spec/types.js';
+import { setbackNotCounted, startFailed } from './health.js';
+import { omit, type ControllerState, type Note } from './state.js';
+
+type Backoff = Pick<FleetSettings, 'backoff' | 'parkAfterFailures' | 'readyResetMs'>;
+
+export type StartOutcome =
+  | { readonly kind: 'ready' }
+  | { readonly kind: 'failed'; readonly error: ReasonRef }
+  /** The controller is stopping: nothing is counted; a launched replica is adopted by the next one. */
+  | { readonly kind: 'abandoned' };
+
+export interface ReplicaFailure {
+  readonly model: string;
+  /** The definition the replica ran: a failure of an older definition does not count. */
+  readonly digest: string;
+  readonly replicaId: string;
+  readonly node: string;
+  readonly error: ReasonRef;
+}
+
+/** A replica failed. Counted at most once per replica id. */
+export function replicaFailed(s: ControllerState, f: ReplicaFailure, now: number, settings: Backoff): { state: ControllerState; notes: Note[] } {
+  if (s.accounted[f.replicaId] !== undefined) return { state: s, notes: [] };
+  const accounted = { ...s.accounted, [f.replicaId]: now };
+  const h = s.models[f.model];
+  const fields = { model: f.model, node: f.node, replica: f.replicaId, code: f.error.code, reason: f.error.message };
+  if (!h || h.digest !== f.digest) return { state: { ...s, accounted }, notes: [{ level: 'info', msg: 'replica of an older definition failed: not counted', fields }] };
+  if (h.parked) return { state: { ...s, accounted }, notes: [] };
+  if (!countsTowardParking(f.error.code)) {
+    const next = setbackNotCounted(h, f.error, now, settings);
+    return { state: { ...s, accounted, models: { ...s.models, [f.model]: next } }, notes: [{ level: 'warn', msg: 'replica start set back (not counted)', fields }] };
+  }
+  const next = startFailed(h, f.error, now, settings);
+  const note: Note = next.parked
+    ? { level: 'error', msg: 'model parked: not started again until its definition changes or a retry', fields: { ...fields, failures: next.consecutiveFailures, parkAfter: settings.parkAfterFailures } }
+    : { level: 'warn', msg: 'replica start failed', fields: { ...fields, failures: next.consecutiveFailures, nextAttemptAt: new Date(next.nextAttemptAt ?? 0).toISOString() } };
+  return { state: { ...s, accounted, models: { ...s.models, [f.model]: next } }, notes: [note] };
+}
+
+/** A start this controller launched has concluded. An unknown id (concluded already) changes nothing. */
+export function startConcluded(s: ControllerState, replicaId: string, outcome: StartOutcome, now: number, settings: Backoff): { state: ControllerState; notes: Note[] } {
+  const rec = s.starts[replicaId];
+  if (!rec) return { state: s, notes: [] };
+  const left: ControllerState = { ...s, starts: omit(s.starts, [replicaId]) };
+  const fields = { model: rec.model, node: rec.node, replica: replicaId };
+  switch (outcome.kind) {
+    case 'ready':
+      return { state: left, notes: [{ level: 'info', msg: 'replica ready', fields }] };
+    case 'abandoned':
+      return { state: left, notes: [{ level: 'debug', msg: 'start abandoned: not counted', fields }] };
+    case 'failed':
+      return replicaFailed(left, { model: rec.model, digest: rec.digest, replicaId, node: rec.node, error: outcome.error }, now, settings);
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * One pass's decision (pure): from the state record, the spec in force, one observation of the nodes
+ * and the memory needs, the next state and the actions to apply. The loop around it only does I/O
+ * (observe before, apply after) and logs the notes.
+ *
+ *   liveness (inherited starts, unresponsive replicas, ready-reset) → failures the nodes show counted
+ *   → plan (placement + actions) → drains begun → bookkeeping of replicas that are gone pruned
+ */
+import type { FleetSpec } from '../fleet-spec/types.js';
+import { liveness } from './liveness.js';
+import { replicaFailed } from './outcomes.js';
+import type { Unplaceable } from './placement.js';
+import { observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
+import { drainStarted, omit, type ControllerState, type Note } from './state.js';
+
+export interface DecideInput {
+  readonly state: ControllerState;
+  readonly spec: FleetSpec;
+  readonly nodes: readonly ObservedNode[];
+  /** Memory per replica of each model (override or estimate); null = unknown. */
+  readonly memory: Readonly<Record<string, number | null>>;
+  /** Why a model's memory need is unknown (replaces the generic unplaceable text). */
+  readonly memoryErrors: Readonly<Record<string, string>>;
+  /** Starts this process is running right now. */
+  readonly running: ReadonlySet<string>;
+  /** Replicas being stopped right now. */
+  readonly stopping: ReadonlySet<string>;
+  readonly now: number;
+  readonly newReplicaId: (model: string, digest: string) => string;
+}
+
+export interface Decision {
+  readonly state: ControllerState;
+  readonly actions: readonly Action[];
+  readonly desired: Readonly<Record<string, number>>;
+  readonly unplaceable: Readonly<Record<string, Unplaceable>>;
+  /** The observation after liveness (unresponsive replicas marked failed). */
+  readonly nodes: readonly ObservedNode[];
+  readonly notes: readonly Note[];
+}
+
+/** The starts in flight in the planner's terms. */
+export function inflightStarts(s: ControllerState): InflightStart[] {
+  return Object.entries(s.starts).map(([replicaId, r]) => ({ replicaId, model: r.model, node: r.node, digest: r.digest }));
+}
+
+/** The planner's input from the state record and one observation. */
+export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'stopping' | 'now' | 'newReplicaId'>): PlanInput {
+  const s = i.state;
+  return {
+    spec: i.spec,
+    nodes: i.nodes,
+    health: s.models,
+    inflightStarts: inflightStarts(s),
+    stopping: i.stopping,
+    demand: Object.fromEntries(Object.entries(s.demand).map(([m, t]) => [m, { lastRequestAt: t }])),
+    restarts: new Set(Object.keys(s.restarts)),
+    draining: s.draining,
+    memory: i.memory,
+    accountedFailures: new Set(Object.keys(s.accounted)),
+    now: i.now,
+    newReplicaId: i.newReplicaId,
+  };
+}
+
+/** An unknown memory need says why it is unknown (the estimator's error) rather than the generic text. */
+export function withMemoryError(u: Unplaceable, errors: Readonly<Record<string, string>>, model: string): Unplaceable {
+  const err = errors[model];
+  return u.code === 'PLACEMENT_MEMORY_UNKNOWN' && err ? { ...u, reason: err } : u;
+}
+
+export function decide(i: DecideInput): Decision {
+  const { spec, now } = i;
+  const live = liveness({ state: i.state, spec, nodes: i.nodes, running: i.running, stopping: i.stopping, now });
+  const notes: Note[] = [...live.notes];
+  let state = live.state;
+  // Failures the nodes show are counted before planning, so the replacement waits out its backoff.
+  for (const f of observedFailures(planInputOf({ ...i, state, nodes: live.nodes }))) {
+    const r = replicaFailed(state, { model: f.model, digest: f.digest, replicaId: f.replicaId, node: f.node, error: { code: f.failure.code, message: f.failure.message } }, now, spec.settings);
+    state = r.state;
+    notes.push(...r.notes);
+  }
+  const out = planPass(planInputOf({ ...i, state, nodes: live.nodes }));
+  state = drainStarted(state, out.drainStarted, now);
+  for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
+  const unplaceable: Record<string, Unplaceable> = {};
+  for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
+  return { state: pruned(state, live.nodes), actions: out.actions, desired: out.desired, unplaceable, nodes: live.nodes, notes };
+}
+
+/** Bookkeeping of replicas no node shows any more (and no start runs) is dropped. */
+export function pruned(s: ControllerState, nodes: readonly ObservedNode[]): ControllerState {
+  const seen = new Set(nodes.flatMap((n) => n.replicas.map((r) => r.id)));
+  const gone = (rec: Readonly<Record<string, number>>): string[] => Object.keys(rec).filter((id) => !seen.has(id) && s.starts[id] === undefined);
+  const d = gone(s.draining);
+  const r = gone(s.restarts);
+  const a = gone(s.accounted);
+  if (d.length + r.length + a.length === 0) return s;
+  return { ...s, draining: omit(s.draining, d), restarts: omit(s.restarts, r), accounted: omit(s.accounted, a) };
+}

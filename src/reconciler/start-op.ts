@@ -1,0 +1,66 @@
+/**
+ * One replica start (I/O), run in the background: engine, model file, launch, wait for ready. It
+ * ends with exactly one outcome (outcomes.ts), handed to `conclude`: ready, failed with the
+ * engine's own reason, or abandoned because the controller is stopping (a replica already launched
+ * is left running for the next controller to adopt; nothing is counted).
+ */
+import type { Logger } from 'pino';
+import { isLlmgwError, reasonOf } from '../errors/catalogue.js';
+import type { DownloadToken, NodeDriver } from '../nodes/driver.js';
+import type { EngineVersionSpec, ModelSpec, ProfileSpec } from '../fleet-spec/types.js';
+import type { StartOutcome } from './outcomes.js';
+import type { Action } from './planner.js';
+
+export interface StartOp {
+  readonly action: Extract<Action, { kind: 'start' }>;
+  readonly model: ModelSpec;
+  readonly profile: ProfileSpec;
+  readonly engine: EngineVersionSpec;
+  readonly driver: NodeDriver;
+  readonly engineApiKey: string;
+  readonly downloadToken: () => Promise<DownloadToken | undefined>;
+  /** Aborted when the controller stops. */
+  readonly stopSignal: AbortSignal;
+  readonly log: Logger;
+  readonly onEngineInstall: (result: 'ok' | 'error') => void;
+  /** Applies the outcome to the state record (one synchronous transition). */
+  readonly conclude: (outcome: StartOutcome) => void;
+  /** Writes the state record (before a failed replica, the evidence on the node, is removed). */
+  readonly persist: () => Promise<void>;
+}
+
+export async function runStart(op: StartOp): Promise<void> {
+  const { action: a, driver, stopSignal, log } = op;
+  let stage: 'engine' | 'model' | 'start' = 'engine';
+  try {
+    let binary: string;
+    try {
+      ({ binary } = await driver.ensureEngine(op.engine));
+      op.onEngineInstall('ok');
+    } catch (e) {
+      op.onEngineInstall('error');
+      throw e;
+    }
+    stage = 'model';
+    const file = await driver.ensureModel(op.model.source, op.model.sha256, await op.downloadToken());
+    if (stopSignal.aborted) {
+      log.info({ stage }, 'controller stopping: replica not launched');
+      return op.conclude({ kind: 'abandoned' });
+    }
+    stage = 'start';
+    await driver.startReplica({ id: a.replicaId, model: a.model, digest: a.digest, modelPath: file.path, binary, profile: op.profile, apiKey: op.engineApiKey });
+    await driver.waitReady(a.replicaId, { timeoutMs: op.profile.startTimeoutMs, signal: stopSignal });
+    op.conclude({ kind: 'ready' });
+  } catch (e) {
+    if (stopSignal.aborted) {
+      log.info({ stage }, 'controller stopping: replica start abandoned');
+      return op.conclude({ kind: 'abandoned' });
+    }
+    const error = reasonOf(e);
+    const logTail = isLlmgwError(e) ? (e.detail.logTail as string | undefined) : undefined;
+    log.warn({ stage, code: error.code, reason: error.message, logTail: logTail?.slice(-2000) }, 'replica start failed');
+    op.conclude({ kind: 'failed', error });
+    await op.persist();
+    if (stage === 'start') await driver.stopReplica(a.replicaId, 0).catch(() => undefined);
+  }
+}

@@ -1,0 +1,212 @@
+/**
+ * The controller's one state record: everything that must outlive a pass, as plain data. It is what
+ * the state file stores (and what an etcd store will store); nothing else in the controller
+ * survives a pass or a restart. The transitions here are pure: (state, event, now) → state.
+ *
+ * - models: per-model health (failures, backoff, parked, last error, digest, last handled retry);
+ * - starts: replica starts launched and not yet concluded. A start counts as in flight until its
+ *   outcome is applied, whatever the node shows meanwhile (a replica that died on the node before
+ *   its start reported is still one start, never a reason to launch another);
+ * - demand: the last request time per on-demand model (idle timeouts survive a restart);
+ * - restarts: replicas an operator asked to replace, and when;
+ * - draining: replicas draining because a restart had no room to surge, and since when;
+ * - readySince / unresponsiveSince: liveness bookkeeping per replica;
+ * - accounted: replicas whose failure was counted already (never counted twice);
+ * - handledRetries: retry ids handled, most recent last (bounded).
+ */
+import type { ReasonRef } from '../errors/catalogue.js';
+import { retried, withDigest, type ModelHealth } from './health.js';
+
+export const STATE_VERSION = 2;
+export const MAX_HANDLED_RETRIES = 2000;
+
+export interface StartRecord {
+  readonly model: string;
+  readonly node: string;
+  readonly digest: string;
+  /** Epoch ms (controller clock) when the start was launched. */
+  readonly startedAt: number;
+}
+
+export interface ControllerState {
+  readonly version: typeof STATE_VERSION;
+  readonly appliedRevision: string | null;
+  readonly models: Readonly<Record<string, ModelHealth>>;
+  readonly starts: Readonly<Record<string, StartRecord>>;
+  readonly demand: Readonly<Record<string, number>>;
+  readonly restarts: Readonly<Record<string, number>>;
+  readonly draining: Readonly<Record<string, number>>;
+  readonly readySince: Readonly<Record<string, number>>;
+  readonly unresponsiveSince: Readonly<Record<string, number>>;
+  readonly accounted: Readonly<Record<string, number>>;
+  readonly handledRetries: readonly string[];
+}
+
+export const emptyState: ControllerState = Object.freeze({
+  version: STATE_VERSION,
+  appliedRevision: null,
+  models: {},
+  starts: {},
+  demand: {},
+  restarts: {},
+  draining: {},
+  readySince: {},
+  unresponsiveSince: {},
+  accounted: {},
+  handledRetries: [],
+});
+
+/** Something a transition decided that the shell logs (object-first, like pino). */
+export interface Note {
+  readonly level: 'debug' | 'info' | 'warn' | 'error';
+  readonly msg: string;
+  readonly fields: Readonly<Record<string, unknown>>;
+}
+
+export function omit<V>(rec: Readonly<Record<string, V>>, keys: Iterable<string>): Record<string, V> {
+  const out = { ...rec };
+  for (const k of keys) delete out[k];
+  return out;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function numbers(v: unknown): Record<string, number> {
+  if (!isRecord(v)) return {};
+  return Object.fromEntries(Object.entries(v).filter((e): e is [string, number] => typeof e[1] === 'number' && Number.isFinite(e[1])));
+}
+
+/**
+ * A state record from parsed JSON (version 1 files migrate: they held health, retries and the
+ * revision). Throws with `what` for anything that is not one.
+ */
+export function stateFromJson(v: unknown): ControllerState {
+  if (!isRecord(v) || (v.version !== 1 && v.version !== STATE_VERSION) || !isRecord(v.models) || !Array.isArray(v.handledRetries)) {
+    throw new Error(`not an llmgw state record (version ${STATE_VERSION})`);
+  }
+  const starts: Record<string, StartRecord> = {};
+  if (isRecord(v.starts)) {
+    for (const [id, s] of Object.entries(v.starts)) {
+      if (isRecord(s) && typeof s.model === 'string' && typeof s.node === 'string' && typeof s.digest === 'string' && typeof s.startedAt === 'number') {
+        starts[id] = { model: s.model, node: s.node, digest: s.digest, startedAt: s.startedAt };
+      }
+    }
+  }
+  return {
+    version: STATE_VERSION,
+    appliedRevision: typeof v.appliedRevision === 'string' ? v.appliedRevision : null,
+    models: v.models as Record<string, ModelHealth>,
+    starts,
+    demand: numbers(v.demand),
+    restarts: numbers(v.restarts),
+    draining: numbers(v.draining),
+    readySince: numbers(v.readySince),
+    unresponsiveSince: numbers(v.unresponsiveSince),
+    accounted: numbers(v.accounted),
+    handledRetries: v.handledRetries.filter((x): x is string => typeof x === 'string'),
+  };
+}
+
+// ------------------------------------------------------------------ transitions
+
+export function revisionApplied(s: ControllerState, revision: string | null): ControllerState {
+  return revision === null || revision === s.appliedRevision ? s : { ...s, appliedRevision: revision };
+}
+
+/** A start was launched (before any I/O for it): it is in flight from now until its outcome. */
+export function startLaunched(s: ControllerState, replicaId: string, start: StartRecord): ControllerState {
+  return { ...s, starts: { ...s.starts, [replicaId]: start } };
+}
+
+/** Demand is kept to this resolution: requests within it do not change the record (it is on the request path). */
+export const DEMAND_RESOLUTION_MS = 1000;
+
+/** A request wants a model: activity for an on-demand model's idle timeout and eviction order. */
+export function demanded(s: ControllerState, model: string, now: number): ControllerState {
+  const last = s.demand[model];
+  return last !== undefined && now >= last && now - last < DEMAND_RESOLUTION_MS ? s : { ...s, demand: { ...s.demand, [model]: now } };
+}
+
+export function restartRequested(s: ControllerState, ids: readonly string[], now: number): ControllerState {
+  if (ids.length === 0) return s;
+  const restarts = { ...s.restarts };
+  for (const id of ids) restarts[id] ??= now;
+  return { ...s, restarts };
+}
+
+export function drainStarted(s: ControllerState, ids: readonly string[], now: number): ControllerState {
+  if (ids.length === 0) return s;
+  const draining = { ...s.draining };
+  for (const id of ids) draining[id] ??= now;
+  return { ...s, draining };
+}
+
+function rememberRetry(handled: readonly string[], id: string): string[] {
+  const out = [...handled, id];
+  return out.length > MAX_HANDLED_RETRIES ? out.slice(out.length - MAX_HANDLED_RETRIES) : out;
+}
+
+export type RetryOutcome = 'unparked' | 'backoff-cleared' | 'already-handled';
+
+/**
+ * A retry (admin call or `Llmgw-Retry:` trailer) for a model with the given digest: handled once per
+ * id. A model name of null (the trailer names no model in the spec) only remembers the id.
+ */
+export function retryHandled(s: ControllerState, model: { name: string; digest: string } | null, id: string): { state: ControllerState; outcome: RetryOutcome; note: Note } {
+  if (s.handledRetries.includes(id)) return { state: s, outcome: 'already-handled', note: { level: 'debug', msg: 'retry already handled', fields: { retry: id } } };
+  if (!model) return { state: { ...s, handledRetries: rememberRetry(s.handledRetries, id) }, outcome: 'already-handled', note: { level: 'warn', msg: 'retry trailer names no model; ignored', fields: { retry: id } } };
+  const { health, outcome } = retried(withDigest(s.models[model.name], model.digest), id);
+  return {
+    state: { ...s, models: { ...s.models, [model.name]: health }, handledRetries: rememberRetry(s.handledRetries, id) },
+    outcome,
+    note: { level: 'info', msg: 'retry handled', fields: { model: model.name, retry: id, outcome } },
+  };
+}
+
+/**
+ * The spec in force: every model's health follows its definition digest (a new digest resets
+ * failures and unparks); models that left the spec lose their health and demand.
+ */
+export function specApplied(s: ControllerState, models: readonly { name: string; digest: string }[]): { state: ControllerState; notes: Note[] } {
+  const notes: Note[] = [];
+  const health: Record<string, ModelHealth> = {};
+  let changed = Object.keys(s.models).length !== models.length;
+  for (const m of models) {
+    const before = s.models[m.name];
+    const h = withDigest(before, m.digest);
+    if (before && before.digest !== m.digest) notes.push({ level: 'info', msg: 'definition changed: failures reset, unparked', fields: { model: m.name, digest: m.digest } });
+    if (h !== before) changed = true;
+    health[m.name] = h;
+  }
+  const names = new Set(models.map((m) => m.name));
+  const demand = Object.fromEntries(Object.entries(s.demand).filter(([m]) => names.has(m)));
+  if (!changed && Object.keys(demand).length === Object.keys(s.demand).length) return { state: s, notes };
+  return { state: { ...s, models: health, demand }, notes };
+}
+
+const shift = (rec: Readonly<Record<string, number>>, by: number): Record<string, number> => Object.fromEntries(Object.entries(rec).map(([k, t]) => [k, t + by]));
+
+/**
+ * The wall clock stepped by `by` ms (NTP, a VM resumed, an operator): the timers in the record move
+ * with it, so a backoff, an idle timeout, a drain grace or the wait for /health still lasts the same
+ * real time. What is history (when a model was parked, when it last failed) stays as it was.
+ */
+export function clockStepped(s: ControllerState, by: number): ControllerState {
+  if (by === 0) return s;
+  const models: Record<string, ModelHealth> = {};
+  for (const [m, h] of Object.entries(s.models)) models[m] = h.nextAttemptAt === null ? h : { ...h, nextAttemptAt: h.nextAttemptAt + by };
+  const starts: Record<string, StartRecord> = {};
+  for (const [id, st] of Object.entries(s.starts)) starts[id] = { ...st, startedAt: st.startedAt + by };
+  return {
+    ...s,
+    models,
+    starts,
+    demand: shift(s.demand, by),
+    restarts: shift(s.restarts, by),
+    draining: shift(s.draining, by),
+    readySince: shift(s.readySince, by),
+    unresponsiveSince: shift(s.unresponsiveSince, by),
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * When the next pass is due for a time-based change (pure), rather than at the next poll: a backoff
+ * that expires, a drain grace that ends, an on-demand model that goes idle, a failure count that
+ * resets after a replica stayed ready, a replica that has not answered /health for too long.
+ */
+import type { FleetSpec } from '../fleet-spec/types.js';
+import type { ControllerState } from './state.js';
+
+export interface WakeInput {
+  readonly state: ControllerState;
+  readonly spec: FleetSpec;
+  /** What each model should have now (from the last plan). */
+  readonly desired: Readonly<Record<string, number>>;
+  /** Replica ids by model that are ready right now. */
+  readonly readyReplicas: (model: string) => readonly string[];
+  /** The model of a replica being timed for /health (state.unresponsiveSince). */
+  readonly modelOf: (replicaId: string) => string | undefined;
+  /** Further due times from elsewhere (e.g. a schedule's next change). */
+  readonly extra?: readonly number[];
+  readonly now: number;
+}
+
+/** The earliest due time after now, or null when nothing is due. */
+export function nextWake(i: WakeInput): number | null {
+  const { state, spec, now } = i;
+  const times: number[] = [...(i.extra ?? [])];
+  for (const h of Object.values(state.models)) if (h.nextAttemptAt !== null) times.push(h.nextAttemptAt);
+  for (const since of Object.values(state.draining)) times.push(since + spec.settings.drainGraceMs);
+  for (const [id, since] of Object.entries(state.unresponsiveSince)) {
+    const m = spec.models[i.modelOf(id) ?? ''];
+    const limit = m ? spec.profiles[m.profile]?.startTimeoutMs : undefined;
+    if (limit !== undefined) times.push(since + limit);
+  }
+  for (const m of Object.values(spec.models)) {
+    const asked = state.demand[m.name];
+    if (m.scaling.mode === 'on_demand' && asked !== undefined && (i.desired[m.name] ?? 0) > 0) times.push(asked + m.scaling.idleTimeoutMs);
+    const h = state.models[m.name];
+    if (h && h.consecutiveFailures > 0 && !h.parked) {
+      const since = i.readyReplicas(m.name).map((id) => state.readySince[id] ?? Infinity);
+      const first = Math.min(...since);
+      if (Number.isFinite(first)) times.push(first + spec.settings.readyResetMs);
+    }
+  }
+  let at: number | null = null;
+  for (const t of times) if (t > now && (at === null || t < at)) at = t;
+  return at;
+}

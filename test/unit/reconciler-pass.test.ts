@@ -1,0 +1,130 @@
+/**
+ * One pass's decision (pure), over the interleavings that used to start a failing model twice at
+ * once: a start whose replica died on the node before its outcome was applied, several triggers
+ * during one start, an outcome applied between observation and decision.
+ */
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { initialHealth, startFailed } from '../../src/reconciler/health.js';
+import { startConcluded } from '../../src/reconciler/outcomes.js';
+import { decide, pruned, type DecideInput } from '../../src/reconciler/pass.js';
+import type { ObservedNode } from '../../src/reconciler/planner.js';
+import { startLaunched, type ControllerState } from '../../src/reconciler/state.js';
+import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+
+const spec = await specOf((f) => {
+  // only alpha: one always-on model whose starts fail
+  delete f['models/beta.yaml'];
+  delete f['models/gamma.yaml'];
+});
+const S = spec.settings;
+const alpha = spec.models.alpha!;
+const kev = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
+const died = { code: 'REPLICA_UNKNOWN_ARCHITECTURE' as const, message: kev.message, logTail: '' };
+
+/** alpha after one failure at t=0, its backoff over by `now`. */
+const failedOnce = (): ControllerState => ({ ...stateFor(spec), models: { alpha: startFailed(initialHealth(alpha.digest), kev, 0, S) } });
+const NOW = S.backoff.initialMs * 10;
+
+function run(state: ControllerState, nodes: readonly ObservedNode[], over: Partial<DecideInput> = {}): ReturnType<typeof decide> {
+  let n = 0;
+  return decide({ state, spec, nodes, memory: memoryOf(spec), memoryErrors: {}, running: new Set(Object.keys(state.starts)), stopping: new Set(), now: NOW, newReplicaId: (m) => `${m}-new${++n}`, ...over });
+}
+
+const starts = (d: ReturnType<typeof decide>): string[] => d.actions.filter((a) => a.kind === 'start').map((a) => `${a.model}@${a.node}`);
+const stops = (d: ReturnType<typeof decide>): string[] => d.actions.filter((a) => a.kind === 'stop').map((a) => `${a.replicaId} (${a.kind === 'stop' ? a.reason : ''})`);
+
+describe('a pass decides (interleavings of a failing start)', () => {
+  const inFlight = startLaunched(failedOnce(), 'a1', { model: 'alpha', node: 'cpu-01', digest: alpha.digest, startedAt: NOW - 10 });
+
+  const table: { name: string; state: ControllerState; nodes: ObservedNode[]; running?: string[]; starts: string[]; stops: string[]; failures: number }[] = [
+    {
+      name: 'a start whose replica already died on the node, outcome not applied yet: still in flight — no second start, no reap, nothing counted',
+      state: inFlight,
+      nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'failed', { failure: died })]), node('cpu-02')],
+      starts: [],
+      stops: [],
+      failures: 1,
+    },
+    { name: 'a start not yet visible on the node: in flight, nothing planned', state: inFlight, nodes: [node('cpu-01'), node('cpu-02')], starts: [], stops: [], failures: 1 },
+    { name: 'a start visible as starting: in flight, nothing planned', state: inFlight, nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'starting')]), node('cpu-02')], starts: [], stops: [], failures: 1 },
+    {
+      name: 'the outcome was applied after the node was observed (replica still shown starting): backoff holds, no start',
+      state: startConcluded(inFlight, 'a1', { kind: 'failed', error: kev }, NOW - 1, S).state,
+      nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'starting')]), node('cpu-02')],
+      running: [],
+      starts: [],
+      stops: [],
+      failures: 2,
+    },
+    {
+      name: 'the outcome applied, the node shows the dead replica: reaped, not counted again, backoff holds',
+      state: startConcluded(inFlight, 'a1', { kind: 'failed', error: kev }, NOW - 1, S).state,
+      nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'failed', { failure: died })]), node('cpu-02')],
+      running: [],
+      starts: [],
+      stops: ['a1 (failed)'],
+      failures: 2,
+    },
+    {
+      name: 'the backoff over and nothing in flight: one start',
+      state: failedOnce(),
+      nodes: [node('cpu-01'), node('cpu-02')],
+      starts: ['alpha@cpu-01'],
+      stops: [],
+      failures: 1,
+    },
+    {
+      name: 'a replica that crashed after ready (no start of ours): counted once and reaped',
+      state: stateFor(spec),
+      nodes: [node('cpu-01', [observed(spec, 'c1', 'alpha', 'failed', { failure: { code: 'REPLICA_EXITED', message: 'process gone', logTail: '' } })]), node('cpu-02')],
+      starts: [],
+      stops: ['c1 (failed)'],
+      failures: 1,
+    },
+    {
+      name: 'a start inherited from before a restart whose replica died meanwhile: counted, reaped',
+      state: startLaunched(stateFor(spec), 'old1', { model: 'alpha', node: 'cpu-01', digest: alpha.digest, startedAt: 1 }),
+      nodes: [node('cpu-01', [observed(spec, 'old1', 'alpha', 'failed', { failure: died })]), node('cpu-02')],
+      running: [],
+      starts: [],
+      stops: ['old1 (failed)'],
+      failures: 1,
+    },
+  ];
+  for (const c of table) {
+    it(c.name, () => {
+      const d = run(c.state, c.nodes, c.running ? { running: new Set(c.running) } : {});
+      assert.deepEqual(starts(d), c.starts);
+      assert.deepEqual(stops(d), c.stops);
+      assert.equal(d.state.models.alpha!.consecutiveFailures, c.failures);
+    });
+  }
+
+  it('two triggers during one start plan nothing twice: the second pass over an unchanged world plans zero actions', () => {
+    const first = run(failedOnce(), [node('cpu-01'), node('cpu-02')]);
+    assert.deepEqual(starts(first), ['alpha@cpu-01']);
+    // the shell records the start it launches; then two more passes come before it reports
+    const a = first.actions[0]!;
+    const launched = startLaunched(first.state, a.replicaId, { model: a.model, node: a.node, digest: alpha.digest, startedAt: NOW });
+    const second = run(launched, [node('cpu-01', [observed(spec, a.replicaId, 'alpha', 'failed', { failure: died })]), node('cpu-02')]);
+    const third = run(second.state, [node('cpu-01', [observed(spec, a.replicaId, 'alpha', 'failed', { failure: died })]), node('cpu-02')]);
+    assert.deepEqual([second.actions, third.actions], [[], []]);
+    assert.equal(third.state.models.alpha!.consecutiveFailures, 1);
+  });
+
+  it('an observed failure is counted in the record, so the next pass does not count it again', () => {
+    const crashed = [node('cpu-01', [observed(spec, 'c1', 'alpha', 'failed', { failure: { code: 'REPLICA_EXITED', message: 'gone', logTail: '' } })]), node('cpu-02')];
+    const once = run(stateFor(spec), crashed);
+    const twice = run(once.state, crashed);
+    assert.equal(twice.state.models.alpha!.consecutiveFailures, 1);
+  });
+
+  it('bookkeeping of replicas no node shows any more is pruned; a start still running keeps its', () => {
+    const s: ControllerState = { ...stateFor(spec), restarts: { gone: 1, kept: 2, running: 3 }, draining: { gone: 1 }, accounted: { gone: 1, kept: 2 }, starts: { running: { model: 'alpha', node: 'cpu-01', digest: 'd', startedAt: 0 } } };
+    const p = pruned(s, [node('cpu-01', [observed(spec, 'kept', 'alpha', 'ready')]), node('cpu-02', [], false)]);
+    assert.deepEqual(p.restarts, { kept: 2, running: 3 });
+    assert.deepEqual(p.draining, {});
+    assert.deepEqual(p.accounted, { kept: 2 });
+  });
+});

@@ -1,0 +1,253 @@
+/** Table tests of the reconciler's pure transitions: the state record, outcomes, liveness, wake, availability. */
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { demandResultOf, phaseOf, settledOf } from '../../src/reconciler/availability.js';
+import { initialHealth, startFailed } from '../../src/reconciler/health.js';
+import { liveness } from '../../src/reconciler/liveness.js';
+import { replicaFailed, startConcluded } from '../../src/reconciler/outcomes.js';
+import {
+  clockStepped,
+  demanded,
+  DEMAND_RESOLUTION_MS,
+  emptyState,
+  MAX_HANDLED_RETRIES,
+  restartRequested,
+  retryHandled,
+  specApplied,
+  startLaunched,
+  stateFromJson,
+  type ControllerState,
+} from '../../src/reconciler/state.js';
+import type { ModelView } from '../../src/reconciler/view.js';
+import { nextWake } from '../../src/reconciler/wake.js';
+import { node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+
+const spec = await specOf();
+const S = spec.settings;
+const alpha = spec.models.alpha!;
+const kev = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
+const unreachable = { code: 'NODE_UNREACHABLE', message: 'connect ECONNREFUSED' };
+const start = (model = 'alpha', node = 'cpu-01', startedAt = 0): { model: string; node: string; digest: string; startedAt: number } => ({ model, node, digest: spec.models[model]!.digest, startedAt });
+
+describe('state record', () => {
+  it('reads version 1 files (health, retries, revision) and fills the rest empty', () => {
+    const s = stateFromJson({ version: 1, appliedRevision: 'r1', models: { alpha: initialHealth('d') }, handledRetries: ['c1:alpha'] });
+    assert.deepEqual(s, { ...emptyState, appliedRevision: 'r1', models: { alpha: initialHealth('d') }, handledRetries: ['c1:alpha'] });
+  });
+  it('round-trips every field of version 2 through JSON', () => {
+    const s: ControllerState = {
+      ...stateFor(spec),
+      starts: { a1: start() },
+      demand: { beta: 5 },
+      restarts: { g1: 6 },
+      draining: { g0: 7 },
+      readySince: { g1: 8 },
+      unresponsiveSince: { h1: 9 },
+      accounted: { a0: 10 },
+      handledRetries: ['x'],
+    };
+    assert.deepEqual(stateFromJson(JSON.parse(JSON.stringify(s))), s);
+  });
+  for (const [name, v] of [
+    ['truncated', '{"version":2,"models":{'],
+    ['not an object', '[]'],
+    ['wrong version', '{"version":7,"models":{},"handledRetries":[]}'],
+    ['no models', '{"version":2,"handledRetries":[]}'],
+  ] as const) {
+    it(`refuses a file that is ${name}`, () => {
+      assert.throws(() => stateFromJson(JSON.parse(v)), /not an llmgw state record|JSON/);
+    });
+  }
+  it('drops malformed entries instead of trusting them', () => {
+    const s = stateFromJson({ version: 2, models: {}, handledRetries: ['a', 3], starts: { ok: start(), bad: { model: 1 } }, demand: { a: 'x', b: 2 } });
+    assert.deepEqual(Object.keys(s.starts), ['ok']);
+    assert.deepEqual(s.demand, { b: 2 });
+    assert.deepEqual(s.handledRetries, ['a']);
+  });
+  it('demand keeps a one-second resolution: requests within it leave the record as it is', () => {
+    const s0 = demanded(emptyState, 'beta', 1000);
+    assert.equal(demanded(s0, 'beta', 1000 + DEMAND_RESOLUTION_MS - 1), s0);
+    assert.equal(demanded(s0, 'beta', 1000 + DEMAND_RESOLUTION_MS).demand.beta, 1000 + DEMAND_RESOLUTION_MS);
+    assert.equal(demanded(s0, 'beta', 500).demand.beta, 500, 'a clock step back is taken as is');
+  });
+  it('a clock step moves every timer with it; history (parked since, last failure) stays', () => {
+    const h = { ...startFailed(initialHealth(alpha.digest), kev, 100, S), parked: { since: 50, lastError: kev } };
+    const s: ControllerState = { ...stateFor(spec), models: { alpha: h }, starts: { a1: start('alpha', 'cpu-01', 10) }, demand: { beta: 1 }, restarts: { r: 2 }, draining: { d: 3 }, readySince: { g: 4 }, unresponsiveSince: { u: 5 } };
+    const t = clockStepped(s, 1000);
+    assert.equal(t.models.alpha!.nextAttemptAt, h.nextAttemptAt! + 1000);
+    assert.equal(t.models.alpha!.lastFailureAt, 100);
+    assert.equal(t.models.alpha!.parked!.since, 50);
+    assert.equal(t.starts.a1!.startedAt, 1010);
+    assert.deepEqual([t.demand, t.restarts, t.draining, t.readySince, t.unresponsiveSince], [{ beta: 1001 }, { r: 1002 }, { d: 1003 }, { g: 1004 }, { u: 1005 }]);
+    assert.equal(clockStepped(s, 0), s);
+  });
+  it('a restart request keeps the time it was first asked', () => {
+    const s = restartRequested(restartRequested(emptyState, ['a'], 1), ['a', 'b'], 2);
+    assert.deepEqual(s.restarts, { a: 1, b: 2 });
+  });
+  it('a retry is handled once per id, and the list of handled ids stays bounded', () => {
+    const parked = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...initialHealth(alpha.digest), consecutiveFailures: 5, parked: { since: 1, lastError: kev } } } };
+    const a = retryHandled(parked, alpha, 'c1:alpha');
+    assert.equal(a.outcome, 'unparked');
+    assert.equal(a.state.models.alpha!.parked, null);
+    assert.equal(retryHandled(a.state, alpha, 'c1:alpha').outcome, 'already-handled');
+    const noModel = retryHandled(parked, null, 'c2:ghost');
+    assert.equal(noModel.outcome, 'already-handled');
+    assert.deepEqual(noModel.state.handledRetries, ['c2:ghost']);
+    let s: ControllerState = emptyState;
+    for (let i = 0; i < MAX_HANDLED_RETRIES + 5; i++) s = retryHandled(s, null, `c${i}`).state;
+    assert.equal(s.handledRetries.length, MAX_HANDLED_RETRIES);
+    assert.equal(s.handledRetries.at(-1), `c${MAX_HANDLED_RETRIES + 4}`);
+  });
+  it('the spec in force: a new digest resets and unparks; models that left lose health and demand; no change is the same record', () => {
+    const s0 = { ...stateFor(spec), demand: { beta: 1, gone: 2 } };
+    const parked = { ...s0, models: { ...s0.models, alpha: { ...initialHealth(alpha.digest), consecutiveFailures: 5, parked: { since: 1, lastError: kev } } } };
+    const r = specApplied(parked, [{ name: 'alpha', digest: 'new' }, { name: 'beta', digest: spec.models.beta!.digest }]);
+    assert.equal(r.state.models.alpha!.parked, null);
+    assert.equal(r.state.models.alpha!.digest, 'new');
+    assert.deepEqual(Object.keys(r.state.models).sort(), ['alpha', 'beta']);
+    assert.deepEqual(r.state.demand, { beta: 1 });
+    assert.equal(r.notes[0]?.msg, 'definition changed: failures reset, unparked');
+    const unchanged = stateFor(spec);
+    assert.equal(specApplied(unchanged, Object.values(spec.models)).state, unchanged);
+  });
+});
+
+describe('start outcomes and replica failures', () => {
+  const launched = startLaunched(stateFor(spec), 'a1', start());
+  const table: { name: string; run: () => ControllerState; failures: number; parked?: boolean; nextAttemptAt?: number | null; inFlight: boolean; note?: string }[] = [
+    { name: 'ready: leaves the in-flight set, counts nothing', run: () => startConcluded(launched, 'a1', { kind: 'ready' }, 100, S).state, failures: 0, nextAttemptAt: null, inFlight: false, note: 'replica ready' },
+    { name: 'failed with a model reason: counted, backoff from the failure', run: () => startConcluded(launched, 'a1', { kind: 'failed', error: kev }, 100, S).state, failures: 1, nextAttemptAt: 100 + S.backoff.initialMs, inFlight: false },
+    { name: "failed with the node's reason: not counted, delayed by the initial backoff", run: () => startConcluded(launched, 'a1', { kind: 'failed', error: unreachable }, 100, S).state, failures: 0, nextAttemptAt: 100 + S.backoff.initialMs, inFlight: false },
+    { name: 'abandoned (controller stopping): nothing counted', run: () => startConcluded(launched, 'a1', { kind: 'abandoned' }, 100, S).state, failures: 0, nextAttemptAt: null, inFlight: false },
+    { name: 'a start concluded twice counts once', run: () => startConcluded(startConcluded(launched, 'a1', { kind: 'failed', error: kev }, 100, S).state, 'a1', { kind: 'failed', error: kev }, 200, S).state, failures: 1, inFlight: false },
+    {
+      name: 'the same replica seen failed on the node after its start counted it: not counted again',
+      run: () => replicaFailed(startConcluded(launched, 'a1', { kind: 'failed', error: kev }, 100, S).state, { model: 'alpha', digest: alpha.digest, replicaId: 'a1', node: 'cpu-01', error: kev }, 300, S).state,
+      failures: 1,
+      inFlight: false,
+    },
+    { name: 'a failure of an older definition does not count', run: () => replicaFailed(launched, { model: 'alpha', digest: 'old', replicaId: 'x', node: 'cpu-01', error: kev }, 100, S).state, failures: 0, inFlight: true },
+    { name: 'an unknown reason code counts (never uncounted by default)', run: () => replicaFailed(launched, { model: 'alpha', digest: alpha.digest, replicaId: 'x', node: 'cpu-01', error: { code: 'SOMETHING_NEW', message: '?' } }, 100, S).state, failures: 1, inFlight: true },
+  ];
+  for (const c of table) {
+    it(c.name, () => {
+      const s = c.run();
+      const h = s.models.alpha!;
+      assert.equal(h.consecutiveFailures, c.failures);
+      if (c.nextAttemptAt !== undefined) assert.equal(h.nextAttemptAt, c.nextAttemptAt);
+      assert.equal(s.starts.a1 !== undefined, c.inFlight);
+    });
+  }
+  it(`parks at exactly ${S.parkAfterFailures} failures; a late report after parking changes nothing`, () => {
+    let s: ControllerState = stateFor(spec);
+    for (let i = 0; i < S.parkAfterFailures; i++) {
+      s = startLaunched(s, `a${i}`, start());
+      s = startConcluded(s, `a${i}`, { kind: 'failed', error: kev }, i * 1000, S).state;
+    }
+    assert.deepEqual(s.models.alpha!.parked, { since: (S.parkAfterFailures - 1) * 1000, lastError: kev });
+    const late = replicaFailed(s, { model: 'alpha', digest: alpha.digest, replicaId: 'late', node: 'cpu-01', error: kev }, 10 ** 9, S).state;
+    assert.equal(late.models.alpha!.consecutiveFailures, S.parkAfterFailures);
+  });
+});
+
+describe('liveness', () => {
+  const limit = spec.profiles.chat!.startTimeoutMs;
+  it('a live replica not answering /health is timed from the first look and failed after the start timeout', () => {
+    const n = [node('cpu-01', [observed(spec, 'a1', 'alpha', 'starting')])];
+    const first = liveness({ state: stateFor(spec), spec, nodes: n, running: new Set(), stopping: new Set(), now: 1000 });
+    assert.deepEqual(first.state.unresponsiveSince, { a1: 1000 });
+    assert.equal(first.nodes[0]!.replicas[0]!.state, 'starting');
+    const later = liveness({ state: first.state, spec, nodes: n, running: new Set(), stopping: new Set(), now: 1000 + limit });
+    assert.equal(later.nodes[0]!.replicas[0]!.state, 'failed');
+    assert.equal(later.nodes[0]!.replicas[0]!.failure?.code, 'REPLICA_UNHEALTHY');
+  });
+  it('a replica whose start runs in this process, or that is being stopped, is not timed here', () => {
+    const n = [node('cpu-01', [observed(spec, 'a1', 'alpha', 'starting'), observed(spec, 'a2', 'alpha', 'starting')])];
+    const s = startLaunched(stateFor(spec), 'a1', start());
+    const r = liveness({ state: s, spec, nodes: n, running: new Set(['a1']), stopping: new Set(['a2']), now: 10 ** 9 });
+    assert.deepEqual(r.state.unresponsiveSince, {});
+    assert.deepEqual(r.nodes[0]!.replicas.map((x) => x.state), ['starting', 'starting']);
+  });
+  it('a replica on an unreachable node neither times out nor keeps its timer', () => {
+    const s = { ...stateFor(spec), unresponsiveSince: { a1: 0 } };
+    const r = liveness({ state: s, spec, nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'starting')], false)], running: new Set(), stopping: new Set(), now: 10 ** 9 });
+    assert.equal(r.nodes[0]!.replicas[0]!.state, 'starting');
+  });
+  it('starts inherited from before a restart are settled on the first look at a reachable node; kept while it is unreachable', () => {
+    const s = startLaunched(startLaunched(startLaunched(stateFor(spec), 'seen', start()), 'never', start()), 'away', start('gamma', 'cpu-02'));
+    const r = liveness({ state: s, spec, nodes: [node('cpu-01', [observed(spec, 'seen', 'alpha', 'starting')]), node('cpu-02', [], false)], running: new Set(), stopping: new Set(), now: 5 });
+    assert.deepEqual(Object.keys(r.state.starts), ['away']);
+    assert.deepEqual(r.notes.map((n) => n.msg).sort(), ['start from before a restart never launched its replica: forgotten', 'start from before a restart: replica adopted']);
+    assert.deepEqual(r.state.unresponsiveSince, { seen: 5 }, 'the adopted replica is timed from now on');
+  });
+  it('a replica that stayed ready resets its model’s failure count; one of an older definition does not', () => {
+    const failing = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: startFailed(initialHealth(alpha.digest), kev, 0, S) }, readySince: { a1: 0 } };
+    const same = liveness({ state: failing, spec, nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'ready')])], running: new Set(), stopping: new Set(), now: S.readyResetMs });
+    assert.equal(same.state.models.alpha!.consecutiveFailures, 0);
+    const old = liveness({ state: failing, spec, nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'ready', { digest: 'old' })])], running: new Set(), stopping: new Set(), now: S.readyResetMs });
+    assert.equal(old.state.models.alpha!.consecutiveFailures, 1);
+    const early = liveness({ state: failing, spec, nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'ready')])], running: new Set(), stopping: new Set(), now: S.readyResetMs - 1 });
+    assert.equal(early.state.models.alpha!.consecutiveFailures, 1);
+  });
+  it('an unchanged world leaves the record as it is (nothing to write)', () => {
+    const s = { ...stateFor(spec), readySince: { a1: 0 } };
+    const r = liveness({ state: s, spec, nodes: [node('cpu-01', [observed(spec, 'a1', 'alpha', 'ready')])], running: new Set(), stopping: new Set(), now: 10 });
+    assert.equal(r.state.readySince, s.readySince);
+    assert.equal(r.state.unresponsiveSince, s.unresponsiveSince);
+  });
+});
+
+describe('next wake', () => {
+  const base = { spec, desired: { beta: 1 }, readyReplicas: () => [], modelOf: () => 'alpha', now: 1000 };
+  const table: { name: string; state: ControllerState; want: number | null }[] = [
+    { name: 'nothing due', state: stateFor(spec), want: null },
+    { name: 'a backoff that ends', state: { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...initialHealth(alpha.digest), nextAttemptAt: 5000 } } }, want: 5000 },
+    { name: 'a drain grace that ends', state: { ...stateFor(spec), draining: { r: 900 } }, want: 900 + S.drainGraceMs },
+    { name: 'an on-demand model going idle', state: { ...stateFor(spec), demand: { beta: 800 } }, want: 800 + (spec.models.beta!.scaling.mode === 'on_demand' ? spec.models.beta!.scaling.idleTimeoutMs : 0) },
+    { name: 'a replica timed for /health', state: { ...stateFor(spec), unresponsiveSince: { a1: 700 } }, want: 700 + spec.profiles.chat!.startTimeoutMs },
+    { name: 'times in the past are not due again', state: { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...initialHealth(alpha.digest), nextAttemptAt: 999 } } }, want: null },
+  ];
+  for (const c of table) it(c.name, () => assert.equal(nextWake({ ...base, state: c.state }), c.want));
+  it('a failure count that resets after a replica stayed ready, and extra due times', () => {
+    const s = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...startFailed(initialHealth(alpha.digest), kev, 0, S), nextAttemptAt: null } }, readySince: { a1: 500 } };
+    assert.equal(nextWake({ ...base, state: s, readyReplicas: (m) => (m === 'alpha' ? ['a1'] : []) }), 500 + S.readyResetMs);
+    assert.equal(nextWake({ ...base, state: stateFor(spec), extra: [3000, 2000] }), 2000);
+  });
+});
+
+describe('availability', () => {
+  const mv = (over: Partial<ModelView>): ModelView => ({
+    name: 'alpha', spec: alpha, phase: 'pending', desired: 1, ready: 0, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null, ...over,
+  });
+  const ready = { id: 'a1', model: 'alpha', node: 'cpu-01', endpoint: 'http://x', phase: 'ready' as const, digest: alpha.digest, startedAt: 0 };
+  const u = { code: 'PLACEMENT_NO_ROOM' as const, reason: 'needs 4 GiB', needBytes: 4, largestFree: null, checked: 2, excludedBySelector: 0, unknown: 0 };
+  const phases: [string, Parameters<typeof phaseOf>, string][] = [
+    ['parked beats everything', [1, 1, 0, { ...initialHealth('d'), parked: { since: 0, lastError: kev } }, true], 'parked'],
+    ['nothing wanted, nothing ready: idle', [0, 0, 0, undefined, false], 'idle'],
+    ['nothing wanted, one still ready: ready', [0, 1, 0, undefined, false], 'ready'],
+    ['all ready', [2, 2, 0, undefined, false], 'ready'],
+    ['some ready', [2, 1, 0, undefined, true], 'degraded'],
+    ['none ready, fits nowhere', [1, 0, 1, undefined, true], 'unplaceable'],
+    ['none ready, one starting', [1, 0, 1, undefined, false], 'starting'],
+    ['none ready, backing off', [1, 0, 0, startFailed(initialHealth('d'), kev, 0, S), false], 'failing'],
+    ['none ready, nothing in the way', [1, 0, 0, undefined, false], 'pending'],
+  ];
+  for (const [name, args, want] of phases) it(`phase: ${name}`, () => assert.equal(phaseOf(...args), want));
+  const results: [string, ModelView | null, string][] = [
+    ['unknown model', null, 'unplaceable'],
+    ['parked', mv({ parked: { since: 1, lastError: kev } }), 'parked'],
+    ['ready', mv({ replicas: [ready] }), 'ready'],
+    ['unplaceable', mv({ unplaceable: u }), 'unplaceable'],
+    ['starting', mv({ replicas: [{ ...ready, phase: 'starting' }] }), 'starting'],
+    ['failing', mv({ nextAttemptAt: 5, lastError: kev }), 'failing'],
+    ['nothing yet', mv({}), 'starting'],
+  ];
+  for (const [name, m, want] of results) it(`demand result: ${name}`, () => assert.equal(demandResultOf(m).kind, want));
+  it('a wait for ready settles on ready, parked or unplaceable, and keeps waiting otherwise', () => {
+    assert.deepEqual(settledOf(mv({ replicas: [ready] })), [ready]);
+    assert.deepEqual(settledOf(mv({ unplaceable: u })), []);
+    assert.deepEqual(settledOf(mv({ parked: { since: 1, lastError: kev } })), []);
+    assert.equal(settledOf(mv({ replicas: [{ ...ready, phase: 'starting' }] })), null);
+  });
+});
