@@ -64,6 +64,8 @@ export interface UnplaceableJson {
   readonly nodesChecked: number;
   readonly excludedBySelector: number;
   readonly unknownNodes: number;
+  /** Nodes set aside for now because they failed this model's start (a full disk, no free port). */
+  readonly avoidedNodes: number;
 }
 
 export interface NodeJson {
@@ -74,6 +76,8 @@ export interface NodeJson {
   readonly error: ReasonJson | null;
   /** Memory as last observed (kept while unreachable), or the capacity override. */
   readonly memory: { readonly totalBytes: number; readonly availableBytes: number } | null;
+  /** Free bytes on the file system of the node's data dir, as last observed. */
+  readonly diskFreeBytes: number | null;
   readonly capacity: { readonly memoryBytes: number | null; readonly cpus: number | null } | null;
   readonly engines: readonly string[];
   readonly engineInstallFailures: Readonly<Record<string, number>>;
@@ -188,6 +192,7 @@ export function modelJson(m: ModelView, revision: string | null): ModelJson {
           nodesChecked: m.unplaceable.checked,
           excludedBySelector: m.unplaceable.excludedBySelector,
           unknownNodes: m.unplaceable.unknown,
+          avoidedNodes: m.unplaceable.avoided,
         }
       : null,
     nextAttemptAt: iso(m.nextAttemptAt),
@@ -206,6 +211,7 @@ export function nodeJson(n: NodeView, spec: FleetSpec | null): NodeJson {
     reachable: n.reachable,
     error: reasonOrNull(n.error),
     memory: n.memory,
+    diskFreeBytes: n.diskFreeBytes,
     capacity: ns ? ns.capacity : null,
     engines: n.engines,
     engineInstallFailures: n.engineInstallFailures,
@@ -267,7 +273,7 @@ export interface StatusFleetJson {
   readonly revision: string | null;
   readonly spec: StatusJson['spec'];
   readonly stateError: ReasonJson | null;
-  readonly nodes: readonly (Omit<NodeJson, 'memory'> & { readonly memory: { readonly totalBytes: number } | null })[];
+  readonly nodes: readonly (Omit<NodeJson, 'memory' | 'diskFreeBytes'> & { readonly memory: { readonly totalBytes: number } | null })[];
 }
 
 /** The status branch's models/<model>.json: the admin API's model JSON without the revision (fleet.json has it). */
@@ -291,7 +297,7 @@ export function statusFiles(s: FleetSnapshot, spec: FleetSpec | null): Record<st
     spec: status.spec,
     stateError: status.stateError,
     nodes: s.nodes.map((n) => {
-      const j = nodeJson(n, spec);
+      const { diskFreeBytes: _, ...j } = nodeJson(n, spec);
       return { ...j, memory: j.memory ? { totalBytes: j.memory.totalBytes } : null };
     }),
   };

@@ -12,6 +12,8 @@ export interface Reason {
   readonly retryable: boolean;
   /** A replica start failing with this reason counts toward parking the model. */
   readonly countsTowardParking: boolean;
+  /** The node is at fault (its disk, its ports): the model is placed elsewhere for a while. */
+  readonly avoidsNode: boolean;
   /** The OpenAI error envelope's `type` and `code` (router reasons only). Part of the API. */
   readonly openai: { readonly type: string; readonly code: string } | null;
   readonly hint: string;
@@ -21,6 +23,7 @@ interface ReasonDef {
   readonly http: number;
   readonly retryable: boolean;
   readonly counts: boolean;
+  readonly avoidsNode?: boolean;
   readonly openai?: { readonly type: string; readonly code: string };
   readonly hint: string;
 }
@@ -28,7 +31,7 @@ interface ReasonDef {
 function catalogue<const T extends Record<string, ReasonDef>>(defs: T): { readonly [K in keyof T]: Reason } {
   const out: Record<string, Reason> = {};
   for (const [code, d] of Object.entries(defs)) {
-    out[code] = Object.freeze({ code, http: d.http, retryable: d.retryable, countsTowardParking: d.counts, openai: d.openai ?? null, hint: d.hint });
+    out[code] = Object.freeze({ code, http: d.http, retryable: d.retryable, countsTowardParking: d.counts, avoidsNode: d.avoidsNode ?? false, openai: d.openai ?? null, hint: d.hint });
   }
   return Object.freeze(out) as { readonly [K in keyof T]: Reason };
 }
@@ -67,8 +70,8 @@ export const Reasons = catalogue({
   SECRET_INVALID: { http: 500, retryable: false, counts: false, hint: 'The named secret in the controller\'s secrets dir is not in the form expected (a bearer token is one line of visible ASCII without spaces); fix the file.' },
   NODE_TIMEOUT: { http: 504, retryable: true, counts: false, hint: 'The operation on the node took longer than its timeout; check the node\'s load and network.' },
   NODE_COMMAND_FAILED: { http: 500, retryable: true, counts: false, hint: 'A command on the node failed; see the detail (stderr) for why.' },
-  NODE_NO_FREE_PORT: { http: 503, retryable: true, counts: false, hint: 'Every port in the node\'s port range is in use; widen ports in nodes/<node>.yaml or stop replicas.' },
-  NODE_DISK_FULL: { http: 507, retryable: false, counts: true, hint: 'Free disk space in the node\'s data dir or move data_dir to a larger disk.' },
+  NODE_NO_FREE_PORT: { http: 503, retryable: true, counts: false, avoidsNode: true, hint: 'Every port in the node\'s port range is in use; widen ports in nodes/<node>.yaml or stop replicas.' },
+  NODE_DISK_FULL: { http: 507, retryable: false, counts: false, avoidsNode: true, hint: 'Free disk space in the node\'s data dir or move data_dir to a larger disk; meanwhile llmgw places the model on another node (it does not count toward parking).' },
 
   // --- nodes: engines ---
   ENGINE_CHECKSUM_MISMATCH: { http: 502, retryable: false, counts: true, hint: 'The downloaded engine artifact does not match its sha256 in engines/<engine>.yaml; fix the url or the checksum.' },
@@ -179,4 +182,9 @@ export function isLlmgwError(e: unknown, code?: ReasonCode): e is LlmgwError {
  */
 export function countsTowardParking(code: string): boolean {
   return Object.hasOwn(Reasons, code) ? Reasons[code as ReasonCode].countsTowardParking : true;
+}
+
+/** Whether a replica start that failed with this code was the node's fault, so the model goes elsewhere for a while. */
+export function avoidsNode(code: string): boolean {
+  return Object.hasOwn(Reasons, code) && Reasons[code as ReasonCode].avoidsNode;
 }

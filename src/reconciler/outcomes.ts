@@ -6,10 +6,10 @@
  * per replica, against the definition the replica ran, and only when the catalogue says the reason
  * is the model's fault; otherwise it delays the model without counting.
  */
-import { countsTowardParking, type ReasonRef } from '../errors/catalogue.js';
+import { avoidsNode, countsTowardParking, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSettings } from '../fleet-spec/types.js';
 import { setbackNotCounted, startFailed } from './health.js';
-import { omit, type ControllerState, type Note } from './state.js';
+import { avoidKey, omit, type ControllerState, type Note } from './state.js';
 
 type Backoff = Pick<FleetSettings, 'backoff' | 'parkAfterFailures' | 'readyResetMs'>;
 
@@ -38,7 +38,10 @@ export function replicaFailed(s: ControllerState, f: ReplicaFailure, now: number
   if (h.parked) return { state: { ...s, accounted }, notes: [] };
   if (!countsTowardParking(f.error.code)) {
     const next = setbackNotCounted(h, f.error, now, settings);
-    return { state: { ...s, accounted, models: { ...s.models, [f.model]: next } }, notes: [{ level: 'warn', msg: 'replica start set back (not counted)', fields }] };
+    // The node's fault (its disk, its ports): the next attempt goes to another node for a while.
+    const avoid = avoidsNode(f.error.code) ? { ...s.avoid, [avoidKey(f.model, f.node)]: now + settings.backoff.maxMs } : s.avoid;
+    const note: Note = { level: 'warn', msg: avoidsNode(f.error.code) ? 'replica start set back by its node (not counted): placed elsewhere for a while' : 'replica start set back (not counted)', fields };
+    return { state: { ...s, accounted, avoid, models: { ...s.models, [f.model]: next } }, notes: [note] };
   }
   const next = startFailed(h, f.error, now, settings);
   const note: Note = next.parked

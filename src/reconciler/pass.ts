@@ -11,7 +11,7 @@ import { liveness } from './liveness.js';
 import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
 import { observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
-import { drainStarted, omit, type ControllerState, type Note } from './state.js';
+import { avoidanceAt, drainStarted, omit, type ControllerState, type Note } from './state.js';
 
 export interface DecideInput {
   readonly state: ControllerState;
@@ -58,6 +58,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     draining: s.draining,
     memory: i.memory,
     accountedFailures: new Set(Object.keys(s.accounted)),
+    avoid: avoidanceAt(s, i.now).avoided,
     now: i.now,
     newReplicaId: i.newReplicaId,
   };
@@ -71,7 +72,7 @@ export function withMemoryError(u: Unplaceable, errors: Readonly<Record<string, 
 
 export function decide(i: DecideInput): Decision {
   const { spec, now } = i;
-  const live = liveness({ state: i.state, spec, nodes: i.nodes, running: i.running, stopping: i.stopping, now });
+  const live = liveness({ state: avoidanceAt(i.state, now).state, spec, nodes: i.nodes, running: i.running, stopping: i.stopping, now });
   const notes: Note[] = [...live.notes];
   let state = live.state;
   // Failures the nodes show are counted before planning, so the replacement waits out its backoff.

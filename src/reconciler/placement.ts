@@ -25,6 +25,8 @@ export interface PlacementRequest {
   readonly nodeSelector: Readonly<Record<string, string>>;
   /** Nodes already running a replica of this model (spread away from them first). */
   readonly existingOn: readonly string[];
+  /** Nodes not to use for now (they failed this model's start: a full disk, no free port). */
+  readonly avoidNodes?: readonly string[];
 }
 
 export type UnplaceableCode = 'PLACEMENT_MEMORY_UNKNOWN' | 'PLACEMENT_NO_MATCHING_NODE' | 'PLACEMENT_NO_ROOM';
@@ -39,6 +41,8 @@ export interface Unplaceable {
   readonly checked: number;
   readonly excludedBySelector: number;
   readonly unknown: number;
+  /** Nodes set aside for now because they failed this model's start. */
+  readonly avoided: number;
 }
 
 export interface PlacementResult {
@@ -80,11 +84,13 @@ export function place(input: PlacementInput): PlacementResult[] {
 
 function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: Map<string, number>): PlacementResult {
   if (req.count <= 0) return { model: req.model, nodes: [], unplaceable: null };
-  const selected = nodes.filter((n) => selectorMatches(req.nodeSelector, n.labels));
-  const excludedBySelector = nodes.length - selected.length;
+  const matching = nodes.filter((n) => selectorMatches(req.nodeSelector, n.labels));
+  const excludedBySelector = nodes.length - matching.length;
+  const selected = matching.filter((n) => !req.avoidNodes?.includes(n.name));
+  const avoided = matching.length - selected.length;
   const known = selected.filter((n) => free.has(n.name));
   const unknown = selected.length - known.length;
-  const base = { checked: nodes.length, excludedBySelector, unknown };
+  const base = { checked: nodes.length, excludedBySelector, unknown, avoided };
 
   if (req.memoryBytes === null) {
     return {
@@ -123,7 +129,7 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
     const f = Math.max(0, free.get(n.name)!);
     if (!largest || f > largest.bytes) largest = { node: n.name, bytes: f };
   }
-  return { model: req.model, nodes: placed, unplaceable: { ...base, code: selected.length === 0 ? 'PLACEMENT_NO_MATCHING_NODE' : 'PLACEMENT_NO_ROOM', needBytes: need, largestFree: largest, reason: unplaceableReason(need, largest, placed.length, req.count, base) } };
+  return { model: req.model, nodes: placed, unplaceable: { ...base, code: matching.length === 0 ? 'PLACEMENT_NO_MATCHING_NODE' : 'PLACEMENT_NO_ROOM', needBytes: need, largestFree: largest, reason: unplaceableReason(need, largest, placed.length, req.count, base) } };
 }
 
 export function unplaceableReason(
@@ -131,7 +137,7 @@ export function unplaceableReason(
   largest: { node: string; bytes: number } | null,
   placedCount: number,
   wanted: number,
-  counts: { checked: number; excludedBySelector: number; unknown: number },
+  counts: { checked: number; excludedBySelector: number; unknown: number; avoided?: number },
 ): string {
   const parts = [`needs ${formatBytes(need)}${wanted > 1 ? ' per replica' : ''}`];
   if (largest) parts.push(`largest free ${formatBytes(largest.bytes)} on ${largest.node}`);
@@ -139,6 +145,7 @@ export function unplaceableReason(
   let checked = `${counts.checked} node${counts.checked === 1 ? '' : 's'} checked`;
   if (counts.excludedBySelector) checked += `, ${counts.excludedBySelector} excluded by selector`;
   if (counts.unknown) checked += `, ${counts.unknown} unknown (unreachable or not observed)`;
+  if (counts.avoided) checked += `, ${counts.avoided} set aside for now (it failed this model's start: see the last error)`;
   parts.push(checked);
   if (placedCount > 0) parts.push(`placed ${placedCount} of ${wanted}`);
   return parts.join('; ');

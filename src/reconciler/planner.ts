@@ -47,6 +47,8 @@ export interface PlanInput {
   readonly memory: Readonly<Record<string, number | null>>;
   /** Replica ids whose failure was already counted. */
   readonly accountedFailures: ReadonlySet<string>;
+  /** "model@node" pairs to place elsewhere for now (the node failed the model's start). */
+  readonly avoid?: ReadonlySet<string>;
   readonly now: number;
   /** Makes a new replica id for a model (deterministic in tests). */
   readonly newReplicaId: (model: string, digest: string) => string;
@@ -234,12 +236,14 @@ export function planPass(input: PlanInput): PlanOutput {
         reachable: n.reachable && ns !== undefined,
       };
     });
+  const avoided = (model: string): string[] => input.nodes.map((n) => n.name).filter((n) => input.avoid?.has(`${model}@${n}`));
   const requests: PlacementRequest[] = wants.map((w) => ({
     model: w.model.name,
     count: w.count,
     memoryBytes: input.memory[w.model.name] ?? null,
     nodeSelector: w.model.nodeSelector,
     existingOn: w.existingOn,
+    avoidNodes: avoided(w.model.name),
   }));
   const results = place({ nodes: placementNodes(), requests, reserveBytes: spec.settings.placementReserveBytes });
 
@@ -255,7 +259,7 @@ export function planPass(input: PlanInput): PlanOutput {
       }
       // An on-demand model may take the room of idle on-demand replicas, least recently used first.
       if (w.model.scaling.mode === 'on_demand') {
-        const evicted = evictFor(w, input, byModel, stoppedIds, placementNodes);
+        const evicted = evictFor({ ...w, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, placementNodes);
         if (evicted) {
           for (const l of evicted.stop) {
             stop(l.model, l.located, 'evicted');
@@ -277,7 +281,7 @@ export function planPass(input: PlanInput): PlanOutput {
 }
 
 function evictFor(
-  w: { model: ModelSpec; count: number; existingOn: string[] },
+  w: { model: ModelSpec; count: number; existingOn: string[]; avoidNodes: string[] },
   input: PlanInput,
   byModel: ReadonlyMap<string, readonly Located[]>,
   stoppedIds: ReadonlySet<string>,
@@ -304,7 +308,7 @@ function evictFor(
     chosen.push(v);
     const [r] = place({
       nodes: placementNodes(freed),
-      requests: [{ model: w.model.name, count: w.count, memoryBytes: input.memory[w.model.name] ?? null, nodeSelector: w.model.nodeSelector, existingOn: w.existingOn }],
+      requests: [{ model: w.model.name, count: w.count, memoryBytes: input.memory[w.model.name] ?? null, nodeSelector: w.model.nodeSelector, existingOn: w.existingOn, avoidNodes: w.avoidNodes }],
       reserveBytes: input.spec.settings.placementReserveBytes,
     });
     if (r && !r.unplaceable) {

@@ -467,6 +467,8 @@ export class Reconciler implements FleetView {
   }
 
   touch(model: string): void {
+    // Only an on-demand model's idle timeout and eviction order read demand.
+    if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;
     const before = this.state;
     this.state = demanded(this.state, model, this.clock());
     // Demand survives a restart: the record is written when it moved (at most once a second per model).

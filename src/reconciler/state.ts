@@ -12,6 +12,8 @@
  * - draining: replicas draining because a restart had no room to surge, and since when;
  * - readySince / unresponsiveSince: liveness bookkeeping per replica;
  * - accounted: replicas whose failure was counted already (never counted twice);
+ * - avoid: "model@node" → until when a model is placed elsewhere after the node failed it (a full
+ *   disk, no free port);
  * - handledRetries: retry ids handled, most recent last (bounded).
  */
 import type { ReasonRef } from '../errors/catalogue.js';
@@ -39,6 +41,7 @@ export interface ControllerState {
   readonly readySince: Readonly<Record<string, number>>;
   readonly unresponsiveSince: Readonly<Record<string, number>>;
   readonly accounted: Readonly<Record<string, number>>;
+  readonly avoid: Readonly<Record<string, number>>;
   readonly handledRetries: readonly string[];
 }
 
@@ -53,6 +56,7 @@ export const emptyState: ControllerState = Object.freeze({
   readySince: {},
   unresponsiveSince: {},
   accounted: {},
+  avoid: {},
   handledRetries: [],
 });
 
@@ -105,6 +109,7 @@ export function stateFromJson(v: unknown): ControllerState {
     readySince: numbers(v.readySince),
     unresponsiveSince: numbers(v.unresponsiveSince),
     accounted: numbers(v.accounted),
+    avoid: numbers(v.avoid),
     handledRetries: v.handledRetries.filter((x): x is string => typeof x === 'string'),
   };
 }
@@ -113,6 +118,15 @@ export function stateFromJson(v: unknown): ControllerState {
 
 export function revisionApplied(s: ControllerState, revision: string | null): ControllerState {
   return revision === null || revision === s.appliedRevision ? s : { ...s, appliedRevision: revision };
+}
+
+export const avoidKey = (model: string, node: string): string => `${model}@${node}`;
+
+/** The model@node pairs still avoided at `now`; expired ones leave the record. */
+export function avoidanceAt(s: ControllerState, now: number): { state: ControllerState; avoided: ReadonlySet<string> } {
+  const live = Object.entries(s.avoid).filter(([, until]) => until > now);
+  const state = live.length === Object.keys(s.avoid).length ? s : { ...s, avoid: Object.fromEntries(live) };
+  return { state, avoided: new Set(live.map(([k]) => k)) };
 }
 
 /** A start was launched (before any I/O for it): it is in flight from now until its outcome. */
@@ -208,5 +222,6 @@ export function clockStepped(s: ControllerState, by: number): ControllerState {
     draining: shift(s.draining, by),
     readySince: shift(s.readySince, by),
     unresponsiveSince: shift(s.unresponsiveSince, by),
+    avoid: shift(s.avoid, by),
   };
 }

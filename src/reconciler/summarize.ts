@@ -84,6 +84,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         reachable: ns?.reachable ?? false,
         error: ns?.error ?? null,
         memory: ns?.obs ? ns.obs.memory : null,
+        diskFreeBytes: ns?.obs?.diskFreeBytes ?? null,
         engines: (ns?.obs?.engines ?? []).map((e) => `${e.engine}@${e.version}`).sort(),
         engineInstallFailures: ns?.installFailures ?? {},
         replicas: ns?.obs?.replicas.length ?? 0,

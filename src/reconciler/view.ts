@@ -49,6 +49,8 @@ export interface NodeView {
   readonly reachable: boolean;
   readonly error: ReasonRef | null;
   readonly memory: { readonly totalBytes: number; readonly availableBytes: number } | null;
+  /** Free bytes on the file system of the node's data dir, as last observed. */
+  readonly diskFreeBytes: number | null;
   /** "engine@version" installed. */
   readonly engines: readonly string[];
   /** Install attempts that failed, per "engine@version". */

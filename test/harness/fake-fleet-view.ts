@@ -87,7 +87,7 @@ function parkedView(p: { since: string; lastError: ReasonRef } | null): ModelVie
 }
 
 export function unplaceableView(reason: string | null): Unplaceable | null {
-  return reason === null ? null : { code: 'PLACEMENT_NO_ROOM', reason, needBytes: null, largestFree: null, checked: 1, excludedBySelector: 0, unknown: 0 };
+  return reason === null ? null : { code: 'PLACEMENT_NO_ROOM', reason, needBytes: null, largestFree: null, checked: 1, excludedBySelector: 0, unknown: 0, avoided: 0 };
 }
 
 let replicaSeq = 0;

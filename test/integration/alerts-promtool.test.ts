@@ -231,7 +231,7 @@ const parkingSnapshot: FleetSnapshot = {
     modelView('idle', { phase: 'idle', desired: 0, ready: 0 }),
   ],
   nodes: [
-    { name: 'cpu-01', reachable: true, error: null, memory: { totalBytes: 16 * 2 ** 30, availableBytes: 11 * 2 ** 30 }, engines: ['llama-cpp@b5000'], engineInstallFailures: {}, replicas: 1 },
+    { name: 'cpu-01', reachable: true, error: null, memory: { totalBytes: 16 * 2 ** 30, availableBytes: 11 * 2 ** 30 }, diskFreeBytes: null, engines: ['llama-cpp@b5000'], engineInstallFailures: {}, replicas: 1 },
   ],
   lastPass: { startedAt: Date.parse('2025-01-01T00:00:00.000Z'), durationMs: 120, result: 'ok', error: null, actions: 1 },
 };

@@ -84,8 +84,8 @@ const SNAPSHOT: FleetSnapshot = {
     model('kev', { phase: 'parked', consecutiveFailures: 5, lastError: kevError, parked: { since: Date.parse('2025-03-01T10:00:00.000Z'), lastError: kevError } }),
   ],
   nodes: [
-    { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 22 * GiB }, engines: ['llama.cpp@b1'], engineInstallFailures: {}, replicas: 2 },
-    { name: 'node-2', reachable: false, error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT' }, memory: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 2 }, replicas: 0 },
+    { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 22 * GiB }, diskFreeBytes: null, engines: ['llama.cpp@b1'], engineInstallFailures: {}, replicas: 2 },
+    { name: 'node-2', reachable: false, error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT' }, memory: null, diskFreeBytes: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 2 }, replicas: 0 },
   ],
   lastPass: { startedAt: Date.parse('2025-03-01T11:59:58.000Z'), durationMs: 412, result: 'ok', error: null, actions: 2 },
 };
@@ -274,6 +274,7 @@ describe('admin API: read routes', () => {
       nodesChecked: 1,
       excludedBySelector: 0,
       unknownNodes: 0,
+      avoidedNodes: 0,
     });
     const good = ms.models.find((m) => m.name === 'good')!;
     assert.deepEqual([good.desired, good.ready], [2, 2]);

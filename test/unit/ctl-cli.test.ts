@@ -92,8 +92,8 @@ const SNAPSHOT: FleetSnapshot = {
     model('lazy-idle', { phase: 'idle', desired: 0, ready: 0 }),
   ],
   nodes: [
-    { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: Math.round(22.1 * GiB) }, engines: ['llama.cpp@b4500'], engineInstallFailures: {}, replicas: 1 },
-    { name: 'node-2', reachable: true, error: null, memory: { totalBytes: 32 * GiB, availableBytes: 8 * GiB }, engines: ['llama.cpp@b4500', 'llama.cpp@b4600'], engineInstallFailures: {}, replicas: 1 },
+    { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: Math.round(22.1 * GiB) }, diskFreeBytes: null, engines: ['llama.cpp@b4500'], engineInstallFailures: {}, replicas: 1 },
+    { name: 'node-2', reachable: true, error: null, memory: { totalBytes: 32 * GiB, availableBytes: 8 * GiB }, diskFreeBytes: null, engines: ['llama.cpp@b4500', 'llama.cpp@b4600'], engineInstallFailures: {}, replicas: 1 },
   ],
   lastPass: { startedAt: ago(3), durationMs: 412, result: 'ok', error: null, actions: 2 },
 };

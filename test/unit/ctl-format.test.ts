@@ -86,7 +86,7 @@ describe('ctl status: a controller in trouble', () => {
     const nodes: NodesJson = {
       at: AT,
       nodes: [
-        { name: 'gpu-1', transport: 'ssh', labels: {}, reachable: false, error: { code: 'NODE_HOST_KEY_MISMATCH', message: 'host key changed', hint: Reasons.NODE_HOST_KEY_MISMATCH.hint }, memory: null, capacity: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 3 }, replicas: 0 },
+        { name: 'gpu-1', transport: 'ssh', labels: {}, reachable: false, error: { code: 'NODE_HOST_KEY_MISMATCH', message: 'host key changed', hint: Reasons.NODE_HOST_KEY_MISMATCH.hint }, memory: null, diskFreeBytes: null, capacity: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 3 }, replicas: 0 },
       ],
     };
     const text = renderNodes(nodes);

@@ -50,6 +50,7 @@ function node(name: string, over: Partial<NodeView> = {}): NodeView {
     reachable: true,
     error: null,
     memory: { totalBytes: 32 * 2 ** 30, availableBytes: 20 * 2 ** 30 },
+    diskFreeBytes: null,
     engines: ['llama-cpp@b5000'],
     engineInstallFailures: {},
     replicas: 0,

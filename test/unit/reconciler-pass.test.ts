@@ -127,4 +127,23 @@ describe('a pass decides (interleavings of a failing start)', () => {
     assert.deepEqual(p.draining, {});
     assert.deepEqual(p.accounted, { kept: 2 });
   });
+
+  it("a node that failed the start itself (a full disk): not counted, and the next start goes to another node until the setback ends", () => {
+    const full = { code: 'NODE_DISK_FULL', message: "no space left on the node's data dir (12 KiB free)" };
+    const launched = startLaunched(stateFor(spec), 'a1', { model: 'alpha', node: 'cpu-01', digest: alpha.digest, startedAt: 0 });
+    const failed = startConcluded(launched, 'a1', { kind: 'failed', error: full }, 0, S).state;
+    assert.equal(failed.models.alpha!.consecutiveFailures, 0);
+    assert.equal(failed.avoid['alpha@cpu-01'], S.backoff.maxMs);
+    const next = run(failed, [node('cpu-01'), node('cpu-02')], { now: S.backoff.initialMs, running: new Set() });
+    assert.deepEqual(starts(next), ['alpha@cpu-02']);
+    // with the other node gone too, it is unplaceable and says why
+    const alone = run(failed, [node('cpu-01'), node('cpu-02', [], false)], { now: S.backoff.initialMs, running: new Set() });
+    assert.deepEqual(starts(alone), []);
+    assert.match(alone.unplaceable.alpha!.reason, /1 set aside for now/);
+    assert.equal(alone.unplaceable.alpha!.avoided, 1);
+    // after the setback, cpu-01 is a candidate again, and the entry leaves the record
+    const later = run(failed, [node('cpu-01'), node('cpu-02', [], false)], { now: S.backoff.maxMs + 1, running: new Set() });
+    assert.deepEqual(starts(later), ['alpha@cpu-01']);
+    assert.deepEqual(later.state.avoid, {});
+  });
 });

@@ -221,7 +221,7 @@ describe('availability', () => {
     name: 'alpha', spec: alpha, phase: 'pending', desired: 1, ready: 0, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null, ...over,
   });
   const ready = { id: 'a1', model: 'alpha', node: 'cpu-01', endpoint: 'http://x', phase: 'ready' as const, digest: alpha.digest, startedAt: 0 };
-  const u = { code: 'PLACEMENT_NO_ROOM' as const, reason: 'needs 4 GiB', needBytes: 4, largestFree: null, checked: 2, excludedBySelector: 0, unknown: 0 };
+  const u = { code: 'PLACEMENT_NO_ROOM' as const, reason: 'needs 4 GiB', needBytes: 4, largestFree: null, checked: 2, excludedBySelector: 0, unknown: 0, avoided: 0 };
   const phases: [string, Parameters<typeof phaseOf>, string][] = [
     ['parked beats everything', [1, 1, 0, { ...initialHealth('d'), parked: { since: 0, lastError: kev } }, true], 'parked'],
     ['nothing wanted, nothing ready: idle', [0, 0, 0, undefined, false], 'idle'],

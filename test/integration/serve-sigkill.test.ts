@@ -1,0 +1,233 @@
+/**
+ * SIGKILL of a real `llmgw serve` (sshd node, llama-server, a fleet repo served over git), restarted
+ * with the same state dir: the state record carries what the killed controller knew.
+ * - An on-demand model in use is kept until its idle timeout counted from the last request before
+ *   the kill, then stopped (not on the restarted controller's first pass).
+ * - A `ctl restart` requested just before the kill is carried out after it: the old replica is
+ *   replaced by one new replica, surge-first, and nothing else is started.
+ */
+import { strict as assert } from 'node:assert';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { runCli } from '../harness/cli.js';
+import { freePort } from '../harness/llama-server.js';
+import { repoRoot } from '../harness/paths.js';
+import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
+
+const IDLE_S = 25;
+
+let fleet: TestFleet;
+let routerPort: number;
+let adminPort: number;
+let child: ChildProcess | null = null;
+let out = '';
+
+function serve(): ChildProcess {
+  const c = spawn(
+    process.execPath,
+    [
+      join(repoRoot, 'bin', 'llmgw.js'),
+      'serve',
+      '--fleet', fleet.git.url('fleet.git'),
+      '--git-token-file', join(fleet.secretsDir, 'git-token'),
+      '--secrets-dir', fleet.secretsDir,
+      '--state-dir', join(fleet.stateDir, 'serve'),
+      '--router-listen', `127.0.0.1:${routerPort}`,
+      '--admin-listen', `127.0.0.1:${adminPort}`,
+      '--no-router-auth',
+      '--no-admin-auth',
+    ],
+    { cwd: repoRoot, env: { ...process.env, LLMGW_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  c.stdout!.on('data', (d: Buffer) => (out = (out + d.toString()).slice(-200_000)));
+  c.stderr!.on('data', (d: Buffer) => (out = (out + d.toString()).slice(-200_000)));
+  return c;
+}
+
+async function sigkill(c: ChildProcess): Promise<void> {
+  const exited = new Promise((r) => c.once('exit', r));
+  c.kill('SIGKILL');
+  await exited;
+}
+
+interface ModelJson {
+  name: string;
+  phase: string;
+  replicas: { id: string; phase: string; node: string }[];
+}
+
+async function admin<T>(path: string, init?: RequestInit): Promise<T> {
+  const r = await fetch(`http://127.0.0.1:${adminPort}/admin/v1${path}`, init);
+  return (await r.json()) as T;
+}
+
+async function models(): Promise<Record<string, ModelJson>> {
+  const r = await admin<{ models: ModelJson[] }>('/models');
+  return Object.fromEntries(r.models.map((m) => [m.name, m]));
+}
+
+async function until<T>(what: string, timeoutMs: number, fn: () => Promise<T | null | undefined | false>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch {
+      // not serving yet
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n--- llmgw log (tail) ---\n${out.slice(-5000)}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function chat(model: string): Promise<number> {
+  const r = await fetch(`http://127.0.0.1:${routerPort}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
+  });
+  await r.arrayBuffer();
+  return r.status;
+}
+
+before(async () => {
+  fleet = await startTestFleet({ nodes: 1 });
+  [routerPort, adminPort] = [await freePort(), await freePort()];
+  const files = fleet.baseFiles();
+  delete files['models/kev.yaml'];
+  delete files['models/huge.yaml'];
+  files['models/good.yaml'] = modelYaml(fleet.models.good, [`on_demand: { idle_timeout: ${IDLE_S}s }`]);
+  files['models/steady.yaml'] = modelYaml(fleet.models.good2, ['replicas: 1']);
+  await fleet.push(files, 'fleet: an on-demand model and an always-on one');
+});
+
+after(async () => {
+  if (child && child.exitCode === null) await sigkill(child);
+  await fleet?.cleanup();
+});
+
+describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
+  it('keeps an on-demand model in use until its idle timeout from the last request, and carries out a restart asked for before the kill', async () => {
+    child = serve();
+    await until('steady ready', 120_000, async () => (await models()).steady?.phase === 'ready');
+    // the on-demand model in use: activated by a request, used until just before the kill
+    assert.equal(await chat('good'), 200);
+    assert.equal(await chat('good'), 200);
+    const lastRequestAt = Date.now();
+    const before = await models();
+    const goodReplica = before.good!.replicas.find((r) => r.phase === 'ready')!;
+    const oldSteady = before.steady!.replicas[0]!.id;
+    // a restart asked for, then the controller is killed before it is carried out
+    const restart = await admin<{ ids: string[]; done: boolean }>('/restart', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'steady' }) });
+    assert.deepEqual(restart.ids, [oldSteady]);
+    assert.equal(restart.done, false);
+    await sigkill(child);
+    out = '';
+
+    child = serve();
+    // the restart is carried out: the old replica replaced by a ready new one
+    const after = await until('the restart carried out', 120_000, async () => {
+      const m = await models();
+      const s = m.steady?.replicas ?? [];
+      return s.length === 1 && s[0]!.id !== oldSteady && s[0]!.phase === 'ready' ? m : null;
+    });
+    const done = await admin<{ done: boolean }>(`/restart?ids=${oldSteady}&wait=true&timeout=30`);
+    assert.equal(done.done, true);
+    // the on-demand model is still served by the same replica, well after the restarted controller's first passes
+    assert.deepEqual(after.good!.replicas.map((r) => r.id), [goodReplica.id]);
+    while (Date.now() < lastRequestAt + (IDLE_S - 5) * 1000) {
+      const m = await models();
+      assert.deepEqual(m.good!.replicas.map((r) => `${r.id} ${r.phase}`), [`${goodReplica.id} ready`], 'the on-demand replica in use was stopped before its idle timeout');
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    // and stopped once the idle timeout from the last request has passed
+    await until('the idle on-demand replica stopped', 60_000, async () => (await models()).good?.replicas.length === 0);
+    const stoppedAt = Date.now();
+    assert.ok(stoppedAt >= lastRequestAt + IDLE_S * 1000, `stopped ${stoppedAt - lastRequestAt} ms after the last request (idle timeout ${IDLE_S} s)`);
+    assert.match(out, /"reason":"idle"/);
+    // nothing but the one surge replacement was started by the restarted controller
+    assert.ok(out.split('"msg":"starting replica"').length - 1 <= 1, 'the restarted controller started at most the one surge replacement (none when the killed one had launched it)');
+  });
+
+  it('a truncated state file: serve starts anyway, names the file moved aside in ctl status, and the router serves', async () => {
+    if (child && child.exitCode === null) await sigkill(child);
+    const statePath = join(fleet.stateDir, 'serve', 'state.json');
+    writeFileSync(statePath, '{"version":2,"models":{');
+    out = '';
+    child = serve();
+    const status = await until('the controller serving again', 120_000, async () => {
+      const s = await admin<{ stateError: { code: string; message: string; hint: string } | null; lastPass: unknown }>('/status');
+      return s.lastPass ? s : null;
+    });
+    assert.equal(status.stateError?.code, 'STATE_FILE_CORRUPT');
+    assert.ok(status.stateError!.message.includes(statePath), status.stateError!.message);
+    assert.ok(readdirSync(join(fleet.stateDir, 'serve')).some((f) => f.startsWith('state.json.corrupt-')), 'the bad file is kept aside');
+    assert.match(out, /"msg":"state file not usable"/);
+    const ctl = await runCli(['ctl', 'status', '--server', `http://127.0.0.1:${adminPort}`]);
+    assert.match(ctl.stdout, /^state file\s+FAILED: .*STATE_FILE_CORRUPT/m);
+    assert.match(ctl.stdout, /moved aside to .*state\.json\.corrupt-/);
+    await until('steady served through the router', 120_000, async () => (await chat('steady')) === 200);
+  });
+
+  it('SIGKILL right after "starting replica": the replica ends adopted or started once — never two, no orphan', async () => {
+    await fleet.push({ 'models/fresh.yaml': modelYaml(fleet.models.good, ['replicas: 1']) }, 'fleet: add fresh');
+    const mark = out.length;
+    await admin('/models/steady/retry', { method: 'POST' }); // any admin call that runs a pass picks up the commit
+    await until('fresh starting', 60_000, async () => /"model":"fresh"[^\n]*"msg":"starting replica"/.test(out.slice(mark)));
+    await sigkill(child!);
+    out = '';
+    child = serve();
+    let most = 0;
+    await until('fresh ready', 120_000, async () => {
+      most = Math.max(most, replicaProcesses().filter((p) => p.startsWith('fresh-')).length);
+      return (await models()).fresh?.phase === 'ready';
+    });
+    assert.ok(most <= 1, `${most} llama-server processes of fresh at once`);
+    const known = new Set((await admin<{ replicas: { id: string }[] }>('/replicas')).replicas.map((r) => r.id));
+    assert.deepEqual(replicaProcesses().filter((id) => !known.has(id)), [], 'a llama-server process the controller does not report (an orphan)');
+    assert.equal(replicaProcesses().filter((p) => p.startsWith('fresh-')).length, 1);
+  });
+
+  it("SIGKILL after a failing model's third failure: it parks at exactly 5 counted failures across both controllers", async () => {
+    const before = out;
+    await fleet.push({ 'models/kev.yaml': modelYaml(fleet.models.kev, ['replicas: 1']) }, 'fleet: add kev');
+    await admin('/models/steady/retry', { method: 'POST' });
+    await until('kev failed 3 times', 120_000, async () => ((await admin<{ model: { consecutiveFailures: number } }>('/models/kev')).model.consecutiveFailures >= 3));
+    await sigkill(child!);
+    const old = out.slice(before.length);
+    out = '';
+    child = serve();
+    const kev = await until('kev parked', 120_000, async () => {
+      const m = (await admin<{ model: { parked: unknown; consecutiveFailures: number } }>('/models/kev')).model;
+      return m.parked ? m : null;
+    });
+    assert.equal(kev.consecutiveFailures, 5);
+    const started = (log: string): string[] => [...log.matchAll(/"replica":"(kev-[^"]+)"[^\n]*"msg":"starting replica"/g)].map((m) => m[1]!);
+    const failed = (log: string): string[] => [...log.matchAll(/"replica":"(kev-[^"]+)"[^\n]*"msg":"replica start failed"/g)].map((m) => m[1]!);
+    const inFlightAtKill = started(old).filter((id) => !failed(old).includes(id)).length;
+    const total = started(old).length + started(out).length;
+    assert.ok(total === 5 || (total === 6 && inFlightAtKill === 1), `${total} starts of kev (${inFlightAtKill} in flight at the kill)`);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal(started(out).length + started(old).length, total, 'a parked model is not started again');
+  });
+});
+
+/** Replica ids of the llama-server processes running on the node (their working dir is the replica's dir). */
+function replicaProcesses(): string[] {
+  const dir = `${fleet.nodes[0]!.dataDir}/replicas/`;
+  const ids: string[] = [];
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let cwd: string;
+    try {
+      cwd = readlinkSync(`/proc/${pid}/cwd`);
+    } catch {
+      continue;
+    }
+    if (!cwd.startsWith(dir)) continue;
+    const comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    if (comm.startsWith('llama-server')) ids.push(cwd.slice(dir.length));
+  }
+  return ids.sort();
+}
