@@ -71,18 +71,21 @@ export class PassLoop {
     this.poll = { ms, timer: this.timers.setInterval(() => void this.request('poll'), ms) };
   }
 
-  /** A pass at `at` (epoch ms), unless one is due sooner already. */
+  /**
+   * A pass at `at` (epoch ms), unless one is due sooner already. A time that has passed already (it
+   * came due while the pass that found it was running) gets a pass at once.
+   */
   wakeAt(at: number | null): void {
     const now = this.clock();
-    if (this.stopped || at === null || at <= now) return;
-    if (this.wake && this.wake.at <= at && this.wake.at > now) return;
+    if (this.stopped || at === null) return;
+    if (this.wake && this.wake.at <= at) return;
     if (this.wake) this.timers.clearTimeout(this.wake.timer);
     this.wake = {
       at,
       timer: this.timers.setTimeout(() => {
         this.wake = null;
         void this.request('wake');
-      }, at - now + 5),
+      }, Math.max(0, at - now) + 5),
     };
   }
 

@@ -107,6 +107,8 @@ export class Reconciler implements FleetView {
   private unplaceable: Readonly<Record<string, Unplaceable>> = {};
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
+  /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
+  private decidedAt: number | null = null;
   private current: FleetSnapshot;
   private modelIndex: { of: readonly ModelView[]; byName: Map<string, ModelView> } | null = null;
 
@@ -174,6 +176,7 @@ export class Reconciler implements FleetView {
     let actions = 0;
     const log = this.log.child({ pass: started, trigger });
     this.followClockSteps(log);
+    this.decidedAt = started;
     try {
       const spec = await this.sync(log);
       if (!spec || !this.leader()) return;
@@ -181,6 +184,7 @@ export class Reconciler implements FleetView {
       await this.nodes.observe(spec, log);
       await this.estimateMemory(spec);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
+      this.decidedAt = this.clock();
       const d = decide({
         state: this.state,
         spec,
@@ -189,7 +193,7 @@ export class Reconciler implements FleetView {
         memoryErrors: this.memoryErrors,
         running: new Set(this.running.keys()),
         stopping: this.stopping,
-        now: this.clock(),
+        now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
       });
       this.state = d.state;
@@ -315,7 +319,7 @@ export class Reconciler implements FleetView {
         desired: this.desired,
         readyReplicas: (model) => this.readyReplicas(model).map((r) => r.id),
         modelOf: (id) => modelOf.get(id),
-        now: this.clock(),
+        now: this.decidedAt ?? this.clock(),
       }),
     );
   }

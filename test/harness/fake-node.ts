@@ -101,10 +101,13 @@ export class FakeNode implements NodeDriver {
     private readonly failing: ReadonlySet<string>,
     /** Ticks between a failing replica's death and its start reporting it. */
     private readonly reportAfterTicks = 5,
+    /** Time an observation or a stop takes (the clocks advance by it): due times can pass during a pass. */
+    private readonly observeMs = 0,
   ) {}
 
   async observe(): Promise<NodeObservation> {
     await ticks(1);
+    this.clock.advance(this.observeMs);
     if (this.unreachable) throw new LlmgwError('NODE_UNREACHABLE', `${this.node} is down`);
     return {
       node: this.node,
@@ -156,6 +159,7 @@ export class FakeNode implements NodeDriver {
   }
   async stopReplica(id: string): Promise<void> {
     await ticks(1);
+    this.clock.advance(this.observeMs);
     this.replicas.delete(id);
   }
   async readFileRange(): Promise<{ data: Buffer; size: number }> {

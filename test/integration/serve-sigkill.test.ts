@@ -46,6 +46,13 @@ function serve(): ChildProcess {
   return c;
 }
 
+/** A running `llmgw serve` (started when the test before left none). */
+async function serving(): Promise<void> {
+  if (child && child.exitCode === null) return;
+  child = serve();
+  await until('llmgw serving', 120_000, async () => (await admin<{ lastPass: unknown }>('/status')).lastPass);
+}
+
 async function sigkill(c: ChildProcess): Promise<void> {
   const exited = new Promise((r) => c.once('exit', r));
   c.kill('SIGKILL');
@@ -172,6 +179,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
   });
 
   it('SIGKILL right after "starting replica": the replica ends adopted or started once — never two, no orphan', async () => {
+    await serving();
     await fleet.push({ 'models/fresh.yaml': modelYaml(fleet.models.good, ['replicas: 1']) }, 'fleet: add fresh');
     const mark = out.length;
     await admin('/models/steady/retry', { method: 'POST' }); // any admin call that runs a pass picks up the commit
@@ -191,10 +199,17 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
   });
 
   it("SIGKILL after a failing model's third failure: it parks at exactly 5 counted failures across both controllers", async () => {
+    await serving();
     const before = out;
     await fleet.push({ 'models/kev.yaml': modelYaml(fleet.models.kev, ['replicas: 1']) }, 'fleet: add kev');
     await admin('/models/steady/retry', { method: 'POST' });
-    await until('kev failed 3 times', 120_000, async () => ((await admin<{ model: { consecutiveFailures: number } }>('/models/kev')).model.consecutiveFailures >= 3));
+    let last: unknown = null;
+    await until('kev failed 3 times', 120_000, async () => {
+      last = await admin<{ model: { consecutiveFailures: number } }>('/models/kev');
+      return (last as { model?: { consecutiveFailures: number } }).model!.consecutiveFailures >= 3;
+    }).catch((e: Error) => {
+      throw new Error(`${e.message}\n--- /models/kev ---\n${JSON.stringify(last)}`);
+    });
     await sigkill(child!);
     const old = out.slice(before.length);
     out = '';

@@ -51,18 +51,18 @@ interface Run {
   readonly clock: FakeClock;
   readonly tracker: FixedSpec;
   readonly saved: () => ControllerState;
-  /** Steps of the world until `done` holds (or maxSteps); triggers arrive every step. */
-  drive(done: () => boolean, maxSteps?: number): Promise<void>;
+  /** Steps of the world until `done` holds (or maxSteps); up to triggersPerStep − 1 triggers arrive every step. */
+  drive(done: () => boolean, maxSteps?: number, triggersPerStep?: number): Promise<void>;
 }
 
-function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => void } = {}): Run {
+function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => void; observeMs?: number; saveMs?: number } = {}): Run {
   const random = rng(seed);
   const clock = new FakeClock();
   const timers = new FakeTimers(clock);
   const log = new FakeFleetLog();
   const tracker = new FixedSpec();
   const report = 1 + Math.floor(random() * 8);
-  const nodes = new Map(Object.keys(spec.nodes).map((n) => [n, new FakeNode(n, clock, log, new Set(['alpha']), report)]));
+  const nodes = new Map(Object.keys(spec.nodes).map((n) => [n, new FakeNode(n, clock, log, new Set(['alpha']), report, opts.observeMs ?? 0)]));
   opts.adopt?.(nodes);
   let saved: ControllerState = emptyState;
   let n = 0;
@@ -70,7 +70,14 @@ function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => v
     tracker,
     statusRepo: null,
     driverFor: (node) => nodes.get(node.name)!,
-    stateStore: { path: 'memory', save: async (s) => ((saved = s), true) },
+    stateStore: {
+      path: 'memory',
+      save: async (s) => {
+        saved = s;
+        clock.advance(opts.saveMs ?? 0); // a slow disk: time passes after the pass decided
+        return true;
+      },
+    },
     initialState: emptyState,
     engineApiKey: 'k',
     logger: pino({ level: 'silent' }),
@@ -85,9 +92,9 @@ function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => v
     clock,
     tracker,
     saved: () => saved,
-    async drive(done, maxSteps = 4000) {
+    async drive(done, maxSteps = 4000, triggersPerStep = 4) {
       for (let step = 0; step < maxSteps && !done(); step++) {
-        const triggers = Math.floor(random() * 4);
+        const triggers = Math.floor(random() * triggersPerStep);
         for (let i = 0; i < triggers; i++) void r.requestPass('demand');
         await ticks(1 + Math.floor(random() * 6));
         clock.advance(100 + Math.floor(random() * 500));
@@ -196,6 +203,18 @@ describe('the reconciler shell with fake nodes and a fake clock', () => {
       run.clock.advance(limit);
       await run.drive(() => run.r.model('gamma')!.consecutiveFailures > 0, 20);
       assert.equal(run.r.model('gamma')!.lastError?.code, 'REPLICA_UNHEALTHY');
+    } finally {
+      await run.r.stop();
+    }
+  });
+
+  it('with no trigger but its own timers, and I/O that takes time after the decision (a due time passes before the pass ends), a failing model still parks after exactly 5', async () => {
+    const run = setup(13, { observeMs: 300, saveMs: 1500 });
+    try {
+      await run.r.start();
+      await run.drive(() => parked(run.r), 4000, 1);
+      assert.ok(parked(run.r), `alpha not parked: ${JSON.stringify(run.r.model('alpha'))}`);
+      assertStartsHonourBackoff(run, 0, S.parkAfterFailures, 'timers only');
     } finally {
       await run.r.stop();
     }
