@@ -9,6 +9,9 @@ import { Agent, createServer, request as httpRequest, type IncomingMessage } fro
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Registry } from 'prom-client';
+import { findSamples, parseExposition } from '../../src/metrics/parse.js';
+import { createRouterMetrics } from '../../src/metrics/router.js';
 import { buildRouter, routerStats, type RouterLimits } from '../../src/router/app.js';
 import { freePort } from '../harness/llama-server.js';
 import { FakeFleetView, defaultStubHandler, fakeSpec, replica, sseChunk, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
@@ -21,6 +24,8 @@ interface Setup {
   fleet: FakeFleetView;
   url: string;
   port: number;
+  /** The router's non-zero request counters of `model` as "code reason=… n", and its upstream errors as "reason n", from a scrape. */
+  counted(model: string): Promise<{ requests: string[]; upstreamErrors: string[] }>;
 }
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -45,11 +50,20 @@ async function until(cond: () => boolean, what: string, ms = 5000): Promise<void
 
 async function router(models: Record<string, FakeModelInit>, limits: Partial<RouterLimits> = {}): Promise<Setup> {
   const fleet = new FakeFleetView(fakeSpec({ models, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
-  const app = buildRouter({ fleet, auth: { required: true }, limits });
+  const registry = new Registry();
+  const app = buildRouter({ fleet, auth: { required: true }, limits, metrics: createRouterMetrics(registry) });
   await app.listen({ port: 0, host: '127.0.0.1' });
   cleanups.push(() => app.close());
   const port = (app.server.address() as AddressInfo).port;
-  return { app, fleet, url: `http://127.0.0.1:${port}`, port };
+  const counted = async (model: string) => {
+    const s = parseExposition(await registry.metrics());
+    const nonZero = (name: string) => findSamples(s, name, { model }).filter((x) => x.value > 0);
+    return {
+      requests: nonZero('llmgw_router_requests_total').map((x) => `${x.labels['code']} reason=${x.labels['reason']} ${x.value}`).sort(),
+      upstreamErrors: nonZero('llmgw_router_upstream_errors_total').map((x) => `${x.labels['reason']} ${x.value}`).sort(),
+    };
+  };
+  return { app, fleet, url: `http://127.0.0.1:${port}`, port, counted };
 }
 
 interface Res {
@@ -127,7 +141,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const live = await stub();
     const deadPort = await freePort();
     const dead = `http://127.0.0.1:${deadPort}`;
-    const { fleet, url } = await router({ m: {}, gone: {} });
+    const { fleet, url, counted } = await router({ m: {}, gone: {} });
     fleet.setReady('m', [replica('m', dead, 'dead'), replica('m', live.url, 'live')]);
     for (let i = 0; i < 4; i++) {
       const r = await post(url, chat('m'));
@@ -142,17 +156,23 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.equal(e.code, 'upstream_connect_failed');
     assert.match(e.message, /2 tried/);
     assert.equal(r.headers['x-should-retry'], 'true');
+    // metrics: the failed attempts by catalogue code; the answers by status and the code the router answered with
+    const m = await counted('m');
+    assert.deepEqual(m.requests, ['200 reason= 4']);
+    assert.match(m.upstreamErrors.join(), /^UPSTREAM_CONNECT [1-4]$/, 'the dead replica is avoided after its first failure');
+    assert.deepEqual(await counted('gone'), { requests: ['502 reason=UPSTREAM_CONNECT 1'], upstreamErrors: ['UPSTREAM_CONNECT 2'] });
   });
 
   test('first-byte timeout → 504 upstream_first_byte_timeout', async () => {
     const s = await stub(() => undefined /* never answers */);
-    const { fleet, url } = await router({ m: {} }, { firstByteTimeoutMs: 300 });
+    const { fleet, url, counted } = await router({ m: {} }, { firstByteTimeoutMs: 300 });
     fleet.setReady('m', [replica('m', s.url)]);
     const t = performance.now();
     const r = await post(url, chat('m'));
     assert.ok(performance.now() - t < 3000);
     assert.equal(r.status, 504);
     assert.equal(JSON.parse(r.body).error.code, 'upstream_first_byte_timeout');
+    assert.deepEqual(await counted('m'), { requests: ['504 reason=UPSTREAM_FIRST_BYTE_TIMEOUT 1'], upstreamErrors: ['UPSTREAM_FIRST_BYTE_TIMEOUT 1'] });
   });
 
   test('a stalled SSE stream ends with an upstream_stalled error event; a stalled JSON body is cut', async () => {
@@ -166,13 +186,15 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       }
       // …and then nothing
     });
-    const { fleet, url } = await router({ m: {} }, { streamIdleTimeoutMs: 300 });
+    const { fleet, url, counted } = await router({ m: {} }, { streamIdleTimeoutMs: 300 });
     fleet.setReady('m', [replica('m', s.url)]);
     const r = await post(url, chat('m', true));
     assert.equal(r.status, 200);
     const events = r.body.split('\n\n').filter(Boolean);
     assert.match(events[0]!, /first/);
     assert.equal(JSON.parse(events.at(-1)!.slice(6)).error.code, 'upstream_stalled');
+    // the status went out as 200; the reason says how the router ended the stream
+    assert.deepEqual(await counted('m'), { requests: ['200 reason=UPSTREAM_STALLED 1'], upstreamErrors: ['UPSTREAM_STALLED 1'] });
     const j = await post(url, chat('m'), { path: '/v1/completions' }).catch((e: Error) => ({ status: -1, body: e.message, headers: {}, chunkTimes: [] }));
     assert.ok(j.status === -1 || j.body.endsWith('<<aborted>>'), `not cut: ${j.body}`);
   });
@@ -250,7 +272,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
   test('per-model concurrency limit → 429 concurrency_limit_exceeded, then served again', async () => {
     const s = await stub();
     s.handler = defaultStubHandler({ chunks: 5, intervalMs: 60 });
-    const { fleet, url } = await router({ m: { maxConcurrency: 1 } });
+    const { fleet, url, counted } = await router({ m: { maxConcurrency: 1 } });
     fleet.setReady('m', [replica('m', s.url)]);
     const first = post(url, chat('m', true));
     await until(() => s.requests.length === 1, 'the first request upstream');
@@ -262,6 +284,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.equal((await first).status, 200);
     assert.equal((await post(url, chat('m'))).status, 200);
     assert.equal(s.requests.length, 2);
+    assert.deepEqual((await counted('m')).requests, ['200 reason= 2', '429 reason=CONCURRENCY_LIMIT 1']);
   });
 
   test('a replica refusing the engine key → 502 upstream_auth_failed, not the replica\'s 401', async () => {
@@ -269,11 +292,12 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       res.writeHead(401, { 'content-type': 'application/json' });
       res.end('{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}');
     });
-    const { fleet, url } = await router({ m: {} });
+    const { fleet, url, counted } = await router({ m: {} });
     fleet.setReady('m', [replica('m', s.url)]);
     const r = await post(url, chat('m'));
     assert.equal(r.status, 502);
     assert.equal(JSON.parse(r.body).error.code, 'upstream_auth_failed');
+    assert.deepEqual(await counted('m'), { requests: ['502 reason=UPSTREAM_AUTH 1'], upstreamErrors: ['UPSTREAM_AUTH 1'] });
   });
 
   test('upstream errors other than auth pass through with their status and body', async () => {
@@ -281,11 +305,12 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       res.writeHead(400, { 'content-type': 'application/json' });
       res.end('{"error":{"code":400,"message":"bad param","type":"invalid_request_error"}}');
     });
-    const { fleet, url } = await router({ m: {} });
+    const { fleet, url, counted } = await router({ m: {} });
     fleet.setReady('m', [replica('m', s.url)]);
     const r = await post(url, chat('m'));
     assert.equal(r.status, 400);
     assert.match(r.body, /bad param/);
+    assert.deepEqual(await counted('m'), { requests: ['400 reason= 1'], upstreamErrors: [] }, 'the replica\'s own answer: no reason');
   });
 
   test('graceful shutdown: no new connections, in-flight streams finish within the grace', async () => {
