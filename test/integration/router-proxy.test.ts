@@ -8,12 +8,12 @@ import { strict as assert } from 'node:assert';
 import { Agent, createServer, request as httpRequest, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry } from 'prom-client';
 import { findSamples, parseExposition } from '../../src/metrics/parse.js';
 import { createRouterMetrics } from '../../src/metrics/router.js';
 import { buildRouter, routerStats, type RouterLimits } from '../../src/router/app.js';
 import { freePort } from '../harness/llama-server.js';
+import { until } from '../harness/wait.js';
 import { FakeFleetView, defaultStubHandler, fakeSpec, replica, sseChunk, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
 import type { FakeModelInit } from '../harness/fake-fleet-view.js';
 
@@ -37,15 +37,6 @@ async function stub(...args: Parameters<typeof startStubUpstream>): Promise<Stub
   const s = await startStubUpstream(...args);
   cleanups.push(() => s.close());
   return s;
-}
-
-/** Polls until `cond` holds (or fails after `ms`). */
-async function until(cond: () => boolean, what: string, ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
 }
 
 async function router(models: Record<string, FakeModelInit>, limits: Partial<RouterLimits> = {}): Promise<Setup> {
@@ -216,8 +207,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       req.end(payload);
       setTimeout(() => reject(new Error('no data')), 5000);
     });
-    const deadline = Date.now() + 2000;
-    while (s.clientAborts.length === 0 && Date.now() < deadline) await sleep(20);
+    await until(() => s.clientAborts.length > 0, 'the upstream request aborted', 2000);
     assert.deepEqual(s.clientAborts, ['/v1/chat/completions']);
     assert.equal(routerStats(app).active, 0);
     assert.equal(routerStats(app).inFlight(s.url), 0);
@@ -338,9 +328,10 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     s.handler = defaultStubHandler({ chunks: 500, intervalMs: 20 });
     const { fleet, url, app } = await router({ m: {} }, { shutdownGraceMs: 300 });
     fleet.setReady('m', [replica('m', s.url)]);
-    const inflight = post(url, chat('m', true));
-    await until(() => s.requests.length === 1, 'the stream upstream');
-    await sleep(50);
+    let firstChunk!: () => void;
+    const streaming = new Promise<void>((r) => (firstChunk = r));
+    const inflight = post(url, chat('m', true), { onResponse: (res) => res.once('data', () => firstChunk()) });
+    await streaming; // the headers and a chunk reached the client: the stream can only end with an error event
     const t = performance.now();
     await app.close();
     const ms = performance.now() - t;
@@ -348,25 +339,24 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const r = await inflight;
     const last = r.body.split('\n\n').filter(Boolean).at(-1)!;
     assert.equal(JSON.parse(last.slice(6)).error.code, 'router_shutting_down');
-    const deadline = Date.now() + 2000;
-    while (s.clientAborts.length === 0 && Date.now() < deadline) await sleep(20);
+    await until(() => s.clientAborts.length > 0, 'the upstream request aborted', 2000);
     assert.equal(s.clientAborts.length, 1, 'upstream not aborted');
   });
 
   test('a client that goes away while its model is activating: the wait ends, nothing is proxied', async () => {
     const s = await stub();
-    const { fleet, url, app } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } });
+    const { fleet, url, app, counted } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } });
     fleet.setPhase('lazy', 'idle');
     const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' } });
     req.on('error', () => undefined);
     req.end(JSON.stringify(chat('lazy')));
-    const deadline = Date.now() + 2000;
-    while (fleet.calls.waitReady.length === 0 && Date.now() < deadline) await sleep(10);
+    await until(() => fleet.calls.waitReady.length > 0, 'the request waiting for its model', 2000);
     assert.deepEqual(fleet.calls.waitReady, ['lazy']);
     req.destroy();
-    await sleep(100);
+    // the router is done with the request once it has counted it as a client that went away (499)
+    await until(async () => (await counted('lazy')).requests.includes('499 reason= 1'), 'the request counted as 499', 2000);
+    assert.equal(fleet.waiting('lazy'), 0, 'the wait for the model ended');
     fleet.setReady('lazy', [replica('lazy', s.url)]);
-    await sleep(100);
     assert.equal(s.requests.length, 0, 'proxied for a client that left');
     assert.equal(routerStats(app).active, 0);
   });
@@ -375,8 +365,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url, app } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } }, { shutdownGraceMs: 10_000 });
     fleet.setPhase('lazy', 'idle');
     const waiting = post(url, chat('lazy'));
-    const deadline = Date.now() + 2000;
-    while (fleet.calls.waitReady.length === 0 && Date.now() < deadline) await sleep(10);
+    await until(() => fleet.calls.waitReady.length > 0, 'the request waiting for its model', 2000);
     const t = performance.now();
     await app.close();
     const r = await waiting;
