@@ -15,9 +15,8 @@
  */
 import type { ServerResponse } from 'node:http';
 import { Pool, type Dispatcher } from 'undici';
-import type { RouterMetrics } from '../metrics/ports.js';
+import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
-import { NO_REASON } from '../metrics/ports.js';
 import { RouterError, renderError, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
 
 export interface UpstreamTimeouts {

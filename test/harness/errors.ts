@@ -7,7 +7,8 @@ import { isLlmgwError, type LlmgwError } from '../../src/errors/catalogue.js';
 export function isCode(code: string, re?: RegExp): (e: unknown) => boolean {
   return (e: unknown): boolean => {
     assert.ok(isLlmgwError(e), `expected an LlmgwError, got ${inspect(e)}`);
-    assert.equal(e.code, code, e.message);
+    const tail = typeof e.detail['logTail'] === 'string' ? `\n--- log tail ---\n${e.detail['logTail']}` : '';
+    assert.equal(e.code, code, e.message + tail);
     if (re) assert.match(e.message, re);
     return true;
   };
