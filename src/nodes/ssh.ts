@@ -422,11 +422,20 @@ export class SshShell implements Shell {
     }
   }
 
-  private openExec(client: Client, command: string): Promise<ClientChannel> {
+  /**
+   * Opens an exec channel. `onExit` is attached inside ssh2's callback, not after the promise
+   * resolves: when the exec reply, the output, the exit status and the close arrive in one read (a
+   * short command on a busy machine), ssh2 handles them all before any promise continuation runs,
+   * and the 'exit' event, unlike buffered stream data, is gone by then.
+   */
+  private openExec(client: Client, command: string, onExit?: (code: number | null, signal?: string) => void): Promise<ClientChannel> {
     return new Promise((resolve, reject) => {
       try {
         client.exec(command, (err, ch) => {
-          if (!err) resolve(ch);
+          if (!err) {
+            if (onExit) ch.once('exit', onExit);
+            resolve(ch);
+          }
           else if (isConnectionGone(err)) reject(new ConnectionGone(err.message));
           else reject(new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: cannot open an exec channel: ${err.message}`, { node: this.node }, { cause: err }));
         });
@@ -469,16 +478,16 @@ export class SshShell implements Shell {
       };
       op.addEventListener('abort', onAbort, { once: true });
 
-      this.openExec(client, remoteCommand(script, marker)).then((ch) => {
+      const onExit = (c: number | null, sig?: string): void => {
+        exited = true;
+        code = typeof c === 'number' ? c : null;
+        signal = sig ? (sig.startsWith('SIG') ? sig : `SIG${sig}`) : null;
+      };
+      this.openExec(client, remoteCommand(script, marker), onExit).then((ch) => {
         channel = ch;
         if (abandoned) ch.close(); // opened after an abort gave up on it
         ch.on('data', (d: Buffer) => stdoutParser.push(d));
         ch.stderr.on('data', (d: Buffer) => stderrParser.push(d));
-        ch.on('exit', (c: number | null, sig?: string) => {
-          exited = true;
-          code = typeof c === 'number' ? c : null;
-          signal = sig ? (sig.startsWith('SIG') ? sig : `SIG${sig}`) : null;
-        });
         // 'close' waits for stdout's end but not stderr's: wait for both before reading the tails.
         let pending = 2;
         const done = () => {
