@@ -54,15 +54,15 @@ const yesNo = (b: boolean): string => (b ? 'yes' : 'no');
 
 function reasonRow(c: string, r: Reason): string {
   const oa = r.openai ? `\`${r.openai.type}\` / \`${r.openai.code}\`` : '–';
-  return `| \`${c}\` | ${r.http} | ${yesNo(r.retryable)} | ${yesNo(r.countsTowardParking)} | ${oa} | ${mdText(r.hint)} |`;
+  return `| \`${c}\` | ${r.http} | ${yesNo(r.retryable)} | ${yesNo(r.countsTowardParking)} | ${yesNo(r.avoidsNode)} | ${oa} | ${mdText(r.hint)} |`;
 }
 
 describe('README reason table ↔ catalogue', () => {
   const rows = tableRows(section(readme, '## Reasons'));
   const header = rows[0];
 
-  it('has the columns code, HTTP, retryable, counts toward parking, OpenAI type / code, hint', () => {
-    assert.deepEqual(header, ['code', 'HTTP', 'retryable', 'counts toward parking', 'OpenAI type / code', 'hint']);
+  it('has the columns code, HTTP, retryable, counts toward parking, avoids the node, OpenAI type / code, hint', () => {
+    assert.deepEqual(header, ['code', 'HTTP', 'retryable', 'counts toward parking', 'avoids the node', 'OpenAI type / code', 'hint']);
   });
 
   it('lists every catalogue code once, with its status, flags, OpenAI type/code and hint, and no code the catalogue lacks', () => {
@@ -205,11 +205,7 @@ describe('catalogue ↔ src/', () => {
    * Codes in the catalogue that src/ does not raise yet, and why. An entry that src/ does use is
    * stale and fails the test: remove it.
    */
-  const UNUSED_BY_DESIGN: Record<string, string> = {
-    PLACEMENT_MEMORY_UNKNOWN: 'sub-code of MODEL_UNPLACEABLE; placement (src/reconciler) raises it with the reconciler redesign of issue 15',
-    PLACEMENT_NO_MATCHING_NODE: 'sub-code of MODEL_UNPLACEABLE; as above',
-    PLACEMENT_NO_ROOM: 'sub-code of MODEL_UNPLACEABLE; as above',
-  };
+  const UNUSED_BY_DESIGN: Record<string, string> = {};
 
   const srcDir = join(repoRoot, 'src');
   const files = (dir: string): string[] =>
@@ -254,6 +250,7 @@ describe('catalogue ↔ src/', () => {
     const stale = Object.keys(UNUSED_BY_DESIGN).filter((c) => used.has(c));
     assert.deepEqual(stale, [], `UNUSED_BY_DESIGN entries that src/ uses now (${stale.map((c) => [...used.get(c)!].join(' ')).join('; ')}): remove them`);
     for (const c of Object.keys(UNUSED_BY_DESIGN)) assert.ok(Object.hasOwn(Reasons, c), `UNUSED_BY_DESIGN names ${c}, which is not in the catalogue`);
+    // (empty today; an entry says why a code is in the catalogue before anything raises it)
     assert.ok(used.size >= 60, `the scan found only ${used.size} codes`);
   });
 
