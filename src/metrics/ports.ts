@@ -1,14 +1,21 @@
 /** What the router reports to metrics; implemented with prom-client in src/metrics. */
 export interface RouterMetrics {
-  /** A finished request: its model ("" when unknown), status code and duration. */
-  request(model: string, code: number, durationSeconds: number): void;
+  /**
+   * A finished request: its model ("" when unknown), status code, duration, and `reason`: the
+   * catalogue code of the error the router answered or ended the response with (MODEL_PARKED,
+   * UPSTREAM_CONNECT, …), or NO_REASON ("") when the response is the replica's own.
+   */
+  request(model: string, code: number, durationSeconds: number, reason: string): void;
   /** Time from the request's arrival to the first response byte from upstream. */
   timeToFirstToken(model: string, seconds: number): void;
-  /** An upstream failure: connect, first_byte_timeout, stall_timeout, reset, … */
+  /** A failed attempt to talk to a replica, by the UPSTREAM_* catalogue code it maps to. */
   upstreamError(model: string, reason: string): void;
   /** In-flight requests (+1 at start, -1 at end). */
   inFlight(model: string, delta: number): void;
 }
+
+/** The `reason` of a request the router did not refuse or cut: the replica's answer, or a client that went away. */
+export const NO_REASON = '';
 
 export const noRouterMetrics: RouterMetrics = {
   request: () => undefined,

@@ -4,7 +4,7 @@
  */
 import type { Registry } from 'prom-client';
 import { CellCounter, CellGauge, CellHistogram, type HistogramCell, type ValueCell } from './cells.js';
-import type { RouterMetrics } from './ports.js';
+import { NO_REASON, type RouterMetrics } from './ports.js';
 import { MetricNames as N } from './names.js';
 
 /** Whole requests: from a few milliseconds (errors, cached) to minutes (long generations). */
@@ -30,8 +30,8 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
   const registers = [registry];
   const requests = new CellCounter({
     name: N.routerRequestsTotal,
-    help: 'Requests the router answered, by model ("" when unknown) and HTTP status code.',
-    labelNames: ['model', 'code'],
+    help: 'Requests the router answered, by model ("" when unknown), HTTP status code and reason (the catalogue code the router refused or cut the request with; "" for the replica\'s own answers).',
+    labelNames: ['model', 'code', 'reason'],
     registers,
   });
   const duration = new CellHistogram({
@@ -50,7 +50,7 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
   });
   const upstreamErrors = new CellCounter({
     name: N.routerUpstreamErrorsTotal,
-    help: 'Failures talking to a replica, by reason (connect, first_byte_timeout, stall_timeout, reset, …).',
+    help: 'Failed attempts to talk to a replica, by reason (UPSTREAM_CONNECT, UPSTREAM_FIRST_BYTE_TIMEOUT, UPSTREAM_STALLED, UPSTREAM_FAILED, UPSTREAM_AUTH).',
     labelNames: ['model', 'reason'],
     registers,
   });
@@ -66,7 +66,10 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     readonly duration: HistogramCell;
     readonly ttft: HistogramCell;
     readonly inFlight: ValueCell;
+    /** Request counters of the replicas' own answers (reason ""), by status code. */
     readonly codes: Map<number, ValueCell>;
+    /** Request counters of refused or cut requests, by `${reason} ${code}`. */
+    readonly refused: Map<string, { readonly code: string; readonly reason: string; readonly cell: ValueCell }>;
     /** Upstream failure reasons seen (their counters are removed with the model). */
     readonly reasons: Set<string>;
     readonly label: string;
@@ -76,39 +79,49 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     let c = byModel.get(model);
     if (!c) {
       const m = modelLabel(model);
-      c = { duration: duration.cell(m), ttft: ttft.cell(m), inFlight: inFlight.cell(m), codes: new Map(), reasons: new Set(), label: m };
+      c = { duration: duration.cell(m), ttft: ttft.cell(m), inFlight: inFlight.cell(m), codes: new Map(), refused: new Map(), reasons: new Set(), label: m };
       if (byModel.size < 10_000) byModel.set(model, c);
     }
     return c;
   };
 
-  const counterFor = (c: ModelCells, code: number): ValueCell => {
-    let counter = c.codes.get(code);
-    if (!counter) {
-      counter = requests.cell(c.label, String(code));
-      c.codes.set(code, counter);
+  const counterFor = (c: ModelCells, code: number, reason: string): ValueCell => {
+    if (reason === NO_REASON) {
+      let counter = c.codes.get(code);
+      if (!counter) {
+        counter = requests.cell(c.label, String(code), NO_REASON);
+        c.codes.set(code, counter);
+      }
+      return counter;
     }
-    return counter;
+    const key = `${reason} ${code}`;
+    let r = c.refused.get(key);
+    if (!r) {
+      r = { code: String(code), reason, cell: requests.cell(c.label, String(code), reason) };
+      c.refused.set(key, r);
+    }
+    return r.cell;
   };
 
   return {
     setModels(names) {
       const keep = new Set(names);
       keep.add(''); // requests naming no known model
-      for (const name of names) counterFor(cells(name), 200);
+      for (const name of names) counterFor(cells(name), 200, NO_REASON);
       for (const [model, c] of byModel) {
         if (keep.has(model) || c.inFlight.value !== 0) continue;
         byModel.delete(model);
         duration.remove(c.label);
         ttft.remove(c.label);
         inFlight.remove(c.label);
-        for (const code of c.codes.keys()) requests.remove(c.label, String(code));
+        for (const code of c.codes.keys()) requests.remove(c.label, String(code), NO_REASON);
+        for (const r of c.refused.values()) requests.remove(c.label, r.code, r.reason);
         for (const reason of c.reasons) upstreamErrors.remove(c.label, reason);
       }
     },
-    request(model, code, durationSeconds) {
+    request(model, code, durationSeconds, reason) {
       const c = cells(model);
-      counterFor(c, code).value++;
+      counterFor(c, code, reason).value++;
       duration.observe(c.duration, durationSeconds > 0 ? durationSeconds : 0);
     },
     timeToFirstToken(model, seconds) {

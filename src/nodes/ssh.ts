@@ -51,6 +51,8 @@ export interface SshOptions {
   /** Channels open at once on the connection (default 8; OpenSSH's MaxSessions defaults to 10). */
   readonly maxChannels?: number;
   readonly outputCapBytes?: number;
+  /** The clock the connect backoff reads (ms since the epoch); Date.now by default. */
+  readonly clock?: () => number;
 }
 
 // ---------------------------------------------------------------- host keys
@@ -108,10 +110,19 @@ function errText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-function isNotConnected(e: unknown): boolean {
+/**
+ * ssh2 gives these errors no code, so they are matched by text (pinned against the real library in
+ * test/integration/nodes-ssh.test.ts, so an upgrade that changes them fails there):
+ * - 'Not connected': a channel asked of a client whose socket is gone (thrown by exec/sftp);
+ * - 'No response from server': the connection closed before the server answered a channel request.
+ */
+export function isConnectionGone(e: unknown): boolean {
   const m = errText(e);
   return m === 'Not connected' || m === 'No response from server';
 }
+
+/** ssh2's handshake error when the server offers none of the host key algorithms asked for (the pinned key's type). */
+export const NO_MATCHING_HOST_KEY = /no matching host key format/;
 
 /** Thrown when a channel could not be opened because the connection was gone: safe to retry. */
 class ConnectionGone extends Error {}
@@ -130,7 +141,11 @@ export class SshConnection {
   private readonly waiters: Array<() => void> = [];
   private connectCount = 0;
 
-  constructor(readonly node: NodeSpec, private readonly opts: SshOptions) {}
+  private readonly now: () => number;
+
+  constructor(readonly node: NodeSpec, private readonly opts: SshOptions) {
+    this.now = opts.clock ?? Date.now;
+  }
 
   /** Successful connects so far (1 for a connection that never dropped). */
   get connects(): number { return this.connectCount; }
@@ -141,7 +156,7 @@ export class SshConnection {
     if (this.closed) throw new Error(`node ${this.node.name}: ssh shell is closed`);
     if (this.client) return this.client;
     if (!this.connecting) {
-      const wait = this.nextAttemptAt - Date.now();
+      const wait = this.nextAttemptAt - this.now();
       if (wait > 0 && this.lastError) {
         const at = new Date(this.nextAttemptAt).toISOString();
         throw new LlmgwError(this.lastError.code, `${this.lastError.message} (backing off; next attempt at ${at})`,
@@ -203,7 +218,7 @@ export class SshConnection {
       const b = this.opts.backoff ?? { initialMs: 1_000, maxMs: 30_000 };
       this.failures++;
       const delay = Math.min(b.initialMs * 2 ** (this.failures - 1), b.maxMs);
-      this.nextAttemptAt = Date.now() + delay;
+      this.nextAttemptAt = this.now() + delay;
       this.lastError = err;
       this.opts.logger?.warn({ node: this.node.name, code, err: message, retryInMs: delay }, 'ssh connect failed');
     }
@@ -297,7 +312,7 @@ export class SshConnection {
         expected: pinned ? fingerprint(pinned.blob) : null, presented: fingerprint(presented), presentedKey,
       }, e);
     }
-    if (presented === null && pinned !== null && /no matching host key format/.test(e.message)) {
+    if (presented === null && pinned !== null && NO_MATCHING_HOST_KEY.test(e.message)) {
       return this.fail('NODE_HOST_KEY_MISMATCH', `node ${node.name}: the node offers no ${pinned.type} host key; expected ${pinned.type} ${fingerprint(pinned.blob)}`,
         { expected: fingerprint(pinned.blob), presented: null }, e);
     }
@@ -407,16 +422,25 @@ export class SshShell implements Shell {
     }
   }
 
-  private openExec(client: Client, command: string): Promise<ClientChannel> {
+  /**
+   * Opens an exec channel. `onExit` is attached inside ssh2's callback, not after the promise
+   * resolves: when the exec reply, the output, the exit status and the close arrive in one read (a
+   * short command on a busy machine), ssh2 handles them all before any promise continuation runs,
+   * and the 'exit' event, unlike buffered stream data, is gone by then.
+   */
+  private openExec(client: Client, command: string, onExit?: (code: number | null, signal?: string) => void): Promise<ClientChannel> {
     return new Promise((resolve, reject) => {
       try {
         client.exec(command, (err, ch) => {
-          if (!err) resolve(ch);
-          else if (isNotConnected(err)) reject(new ConnectionGone(err.message));
+          if (!err) {
+            if (onExit) ch.once('exit', onExit);
+            resolve(ch);
+          }
+          else if (isConnectionGone(err)) reject(new ConnectionGone(err.message));
           else reject(new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: cannot open an exec channel: ${err.message}`, { node: this.node }, { cause: err }));
         });
       } catch (e) {
-        reject(isNotConnected(e) ? new ConnectionGone(errText(e)) : e);
+        reject(isConnectionGone(e) ? new ConnectionGone(errText(e)) : e);
       }
     });
   }
@@ -454,16 +478,16 @@ export class SshShell implements Shell {
       };
       op.addEventListener('abort', onAbort, { once: true });
 
-      this.openExec(client, remoteCommand(script, marker)).then((ch) => {
+      const onExit = (c: number | null, sig?: string): void => {
+        exited = true;
+        code = typeof c === 'number' ? c : null;
+        signal = sig ? (sig.startsWith('SIG') ? sig : `SIG${sig}`) : null;
+      };
+      this.openExec(client, remoteCommand(script, marker), onExit).then((ch) => {
         channel = ch;
         if (abandoned) ch.close(); // opened after an abort gave up on it
         ch.on('data', (d: Buffer) => stdoutParser.push(d));
         ch.stderr.on('data', (d: Buffer) => stderrParser.push(d));
-        ch.on('exit', (c: number | null, sig?: string) => {
-          exited = true;
-          code = typeof c === 'number' ? c : null;
-          signal = sig ? (sig.startsWith('SIG') ? sig : `SIG${sig}`) : null;
-        });
         // 'close' waits for stdout's end but not stderr's: wait for both before reading the tails.
         let pending = 2;
         const done = () => {
@@ -524,11 +548,11 @@ export class SshShell implements Shell {
       try {
         client.sftp((err, sftp) => {
           if (!err) resolve(sftp);
-          else if (isNotConnected(err)) reject(new ConnectionGone(err.message));
+          else if (isConnectionGone(err)) reject(new ConnectionGone(err.message));
           else reject(new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: cannot open an sftp channel: ${err.message}`, { node: this.node }, { cause: err }));
         });
       } catch (e) {
-        reject(isNotConnected(e) ? new ConnectionGone(errText(e)) : e);
+        reject(isConnectionGone(e) ? new ConnectionGone(errText(e)) : e);
       }
     });
   }

@@ -18,7 +18,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
-import { noRouterMetrics, type RouterMetrics } from '../metrics/ports.js';
+import { NO_REASON, noRouterMetrics, type RouterMetrics } from '../metrics/ports.js';
 import type { FleetView } from '../reconciler/view.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import { grantAllows } from './auth.js';
@@ -161,7 +161,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     const r = request as RouterRequest;
     const adm = r.llmgwAdmission!;
     const body = JSON.stringify(listModels(fleet, adm.spec, adm.grant));
-    metrics.request('', 200, (performance.now() - r.llmgwT0) / 1000);
+    metrics.request('', 200, (performance.now() - r.llmgwT0) / 1000, NO_REASON);
     void reply.header('content-type', 'application/json; charset=utf-8').send(body);
   });
 
@@ -174,7 +174,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     if (model === undefined || spec === undefined || !grantAllows(adm.grant, model)) {
       throw modelNotFound(name);
     }
-    metrics.request(model, 200, (performance.now() - r.llmgwT0) / 1000);
+    metrics.request(model, 200, (performance.now() - r.llmgwT0) / 1000, NO_REASON);
     void reply.header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(modelEntry(fleet, spec)));
   });
 

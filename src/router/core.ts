@@ -13,7 +13,7 @@
  * `model`; the original bytes are forwarded. No per-request logging.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import type { RouterMetrics } from '../metrics/ports.js';
+import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
@@ -157,7 +157,7 @@ export class RouterCore {
     });
     req.on('error', () => {
       // the client went away while sending the body
-      if (!over && !res.headersSent) this.metrics.request('', CLIENT_CLOSED_STATUS, (performance.now() - t0) / 1000);
+      if (!over && !res.headersSent) this.metrics.request('', CLIENT_CLOSED_STATUS, (performance.now() - t0) / 1000, NO_REASON);
       over = true;
       res.destroy();
     });
@@ -239,7 +239,7 @@ export class RouterCore {
     }
     if (gone.signal.aborted) {
       res.destroy();
-      this.metrics.request(model, CLIENT_CLOSED_STATUS, (performance.now() - t0) / 1000);
+      this.metrics.request(model, CLIENT_CLOSED_STATUS, (performance.now() - t0) / 1000, NO_REASON);
       return;
     }
     if (this.shutdown.signal.aborted) {
@@ -252,7 +252,7 @@ export class RouterCore {
   fail(res: ServerResponse, model: string, t0: number, e: unknown, close = false): void {
     const r = renderError(e);
     if (r.code === 'INTERNAL') this.log?.error({ err: e }, 'router: internal error');
-    this.metrics.request(model, r.status, (performance.now() - t0) / 1000);
+    this.metrics.request(model, r.status, (performance.now() - t0) / 1000, r.code);
     writeRendered(res, r, close || this.ctx.shuttingDown ? { connection: 'close' } : undefined);
   }
 

@@ -101,11 +101,6 @@ export function writeRendered(res: ServerResponse, r: RenderedError, extraHeader
   return r.status;
 }
 
-/** Writes an error straight to a raw response (hijacked replies). Returns the status written, or 0 if it could not. */
-export function writeErrorRaw(res: ServerResponse, e: unknown, extraHeaders?: Record<string, string>): number {
-  return writeRendered(res, renderError(e), extraHeaders);
-}
-
 /** A name or URL quoted in a message, cut at 200 characters. */
 function quote(name: string): string {
   return name.length > 200 ? `${name.slice(0, 200)}…` : name;
@@ -126,5 +121,10 @@ export function routeNotFound(method: string, url: string): RouterError {
 
 /** The same error as one SSE event (`data: {"error":…}`), which OpenAI SDKs raise as an APIError mid-stream. */
 export function sseErrorEvent(e: unknown): string {
-  return `data: ${renderError(e).body}\n\n`;
+  return sseEvent(renderError(e));
+}
+
+/** A rendered error as one SSE event. */
+export function sseEvent(r: RenderedError): string {
+  return `data: ${r.body}\n\n`;
 }

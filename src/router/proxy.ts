@@ -15,9 +15,9 @@
  */
 import type { ServerResponse } from 'node:http';
 import { Pool, type Dispatcher } from 'undici';
-import type { RouterMetrics } from '../metrics/ports.js';
+import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
-import { RouterError, sseErrorEvent, writeErrorRaw } from './errors.js';
+import { RouterError, renderError, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
 
 export interface UpstreamTimeouts {
   /** TCP connect to a replica. */
@@ -144,6 +144,19 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
 /** Failures before any response byte after which another replica is tried. */
 export function isRetryableBeforeResponse(f: UpstreamFailure): boolean {
   return f === 'connect' || f === 'connect_timeout' || f === 'reset';
+}
+
+/**
+ * The catalogue code of a failed attempt (what `llmgw_router_upstream_errors_total{reason}` counts):
+ * the error the client gets if no other replica is tried. A failure before any response byte that is
+ * retried on another replica is a connect failure; the finer kind stays in the log.
+ */
+export function upstreamReason(f: UpstreamFailure, responded: boolean): RouterReasonCode {
+  if (f === 'auth') return 'UPSTREAM_AUTH';
+  if (!responded && isRetryableBeforeResponse(f)) return 'UPSTREAM_CONNECT';
+  if (f === 'first_byte_timeout') return 'UPSTREAM_FIRST_BYTE_TIMEOUT';
+  if (f === 'stall_timeout') return 'UPSTREAM_STALLED';
+  return 'UPSTREAM_FAILED';
 }
 
 /** Upstream response headers passed to the client; everything else (server, CORS, auth echoes…) is dropped. */
@@ -307,7 +320,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     this.ctx.metrics.inFlight(this.model, 1);
     if (this.res.destroyed) {
       // the client left before anything was sent upstream (e.g. while its model was activating)
-      this.finish(CLIENT_CLOSED_STATUS);
+      this.finish(CLIENT_CLOSED_STATUS, NO_REASON);
       return;
     }
     this.res.on('close', this.onClientClose);
@@ -380,7 +393,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   onComplete(): void {
     this.releaseUpstream();
     this.res.end();
-    this.finish(this.status);
+    this.finish(this.status, NO_REASON);
   }
 
   onError(err: Error): void {
@@ -388,7 +401,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     if (this.done) return;
     const reason = this.abortReason;
     if (reason instanceof ClientGone) {
-      this.finish(CLIENT_CLOSED_STATUS);
+      this.finish(CLIENT_CLOSED_STATUS, NO_REASON);
       return;
     }
     if (reason) {
@@ -397,13 +410,13 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       return;
     }
     if (err instanceof RouterError) {
-      this.ctx.metrics.upstreamError(this.model, 'auth');
+      this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.responded));
       this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint }, err.message);
       this.fail(err, null);
       return;
     }
     const kind = classifyUpstreamError(err);
-    this.ctx.metrics.upstreamError(this.model, kind);
+    this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.responded));
     if (!this.responded && isRetryableBeforeResponse(kind)) {
       const failed = this.replica!;
       const now = performance.now();
@@ -437,27 +450,29 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   /** Ends the client response with an error: an envelope before the headers, an SSE error event or a cut after. */
   private fail(e: Error, _kind: string | null): void {
     const res = this.res;
+    const r = renderError(e);
     let status: number;
     if (!res.headersSent) {
-      status = writeErrorRaw(res, e, this.ctx.shuttingDown ? { connection: 'close' } : undefined) || 502;
+      status = writeRendered(res, r, this.ctx.shuttingDown ? { connection: 'close' } : undefined) || 502;
     } else if (this.sse && !res.destroyed && !res.writableEnded) {
-      res.end(sseErrorEvent(e));
+      res.end(sseEvent(r));
       status = this.status;
     } else {
       res.destroy();
       status = this.status;
     }
-    this.finish(status);
+    this.finish(status, r.code);
   }
 
-  private finish(status: number): void {
+  /** `reason`: the catalogue code the router ended the request with, NO_REASON for the replica's own answer. */
+  private finish(status: number, reason: string): void {
     if (this.done) return;
     this.done = true;
     this.res.removeListener('close', this.onClientClose);
     const ctx = this.ctx;
     if (this.counter) this.counter.n--;
     ctx.metrics.inFlight(this.model, -1);
-    ctx.metrics.request(this.model, status, (performance.now() - this.t0) / 1000);
+    ctx.metrics.request(this.model, status, (performance.now() - this.t0) / 1000, reason);
     ctx.active.delete(this);
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
   }

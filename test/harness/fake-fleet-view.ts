@@ -262,6 +262,11 @@ export class FakeFleetView implements FleetView {
   touch(model: string): void {
     this.calls.touch.push(model);
   }
+
+  /** Requests waiting in waitReady for `model` right now. */
+  waiting(model: string): number {
+    return this.waiters.get(model)?.size ?? 0;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -242,13 +242,19 @@ describe('alert rules and dashboard against the series the code exports', () => 
   it('the parking scenario\'s scrape fires exactly the model alerts, and the dashboard queries show it', async () => {
     const metrics = createMetrics({ defaultMetrics: false });
     metrics.applySnapshot(parkingSnapshot);
-    metrics.router.request('new-arch', 503, 0.01);
+    // six refusals of the parked model and six answers of the ready one, a minute (the counters below)
+    for (let i = 0; i < 6; i++) {
+      metrics.router.request('new-arch', 503, 0.01, 'MODEL_PARKED');
+      metrics.router.request('ok', 200, 0.5, '');
+    }
     const samples = parseExposition(await metrics.registry.metrics());
     // The scrape, as Prometheus stores it (job and instance added), constant for 30 minutes.
     const input_series = samples.map((smp) => {
       const labels = { ...smp.labels, job: 'llmgw', instance: 'c1:9464' };
       const body = Object.entries(labels).map(([k, v]) => `${k}=${quote(v)}`).join(',');
-      return { series: `${smp.name}{${body}}`, values: `${smp.value}x30` };
+      // counters of requests grow by their value each minute; everything else stays as scraped
+      const values = smp.name === 'llmgw_router_requests_total' ? `0+${smp.value}x30` : `${smp.value}x30`;
+      return { series: `${smp.name}{${body}}`, values };
     });
 
     const dash = JSON.parse(readFileSync(dashboardFile, 'utf8')) as { panels: { title: string; targets?: { expr: string }[] }[] };
@@ -266,7 +272,7 @@ describe('alert rules and dashboard against the series the code exports', () => 
         input_series,
         promql_expr_test: [
           {
-            // Every alert firing 11 minutes in: the parked model, the oversize model, both not serving.
+            // Every alert firing 11 minutes in: the parked model, the oversize model, both not serving, and the parked one's refusals.
             expr: 'count by (alertname, model) (ALERTS{alertstate="firing"})',
             eval_time: '11m',
             exp_samples: [
@@ -274,6 +280,8 @@ describe('alert rules and dashboard against the series the code exports', () => 
               { labels: '{alertname="LlmgwModelNotServing", model="huge"}', value: 1 },
               { labels: '{alertname="LlmgwModelParked", model="new-arch"}', value: 1 },
               { labels: '{alertname="LlmgwModelUnplaceable", model="huge"}', value: 1 },
+              // every request for the parked model is refused with a 503 (reason MODEL_PARKED)
+              { labels: '{alertname="LlmgwRouter5xxRatio", model="new-arch"}', value: 1 },
             ],
           },
           { expr: panelExpr('Models not serving'), eval_time: '11m', exp_samples: [{ labels: '{}', value: 2 }] },
@@ -304,6 +312,13 @@ describe('alert rules and dashboard against the series the code exports', () => 
               { labels: '{model="idle", state="idle"}', value: 1 },
             ],
           },
+          {
+            // refusals by their catalogue code; the ready model's answers (reason "") are not refusals
+            expr: panelExpr('Refused requests by reason'),
+            eval_time: '11m',
+            exp_samples: [{ labels: '{model="new-arch", reason="MODEL_PARKED"}', value: 0.1 }],
+          },
+          { expr: panelExpr('Requests by code'), eval_time: '11m', exp_samples: [{ labels: '{code="200"}', value: 0.1 }, { labels: '{code="503"}', value: 0.1 }] },
         ],
       }],
     };

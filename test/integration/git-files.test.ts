@@ -3,27 +3,16 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { inspect } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { ObjectSizer } from '../../src/git/objects.js';
 import { FleetRepo } from '../../src/git/repo.js';
-import { isLlmgwError } from '../../src/errors/catalogue.js';
 import { WorkRepo, cleanupTempDirs } from '../harness/git.js';
+import { rejectsWith } from '../harness/errors.js';
 
 const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
 const BIG = 50 * 1024 * 1024;
 const LIMIT = 256 * 1024;
 
-async function rejects(p: Promise<unknown>, code: string): Promise<Record<string, unknown>> {
-  let detail: Record<string, unknown> = {};
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isLlmgwError(e), inspect(e));
-    assert.equal(e.code, code, e.message);
-    detail = { ...e.detail };
-    return true;
-  });
-  return detail;
-}
 
 /** 50 MB that zlib cannot shrink (a random 64 KiB block repeated beyond its 32 KiB window). */
 function bigBlob(): Buffer {
@@ -82,14 +71,14 @@ describe('gitFiles', () => {
     const files = new FleetRepo({ path: work.dir }).files(head);
     assert.equal(text(await files.read('models/link-ok.yaml', 100)), 'base: true\n');
     for (const p of ['models/link-up.yaml', 'models/link-abs.yaml', 'models/link-to-link.yaml', 'models/link-dangling.yaml']) {
-      const detail = await rejects(files.read(p, 100), 'SPEC_SYMLINK_ESCAPES');
+      const { detail } = await rejectsWith(files.read(p, 100), 'SPEC_SYMLINK_ESCAPES');
       assert.equal(detail.path, p);
     }
-    await rejects(files.read('models/link-dir.yaml', 100), 'SPEC_UNEXPECTED_FILE');
-    await rejects(files.read('models', 100), 'SPEC_UNEXPECTED_FILE');
-    await rejects(files.read('vendor', 100), 'SPEC_UNEXPECTED_FILE');
-    await rejects(files.read('../fleet.yaml', 100), 'GIT_PATH_NOT_FOUND');
-    await rejects(files.read('models/none.yaml', 100), 'GIT_PATH_NOT_FOUND');
+    await rejectsWith(files.read('models/link-dir.yaml', 100), 'SPEC_UNEXPECTED_FILE');
+    await rejectsWith(files.read('models', 100), 'SPEC_UNEXPECTED_FILE');
+    await rejectsWith(files.read('vendor', 100), 'SPEC_UNEXPECTED_FILE');
+    await rejectsWith(files.read('../fleet.yaml', 100), 'GIT_PATH_NOT_FOUND');
+    await rejectsWith(files.read('models/none.yaml', 100), 'GIT_PATH_NOT_FOUND');
     assert.equal(text(await files.read('models/deep/x.yaml', 100)), 'deep\n');
   });
 
@@ -97,7 +86,7 @@ describe('gitFiles', () => {
     const files = repo.files(head);
     const before = process.memoryUsage().arrayBuffers;
     const started = Date.now();
-    const detail = await rejects(files.read('models/big.yaml', LIMIT), 'SPEC_FILE_TOO_LARGE');
+    const { detail } = await rejectsWith(files.read('models/big.yaml', LIMIT), 'SPEC_FILE_TOO_LARGE');
     assert.equal(detail.size, BIG);
     assert.equal(detail.maxBytes, LIMIT);
     // Refused from the object header: the 50 MB blob was never inflated. (isomorphic-git does

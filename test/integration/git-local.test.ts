@@ -2,21 +2,14 @@
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { inspect } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { FleetRepo } from '../../src/git/repo.js';
 import { isLlmgwError } from '../../src/errors/catalogue.js';
 import { WorkRepo, cleanupTempDirs, makeTempDir } from '../harness/git.js';
+import { rejectsWith } from '../harness/errors.js';
 
 const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
 
-async function rejects(p: Promise<unknown>, code: string): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isLlmgwError(e), inspect(e));
-    assert.equal(e.code, code, e.message);
-    return true;
-  });
-}
 
 describe('FleetRepo over a local path', () => {
   let work: WorkRepo;
@@ -48,7 +41,7 @@ describe('FleetRepo over a local path', () => {
         (await files.list()).map((e) => e.path),
         ['fleet.yaml', 'models', 'models/a.yaml'],
       );
-      await rejects(files.read('models/untracked.yaml', 100), 'GIT_PATH_NOT_FOUND');
+      await rejectsWith(files.read('models/untracked.yaml', 100), 'GIT_PATH_NOT_FOUND');
     } finally {
       await work.git(['reset', '-q', '--hard']);
       await work.git(['clean', '-q', '-fd']);
@@ -65,7 +58,7 @@ describe('FleetRepo over a local path', () => {
     assert.equal(await repo.resolve('v1-annotated'), c1);
     assert.equal(await repo.resolve(c1), c1);
     assert.equal(await repo.resolve(c1.slice(0, 7)), c1);
-    await rejects(repo.resolve('nope'), 'GIT_REF_NOT_FOUND');
+    await rejectsWith(repo.resolve('nope'), 'GIT_REF_NOT_FOUND');
   });
 
   it('syncs another branch when configured', async () => {
@@ -91,9 +84,9 @@ describe('FleetRepo over a local path', () => {
   it('a path that is not a repo is GIT_UNREACHABLE; a missing branch GIT_REF_NOT_FOUND', async () => {
     const dir = await makeTempDir('llmgw-notrepo-');
     writeFileSync(join(dir, 'fleet.yaml'), '{}\n');
-    await rejects(new FleetRepo({ path: dir }).sync(), 'GIT_UNREACHABLE');
-    await rejects(new FleetRepo({ path: join(dir, 'missing') }).sync(), 'GIT_UNREACHABLE');
-    await rejects(new FleetRepo({ path: work.dir, branch: 'nope' }).sync(), 'GIT_REF_NOT_FOUND');
+    await rejectsWith(new FleetRepo({ path: dir }).sync(), 'GIT_UNREACHABLE');
+    await rejectsWith(new FleetRepo({ path: join(dir, 'missing') }).sync(), 'GIT_UNREACHABLE');
+    await rejectsWith(new FleetRepo({ path: work.dir, branch: 'nope' }).sync(), 'GIT_REF_NOT_FOUND');
   });
 
   it('config needs exactly one of url and path, and a cacheDir for a url', () => {

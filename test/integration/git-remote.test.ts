@@ -6,23 +6,13 @@ import { join } from 'node:path';
 import { inspect } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { FleetRepo } from '../../src/git/repo.js';
-import { isLlmgwError, type LlmgwError } from '../../src/errors/catalogue.js';
 import { startGitHttpServer, type GitHttpServer } from '../harness/git-http.js';
 import { WorkRepo, cleanupTempDirs, makeTempDir } from '../harness/git.js';
+import { rejectsWith } from '../harness/errors.js';
 
 const ENV = `LLMGW_TEST_GIT_TOKEN_${process.pid}`;
 const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
 
-async function rejects(p: Promise<unknown>, code: string): Promise<LlmgwError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.ok(isLlmgwError(e), `expected an LlmgwError, got ${inspect(e)}`);
-    assert.equal(e.code, code, e.message);
-    return e;
-  }
-  assert.fail(`expected ${code}`);
-}
 
 describe('FleetRepo over smart HTTP', () => {
   let server: GitHttpServer;
@@ -59,8 +49,8 @@ describe('FleetRepo over smart HTTP', () => {
     assert.equal(await repo.resolve('main'), c2);
     assert.equal(await repo.resolve(c1), c1);
     assert.equal(await repo.resolve(c1.slice(0, 8)), c1);
-    await rejects(repo.resolve('no-such-branch'), 'GIT_REF_NOT_FOUND');
-    await rejects(repo.resolve('f'.repeat(40)), 'GIT_REF_NOT_FOUND');
+    await rejectsWith(repo.resolve('no-such-branch'), 'GIT_REF_NOT_FOUND');
+    await rejectsWith(repo.resolve('f'.repeat(40)), 'GIT_REF_NOT_FOUND');
 
     assert.equal(text(await repo.files(c1).read('models/a.yaml', 100)), 'v: 1\n');
     assert.equal(text(await repo.files(c2).read('models/a.yaml', 100)), 'v: 2\n');
@@ -73,7 +63,7 @@ describe('FleetRepo over smart HTTP', () => {
       (await repo.files(c2).list()).map((e) => e.path),
       ['fleet.yaml', 'models', 'models/a.yaml', 'models/b.yaml'],
     );
-    await rejects(repo.files(c1).read('models/b.yaml', 100), 'GIT_PATH_NOT_FOUND');
+    await rejectsWith(repo.files(c1).read('models/b.yaml', 100), 'GIT_PATH_NOT_FOUND');
     // A bare mirror: objects only, no checked-out files.
     assert.ok(existsSync(join(repo.gitdir, 'HEAD')));
     assert.ok(!existsSync(join(repo.gitdir, 'fleet.yaml')));
@@ -97,7 +87,7 @@ describe('FleetRepo over smart HTTP', () => {
     process.env[`${ENV}_WRONG`] = wrong;
     try {
       const repo = await remote({ token: { env: `${ENV}_WRONG` } });
-      const e = await rejects(repo.sync(), 'GIT_AUTH_FAILED');
+      const e = await rejectsWith(repo.sync(), 'GIT_AUTH_FAILED');
       for (const s of [e.message, e.stack ?? '', inspect(e, { depth: 10 }), JSON.stringify(e), JSON.stringify(e.detail)]) {
         assert.ok(!s.includes(wrong), `wrong token leaked: ${s}`);
         assert.ok(!s.includes(server.token), `server token leaked: ${s}`);
@@ -106,14 +96,14 @@ describe('FleetRepo over smart HTTP', () => {
       delete process.env[`${ENV}_WRONG`];
     }
     const noToken = await remote({ token: undefined });
-    await rejects(noToken.sync(), 'GIT_AUTH_FAILED');
+    await rejectsWith(noToken.sync(), 'GIT_AUTH_FAILED');
     const unset = await remote({ token: { env: `${ENV}_UNSET` } });
-    await rejects(unset.sync(), 'GIT_AUTH_FAILED');
+    await rejectsWith(unset.sync(), 'GIT_AUTH_FAILED');
   });
 
   it('credentials in the URL are used and scrubbed from errors', async () => {
     const repo = await remote({ url: server.authUrl('nope.git'), token: undefined });
-    const e = await rejects(repo.sync(), 'GIT_UNREACHABLE');
+    const e = await rejectsWith(repo.sync(), 'GIT_UNREACHABLE');
     assert.ok(!inspect(e).includes(server.token), inspect(e));
     assert.ok(!repo.label.includes(server.token));
     const ok = await remote({ url: server.authUrl('fleet.git'), token: undefined });
@@ -122,7 +112,7 @@ describe('FleetRepo over smart HTTP', () => {
 
   it('a missing branch is GIT_REF_NOT_FOUND', async () => {
     const repo = await remote({ branch: 'does-not-exist' });
-    await rejects(repo.sync(), 'GIT_REF_NOT_FOUND');
+    await rejectsWith(repo.sync(), 'GIT_REF_NOT_FOUND');
   });
 
   it('a server that accepts but never answers is GIT_UNREACHABLE after the timeout', async () => {
@@ -133,7 +123,7 @@ describe('FleetRepo over smart HTTP', () => {
       const port = (silent.address() as AddressInfo).port;
       const repo = await remote({ url: `http://127.0.0.1:${port}/fleet.git`, timeoutMs: 300 });
       const started = Date.now();
-      await rejects(repo.sync(), 'GIT_UNREACHABLE');
+      await rejectsWith(repo.sync(), 'GIT_UNREACHABLE');
       assert.ok(Date.now() - started < 5000);
     } finally {
       for (const s of sockets) s.destroy();
@@ -146,7 +136,7 @@ describe('FleetRepo over smart HTTP', () => {
     const repo = await remote({ url: other.url('fleet.git') });
     assert.ok((await repo.sync()).head);
     await other.close();
-    const e = await rejects(repo.sync(), 'GIT_UNREACHABLE');
+    const e = await rejectsWith(repo.sync(), 'GIT_UNREACHABLE');
     assert.ok(!inspect(e).includes(server.token));
     // What was fetched stays readable.
     assert.equal(text(await repo.files(c1).read('fleet.yaml', 100)), '{}\n');

@@ -8,17 +8,11 @@ import { writeStatusBranch } from '../../src/git/status-branch.js';
 import { isLlmgwError } from '../../src/errors/catalogue.js';
 import type { GitHttpServer } from '../harness/git-http.js';
 import { WorkRepo, cleanupTempDirs, git, makeTempDir, revParse, servedFleetRepo, type ServedFleetRepo } from '../harness/git.js';
+import { rejectsWith } from '../harness/errors.js';
 
 const ENV = `LLMGW_TEST_GIT_TOKEN_S_${process.pid}`;
 const BRANCH = 'llmgw/status';
 
-async function rejects(p: Promise<unknown>, code: string): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isLlmgwError(e), inspect(e));
-    assert.equal(e.code, code, e.message);
-    return true;
-  });
-}
 
 /** Someone else (another controller, a person) commits on the status branch and pushes it. */
 async function moveRemoteStatus(url: string, note: string): Promise<string> {
@@ -71,7 +65,7 @@ describe('status branch on a remote', () => {
     assert.equal(await git(bare, ['rev-parse', `${BRANCH}^`]), w1.oid);
     assert.equal(await revParse(bare, 'main'), mainBefore);
     // The fleet branch in the mirror is untouched too.
-    await rejects(writeStatusBranch(repo, { branch: 'main', files, message: 'no' }), 'USAGE');
+    await rejectsWith(writeStatusBranch(repo, { branch: 'main', files, message: 'no' }), 'USAGE');
   });
 
   it('an operator pushing main between fetch and push is neither rejected nor overwritten', async () => {
@@ -118,7 +112,7 @@ describe('status branch on a remote', () => {
   it('gives up with GIT_PUSH_REJECTED when the branch keeps moving', async () => {
     const repo = await remote();
     let n = 0;
-    await rejects(
+    await rejectsWith(
       writeStatusBranch(repo, {
         files: { 'fleet.json': `{"revision":"f"}\n` },
         message: 'status: f',
@@ -191,6 +185,6 @@ describe('status branch in a local repo', () => {
     await work.commit('fleet');
     await work.git(['checkout', '-q', '-b', BRANCH]);
     const repo = new FleetRepo({ path: work.dir });
-    await rejects(writeStatusBranch(repo, { files: { a: 'b' }, message: 'x' }), 'GIT_FAILED');
+    await rejectsWith(writeStatusBranch(repo, { files: { a: 'b' }, message: 'x' }), 'GIT_FAILED');
   });
 });

@@ -12,7 +12,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { gguf } from '@huggingface/gguf';
-import { isLlmgwError, type LlmgwError } from '../../src/errors/catalogue.js';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
 import { MemoryEstimator, replicaMemory, shapeFromMetadata } from '../../src/reconciler/memory.js';
@@ -22,6 +21,7 @@ import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { localNodeSpec, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
 import { startGatedOrigin, type GatedOrigin } from './gated-origin.js';
 import { tinyProfile } from './nodes-driver-helpers.js';
+import { isCode } from '../harness/errors.js';
 
 const TOKEN = `hf_${randomBytes(16).toString('hex')}`;
 
@@ -34,11 +34,10 @@ let l: ShellNodeDriver;
 let tiny: TinyModelFile;
 let origin: GatedOrigin;
 
-function isCode(code: string, re?: RegExp) {
+/** isCode, and the token never shows in the message. */
+function isCodeNoToken(code: string, re?: RegExp) {
   return (e: unknown): boolean => {
-    assert.ok(isLlmgwError(e), `expected an LlmgwError, got ${String(e)}`);
-    assert.equal((e as LlmgwError).code, code, (e as Error).message);
-    if (re) assert.match((e as Error).message, re);
+    isCode(code, re)(e);
     assert.ok(!(e as Error).message.includes(TOKEN), 'the token is in the error message');
     return true;
   };
@@ -89,9 +88,9 @@ describe('model download tokens', () => {
   test('without the token, or with a wrong one, the download fails with the origin\'s 401 and names the secret, never the token', async () => {
     const url = origin.url;
     const other = await writeTinyModel(join(work, 'other.gguf'), { seed: 8 }); // not on the node yet
-    await assert.rejects(s.ensureModel(url, other.sha256), isCode('MODEL_DOWNLOAD_FAILED', /401/));
-    await assert.rejects(s.ensureModel(url, other.sha256, { secret: 'hf-token', value: 'hf_wrong' }), isCode('MODEL_DOWNLOAD_FAILED', /401[\s\S]*secret 'hf-token'|secret 'hf-token'[\s\S]*401/));
-    await assert.rejects(s.ensureModel(url, other.sha256, { secret: 'hf-token', value: 'two words' }), isCode('SECRET_INVALID', /secret 'hf-token'/));
+    await assert.rejects(s.ensureModel(url, other.sha256), isCodeNoToken('MODEL_DOWNLOAD_FAILED', /401/));
+    await assert.rejects(s.ensureModel(url, other.sha256, { secret: 'hf-token', value: 'hf_wrong' }), isCodeNoToken('MODEL_DOWNLOAD_FAILED', /401[\s\S]*secret 'hf-token'|secret 'hf-token'[\s\S]*401/));
+    await assert.rejects(s.ensureModel(url, other.sha256, { secret: 'hf-token', value: 'two words' }), isCodeNoToken('SECRET_INVALID', /secret 'hf-token'/));
   });
 
   test('a node with wget but no curl refuses a token download (wget would send the token on through the redirect)', async () => {
@@ -108,7 +107,7 @@ describe('model download tokens', () => {
     process.env['PATH'] = bin;
     try {
       origin.hubSeen.length = 0;
-      await assert.rejects(l.ensureModel(origin.url, other.sha256, { secret: 'hf-token', value: TOKEN }), isCode('ENGINE_TOOL_MISSING', /needs curl on the node/));
+      await assert.rejects(l.ensureModel(origin.url, other.sha256, { secret: 'hf-token', value: TOKEN }), isCodeNoToken('ENGINE_TOOL_MISSING', /needs curl on the node/));
       assert.equal(origin.hubSeen.length, 0, 'wget was run');
     } finally {
       process.env['PATH'] = path;
@@ -136,9 +135,9 @@ describe('model download tokens', () => {
     await writeFile(join(dir, 'bad'), 'two words\n');
     const read = tokenSecrets(dir);
     assert.equal(await read('hf-token'), TOKEN);
-    await assert.rejects(read('nope'), isCode('SECRET_NOT_FOUND', /secret 'nope' not found/));
-    await assert.rejects(read('../secrets/hf-token'), isCode('SECRET_NOT_FOUND', /not a file name/));
-    await assert.rejects(read('bad'), isCode('SECRET_INVALID', /not a bearer token/));
+    await assert.rejects(read('nope'), isCodeNoToken('SECRET_NOT_FOUND', /secret 'nope' not found/));
+    await assert.rejects(read('../secrets/hf-token'), isCodeNoToken('SECRET_NOT_FOUND', /not a file name/));
+    await assert.rejects(read('bad'), isCodeNoToken('SECRET_INVALID', /not a bearer token/));
     assert.equal((await readFile(join(dir, 'hf-token'), 'utf8')).trim(), TOKEN);
   });
 });

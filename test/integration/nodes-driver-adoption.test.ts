@@ -19,6 +19,7 @@ import { llamaServerDir } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
 import { killReplica, pidAlive, tinyProfile } from './nodes-driver-helpers.js';
+import { until } from '../harness/wait.js';
 
 const execFileP = promisify(execFile);
 
@@ -116,7 +117,7 @@ test('a SIGKILLed controller\'s replicas are adopted by the next one: both ready
   const victim = replicas.find((r) => r.node === nodes[0]!.name)!;
   const survivor = replicas.find((r) => r.node === nodes[1]!.name)!;
   process.kill(victim.pid, 'SIGKILL');
-  for (let i = 0; i < 50 && pidAlive(victim.pid); i++) await new Promise((r) => setTimeout(r, 100));
+  await until(() => !pidAlive(victim.pid), 'the killed replica to exit', 5_000, 20);
   const o0 = await drivers[0]!.observe();
   const dead = o0.replicas.find((r) => r.id === victim.id);
   assert.equal(dead?.state, 'failed');

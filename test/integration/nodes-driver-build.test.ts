@@ -15,7 +15,6 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { isLlmgwError, type LlmgwError } from '../../src/errors/catalogue.js';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import type { Shell } from '../../src/nodes/shell.js';
 import { openShell } from '../../src/nodes/transport.js';
@@ -24,6 +23,7 @@ import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir, NODE_LLAMA_CPP_VERSION } from '../harness/llama-server.js';
 import { sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
 import { killReplica, tinyProfile } from './nodes-driver-helpers.js';
+import { isCode } from '../harness/errors.js';
 
 const execFileP = promisify(execFile);
 const BUILD_FLAGS = ['-DLLAMA_CURL=OFF', '-DLLAMA_BUILD_TESTS=OFF', '-DLLAMA_BUILD_EXAMPLES=OFF'];
@@ -37,14 +37,6 @@ let ref: string;
 let model: TinyModelFile;
 const pids = new Set<number>();
 
-function isCode(code: string, re?: RegExp) {
-  return (e: unknown): boolean => {
-    assert.ok(isLlmgwError(e), `expected an LlmgwError, got ${String(e)}`);
-    assert.equal((e as LlmgwError).code, code, (e as Error).message);
-    if (re) assert.match((e as Error).message, re);
-    return true;
-  };
-}
 
 before(async () => {
   // The harness fetches node-llama-cpp's bundle (and builds the cached llama-server) if missing.

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { createHash, randomBytes } from 'node:crypto';
-import { isLlmgwError, type LlmgwError } from '../../src/errors/catalogue.js';
+import type { LlmgwError } from '../../src/errors/catalogue.js';
 import type { NodeDriver } from '../../src/nodes/driver.js';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
@@ -22,6 +22,7 @@ import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { localNodeSpec, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
 import { killReplica, pidAlive, startFileServer, tinyProfile, type FileServer } from './nodes-driver-helpers.js';
+import { isCode } from '../harness/errors.js';
 
 const execFileP = promisify(execFile);
 const API_KEY = `sk-llmgw-test-${randomBytes(12).toString('hex')}`;
@@ -48,14 +49,6 @@ function sha256File(buf: Buffer): string {
   return createHash('sha256').update(buf).digest('hex');
 }
 
-function isCode(code: string, re?: RegExp) {
-  return (e: unknown): boolean => {
-    assert.ok(isLlmgwError(e), `expected an LlmgwError, got ${String(e)}`);
-    assert.equal((e as LlmgwError).code, code, (e as Error).message);
-    if (re) assert.match((e as Error).message, re);
-    return true;
-  };
-}
 
 async function listen(port: number, host = '127.0.0.1'): Promise<Server> {
   const s = createServer((c) => c.destroy());

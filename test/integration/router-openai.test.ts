@@ -44,9 +44,9 @@ async function countingProxy(target: string): Promise<{ url: string; count: () =
 }
 
 function recordingMetrics() {
-  const calls = { request: [] as [string, number][], ttft: [] as [string, number][], upstreamError: [] as [string, string][], inFlight: new Map<string, number>() };
+  const calls = { request: [] as [string, number, string][], ttft: [] as [string, number][], upstreamError: [] as [string, string][], inFlight: new Map<string, number>() };
   const m: RouterMetrics = {
-    request: (model, code) => void calls.request.push([model, code]),
+    request: (model, code, _s, reason) => void calls.request.push([model, code, reason]),
     timeToFirstToken: (model, s) => void calls.ttft.push([model, s]),
     upstreamError: (model, reason) => void calls.upstreamError.push([model, reason]),
     inFlight: (model, d) => void calls.inFlight.set(model, (calls.inFlight.get(model) ?? 0) + d),
@@ -205,6 +205,7 @@ describe('router with the openai client and real llama-server replicas', { timeo
     assert.match(err.message, /unknown model architecture: 'kev'/);
     assert.match(err.message, /llmgw ctl retry broken/);
     assert.equal(routerRequests - before, 1, 'the SDK retried');
+    assert.deepEqual(metrics.calls.request.at(-1), ['broken', 503, 'MODEL_PARKED'], 'the refusal is counted with its reason');
     assert.ok(ms < 2000, `${ms} ms`);
   });
 
@@ -222,6 +223,7 @@ describe('router with the openai client and real llama-server replicas', { timeo
     assert.equal(err.code, 'model_unplaceable');
     assert.match(err.message, /needs 14\.2 GiB/);
     assert.equal(routerRequests - before, 1, 'the SDK retried');
+    assert.deepEqual(metrics.calls.request.at(-1), ['huge', 503, 'MODEL_UNPLACEABLE']);
     assert.equal(fleet.calls.demand.length - demands, 1, 'one fresh placement attempt');
     assert.ok(ms >= 290 && ms < 2000, `${ms} ms (window is 30 s)`);
   });
@@ -340,6 +342,8 @@ describe('router with the openai client and real llama-server replicas', { timeo
       assert.equal(response.headers.get('x-llmgw-replica'), 'survivor');
       assert.equal(data.usage?.completion_tokens, 2);
     }
-    assert.ok(metrics.calls.upstreamError.some(([m, r]) => m === 'victim' && (r === 'connect' || r === 'reset')), JSON.stringify(metrics.calls.upstreamError));
+    // the failed attempts are counted as what the client would have got had no replica been left
+    assert.ok(metrics.calls.upstreamError.some(([m, r]) => m === 'victim' && r === 'UPSTREAM_CONNECT'), JSON.stringify(metrics.calls.upstreamError));
+    assert.deepEqual(metrics.calls.request.filter(([m]) => m === 'victim').at(-1), ['victim', 200, ''], 'answered by the survivor, no reason');
   });
 });

@@ -8,9 +8,12 @@ import { strict as assert } from 'node:assert';
 import { Agent, createServer, request as httpRequest, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { Registry } from 'prom-client';
+import { findSamples, parseExposition } from '../../src/metrics/parse.js';
+import { createRouterMetrics } from '../../src/metrics/router.js';
 import { buildRouter, routerStats, type RouterLimits } from '../../src/router/app.js';
 import { freePort } from '../harness/llama-server.js';
+import { until } from '../harness/wait.js';
 import { FakeFleetView, defaultStubHandler, fakeSpec, replica, sseChunk, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
 import type { FakeModelInit } from '../harness/fake-fleet-view.js';
 
@@ -21,6 +24,8 @@ interface Setup {
   fleet: FakeFleetView;
   url: string;
   port: number;
+  /** The router's non-zero request counters of `model` as "code reason=… n", and its upstream errors as "reason n", from a scrape. */
+  counted(model: string): Promise<{ requests: string[]; upstreamErrors: string[] }>;
 }
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -34,22 +39,22 @@ async function stub(...args: Parameters<typeof startStubUpstream>): Promise<Stub
   return s;
 }
 
-/** Polls until `cond` holds (or fails after `ms`). */
-async function until(cond: () => boolean, what: string, ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
-
 async function router(models: Record<string, FakeModelInit>, limits: Partial<RouterLimits> = {}): Promise<Setup> {
   const fleet = new FakeFleetView(fakeSpec({ models, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
-  const app = buildRouter({ fleet, auth: { required: true }, limits });
+  const registry = new Registry();
+  const app = buildRouter({ fleet, auth: { required: true }, limits, metrics: createRouterMetrics(registry) });
   await app.listen({ port: 0, host: '127.0.0.1' });
   cleanups.push(() => app.close());
   const port = (app.server.address() as AddressInfo).port;
-  return { app, fleet, url: `http://127.0.0.1:${port}`, port };
+  const counted = async (model: string) => {
+    const s = parseExposition(await registry.metrics());
+    const nonZero = (name: string) => findSamples(s, name, { model }).filter((x) => x.value > 0);
+    return {
+      requests: nonZero('llmgw_router_requests_total').map((x) => `${x.labels['code']} reason=${x.labels['reason']} ${x.value}`).sort(),
+      upstreamErrors: nonZero('llmgw_router_upstream_errors_total').map((x) => `${x.labels['reason']} ${x.value}`).sort(),
+    };
+  };
+  return { app, fleet, url: `http://127.0.0.1:${port}`, port, counted };
 }
 
 interface Res {
@@ -127,7 +132,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const live = await stub();
     const deadPort = await freePort();
     const dead = `http://127.0.0.1:${deadPort}`;
-    const { fleet, url } = await router({ m: {}, gone: {} });
+    const { fleet, url, counted } = await router({ m: {}, gone: {} });
     fleet.setReady('m', [replica('m', dead, 'dead'), replica('m', live.url, 'live')]);
     for (let i = 0; i < 4; i++) {
       const r = await post(url, chat('m'));
@@ -142,17 +147,23 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.equal(e.code, 'upstream_connect_failed');
     assert.match(e.message, /2 tried/);
     assert.equal(r.headers['x-should-retry'], 'true');
+    // metrics: the failed attempts by catalogue code; the answers by status and the code the router answered with
+    const m = await counted('m');
+    assert.deepEqual(m.requests, ['200 reason= 4']);
+    assert.match(m.upstreamErrors.join(), /^UPSTREAM_CONNECT [1-4]$/, 'the dead replica is avoided after its first failure');
+    assert.deepEqual(await counted('gone'), { requests: ['502 reason=UPSTREAM_CONNECT 1'], upstreamErrors: ['UPSTREAM_CONNECT 2'] });
   });
 
   test('first-byte timeout → 504 upstream_first_byte_timeout', async () => {
     const s = await stub(() => undefined /* never answers */);
-    const { fleet, url } = await router({ m: {} }, { firstByteTimeoutMs: 300 });
+    const { fleet, url, counted } = await router({ m: {} }, { firstByteTimeoutMs: 300 });
     fleet.setReady('m', [replica('m', s.url)]);
     const t = performance.now();
     const r = await post(url, chat('m'));
     assert.ok(performance.now() - t < 3000);
     assert.equal(r.status, 504);
     assert.equal(JSON.parse(r.body).error.code, 'upstream_first_byte_timeout');
+    assert.deepEqual(await counted('m'), { requests: ['504 reason=UPSTREAM_FIRST_BYTE_TIMEOUT 1'], upstreamErrors: ['UPSTREAM_FIRST_BYTE_TIMEOUT 1'] });
   });
 
   test('a stalled SSE stream ends with an upstream_stalled error event; a stalled JSON body is cut', async () => {
@@ -166,13 +177,15 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       }
       // …and then nothing
     });
-    const { fleet, url } = await router({ m: {} }, { streamIdleTimeoutMs: 300 });
+    const { fleet, url, counted } = await router({ m: {} }, { streamIdleTimeoutMs: 300 });
     fleet.setReady('m', [replica('m', s.url)]);
     const r = await post(url, chat('m', true));
     assert.equal(r.status, 200);
     const events = r.body.split('\n\n').filter(Boolean);
     assert.match(events[0]!, /first/);
     assert.equal(JSON.parse(events.at(-1)!.slice(6)).error.code, 'upstream_stalled');
+    // the status went out as 200; the reason says how the router ended the stream
+    assert.deepEqual(await counted('m'), { requests: ['200 reason=UPSTREAM_STALLED 1'], upstreamErrors: ['UPSTREAM_STALLED 1'] });
     const j = await post(url, chat('m'), { path: '/v1/completions' }).catch((e: Error) => ({ status: -1, body: e.message, headers: {}, chunkTimes: [] }));
     assert.ok(j.status === -1 || j.body.endsWith('<<aborted>>'), `not cut: ${j.body}`);
   });
@@ -194,8 +207,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       req.end(payload);
       setTimeout(() => reject(new Error('no data')), 5000);
     });
-    const deadline = Date.now() + 2000;
-    while (s.clientAborts.length === 0 && Date.now() < deadline) await sleep(20);
+    await until(() => s.clientAborts.length > 0, 'the upstream request aborted', 2000);
     assert.deepEqual(s.clientAborts, ['/v1/chat/completions']);
     assert.equal(routerStats(app).active, 0);
     assert.equal(routerStats(app).inFlight(s.url), 0);
@@ -250,7 +262,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
   test('per-model concurrency limit → 429 concurrency_limit_exceeded, then served again', async () => {
     const s = await stub();
     s.handler = defaultStubHandler({ chunks: 5, intervalMs: 60 });
-    const { fleet, url } = await router({ m: { maxConcurrency: 1 } });
+    const { fleet, url, counted } = await router({ m: { maxConcurrency: 1 } });
     fleet.setReady('m', [replica('m', s.url)]);
     const first = post(url, chat('m', true));
     await until(() => s.requests.length === 1, 'the first request upstream');
@@ -262,6 +274,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.equal((await first).status, 200);
     assert.equal((await post(url, chat('m'))).status, 200);
     assert.equal(s.requests.length, 2);
+    assert.deepEqual((await counted('m')).requests, ['200 reason= 2', '429 reason=CONCURRENCY_LIMIT 1']);
   });
 
   test('a replica refusing the engine key → 502 upstream_auth_failed, not the replica\'s 401', async () => {
@@ -269,11 +282,12 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       res.writeHead(401, { 'content-type': 'application/json' });
       res.end('{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}');
     });
-    const { fleet, url } = await router({ m: {} });
+    const { fleet, url, counted } = await router({ m: {} });
     fleet.setReady('m', [replica('m', s.url)]);
     const r = await post(url, chat('m'));
     assert.equal(r.status, 502);
     assert.equal(JSON.parse(r.body).error.code, 'upstream_auth_failed');
+    assert.deepEqual(await counted('m'), { requests: ['502 reason=UPSTREAM_AUTH 1'], upstreamErrors: ['UPSTREAM_AUTH 1'] });
   });
 
   test('upstream errors other than auth pass through with their status and body', async () => {
@@ -281,11 +295,12 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       res.writeHead(400, { 'content-type': 'application/json' });
       res.end('{"error":{"code":400,"message":"bad param","type":"invalid_request_error"}}');
     });
-    const { fleet, url } = await router({ m: {} });
+    const { fleet, url, counted } = await router({ m: {} });
     fleet.setReady('m', [replica('m', s.url)]);
     const r = await post(url, chat('m'));
     assert.equal(r.status, 400);
     assert.match(r.body, /bad param/);
+    assert.deepEqual(await counted('m'), { requests: ['400 reason= 1'], upstreamErrors: [] }, 'the replica\'s own answer: no reason');
   });
 
   test('graceful shutdown: no new connections, in-flight streams finish within the grace', async () => {
@@ -313,9 +328,10 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     s.handler = defaultStubHandler({ chunks: 500, intervalMs: 20 });
     const { fleet, url, app } = await router({ m: {} }, { shutdownGraceMs: 300 });
     fleet.setReady('m', [replica('m', s.url)]);
-    const inflight = post(url, chat('m', true));
-    await until(() => s.requests.length === 1, 'the stream upstream');
-    await sleep(50);
+    let firstChunk!: () => void;
+    const streaming = new Promise<void>((r) => (firstChunk = r));
+    const inflight = post(url, chat('m', true), { onResponse: (res) => res.once('data', () => firstChunk()) });
+    await streaming; // the headers and a chunk reached the client: the stream can only end with an error event
     const t = performance.now();
     await app.close();
     const ms = performance.now() - t;
@@ -323,25 +339,24 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const r = await inflight;
     const last = r.body.split('\n\n').filter(Boolean).at(-1)!;
     assert.equal(JSON.parse(last.slice(6)).error.code, 'router_shutting_down');
-    const deadline = Date.now() + 2000;
-    while (s.clientAborts.length === 0 && Date.now() < deadline) await sleep(20);
+    await until(() => s.clientAborts.length > 0, 'the upstream request aborted', 2000);
     assert.equal(s.clientAborts.length, 1, 'upstream not aborted');
   });
 
   test('a client that goes away while its model is activating: the wait ends, nothing is proxied', async () => {
     const s = await stub();
-    const { fleet, url, app } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } });
+    const { fleet, url, app, counted } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } });
     fleet.setPhase('lazy', 'idle');
     const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' } });
     req.on('error', () => undefined);
     req.end(JSON.stringify(chat('lazy')));
-    const deadline = Date.now() + 2000;
-    while (fleet.calls.waitReady.length === 0 && Date.now() < deadline) await sleep(10);
+    await until(() => fleet.calls.waitReady.length > 0, 'the request waiting for its model', 2000);
     assert.deepEqual(fleet.calls.waitReady, ['lazy']);
     req.destroy();
-    await sleep(100);
+    // the router is done with the request once it has counted it as a client that went away (499)
+    await until(async () => (await counted('lazy')).requests.includes('499 reason= 1'), 'the request counted as 499', 2000);
+    assert.equal(fleet.waiting('lazy'), 0, 'the wait for the model ended');
     fleet.setReady('lazy', [replica('lazy', s.url)]);
-    await sleep(100);
     assert.equal(s.requests.length, 0, 'proxied for a client that left');
     assert.equal(routerStats(app).active, 0);
   });
@@ -350,8 +365,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url, app } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } }, { shutdownGraceMs: 10_000 });
     fleet.setPhase('lazy', 'idle');
     const waiting = post(url, chat('lazy'));
-    const deadline = Date.now() + 2000;
-    while (fleet.calls.waitReady.length === 0 && Date.now() < deadline) await sleep(10);
+    await until(() => fleet.calls.waitReady.length > 0, 'the request waiting for its model', 2000);
     const t = performance.now();
     await app.close();
     const r = await waiting;

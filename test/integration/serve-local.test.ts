@@ -87,15 +87,15 @@ describe('npm start: the bundled local fleet', () => {
   it('the openai client (default retries) is refused at once for the parked and the unplaceable model; the router saw one request each', async () => {
     // the real stack: the reconciler parked kev-demo and found huge-demo unplaceable (previous test)
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'unused-auth-is-off-locally' });
-    const answered = async (model: string, code: number): Promise<number> => {
+    const answered = async (model: string, code: number, reason: string): Promise<number> => {
       const r = await fetch(`http://127.0.0.1:${adminPort}/metrics`);
-      return sampleValue(parseExposition(await r.text()), 'llmgw_router_requests_total', { model, code: String(code) }) ?? 0;
+      return sampleValue(parseExposition(await r.text()), 'llmgw_router_requests_total', { model, code: String(code), reason }) ?? 0;
     };
-    for (const [model, code, reason] of [
-      ['kev-demo', 'model_parked', /unknown model architecture.*llmgw ctl retry kev-demo|llmgw ctl retry kev-demo.*unknown model architecture/s],
-      ['huge-demo', 'model_unplaceable', /needs 4 TiB/],
+    for (const [model, code, reason, catalogueCode] of [
+      ['kev-demo', 'model_parked', /unknown model architecture.*llmgw ctl retry kev-demo|llmgw ctl retry kev-demo.*unknown model architecture/s, 'MODEL_PARKED'],
+      ['huge-demo', 'model_unplaceable', /needs 4 TiB/, 'MODEL_UNPLACEABLE'],
     ] as const) {
-      const before = await answered(model, 503);
+      const before = await answered(model, 503, catalogueCode);
       const t = performance.now();
       const err = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }).then(
         () => assert.fail(`${model} was served`),
@@ -106,7 +106,7 @@ describe('npm start: the bundled local fleet', () => {
       assert.equal(err.status, 503);
       assert.equal(err.code, code);
       assert.match(err.message, reason);
-      assert.equal((await answered(model, 503)) - before, 1, `${model}: the SDK retried`);
+      assert.equal((await answered(model, 503, catalogueCode)) - before, 1, `${model}: the SDK retried (or the refusal was not counted with its reason)`);
       assert.ok(ms < 5000, `${model}: ${ms} ms`);
     }
   });

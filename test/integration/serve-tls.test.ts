@@ -16,6 +16,7 @@ import { parseExposition, sampleValue } from '../../src/metrics/index.js';
 import { resolveConfig } from '../../src/serve/config.js';
 import { serve, type Served } from '../../src/serve/serve.js';
 import { cleanupTempDirs, WorkRepo } from '../harness/git.js';
+import { until } from '../harness/wait.js';
 
 let dir: string;
 let served: Served;
@@ -103,14 +104,7 @@ describe('TLS', () => {
     renameSync(join(dir, 'tls.key.new'), join(dir, 'tls.key'));
     renameSync(join(dir, 'tls.pem.new'), join(dir, 'tls.pem'));
     assert.equal(await scrape(), Math.floor(new Date(second.validTo).getTime() / 1000), 'the next scrape reads the new file');
-    const deadline = Date.now() + 10_000;
-    let fp = '';
-    while (Date.now() < deadline) {
-      fp = (await servedCert(served.adminUrl)).fingerprint256;
-      if (fp === second.fingerprint256) break;
-      await new Promise((r) => setTimeout(r, 250));
-    }
-    assert.equal(fp, second.fingerprint256, 'the admin port serves the new certificate');
+    await until(async () => (await servedCert(served.adminUrl)).fingerprint256 === second.fingerprint256, 'the admin port to serve the new certificate', 10_000, 50);
     assert.equal((await servedCert(served.routerUrl)).fingerprint256, second.fingerprint256, 'so does the router');
   });
 });

@@ -12,6 +12,7 @@ import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
+import { until } from '../harness/wait.js';
 
 // The Reconciler must satisfy the interface structurally (checked by tsc).
 export const reconcilerIsAnAdminBackend = (r: Reconciler): AdminBackend => r;
@@ -122,7 +123,10 @@ class FakeBackend implements AdminBackend {
     this.afterRestart?.();
     return ids;
   }
+  /** restartDone calls so far (a waiting restart request checks once, then again as it starts to wait). */
+  restartDoneCalls = 0;
   restartDone(ids: readonly string[]): boolean {
+    this.restartDoneCalls++;
     return ids.every((id) => !this.pending.has(id));
   }
   async logs(id: string, lines: number): Promise<string> {
@@ -429,7 +433,7 @@ describe('admin API: restart', () => {
   });
 
   test('closing the app answers waiting restart requests at once (202 done:false) instead of holding close() up', async () => {
-    const { app: a } = app();
+    const { app: a, backend } = app();
     await a.listen({ host: '127.0.0.1', port: 0 });
     const port = (a.server.address() as { port: number }).port;
     const t0 = Date.now();
@@ -438,7 +442,7 @@ describe('admin API: restart', () => {
       headers: { ...auth, 'content-type': 'application/json' },
       body: JSON.stringify({ all: true }),
     });
-    await new Promise((r) => setTimeout(r, 200));
+    await until(() => backend.restartDoneCalls >= 2, 'the restart request waiting for restartDone');
     await a.close();
     const res = await pending;
     assert.equal(res.status, 202);

@@ -319,8 +319,8 @@ describe('metrics: router series follow the desired models', () => {
       assert.equal(sampleValue(s, 'llmgw_router_time_to_first_token_seconds_count', { model: name }), 0, name);
       assert.equal(sampleValue(s, 'llmgw_router_in_flight_requests', { model: name }), 0, name);
     }
-    m.router.request('a', 503, 0.01);
-    m.router.upstreamError('a', 'connect');
+    m.router.request('a', 503, 0.01, 'MODEL_PARKED');
+    m.router.upstreamError('a', 'UPSTREAM_CONNECT');
     m.router.inFlight('b', 1);
     m.applySnapshot(snapshot({ models: [] }));
     s = await scrape(m);
@@ -328,7 +328,7 @@ describe('metrics: router series follow the desired models', () => {
     assert.equal(findSamples(s, 'llmgw_router_request_duration_seconds_count', { model: 'a' }).length, 0);
     assert.equal(findSamples(s, 'llmgw_router_upstream_errors_total', { model: 'a' }).length, 0);
     assert.equal(sampleValue(s, 'llmgw_router_in_flight_requests', { model: 'b' }), 1, 'b still has a request in flight');
-    m.router.request('b', 200, 0.2);
+    m.router.request('b', 200, 0.2, '');
     m.router.inFlight('b', -1);
     m.applySnapshot(snapshot({ models: [] }));
     s = await scrape(m);

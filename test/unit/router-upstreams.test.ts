@@ -1,7 +1,8 @@
 /** Pure parts of the proxy: least-busy selection, the in-flight list, error classification. */
 import { strict as assert } from 'node:assert';
 import { after, describe, test } from 'node:test';
-import { ActiveCalls, classifyUpstreamError, forwardedHeaders, isRetryableBeforeResponse, ProxyCall, Upstreams } from '../../src/router/proxy.js';
+import { Reasons, type ReasonCode } from '../../src/errors/catalogue.js';
+import { ActiveCalls, classifyUpstreamError, forwardedHeaders, isRetryableBeforeResponse, ProxyCall, Upstreams, upstreamReason, type UpstreamFailure } from '../../src/router/proxy.js';
 import { replica } from '../harness/fake-fleet-view.js';
 
 describe('Upstreams.pick', () => {
@@ -85,6 +86,28 @@ describe('classifyUpstreamError', () => {
     assert.ok(!isRetryableBeforeResponse('first_byte_timeout'));
     assert.ok(!isRetryableBeforeResponse('stall_timeout'));
   });
+});
+
+describe('upstreamReason (the UPSTREAM_* code an attempt is counted as)', () => {
+  const table: [UpstreamFailure, boolean, string][] = [
+    // kind, response headers already received, code
+    ['connect', false, 'UPSTREAM_CONNECT'],
+    ['connect_timeout', false, 'UPSTREAM_CONNECT'],
+    ['reset', false, 'UPSTREAM_CONNECT'], // retried on another replica, like a refused connection
+    ['reset', true, 'UPSTREAM_FAILED'],
+    ['first_byte_timeout', false, 'UPSTREAM_FIRST_BYTE_TIMEOUT'],
+    ['stall_timeout', true, 'UPSTREAM_STALLED'],
+    ['auth', true, 'UPSTREAM_AUTH'],
+    ['error', false, 'UPSTREAM_FAILED'],
+    ['error', true, 'UPSTREAM_FAILED'],
+  ];
+  for (const [kind, responded, code] of table) {
+    test(`${kind}${responded ? ' after the headers' : ''} → ${code}`, () => {
+      assert.equal(upstreamReason(kind, responded), code);
+      const r = Reasons[code as ReasonCode];
+      assert.ok(r.openai, `${code} is a router reason`);
+    });
+  }
 });
 
 describe('forwardedHeaders', () => {

@@ -1,0 +1,293 @@
+/**
+ * Keeps the documentation, the catalogue, the metric names and the alert rules in step (after
+ * fastify's test/internals/errors.test.js):
+ * - README's reason table ↔ src/errors/catalogue.ts (every code both ways, status, flags, OpenAI
+ *   type/code, hint);
+ * - README's metrics table ↔ the metrics llmgw exports (name, type, labels) ↔ src/metrics/names.ts;
+ * - alert rules, their promtool tests and the dashboard select only metrics and labels that exist;
+ * - every catalogue code is raised somewhere in src/ (TypeScript already checks the converse for
+ *   `new LlmgwError('X'`), and every code the node scripts raise in shell is in the catalogue.
+ * README tables are parsed as markdown tables; when one drifts, the failure prints the rows to paste.
+ */
+import { strict as assert } from 'node:assert';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { describe, it } from 'node:test';
+import ts from 'typescript';
+import { parse } from 'yaml';
+import { Reasons, type Reason } from '../../src/errors/catalogue.js';
+import { createMetrics } from '../../src/metrics/registry.js';
+import { HISTOGRAM_NAMES, METRIC_NAMES, baseMetricName } from '../../src/metrics/names.js';
+import { repoRoot } from '../harness/paths.js';
+import { selectors, templateQueries, type Selector } from '../harness/promql.js';
+
+const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
+
+/** The text under a heading (`## Reasons`), up to the next heading of the same or a higher level. */
+function section(md: string, heading: string): string {
+  const lines = md.split('\n');
+  const level = /^#+/.exec(heading)![0].length;
+  const start = lines.findIndex((l) => l.trim() === heading);
+  assert.ok(start >= 0, `README has a "${heading}" section`);
+  let end = start + 1;
+  while (end < lines.length && !(/^#+ /.test(lines[end]!) && /^#+/.exec(lines[end]!)![0].length <= level)) end++;
+  return lines.slice(start + 1, end).join('\n');
+}
+
+/** The data rows of the markdown tables in `text`: cells split on unescaped pipes, trimmed. */
+function tableRows(text: string): string[][] {
+  const rows: string[][] = [];
+  for (const line of text.split('\n')) {
+    const l = line.trim();
+    if (!l.startsWith('|')) continue;
+    const cells = l.slice(1, l.endsWith('|') ? -1 : undefined).split(/(?<!\\)\|/).map((c) => c.trim());
+    if (cells.every((c) => /^:?-+:?$/.test(c))) continue; // separator
+    rows.push(cells);
+  }
+  return rows;
+}
+
+/** A table cell's text as markdown: pipes escaped, `<` as an entity (so `<model>` is not an HTML tag). */
+const mdText = (s: string): string => s.replaceAll('|', '\\|').replaceAll('<', '&lt;');
+const code = (cell: string): string | null => /^`([A-Za-z0-9_:]+)`$/.exec(cell)?.[1] ?? null;
+const yesNo = (b: boolean): string => (b ? 'yes' : 'no');
+
+function reasonRow(c: string, r: Reason): string {
+  const oa = r.openai ? `\`${r.openai.type}\` / \`${r.openai.code}\`` : '–';
+  return `| \`${c}\` | ${r.http} | ${yesNo(r.retryable)} | ${yesNo(r.countsTowardParking)} | ${yesNo(r.avoidsNode)} | ${oa} | ${mdText(r.hint)} |`;
+}
+
+describe('README reason table ↔ catalogue', () => {
+  const rows = tableRows(section(readme, '## Reasons'));
+  const header = rows[0];
+
+  it('has the columns code, HTTP, retryable, counts toward parking, avoids the node, OpenAI type / code, hint', () => {
+    assert.deepEqual(header, ['code', 'HTTP', 'retryable', 'counts toward parking', 'avoids the node', 'OpenAI type / code', 'hint']);
+  });
+
+  it('lists every catalogue code once, with its status, flags, OpenAI type/code and hint, and no code the catalogue lacks', () => {
+    const documented = new Map<string, string[]>();
+    const problems: string[] = [];
+    for (const cells of rows.slice(1)) {
+      const c = code(cells[0] ?? '');
+      if (c === null) {
+        problems.push(`a row whose first cell is not a \`CODE\`: | ${cells.join(' | ')} |`);
+        continue;
+      }
+      if (documented.has(c)) problems.push(`${c} is listed twice`);
+      documented.set(c, cells);
+    }
+    for (const [c, r] of Object.entries(Reasons)) {
+      const cells = documented.get(c);
+      const want = reasonRow(c, r);
+      if (!cells) problems.push(`missing in README (add):\n${want}`);
+      else if (`| ${cells.join(' | ')} |` !== want) problems.push(`differs from the catalogue:\n  README:    | ${cells.join(' | ')} |\n  catalogue: ${want}`);
+    }
+    for (const c of documented.keys()) if (!Object.hasOwn(Reasons, c)) problems.push(`${c} is in the README but not in the catalogue`);
+    assert.ok(documented.size >= 70, `only ${documented.size} codes documented`);
+    assert.deepEqual(problems, []);
+  });
+});
+
+describe('README metrics table ↔ exported metrics ↔ names.ts', () => {
+  const registry = createMetrics({ defaultMetrics: false }).registry;
+  const exported = new Map(registry.getMetricsAsArray().map((m) => [(m as unknown as { name: string }).name, m as unknown as { name: string; type?: string; labelNames?: readonly string[] }]));
+
+  it('exports exactly the metrics names.ts lists', () => {
+    assert.deepEqual([...exported.keys()].sort(), [...METRIC_NAMES]);
+  });
+
+  it('the "Metrics and alerts" section lists every metric with its type and labels, and nothing else', async () => {
+    const rows = tableRows(section(readme, '### Metrics and alerts'));
+    assert.deepEqual(rows[0], ['metric', 'type', 'labels', 'what it says']);
+    const documented = new Map(rows.slice(1).map((cells) => [code(cells[0] ?? '') ?? cells[0]!, cells]));
+    const problems: string[] = [];
+    for (const name of METRIC_NAMES) {
+      const m = exported.get(name)!;
+      const { type, help } = await (m as unknown as { get(): Promise<{ type: string; help: string }> }).get();
+      const labels = (m.labelNames ?? []).map((l) => `\`${l}\``).join(', ') || '–';
+      const want = `| \`${name}\` | ${type} | ${labels} | ${mdText(help)} |`;
+      const cells = documented.get(name);
+      if (!cells) problems.push(`missing in README (add):\n${want}`);
+      // the description is the reader's; name, type and labels must match
+      else if (cells[1] !== type || cells[2] !== labels) problems.push(`differs from the code:\n  README: | ${cells.join(' | ')} |\n  code:   ${want}`);
+    }
+    for (const name of documented.keys()) if (!(METRIC_NAMES as readonly string[]).includes(name)) problems.push(`${name} is in the README but llmgw does not export it`);
+    assert.deepEqual(problems, []);
+  });
+
+  const labelsOf = (metric: string): Set<string> => {
+    const base = baseMetricName(metric);
+    const s = new Set(['job', 'instance', ...(exported.get(base)?.labelNames ?? [])]);
+    if (base !== metric && metric.endsWith('_bucket')) s.add('le');
+    return s;
+  };
+
+  /** Problems with the selectors of one expression: unknown metrics, labels the metric does not have. */
+  function check(where: string, sel: readonly Selector[], allowed: ReadonlySet<string> = new Set()): string[] {
+    const out: string[] = [];
+    for (const s of sel) {
+      if (allowed.has(s.metric)) continue;
+      const base = baseMetricName(s.metric);
+      if (!(METRIC_NAMES as readonly string[]).includes(base)) {
+        out.push(`${where}: ${s.metric} is not in src/metrics/names.ts`);
+        continue;
+      }
+      if (base !== s.metric) assert.ok((HISTOGRAM_NAMES as readonly string[]).includes(base), `${where}: ${s.metric}`);
+      const have = labelsOf(s.metric);
+      for (const l of s.labels) if (!have.has(l)) out.push(`${where}: ${s.metric} has no label "${l}" (it has ${[...have].join(', ')})`);
+    }
+    return out;
+  }
+
+  interface Rule { alert?: string; record?: string; expr: string; annotations?: Record<string, string> }
+  const alertsDir = join(repoRoot, 'alerts');
+  const ruleFiles = readdirSync(alertsDir).filter((f) => f.endsWith('.yaml') && !f.endsWith('.test.yaml'));
+  const testFiles = readdirSync(alertsDir).filter((f) => f.endsWith('.test.yaml'));
+
+  it('every metric an alert rule selects (expressions and annotation queries) is in names.ts, with labels it has', () => {
+    assert.ok(ruleFiles.length >= 1);
+    const problems: string[] = [];
+    let selected = 0;
+    for (const f of ruleFiles) {
+      const doc = parse(readFileSync(join(alertsDir, f), 'utf8')) as { groups: { rules: Rule[] }[] };
+      for (const r of doc.groups.flatMap((g) => g.rules)) {
+        const name = `${f} ${r.alert ?? r.record}`;
+        const sel = selectors(r.expr);
+        assert.ok(sel.length > 0, `${name} selects no metric`);
+        selected += sel.length;
+        problems.push(...check(`${name} expr`, sel));
+        for (const [k, v] of Object.entries(r.annotations ?? {})) for (const q of templateQueries(v)) problems.push(...check(`${name} ${k}`, selectors(q)));
+      }
+    }
+    assert.ok(selected > 20, `${selected} selectors`);
+    assert.deepEqual(problems, []);
+  });
+
+  /** Series Prometheus makes itself: the scrape's `up` and the rules' alerts. */
+  const PROMETHEUS_OWN = new Set(['up', 'ALERTS', 'ALERTS_FOR_STATE']);
+
+  it('the promtool tests feed only series llmgw exports (or Prometheus makes), with their labels', () => {
+    const problems: string[] = [];
+    let series = 0;
+    for (const f of testFiles) {
+      const doc = parse(readFileSync(join(alertsDir, f), 'utf8')) as { tests: { input_series?: { series: string }[]; promql_expr_test?: { expr: string }[] }[] };
+      for (const t of doc.tests) {
+        for (const s of t.input_series ?? []) {
+          series++;
+          problems.push(...check(`${f} input series`, selectors(s.series), PROMETHEUS_OWN));
+        }
+        for (const e of t.promql_expr_test ?? []) problems.push(...check(`${f} promql_expr_test`, selectors(e.expr), PROMETHEUS_OWN));
+      }
+    }
+    assert.ok(series > 20, `${series} input series`);
+    assert.deepEqual(problems, []);
+  });
+
+  it('the dashboard\'s queries select only metrics llmgw exports, with their labels', () => {
+    const exprs: string[] = [];
+    const walk = (v: unknown, key: string): void => {
+      if (Array.isArray(v)) v.forEach((x) => walk(x, key));
+      else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) walk(x, k);
+      else if (typeof v === 'string' && (key === 'expr' || key === 'query' || key === 'definition')) exprs.push(v);
+    };
+    walk(JSON.parse(readFileSync(join(repoRoot, 'dashboards', 'llmgw-fleet.json'), 'utf8')), '');
+    const promql = exprs.filter((e) => /llmgw_/.test(e));
+    assert.ok(promql.length > 20);
+    // Grafana's label_values(SELECTOR, LABEL) holds a selector and a label name
+    const problems = promql.flatMap((e) => check('dashboard', selectors(/^label_values\((.*),\s*[a-zA-Z_]+\)$/.exec(e)?.[1] ?? e)));
+    assert.deepEqual(problems, []);
+  });
+});
+
+describe('catalogue ↔ src/', () => {
+  /**
+   * Codes in the catalogue that src/ does not raise yet, and why. An entry that src/ does use is
+   * stale and fails the test: remove it.
+   */
+  const UNUSED_BY_DESIGN: Record<string, string> = {};
+
+  const srcDir = join(repoRoot, 'src');
+  const files = (dir: string): string[] =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
+  /** The node scripts' way of failing with a reason: `llmgw_fail CODE "message"` (src/nodes/scripts.ts). */
+  const SHELL_FAIL = /\bllmgw_(?:build_)?fail\s+([A-Za-z][A-Za-z0-9_]*)/g;
+
+  /** Per code, the src/ files that use it as a string literal (not a comment), and the codes shell scripts raise. */
+  function scan(): { used: Map<string, Set<string>>; shellCodes: Map<string, string> } {
+    const used = new Map<string, Set<string>>();
+    const shellCodes = new Map<string, string>();
+    const use = (c: string, file: string): void => {
+      if (!used.has(c)) used.set(c, new Set());
+      used.get(c)!.add(file);
+    };
+    for (const path of files(srcDir)) {
+      const file = relative(repoRoot, path);
+      if (file === join('src', 'errors', 'catalogue.ts')) continue;
+      const sf = ts.createSourceFile(path, readFileSync(path, 'utf8'), ts.ScriptTarget.Latest, false, ts.ScriptKind.TS);
+      const visit = (n: ts.Node): void => {
+        if (ts.isStringLiteralLike(n) || ts.isTemplateHead(n) || ts.isTemplateMiddle(n) || ts.isTemplateTail(n)) {
+          const text = n.text;
+          if (Object.hasOwn(Reasons, text)) use(text, file);
+          for (const m of text.matchAll(SHELL_FAIL)) {
+            shellCodes.set(m[1]!, file);
+            use(m[1]!, file);
+          }
+        } else if (ts.isPropertyAccessExpression(n) && ts.isIdentifier(n.expression) && n.expression.text === 'Reasons') {
+          use(n.name.text, file);
+        }
+        ts.forEachChild(n, visit);
+      };
+      visit(sf);
+    }
+    return { used, shellCodes };
+  }
+
+  it('every catalogue code is raised somewhere in src/, except the documented ones; no exception is stale', () => {
+    const { used } = scan();
+    const unused = Object.keys(Reasons).filter((c) => !used.has(c) && !Object.hasOwn(UNUSED_BY_DESIGN, c));
+    assert.deepEqual(unused, [], 'catalogue codes nothing in src/ uses: use them, delete them, or document why in UNUSED_BY_DESIGN');
+    const stale = Object.keys(UNUSED_BY_DESIGN).filter((c) => used.has(c));
+    assert.deepEqual(stale, [], `UNUSED_BY_DESIGN entries that src/ uses now (${stale.map((c) => [...used.get(c)!].join(' ')).join('; ')}): remove them`);
+    for (const c of Object.keys(UNUSED_BY_DESIGN)) assert.ok(Object.hasOwn(Reasons, c), `UNUSED_BY_DESIGN names ${c}, which is not in the catalogue`);
+    // (empty today; an entry says why a code is in the catalogue before anything raises it)
+    assert.ok(used.size >= 60, `the scan found only ${used.size} codes`);
+  });
+
+  it('every code the node scripts raise (llmgw_fail CODE) is in the catalogue (TypeScript cannot check shell)', () => {
+    const { shellCodes } = scan();
+    assert.ok(shellCodes.size >= 10, `found ${shellCodes.size} shell codes`);
+    const unknown = [...shellCodes].filter(([c]) => !Object.hasOwn(Reasons, c)).map(([c, f]) => `${c} (${f})`);
+    assert.deepEqual(unknown, []);
+  });
+});
+
+describe('the PromQL lexer the checks above use', () => {
+  const table: [string, Selector[]][] = [
+    ['llmgw_leader == 1', [{ metric: 'llmgw_leader', labels: [] }]],
+    [
+      'sum by (job, model) (rate(llmgw_router_requests_total{code=~"5..", reason!=""}[5m])) / sum by (job, model) (rate(llmgw_router_requests_total[5m])) > 0.05',
+      [{ metric: 'llmgw_router_requests_total', labels: ['code', 'reason'] }, { metric: 'llmgw_router_requests_total', labels: [] }],
+    ],
+    [
+      'llmgw_model_desired_replicas > 0 unless on (job, instance, model) llmgw_model_ready_replicas offset 5m and on (job) (llmgw_leader == 1)',
+      [{ metric: 'llmgw_model_desired_replicas', labels: [] }, { metric: 'llmgw_model_ready_replicas', labels: [] }, { metric: 'llmgw_leader', labels: [] }],
+    ],
+    [
+      'histogram_quantile(0.95, sum by (le, model) (rate(llmgw_router_request_duration_seconds_bucket{job=~"a|b",model="x{y}"}[$__rate_interval])))',
+      [{ metric: 'llmgw_router_request_duration_seconds_bucket', labels: ['job', 'model'] }],
+    ],
+    ['count by (alertname) (ALERTS{alertstate="firing"}) # a comment llmgw_not_a_metric', [{ metric: 'ALERTS', labels: ['alertstate'] }]],
+    ['time() - max without (instance) (llmgw_git_sync_last_success_timestamp_seconds) > 1e3', [{ metric: 'llmgw_git_sync_last_success_timestamp_seconds', labels: [] }]],
+  ];
+  for (const [expr, want] of table) {
+    it(expr.slice(0, 60), () => assert.deepEqual(selectors(expr), want));
+  }
+
+  it('finds the queries of an annotation template', () => {
+    assert.deepEqual(
+      templateQueries('x {{ with printf "llmgw_model_info{model=%q}" $labels.model | query }}y{{ end }} {{ with printf `topk(1, llmgw_leader{job=%q})` $labels.job | query }}{{ end }}'),
+      ['llmgw_model_info{model="x"}', 'topk(1, llmgw_leader{job="x"})'],
+    );
+  });
+});
