@@ -42,6 +42,7 @@ export class FleetMetrics {
   private readonly nodeReachable: GaugeSeries<'node'>;
   private readonly nodeCapacity: GaugeSeries<'node'>;
   private readonly nodeAvailable: GaugeSeries<'node'>;
+  private readonly nodeDiskFree: GaugeSeries<'node'>;
   private readonly engineInstalls: GaugeSeries<'node' | 'engine' | 'version'>;
   private readonly engineFailures: Counter<'node' | 'engine' | 'version'>;
   /** Failure counts per node/engine/version as the counter shows them. */
@@ -84,6 +85,7 @@ export class FleetMetrics {
     this.nodeReachable = gauge(N.nodeReachable, '1 when the controller reaches the node, 0 when not.', ['node']);
     this.nodeCapacity = gauge(N.nodeMemoryCapacityBytes, 'Memory capacity of the node (absent while unknown).', ['node']);
     this.nodeAvailable = gauge(N.nodeMemoryAvailableBytes, 'Memory available on the node (absent while unknown).', ['node']);
+    this.nodeDiskFree = gauge(N.nodeDiskFreeBytes, "Free bytes on the file system of the node's data dir (absent while unknown).", ['node']);
     this.engineInstalls = gauge(N.nodeEngineInstalls, '1 when the engine version is installed on the node, 0 when it is needed but not installed.', ['node', 'engine', 'version']);
     this.engineFailures = new Counter({
       name: N.nodeEngineInstallFailuresTotal,
@@ -137,6 +139,7 @@ export class FleetMetrics {
     this.nodeReachable.replace(s.nodes.map((n) => one({ node: n.name }, n.reachable)));
     this.nodeCapacity.replace(s.nodes.flatMap((n) => (n.memory ? [one({ node: n.name }, n.memory.totalBytes)] : [])));
     this.nodeAvailable.replace(s.nodes.flatMap((n) => (n.memory ? [one({ node: n.name }, n.memory.availableBytes)] : [])));
+    this.nodeDiskFree.replace(s.nodes.flatMap((n) => (n.diskFreeBytes !== null ? [one({ node: n.name }, n.diskFreeBytes)] : [])));
     this.applyEngines(s);
 
     this.revisionInfo.replace(s.appliedRevision !== null ? [one({ revision: s.appliedRevision }, 1)] : []);

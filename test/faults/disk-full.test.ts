@@ -11,6 +11,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { nodeJson } from '../../src/admin/shape.js';
+import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { startGatedOrigin, type GatedOrigin } from '../integration/gated-origin.js';
 
@@ -68,6 +69,9 @@ describe('a node whose disk is full', () => {
     assert.equal(pinned.lastError?.code, 'NODE_DISK_FULL');
     const n1 = ctl.reconciler.snapshot().nodes.find((n) => n.name === 'node-1')!;
     assert.ok(nodeJson(n1, ctl.reconciler.spec()).diskFreeBytes! < 2 ** 20, `node-1 shows ${n1.diskFreeBytes} bytes free`);
+    const scrape = parseExposition((await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' })).body);
+    assert.ok(sampleValue(scrape, 'llmgw_node_disk_free_bytes', { node: 'node-1' })! < 2 ** 20);
+    assert.ok(sampleValue(scrape, 'llmgw_node_disk_free_bytes', { node: 'node-2' })! > 2 ** 20);
   });
 
   it('once the disk has room, the pinned model starts on its own (no retry) and nothing is left half-downloaded', async () => {
