@@ -99,3 +99,18 @@ export function pruned(s: ControllerState, nodes: readonly ObservedNode[]): Cont
   if (d.length + r.length + a.length === 0) return s;
   return { ...s, draining: omit(s.draining, d), restarts: omit(s.restarts, r), accounted: omit(s.accounted, a) };
 }
+
+/**
+ * A fresh placement of one model against the controller's current view (the last observation plus
+ * the starts and stops it knows of), for a request that found no ready replica: 'pass' when
+ * something should start (or the memory need is not known yet), the reason when it fits nowhere,
+ * null when there is nothing to do now (parked, already starting, backing off).
+ */
+export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'memoryErrors' | 'stopping' | 'now'>, model: string): 'pass' | Unplaceable | null {
+  if (i.memory[model] === undefined) return 'pass';
+  if (i.state.models[model]?.parked) return null;
+  const out = planPass(planInputOf({ ...i, newReplicaId: () => 'preview' }));
+  if (out.actions.some((a) => a.model === model && a.kind === 'start')) return 'pass';
+  const u = out.unplaceable[model];
+  return u ? withMemoryError(u, i.memoryErrors, model) : null;
+}

@@ -23,10 +23,10 @@ import { PassLoop, type LoopTimers } from './loop.js';
 import { MemoryEstimator } from './memory.js';
 import { mapLimit, NodeFleet } from './node-fleet.js';
 import { startConcluded } from './outcomes.js';
-import { decide, planInputOf, withMemoryError } from './pass.js';
+import { decide, freshPlacement } from './pass.js';
 import { StateSaver, StatusWriter } from './persist.js';
 import type { Unplaceable } from './placement.js';
-import { planPass, type Action } from './planner.js';
+import type { Action } from './planner.js';
 import { runStart } from './start-op.js';
 import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied, specApplied, startLaunched, type ControllerState, type Note } from './state.js';
 import type { StateStore } from './state-store.js';
@@ -497,21 +497,11 @@ export class Reconciler implements FleetView {
     return demandResultOf(this.model(model));
   }
 
-  /**
-   * A fresh placement of one model against the controller's current view (the last observation plus
-   * the starts and stops it knows of), in memory: 'pass' when something should start (or its memory
-   * need is not known yet), the reason when it fits nowhere, null when there is nothing to do now.
-   */
+  /** A fresh placement against the current view (pass.ts freshPlacement); 'pass' before the first look. */
   private placeNow(model: string): 'pass' | Unplaceable | null {
     const spec = this.spec();
-    const m = spec?.models[model];
-    if (!spec || !m || this.memoryNeeds[model] === undefined || this.nodes.states.size === 0) return 'pass';
-    const h = this.state.models[model];
-    if (h?.parked) return null;
-    const out = planPass(planInputOf({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, stopping: this.stopping, now: this.clock(), newReplicaId: () => 'preview' }));
-    if (out.actions.some((a) => a.model === model && a.kind === 'start')) return 'pass';
-    const u = out.unplaceable[model];
-    return u ? withMemoryError(u, this.memoryErrors, model) : null;
+    if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
+    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, memoryErrors: this.memoryErrors, stopping: this.stopping, now: this.clock() }, model);
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {

@@ -7,7 +7,7 @@ import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { initialHealth, startFailed } from '../../src/reconciler/health.js';
 import { startConcluded } from '../../src/reconciler/outcomes.js';
-import { decide, pruned, type DecideInput } from '../../src/reconciler/pass.js';
+import { decide, freshPlacement, pruned, type DecideInput } from '../../src/reconciler/pass.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
 import { startLaunched, type ControllerState } from '../../src/reconciler/state.js';
 import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
@@ -145,5 +145,20 @@ describe('a pass decides (interleavings of a failing start)', () => {
     const later = run(failed, [node('cpu-01'), node('cpu-02', [], false)], { now: S.backoff.maxMs + 1, running: new Set() });
     assert.deepEqual(starts(later), ['alpha@cpu-01']);
     assert.deepEqual(later.state.avoid, {});
+  });
+
+  it('a fresh placement for a request: the reason when it fits nowhere, a pass when something should start, nothing otherwise', () => {
+    const base = { spec, memory: memoryOf(spec), memoryErrors: {}, stopping: new Set<string>(), now: NOW };
+    const free = [node('cpu-01'), node('cpu-02')];
+    assert.equal(freshPlacement({ ...base, state: stateFor(spec), nodes: free }, 'alpha'), 'pass');
+    assert.equal(freshPlacement({ ...base, state: inFlight, nodes: free }, 'alpha'), null, 'already starting');
+    assert.equal(freshPlacement({ ...base, state: { ...stateFor(spec), models: { alpha: { ...initialHealth(alpha.digest), parked: { since: 0, lastError: kev } } } }, nodes: free }, 'alpha'), null);
+    assert.equal(freshPlacement({ ...base, memory: {}, state: stateFor(spec), nodes: free }, 'alpha'), 'pass', 'memory need not estimated yet: the pass estimates it');
+    const full = [{ ...node('cpu-01'), memoryTotalBytes: 2 * 2 ** 30 }, node('cpu-02', [], false)];
+    const u = freshPlacement({ ...base, spec: { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: null, cpus: null } }, 'cpu-02': spec.nodes['cpu-02']! } }, state: stateFor(spec), nodes: full }, 'alpha');
+    assert.ok(u && u !== 'pass', `want unplaceable, got ${JSON.stringify(u)}`);
+    assert.equal(u.code, 'PLACEMENT_NO_ROOM');
+    const unknown = freshPlacement({ ...base, memory: { alpha: null }, memoryErrors: { alpha: 'memory need unknown: could not read the GGUF header (timed out)' }, state: stateFor(spec), nodes: free }, 'alpha');
+    assert.deepEqual(unknown && unknown !== 'pass' ? [unknown.code, unknown.reason] : unknown, ['PLACEMENT_MEMORY_UNKNOWN', 'memory need unknown: could not read the GGUF header (timed out)']);
   });
 });
