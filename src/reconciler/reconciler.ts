@@ -396,9 +396,10 @@ export class Reconciler implements FleetView {
   /** State file, then status branch, then the snapshot everyone reads (so it never lags the branch). */
   private async summarizeAndPersist(log: Logger): Promise<void> {
     await this.saveState();
+    const snap = this.summarize();
     const spec = this.o.tracker.applied?.spec;
-    if (this.status && spec && this.leader()) await this.status.write(this.summarize(), spec, this.clock, log);
-    this.publish(this.summarize());
+    if (this.status && spec && this.leader()) await this.status.write(snap, spec, this.clock, log);
+    this.publish({ ...snap, stateError: this.saver.error, lastStatusWriteOk: this.status?.lastOk ?? null });
   }
 
   // ------------------------------------------------------------------ operator and router API
