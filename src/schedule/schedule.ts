@@ -1,0 +1,70 @@
+/**
+ * Which replica count a model's schedule puts in force at an instant (pure: computed from `now`
+ * alone, nothing remembered, so a controller that restarts mid-window gets it right). The count in
+ * force is the one of the entry that fired last (entries firing at the same instant: the later
+ * one in the file wins); `replicas:` is the default while no entry fired in the last SEARCH_DAYS.
+ */
+import type { FleetSpec, ModelScaling } from '../fleet-spec/types.js';
+import { nextFiring, previousFiring, SEARCH_DAYS } from './cron.js';
+
+export interface ScheduleInForce {
+  readonly replicas: number;
+  /** Index of the schedule entry in force; null for the default (`replicas:`). */
+  readonly entry: number | null;
+  /** Epoch ms when that entry fired; null for the default. */
+  readonly since: number | null;
+  /** Epoch ms when another entry takes over; null when none will within SEARCH_DAYS (or no schedule). */
+  readonly nextChangeAt: number | null;
+  /** The entry and count that take over then. */
+  readonly next: { readonly entry: number; readonly replicas: number } | null;
+}
+
+/** Safety bound for entries that keep firing at the same instant as the one in force. */
+const MAX_STEPS = 64;
+
+export function scheduleInForce(scaling: ModelScaling, now: number): ScheduleInForce {
+  if (scaling.mode !== 'replicas') return { replicas: 0, entry: null, since: null, nextChangeAt: null, next: null };
+  const schedule = scaling.schedule;
+  if (!schedule || schedule.entries.length === 0) return { replicas: scaling.replicas, entry: null, since: null, nextChangeAt: null, next: null };
+  const { timezone, entries } = schedule;
+
+  let inForce: number | null = null;
+  let since: number | null = null;
+  for (const [i, e] of entries.entries()) {
+    const t = previousFiring(e.cron, timezone, now);
+    if (t !== null && (since === null || t >= since)) {
+      inForce = i;
+      since = t;
+    }
+  }
+  const replicas = inForce === null ? scaling.replicas : entries[inForce]!.replicas;
+
+  // The next instant at which the winner of that instant is not the entry in force.
+  const upcoming = entries.map((e) => nextFiring(e.cron, timezone, now));
+  for (let step = 0; step < MAX_STEPS; step++) {
+    const times = upcoming.filter((t): t is number => t !== null);
+    if (times.length === 0) break;
+    const at = Math.min(...times);
+    if (at - now > SEARCH_DAYS * 86_400_000) break;
+    const winner = upcoming.lastIndexOf(at);
+    if (winner !== inForce) return { replicas, entry: inForce, since, nextChangeAt: at, next: { entry: winner, replicas: entries[winner]!.replicas } };
+    upcoming.forEach((t, i) => {
+      if (t === at) upcoming[i] = nextFiring(entries[i]!.cron, timezone, at);
+    });
+  }
+  return { replicas, entry: inForce, since, nextChangeAt: null, next: null };
+}
+
+/**
+ * The earliest instant after `now` at which some model's scheduled count changes, or null: the
+ * reconciler wakes then (add it to the times its wake timer considers).
+ */
+export function nextScheduleChange(spec: FleetSpec, now: number): number | null {
+  let at: number | null = null;
+  for (const m of Object.values(spec.models)) {
+    if (m.scaling.mode !== 'replicas' || !m.scaling.schedule) continue;
+    const t = scheduleInForce(m.scaling, now).nextChangeAt;
+    if (t !== null && (at === null || t < at)) at = t;
+  }
+  return at;
+}
