@@ -8,7 +8,8 @@ import { assertGolden } from '../harness/golden.js';
 import { runCli } from '../harness/cli.js';
 
 /** Commit oids differ between runs (dates); golden files hold <oid>. */
-const normalize = (s: string): string => s.replace(/\b[0-9a-f]{40}\b/g, '<oid>').replace(/\b[0-9a-f]{12}\b/g, '<oid>');
+const normalize = (s: string): string =>
+  s.replace(/\b[0-9a-f]{40}\b/g, '<oid>').replace(/\b[0-9a-f]{12}\b/g, '<oid>').replace(/\/tmp\/[^\s()]+\/([^/\s()]+)/g, '<tmp>/$1');
 
 async function fleetRepo(): Promise<WorkRepo> {
   const repo = await WorkRepo.init();
@@ -70,7 +71,7 @@ describe('llmgw plan', () => {
       'cpu-01': { name: 'cpu-01', reachable: true, memory: { totalBytes: 16 * 2 ** 30, availableBytes: 10 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
       'cpu-02': { name: 'cpu-02', reachable: true, memory: { totalBytes: 12 * 2 ** 30, availableBytes: 9 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
     });
-    const r = await plan(repo, '--base', base, '--head', head, '--status', statusFile);
+    const r = await plan(repo, '--base', base, '--head', head, '--status', statusFile, '--at', '2026-11-30T02:00:00Z');
     assert.equal(r.code, 1, r.err);
     assertGolden('plan-change-profile.txt', r.out);
     const json = JSON.parse((await runCli(['plan', '--base', base, '--head', head, '--status', statusFile, '-f', 'json'], repo.dir)).stdout) as {
@@ -116,7 +117,7 @@ describe('llmgw plan', () => {
     const r = await plan(repo, '--base', base);
     assert.equal(r.code, 1, r.err);
     assertGolden('plan-fits-nowhere.txt', r.out);
-    assert.match(r.out, /fits nowhere: needs 15\.5 GiB; largest free 15 GiB on cpu-01; 2 nodes checked/);
+    assert.match(r.out, /fits nowhere: needs 15\.5 GiB; largest free 11 GiB on cpu-02; 2 nodes checked/);
   });
 
   it('an engine upgrade: definitions change and the new version is installed where its models run; a retry trailer is listed', async () => {
