@@ -17,6 +17,8 @@ export interface ObservedModel {
   readonly parked: { readonly since: string; readonly lastError: { readonly code: string; readonly message: string } } | null;
   /** Where its replicas run; null when the status does not say. */
   readonly replicas: readonly ObservedReplica[] | null;
+  /** How many replicas it had (ready), when the status says only that. */
+  readonly running: number | null;
 }
 
 export interface ObservedNode {
@@ -56,7 +58,10 @@ function modelOf(m: Partial<ModelStatus> & { replicas?: unknown }): ObservedMode
         .filter((r) => typeof r.node === 'string' && r.phase !== 'failed' && r.phase !== 'stopping')
         .map((r) => ({ node: r.node as string, digest: typeof r.digest === 'string' ? r.digest : '', ready: r.phase === 'ready' }))
     : null;
-  return { memoryBytes: typeof m.memoryBytes === 'number' ? m.memoryBytes : null, parked: m.parked ?? null, replicas };
+  const running = replicas ? replicas.length : typeof m.ready === 'number' ? m.ready : null;
+  const p = m.parked as { since: string | number; lastError: { code: string; message: string } } | null | undefined;
+  const parked = p ? { since: typeof p.since === 'number' ? new Date(p.since).toISOString() : p.since, lastError: p.lastError } : null;
+  return { memoryBytes: typeof m.memoryBytes === 'number' ? m.memoryBytes : null, parked, replicas, running };
 }
 
 /**

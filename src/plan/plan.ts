@@ -214,7 +214,9 @@ export function planChanges(input: {
   for (const [i, mp] of models.entries()) {
     const h = head.models[mp.model];
     if (!h) continue;
-    models[i] = { ...mp, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs), memoryBytes: memory[mp.model] ?? null };
+    // Nothing runs: nothing is replaced.
+    const effects = (sim.models[mp.model]?.before.length ?? 0) > 0 ? mp.effects : mp.effects.map((e) => e.replace(/^(definition changed \(.*\)): replicas are replaced one at a time$/, '$1'));
+    models[i] = { ...mp, effects, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs), memoryBytes: memory[mp.model] ?? null };
   }
   for (const r of input.retries) {
     if (!head.modelNames[r.model]) other.push(`retry trailer in ${r.commit.slice(0, 12)} names "${r.model}", which is not a model: ignored`);

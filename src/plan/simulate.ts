@@ -108,7 +108,10 @@ function baseReplicas(input: SimulationInput): { replicas: SimReplica[]; usage: 
   if (!base) return { replicas: [], usage: 'empty' };
   const health: Record<string, ModelHealth> = {};
   for (const m of Object.values(base.models)) health[m.name] = { ...initialHealth(m.digest), parked: observed?.models[m.name]?.parked ? { since: 0, lastError: observed.models[m.name]!.parked!.lastError } : null };
-  const out = pass(base, plannerNodes(base, observed, [], input.now), health, {}, input.memory, input.now);
+  // On-demand models the status counts replicas of were in use: place them too.
+  const demand: Record<string, Demand> = {};
+  for (const m of Object.values(base.models)) if (m.scaling.mode === 'on_demand' && (observed?.models[m.name]?.running ?? 0) > 0) demand[m.name] = { lastRequestAt: input.now - 1 };
+  const out = pass(base, plannerNodes(base, observed, [], input.now), health, demand, input.memory, input.now);
   const replicas = out.actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start').map((a) => ({ model: a.model, node: a.node, digest: a.digest }));
   return { replicas, usage: 'assumed' };
 }
