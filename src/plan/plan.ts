@@ -106,7 +106,8 @@ function placementOf(m: ModelSpec, o: ModelOutcome | undefined, need: Need | und
     const victims = o.evicts.map((e) => `${e.model} on ${e.node}`).join(', ');
     return { verdict: 'fits-after-eviction', fits: true, nodes: o.starts, evicts: o.evicts, text: `fits on ${nodesText(o.starts)}${onDemand}, after evicting the idle on-demand replica${o.evicts.length === 1 ? '' : 's'} of ${victims}` };
   }
-  if (o.starts.length) return { verdict: 'fits', fits: true, nodes: o.starts, evicts: [], text: `fits on ${nodesText(o.starts)}${onDemand}` };
+  const beside = o.before.length ? ` (beside ${o.before.length} running on ${nodesText(o.before)})` : '';
+  if (o.starts.length) return { verdict: 'fits', fits: true, nodes: o.starts, evicts: [], text: `fits on ${nodesText(o.starts)}${onDemand}${beside}` };
   if (o.drains) return { verdict: 'running', fits: true, ...none, text: `no room beside the running replica: it drains (drain grace ${formatDuration(drainGraceMs)}), then the new one takes its place` };
   return { verdict: 'running', fits: true, ...none, text: `runs on ${nodesText(o.before)}` };
 }
