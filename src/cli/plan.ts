@@ -94,7 +94,9 @@ export async function planCommand(argv: readonly string[], io: Io): Promise<numb
   let base: string | null;
   if (values.base !== undefined) base = await repo.resolve(values.base as string);
   else {
-    const branch = await repo.resolve((values['default-branch'] as string | undefined) ?? 'main');
+    // a PR check's clone has the default branch as origin/NAME only
+    const name = (values['default-branch'] as string | undefined) ?? 'main';
+    const branch = await repo.resolve(name).catch(() => repo.resolve(`origin/${name}`));
     base = await repo.mergeBase(head, branch);
   }
 

@@ -113,6 +113,15 @@ describe('llmgw plan on what the controller wrote', () => {
     assertGolden('plan-e2e.github.txt', annotations.join('\n'));
   });
 
+  it('in a detached checkout with no local main (as actions/checkout leaves a PR), the same plan', async () => {
+    const expected = normalize((await runCli(['plan'], clone.dir)).stdout);
+    await clone.git(['checkout', '-q', '--detach', 'pr']);
+    await clone.git(['branch', '-q', '-D', 'main']);
+    const r = await runCli(['plan'], clone.dir);
+    assert.equal(r.code, 1, r.stderr);
+    assert.equal(normalize(r.stdout), expected);
+  });
+
   it('merged, the controller does what the plan said', async () => {
     await clone.push(fleet.git.authUrl('fleet.git'), 'pr:main');
     const m = (name: string) => ctl.reconciler.model(name);
