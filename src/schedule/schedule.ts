@@ -68,3 +68,30 @@ export function nextScheduleChange(spec: FleetSpec, now: number): number | null 
   }
   return at;
 }
+
+/** The schedule part of the admin API's model JSON (`ctl models` shows it). */
+export interface ScheduleJson {
+  readonly timezone: string;
+  /** Replicas the schedule puts in force. */
+  readonly replicas: number;
+  /** The entry that set it; null: the default (`replicas:`), no entry fired in the last year. */
+  readonly entry: { readonly index: number; readonly cron: string } | null;
+  /** ISO time the entry fired. */
+  readonly since: string | null;
+  /** The next change: when, to what, by which entry; null when none within a year. */
+  readonly next: { readonly at: string; readonly replicas: number; readonly entry: { readonly index: number; readonly cron: string } } | null;
+}
+
+export function scheduleJson(scaling: ModelScaling, now: number): ScheduleJson | null {
+  if (scaling.mode !== 'replicas' || !scaling.schedule) return null;
+  const s = scheduleInForce(scaling, now);
+  const entries = scaling.schedule.entries;
+  const ref = (i: number) => ({ index: i, cron: entries[i]!.cron });
+  return {
+    timezone: scaling.schedule.timezone,
+    replicas: s.replicas,
+    entry: s.entry === null ? null : ref(s.entry),
+    since: s.since === null ? null : new Date(s.since).toISOString(),
+    next: s.next && s.nextChangeAt !== null ? { at: new Date(s.nextChangeAt).toISOString(), replicas: s.next.replicas, entry: ref(s.next.entry) } : null,
+  };
+}

@@ -37,10 +37,16 @@ const scheduled = async (): Promise<{ replicas: number | undefined; nextChange: 
     nextChange: sampleValue(s, 'llmgw_model_schedule_next_change_timestamp_seconds', { model: 'good' }),
   };
 };
-const ctlModels = async (): Promise<{ name: string; desired: number; ready: number }[]> => {
+type ModelRow = { name: string; desired: number; ready: number; schedule: unknown };
+const ctlModels = async (): Promise<ModelRow[]> => {
   const r = await runCli(['ctl', '--server', adminUrl, '--token', TOKEN, 'models', '-o', 'json']);
   assert.equal(r.code, 0, r.stderr);
-  return (JSON.parse(r.stdout) as { models: { name: string; desired: number; ready: number }[] }).models;
+  return (JSON.parse(r.stdout) as { models: ModelRow[] }).models;
+};
+const ctlModelsText = async (): Promise<string> => {
+  const r = await runCli(['ctl', '--server', adminUrl, '--token', TOKEN, 'models']);
+  assert.equal(r.code, 0, r.stderr);
+  return r.stdout;
 };
 
 before(async () => {
@@ -87,6 +93,14 @@ describe('a replica schedule on the real stack', () => {
     assert.deepEqual(await scheduled(), { replicas: 2, nextChange: Date.parse('2026-03-30T18:00:00Z') / 1000 });
     const good = (await ctlModels()).find((m) => m.name === 'good')!;
     assert.deepEqual([good.desired, good.ready], [2, 2]);
+    assert.deepEqual(good.schedule, {
+      timezone: 'Europe/Berlin',
+      replicas: 2,
+      entry: { index: 0, cron: '0 8 * * *' },
+      since: '2026-03-30T06:00:00.000Z',
+      next: { at: '2026-03-30T18:00:00.000Z', replicas: 1, entry: { index: 1, cron: '0 20 * * *' } },
+    });
+    assert.match(await ctlModelsText(), /good\s+ready\s+2\/2\s+0\s+2 replicas by "0 8 \* \* \*"; 1 in 1[01]h\d+m/);
   });
 
   it('at 20:00 it scales back to one, stopping the surplus replica while clients are answered', async () => {
@@ -121,6 +135,7 @@ describe('a replica schedule on the real stack', () => {
     assert.deepEqual(await scheduled(), { replicas: 1, nextChange: Date.parse('2026-03-31T06:00:00Z') / 1000 });
     const good = (await ctlModels()).find((m) => m.name === 'good')!;
     assert.deepEqual([good.desired, good.ready], [1, 1]);
+    assert.match(await ctlModelsText(), /good\s+ready\s+1\/1\s+0\s+1 replica by "0 20 \* \* \*"; 2 in 1[01]h\d+m/);
   });
 
   it('a controller restarted mid-window takes the count in force from the clock alone', async () => {
