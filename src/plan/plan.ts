@@ -93,18 +93,26 @@ function engineOf(spec: FleetSpec, m: ModelSpec): string {
 
 const nodesText = (nodes: readonly string[]): string => [...new Set(nodes)].sort().join(', ');
 
-function placementOf(m: ModelSpec, o: ModelOutcome | undefined, need: Need | undefined, drainGraceMs: number): NonNullable<ModelPlan['placement']> {
+function placementOf(m: ModelSpec, o: ModelOutcome | undefined, need: Need | undefined, drainGraceMs: number, rolling: boolean): NonNullable<ModelPlan['placement']> {
   const none = { nodes: [] as string[], evicts: [] as { model: string; node: string }[] };
   const onDemand = m.scaling.mode === 'on_demand' ? ' when activated' : '';
   if (!o) return { verdict: 'none-wanted', fits: true, ...none, text: 'not placed' };
   if (o.parked) return { verdict: 'parked', fits: true, ...none, text: 'stays parked: not placed until it is unparked' };
   if (o.desired === 0) return { verdict: 'none-wanted', fits: true, ...none, text: o.before.length ? `no replicas wanted now: the ${o.before.length} running stop` : 'no replicas wanted now' };
   if (need && 'error' in need && o.starts.length === 0) return { verdict: 'need-unknown', fits: true, ...none, text: need.error };
+  if (o.unplaceable !== null && o.starts.length === 0 && m.memoryBytes === null && !(need && 'bytes' in need)) {
+    return { verdict: 'need-unknown', fits: true, ...none, text: `memory need unknown: its GGUF header was not read; set memory: in ${m.file}` };
+  }
   if (o.unplaceable !== null && o.starts.length === 0) return { verdict: 'fits-nowhere', fits: false, ...none, text: `fits nowhere${onDemand}: ${o.unplaceable}` };
   if (o.unplaceable !== null) return { verdict: 'partly', fits: false, nodes: o.starts, evicts: o.evicts, text: `${o.starts.length} of ${o.desired} fit${onDemand}, on ${nodesText(o.starts)}; the rest fit nowhere: ${o.unplaceable}` };
   if (o.evicts.length) {
     const victims = o.evicts.map((e) => `${e.model} on ${e.node}`).join(', ');
     return { verdict: 'fits-after-eviction', fits: true, nodes: o.starts, evicts: o.evicts, text: `fits on ${nodesText(o.starts)}${onDemand}, after evicting the idle on-demand replica${o.evicts.length === 1 ? '' : 's'} of ${victims}` };
+  }
+  // The planner starts what fits and tries the rest on later passes (not while rolling or failing).
+  const short = o.desired - o.before.length - o.starts.length;
+  if (!rolling && o.starts.length && short > 0) {
+    return { verdict: 'partly', fits: false, nodes: o.starts, evicts: o.evicts, text: `${o.starts.length + o.before.length} of ${o.desired} fit${onDemand}, on ${nodesText([...o.before, ...o.starts])}; the other ${short} fit${short === 1 ? 's' : ''} nowhere beside them` };
   }
   const beside = o.before.length ? ` (beside ${o.before.length} running on ${nodesText(o.before)})` : '';
   if (o.starts.length) return { verdict: 'fits', fits: true, nodes: o.starts, evicts: [], text: `fits on ${nodesText(o.starts)}${onDemand}${beside}` };
@@ -202,7 +210,10 @@ export function planChanges(input: {
   // Where the replicas go: the planner on the base's usage.
   const memory: Record<string, number | null> = {};
   for (const m of Object.values(base?.models ?? {})) memory[m.name] = m.memoryBytes ?? observed?.models[m.name]?.memoryBytes ?? null;
-  for (const [name, n] of Object.entries(input.needs)) memory[name] = 'bytes' in n ? n.bytes : (memory[name] ?? null);
+  for (const m of Object.values(head.models)) {
+    const n = input.needs[m.name];
+    memory[m.name] = m.memoryBytes ?? (n && 'bytes' in n ? n.bytes : null) ?? observed?.models[m.name]?.memoryBytes ?? null;
+  }
   const sim = simulateMerge({
     base,
     head,
@@ -217,7 +228,7 @@ export function planChanges(input: {
     if (!h) continue;
     // Nothing runs: nothing is replaced.
     const effects = (sim.models[mp.model]?.before.length ?? 0) > 0 ? mp.effects : mp.effects.map((e) => e.replace(/^(definition changed \(.*\)): replicas are replaced one at a time$/, '$1'));
-    models[i] = { ...mp, effects, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs), memoryBytes: memory[mp.model] ?? null };
+    models[i] = { ...mp, effects, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs, mp.definitionChanged && (sim.models[mp.model]?.before.length ?? 0) > 0), memoryBytes: memory[mp.model] ?? null };
   }
   for (const r of input.retries) {
     if (!head.modelNames[r.model]) other.push(`retry trailer in ${r.commit.slice(0, 12)} names "${r.model}", which is not a model: ignored`);
