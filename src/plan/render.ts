@@ -39,7 +39,7 @@ function statusLine(r: PlanReport): string {
   return `${r.status.source} (${age}${applied})${usage}${r.status.note ? `; note: ${r.status.note}` : ''}`;
 }
 
-function nodeRow(n: NodePlan): { capacity: string; before: string; after: string; free: string; changes: string } {
+function nodeRow(n: NodePlan): { capacity: string; before: string; after: string; free: string; changes: string; over: string | null } {
   const cap = n.capacityBytes;
   const starts = n.starts.map((m) => `+${m}`);
   const stops = n.stops.map((s) => `-${s.model} (${s.reason})`);
@@ -49,6 +49,7 @@ function nodeRow(n: NodePlan): { capacity: string; before: string; after: string
     after: formatBytes(n.usedAfter),
     free: cap === null ? 'unknown' : formatBytes(Math.max(0, cap - n.usedAfter)),
     changes: [...starts, ...stops].join(', ') || '-',
+    over: n.roomBytes !== null && n.usedAfter > n.roomBytes ? `over its room (capacity − placement_reserve) by ${formatBytes(n.usedAfter - n.roomBytes)}` : null,
   };
 }
 
@@ -73,7 +74,7 @@ export function renderText(r: PlanReport): string {
     const width = Math.max(...touched.map((n) => n.name.length));
     for (const n of touched) {
       const row = nodeRow(n);
-      lines.push(`  ${n.name.padEnd(width)}  ${row.before} → ${row.after} of ${row.capacity}: ${row.changes}`);
+      lines.push(`  ${n.name.padEnd(width)}  ${row.before} → ${row.after} of ${row.capacity}: ${row.changes}${row.over ? `; ${row.over}` : ''}`);
     }
   }
   if (r.engineInstalls.length) {
@@ -127,7 +128,7 @@ export function renderMarkdown(r: PlanReport): string {
         ...n.starts.map((m) => `➕ \`${m}\``),
         ...n.stops.map((s) => (s.reason === 'evicted' ? `♻️ **evicts** \`${s.model}\`` : `➖ \`${s.model}\` (${s.reason})`)),
       ].join('<br>');
-      lines.push(`| \`${n.name}\` | ${row.capacity} | ${row.before} | ${row.after} | ${row.free} | ${changes} |`);
+      lines.push(`| \`${n.name}\` | ${row.capacity} | ${row.before} | ${row.after}${row.over ? ` ⚠️ ${row.over}` : ''} | ${row.free} | ${changes} |`);
     }
     lines.push('');
   }

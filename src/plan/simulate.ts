@@ -21,6 +21,8 @@ export interface SimReplica {
 export interface NodeUsage {
   readonly name: string;
   readonly capacityBytes: number | null;
+  /** What replicas may use: capacity − placement_reserve. */
+  readonly roomBytes: number | null;
   readonly reachable: boolean;
   /** Memory of the replicas running before the merge (by the needs given). */
   readonly usedBefore: number;
@@ -156,9 +158,11 @@ export function simulateMerge(input: SimulationInput): Simulation {
     const before = n.replicas.reduce((s, r) => s + mem(r.model), 0);
     const myStarts = starts.filter((s) => s.node === n.name);
     const myStops = stops.filter((s) => s.node === n.name);
+    const capacity = ns?.capacity.memoryBytes ?? n.memoryTotalBytes;
     return {
       name: n.name,
-      capacityBytes: ns?.capacity.memoryBytes ?? n.memoryTotalBytes,
+      capacityBytes: capacity,
+      roomBytes: capacity === null ? null : capacity - head.settings.placementReserveBytes,
       reachable: n.reachable,
       usedBefore: before,
       usedAfter: before + myStarts.reduce((s, a) => s + mem(a.model), 0) - myStops.reduce((s, a) => s + mem(a.model), 0),
