@@ -12,7 +12,10 @@ import { gguf } from '@huggingface/gguf';
 import { replicaMemory, shapeFromMetadata } from '../../src/reconciler/memory.js';
 import { runCli } from '../harness/cli.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
-import { WorkRepo } from '../harness/git.js';
+import { makeTempDir, WorkRepo } from '../harness/git.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { buildAdminApp } from '../../src/admin/app.js';
 import { assertGolden } from '../harness/golden.js';
 
 const MiB = 2 ** 20;
@@ -111,6 +114,35 @@ describe('llmgw plan on what the controller wrote', () => {
       ['notice', 'models/spare.yaml', '4'],
     ]);
     assertGolden('plan-e2e.github.txt', annotations.join('\n'));
+  });
+
+  it('--status also reads a checkout of the status branch, and the admin API’s /models and /nodes JSON (which say where replicas run)', async () => {
+    const text = (out: string) => normalize(out).split('\n').filter((l) => !l.startsWith('status: ')).join('\n');
+    const expected = text((await runCli(['plan'], clone.dir)).stdout);
+    const dir = await makeTempDir();
+    await clone.git(['worktree', 'add', '-q', '--detach', join(dir, 'status'), 'origin/llmgw/status']);
+    const checkout = await runCli(['plan', '--status', join(dir, 'status')], clone.dir);
+    assert.equal(checkout.code, 1, checkout.stderr);
+    assert.equal(text(checkout.stdout), expected);
+
+    const admin = buildAdminApp({ backend: ctl.reconciler, token: 'plan-e2e-token' });
+    try {
+      for (const what of ['models', 'nodes']) {
+        const res = await admin.inject({ method: 'GET', url: `/admin/v1/${what}`, headers: { authorization: 'Bearer plan-e2e-token' } });
+        assert.equal(res.statusCode, 200, res.body);
+        writeFileSync(join(dir, `${what}.json`), res.body);
+      }
+    } finally {
+      await admin.close();
+    }
+    const api = await runCli(['plan', '--status', join(dir, 'models.json'), '--status', join(dir, 'nodes.json'), '-f', 'json'], clone.dir);
+    assert.equal(api.code, 1, api.stderr);
+    const report = JSON.parse(api.stdout) as { usage: string; models: { model: string; placement: { verdict: string } | null }[] };
+    assert.equal(report.usage, 'observed', 'the admin API says where replicas run');
+    assert.deepEqual(
+      report.models.filter((m) => m.placement).map((m) => [m.model, m.placement!.verdict]),
+      [['burst', 'fits-after-eviction'], ['fits', 'fits'], ['good', 'running'], ['huge', 'fits-nowhere'], ['lazy', 'running'], ['spare', 'none-wanted']],
+    );
   });
 
   it('in a detached checkout with no local main (as actions/checkout leaves a PR), the same plan', async () => {
