@@ -12,6 +12,7 @@ import { buildAdminApp } from '../../src/admin/app.js';
 import { parseExposition, sampleValue } from '../../src/metrics/index.js';
 import { buildRouter } from '../../src/router/app.js';
 import { runCli } from '../harness/cli.js';
+import { wakeOnSchedule } from '../../src/schedule/wake.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 
 let fleet: TestFleet;
@@ -145,5 +146,33 @@ describe('a replica schedule on the real stack', () => {
     await ctl.until(() => model('good').ready === 2, 'two ready replicas after the restart');
     assert.equal(model('good').desired, 2);
     assert.deepEqual(await scheduled(), { replicas: 2, nextChange: Date.parse('2026-03-31T18:00:00Z') / 1000 });
+  });
+
+  it('with nothing else asking for a pass, the controller acts at the entry’s time (the schedule wake)', async () => {
+    await ctl.stop();
+    setClock('2026-03-31T17:59:55Z'); // Tuesday 19:59:55 CEST; poll interval 1h: no poll comes
+    ctl = await fleet.startController({ clock });
+    const wake = wakeOnSchedule(ctl.reconciler, clock);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timeout = setTimeout(() => reject(new Error(`no scale-down within 60 s; good: ${JSON.stringify(ctl.reconciler.model('good'))}`)), 60_000);
+        const check = (): void => {
+          const g = ctl.reconciler.model('good');
+          if (g && g.desired === 1 && g.replicas.length === 1) {
+            clearTimeout(timeout);
+            off();
+            resolve();
+          }
+        };
+        const off = ctl.reconciler.onSnapshot(check);
+      });
+      const stop = ctl.logs.find((l) => l.msg === 'stopping replica' && l.model === 'good');
+      assert.equal(stop?.reason, 'surplus');
+      assert.ok(['schedule', 'coalesced'].includes(String(stop?.trigger)), `stopped in a pass the schedule asked for (${String(stop?.trigger)})`);
+      assert.ok(clock() >= Date.parse('2026-03-31T18:00:00Z'), 'not before the entry’s time');
+      assert.equal((await scheduled()).replicas, 1);
+    } finally {
+      wake.stop();
+    }
   });
 });
