@@ -4,7 +4,7 @@
  * force is the one of the entry that fired last (entries firing at the same instant: the later
  * one in the file wins); `replicas:` is the default while no entry fired in the last SEARCH_DAYS.
  */
-import type { FleetSpec, ModelScaling } from '../fleet-spec/types.js';
+import type { FleetSpec, ModelScaling, ReplicaSchedule } from '../fleet-spec/types.js';
 import { nextFiring, previousFiring, SEARCH_DAYS } from './cron.js';
 
 export interface ScheduleInForce {
@@ -19,13 +19,41 @@ export interface ScheduleInForce {
   readonly next: { readonly entry: number; readonly replicas: number } | null;
 }
 
-/** Safety bound for entries that keep firing at the same instant as the one in force. */
+/** Safety bound: instants at which the entry in force fires together with others and wins. */
 const MAX_STEPS = 64;
+
+/**
+ * Answers per schedule (specs are frozen: one object per revision), valid from the instant they
+ * were computed for until the next change: a pass or a scrape in between reuses the answer.
+ */
+const answers = new WeakMap<object, { readonly from: number; readonly until: number; readonly answer: ScheduleInForce }>();
 
 export function scheduleInForce(scaling: ModelScaling, now: number): ScheduleInForce {
   if (scaling.mode !== 'replicas') return { replicas: 0, entry: null, since: null, nextChangeAt: null, next: null };
   const schedule = scaling.schedule;
   if (!schedule || schedule.entries.length === 0) return { replicas: scaling.replicas, entry: null, since: null, nextChangeAt: null, next: null };
+  const hit = answers.get(schedule);
+  if (hit && now >= hit.from && now < hit.until) return hit.answer;
+  const answer = compute(scaling.replicas, schedule, now);
+  answers.set(schedule, { from: now, until: validUntil(schedule, answer, now), answer });
+  return answer;
+}
+
+/**
+ * Until when an answer stays exactly right: the next change, the next time the entry in force
+ * fires again (its `since` moves), the instant its firing leaves the look-back window — and at
+ * most a minute when none of these is known (the window moves).
+ */
+function validUntil(schedule: ReplicaSchedule, a: ScheduleInForce, now: number): number {
+  const bounds = [a.nextChangeAt ?? now + 60_000];
+  if (a.entry !== null && a.since !== null) {
+    bounds.push(a.since + SEARCH_DAYS * 86_400_000);
+    bounds.push(nextFiring(schedule.entries[a.entry]!.cron, schedule.timezone, now) ?? now + 60_000);
+  }
+  return Math.min(...bounds);
+}
+
+function compute(defaultReplicas: number, schedule: ReplicaSchedule, now: number): ScheduleInForce {
   const { timezone, entries } = schedule;
 
   let inForce: number | null = null;
@@ -37,16 +65,18 @@ export function scheduleInForce(scaling: ModelScaling, now: number): ScheduleInF
       since = t;
     }
   }
-  const replicas = inForce === null ? scaling.replicas : entries[inForce]!.replicas;
+  const replicas = inForce === null ? defaultReplicas : entries[inForce]!.replicas;
 
-  // The next instant at which the winner of that instant is not the entry in force.
-  const upcoming = entries.map((e) => nextFiring(e.cron, timezone, now));
+  // The next instant at which another entry wins: the others' next firings, in order; at each,
+  // the winner is the last in the file among the entries firing then (the one in force included).
+  const upcoming = entries.map((e, i) => (i === inForce ? null : nextFiring(e.cron, timezone, now)));
   for (let step = 0; step < MAX_STEPS; step++) {
     const times = upcoming.filter((t): t is number => t !== null);
     if (times.length === 0) break;
     const at = Math.min(...times);
     if (at - now > SEARCH_DAYS * 86_400_000) break;
-    const winner = upcoming.lastIndexOf(at);
+    let winner = upcoming.lastIndexOf(at);
+    if (inForce !== null && inForce > winner && previousFiring(entries[inForce]!.cron, timezone, at) === at) winner = inForce;
     if (winner !== inForce) return { replicas, entry: inForce, since, nextChangeAt: at, next: { entry: winner, replicas: entries[winner]!.replicas } };
     upcoming.forEach((t, i) => {
       if (t === at) upcoming[i] = nextFiring(entries[i]!.cron, timezone, at);

@@ -78,8 +78,25 @@ describe('scheduleInForce', () => {
       }
       assert.deepEqual(s, expected, `at ${iso(t)}`);
       assert.deepEqual(scheduleInForce(sc, t), s, 'the same answer twice');
+      if (t % 600_000 === 0) assert.deepEqual(scheduleInForce(structuredClone(sc), t), s, `computed afresh at ${iso(t)}: the same as the reused answer`);
     }
     assert.equal(expected.entry, 1, 'the walk ended in the night of Monday to Tuesday');
+  });
+
+  it('a reused answer moves with the entry in force firing again (since) and with the look-back', () => {
+    const daily = scaling('UTC', [{ cron: '0 8 * * *', replicas: 2 }, { cron: '0 8 1 1 *', replicas: 0 }], 1);
+    const first = scheduleInForce(daily, T('2026-03-09T09:00:00Z'));
+    const later = scheduleInForce(daily, T('2026-03-10T09:00:00Z'));
+    assert.equal(iso(first.since), '2026-03-09T08:00:00Z');
+    assert.equal(iso(later.since), '2026-03-10T08:00:00Z', 'the next day the entry fired again');
+    assert.equal(iso(later.nextChangeAt), '2027-01-01T08:00:00Z');
+    const yearly = scaling('UTC', [{ cron: '0 0 1 3 *', replicas: 3 }], 1);
+    assert.equal(scheduleInForce(yearly, T('2027-02-28T00:00:00Z')).replicas, 3);
+    assert.equal(scheduleInForce(yearly, T('2027-03-02T00:00:00Z')).replicas, 3, 'fired again on 2027-03-01');
+    const leap = scaling('UTC', [{ cron: '0 0 29 2 *', replicas: 3 }], 1);
+    assert.equal(scheduleInForce(leap, T('2028-03-01T00:00:00Z')).replicas, 3);
+    assert.equal(scheduleInForce(leap, T('2029-03-01T00:00:00Z')).replicas, 3, '366 days on: still in the look-back');
+    assert.equal(scheduleInForce(leap, T('2029-03-01T00:00:01Z')).replicas, 1, 'out of the 366-day look-back: the default');
   });
 
   it('without a schedule: replicas: always, no change due', () => {
