@@ -5,7 +5,8 @@ import { extractRetries } from '../git/trailers.js';
 import { planChanges } from '../plan/plan.js';
 import { renderGithub, renderJson, renderMarkdown, renderText } from '../plan/render.js';
 import { DEFAULT_HEADER_TIMEOUT_MS, memoryNeeds } from '../plan/needs.js';
-import { mergeObserved, observedFromJson, observedFromStatusFiles, StatusShapeError, type ObservedFleet } from '../plan/observed.js';
+import { documentMeta, observedFromPlanStatus, type ObservedFleet } from '../plan/observed.js';
+import { statusFromBranchFiles, statusFromJson, StatusFormatError } from '../plan/status.js';
 import { readStatusBranch } from '../plan/status-branch.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { parseDuration } from '../fleet-spec/units.js';
@@ -43,15 +44,31 @@ async function readStatusPath(path: string): Promise<ObservedFleet> {
   try {
     if ((await stat(path)).isDirectory()) {
       const files: Record<string, string> = {};
-      files['fleet.json'] = await readFile(join(path, 'fleet.json'), 'utf8');
-      for (const n of await readdir(join(path, 'models')).catch(() => [] as string[])) if (n.endsWith('.json')) files[`models/${n}`] = await readFile(join(path, 'models', n), 'utf8');
-      return observedFromStatusFiles(files, `status checkout ${path}`, (await stat(join(path, 'fleet.json'))).mtimeMs);
+      for (const f of ['fleet.json', ...(await readdir(join(path, 'models')).catch(() => [] as string[])).map((n) => `models/${n}`)]) {
+        files[f] = await readFile(join(path, f), 'utf8');
+      }
+      const meta = documentMeta(JSON.parse(files['fleet.json'] ?? '{}') as unknown);
+      return observedFromPlanStatus(statusFromBranchFiles(files, path), { source: `status checkout ${path}`, writtenAt: (await stat(join(path, 'fleet.json'))).mtimeMs, appliedRevision: meta.revision });
     }
-    return observedFromJson(JSON.parse(await readFile(path, 'utf8')) as unknown, `--status ${path}`);
+    const doc = JSON.parse(await readFile(path, 'utf8')) as unknown;
+    const meta = documentMeta(doc);
+    return observedFromPlanStatus(statusFromJson(doc, path), { source: `--status ${path}`, writtenAt: meta.writtenAt, appliedRevision: meta.revision });
   } catch (e) {
-    if (e instanceof StatusShapeError) throw new UsageError(e.message);
+    if (e instanceof StatusFormatError) throw new UsageError(`--status ${e.message}`);
     throw new UsageError(`--status ${path}: cannot read llmgw status (${e instanceof Error ? e.message : String(e)})`);
   }
+}
+
+/** Several status documents (e.g. the admin API's /models and /nodes) as one. */
+function mergeObserved(parts: readonly ObservedFleet[]): ObservedFleet {
+  const times = parts.map((p) => p.writtenAt).filter((t): t is number => t !== null);
+  return {
+    source: parts.map((p) => p.source).join(' + '),
+    writtenAt: times.length ? Math.min(...times) : null,
+    appliedRevision: parts.find((p) => p.appliedRevision)?.appliedRevision ?? null,
+    nodes: Object.assign({}, ...parts.map((p) => p.nodes)) as ObservedFleet['nodes'],
+    models: Object.assign({}, ...parts.map((p) => p.models)) as ObservedFleet['models'],
+  };
 }
 
 /** Models whose need is read from their header: added, or a new source / checksum / profile. */

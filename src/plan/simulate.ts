@@ -149,7 +149,7 @@ export function simulateMerge(input: SimulationInput): Simulation {
       evicts,
       stops: stops.filter((s) => s.model === m.name).map((s) => ({ node: s.node, reason: s.reason })),
       drains: nodes.flatMap((n) => n.replicas).filter((r) => r.model === m.name && drained.has(r.id)).length,
-      unplaceable: out.unplaceable[m.name] ?? null,
+      unplaceable: out.unplaceable[m.name]?.reason ?? null,
       parked: health[m.name]!.parked !== null,
     };
   }

@@ -5,7 +5,8 @@
  */
 import type { FleetRepo } from '../git/repo.js';
 import type { CommitInfo } from '../git/commits.js';
-import { observedFromStatusFiles, type ObservedFleet } from './observed.js';
+import { documentMeta, observedFromPlanStatus, type ObservedFleet } from './observed.js';
+import { statusFromBranchFiles } from './status.js';
 
 export interface StatusBranchRead {
   readonly observed: ObservedFleet;
@@ -31,8 +32,7 @@ async function filesAt(repo: FleetRepo, oid: string): Promise<Record<string, str
 async function appliedAt(repo: FleetRepo, oid: string): Promise<string | null> {
   try {
     const text = Buffer.from(await repo.files(oid).read('fleet.json', MAX_FILE)).toString('utf8');
-    const v = (JSON.parse(text) as { appliedRevision?: unknown }).appliedRevision;
-    return typeof v === 'string' ? v : null;
+    return documentMeta(JSON.parse(text) as unknown).revision;
   } catch {
     return null;
   }
@@ -67,7 +67,12 @@ export async function readStatusBranch(repo: FleetRepo, branch: string, base: st
   }
   const use = found ?? tipInfo!;
   const source = `status branch ${branch} at ${use.oid.slice(0, 12)}`;
-  const observed = observedFromStatusFiles(await filesAt(repo, use.oid), source, use.author.timestamp * 1000);
+  const files = await filesAt(repo, use.oid);
+  const observed = observedFromPlanStatus(statusFromBranchFiles(files, source), {
+    source,
+    writtenAt: use.author.timestamp * 1000,
+    appliedRevision: files['fleet.json'] ? documentMeta(JSON.parse(files['fleet.json']) as unknown).revision : null,
+  });
   const note =
     found || base === null
       ? null

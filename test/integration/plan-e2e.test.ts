@@ -90,6 +90,7 @@ describe('llmgw plan on what the controller wrote', () => {
     assert.match(out, /3 models? change|4 models change/);
     assert.match(out, /; 1 changed model fits nowhere\.$/m, 'only huge counts as fitting nowhere');
     assert.doesNotMatch(out, /memory need unknown/);
+    assert.doesNotMatch(out, /does not say where replicas run/, 'the status branch says where replicas run');
     assertGolden('plan-e2e.txt', out);
   });
 
@@ -158,7 +159,7 @@ describe('llmgw plan on what the controller wrote', () => {
     await clone.push(fleet.git.authUrl('fleet.git'), 'pr:main');
     const m = (name: string) => ctl.reconciler.model(name);
     await ctl.until(() => m('fits')?.ready === 1 && m('huge')?.phase === 'unplaceable', 'fits ready, huge unplaceable');
-    assert.match(model('huge').unplaceable!, /needs 4 GiB; largest free .* on node-1; 1 node checked/);
+    assert.match(model('huge').unplaceable!.reason, /needs 4 GiB; largest free .* on node-1; 1 node checked/);
     await ctl.reconciler.demand('burst');
     await ctl.until(() => model('burst').ready === 1 && model('lazy').replicas.length === 0, 'burst ready, lazy evicted');
     assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica' && l.model === 'lazy' && l.reason === 'evicted'));

@@ -3,7 +3,8 @@ import { describe, it } from 'node:test';
 import { dirFiles } from '../../src/fleet-spec/dir-files.js';
 import { loadFleetSpec } from '../../src/fleet-spec/load.js';
 import type { FleetSpec } from '../../src/fleet-spec/types.js';
-import { mergeObserved, observedFromJson, observedFromStatusFiles } from '../../src/plan/observed.js';
+import { observedFromPlanStatus } from '../../src/plan/observed.js';
+import { mergeStatus, statusFromJson } from '../../src/plan/status.js';
 import { planChanges } from '../../src/plan/plan.js';
 import { minimalFleet, SHA_B, tempFleet, type FleetFilesMap } from '../harness/fleet.js';
 
@@ -39,7 +40,8 @@ function adminJson(base: FleetSpec) {
       { name: 'cpu-02', reachable: true, memory: { totalBytes: 12 * GiB, availableBytes: 5 * GiB }, engines: ['llama-cpp@b6500'] },
     ],
   };
-  return mergeObserved([observedFromJson(models, 'models.json'), observedFromJson(nodes, 'nodes.json')]);
+  const status = mergeStatus([statusFromJson(models, 'models.json'), statusFromJson(nodes, 'nodes.json')]);
+  return observedFromPlanStatus(status, { source: 'admin API', writtenAt: Date.parse(models.at), appliedRevision: null });
 }
 
 const withModel = (name: string, lines: string[]): FleetFilesMap => ({
@@ -79,19 +81,15 @@ describe('plan placement: the planner on the observed usage', () => {
     });
   }
 
-  it('a status that does not say where replicas run: the base placed as the planner would, on-demand models it counts as running included', async () => {
+  it('no status: the base placed as the planner would', async () => {
     const base = await spec(minimalFleet());
-    const head = await spec(withModel('delta', ['on_demand: {}', 'memory: 11GiB']));
-    const files = {
-      'fleet.json': JSON.stringify({ version: 1, appliedRevision: null, nodes: { 'cpu-01': { name: 'cpu-01', reachable: true, memoryTotalBytes: 16 * GiB, engines: [] }, 'cpu-02': { name: 'cpu-02', reachable: true, memoryTotalBytes: 12 * GiB, engines: [] } } }),
-      'models/alpha.json': JSON.stringify({ name: 'alpha', desired: 1, ready: 1, memoryBytes: 4 * GiB, parked: null }),
-      'models/beta.json': JSON.stringify({ name: 'beta', desired: 1, ready: 1, memoryBytes: 6 * GiB, parked: null }),
-      'models/gamma.json': JSON.stringify({ name: 'gamma', desired: 1, ready: 1, memoryBytes: 1 * GiB, parked: null }),
-    };
-    const report = planChanges({ base, head, observed: observedFromStatusFiles(files, 'status', NOW - 60_000), needs: {}, retries: [], now: NOW });
+    const head = await spec(withModel('delta', ['replicas: 1', 'memory: 9GiB']));
+    const report = planChanges({ base, head, observed: null, needs: {}, retries: [], now: NOW });
     assert.equal(report.usage, 'assumed');
-    const delta = report.models.find((m) => m.model === 'delta')!;
-    assert.equal(delta.placement?.verdict, 'fits-after-eviction', delta.placement?.text);
+    assert.equal(report.status, null);
+    // from scratch, alpha (4 GiB), beta idle (on demand, not placed) and gamma (1 GiB) go where most is free
+    assert.deepEqual(report.nodes.map((n) => [n.name, n.usedBefore / GiB]), [['cpu-01', 5], ['cpu-02', 0]]);
+    assert.equal(report.models.find((m) => m.model === 'delta')!.placement?.text, 'fits on cpu-02');
   });
 
   it('a need that is not known is said once, with the model’s file, and is not "fits nowhere"', async () => {
