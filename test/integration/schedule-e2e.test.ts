@@ -6,19 +6,16 @@
  */
 import { strict as assert } from 'node:assert';
 import { after, before, describe, it } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import { request } from 'undici';
-import { buildAdminApp } from '../../src/admin/app.js';
 import { parseExposition, sampleValue } from '../../src/metrics/index.js';
-import { buildRouter } from '../../src/router/app.js';
 import { runCli } from '../harness/cli.js';
+import { serveFront, type Front } from '../harness/front.js';
+import { keepAsking } from '../harness/router-client.js';
 import { wakeOnSchedule } from '../../src/schedule/wake.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
-let admin: FastifyInstance;
-let router: FastifyInstance;
+let front: Front;
 let adminUrl: string;
 let routerUrl: string;
 const TOKEN = 'schedule-e2e-admin-token';
@@ -65,15 +62,12 @@ before(async () => {
   await fleet.push(files, 'two replicas of good by day');
   setClock('2026-03-30T05:59:30Z'); // 07:59:30 CEST: the 20:00 entry of the evening before is in force
   ctl = await fleet.startController({ clock });
-  admin = buildAdminApp({ backend: ctl.reconciler, token: TOKEN });
-  router = buildRouter({ fleet: ctl.reconciler, auth: { required: false } });
-  adminUrl = await admin.listen({ host: '127.0.0.1', port: 0 });
-  routerUrl = await router.listen({ host: '127.0.0.1', port: 0 });
+  front = await serveFront(ctl, TOKEN);
+  ({ adminUrl, routerUrl } = front);
 });
 
 after(async () => {
-  await router?.close();
-  await admin?.close();
+  await front?.close();
   await fleet?.cleanup();
 });
 
@@ -106,29 +100,12 @@ describe('a replica schedule on the real stack', () => {
 
   it('at 20:00 it scales back to one, stopping the surplus replica while clients are answered', async () => {
     const before = model('good').replicas.map((r) => r.id);
-    let ok = 0;
-    const failures: string[] = [];
-    let running = true;
-    const client = (async () => {
-      while (running) {
-        const res = await request(`${routerUrl}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'good', prompt: 'hi', max_tokens: 2 }),
-        }).catch((e: unknown) => ({ statusCode: 0, body: { text: async () => String(e) } }));
-        const text = await res.body.text();
-        if (res.statusCode === 200) ok++;
-        else failures.push(`${res.statusCode} ${text.slice(0, 200)}`);
-      }
-    })();
-    // Some requests are answered by both replicas before the change.
-    while (ok < 4) await new Promise((r) => setTimeout(r, 20));
+    const client = keepAsking(routerUrl, 'good');
+    await client.answered(4); // answered before the change
     setClock('2026-03-30T18:00:01Z');
     await ctl.until(() => model('good').desired === 1 && model('good').replicas.length === 1 && model('good').ready === 1, 'good back to one replica');
-    const okAtChange = ok;
-    while (ok < okAtChange + 4) await new Promise((r) => setTimeout(r, 20));
-    running = false;
-    await client;
+    await client.answered(4); // and after it
+    const { failures } = await client.stop();
     assert.deepEqual(failures, []);
     assert.ok(before.includes(model('good').replicas[0]!.id), 'a replica that was running stays; the surplus one was stopped');
     const stops = ctl.logs.filter((l) => l.msg === 'stopping replica' && l.model === 'good');
