@@ -1,4 +1,5 @@
 /** A plan for people (text), for a PR comment (markdown), for CI annotations (github) and for tools (json). */
+import { join } from 'node:path';
 import { formatBytes, formatDuration } from '../fleet-spec/units.js';
 import type { ModelPlan, NodePlan, PlanReport } from './plan.js';
 
@@ -176,7 +177,7 @@ export function renderGithub(r: PlanReport, files: Readonly<Record<string, strin
     const p = m.placement;
     const warn = p.verdict === 'fits-nowhere' || p.verdict === 'partly' || p.verdict === 'need-unknown';
     const keys = p.verdict === 'need-unknown' ? ['memory', 'source'] : ['replicas', 'on_demand', 'schedule', 'memory', 'source'];
-    const file = `${prefix}${m.file}`;
+    const file = prefix ? join(prefix, m.file) : m.file;
     const title = `llmgw plan: ${m.model} ${p.verdict === 'fits-nowhere' ? 'fits nowhere' : p.verdict === 'partly' ? 'fits only in part' : p.verdict === 'need-unknown' ? 'memory need unknown' : m.change}`;
     const message = [...m.effects, p.text].join('\n');
     out.push(`::${warn ? 'warning' : 'notice'} file=${escProp(file)},line=${lineOf(files[m.file], keys)},title=${escProp(title)}::${escData(message)}`);

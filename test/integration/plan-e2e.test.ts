@@ -115,6 +115,9 @@ describe('llmgw plan on what the controller wrote', () => {
       ['notice', 'models/spare.yaml', '4'],
     ]);
     assertGolden('plan-e2e.github.txt', annotations.join('\n'));
+    // run from the checkout's parent, the files are named from there
+    const up = await runCli(['plan', '--format', 'github', 'work'], join(clone.dir, '..'));
+    assert.match(up.stdout, /^::notice file=work\/models\/burst\.yaml,line=4,/m);
   });
 
   it('--status also reads a checkout of the status branch, and the admin API’s /models and /nodes JSON (which say where replicas run)', async () => {
