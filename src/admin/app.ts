@@ -183,7 +183,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
           const canonical = backend.spec()?.modelNames[name] ?? name;
           const m = s.models.find((x) => x.name === canonical);
           if (!m) throw new LlmgwError('NOT_FOUND', `No model named "${name}" in ${whatSpec()}.`, { model: name });
-          const body: ModelOneJson = { at: new Date(s.at).toISOString(), model: modelJson(m, s.appliedRevision) };
+          const body: ModelOneJson = { at: new Date(s.at).toISOString(), model: modelJson(m, s.appliedRevision, s.at) };
           return noStore(reply).send(body);
         },
       );

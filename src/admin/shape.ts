@@ -8,6 +8,7 @@ import { Reasons, type ReasonRef } from '../errors/catalogue.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
+import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
 
 export const MODEL_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
 
@@ -36,6 +37,8 @@ export interface ModelJson {
   readonly desired: number;
   readonly ready: number;
   readonly scaling: ModelScaling;
+  /** A scheduled model: the count in force at the snapshot, the entry that set it, the next change. */
+  readonly schedule?: ScheduleJson | null;
   readonly profile: string;
   readonly source: string;
   readonly aliases: readonly string[];
@@ -167,13 +170,15 @@ export function replicaJson(r: ReplicaView, modelDigest: string | null): Replica
   };
 }
 
-export function modelJson(m: ModelView, revision: string | null): ModelJson {
+/** `at`: the snapshot's time (epoch ms), for a schedule's count in force. */
+export function modelJson(m: ModelView, revision: string | null, at?: number): ModelJson {
   return {
     name: m.name,
     phase: m.phase,
     desired: m.desired,
     ready: m.ready,
     scaling: m.spec.scaling,
+    schedule: at === undefined ? null : scheduleJson(m.spec.scaling, at),
     profile: m.spec.profile,
     source: m.spec.source,
     aliases: m.spec.aliases,
@@ -260,7 +265,7 @@ export function replicasJson(s: FleetSnapshot): ReplicasJson {
 }
 
 export function modelsJson(s: FleetSnapshot): ModelsJson {
-  return { at: isoNow(s.at), revision: s.appliedRevision, models: s.models.map((m) => modelJson(m, s.appliedRevision)) };
+  return { at: isoNow(s.at), revision: s.appliedRevision, models: s.models.map((m) => modelJson(m, s.appliedRevision, s.at)) };
 }
 
 export function nodesJson(s: FleetSnapshot, spec: FleetSpec | null): NodesJson {
@@ -287,7 +292,7 @@ export type StatusModelJson = Omit<ModelJson, 'revision'>;
 export function statusFiles(s: FleetSnapshot, spec: FleetSpec | null): Record<string, string> {
   const files: Record<string, string> = {};
   for (const m of s.models) {
-    const { revision: _, ...model } = modelJson(m, s.appliedRevision);
+    const { revision: _, ...model } = modelJson(m, s.appliedRevision, s.at);
     files[`models/${m.name}.json`] = `${JSON.stringify(model satisfies StatusModelJson, null, 2)}\n`;
   }
   const status = statusJson(s);

@@ -42,7 +42,13 @@ export function readyCount(m: Pick<ModelJson, 'ready' | 'desired' | 'phase'>): s
   return `${m.ready}/${m.desired}${m.phase === 'idle' ? ' idle' : ''}`;
 }
 
-export function scalingText(m: ModelJson): string {
+export function scalingText(m: ModelJson, at?: string): string {
+  if (m.scaling.mode === 'replicas' && m.schedule) {
+    const s = m.schedule;
+    const by = s.entry ? `by "${s.entry.cron}"` : 'by default';
+    const next = s.next ? `; ${s.next.replicas} ${at ? relative(s.next.at, at) : `at ${s.next.at}`}` : '';
+    return `${s.replicas} replica${s.replicas === 1 ? '' : 's'} ${by}${next}`;
+  }
   if (m.scaling.mode === 'replicas') return `${m.scaling.replicas} replica${m.scaling.replicas === 1 ? '' : 's'}`;
   return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas})`;
 }
@@ -164,7 +170,7 @@ export function renderStatus(s: StatusJson, models: ModelsJson): string {
 
 export function renderModels(ms: ModelsJson): string {
   if (ms.models.length === 0) return 'no models in the fleet spec';
-  const rows = ms.models.map((m) => [m.name, m.phase, readyCount(m), String(m.consecutiveFailures), scalingText(m), m.digest.slice(0, 12), modelDetail(m, ms.at)]);
+  const rows = ms.models.map((m) => [m.name, m.phase, readyCount(m), String(m.consecutiveFailures), scalingText(m, ms.at), m.digest.slice(0, 12), modelDetail(m, ms.at)]);
   const out = [table(['MODEL', 'PHASE', 'READY', 'FAILURES', 'SCALING', 'DIGEST', 'DETAIL'], rows)];
   const parked = ms.models.filter((m) => m.parked);
   if (parked.length) out.push('', `${plural(parked.length, 'model is', 'models are')} parked; unpark with \`llmgw ctl retry MODEL\` or a commit with the trailer \`Llmgw-Retry: MODEL\` once the cause is fixed.`);

@@ -5,6 +5,7 @@ import { parse, UsageError } from './args.js';
 import type { Io } from './io.js';
 import { readConfigFile, resolveConfig, SETTINGS, type SettingName } from '../serve/config.js';
 import { createLogger, serve } from '../serve/serve.js';
+import { effectiveLogFormat, logDestination } from '../serve/log-format.js';
 
 export const serveUsage = `usage: llmgw serve [--config FILE] [options]
 
@@ -56,7 +57,8 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
   }
   const configPath = (values.config as string | undefined) ?? io.env.LLMGW_CONFIG;
   const cfg = resolveConfig({ flags, env: io.env, file: configPath ? readConfigFile(configPath) : {}, cwd: io.cwd });
-  const log = createLogger(cfg.logLevel);
+  const format = effectiveLogFormat(cfg.logFormat, process.stdout.isTTY === true);
+  const log = createLogger(cfg.logLevel, logDestination(format, process.stdout.isTTY === true && !io.env.NO_COLOR));
   const served = await serve(cfg, log);
   if (values.local) {
     io.err(

@@ -10,6 +10,7 @@ import type {
   ModelScaling,
   NodeSpec,
   ProfileSpec,
+  ScheduleEntry,
 } from './types.js';
 
 type Raw = Record<string, unknown>;
@@ -107,6 +108,9 @@ export interface ModelDraft {
   readonly memoryBytes: number | null;
   readonly maxConcurrency: number | null;
   readonly token: string | null;
+  /** As written (checked in semantic.ts): the schedule's entries and its time zone. */
+  readonly schedule: readonly ScheduleEntry[] | null;
+  readonly timezone: string | null;
 }
 
 export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft {
@@ -117,6 +121,9 @@ export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft
   } else if (raw.replicas !== undefined && raw.on_demand === undefined) {
     scaling = { mode: 'replicas', replicas: num(raw.replicas) ?? 0 };
   }
+  const schedule = Array.isArray(raw.schedule) ? (raw.schedule as Raw[]).map((e) => ({ cron: str(e.cron), replicas: num(e.replicas) ?? 0 })) : null;
+  const timezone = typeof raw.timezone === 'string' ? raw.timezone : null;
+  if (scaling?.mode === 'replicas' && schedule) scaling = { ...scaling, schedule: { timezone: timezone ?? 'UTC', entries: schedule } };
   return {
     name,
     file,
@@ -129,6 +136,8 @@ export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft
     memoryBytes: size(raw.memory),
     maxConcurrency: num(raw.max_concurrency),
     token: raw.token === undefined ? null : str(raw.token),
+    schedule,
+    timezone,
   };
 }
 

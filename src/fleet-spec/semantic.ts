@@ -5,6 +5,7 @@ import type { ParsedObject } from './load.js';
 import type { SchemaKind } from './schemas.js';
 import { formatBytes } from './units.js';
 import { problem } from './yaml.js';
+import { cronProblem, isTimeZone } from '../schedule/cron.js';
 import type { AccessKeySpec, EngineSpec, FleetSettings, ModelSpec, NodeSpec, ProfileSpec, Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 
@@ -93,6 +94,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     if (m.scaling === null) {
       add('model', m.name, [], 'SPEC_SCHEMA', 'set exactly one of "replicas" (always on) or "on_demand" (started by requests)', 'e.g. `replicas: 1` or `on_demand: { idle_timeout: 15m }`');
     }
+    checkSchedule(m, (path, message, hint) => add('model', m.name, path, 'SPEC_INVALID_VALUE', message, hint));
     const profile = profileByName.get(m.profile);
     if (!profile) add('model', m.name, ['profile'], 'SPEC_DANGLING_REF', `profile "${m.profile}" does not exist`, listHint('profiles', [...profileByName.keys()], 'profiles/<profile>.yaml'));
     m.aliases.forEach((alias, i) => {
@@ -148,6 +150,39 @@ export function checkSpec(p: SpecParts): CheckResult {
 
   const keys = p.keys.map((k) => ({ ...k, models: [...new Set(k.models.map((ref) => (ref === '*' ? ref : (names.get(ref) ?? ref))))] }));
   return { problems, warnings, models, modelNames: Object.fromEntries(names), keys };
+}
+
+const CRON_FIELD_RANGES: Readonly<Record<string, string>> = {
+  second: '0-59',
+  minute: '0-59',
+  hour: '0-23',
+  dayOfMonth: '1-31 (or L, the last day)',
+  month: '1-12 or jan-dec',
+  dayOfWeek: '0-7 (0 and 7 are Sunday) or sun-sat',
+};
+
+/** A schedule needs `replicas:` (its default), node-cron expressions and an IANA time zone. */
+function checkSchedule(m: ModelDraft, add: (path: (string | number)[], message: string, hint: string) => void): void {
+  if (m.schedule === null) {
+    if (m.timezone !== null) add(['timezone'], 'timezone applies to a schedule, and this model has none', 'add schedule: [{cron: "0 8 * * 1-5", replicas: 2}, …], or remove timezone:');
+    return;
+  }
+  if (m.scaling?.mode === 'on_demand') {
+    add(['schedule'], 'schedule sets replica counts of an always-on model; this one is on_demand', 'replace on_demand: with replicas: N (the count before any entry fires), or remove schedule:');
+  } else if (m.scaling === null) {
+    add(['schedule'], 'schedule needs replicas: as its default (the count before any entry fires)', 'add e.g. `replicas: 0` beside schedule:');
+  }
+  if (m.timezone !== null && !isTimeZone(m.timezone)) {
+    add(['timezone'], `timezone "${m.timezone}" is not an IANA time zone`, 'use a name from the IANA tz database, e.g. Europe/Berlin, America/New_York or UTC');
+  }
+  m.schedule.forEach((e, i) => {
+    const bad = cronProblem(e.cron);
+    if (bad) {
+      const field = bad.field === 'expression' ? '' : ` (field ${bad.field}${bad.value !== null ? `: "${bad.value}"` : ''})`;
+      const range = CRON_FIELD_RANGES[bad.field];
+      add(['schedule', i, 'cron'], `cron "${e.cron}" is not valid${field}: ${bad.message}`, `${range ? `${bad.field} takes ${range}; ` : ''}five fields: minute hour day-of-month month day-of-week (optionally seconds first), e.g. "0 8 * * 1-5" for 08:00 Monday to Friday`);
+    }
+  });
 }
 
 function listHint(what: string, names: readonly string[], where: string): string {

@@ -67,8 +67,22 @@ export interface ProfileSpec {
   readonly startTimeoutMs: number;
 }
 
+/** One entry of a model's replica schedule: from each firing of `cron` on, `replicas` replicas. */
+export interface ScheduleEntry {
+  /** A node-cron expression (5 fields, or 6 with seconds first). */
+  readonly cron: string;
+  readonly replicas: number;
+}
+
+/** Replica counts over time; read in `timezone` (IANA). */
+export interface ReplicaSchedule {
+  readonly timezone: string;
+  readonly entries: readonly ScheduleEntry[];
+}
+
 export type ModelScaling =
-  | { readonly mode: 'replicas'; readonly replicas: number }
+  /** `replicas` always, or — with a schedule — until the first entry fires (the default). */
+  | { readonly mode: 'replicas'; readonly replicas: number; readonly schedule?: ReplicaSchedule }
   | { readonly mode: 'on_demand'; readonly idleTimeoutMs: number; readonly maxReplicas: number };
 
 export interface ModelSpec {

@@ -255,7 +255,8 @@ export class FleetRepo {
     const candidates: string[] = [];
     if (r === 'HEAD') candidates.push(this.kind === 'remote' ? this.branchRef() : 'HEAD');
     else if (r.startsWith('refs/')) candidates.push(r);
-    else if (!FULL_OID.test(r)) candidates.push(this.branchRef(r), `refs/tags/${r}`, ...(this.kind === 'remote' ? [`refs/heads/${r}`] : []));
+    // as git rev-parse: a branch, a tag, then (locally) a remote-tracking branch such as origin/main
+    else if (!FULL_OID.test(r)) candidates.push(this.branchRef(r), `refs/tags/${r}`, ...(this.kind === 'remote' ? [`refs/heads/${r}`] : [`refs/remotes/${r}`]));
     if (FULL_OID.test(r)) {
       try {
         return await this.peel(r);

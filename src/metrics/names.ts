@@ -13,6 +13,8 @@ export const MetricNames = Object.freeze({
   modelState: 'llmgw_model_state',
   modelLastErrorInfo: 'llmgw_model_last_error_info',
   modelUnplaceableReasonInfo: 'llmgw_model_unplaceable_reason_info',
+  modelScheduledReplicas: 'llmgw_model_scheduled_replicas',
+  modelScheduleNextChangeTimestampSeconds: 'llmgw_model_schedule_next_change_timestamp_seconds',
 
   // --- per node (label node) ---
   nodeReachable: 'llmgw_node_reachable',

@@ -9,6 +9,7 @@ import type { RouterMetrics } from './ports.js';
 import { registerCertificateMetrics } from './certificates.js';
 import { FleetMetrics } from './fleet.js';
 import { createRouterMetrics } from './router.js';
+import { registerScheduleMetrics } from './schedule.js';
 
 export interface MetricsOptions {
   /** Certificate file paths (PEM or DER), asked for and read at each scrape. */
@@ -48,12 +49,14 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   const fleet = new FleetMetrics(registry, opts.clock ?? Date.now);
   const router = createRouterMetrics(registry);
   registerCertificateMetrics(registry, opts.certificates ?? (() => []));
+  const schedules = registerScheduleMetrics(registry, opts.clock ?? Date.now);
 
   return {
     registry,
     router,
     applySnapshot: (s) => {
       fleet.applySnapshot(s);
+      schedules.setModels(s.models.map((m) => m.spec));
       router.setModels(s.models.map((m) => m.name));
     },
     passFinished: (result, durationSeconds) => fleet.passFinished(result, durationSeconds),

@@ -1,28 +1,46 @@
 /**
  * What merging a head revision would do, model by model (pure): added, removed, definition
  * changed (replicas replaced; a parked model unparked), scaling changes, retries requested,
- * engine installs per node, and a placement simulation of the head against node capacity.
+ * engine installs per node, and — from the reconciler's own planner run on the base's usage
+ * (simulate.ts) — where each model's replicas go: fits, fits after evicting idle on-demand
+ * replicas, or fits nowhere.
  */
-import { place, type PlacementNode, type PlacementResult } from '../reconciler/placement.js';
-import type { PlanStatus } from './status.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { formatDuration } from '../fleet-spec/units.js';
+import { scheduleInForce } from '../schedule/schedule.js';
+import type { Need } from './needs.js';
+import type { ObservedFleet } from './observed.js';
+import { simulateMerge, type ModelOutcome, type NodeUsage, type Simulation } from './simulate.js';
 
 export interface PlanRetry {
   readonly model: string;
   readonly commit: string;
 }
 
+export type Verdict = 'fits' | 'fits-after-eviction' | 'partly' | 'fits-nowhere' | 'need-unknown' | 'parked' | 'none-wanted' | 'running';
+
 export interface ModelPlan {
   readonly model: string;
+  /** The model's file in the head (or the base, when removed). */
+  readonly file: string;
   readonly change: 'added' | 'removed' | 'changed' | 'unchanged';
   /** Human sentences, most important first. */
   readonly effects: readonly string[];
   readonly definitionChanged: boolean;
   readonly unparks: boolean;
   readonly retries: readonly string[];
-  /** "fits on a, b", "fits nowhere: …", or null for removed models. */
-  readonly placement: { readonly fits: boolean; readonly nodes: readonly string[]; readonly text: string } | null;
+  /** Where the next pass after the merge puts it; null for removed models. */
+  readonly placement: {
+    readonly verdict: Verdict;
+    /** False only for fits-nowhere and partly. */
+    readonly fits: boolean;
+    /** Nodes new replicas start on. */
+    readonly nodes: readonly string[];
+    readonly evicts: readonly { readonly model: string; readonly node: string }[];
+    readonly text: string;
+  } | null;
+  /** Memory per replica as the plan used it; null when unknown. */
+  readonly memoryBytes: number | null;
 }
 
 export interface EngineInstallPlan {
@@ -30,20 +48,42 @@ export interface EngineInstallPlan {
   readonly nodes: readonly string[];
 }
 
+export interface NodePlan extends NodeUsage {}
+
 export interface PlanReport {
   readonly base: string | null;
   readonly head: string;
+  /** What the plan knew of the running fleet: null = nothing (declared capacity, nothing running). */
+  readonly status: { readonly source: string; readonly writtenAt: string | null; readonly ageMs: number | null; readonly appliedRevision: string | null; readonly note: string | null } | null;
+  /** observed: replicas where the status says; assumed: where the planner would put the base's. */
+  readonly usage: Simulation['usage'];
   readonly capacitySource: 'declared' | 'status';
   readonly models: readonly ModelPlan[];
+  readonly nodes: readonly NodePlan[];
   readonly engineInstalls: readonly EngineInstallPlan[];
   readonly other: readonly string[];
   readonly changed: boolean;
 }
 
+const iso = (t: number): string => new Date(t).toISOString().replace(/:\d\d\.\d{3}Z$/, 'Z');
+
 function scalingText(m: ModelSpec): string {
-  return m.scaling.mode === 'replicas'
-    ? `${m.scaling.replicas} replica${m.scaling.replicas === 1 ? '' : 's'}`
-    : `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas})`;
+  if (m.scaling.mode === 'on_demand') return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas})`;
+  const n = m.scaling.replicas;
+  const count = `${n} replica${n === 1 ? '' : 's'}`;
+  const sched = m.scaling.schedule;
+  if (!sched) return count;
+  return `${count} by default; schedule (${sched.timezone}): ${sched.entries.map((e) => `"${e.cron}" → ${e.replicas}`).join(', ')}`;
+}
+
+/** "schedule: 2 replicas in force now (\"0 8 * * 1-5\" since …); next 0 at …" */
+function scheduleText(m: ModelSpec, now: number): string | null {
+  if (m.scaling.mode !== 'replicas' || !m.scaling.schedule) return null;
+  const s = scheduleInForce(m.scaling, now);
+  const entries = m.scaling.schedule.entries;
+  const by = s.entry === null ? 'the default; no entry fired in the last year' : `"${entries[s.entry]!.cron}" since ${iso(s.since!)}`;
+  const next = s.next && s.nextChangeAt !== null ? `; next: ${s.next.replicas} at ${iso(s.nextChangeAt)} ("${entries[s.next.entry]!.cron}")` : '; no change within a year';
+  return `schedule: ${s.replicas} replica${s.replicas === 1 ? '' : 's'} in force now (${by})${next}`;
 }
 
 function engineOf(spec: FleetSpec, m: ModelSpec): string {
@@ -51,45 +91,33 @@ function engineOf(spec: FleetSpec, m: ModelSpec): string {
   return `${p.engine}@${p.engineVersion}`;
 }
 
-function memoryOf(spec: FleetSpec, m: ModelSpec, status: PlanStatus | null): number | null {
-  return m.memoryBytes ?? status?.models[m.name]?.memoryBytes ?? null;
-}
+const nodesText = (nodes: readonly string[]): string => [...new Set(nodes)].sort().join(', ');
 
-function nodesFor(spec: FleetSpec, status: PlanStatus | null): PlacementNode[] {
-  return Object.values(spec.nodes).map((n) => {
-    const observed = status?.nodes[n.name];
-    const capacity = n.capacity.memoryBytes ?? observed?.memory?.totalBytes ?? null;
-    return { name: n.name, labels: n.labels, capacityBytes: capacity, usedBytes: 0, reachable: observed ? observed.reachable || n.capacity.memoryBytes !== null : true };
-  });
-}
-
-/** Simulates placing every model of a spec from scratch (on-demand models as one replica each). */
-export function simulate(spec: FleetSpec, status: PlanStatus | null): Map<string, PlacementResult> {
-  const models = Object.values(spec.models);
-  const results = place({
-    nodes: nodesFor(spec, status),
-    reserveBytes: spec.settings.placementReserveBytes,
-    requests: models.map((m) => ({
-      model: m.name,
-      count: m.scaling.mode === 'replicas' ? m.scaling.replicas : 1,
-      memoryBytes: memoryOf(spec, m, status),
-      nodeSelector: m.nodeSelector,
-      existingOn: [],
-    })),
-  });
-  return new Map(results.map((r) => [r.model, r]));
-}
-
-function placementText(m: ModelSpec, r: PlacementResult | undefined): ModelPlan['placement'] {
-  if (!r) return null;
-  const wanted = m.scaling.mode === 'replicas' ? m.scaling.replicas : 1;
-  if (wanted === 0) return { fits: true, nodes: [], text: 'no replicas wanted' };
+function placementOf(m: ModelSpec, o: ModelOutcome | undefined, need: Need | undefined, drainGraceMs: number, rolling: boolean): NonNullable<ModelPlan['placement']> {
+  const none = { nodes: [] as string[], evicts: [] as { model: string; node: string }[] };
   const onDemand = m.scaling.mode === 'on_demand' ? ' when activated' : '';
-  if (r.unplaceable) {
-    const partial = r.nodes.length ? ` (${r.nodes.length} of ${wanted} fit on ${[...new Set(r.nodes)].join(', ')})` : '';
-    return { fits: false, nodes: r.nodes, text: `fits nowhere${onDemand}: ${r.unplaceable.reason}${partial}` };
+  if (!o) return { verdict: 'none-wanted', fits: true, ...none, text: 'not placed' };
+  if (o.parked) return { verdict: 'parked', fits: true, ...none, text: 'stays parked: not placed until it is unparked' };
+  if (o.desired === 0) return { verdict: 'none-wanted', fits: true, ...none, text: o.before.length ? `no replicas wanted now: the ${o.before.length} running stop` : 'no replicas wanted now' };
+  if (need && 'error' in need && o.starts.length === 0) return { verdict: 'need-unknown', fits: true, ...none, text: need.error };
+  if (o.unplaceable !== null && o.starts.length === 0 && m.memoryBytes === null && !(need && 'bytes' in need)) {
+    return { verdict: 'need-unknown', fits: true, ...none, text: `memory need unknown: its GGUF header was not read; set memory: in ${m.file}` };
   }
-  return { fits: true, nodes: r.nodes, text: `fits on ${[...new Set(r.nodes)].join(', ')}${onDemand}` };
+  if (o.unplaceable !== null && o.starts.length === 0) return { verdict: 'fits-nowhere', fits: false, ...none, text: `fits nowhere${onDemand}: ${o.unplaceable}` };
+  if (o.unplaceable !== null) return { verdict: 'partly', fits: false, nodes: o.starts, evicts: o.evicts, text: `${o.starts.length} of ${o.desired} fit${onDemand}, on ${nodesText(o.starts)}; the rest fit nowhere: ${o.unplaceable}` };
+  if (o.evicts.length) {
+    const victims = o.evicts.map((e) => `${e.model} on ${e.node}`).join(', ');
+    return { verdict: 'fits-after-eviction', fits: true, nodes: o.starts, evicts: o.evicts, text: `fits on ${nodesText(o.starts)}${onDemand}, after evicting the idle on-demand replica${o.evicts.length === 1 ? '' : 's'} of ${victims}` };
+  }
+  // The planner starts what fits and tries the rest on later passes (not while rolling or failing).
+  const short = o.desired - o.before.length - o.starts.length;
+  if (!rolling && o.starts.length && short > 0) {
+    return { verdict: 'partly', fits: false, nodes: o.starts, evicts: o.evicts, text: `${o.starts.length + o.before.length} of ${o.desired} fit${onDemand}, on ${nodesText([...o.before, ...o.starts])}; the other ${short} fit${short === 1 ? 's' : ''} nowhere beside them` };
+  }
+  const beside = o.before.length ? ` (beside ${o.before.length} running on ${nodesText(o.before)})` : '';
+  if (o.starts.length) return { verdict: 'fits', fits: true, nodes: o.starts, evicts: [], text: `fits on ${nodesText(o.starts)}${onDemand}${beside}` };
+  if (o.drains) return { verdict: 'running', fits: true, ...none, text: `no room beside the running replica: it drains (drain grace ${formatDuration(drainGraceMs)}), then the new one takes its place` };
+  return { verdict: 'running', fits: true, ...none, text: `runs on ${nodesText(o.before)}` };
 }
 
 function sameJson(a: unknown, b: unknown): boolean {
@@ -101,11 +129,18 @@ export function planChanges(input: {
   /** The base revision, even when its spec was invalid (base null). */
   readonly baseRevision?: string | null;
   readonly head: FleetSpec;
-  readonly status: PlanStatus | null;
+  /** What the controller reported (status branch or --status); null for nothing. */
+  readonly observed: ObservedFleet | null;
+  /** Set when the status is not for the base revision. */
+  readonly statusNote?: string | null;
+  /** Memory needs of the head's models (see needs.ts). */
+  readonly needs: Readonly<Record<string, Need>>;
   readonly retries: readonly PlanRetry[];
+  /** The time the plan is for (schedules, on-demand activity). */
+  readonly now: number;
 }): PlanReport {
-  const { base, head, status } = input;
-  const headPlacement = simulate(head, status);
+  const { base, head, observed, now } = input;
+  const status = observed;
   const names = [...new Set([...Object.keys(base?.models ?? {}), ...Object.keys(head.models)])].sort();
   const retriesByModel = new Map<string, string[]>();
   for (const r of input.retries) {
@@ -117,16 +152,18 @@ export function planChanges(input: {
   for (const name of names) {
     const b = base?.models[name];
     const h = head.models[name];
-    const parked = status?.models[name]?.parked ?? null;
+    const parked = observed?.models[name]?.parked ?? null;
     const retries = retriesByModel.get(name) ?? [];
     if (!h) {
-      models.push({ model: name, change: 'removed', effects: ['removed: its replicas are stopped'], definitionChanged: false, unparks: false, retries: [], placement: null });
+      models.push({ model: name, file: b?.file ?? `models/${name}.yaml`, change: 'removed', effects: ['removed: its replicas are stopped'], definitionChanged: false, unparks: false, retries: [], placement: null, memoryBytes: null });
       continue;
     }
     const effects: string[] = [];
     let definitionChanged = false;
     if (!b) {
       effects.push(`added: ${scalingText(h)}, profile ${h.profile} (${engineOf(head, h)})`);
+      const st = scheduleText(h, now);
+      if (st) effects.push(st);
     } else {
       if (b.digest !== h.digest) {
         definitionChanged = true;
@@ -139,6 +176,10 @@ export function planChanges(input: {
         effects.push(`definition changed (${what.join(', ')}): replicas are replaced one at a time`);
       }
       if (!sameJson(b.scaling, h.scaling)) effects.push(`scaling: ${scalingText(b)} → ${scalingText(h)}`);
+      if (!sameJson(b.scaling, h.scaling)) {
+        const st = scheduleText(h, now);
+        if (st) effects.push(st);
+      }
       if (!sameJson(b.aliases, h.aliases)) effects.push(`aliases: [${b.aliases.join(', ')}] → [${h.aliases.join(', ')}]`);
       if (!sameJson(b.nodeSelector, h.nodeSelector)) effects.push('node selector changed: replicas may move');
       if (b.memoryBytes !== h.memoryBytes) effects.push('memory override changed: placement is redone');
@@ -163,24 +204,50 @@ export function planChanges(input: {
       effects.push(`still parked: a new download token does not unpark; add the trailer "Llmgw-Retry: ${name}" to this commit, or run \`llmgw ctl retry ${name}\``);
     }
     const change = !b ? 'added' : effects.length ? 'changed' : 'unchanged';
-    models.push({ model: name, change, effects, definitionChanged, unparks, retries, placement: placementText(h, headPlacement.get(name)) });
+    models.push({ model: name, file: h.file, change, effects, definitionChanged, unparks, retries, placement: null, memoryBytes: null });
+  }
+
+  // Where the replicas go: the planner on the base's usage.
+  const memory: Record<string, number | null> = {};
+  for (const m of Object.values(base?.models ?? {})) memory[m.name] = m.memoryBytes ?? observed?.models[m.name]?.memoryBytes ?? null;
+  for (const m of Object.values(head.models)) {
+    const n = input.needs[m.name];
+    memory[m.name] = m.memoryBytes ?? (n && 'bytes' in n ? n.bytes : null) ?? observed?.models[m.name]?.memoryBytes ?? null;
+  }
+  const sim = simulateMerge({
+    base,
+    head,
+    observed,
+    memory,
+    unparks: new Set(models.filter((m) => m.unparks).map((m) => m.model)),
+    changed: new Set(models.filter((m) => m.change === 'added' || m.change === 'changed').map((m) => m.model)),
+    now,
+  });
+  for (const [i, mp] of models.entries()) {
+    const h = head.models[mp.model];
+    if (!h) continue;
+    // Nothing runs: nothing is replaced.
+    const effects = (sim.models[mp.model]?.before.length ?? 0) > 0 ? mp.effects : mp.effects.map((e) => e.replace(/^(definition changed \(.*\)): replicas are replaced one at a time$/, '$1'));
+    models[i] = { ...mp, effects, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs, mp.definitionChanged && (sim.models[mp.model]?.before.length ?? 0) > 0), memoryBytes: memory[mp.model] ?? null };
   }
   for (const r of input.retries) {
     if (!head.modelNames[r.model]) other.push(`retry trailer in ${r.commit.slice(0, 12)} names "${r.model}", which is not a model: ignored`);
   }
 
-  // engines to install: head's placement needs engine@version on a node that neither the status
-  // reports installed nor base's placement already put there.
-  const basePlacement = base ? simulate(base, status) : new Map<string, PlacementResult>();
+  // engines to install: a node a replica starts on after the merge that the status does not
+  // report having the engine (without a status: that runs none of the base's replicas on it).
   const present = new Set<string>();
-  for (const [node, ns] of Object.entries(status?.nodes ?? {})) for (const e of ns.engines) present.add(`${node}|${e}`);
-  if (base && !status) {
-    for (const m of Object.values(base.models)) for (const n of basePlacement.get(m.name)?.nodes ?? []) present.add(`${n}|${engineOf(base, m)}`);
+  for (const [node, ns] of Object.entries(observed?.nodes ?? {})) for (const e of ns.engines) present.add(`${node}|${e}`);
+  if (base && !observed) {
+    for (const [name, o] of Object.entries(sim.models)) {
+      const bm = base.models[name];
+      if (bm) for (const n of o.before) present.add(`${n}|${engineOf(base, bm)}`);
+    }
   }
   const installs = new Map<string, Set<string>>();
   for (const m of Object.values(head.models)) {
     const engine = engineOf(head, m);
-    for (const n of headPlacement.get(m.name)?.nodes ?? []) {
+    for (const n of sim.models[m.name]?.starts ?? []) {
       if (present.has(`${n}|${engine}`)) continue;
       installs.set(engine, (installs.get(engine) ?? new Set()).add(n));
     }
@@ -213,7 +280,27 @@ export function planChanges(input: {
     }
   }
   const changed = models.some((m) => m.change !== 'unchanged') || engineInstalls.length > 0 || other.length > 0;
-  return { base: input.baseRevision ?? base?.revision ?? null, head: head.revision ?? '', capacitySource: status ? 'status' : 'declared', models, engineInstalls, other, changed };
+  const statusInfo = observed
+    ? {
+        source: observed.source,
+        writtenAt: observed.writtenAt === null ? null : new Date(observed.writtenAt).toISOString(),
+        ageMs: observed.writtenAt === null ? null : Math.max(0, now - observed.writtenAt),
+        appliedRevision: observed.appliedRevision,
+        note: input.statusNote ?? null,
+      }
+    : null;
+  return {
+    base: input.baseRevision ?? base?.revision ?? null,
+    head: head.revision ?? '',
+    status: statusInfo,
+    usage: sim.usage,
+    capacitySource: status ? 'status' : 'declared',
+    models,
+    nodes: sim.nodes,
+    engineInstalls,
+    other,
+    changed,
+  };
 }
 
 function diffNames(kind: string, before: readonly string[], after: readonly string[], out: string[]): void {

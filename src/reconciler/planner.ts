@@ -8,6 +8,7 @@ import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
 import { place, type PlacementNode, type PlacementRequest, type Unplaceable } from './placement.js';
+import { scheduleInForce } from '../schedule/schedule.js';
 
 export interface ObservedNode {
   readonly name: string;
@@ -88,7 +89,7 @@ interface Located {
 }
 
 export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number): number {
-  if (m.scaling.mode === 'replicas') return m.scaling.replicas;
+  if (m.scaling.mode === 'replicas') return scheduleInForce(m.scaling, now).replicas;
   return demand && now - demand.lastRequestAt < m.scaling.idleTimeoutMs ? 1 : 0;
 }
 

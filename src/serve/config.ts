@@ -7,6 +7,7 @@ import { resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { UsageError } from '../cli/args.js';
 import { parseSize } from '../fleet-spec/units.js';
+import { isLogFormat, LOG_FORMATS, type LogFormat } from './log-format.js';
 
 export interface Listen {
   readonly host: string;
@@ -22,6 +23,7 @@ export interface ServeConfig {
   readonly tls: { readonly cert: string; readonly key: string } | null;
   readonly webhookSecretFile: string | null;
   readonly logLevel: string;
+  readonly logFormat: LogFormat;
 }
 
 /** Every setting: its flag, env var and config-file key (dotted). */
@@ -40,6 +42,7 @@ export const SETTINGS = {
   webhookSecretFile: { flag: 'webhook-secret-file', env: 'LLMGW_WEBHOOK_SECRET_FILE', key: 'webhook_secret_file', help: 'file holding the git push webhook HMAC secret' },
   bodyLimit: { flag: 'body-limit', env: 'LLMGW_BODY_LIMIT', key: 'body_limit', help: 'largest request body the router accepts: bytes, or a size such as 16MiB (default 8 MiB)' },
   logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
+  logFormat: { flag: 'log-format', env: 'LLMGW_LOG_FORMAT', key: 'log_format', help: 'json, pretty (readable lines) or auto: pretty when stdout is a terminal (default auto)' },
 } as const;
 
 export type SettingName = keyof typeof SETTINGS;
@@ -88,6 +91,8 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
   const body = get('bodyLimit');
   const bodyLimitBytes = body === null ? null : parseSize(body);
   if (body !== null && !bodyLimitBytes) throw new UsageError(`--body-limit must be a size of at least 1 byte, such as 16MiB or 1048576 (got ${JSON.stringify(body)})`);
+  const logFormat = get('logFormat') ?? 'auto';
+  if (!isLogFormat(logFormat)) throw new UsageError(`--log-format must be one of ${LOG_FORMATS.join(', ')} (got ${JSON.stringify(logFormat)})`);
   const truthy = (v: unknown): boolean => v === true || v === 'true' || v === '1';
   return {
     fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
@@ -107,5 +112,6 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
     tls: certPath && keyPath ? { cert: certPath, key: keyPath } : null,
     webhookSecretFile: abs(get('webhookSecretFile')),
     logLevel: get('logLevel') ?? 'info',
+    logFormat,
   };
 }

@@ -148,7 +148,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
         },
       });
     };
-    const metrics = createMetrics({ defaultMetrics: false });
+    const metrics = createMetrics({ defaultMetrics: false, ...(over.clock ? { clock: over.clock } : {}) });
     const reconciler = new Reconciler({
       tracker,
       statusRepo: repo,

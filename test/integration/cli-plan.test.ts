@@ -6,9 +6,16 @@ import { minimalFleet, SHA_B } from '../harness/fleet.js';
 import { cleanupTempDirs, makeTempDir, WorkRepo } from '../harness/git.js';
 import { assertGolden } from '../harness/golden.js';
 import { runCli } from '../harness/cli.js';
+import { createServer, type Socket } from 'node:net';
+import { stat } from 'node:fs/promises';
+import { gguf } from '@huggingface/gguf';
+import { replicaMemory, shapeFromMetadata } from '../../src/reconciler/memory.js';
+import { writeTinyModel } from '../fixtures/gguf.js';
+import { startGatedOrigin } from './gated-origin.js';
 
 /** Commit oids differ between runs (dates); golden files hold <oid>. */
-const normalize = (s: string): string => s.replace(/\b[0-9a-f]{40}\b/g, '<oid>').replace(/\b[0-9a-f]{12}\b/g, '<oid>');
+const normalize = (s: string): string =>
+  s.replace(/\b[0-9a-f]{40}\b/g, '<oid>').replace(/\b[0-9a-f]{12}\b/g, '<oid>').replace(/\/tmp\/[^\s()]+\/([^/\s()]+)/g, '<tmp>/$1');
 
 async function fleetRepo(): Promise<WorkRepo> {
   const repo = await WorkRepo.init();
@@ -70,7 +77,7 @@ describe('llmgw plan', () => {
       'cpu-01': { name: 'cpu-01', reachable: true, memory: { totalBytes: 16 * 2 ** 30, availableBytes: 10 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
       'cpu-02': { name: 'cpu-02', reachable: true, memory: { totalBytes: 12 * 2 ** 30, availableBytes: 9 * 2 ** 30 }, engines: ['llama-cpp@b6500'] },
     });
-    const r = await plan(repo, '--base', base, '--head', head, '--status', statusFile);
+    const r = await plan(repo, '--base', base, '--head', head, '--status', statusFile, '--at', '2026-11-30T02:00:00Z');
     assert.equal(r.code, 1, r.err);
     assertGolden('plan-change-profile.txt', r.out);
     const json = JSON.parse((await runCli(['plan', '--base', base, '--head', head, '--status', statusFile, '-f', 'json'], repo.dir)).stdout) as {
@@ -116,7 +123,7 @@ describe('llmgw plan', () => {
     const r = await plan(repo, '--base', base);
     assert.equal(r.code, 1, r.err);
     assertGolden('plan-fits-nowhere.txt', r.out);
-    assert.match(r.out, /fits nowhere: needs 15\.5 GiB; largest free 15 GiB on cpu-01; 2 nodes checked/);
+    assert.match(r.out, /fits nowhere: needs 15\.5 GiB; largest free 11 GiB on cpu-02; 2 nodes checked/);
   });
 
   it('an engine upgrade: definitions change and the new version is installed where its models run; a retry trailer is listed', async () => {
@@ -143,5 +150,71 @@ describe('llmgw plan', () => {
     const bad = await plan(repo, '--base', base);
     assert.equal(bad.code, 2);
     assert.match(bad.err, /models\/alpha\.yaml:1:9: error: source: "nope" is not valid here/);
+  });
+
+  it('a model with an https source: its need is computed from the GGUF header the origin serves', async () => {
+    const dir = await makeTempDir();
+    const tiny = await writeTinyModel(join(dir, 'tiny.gguf'), { seed: 7 });
+    const origin = await startGatedOrigin(tiny.path, null);
+    try {
+      const repo = await fleetRepo();
+      const base = await repo.head();
+      await repo.write({ 'models/remote.yaml': `source: ${origin.url}\nsha256: ${tiny.sha256}\nprofile: chat\nreplicas: 1\n` });
+      await repo.commit('add remote');
+      const r = await runCli(['plan', '--base', base, '--no-status', '-f', 'json'], repo.dir);
+      assert.equal(r.code, 1, r.stderr);
+      const remote = (JSON.parse(r.stdout) as { models: { model: string; memoryBytes: number | null; placement: { verdict: string } }[] }).models.find((m) => m.model === 'remote')!;
+      // the controller's estimator over the same file: size + KV cache for the chat profile (ctx 4096) + its overhead (default 512 MiB)
+      const [{ metadata }, st] = await Promise.all([gguf(tiny.path, { allowLocalFile: true }), stat(tiny.path)]);
+      const expected = replicaMemory(shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size), { ctxSize: 4096, memoryOverheadBytes: 512 * 2 ** 20 });
+      assert.equal(remote.memoryBytes, expected);
+      assert.ok(expected > tiny.bytes + 512 * 2 ** 20, 'the KV cache is counted');
+      assert.equal(remote.placement.verdict, 'fits');
+      assert.ok(origin.cdnSeen.some((x) => x.method === 'GET'), 'the header was read from the origin');
+    } finally {
+      await origin.close();
+    }
+  });
+
+  it('a model whose origin hangs: "timed out" within the stated time, once, naming its file; it does not count as fitting nowhere', async () => {
+    const sockets = new Set<Socket>();
+    const hang = createServer((s) => {
+      sockets.add(s); // accept, read, never answer
+      s.on('data', () => undefined);
+    });
+    await new Promise<void>((resolve) => hang.listen(0, '127.0.0.1', resolve));
+    const port = (hang.address() as { port: number }).port;
+    try {
+      const repo = await fleetRepo();
+      const base = await repo.head();
+      await repo.write({ 'models/slow.yaml': `source: http://127.0.0.1:${port}/slow.gguf\nsha256: ${SHA_B}\nprofile: chat\nreplicas: 1\n` });
+      await repo.commit('add slow');
+      const t = performance.now();
+      const r = await plan(repo, '--base', base, '--no-status', '--header-timeout', '1s');
+      const elapsed = performance.now() - t;
+      assert.equal(r.code, 1, r.err);
+      assert.ok(elapsed >= 1000 && elapsed < 4000, `answered after ${Math.round(elapsed)} ms (timeout 1 s)`);
+      const says = `memory need unknown: could not read the GGUF header of http://127.0.0.1:${port}/slow.gguf (timed out after 1s); set memory: in models/slow.yaml`;
+      assert.equal(r.out.split(says).length - 1, 1, r.out);
+      assert.doesNotMatch(r.out, /fits nowhere/);
+      assert.match(r.out, /1 model' memory need is unknown\.$/m);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => hang.close(() => resolve()));
+    }
+  });
+
+  it('a schedule: the count in force at --at, which entry set it and the next change; placement for that count', async () => {
+    const repo = await fleetRepo();
+    const base = await repo.head();
+    const alpha = minimalFleet()['models/alpha.yaml']!;
+    await repo.write({ 'models/alpha.yaml': `${alpha}timezone: Europe/Berlin\nschedule:\n  - { cron: "0 8 * * 1-5", replicas: 2 }\n  - { cron: "0 20 * * 1-5", replicas: 0 }\n` });
+    await repo.commit('alpha: two replicas on weekdays 08-20');
+    const day = await plan(repo, '--base', base, '--no-status', '--at', '2026-03-30T10:00:00Z'); // Monday 12:00 CEST
+    assert.equal(day.code, 1, day.err);
+    assertGolden('plan-schedule.txt', day.out);
+    const night = await plan(repo, '--base', base, '--no-status', '--at', '2026-03-28T10:00:00Z'); // Saturday
+    assert.match(night.out, /schedule: 0 replicas in force now \("0 20 \* \* 1-5" since 2026-03-27T19:00Z\); next: 2 at 2026-03-30T06:00Z \("0 8 \* \* 1-5"\)/);
+    assert.match(night.out, /no replicas wanted now: the 1 running stop/);
   });
 });

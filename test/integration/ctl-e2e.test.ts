@@ -8,17 +8,14 @@ import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import { request } from 'undici';
-import { buildAdminApp } from '../../src/admin/app.js';
-import { buildRouter } from '../../src/router/app.js';
 import { runCli } from '../harness/cli.js';
+import { serveFront, type Front } from '../harness/front.js';
+import { keepAsking } from '../harness/router-client.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
-let admin: FastifyInstance;
-let router: FastifyInstance;
+let front: Front;
 let adminUrl: string;
 let routerUrl: string;
 let lateDir: string;
@@ -39,15 +36,12 @@ before(async () => {
   files['models/lazy.yaml'] = modelYaml(fleet.models.good2, ['replicas: 1']).replace('profile: tiny', 'profile: late');
   await fleet.push(files, 'a model on an engine that is not installed yet');
   ctl = await fleet.startController();
-  admin = buildAdminApp({ backend: ctl.reconciler, token: TOKEN });
-  router = buildRouter({ fleet: ctl.reconciler, auth: { required: false } });
-  adminUrl = await admin.listen({ host: '127.0.0.1', port: 0 });
-  routerUrl = await router.listen({ host: '127.0.0.1', port: 0 });
+  front = await serveFront(ctl, TOKEN);
+  ({ adminUrl, routerUrl } = front);
 });
 
 after(async () => {
-  await router?.close();
-  await admin?.close();
+  await front?.close();
   await fleet?.cleanup();
   rmSync(lateDir, { recursive: true, force: true });
 });
@@ -82,24 +76,9 @@ describe('llmgw ctl against the real stack', () => {
 
   it('restart --model keeps the model serving through the router when there is room', async () => {
     const before = model('good').replicas.map((r) => r.id);
-    let ok = 0;
-    const failures: string[] = [];
-    let running = true;
-    const client = (async () => {
-      while (running) {
-        const res = await request(`${routerUrl}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'good', prompt: 'hi', max_tokens: 2 }),
-        }).catch((e: unknown) => ({ statusCode: 0, body: { text: async () => String(e) } }));
-        const text = await res.body.text();
-        if (res.statusCode === 200) ok++;
-        else failures.push(`${res.statusCode} ${text.slice(0, 200)}`);
-      }
-    })();
+    const client = keepAsking(routerUrl, 'good');
     const r = await ctlRun('restart', '--model', 'good');
-    running = false;
-    await client;
+    const { ok, failures } = await client.stop();
     assert.equal(r.code, 0, r.stderr + r.stdout);
     const afterIds = model('good').replicas.filter((x) => x.phase === 'ready').map((x) => x.id);
     assert.equal(afterIds.length, 1);
