@@ -17,6 +17,9 @@ export const nodeTimers: LoopTimers = {
   clearInterval: (t) => clearInterval(t as NodeJS.Timeout),
 };
 
+/** setTimeout's longest delay (about 24.8 days); a later due time gets a pass then, which re-arms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export class PassLoop {
   private running: Promise<void> | null = null;
   private next: { promise: Promise<void>; resolve: () => void } | null = null;
@@ -85,7 +88,7 @@ export class PassLoop {
       timer: this.timers.setTimeout(() => {
         this.wake = null;
         void this.request('wake');
-      }, Math.max(0, at - now) + 5),
+      }, Math.min(MAX_TIMER_MS, Math.max(0, at - now) + 5)),
     };
   }
 

@@ -32,6 +32,7 @@ import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied
 import type { StateStore } from './state-store.js';
 import { buildSnapshot } from './summarize.js';
 import type { DemandResult, FleetSnapshot, FleetView, ModelView, PassSummary, ReplicaView } from './view.js';
+import { nextScheduleChange } from '../schedule/schedule.js';
 import { nextWake } from './wake.js';
 import { shouldWarn, type LastWarning } from './warn-throttle.js';
 
@@ -312,6 +313,7 @@ export class Reconciler implements FleetView {
     const spec = this.spec();
     if (!spec) return;
     const modelOf = this.nodes.modelOf();
+    const scheduled = nextScheduleChange(spec, this.decidedAt ?? this.clock());
     this.loop.wakeAt(
       nextWake({
         state: this.state,
@@ -319,6 +321,7 @@ export class Reconciler implements FleetView {
         desired: this.desired,
         readyReplicas: (model) => this.readyReplicas(model).map((r) => r.id),
         modelOf: (id) => modelOf.get(id),
+        extra: scheduled === null ? [] : [scheduled],
         now: this.decidedAt ?? this.clock(),
       }),
     );

@@ -16,7 +16,6 @@ import { createMetrics, type LlmgwMetrics } from '../metrics/index.js';
 import { serveMetrics } from '../metrics/http.js';
 import { openNodeDriver } from '../nodes/shell-driver.js';
 import { Reconciler } from '../reconciler/reconciler.js';
-import { wakeOnSchedule } from '../schedule/wake.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
 import { buildRouter } from '../router/app.js';
 import type { ServeConfig } from './config.js';
@@ -146,7 +145,6 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const routerUrl = url(router);
   const adminUrl = url(admin);
   log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth }, 'llmgw serving');
-  const scheduleWake = wakeOnSchedule(reconciler);
   void reconciler.start();
 
   let closed: Promise<void> | null = null;
@@ -163,7 +161,6 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         log.info('shutting down: router drains in-flight requests, replicas keep running');
         tls?.close();
         await Promise.allSettled([router.close(), admin.close()]);
-        scheduleWake.stop();
         await reconciler.stop();
       })();
       return closed;

@@ -10,7 +10,6 @@ import { parseExposition, sampleValue } from '../../src/metrics/index.js';
 import { runCli } from '../harness/cli.js';
 import { serveFront, type Front } from '../harness/front.js';
 import { keepAsking } from '../harness/router-client.js';
-import { wakeOnSchedule } from '../../src/schedule/wake.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 
 let fleet: TestFleet;
@@ -129,8 +128,7 @@ describe('a replica schedule on the real stack', () => {
     await ctl.stop();
     setClock('2026-03-31T17:59:55Z'); // Tuesday 19:59:55 CEST; poll interval 1h: no poll comes
     ctl = await fleet.startController({ clock });
-    const wake = wakeOnSchedule(ctl.reconciler, clock);
-    try {
+    {
       await new Promise<void>((resolve, reject) => {
         const timeout = setTimeout(() => reject(new Error(`no scale-down within 60 s; good: ${JSON.stringify(ctl.reconciler.model('good'))}`)), 60_000);
         const check = (): void => {
@@ -145,11 +143,9 @@ describe('a replica schedule on the real stack', () => {
       });
       const stop = ctl.logs.find((l) => l.msg === 'stopping replica' && l.model === 'good');
       assert.equal(stop?.reason, 'surplus');
-      assert.ok(['schedule', 'coalesced'].includes(String(stop?.trigger)), `stopped in a pass the schedule asked for (${String(stop?.trigger)})`);
+      assert.ok(['wake', 'coalesced'].includes(String(stop?.trigger)), `stopped in a pass the reconciler's wake asked for (${String(stop?.trigger)})`);
       assert.ok(clock() >= Date.parse('2026-03-31T18:00:00Z'), 'not before the entry’s time');
       assert.equal((await scheduled()).replicas, 1);
-    } finally {
-      wake.stop();
     }
   });
 });
