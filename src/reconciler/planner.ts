@@ -247,6 +247,14 @@ export function planPass(input: PlanInput): PlanOutput {
     avoidNodes: avoided(w.model.name),
   }));
   const results = place({ nodes: placementNodes(), requests, reserveBytes: spec.settings.placementReserveBytes });
+  // What this pass's placements take, so an eviction below places against it, not against the room before them.
+  const placedUse = new Map<string, number>();
+  const take = (model: string, nodes: readonly string[]): void => {
+    for (const n of nodes) placedUse.set(n, (placedUse.get(n) ?? 0) + mem(model));
+  };
+  for (const r of results) take(r.model, r.nodes);
+  const roomAfterPlacements = (freed: ReadonlyMap<string, number>): PlacementNode[] =>
+    placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])));
 
   for (const [i, r] of results.entries()) {
     const w = wants[i]!;
@@ -260,13 +268,14 @@ export function planPass(input: PlanInput): PlanOutput {
       }
       // An on-demand model may take the room of idle on-demand replicas, least recently used first.
       if (w.model.scaling.mode === 'on_demand') {
-        const evicted = evictFor({ ...w, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, placementNodes);
+        const evicted = evictFor({ ...w, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements);
         if (evicted) {
           for (const l of evicted.stop) {
             stop(l.model, l.located, 'evicted');
             stoppedIds.add(l.located.r.id);
           }
           nodes = evicted.nodes;
+          take(w.model.name, nodes);
         }
       }
       if (nodes.length === 0) {

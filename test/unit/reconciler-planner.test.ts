@@ -172,6 +172,22 @@ describe('action planner', () => {
     assert.match(out.unplaceable.beta!.reason, /needs 6 GiB; largest free 1 GiB on cpu-01/);
   });
 
+  it('an eviction counts the room this pass already gave to other starts (no over-commit)', async () => {
+    // one node with 8 GiB of room: beta (6 GiB, idle) runs; gamma (2 GiB) starts; delta (7 GiB) asks.
+    // After gamma, evicting beta frees 6 of the 7 delta needs: delta waits, beta keeps running.
+    const s2 = await specOf((f) => {
+      f['nodes/cpu-01.yaml'] = f['nodes/cpu-01.yaml']!.replace('memory: 16GiB', 'memory: 9GiB');
+      delete f['nodes/cpu-02.yaml'];
+      f['models/delta.yaml'] = f['models/beta.yaml']!.replace('memory: 6GiB', 'memory: 7GiB');
+      f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 0');
+      f['models/gamma.yaml'] = f['models/gamma.yaml']!.replace('memory: 1GiB', 'memory: 2GiB');
+    });
+    const betaRunning = { ...replica('beta-1', 'beta', 'ready'), digest: s2.models.beta!.digest };
+    const out = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
+    assert.deepEqual(summary(out), ['start gamma on cpu-01']);
+    assert.equal(out.unplaceable.delta?.code, 'PLACEMENT_NO_ROOM');
+  });
+
   it('scaling down stops extras, starting ones first', async () => {
     const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'ready'), replica('alpha-2', 'alpha', 'starting', { startedAt: 500 })]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
     assert.deepEqual(summary(planPass(input({ nodes: world }))), ['stop alpha-2 (surplus)']);
