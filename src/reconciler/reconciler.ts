@@ -76,6 +76,8 @@ export interface ReconcilerOptions {
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
+/** Requests' demand reaches the state file at most this often (a write carries the latest). */
+const DEMAND_SAVE_MS = 1000;
 /** A change of the wall clock against the monotonic one beyond this is a step, not drift. */
 const CLOCK_STEP_MS = 1000;
 
@@ -108,6 +110,8 @@ export class Reconciler implements FleetView {
   private unplaceable: Readonly<Record<string, Unplaceable>> = {};
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
+  /** A write of the record that a request's demand asked for, pending. */
+  private demandSave: NodeJS.Timeout | null = null;
   /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
   private decidedAt: number | null = null;
   private current: FleetSnapshot;
@@ -150,6 +154,8 @@ export class Reconciler implements FleetView {
    */
   async stop(): Promise<void> {
     this.stopSignal.abort();
+    if (this.demandSave) clearTimeout(this.demandSave);
+    this.demandSave = null;
     await this.loop.stop();
     if (this.running.size > 0) {
       let timer: NodeJS.Timeout | undefined;
@@ -477,10 +483,15 @@ export class Reconciler implements FleetView {
   touch(model: string): void {
     // Only an on-demand model's idle timeout and eviction order read demand.
     if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;
-    const before = this.state;
     this.state = demanded(this.state, model, this.clock());
-    // Demand survives a restart: the record is written when it moved (at most once a second per model).
-    if (this.state !== before) void this.saveState();
+    // Demand survives a restart: the record is written at most once a second while requests come
+    // (the write after the last one carries the last request's time).
+    if (this.demandSave) return;
+    this.demandSave = setTimeout(() => {
+      this.demandSave = null;
+      void this.saveState();
+    }, DEMAND_SAVE_MS);
+    this.demandSave.unref();
   }
 
   async demand(model: string): Promise<DemandResult> {

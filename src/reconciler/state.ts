@@ -134,13 +134,9 @@ export function startLaunched(s: ControllerState, replicaId: string, start: Star
   return { ...s, starts: { ...s.starts, [replicaId]: start } };
 }
 
-/** Demand is kept to this resolution: requests within it do not change the record (it is on the request path). */
-export const DEMAND_RESOLUTION_MS = 1000;
-
 /** A request wants a model: activity for an on-demand model's idle timeout and eviction order. */
 export function demanded(s: ControllerState, model: string, now: number): ControllerState {
-  const last = s.demand[model];
-  return last !== undefined && now >= last && now - last < DEMAND_RESOLUTION_MS ? s : { ...s, demand: { ...s.demand, [model]: now } };
+  return s.demand[model] === now ? s : { ...s, demand: { ...s.demand, [model]: now } };
 }
 
 export function restartRequested(s: ControllerState, ids: readonly string[], now: number): ControllerState {

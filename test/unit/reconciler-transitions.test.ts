@@ -8,7 +8,6 @@ import { replicaFailed, startConcluded } from '../../src/reconciler/outcomes.js'
 import {
   clockStepped,
   demanded,
-  DEMAND_RESOLUTION_MS,
   emptyState,
   MAX_HANDLED_RETRIES,
   restartRequested,
@@ -64,10 +63,10 @@ describe('state record', () => {
     assert.deepEqual(s.demand, { b: 2 });
     assert.deepEqual(s.handledRetries, ['a']);
   });
-  it('demand keeps a one-second resolution: requests within it leave the record as it is', () => {
+  it('demand records the last request time', () => {
     const s0 = demanded(emptyState, 'beta', 1000);
-    assert.equal(demanded(s0, 'beta', 1000 + DEMAND_RESOLUTION_MS - 1), s0);
-    assert.equal(demanded(s0, 'beta', 1000 + DEMAND_RESOLUTION_MS).demand.beta, 1000 + DEMAND_RESOLUTION_MS);
+    assert.equal(demanded(s0, 'beta', 1000), s0, 'the same time leaves the record as it is');
+    assert.equal(demanded(s0, 'beta', 1300).demand.beta, 1300);
     assert.equal(demanded(s0, 'beta', 500).demand.beta, 500, 'a clock step back is taken as is');
   });
   it('a clock step moves every timer with it; history (parked since, last failure) stays', () => {
