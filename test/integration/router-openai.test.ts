@@ -50,6 +50,10 @@ function recordingMetrics() {
     timeToFirstToken: (model, s) => void calls.ttft.push([model, s]),
     upstreamError: (model, reason) => void calls.upstreamError.push([model, reason]),
     inFlight: (model, d) => void calls.inFlight.set(model, (calls.inFlight.get(model) ?? 0) + d),
+    queueDepth: () => undefined,
+    queueWait: () => undefined,
+    promptTokens: () => undefined,
+    affinity: () => undefined,
   };
   return { m, calls };
 }

@@ -19,7 +19,7 @@ function syntaxOk(script: string): void {
 
 const profile: ProfileSpec = {
   name: 'p', file: 'profiles/p.yaml', engine: 'llama', engineVersion: 'b1', ctxSize: 512, threads: 2, parallel: 1,
-  batchSize: 64, embeddings: true, extraArgs: ['--no-webui', '; touch /tmp/pwned'], memoryOverheadBytes: 0, startTimeoutMs: 1000,
+  batchSize: 64, embeddings: true, extraArgs: ['--no-webui', '; touch /tmp/pwned'], memoryOverheadBytes: 0, cacheRamBytes: 0, startTimeoutMs: 1000,
 };
 
 describe('node scripts', () => {
