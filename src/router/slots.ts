@@ -17,6 +17,27 @@ export const SLOTS_REFRESH_MS = 1000;
 export const ACTIVE_MS = 30_000;
 const UNSUPPORTED_RETRY_MS = 5 * 60_000;
 const SLOTS_TIMEOUT_MS = 2000;
+/** A /slots answer larger than this is not read (a replica with hundreds of slots stays well under). */
+const MAX_SLOTS_BYTES = 1 << 20;
+
+/** The JSON of a body of at most `max` bytes; null (the rest discarded) when it is larger or not JSON. */
+async function jsonUpTo(body: AsyncIterable<Buffer> & { destroy(): unknown }, max: number): Promise<unknown> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > max) {
+      body.destroy();
+      return null;
+    }
+    parts.push(chunk);
+  }
+  try {
+    return JSON.parse(Buffer.concat(parts, size).toString('utf8')) as unknown;
+  } catch {
+    return null;
+  }
+}
 
 interface Reading {
   /** The previous outside-load reading. */
@@ -87,7 +108,7 @@ export class SlotWatcher {
         await res.body.dump();
         r.unsupportedUntil = performance.now() + UNSUPPORTED_RETRY_MS;
       } else if (res.statusCode === 200) {
-        const slots = readSlots(await res.body.json());
+        const slots = readSlots(await jsonUpTo(res.body, MAX_SLOTS_BYTES));
         if (slots !== null) {
           u.reportedSlots = slots.total;
           outside = Math.max(0, slots.busy - u.inFlight);

@@ -94,7 +94,7 @@ describe('router with the openai client and real llama-server replicas', { timeo
           'tiny-chat': { aliases: ['gpt-tiny'] },
           'tiny-embed': {},
           counted: {},
-          victim: {},
+          victim: { routing: 'least_busy' }, // the same prompt each time: affinity would keep it on one replica
           broken: {},
           huge: { scaling: onDemand },
           lazy: { scaling: onDemand },
