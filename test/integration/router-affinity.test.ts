@@ -279,4 +279,64 @@ describe('router affinity, slots and queue with three real llama-server replicas
     assert.ok(delta('llmgw_router_requests_total', { model: 'lb', code: '429' }) >= 2);
     assert.equal(delta('llmgw_router_requests_total', { model: 'lb', code: '499' }) >= 1, true, 'q2 counted as gone');
   });
+
+  test('one replica stopped mid-run: only its conversations move, and stay where they moved; prompt tokens counted (JSON and streamed) match what llama-server reported', async () => {
+    const before = await scrape();
+    const reported = { evaluated: 0, cached: 0 };
+    /** One turn of a conversation: its replica; the reply is appended to `messages`. */
+    const turn = async (messages: { role: string; content: string }[], stream: boolean): Promise<string> => {
+      const r = await post('chat', { messages, max_tokens: 4, stream });
+      assert.equal(r.status, 200);
+      const replica = r.headers.get('x-llmgw-replica')!;
+      let content = '';
+      let timings: { prompt_n: number; cache_n: number } | undefined;
+      if (stream) {
+        for (const line of (await r.text()).split('\n')) {
+          if (!line.startsWith('data: {')) continue;
+          const ev = JSON.parse(line.slice(6)) as { choices: { delta: { content?: string } }[]; timings?: { prompt_n: number; cache_n: number } };
+          content += ev.choices[0]?.delta.content ?? '';
+          timings = ev.timings ?? timings;
+        }
+      } else {
+        const j = (await r.json()) as { choices: { message: { content: string } }[]; timings: { prompt_n: number; cache_n: number } };
+        content = j.choices[0]!.message.content;
+        timings = j.timings;
+      }
+      assert.ok(timings, 'llama-server reported timings');
+      reported.evaluated += timings.prompt_n;
+      reported.cached += timings.cache_n;
+      messages.push({ role: 'assistant', content }, { role: 'user', content: 'go on' });
+      return replica;
+    };
+    const convs = Array.from({ length: 12 }, (_, i) => ({ messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: `conversation ${i}: ${'a fleet of tiny models. '.repeat(4)}` }], on: [] as string[] }));
+    /** One turn of every conversation, two at a time. */
+    const round = async (): Promise<void> => {
+      let next = 0;
+      await Promise.all([0, 1].map(async () => {
+        for (let i = next++; i < convs.length; i = next++) convs[i]!.on.push(await turn(convs[i]!.messages, i % 2 === 1));
+      }));
+    };
+    await round();
+    await round();
+    for (const c of convs) assert.equal(c.on[1], c.on[0], 'a conversation stays on its replica while nothing changes');
+    const onC = convs.filter((c) => c.on[0] === 'r-c');
+    assert.ok(onC.length > 0 && onC.length < convs.length, `${onC.length} of ${convs.length} conversations on r-c`);
+
+    await servers[2]!.stop(); // the view still lists it: the router finds out on connecting
+    await round();
+    fleet.setReady('chat', [replica('chat', direct[0]!, 'r-a'), replica('chat', direct[1]!, 'r-b')]);
+    await round();
+    for (const c of convs) {
+      if (c.on[0] !== 'r-c') assert.deepEqual(c.on.slice(2), [c.on[0], c.on[0]], `a conversation of ${c.on[0]} moved: ${c.on}; upstream errors: ${(await metrics.scrape()).body.split('\n').filter((l) => l.startsWith('llmgw_router_upstream_errors_total')).join('; ')}`);
+      else {
+        assert.notEqual(c.on[2], 'r-c');
+        assert.equal(c.on[3], c.on[2], `a conversation of r-c moved twice: ${c.on}`);
+      }
+    }
+
+    const scraped = await scrape();
+    const delta = (source: string) => (sampleValue(scraped, 'llmgw_router_prompt_tokens_total', { model: 'chat', source }) ?? 0) - (sampleValue(before, 'llmgw_router_prompt_tokens_total', { model: 'chat', source }) ?? 0);
+    assert.deepEqual({ evaluated: delta('evaluated'), cached: delta('cache') }, reported);
+    assert.ok(reported.cached > reported.evaluated, `follow-ups come from the cache: ${JSON.stringify(reported)}`);
+  });
 });
