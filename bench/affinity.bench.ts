@@ -1,8 +1,8 @@
 /**
  * Prefix affinity against least-busy, in one run, on three real llama-server replicas of a tiny model
  * (`--parallel 2`) behind the router: 30 conversations × 6 turns, each opening with its own long
- * document after a short shared system prompt, 6 conversations in flight at a time (each turn waits
- * for the previous one's answer). Every request streams; time to first token is measured at the
+ * document after a short shared system prompt, 6 requests in flight at a time; a conversation's next
+ * turn joins the back of the line once its answer is in (many users taking turns). Every request streams; time to first token is measured at the
  * client, prompt tokens from the cache (`timings.cache_n`) and evaluated (`timings.prompt_n`) are read
  * from each response's last event and checked against the router's own counters.
  *
@@ -23,6 +23,7 @@ import { join } from 'node:path';
 import { createMetrics } from '../src/metrics/registry.js';
 import { parseExposition, sampleValue } from '../src/metrics/parse.js';
 import type { Routing } from '../src/fleet-spec/types.js';
+import { affinityKey, Ring } from '../src/router/affinity.js';
 import { buildRouter } from '../src/router/app.js';
 import { writeTinyModel } from '../test/fixtures/gguf.js';
 import { FakeFleetView, fakeSpec, replica } from '../test/harness/fake-fleet-view.js';
@@ -34,7 +35,7 @@ const IN_FLIGHT = 6;
 const REPLICAS = 3;
 const PARALLEL = 2;
 /** Characters of each conversation's document (the tiny model's tokenizer: about 1.1 tokens each). */
-const DOC_CHARS = Number(process.env['BENCH_DOC_CHARS'] ?? 800);
+const DOC_CHARS = Number(process.env['BENCH_DOC_CHARS'] ?? 2000);
 const MAX_TOKENS = 4;
 const CACHE_RAM_MIB = 256;
 const KEY = 'bench-key';
@@ -61,13 +62,20 @@ function documentFor(n: number): string {
 
 interface TurnResult {
   readonly turn: number;
+  /** The conversation's own replica on the ring (what affinity would pick at no load). */
+  readonly home: string;
+  /** The replica of the conversation's previous turn ('' for the first). */
+  readonly previous: string;
   readonly ttftMs: number;
   readonly promptN: number;
   readonly cacheN: number;
   readonly replica: string;
 }
 
-async function streamTurn(base: string, messages: { role: string; content: string }[], turn: number): Promise<TurnResult & { content: string }> {
+const RING = new Ring(Array.from({ length: REPLICAS }, (_, i) => `r${i + 1}`));
+
+async function streamTurn(base: string, messages: { role: string; content: string }[], turn: number, previous: string): Promise<TurnResult & { content: string }> {
+  const home = RING.ids[RING.home(affinityKey('/v1/chat/completions', { messages })!)]!;
   const t0 = performance.now();
   const r = await fetch(`${base}/v1/chat/completions`, {
     method: 'POST',
@@ -98,7 +106,7 @@ async function streamTurn(base: string, messages: { role: string; content: strin
     }
   }
   if (timings === null) throw new Error(`turn ${turn}: no timings in the stream`);
-  return { turn, ttftMs, promptN: timings.prompt_n, cacheN: timings.cache_n, replica, content };
+  return { turn, home, previous, ttftMs, promptN: timings.prompt_n, cacheN: timings.cache_n, replica, content };
 }
 
 interface ModeResult {
@@ -114,31 +122,36 @@ interface ModeResult {
 async function runMode(mode: Routing, dir: string, model: string): Promise<ModeResult> {
   const servers: LlamaServer[] = await Promise.all(
     Array.from({ length: REPLICAS }, () =>
-      startLlamaServer({ dir, model, args: ['--threads', '1', '--threads-batch', '1', '--ctx-size', String(2048 * PARALLEL), '--parallel', String(PARALLEL), '--cache-ram', String(CACHE_RAM_MIB)] }),
+      startLlamaServer({ dir, model, args: ['--threads', '1', '--threads-batch', '1', '--ctx-size', String(4096 * PARALLEL), '--parallel', String(PARALLEL), '--cache-ram', String(CACHE_RAM_MIB)] }),
     ),
   );
   const metrics = createMetrics({ defaultMetrics: false });
   const fleet = new FakeFleetView(fakeSpec({ models: { chat: { parallel: PARALLEL, routing: mode } }, keys: [{ name: 'bench', key: KEY, models: ['*'] }] }));
   fleet.setReady('chat', servers.map((s, i) => replica('chat', s.url, `r${i + 1}`)));
-  const app = buildRouter({ fleet, metrics: metrics.router, auth: { required: true } });
+  const app = buildRouter({ fleet, metrics: metrics.router, auth: { required: true }, ...(process.env['BENCH_NO_SLOTS'] ? { slotsRefreshMs: 0 } : {}) });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
   const turns: TurnResult[] = [];
   const t0 = performance.now();
   try {
-    let next = 0;
+    // the conversations take turns: after its answer a conversation's next turn joins the back of the
+    // line, as many users each thinking between turns would
+    const line = Array.from({ length: CONVERSATIONS }, (_, c) => ({
+      turn: 1,
+      previous: '',
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: `${documentFor(c)}\nWhat is this document about?` },
+      ],
+    }));
     await Promise.all(
       Array.from({ length: IN_FLIGHT }, async () => {
-        for (let c = next++; c < CONVERSATIONS; c = next++) {
-          const messages = [
-            { role: 'system', content: SYSTEM },
-            { role: 'user', content: `${documentFor(c)}\nWhat is this document about?` },
-          ];
-          for (let turn = 1; turn <= TURNS; turn++) {
-            const { content, ...res } = await streamTurn(base, messages, turn);
-            turns.push(res);
-            messages.push({ role: 'assistant', content }, { role: 'user', content: `Tell me more about point ${turn}.` });
-          }
+        for (let conv = line.shift(); conv !== undefined; conv = line.shift()) {
+          const { content, ...res } = await streamTurn(base, conv.messages, conv.turn, conv.previous);
+          turns.push(res);
+          conv.messages.push({ role: 'assistant', content }, { role: 'user', content: `Tell me more about point ${conv.turn}.` });
+          conv.previous = res.replica;
+          if (++conv.turn <= TURNS) line.push(conv);
         }
       }),
     );
@@ -194,10 +207,10 @@ async function main(): Promise<void> {
   const dir = await llamaServerDir();
   const tmp = await mkdtemp(join(tmpdir(), 'llmgw-bench-affinity-'));
   try {
-    const model = (await writeTinyModel(join(tmp, 'tiny.gguf'), { seed: 5, contextLength: 4096 })).path;
+    const model = (await writeTinyModel(join(tmp, 'tiny.gguf'), { seed: 5, contextLength: 8192 })).path;
     console.log(`affinity bench: ${CONVERSATIONS} conversations × ${TURNS} turns, ${IN_FLIGHT} in flight, ${REPLICAS} llama-server replicas (--parallel ${PARALLEL}, --cache-ram ${CACHE_RAM_MIB}, 1 thread each), documents of ${DOC_CHARS} characters, ${MAX_TOKENS} tokens per answer, streamed`);
     const results: ModeResult[] = [];
-    for (const mode of ['least_busy', 'affinity'] as const) {
+    for (const mode of (process.env['BENCH_MODES'] ?? 'least_busy,affinity').split(',') as Routing[]) {
       const r = await runMode(mode, dir, model);
       results.push(r);
       const s = summarize(r);
@@ -206,6 +219,13 @@ async function main(): Promise<void> {
           `TTFT p50 ${s.p50.toFixed(0)} ms p95 ${s.p95.toFixed(0)} ms (follow-ups p50 ${s.p50Follow.toFixed(0)} p95 ${s.p95Follow.toFixed(0)})  ` +
           `affinity hits ${r.hits} moves ${r.moves}  wall ${(r.wallMs / 1000).toFixed(1)} s`,
       );
+      const follow = r.turns.filter((t) => t.turn > 1);
+      const mean = (ts: TurnResult[], f: (t: TurnResult) => number) => (ts.length === 0 ? 0 : ts.reduce((a, t) => a + f(t), 0) / ts.length).toFixed(0);
+      const stay = follow.filter((t) => t.replica === t.previous);
+      const moved = follow.filter((t) => t.replica !== t.previous);
+      const back = moved.filter((t) => t.replica === t.home);
+      if (mode === 'affinity') console.log(`            of those elsewhere, back on their own replica after a move: ${back.length} (evaluated ${mean(back, (t) => t.promptN)}, cached ${mean(back, (t) => t.cacheN)})`);
+      console.log(`            follow-ups on the previous turn's replica ${stay.length} (evaluated ${mean(stay, (t) => t.promptN)}, cached ${mean(stay, (t) => t.cacheN)} on average), elsewhere ${moved.length} (evaluated ${mean(moved, (t) => t.promptN)}, cached ${mean(moved, (t) => t.cacheN)})`);
       const sumEval = r.turns.reduce((a, t) => a + t.promptN, 0);
       const sumCache = r.turns.reduce((a, t) => a + t.cacheN, 0);
       const same = sumEval === r.metricEvaluated && sumCache === r.metricCached;

@@ -12,13 +12,20 @@
  * - anything else (embeddings, …): no key, the request goes least-busy.
  * At most KEY_CHARS characters are hashed per request (a huge first message costs no more).
  *
- * The choice (`choose`): walking the ring clockwise from the key, the first replica that is usable and
- * whose load is under its limit, where the limit is the larger of its slots and the bounded-load cap
- * ⌈LOAD_FACTOR × (total load + 1) / replicas⌉ (Mirrokni, Thorup, Zadimoghaddam: "Consistent Hashing
- * with Bounded Loads"). So a conversation goes back to its replica even while that replica's slots are
- * all taken (its queue there is short: the cap), and moves on, to the next replica on the ring, only
- * when its replica is well above the average. Removing a replica moves only the keys it held (to the
- * next replica on the ring); adding one takes over only the keys that now land on its points.
+ * The choice:
+ * - a key served before goes back to the replica that served it last (`StickyKeys`: its prompt cache is
+ *   there) while that replica is usable and under max(its slots, ⌈STAY_LOAD_FACTOR × (total load + 1) /
+ *   replicas⌉): a conversation waits briefly for its replica rather than have its whole history
+ *   evaluated again elsewhere. A key that already has a request in flight is not one conversation (its
+ *   turns come one at a time) but a prefix shared by many (the same system prompt and first message):
+ *   it stays only under the LOAD_FACTOR bound, so a popular prefix still spreads;
+ * - otherwise (`choose`), walking the ring clockwise from the key, the first replica that is usable and
+ *   under max(its slots, ⌈LOAD_FACTOR × (total load + 1) / replicas⌉) (consistent hashing with bounded
+ *   loads: Mirrokni, Thorup, Zadimoghaddam), and the key is remembered there.
+ * So new conversations spread by the ring within the bound, and a conversation moves only when its
+ * replica is gone or well above the average load, once (it then stays where its cache now is).
+ * Removing a replica moves only the keys it held (to the next replica on the ring); adding one takes
+ * only new keys that land on its points.
  */
 
 /** Characters of a completion prompt that make its key. */
@@ -31,6 +38,15 @@ export const KEY_CHARS = 65_536;
 export const RING_POINTS = 160;
 /** How far above the average load a replica may go before affinity moves a request on (the bound). */
 export const LOAD_FACTOR = 1.25;
+/**
+ * The bound for a key already served and not in flight (a conversation's next turn; its prompt cache
+ * is on that replica): it stays there up to twice the average load, since moving it costs evaluating
+ * its whole history again on another replica. (With three replicas a factor of 3 would never move
+ * anything: one replica holding every request is exactly 3 × the average.)
+ */
+export const STAY_LOAD_FACTOR = 2;
+/** Keys remembered per model (least recently used forgotten first). */
+export const STICKY_KEYS = 65_536;
 
 const FNV_OFFSET = 0x811c9dc5;
 
@@ -225,8 +241,67 @@ export interface Choice {
 }
 
 /** The bounded-load cap for a request joining `totalLoad` others on `replicas` usable replicas. */
-export function loadCap(totalLoad: number, replicas: number): number {
-  return Math.ceil((LOAD_FACTOR * (totalLoad + 1)) / replicas);
+export function loadCap(totalLoad: number, replicas: number, factor = LOAD_FACTOR): number {
+  return Math.ceil((factor * (totalLoad + 1)) / replicas);
+}
+
+/** A key's last replica, and its requests in flight (a conversation has one turn in flight at a time). */
+export class StickyEntry {
+  active = 0;
+  constructor(public id: string) {}
+}
+
+/**
+ * Where each key was served last, for up to `max` keys (the least recently used forgotten first; a
+ * Map keeps insertion order, and a key used again is moved to the end).
+ */
+export class StickyKeys {
+  private readonly m = new Map<number, StickyEntry>();
+  constructor(private readonly max = STICKY_KEYS) {}
+  get size(): number {
+    return this.m.size;
+  }
+  get(key: number): StickyEntry | undefined {
+    return this.m.get(key);
+  }
+  /** Records that `key` went to replica `id`; returns its entry (the same object while remembered). */
+  set(key: number, id: string): StickyEntry {
+    let e = this.m.get(key);
+    if (e === undefined) e = new StickyEntry(id);
+    else {
+      e.id = id;
+      this.m.delete(key);
+    }
+    this.m.set(key, e);
+    if (this.m.size > this.max) this.m.delete(this.m.keys().next().value!);
+    return e;
+  }
+}
+
+/**
+ * The key's replica: the one that served it last (`last`, an index into the ring's ids, or -1) while
+ * usable and under max(its slots, ⌈stayFactor × (total + 1) / replicas⌉), else `choose`. `home` is
+ * true when the key stays where it was (or, for a new key, lands on its own replica on the ring).
+ * The caller passes STAY_LOAD_FACTOR for a key with nothing in flight (one conversation's next turn)
+ * and LOAD_FACTOR for one already in flight (a prefix many requests share, which must spread).
+ */
+export function chooseSticky(ring: Ring, key: number, last: number, loads: ReplicaLoads, stayFactor = STAY_LOAD_FACTOR): Choice {
+  if (last >= 0 && loads.usable(last)) {
+    let usable = 0;
+    let total = 0;
+    for (let i = 0; i < ring.ids.length; i++) {
+      if (!loads.usable(i)) continue;
+      usable++;
+      total += loads.load(i);
+    }
+    const slots = loads.slots(last);
+    const cap = loadCap(total, usable, stayFactor);
+    if (loads.load(last) < (slots === Infinity ? cap : Math.max(slots, cap))) return { index: last, home: true };
+    const c = choose(ring, key, loads);
+    return { index: c.index, home: c.index === last };
+  }
+  const c = choose(ring, key, loads);
+  return last >= 0 ? { index: c.index, home: false } : c;
 }
 
 /**

@@ -256,15 +256,16 @@ export class RouterCore {
     const now = performance.now();
     const key = p.spec.routing === 'affinity' && replicas.length > 1 ? affinityKey(p.path, p.parsed) : null;
     let first: ReplicaView | null = null;
+    const call = new ProxyCall(this.ctx, p.model, p.path, this.headersFor(this.fleet.engineApiKey), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     if (key !== null) {
       const c = this.upstreams.affine(p.model, replicas, key, p.slots, null, now);
       if (c !== null) {
         first = c.replica;
+        call.sticky = c.entry;
         this.metrics.affinity(p.model, c.home);
       }
     }
-    first ??= this.upstreams.pick(replicas, null, now)!;
-    new ProxyCall(this.ctx, p.model, p.path, this.headersFor(this.fleet.engineApiKey), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path)).start(first);
+    call.start(first ?? this.upstreams.pick(replicas, null, now)!);
   }
 
   /** Queues a request for a free slot, or answers 429 model_overloaded when the queue is full. */

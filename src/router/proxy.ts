@@ -17,7 +17,7 @@ import type { ServerResponse } from 'node:http';
 import { Pool, type Dispatcher } from 'undici';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
-import { choose, Ring, type ReplicaLoads } from './affinity.js';
+import { chooseSticky, LOAD_FACTOR, Ring, STAY_LOAD_FACTOR, StickyKeys, type ReplicaLoads, type StickyEntry } from './affinity.js';
 import { RouterError, renderError, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
 import type { WaitQueue } from './queue.js';
 import { promptTokensOf, USAGE_TAIL_BYTES } from './usage.js';
@@ -83,6 +83,8 @@ export class Upstreams {
   private readonly byEndpoint = new Map<string, Upstream>();
   private rr = 0;
   private readonly rings = new Map<string, CachedRing>();
+  /** Per model: where each affinity key was served last. */
+  private readonly sticky = new Map<string, StickyKeys>();
   /** `choose`'s view of the replicas of the current call (one object, reused: no allocation per request). */
   private readonly loads = new (class implements ReplicaLoads {
     replicas: readonly ReplicaView[] = [];
@@ -159,11 +161,11 @@ export class Upstreams {
 
   /**
    * The replica for an affinity key among `replicas` (each with `slots` slots; Infinity when unknown),
-   * skipping those in `exclude` and those marked down, by consistent hashing with bounded load
-   * (affinity.ts); `home` says whether it is the key's own replica. Null when none is usable (the
+   * skipping those in `exclude` and those marked down: where the key was served last, or by consistent
+   * hashing with bounded load (affinity.ts); `home` says whether it stayed (an affinity hit). Null when none is usable (the
    * caller then falls back to `pick`, which also tries replicas marked down).
    */
-  affine(model: string, replicas: readonly ReplicaView[], key: number, slots: number, exclude: ReadonlySet<string> | null, now: number): { replica: ReplicaView; home: boolean } | null {
+  affine(model: string, replicas: readonly ReplicaView[], key: number, slots: number, exclude: ReadonlySet<string> | null, now: number): { replica: ReplicaView; home: boolean; entry: StickyEntry } | null {
     const ring = this.ringFor(model, replicas);
     const l = this.loads;
     l.replicas = replicas;
@@ -171,10 +173,23 @@ export class Upstreams {
     l.exclude = exclude;
     l.now = now;
     l.slotCount = slots;
-    const c = choose(ring, key, l);
+    let keys = this.sticky.get(model);
+    if (keys === undefined) {
+      keys = new StickyKeys();
+      if (this.sticky.size > 10_000) this.sticky.clear();
+      this.sticky.set(model, keys);
+    }
+    const seen = keys.get(key);
+    let last = -1;
+    if (seen !== undefined) for (let i = 0; i < replicas.length; i++) if (replicas[i]!.id === seen.id) last = i;
+    const c = chooseSticky(ring, key, last, l, seen !== undefined && seen.active > 0 ? LOAD_FACTOR : STAY_LOAD_FACTOR);
     l.replicas = [];
     l.exclude = null;
-    return c.index < 0 ? null : { replica: replicas[c.index]!, home: c.home };
+    if (c.index < 0) return null;
+    const replica = replicas[c.index]!;
+    const entry = keys.set(key, replica.id);
+    entry.active++;
+    return { replica, home: c.home, entry };
   }
 
   private ringFor(model: string, replicas: readonly ReplicaView[]): Ring {
@@ -413,6 +428,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   /** The last chunks of a response whose prompt tokens are counted (null: not counted). */
   private tail: Buffer[] | null = null;
   private tailBytes = 0;
+  /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
+  sticky: StickyEntry | null = null;
   private readonly resumeFn = (): void => {
     this.resumeUpstream?.();
   };
@@ -564,7 +581,14 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
       (this.tried ??= new Set()).add(failed.endpoint);
       this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection failed; trying another replica');
-      const next = (this.key !== null ? this.ctx.upstreams.affine(this.model, this.replicas, this.key, this.slots, this.tried, now)?.replica : null) ?? this.ctx.upstreams.pick(this.replicas, this.tried, now);
+      let next: ReplicaView | null = null;
+      if (this.key !== null) {
+        if (this.sticky !== null) this.sticky.active--;
+        const c = this.ctx.upstreams.affine(this.model, this.replicas, this.key, this.slots, this.tried, now);
+        this.sticky = c?.entry ?? null;
+        next = c?.replica ?? null;
+      }
+      next ??= this.ctx.upstreams.pick(this.replicas, this.tried, now);
       if (next) {
         this.responded = false;
         this.attempt(next);
@@ -610,6 +634,10 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     if (this.done) return;
     this.done = true;
     this.res.removeListener('close', this.onClientClose);
+    if (this.sticky !== null) {
+      this.sticky.active--;
+      this.sticky = null;
+    }
     const ctx = this.ctx;
     const now = performance.now();
     const counter = this.counter;

@@ -1,7 +1,7 @@
 /** Prefix affinity, pure: the key of a request, the ring, and the choice with bounded load. */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
-import { affinityKey, choose, isPromptPath, KEY_CHARS, loadCap, PROMPT_KEY_CHARS, Ring, type ReplicaLoads } from '../../src/router/affinity.js';
+import { affinityKey, choose, chooseSticky, isPromptPath, KEY_CHARS, LOAD_FACTOR, loadCap, PROMPT_KEY_CHARS, Ring, StickyKeys, type ReplicaLoads } from '../../src/router/affinity.js';
 
 const chat = (...messages: { role: string; content: unknown }[]) => ({ model: 'm', messages });
 const sys = { role: 'system', content: 'You are terse.' };
@@ -190,5 +190,45 @@ describe('choose (consistent hashing with bounded load)', () => {
     }
     const cap = Math.ceil(1.25 * 20);
     for (const n of l) assert.ok(n <= cap, `loads ${l} within ${cap}`);
+  });
+});
+
+describe('chooseSticky (where a key was served last)', () => {
+  const ring = new Ring(['a', 'b', 'c']);
+  const key = affinityKey('/v1/completions', { prompt: 'another conversation' })!;
+  const [home, second] = ring.order(key) as [number, number, number];
+  const elsewhere = [0, 1, 2].find((i) => i !== home)!;
+  const with_ = (i: number, n: number, rest = 0): number[] => [0, 1, 2].map((j) => (j === i ? n : rest));
+
+  // [what, last (index or 'none'), loads, slots, down, stay factor, expected index ('home' = ring home), hit]
+  const rows: [string, number | 'none', number[], number, number[], number | undefined, number | 'home' | 'second', boolean][] = [
+    ['a new key: the ring', 'none', [0, 0, 0], 2, [], undefined, 'home', true],
+    ['a key served elsewhere goes back there, not to its ring home', elsewhere, [0, 0, 0], 2, [], undefined, elsewhere, true],
+    ['stays past its slots while under 2 × the average (total 5, cap 4)', elsewhere, with_(elsewhere, 3, 1), 2, [], undefined, elsewhere, true],
+    ['at 2 × the average it moves, by the ring (total 5, cap 4)', elsewhere, [0, 1, 2].map((j) => (j === elsewhere ? 4 : j === home ? 0 : 1)), 2, [], undefined, 'home', false],
+    ['many slots: it stays up to its slots', elsewhere, with_(elsewhere, 7), 8, [], undefined, elsewhere, true],
+    ['a shared key (already in flight) stays only under the 1.25 bound', elsewhere, with_(elsewhere, 3, 1), 2, [], LOAD_FACTOR, 'home', false],
+    ['its last replica down: the ring', elsewhere, [0, 0, 0], 2, [elsewhere], undefined, elsewhere === home ? 'second' : 'home', false],
+  ];
+  const at = (x: number | 'home' | 'second') => (x === 'home' ? home : x === 'second' ? second : x);
+  for (const [what, last, l, slots, down, factor, expected, hit] of rows) {
+    test(what, () => {
+      const c = chooseSticky(ring, key, last === 'none' ? -1 : last, loads(l, slots, down), factor);
+      assert.equal(c.index, at(expected));
+      assert.equal(c.home, hit);
+    });
+  }
+
+  test('StickyKeys: the same entry while remembered; the least recently used forgotten first', () => {
+    const k = new StickyKeys(2);
+    const e1 = k.set(1, 'a');
+    k.set(2, 'b');
+    assert.equal(k.set(1, 'c'), e1, 'the same entry, moved to the end');
+    assert.equal(e1.id, 'c');
+    k.set(3, 'd'); // forgets 2, the least recently used
+    assert.equal(k.get(2), undefined);
+    assert.equal(k.get(1)?.id, 'c');
+    assert.equal(k.get(3)?.id, 'd');
+    assert.equal(k.size, 2);
   });
 });
