@@ -251,14 +251,18 @@ export class RouterCore {
     this.dispatch(p, replicas);
   }
 
-  /** Picks the replica (by affinity where the model and request have a key, else least-busy) and starts the call. */
-  private dispatch(p: Pending, replicas: readonly ReplicaView[]): void {
+  /**
+   * Picks the replica (by affinity where the model and request have a key, else least-busy) and starts
+   * the call. A request from the queue (`fromQueue`) goes only to a replica with a free slot: it has
+   * waited for one already.
+   */
+  private dispatch(p: Pending, replicas: readonly ReplicaView[], fromQueue = false): void {
     const now = performance.now();
     const key = p.spec.routing === 'affinity' && replicas.length > 1 ? affinityKey(p.path, p.parsed) : null;
     let first: ReplicaView | null = null;
     const call = new ProxyCall(this.ctx, p.model, p.path, this.headersFor(this.fleet.engineApiKey), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     if (key !== null) {
-      const c = this.upstreams.affine(p.model, replicas, key, p.slots, null, now);
+      const c = this.upstreams.affine(p.model, replicas, key, p.slots, null, now, fromQueue);
       if (c !== null) {
         first = c.replica;
         call.sticky = c.entry;
@@ -340,7 +344,7 @@ export class RouterCore {
         if (head === null || !this.upstreams.hasFreeSlot(replicas, head.value.p.slots, performance.now())) break;
         q.shift();
         this.leaveQueue(head.value, head, q);
-        this.dispatch(head.value.p, replicas);
+        this.dispatch(head.value.p, replicas, true);
       }
     } finally {
       this.draining = false;

@@ -92,11 +92,13 @@ export class Upstreams {
     exclude: ReadonlySet<string> | null = null;
     now = 0;
     slotCount = Infinity;
+    freeSlotOnly = false;
     usable(i: number): boolean {
       const r = this.replicas[i]!;
       if (this.exclude !== null && this.exclude.has(r.endpoint)) return false;
       const u = this.upstreams.get(r.endpoint);
-      return u === undefined || u.downUntil <= this.now;
+      if (u === undefined) return true;
+      return u.downUntil <= this.now && (!this.freeSlotOnly || loadOf(u) < this.slotCount);
     }
     load(i: number): number {
       return loadOf(this.upstreams.get(this.replicas[i]!.endpoint));
@@ -162,10 +164,11 @@ export class Upstreams {
   /**
    * The replica for an affinity key among `replicas` (each with `slots` slots; Infinity when unknown),
    * skipping those in `exclude` and those marked down: where the key was served last, or by consistent
-   * hashing with bounded load (affinity.ts); `home` says whether it stayed (an affinity hit). Null when none is usable (the
+   * hashing with bounded load (affinity.ts); `home` says whether it stayed (an affinity hit). With
+   * `freeSlotOnly` (a request that waited in the queue) only replicas with a free slot are considered. Null when none is usable (the
    * caller then falls back to `pick`, which also tries replicas marked down).
    */
-  affine(model: string, replicas: readonly ReplicaView[], key: number, slots: number, exclude: ReadonlySet<string> | null, now: number): { replica: ReplicaView; home: boolean; entry: StickyEntry } | null {
+  affine(model: string, replicas: readonly ReplicaView[], key: number, slots: number, exclude: ReadonlySet<string> | null, now: number, freeSlotOnly = false): { replica: ReplicaView; home: boolean; entry: StickyEntry } | null {
     const ring = this.ringFor(model, replicas);
     const l = this.loads;
     l.replicas = replicas;
@@ -173,6 +176,7 @@ export class Upstreams {
     l.exclude = exclude;
     l.now = now;
     l.slotCount = slots;
+    l.freeSlotOnly = freeSlotOnly && slots !== Infinity;
     let keys = this.sticky.get(model);
     if (keys === undefined) {
       keys = new StickyKeys();
