@@ -246,6 +246,8 @@ export class RouterCore {
     const q = counter.queue;
     if ((q !== null && q.length > 0) || !this.upstreams.hasFreeSlot(replicas, p.slots, performance.now())) {
       this.enqueue(p, counter, replicas.length);
+      // a slot may be free while others wait (a replica just became ready): the oldest go now
+      if (q !== null) this.drainQueue(model, counter);
       return;
     }
     this.dispatch(p, replicas);
