@@ -6,7 +6,9 @@
  * - backpressure: when the client's socket buffer is full, the upstream read is paused until 'drain';
  * - a client that goes away aborts the upstream request (llama-server then cancels the generation);
  * - a connect failure, or a connection closed before any response byte, retries on another ready
- *   replica (each at most once) and marks the failed one down for a moment;
+ *   replica (each at most once) and marks the failed one down for a moment; a reset connection is
+ *   first retried once on the same replica (a keep-alive connection it had just closed), so a
+ *   conversation is not moved off its prompt cache by a stale socket;
  * - distinct timeouts: connect (UPSTREAM_CONNECT), first byte / response headers
  *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the
  *   headers went out an SSE stream gets a final `data: {"error":…}` event, other bodies are cut;
@@ -421,6 +423,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   private upstream: Upstream | null = null;
   private replica: ReplicaView | null = null;
   private tried: Set<string> | null = null;
+  /** True once a reset connection was retried on the same replica. */
+  private retriedSame = false;
   private responded = false;
   private gotByte = false;
   private sse = false;
@@ -581,6 +585,15 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.responded));
     if (!this.responded && isRetryableBeforeResponse(kind)) {
       const failed = this.replica!;
+      if (kind === 'reset' && !this.retriedSame) {
+        // most often a keep-alive connection the replica had just closed: once more on a new
+        // connection to the same replica, which holds the request's prompt cache, before moving on
+        this.retriedSame = true;
+        this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
+        this.responded = false;
+        this.attempt(failed);
+        return;
+      }
       const now = performance.now();
       this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
       (this.tried ??= new Set()).add(failed.endpoint);

@@ -199,8 +199,10 @@ describe('router affinity, slots and queue with three real llama-server replicas
     const stats = routerStats(app);
     const before = await scrape();
     upstreamOrder.length = 0;
+    // the queued requests are long streams too (their headers come once they are upstream), so each slot
+    // freed below lets exactly one of them go and the order they go in is seen
     const ask = (model: string, name: string, signal?: AbortSignal) =>
-      fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model, messages: [{ role: 'user', content: `marker:${name}` }], max_tokens: 2 }), signal });
+      fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model, messages: [{ role: 'user', content: `marker:${name}` }], max_tokens: 2000, stream: true }), signal });
     // fill the 6 slots (least-busy: two per replica)
     const long: Awaited<ReturnType<typeof holdStream>>[] = [];
     for (let i = 0; i < 6; i++) long.push(await holdStream(`${base}/v1/chat/completions`, { model: 'lb', messages: [{ role: 'user', content: `marker:long${i}` }], max_tokens: 2000 }));
@@ -232,7 +234,8 @@ describe('router affinity, slots and queue with three real llama-server replicas
     // a client that gives up while queued frees its place
     queued.get('q2')!.ac.abort();
     await until(() => stats.queued('lb') === 3, 'q2 out of the queue');
-    const q5 = ask('lb', 'q5');
+    const ac5 = new AbortController();
+    const q5 = ask('lb', 'q5', ac5.signal);
     await until(() => stats.queued('lb') === 4, 'q5 queued in its place');
 
     // another model on the same replicas with a short queue timeout: 429 after the wait
@@ -259,19 +262,28 @@ describe('router affinity, slots and queue with three real llama-server replicas
     const viaClient = client.chat.completions.create({ model: 'lb', messages: [{ role: 'user', content: 'marker:client' }], max_tokens: 2 });
     await until(() => seen.length === 1, "the client's first answer");
     assert.deepEqual(seen, [429]);
-    // slots free up: the long streams end, the queue drains
+    // slots free up one at a time: each lets the oldest waiting request go
+    const gone = () => upstreamOrder.filter((m) => !m.startsWith('long'));
+    for (const expected of ['q1', 'q3', 'q4', 'q5']) {
+      const n = gone().length;
+      long.shift()!.abort();
+      await until(() => gone().length > n, `${expected} upstream`);
+      assert.deepEqual(gone().slice(n), [expected]);
+    }
+    for (const name of ['q1', 'q3', 'q4']) assert.equal(((await queued.get(name)!.res) as Response).status, 200, name);
+    assert.equal((await q5).status, 200);
+    assert.ok((await queued.get('q2')!.res) instanceof Error, 'q2 was aborted');
+    // the last two long streams end: the client's retry gets a slot
     for (const l of long) l.abort();
     const done = await viaClient;
     assert.equal(done.object, 'chat.completion');
     assert.equal(seen.at(-1), 200);
     assert.ok(seen.slice(0, -1).every((s) => s === 429), `statuses ${seen}`);
-    for (const name of ['q1', 'q3', 'q4']) assert.equal(((await queued.get(name)!.res) as Response).status, 200, name);
-    assert.equal((await q5).status, 200);
-    assert.ok((await queued.get('q2')!.res) instanceof Error, 'q2 was aborted');
+    for (const name of ['q1', 'q3', 'q4']) queued.get(name)!.ac.abort();
+    ac5.abort();
 
     // upstream: after the long ones, the queued in their order, then the client's retry; never the refused ones
-    const order = upstreamOrder.filter((m) => !m.startsWith('long'));
-    assert.deepEqual(order, ['q1', 'q3', 'q4', 'q5', 'client']);
+    assert.deepEqual(gone(), ['q1', 'q3', 'q4', 'q5', 'client']);
 
     scraped = await scrape();
     const delta = (name: string, labels: Record<string, string>) => (sampleValue(scraped, name, labels) ?? 0) - (sampleValue(before, name, labels) ?? 0);
