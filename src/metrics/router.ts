@@ -84,7 +84,7 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
   });
   const affinity = new CellCounter({
     name: N.routerAffinityTotal,
-    help: 'Requests routed by prefix affinity, by result: hit (the key\'s own replica) or moved (to the next replica on the ring, its own being over the load bound).',
+    help: 'Requests routed by prefix affinity, by result: hit (the replica that served the key last, or for a new key its own on the ring) or moved (another: that replica over the load bound, down or gone).',
     labelNames: ['model', 'result'],
     registers,
   });

@@ -299,7 +299,7 @@ export class RouterCore {
       if (p.res.writableFinished || !q.remove(entry)) return;
       this.leaveQueue(item, entry, q);
       p.res.destroy();
-      this.metrics.request(p.model, CLIENT_CLOSED_STATUS, (performance.now() - p.t0) / 1000);
+      this.metrics.request(p.model, CLIENT_CLOSED_STATUS, (performance.now() - p.t0) / 1000, NO_REASON);
     };
     p.res.once('close', item.onClose);
     item.timer = setTimeout(() => {
