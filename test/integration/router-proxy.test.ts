@@ -133,7 +133,8 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const live = await stub();
     const deadPort = await freePort();
     const dead = `http://127.0.0.1:${deadPort}`;
-    const { fleet, url, counted } = await router({ m: {}, gone: {} });
+    // least-busy rotates onto the dead replica (affinity might keep this one prompt on the live one)
+    const { fleet, url, counted } = await router({ m: { routing: 'least_busy' }, gone: {} });
     fleet.setReady('m', [replica('m', dead, 'dead'), replica('m', live.url, 'live')]);
     for (let i = 0; i < 4; i++) {
       const r = await post(url, chat('m'));
