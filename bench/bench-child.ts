@@ -42,7 +42,10 @@ export class StaticFleetView implements FleetView {
         { name: 'someone-else', key: 'another-key', models: ['other'] },
       ],
     });
-    this.replicas = [{ id: 'bench-r1', model: BENCH_MODEL, node: 'local', endpoint: upstream, phase: 'ready', digest: 'd', startedAt: Date.now() }];
+    // two ready replicas on the same stub (one pool): the router's choice of replica (the affinity key of
+    // every chat request, the ring, the last-served table) runs on each request, as for a real model
+    // with several replicas
+    this.replicas = ['bench-r1', 'bench-r2'].map((id) => ({ id, model: BENCH_MODEL, node: 'local', endpoint: upstream, phase: 'ready' as const, digest: 'd', startedAt: Date.now() }));
   }
   spec(): FleetSpec {
     return this.s;

@@ -25,7 +25,7 @@ for (let i = 0; i < modelCount; i++) {
   models[name] = {
     name, file: `models/${name}.yaml`, source: `hf://org/${name}/f.gguf`, sha256: 'a'.repeat(64), profile: 'p', aliases: [], nodeSelector: i % 5 === 0 ? { zone: 'a' } : {},
     scaling: i % 4 === 0 ? { mode: 'on_demand', idleTimeoutMs: 900_000, maxReplicas: 1 } : { mode: 'replicas', replicas: 1 + (i % 3) },
-    memoryBytes: (2 + (i % 7)) * GiB, maxConcurrency: null, token: null, digest: `d${i}`,
+    memoryBytes: (2 + (i % 7)) * GiB, maxConcurrency: null, routing: 'affinity', queue: { max: 64, timeoutMs: 60_000 }, token: null, digest: `d${i}`,
   };
 }
 const spec = { revision: 'r', settings: { placementReserveBytes: GiB, drainGraceMs: 300_000 }, nodes, engines: {}, profiles: {}, models, access: { keys: [], file: null }, modelNames: {} } as unknown as FleetSpec;

@@ -18,6 +18,11 @@ export function canonicalJson(v: unknown): string {
     .join(',')}}`;
 }
 
+/** A cache_ram size as llama-server's --cache-ram takes it: MiB, rounded up (0 stays 0: no cache). */
+export function cacheRamMiB(bytes: number): number {
+  return Math.ceil(bytes / 2 ** 20);
+}
+
 export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
   const definition = {
     v: 1,
@@ -31,6 +36,7 @@ export function definitionDigest(source: string, sha256: string, profile: Profil
       batchSize: profile.batchSize,
       embeddings: profile.embeddings,
       extraArgs: profile.extraArgs,
+      cacheRamMiB: cacheRamMiB(profile.cacheRamBytes),
     },
   };
   return createHash('sha256').update(canonicalJson(definition)).digest('hex');

@@ -10,6 +10,7 @@ import type {
   ModelScaling,
   NodeSpec,
   ProfileSpec,
+  Routing,
   ScheduleEntry,
 } from './types.js';
 
@@ -35,6 +36,7 @@ export function normalizeFleet(raw: Raw): FleetSettings {
     statusBranch: str(raw.status_branch),
     placementReserveBytes: size(raw.placement_reserve) ?? 0,
     unplaceableLogIntervalMs: dur(raw.unplaceable_log_interval),
+    queue: { max: num(obj(raw.queue).max) ?? 64, timeoutMs: raw.queue && obj(raw.queue).timeout !== undefined ? dur(obj(raw.queue).timeout) : 60_000 },
   };
 }
 
@@ -92,6 +94,7 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
     embeddings: raw.embeddings === true,
     extraArgs: (raw.extra_args as string[] | undefined) ?? [],
     memoryOverheadBytes: size(raw.memory_overhead) ?? 0,
+    cacheRamBytes: size(raw.cache_ram) ?? 0,
     startTimeoutMs: dur(raw.start_timeout),
   };
 }
@@ -107,6 +110,9 @@ export interface ModelDraft {
   readonly nodeSelector: Readonly<Record<string, string>>;
   readonly memoryBytes: number | null;
   readonly maxConcurrency: number | null;
+  readonly routing: Routing;
+  /** The model file's own queue fields (unset ones come from fleet.yaml). */
+  readonly queue: { readonly max: number | null; readonly timeoutMs: number | null };
   readonly token: string | null;
   /** As written (checked in semantic.ts): the schedule's entries and its time zone. */
   readonly schedule: readonly ScheduleEntry[] | null;
@@ -135,6 +141,8 @@ export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft
     nodeSelector: strMap(raw.node_selector),
     memoryBytes: size(raw.memory),
     maxConcurrency: num(raw.max_concurrency),
+    routing: raw.routing === 'least_busy' ? 'least_busy' : 'affinity',
+    queue: { max: num(obj(raw.queue).max), timeoutMs: obj(raw.queue).timeout === undefined ? null : dur(obj(raw.queue).timeout) },
     token: raw.token === undefined ? null : str(raw.token),
     schedule,
     timezone,

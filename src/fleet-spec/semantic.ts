@@ -29,7 +29,7 @@ export interface CheckResult {
 }
 
 /** llama-server arguments llmgw sets itself; a profile may not set them in extra_args. */
-const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file']);
+const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file', '-cram', '--cache-ram']);
 
 const MIN_MODEL_MEMORY = 1024 * 1024;
 const MAX_MODEL_MEMORY = 16 * 2 ** 40;
@@ -80,7 +80,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     pr.extraArgs.forEach((a, i) => {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
-        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings) instead; the port, host, model and API key are set by llmgw');
+        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings, cache_ram) instead; the port, host, model and API key are set by llmgw');
       }
     });
   }
@@ -128,6 +128,8 @@ export function checkSpec(p: SpecParts): CheckResult {
         nodeSelector: m.nodeSelector,
         memoryBytes: m.memoryBytes,
         maxConcurrency: m.maxConcurrency,
+        routing: m.routing,
+        queue: { max: m.queue.max ?? p.settings.queue.max, timeoutMs: m.queue.timeoutMs ?? p.settings.queue.timeoutMs },
         token: m.token,
         digest: definitionDigest(m.source, m.sha256, profile, engineVersion),
       });

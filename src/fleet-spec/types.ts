@@ -11,7 +11,19 @@ export interface FleetSettings {
   readonly placementReserveBytes: number;
   readonly unplaceableLogIntervalMs: number;
   readonly stopGraceMs: number;
+  /** Every model's queue unless its model file sets its own. */
+  readonly queue: QueueSpec;
 }
+
+/** A model's wait queue at the router, used when every slot of its ready replicas is busy. */
+export interface QueueSpec {
+  /** Requests that may wait (0: refused at once). */
+  readonly max: number;
+  readonly timeoutMs: number;
+}
+
+/** How the router picks among a model's ready replicas. */
+export type Routing = 'affinity' | 'least_busy';
 
 export type Transport = 'ssh' | 'local';
 
@@ -64,6 +76,8 @@ export interface ProfileSpec {
   readonly embeddings: boolean;
   readonly extraArgs: readonly string[];
   readonly memoryOverheadBytes: number;
+  /** llama-server's host-RAM prompt cache (--cache-ram), part of the replica's memory need; 0 disables it. */
+  readonly cacheRamBytes: number;
   readonly startTimeoutMs: number;
 }
 
@@ -97,6 +111,10 @@ export interface ModelSpec {
   readonly nodeSelector: Readonly<Record<string, string>>;
   readonly memoryBytes: number | null;
   readonly maxConcurrency: number | null;
+  /** affinity: by prompt prefix (requests without one least-busy); least_busy: fewest in flight. */
+  readonly routing: Routing;
+  /** The model's queue, fleet.yaml's default filled in. */
+  readonly queue: QueueSpec;
   /**
    * Name of a secret (a file in the controller's secrets dir) holding a bearer token for downloading
    * the source and reading its header; null for none. Not part of the definition: a token changes

@@ -46,6 +46,10 @@ export const MetricNames = Object.freeze({
   routerTimeToFirstTokenSeconds: 'llmgw_router_time_to_first_token_seconds',
   routerUpstreamErrorsTotal: 'llmgw_router_upstream_errors_total',
   routerInFlightRequests: 'llmgw_router_in_flight_requests',
+  routerQueueDepth: 'llmgw_router_queue_depth',
+  routerQueueWaitSeconds: 'llmgw_router_queue_wait_seconds',
+  routerPromptTokensTotal: 'llmgw_router_prompt_tokens_total',
+  routerAffinityTotal: 'llmgw_router_affinity_total',
 } as const);
 
 export type MetricName = (typeof MetricNames)[keyof typeof MetricNames];
@@ -58,6 +62,7 @@ export const HISTOGRAM_NAMES: readonly MetricName[] = Object.freeze([
   MetricNames.reconcileDurationSeconds,
   MetricNames.routerRequestDurationSeconds,
   MetricNames.routerTimeToFirstTokenSeconds,
+  MetricNames.routerQueueWaitSeconds,
 ]);
 
 /** Every phase a model can be in, for the one-hot llmgw_model_state{state}. */

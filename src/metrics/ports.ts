@@ -12,6 +12,14 @@ export interface RouterMetrics {
   upstreamError(model: string, reason: string): void;
   /** In-flight requests (+1 at start, -1 at end). */
   inFlight(model: string, delta: number): void;
+  /** Requests waiting in the model's queue now. */
+  queueDepth(model: string, depth: number): void;
+  /** How long a request waited in the queue (served, timed out or gone). */
+  queueWait(model: string, seconds: number): void;
+  /** A response's prompt tokens: evaluated, and reused from the prompt cache. */
+  promptTokens(model: string, evaluated: number, cached: number): void;
+  /** An affinity choice: the key's own replica (hit), or moved on to another by the load bound. */
+  affinity(model: string, hit: boolean): void;
 }
 
 /** The `reason` of a request the router did not refuse or cut: the replica's answer, or a client that went away. */
@@ -22,4 +30,8 @@ export const noRouterMetrics: RouterMetrics = {
   timeToFirstToken: () => undefined,
   upstreamError: () => undefined,
   inFlight: () => undefined,
+  queueDepth: () => undefined,
+  queueWait: () => undefined,
+  promptTokens: () => undefined,
+  affinity: () => undefined,
 };

@@ -11,6 +11,8 @@ import { MetricNames as N } from './names.js';
 export const REQUEST_DURATION_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600];
 /** Time to first token: prompt processing, plus queueing and (on-demand) activation. */
 export const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120];
+/** Waits in a model's queue: none to the longest queue timeouts. */
+export const QUEUE_WAIT_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 /** Longest model label kept (the router passes canonical names, or "" for unknown ones). */
 const MAX_MODEL_LABEL = 128;
@@ -61,11 +63,43 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     registers,
   });
 
+  const queueDepth = new CellGauge({
+    name: N.routerQueueDepth,
+    help: 'Requests waiting in the model\'s queue at the router (every slot of its ready replicas busy).',
+    labelNames: ['model'],
+    registers,
+  });
+  const queueWait = new CellHistogram({
+    name: N.routerQueueWaitSeconds,
+    help: 'Time requests waited in the model\'s queue, whether then served, timed out (429 model_overloaded) or gone.',
+    labelNames: ['model'],
+    buckets: QUEUE_WAIT_BUCKETS,
+    registers,
+  });
+  const promptTokens = new CellCounter({
+    name: N.routerPromptTokensTotal,
+    help: 'Prompt tokens of the model\'s responses, by source: evaluated by the replica, or reused from its prompt cache (cache); from the responses\' timings or usage.',
+    labelNames: ['model', 'source'],
+    registers,
+  });
+  const affinity = new CellCounter({
+    name: N.routerAffinityTotal,
+    help: 'Requests routed by prefix affinity, by result: hit (the replica that served the key last, or for a new key its own on the ring) or moved (another: that replica over the load bound, down or gone).',
+    labelNames: ['model', 'result'],
+    registers,
+  });
+
   // each model's cells, looked up once
   interface ModelCells {
     readonly duration: HistogramCell;
     readonly ttft: HistogramCell;
     readonly inFlight: ValueCell;
+    readonly queueDepth: ValueCell;
+    readonly queueWait: HistogramCell;
+    readonly evaluated: ValueCell;
+    readonly cached: ValueCell;
+    readonly hits: ValueCell;
+    readonly moves: ValueCell;
     /** Request counters of the replicas' own answers (reason ""), by status code. */
     readonly codes: Map<number, ValueCell>;
     /** Request counters of refused or cut requests, by `${reason} ${code}`. */
@@ -79,7 +113,21 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     let c = byModel.get(model);
     if (!c) {
       const m = modelLabel(model);
-      c = { duration: duration.cell(m), ttft: ttft.cell(m), inFlight: inFlight.cell(m), codes: new Map(), refused: new Map(), reasons: new Set(), label: m };
+      c = {
+        duration: duration.cell(m),
+        ttft: ttft.cell(m),
+        inFlight: inFlight.cell(m),
+        queueDepth: queueDepth.cell(m),
+        queueWait: queueWait.cell(m),
+        evaluated: promptTokens.cell(m, 'evaluated'),
+        cached: promptTokens.cell(m, 'cache'),
+        hits: affinity.cell(m, 'hit'),
+        moves: affinity.cell(m, 'moved'),
+        codes: new Map(),
+        refused: new Map(),
+        reasons: new Set(),
+        label: m,
+      };
       if (byModel.size < 10_000) byModel.set(model, c);
     }
     return c;
@@ -109,11 +157,17 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
       keep.add(''); // requests naming no known model
       for (const name of names) counterFor(cells(name), 200, NO_REASON);
       for (const [model, c] of byModel) {
-        if (keep.has(model) || c.inFlight.value !== 0) continue;
+        if (keep.has(model) || c.inFlight.value !== 0 || c.queueDepth.value !== 0) continue;
         byModel.delete(model);
         duration.remove(c.label);
         ttft.remove(c.label);
         inFlight.remove(c.label);
+        queueDepth.remove(c.label);
+        queueWait.remove(c.label);
+        promptTokens.remove(c.label, 'evaluated');
+        promptTokens.remove(c.label, 'cache');
+        affinity.remove(c.label, 'hit');
+        affinity.remove(c.label, 'moved');
         for (const code of c.codes.keys()) requests.remove(c.label, String(code), NO_REASON);
         for (const r of c.refused.values()) requests.remove(c.label, r.code, r.reason);
         for (const reason of c.reasons) upstreamErrors.remove(c.label, reason);
@@ -134,6 +188,22 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     },
     inFlight(model, delta) {
       cells(model).inFlight.value += delta;
+    },
+    queueDepth(model, depth) {
+      cells(model).queueDepth.value = depth;
+    },
+    queueWait(model, seconds) {
+      queueWait.observe(cells(model).queueWait, seconds > 0 ? seconds : 0);
+    },
+    promptTokens(model, evaluated, cached) {
+      const c = cells(model);
+      c.evaluated.value += evaluated;
+      c.cached.value += cached;
+    },
+    affinity(model, hit) {
+      const c = cells(model);
+      if (hit) c.hits.value++;
+      else c.moves.value++;
     },
   };
 }

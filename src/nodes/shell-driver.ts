@@ -15,6 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, fetch, request } from 'undici';
 import { LlmgwError, Reasons, type ReasonCode } from '../errors/catalogue.js';
 import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
+import { cacheRamMiB } from '../fleet-spec/digest.js';
 import type {
   DownloadToken,
   EngineObservation, ModelFileObservation, NodeDriver, NodeObservation, ReplicaFailure, ReplicaHandle,
@@ -501,6 +502,7 @@ export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: numb
     ...(p.threads !== null ? ['-t', n(p.threads)] : []),
     ...(p.batchSize !== null ? ['-b', n(p.batchSize)] : []),
     ...(p.embeddings ? ['--embeddings'] : []),
+    '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
     ...p.extraArgs,
   ];
 }

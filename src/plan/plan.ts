@@ -184,6 +184,8 @@ export function planChanges(input: {
       if (!sameJson(b.nodeSelector, h.nodeSelector)) effects.push('node selector changed: replicas may move');
       if (b.memoryBytes !== h.memoryBytes) effects.push('memory override changed: placement is redone');
       if (b.maxConcurrency !== h.maxConcurrency) effects.push(`max_concurrency: ${b.maxConcurrency ?? 'none'} → ${h.maxConcurrency ?? 'none'}`);
+      if (b.routing !== h.routing) effects.push(`routing: ${b.routing} → ${h.routing}`);
+      if (!sameJson(b.queue, h.queue)) effects.push(`queue: max ${b.queue.max}, timeout ${b.queue.timeoutMs / 1000}s → max ${h.queue.max}, timeout ${h.queue.timeoutMs / 1000}s`);
       if (b.token !== h.token) effects.push(`download token: ${b.token ?? 'none'} → ${h.token ?? 'none'} (the next download uses it; running replicas stay)`);
     }
     let unparks = false;

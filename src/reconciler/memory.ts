@@ -25,8 +25,9 @@ export function kvCacheBytes(shape: GgufShape, ctx: number): number {
   return shape.layers * ctx * shape.headCountKv * (shape.keyLength + shape.valueLength) * 2;
 }
 
-export function replicaMemory(shape: GgufShape, profile: Pick<ProfileSpec, 'ctxSize' | 'memoryOverheadBytes'>): number {
-  return shape.fileBytes + kvCacheBytes(shape, profile.ctxSize) + profile.memoryOverheadBytes;
+/** The estimate: weights, KV cache, the host-RAM prompt cache (--cache-ram) and the profile's overhead. */
+export function replicaMemory(shape: GgufShape, profile: Pick<ProfileSpec, 'ctxSize' | 'memoryOverheadBytes' | 'cacheRamBytes'>): number {
+  return shape.fileBytes + kvCacheBytes(shape, profile.ctxSize) + profile.cacheRamBytes + profile.memoryOverheadBytes;
 }
 
 function num(v: unknown): number | null {

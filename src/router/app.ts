@@ -23,6 +23,7 @@ import type { FleetView } from '../reconciler/view.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import { grantAllows } from './auth.js';
 import { RouterCore, isProxyRequest, type Admission } from './core.js';
+import { SLOTS_REFRESH_MS, SlotWatcher } from './slots.js';
 import { RouterError, modelNotFound, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
 
@@ -60,6 +61,8 @@ export interface RouterDeps {
   readonly limits?: Partial<RouterLimits>;
   /** For TLS: a factory returning an https server (see fastify's serverFactory). */
   readonly serverFactory?: FastifyServerFactory;
+  /** How often replicas in use are asked for their slots (GET /slots); 0 turns it off. Default SLOTS_REFRESH_MS. */
+  readonly slotsRefreshMs?: number;
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -68,6 +71,12 @@ export interface RouterStats {
   readonly active: number;
   /** In-flight proxied requests to a replica endpoint. */
   inFlight(endpoint: string): number;
+  /** Requests waiting in a model's queue. */
+  queued(model: string): number;
+  /** Other routers' requests on a replica endpoint, as its /slots last said. */
+  external(endpoint: string): number;
+  /** Runs one /slots refresh round now. */
+  refreshSlots(): Promise<void>;
 }
 
 interface RouterRequest extends FastifyRequest {
@@ -110,10 +119,18 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   });
 
   Object.defineProperty(app, ROUTER_STATS, {
-    value: { get active() { return core.ctx.active.size; }, inFlight: (e: string) => core.upstreams.inFlight(e) } satisfies RouterStats,
+    value: {
+      get active() { return core.ctx.active.size; },
+      inFlight: (e: string) => core.upstreams.inFlight(e),
+      queued: (m: string) => core.ctx.modelInFlight.get(m)?.queue?.length ?? 0,
+      external: (e: string) => core.upstreams.external(e),
+      refreshSlots: () => slots.refresh(),
+    } satisfies RouterStats,
   });
   const sweepTimer = setInterval(() => core.upstreams.sweep(performance.now()), 60_000);
   sweepTimer.unref();
+  const slots = new SlotWatcher(core.upstreams, () => core.engineHeaders(), () => core.drainQueues(), deps.slotsRefreshMs || SLOTS_REFRESH_MS);
+  if (deps.slotsRefreshMs !== 0) slots.start();
 
   app.decorateRequest('llmgwT0', 0);
   app.decorateRequest('llmgwAdmission', null);
@@ -199,6 +216,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   });
   app.addHook('onClose', async () => {
     clearInterval(sweepTimer);
+    slots.stop();
     await core.upstreams.close();
   });
 

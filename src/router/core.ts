@@ -15,10 +15,12 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
-import type { FleetSpec } from '../fleet-spec/types.js';
+import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import { affinityKey, isPromptPath } from './affinity.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderError, routeNotFound, writeRendered } from './errors.js';
-import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
+import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ModelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
+import { WaitQueue, retryAfterSeconds, type QueueEntry } from './queue.js';
 import { Activator } from './resolve.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
@@ -54,6 +56,31 @@ export function isProxyRequest(method: string | undefined, url: string | undefin
 
 class ClientGoneDuringActivation extends Error {}
 
+/** A request ready to go upstream: what it needs once a slot is free. */
+interface Pending {
+  readonly res: ServerResponse;
+  readonly t0: number;
+  readonly model: string;
+  readonly spec: ModelSpec;
+  readonly path: string;
+  readonly body: Buffer;
+  readonly parsed: Readonly<Record<string, unknown>>;
+  /** Slots per replica: the profile's parallel (Infinity when the spec has no such profile). */
+  readonly slots: number;
+}
+
+/** A request waiting in its model's queue. */
+interface Queued {
+  readonly p: Pending;
+  timer: NodeJS.Timeout | null;
+  onClose: (() => void) | null;
+}
+
+/** A model's slots per replica: its profile's `parallel`; Infinity (no queueing) when the profile is unknown. */
+function slotsOf(spec: FleetSpec, m: ModelSpec): number {
+  return spec.profiles[m.profile]?.parallel ?? Infinity;
+}
+
 export class RouterCore {
   readonly upstreams: Upstreams;
   readonly ctx: ProxyContext;
@@ -62,6 +89,10 @@ export class RouterCore {
   private readonly shutdown = new AbortController();
   /** Requests waiting for their model to become ready. */
   private activating = 0;
+  /** Requests waiting in a model's queue for a free slot. */
+  private queued = 0;
+  /** True while a queue is being drained (a call ending inside the drain does not start another). */
+  private draining = false;
   private headersKey: string | null = null;
   private upstreamHeaders: Record<string, string> = {};
 
@@ -80,6 +111,7 @@ export class RouterCore {
       modelInFlight: new Map(),
       shuttingDown: false,
       onIdle: null,
+      onRelease: (model, counter) => this.drainQueue(model, counter),
       log: { warn: (obj, msg) => log?.warn(obj, msg) },
     };
     this.activator = new Activator(fleet);
@@ -87,7 +119,7 @@ export class RouterCore {
 
   /** Requests in progress: being proxied or waiting for their model. */
   get busy(): number {
-    return this.ctx.active.size + this.activating;
+    return this.ctx.active.size + this.activating + this.queued;
   }
 
   /**
@@ -175,7 +207,8 @@ export class RouterCore {
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
       throw new RouterError('BAD_REQUEST', 'The request body must be a JSON object.');
     }
-    const name = (parsed as { model?: unknown }).model;
+    const fields = parsed as Record<string, unknown>;
+    const name = fields['model'];
     if (name === undefined || name === null || name === '') {
       throw new RouterError('MODEL_MISSING', 'The request body names no model: set "model" to a model name or alias.', { param: 'model' });
     }
@@ -191,23 +224,141 @@ export class RouterCore {
     this.fleet.touch(model);
     const replicas = this.fleet.readyReplicas(model);
     if (replicas.length > 0) {
-      this.proxy(req, res, t0, adm.spec, model, body, replicas);
+      this.proxy(req, res, t0, adm.spec, model, body, fields, replicas);
       return;
     }
-    void this.activateThenProxy(req, res, t0, adm.spec, model, body);
+    void this.activateThenProxy(req, res, t0, adm.spec, model, body, fields);
   }
 
-  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, replicas: readonly ReplicaView[]): void {
-    const max = spec.models[model]?.maxConcurrency;
-    if (max != null && modelCounter(this.ctx, model).n >= max) {
+  /**
+   * Sends the request to a replica, or, when every slot of the model's ready replicas is busy (or
+   * others are already waiting), into the model's queue.
+   */
+  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, parsed: Readonly<Record<string, unknown>>, replicas: readonly ReplicaView[]): void {
+    const ms = spec.models[model]!;
+    const counter = modelCounter(this.ctx, model);
+    const max = ms.maxConcurrency;
+    if (max != null && counter.n >= max) {
       this.fail(res, model, t0, new RouterError('CONCURRENCY_LIMIT', `Model '${model}' is at its concurrency limit of ${max} requests; retry shortly.`, { model, retryAfterSeconds: 1 }));
       return;
     }
-    const first = this.upstreams.pick(replicas, null, performance.now())!;
-    new ProxyCall(this.ctx, model, req.url ?? '/', this.headersFor(this.fleet.engineApiKey), body, replicas, res, t0).start(first);
+    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, parsed, slots: slotsOf(spec, ms) };
+    const q = counter.queue;
+    if ((q !== null && q.length > 0) || !this.upstreams.hasFreeSlot(replicas, p.slots, performance.now())) {
+      this.enqueue(p, counter, replicas.length);
+      // a slot may be free while others wait (a replica just became ready): the oldest go now
+      if (q !== null) this.drainQueue(model, counter);
+      return;
+    }
+    this.dispatch(p, replicas);
   }
 
-  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer): Promise<void> {
+  /**
+   * Picks the replica (by affinity where the model and request have a key, else least-busy) and starts
+   * the call. A request from the queue (`fromQueue`) goes only to a replica with a free slot: it has
+   * waited for one already.
+   */
+  private dispatch(p: Pending, replicas: readonly ReplicaView[], fromQueue = false): void {
+    const now = performance.now();
+    const key = p.spec.routing === 'affinity' && replicas.length > 1 ? affinityKey(p.path, p.parsed) : null;
+    let first: ReplicaView | null = null;
+    const call = new ProxyCall(this.ctx, p.model, p.path, this.headersFor(this.fleet.engineApiKey), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
+    if (key !== null) {
+      const c = this.upstreams.affine(p.model, replicas, key, p.slots, null, now, fromQueue);
+      if (c !== null) {
+        first = c.replica;
+        call.sticky = c.entry;
+        this.metrics.affinity(p.model, c.home);
+      }
+    }
+    call.start(first ?? this.upstreams.pick(replicas, null, now)!);
+  }
+
+  /** Queues a request for a free slot, or answers 429 model_overloaded when the queue is full. */
+  private enqueue(p: Pending, counter: ModelCounter, replicas: number): void {
+    const q = (counter.queue ??= new WaitQueue<unknown>()) as WaitQueue<Queued>;
+    const limits = p.spec.queue;
+    const item: Queued = { p, timer: null, onClose: null };
+    const entry = q.push(item, performance.now(), limits.max);
+    if (entry === null) {
+      const retry = retryAfterSeconds(q.length, p.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
+      const slots = p.slots * replicas;
+      this.fail(p.res, p.model, p.t0, new RouterError(
+        'MODEL_OVERLOADED',
+        limits.max === 0
+          ? `Model '${p.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and it has no queue (queue.max 0); retry after ${retry} s.`
+          : `Model '${p.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and its queue is full (${q.length} of ${limits.max} waiting, the oldest for ${this.waitedText(q)}); retry after ${retry} s.`,
+        { model: p.model, retryAfterSeconds: retry },
+      ));
+      return;
+    }
+    this.queued++;
+    this.metrics.inFlight(p.model, 1);
+    this.metrics.queueDepth(p.model, q.length);
+    item.onClose = () => {
+      if (p.res.writableFinished || !q.remove(entry)) return;
+      this.leaveQueue(item, entry, q);
+      p.res.destroy();
+      this.metrics.request(p.model, CLIENT_CLOSED_STATUS, (performance.now() - p.t0) / 1000, NO_REASON);
+    };
+    p.res.once('close', item.onClose);
+    item.timer = setTimeout(() => {
+      if (!q.remove(entry)) return;
+      const waited = this.leaveQueue(item, entry, q);
+      const retry = retryAfterSeconds(q.length, p.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
+      this.fail(p.res, p.model, p.t0, new RouterError(
+        'MODEL_OVERLOADED',
+        `Model '${p.model}' is overloaded: the request waited ${waited.toFixed(1)} s in its queue (the queue timeout; ${q.length} still waiting) without a free slot on its ready replicas; retry after ${retry} s.`,
+        { model: p.model, retryAfterSeconds: retry },
+      ));
+    }, limits.timeoutMs);
+  }
+
+  /** Bookkeeping of a request that left the queue (already removed from it); returns its wait in seconds. */
+  private leaveQueue(item: Queued, entry: QueueEntry<Queued>, q: WaitQueue<Queued>): number {
+    if (item.timer !== null) clearTimeout(item.timer);
+    if (item.onClose !== null) item.p.res.removeListener('close', item.onClose);
+    item.timer = item.onClose = null;
+    this.queued--;
+    const waited = (performance.now() - entry.since) / 1000;
+    this.metrics.queueWait(item.p.model, waited);
+    this.metrics.queueDepth(item.p.model, q.length);
+    this.metrics.inFlight(item.p.model, -1);
+    if (this.ctx.onIdle && this.busy === 0) this.ctx.onIdle();
+    return waited;
+  }
+
+  private waitedText(q: WaitQueue<Queued>): string {
+    const head = q.peek();
+    return head === null ? '0 s' : `${((performance.now() - head.since) / 1000).toFixed(1)} s`;
+  }
+
+  /** A call of the model ended: the oldest waiting requests go while a slot is free. */
+  private drainQueue(model: string, counter: ModelCounter): void {
+    if (this.draining) return;
+    const q = counter.queue as WaitQueue<Queued> | null;
+    if (q === null || q.length === 0) return;
+    this.draining = true;
+    try {
+      const replicas = this.fleet.readyReplicas(model);
+      while (replicas.length > 0) {
+        const head = q.peek();
+        if (head === null || !this.upstreams.hasFreeSlot(replicas, head.value.p.slots, performance.now())) break;
+        q.shift();
+        this.leaveQueue(head.value, head, q);
+        this.dispatch(head.value.p, replicas, true);
+      }
+    } finally {
+      this.draining = false;
+    }
+  }
+
+  /** Drains every model's queue that has a free slot (after the /slots refresh saw other routers' load drop). */
+  drainQueues(): void {
+    for (const [model, counter] of this.ctx.modelInFlight) if (counter.queue !== null && counter.queue.length > 0) this.drainQueue(model, counter);
+  }
+
+  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, parsed: Readonly<Record<string, unknown>>): Promise<void> {
     const gone = new AbortController();
     const onClose = (): void => {
       if (!res.writableFinished) gone.abort(new ClientGoneDuringActivation('client went away'));
@@ -231,7 +382,7 @@ export class RouterCore {
     }
     if (replicas !== null) {
       try {
-        this.proxy(req, res, t0, spec, model, body, replicas);
+        this.proxy(req, res, t0, spec, model, body, parsed, replicas);
       } catch (e) {
         this.fail(res, model, t0, e);
       }
@@ -260,6 +411,11 @@ export class RouterCore {
     return new RouterError('BODY_TOO_LARGE', `The request body is larger than the router's limit of ${this.limits.bodyBytes} bytes.`);
   }
 
+  /** The headers for a replica: the engine key. */
+  engineHeaders(): Record<string, string> {
+    return this.headersFor(this.fleet.engineApiKey);
+  }
+
   /** The upstream request headers with the engine key, rebuilt only when the key changes. */
   private headersFor(key: string): Record<string, string> {
     if (key !== this.headersKey) {
@@ -276,6 +432,14 @@ export class RouterCore {
   async drain(graceMs: number): Promise<void> {
     this.ctx.shuttingDown = true;
     this.shutdown.abort(new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.'));
+    // requests still waiting for a slot never started: they are answered now, to retry elsewhere
+    for (const counter of this.ctx.modelInFlight.values()) {
+      const q = counter.queue as WaitQueue<Queued> | null;
+      for (let e = q?.shift() ?? null; e !== null; e = q!.shift()) {
+        this.leaveQueue(e.value, e, q!);
+        this.fail(e.value.p.res, e.value.p.model, e.value.p.t0, new RouterError('ROUTER_SHUTTING_DOWN', `The router is shutting down; the request was still waiting in model '${e.value.p.model}''s queue.`, { retryAfterSeconds: 1 }));
+      }
+    }
     await this.whenIdle(graceMs);
     if (this.ctx.active.size > 0) {
       this.log?.warn({ active: this.ctx.active.size, graceMs }, 'router: shutdown grace over; aborting in-flight requests');

@@ -6,7 +6,9 @@
  * - backpressure: when the client's socket buffer is full, the upstream read is paused until 'drain';
  * - a client that goes away aborts the upstream request (llama-server then cancels the generation);
  * - a connect failure, or a connection closed before any response byte, retries on another ready
- *   replica (each at most once) and marks the failed one down for a moment;
+ *   replica (each at most once) and marks the failed one down for a moment; a reset connection is
+ *   first retried once on the same replica (a keep-alive connection it had just closed), so a
+ *   conversation is not moved off its prompt cache by a stale socket;
  * - distinct timeouts: connect (UPSTREAM_CONNECT), first byte / response headers
  *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the
  *   headers went out an SSE stream gets a final `data: {"error":…}` event, other bodies are cut;
@@ -17,7 +19,10 @@ import type { ServerResponse } from 'node:http';
 import { Pool, type Dispatcher } from 'undici';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
+import { chooseSticky, LOAD_FACTOR, Ring, STAY_LOAD_FACTOR, StickyKeys, type ReplicaLoads, type StickyEntry } from './affinity.js';
 import { RouterError, renderError, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
+import type { WaitQueue } from './queue.js';
+import { promptTokensOf, USAGE_TAIL_BYTES } from './usage.js';
 
 export interface UpstreamTimeouts {
   /** TCP connect to a replica. */
@@ -40,6 +45,14 @@ export class Upstream {
   downUntil = 0;
   /** performance.now() of the last request. */
   lastUsed = 0;
+  /**
+   * Requests other routers have on this replica, as its GET /slots last said (busy slots beyond this
+   * router's own in-flight requests, the smaller of the last two readings, so a reading that raced a
+   * response's end does not count); 0 where /slots is not exposed. See slots.ts.
+   */
+  external = 0;
+  /** Slots the replica reported in its last GET /slots (0: not known). */
+  reportedSlots = 0;
   readonly pool: Pool;
   /** Path prefix of the endpoint ('' for http://host:port). */
   readonly prefix: string;
@@ -57,9 +70,50 @@ export class Upstream {
   }
 }
 
+/** The load of a replica for choosing: this router's requests on it, plus other routers' as /slots said. */
+export function loadOf(u: Upstream | undefined): number {
+  return u === undefined ? 0 : u.inFlight + u.external;
+}
+
+/** A model's ring, kept while its ready replicas stay the same. */
+interface CachedRing {
+  readonly ids: string[];
+  readonly ring: Ring;
+}
+
 export class Upstreams {
   private readonly byEndpoint = new Map<string, Upstream>();
   private rr = 0;
+  private readonly rings = new Map<string, CachedRing>();
+  /** Per model: where each affinity key was served last. */
+  private readonly sticky = new Map<string, StickyKeys>();
+  /** `choose`'s view of the replicas of the current call (one object, reused: no allocation per request). */
+  private readonly loads = new (class implements ReplicaLoads {
+    replicas: readonly ReplicaView[] = [];
+    upstreams: Map<string, Upstream> = new Map();
+    exclude: ReadonlySet<string> | null = null;
+    now = 0;
+    slotCount = Infinity;
+    freeSlotOnly = false;
+    usable(i: number): boolean {
+      const r = this.replicas[i]!;
+      if (this.exclude !== null && this.exclude.has(r.endpoint)) return false;
+      const u = this.upstreams.get(r.endpoint);
+      if (u === undefined) return true;
+      return u.downUntil <= this.now && (!this.freeSlotOnly || loadOf(u) < this.slotCount);
+    }
+    load(i: number): number {
+      return loadOf(this.upstreams.get(this.replicas[i]!.endpoint));
+    }
+    slots(): number {
+      return this.slotCount;
+    }
+  })();
+
+  /** The endpoints with a pool (for the /slots refresh). */
+  all(): IterableIterator<Upstream> {
+    return this.byEndpoint.values();
+  }
   constructor(private readonly timeouts: UpstreamTimeouts) {}
 
   get(endpoint: string): Upstream {
@@ -69,6 +123,11 @@ export class Upstreams {
       this.byEndpoint.set(endpoint, u);
     }
     return u;
+  }
+
+  /** Other routers' requests on an endpoint, as its /slots said (for tests and status). */
+  external(endpoint: string): number {
+    return this.byEndpoint.get(endpoint)?.external ?? 0;
   }
 
   /** In-flight requests per endpoint (for tests and status). */
@@ -94,7 +153,7 @@ export class Upstreams {
       const r = replicas[(start + i) % n]!;
       if (exclude !== null && exclude.has(r.endpoint)) continue;
       const u = this.byEndpoint.get(r.endpoint);
-      const score = u === undefined ? 0 : u.inFlight + (u.downUntil > now ? 1e9 : 0);
+      const score = u === undefined ? 0 : u.inFlight + u.external + (u.downUntil > now ? 1e9 : 0);
       if (score < bestScore) {
         best = r;
         bestScore = score;
@@ -102,6 +161,74 @@ export class Upstreams {
       }
     }
     return best;
+  }
+
+  /**
+   * The replica for an affinity key among `replicas` (each with `slots` slots; Infinity when unknown),
+   * skipping those in `exclude` and those marked down: where the key was served last, or by consistent
+   * hashing with bounded load (affinity.ts); `home` says whether it stayed (an affinity hit). With
+   * `freeSlotOnly` (a request that waited in the queue) only replicas with a free slot are considered. Null when none is usable (the
+   * caller then falls back to `pick`, which also tries replicas marked down).
+   */
+  affine(model: string, replicas: readonly ReplicaView[], key: number, slots: number, exclude: ReadonlySet<string> | null, now: number, freeSlotOnly = false): { replica: ReplicaView; home: boolean; entry: StickyEntry } | null {
+    const ring = this.ringFor(model, replicas);
+    const l = this.loads;
+    l.replicas = replicas;
+    l.upstreams = this.byEndpoint;
+    l.exclude = exclude;
+    l.now = now;
+    l.slotCount = slots;
+    l.freeSlotOnly = freeSlotOnly && slots !== Infinity;
+    let keys = this.sticky.get(model);
+    if (keys === undefined) {
+      keys = new StickyKeys();
+      if (this.sticky.size > 10_000) this.sticky.clear();
+      this.sticky.set(model, keys);
+    }
+    const seen = keys.get(key);
+    let last = -1;
+    if (seen !== undefined) for (let i = 0; i < replicas.length; i++) if (replicas[i]!.id === seen.id) last = i;
+    const c = chooseSticky(ring, key, last, l, seen !== undefined && seen.active > 0 ? LOAD_FACTOR : STAY_LOAD_FACTOR);
+    l.replicas = [];
+    l.exclude = null;
+    if (c.index < 0) return null;
+    const replica = replicas[c.index]!;
+    const entry = keys.set(key, replica.id);
+    entry.active++;
+    return { replica, home: c.home, entry };
+  }
+
+  private ringFor(model: string, replicas: readonly ReplicaView[]): Ring {
+    const cached = this.rings.get(model);
+    if (cached !== undefined && cached.ids.length === replicas.length) {
+      let same = true;
+      for (let i = 0; i < replicas.length; i++) {
+        if (cached.ids[i] !== replicas[i]!.id) {
+          same = false;
+          break;
+        }
+      }
+      if (same) return cached.ring;
+    }
+    const ids = replicas.map((r) => r.id);
+    const ring = new Ring(ids);
+    if (this.rings.size > 10_000) this.rings.clear();
+    this.rings.set(model, { ids, ring });
+    return ring;
+  }
+
+  /** True when some replica not marked down has a free slot (`slots` each; always with unknown slots). */
+  hasFreeSlot(replicas: readonly ReplicaView[], slots: number, now: number): boolean {
+    if (slots === Infinity) return true;
+    let anyUp = false;
+    for (const r of replicas) {
+      const u = this.byEndpoint.get(r.endpoint);
+      if (u !== undefined && u.downUntil > now) continue;
+      anyUp = true;
+      if (loadOf(u) < slots) return true;
+    }
+    // every replica marked down: not "busy"; the request goes on and tries them
+    return !anyUp;
   }
 
   /** Closes pools that are idle and unused for `idleMs` (`now` from performance.now()). */
@@ -199,7 +326,14 @@ export class ActiveCalls {
 /** In-flight proxied requests of one model; one mutable counter per model, looked up once per request. */
 export interface ModelCounter {
   n: number;
+  /** Moving average of a request's time on a replica (dispatch to end), in seconds; 0 before the first. */
+  serviceSeconds: number;
+  /** Requests waiting for a free slot (core.ts), created on first use. */
+  queue: WaitQueue<unknown> | null;
 }
+
+/** Weight of the latest request in `serviceSeconds`. */
+const SERVICE_EWMA = 0.2;
 
 /** Shared by every ProxyCall of one router. */
 export interface ProxyContext {
@@ -213,6 +347,8 @@ export interface ProxyContext {
   shuttingDown: boolean;
   /** Called when `active` shrinks. */
   onIdle: (() => void) | null;
+  /** Called when a call of the model ends (its slot is free): the queue's turn. */
+  onRelease: ((model: string, counter: ModelCounter) => void) | null;
   readonly log: { warn(obj: object, msg: string): void };
 }
 
@@ -230,7 +366,7 @@ export const CLIENT_CLOSED_STATUS = 499;
 export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {
   let c = ctx.modelInFlight.get(model);
   if (!c) {
-    c = { n: 0 };
+    c = { n: 0, serviceSeconds: 0, queue: null };
     ctx.modelInFlight.set(model, c);
   }
   return c;
@@ -287,12 +423,21 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   private upstream: Upstream | null = null;
   private replica: ReplicaView | null = null;
   private tried: Set<string> | null = null;
+  /** True once a reset connection was retried on the same replica. */
+  private retriedSame = false;
   private responded = false;
   private gotByte = false;
   private sse = false;
   private status = 0;
   private done = false;
   private abortReason: Error | null = null;
+  /** performance.now() when the call went upstream (after any wait in the queue). */
+  private dispatchedAt = 0;
+  /** The last chunks of a response whose prompt tokens are counted (null: not counted). */
+  private tail: Buffer[] | null = null;
+  private tailBytes = 0;
+  /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
+  sticky: StickyEntry | null = null;
   private readonly resumeFn = (): void => {
     this.resumeUpstream?.();
   };
@@ -310,6 +455,12 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     private readonly res: ServerResponse,
     /** performance.now() at the request's arrival. */
     private readonly t0: number,
+    /** The request's affinity key (null: least-busy), for a retry on another replica. */
+    private readonly key: number | null = null,
+    /** Slots per replica (Infinity: unknown). */
+    private readonly slots = Infinity,
+    /** Read the prompt tokens off the response's end (chat and completion requests). */
+    private readonly countTokens = false,
   ) {}
 
   /** Starts the call; `first` is the replica picked by the caller. */
@@ -317,6 +468,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     this.ctx.active.add(this);
     this.counter = modelCounter(this.ctx, this.model);
     this.counter.n++;
+    this.dispatchedAt = performance.now();
     this.ctx.metrics.inFlight(this.model, 1);
     if (this.res.destroyed) {
       // the client left before anything was sent upstream (e.g. while its model was activating)
@@ -369,6 +521,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     }
     this.status = statusCode;
     this.resumeUpstream = resume;
+    if (this.countTokens && statusCode === 200) this.tail = [];
     const out: Record<string, string> = { 'x-llmgw-replica': this.replica!.id };
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
@@ -383,6 +536,12 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       this.gotByte = true;
       this.ctx.metrics.timeToFirstToken(this.model, (performance.now() - this.t0) / 1000);
     }
+    const tail = this.tail;
+    if (tail !== null) {
+      tail.push(chunk);
+      this.tailBytes += chunk.length;
+      while (tail.length > 1 && this.tailBytes - tail[0]!.length >= USAGE_TAIL_BYTES) this.tailBytes -= tail.shift()!.length;
+    }
     // node's ServerResponse.write corks the socket until the next tick, so the chunks and the end
     // that arrive in one tick (headers included) leave in one write
     if (this.res.write(chunk)) return true;
@@ -392,6 +551,13 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     this.releaseUpstream();
+    if (this.tail !== null && this.tail.length > 0) {
+      const t = this.tail.length === 1 ? this.tail[0]! : Buffer.concat(this.tail, this.tailBytes);
+      const start = t.length > USAGE_TAIL_BYTES ? t.length - USAGE_TAIL_BYTES : 0;
+      const tokens = promptTokensOf(t.toString('latin1', start));
+      if (tokens !== null) this.ctx.metrics.promptTokens(this.model, tokens.evaluated, tokens.cached);
+      this.tail = null;
+    }
     this.res.end();
     this.finish(this.status, NO_REASON);
   }
@@ -419,11 +585,27 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.responded));
     if (!this.responded && isRetryableBeforeResponse(kind)) {
       const failed = this.replica!;
+      if (kind === 'reset' && !this.retriedSame) {
+        // most often a keep-alive connection the replica had just closed: once more on a new
+        // connection to the same replica, which holds the request's prompt cache, before moving on
+        this.retriedSame = true;
+        this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
+        this.responded = false;
+        this.attempt(failed);
+        return;
+      }
       const now = performance.now();
       this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
       (this.tried ??= new Set()).add(failed.endpoint);
       this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection failed; trying another replica');
-      const next = this.ctx.upstreams.pick(this.replicas, this.tried, now);
+      let next: ReplicaView | null = null;
+      if (this.key !== null) {
+        if (this.sticky !== null) this.sticky.active--;
+        const c = this.ctx.upstreams.affine(this.model, this.replicas, this.key, this.slots, this.tried, now);
+        this.sticky = c?.entry ?? null;
+        next = c?.replica ?? null;
+      }
+      next ??= this.ctx.upstreams.pick(this.replicas, this.tried, now);
       if (next) {
         this.responded = false;
         this.attempt(next);
@@ -469,11 +651,22 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     if (this.done) return;
     this.done = true;
     this.res.removeListener('close', this.onClientClose);
+    if (this.sticky !== null) {
+      this.sticky.active--;
+      this.sticky = null;
+    }
     const ctx = this.ctx;
-    if (this.counter) this.counter.n--;
+    const now = performance.now();
+    const counter = this.counter;
+    if (counter) {
+      counter.n--;
+      const s = (now - this.dispatchedAt) / 1000;
+      counter.serviceSeconds = counter.serviceSeconds === 0 ? s : counter.serviceSeconds + SERVICE_EWMA * (s - counter.serviceSeconds);
+    }
     ctx.metrics.inFlight(this.model, -1);
-    ctx.metrics.request(this.model, status, (performance.now() - this.t0) / 1000, reason);
+    ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
     ctx.active.delete(this);
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
+    if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }
 }

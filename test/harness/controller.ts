@@ -95,7 +95,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
     const files: Record<string, string> = {
       'fleet.yaml': ['poll_interval: 1h', 'park_after_failures: 5', 'backoff: { initial: 100ms, max: 400ms }', 'placement_reserve: 256MiB', 'stop_grace: 2s', 'drain_grace: 3s', ''].join('\n'),
       'engines/llama-cpp.yaml': ['versions:', '  test:', `    path: ${engineBinary}`, ''].join('\n'),
-      'profiles/tiny.yaml': ['engine: llama-cpp@test', 'ctx_size: 256', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'start_timeout: 60s', ''].join('\n'),
+      'profiles/tiny.yaml': ['engine: llama-cpp@test', 'ctx_size: 256', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n'),
       'models/good.yaml': yamlModel(good, ['replicas: 1', 'aliases: [good-alias]']),
       'models/kev.yaml': yamlModel(kev, ['replicas: 1']),
       'models/huge.yaml': yamlModel(good2, ['replicas: 1', 'memory: 1TiB']),

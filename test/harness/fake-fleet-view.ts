@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { ReasonRef } from '../../src/errors/catalogue.js';
 import type { Unplaceable } from '../../src/reconciler/placement.js';
 import type { DemandResult, FleetView, ModelPhase, ModelView, ReplicaView } from '../../src/reconciler/view.js';
-import type { AccessKeySpec, FleetSettings, FleetSpec, ModelScaling, ModelSpec } from '../../src/fleet-spec/types.js';
+import type { AccessKeySpec, FleetSettings, FleetSpec, ModelScaling, ModelSpec, ProfileSpec, QueueSpec, Routing } from '../../src/fleet-spec/types.js';
 
 export const DEFAULT_SETTINGS: FleetSettings = Object.freeze({
   pollIntervalMs: 30_000,
@@ -24,12 +24,20 @@ export const DEFAULT_SETTINGS: FleetSettings = Object.freeze({
   placementReserveBytes: 1 << 30,
   unplaceableLogIntervalMs: 600_000,
   stopGraceMs: 30_000,
+  queue: { max: 64, timeoutMs: 60_000 },
 });
 
 export interface FakeModelInit {
   readonly aliases?: readonly string[];
   readonly scaling?: ModelScaling;
   readonly maxConcurrency?: number | null;
+  readonly routing?: Routing;
+  readonly queue?: QueueSpec;
+  /**
+   * Slots per replica (the profile's parallel): the model gets a profile of its own with it. Unset: the
+   * spec has no profile for the model and the router counts no slots (no queueing).
+   */
+  readonly parallel?: number;
 }
 
 export interface FakeKey {
@@ -46,21 +54,31 @@ export const sha256 = (s: string): string => createHash('sha256').update(s).dige
 export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: readonly FakeKey[]; settings?: Partial<FleetSettings> }): FleetSpec {
   const models: Record<string, ModelSpec> = {};
   const modelNames: Record<string, string> = {};
+  const profiles: Record<string, ProfileSpec> = {};
+  const settings = { ...DEFAULT_SETTINGS, ...(opts.settings ?? {}) };
   for (const [name, m] of Object.entries(opts.models)) {
     models[name] = Object.freeze({
       name,
       file: `models/${name}.yaml`,
       source: `file:///models/${name}.gguf`,
       sha256: sha256(name),
-      profile: 'default',
+      profile: m.parallel === undefined ? 'default' : `p-${name}`,
       scaling: m.scaling ?? ({ mode: 'replicas', replicas: 1 } as const),
       aliases: m.aliases ?? [],
       nodeSelector: {},
       memoryBytes: null,
       maxConcurrency: m.maxConcurrency ?? null,
+      routing: m.routing ?? 'affinity',
+      queue: m.queue ?? settings.queue,
       token: null,
       digest: sha256(`digest:${name}`),
     });
+    if (m.parallel !== undefined) {
+      profiles[`p-${name}`] = Object.freeze({
+        name: `p-${name}`, file: `profiles/p-${name}.yaml`, engine: 'llama-cpp', engineVersion: 'test', ctxSize: 4096, threads: null,
+        parallel: m.parallel, batchSize: null, embeddings: false, extraArgs: [], memoryOverheadBytes: 0, cacheRamBytes: 0, startTimeoutMs: 60_000,
+      });
+    }
     modelNames[name] = name;
     for (const a of m.aliases ?? []) modelNames[a] = name;
   }
@@ -71,10 +89,10 @@ export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: r
   }));
   return Object.freeze({
     revision: 'fake',
-    settings: { ...DEFAULT_SETTINGS, ...(opts.settings ?? {}) },
+    settings,
     nodes: {},
     engines: {},
-    profiles: {},
+    profiles,
     models,
     access: { keys, file: 'access/keys.yaml' },
     modelNames,

@@ -164,9 +164,9 @@ describe('llmgw plan', () => {
       const r = await runCli(['plan', '--base', base, '--no-status', '-f', 'json'], repo.dir);
       assert.equal(r.code, 1, r.stderr);
       const remote = (JSON.parse(r.stdout) as { models: { model: string; memoryBytes: number | null; placement: { verdict: string } }[] }).models.find((m) => m.model === 'remote')!;
-      // the controller's estimator over the same file: size + KV cache for the chat profile (ctx 4096) + its overhead (default 512 MiB)
+      // the controller's estimator over the same file: size + KV cache for the chat profile (ctx 4096) + its prompt cache (default 1 GiB) + its overhead (default 512 MiB)
       const [{ metadata }, st] = await Promise.all([gguf(tiny.path, { allowLocalFile: true }), stat(tiny.path)]);
-      const expected = replicaMemory(shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size), { ctxSize: 4096, memoryOverheadBytes: 512 * 2 ** 20 });
+      const expected = replicaMemory(shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size), { ctxSize: 4096, memoryOverheadBytes: 512 * 2 ** 20, cacheRamBytes: 2 ** 30 });
       assert.equal(remote.memoryBytes, expected);
       assert.ok(expected > tiny.bytes + 512 * 2 ** 20, 'the KV cache is counted');
       assert.equal(remote.placement.verdict, 'fits');

@@ -69,7 +69,7 @@ export function tinyProfile(extraArgs: readonly string[] = []): ProfileSpec {
   return {
     name: 'tiny', file: 'profiles/tiny.yaml', engine: 'llama', engineVersion: 'cached',
     ctxSize: 256, threads: 1, parallel: 1, batchSize: null, embeddings: false,
-    extraArgs: ['--threads-batch', '1', '--no-webui', ...extraArgs], memoryOverheadBytes: 0, startTimeoutMs: 60_000,
+    extraArgs: ['--threads-batch', '1', '--no-webui', ...extraArgs], memoryOverheadBytes: 0, cacheRamBytes: 0, startTimeoutMs: 60_000,
   };
 }
 

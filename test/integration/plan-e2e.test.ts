@@ -31,10 +31,10 @@ const normalize = (s: string): string =>
     .replace(/\b[0-9a-f]{12}\b/g, '<oid>')
     .replace(/written [0-9hms]+ ago/g, 'written <age> ago');
 
-/** What the controller's estimator gives a tiny model on the tiny profile (ctx 256, 64 MiB overhead). */
+/** What the controller's estimator gives a tiny model on the tiny profile (ctx 256, 16 MiB prompt cache, 64 MiB overhead). */
 async function needOfFile(path: string): Promise<number> {
   const [{ metadata }, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
-  return replicaMemory(shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size), { ctxSize: 256, memoryOverheadBytes: 64 * MiB });
+  return replicaMemory(shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size), { ctxSize: 256, memoryOverheadBytes: 64 * MiB, cacheRamBytes: 16 * MiB });
 }
 
 before(async () => {

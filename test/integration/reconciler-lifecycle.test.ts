@@ -12,7 +12,7 @@ let fleet: TestFleet;
 let ctl: TestController;
 const MiB = 2 ** 20;
 
-/** The node offers room for exactly one tiny replica (≈ 68 MiB) above the 256 MiB reserve. */
+/** The node offers room for exactly one tiny replica (≈ 84 MiB, its 16 MiB prompt cache included) above the 256 MiB reserve. */
 function nodeWithCapacity(files: Record<string, string>, mib: number): string {
   return files['nodes/node-1.yaml']!.replace('transport: ssh', `transport: ssh\ncapacity: { memory: ${mib}MiB }`);
 }

@@ -20,7 +20,7 @@ let dir: string;
 let tiny: TinyModelFile;
 let driver: ShellNodeDriver;
 
-const profile = { ctxSize: 512, memoryOverheadBytes: 64 * 2 ** 20 } as ProfileSpec;
+const profile = { ctxSize: 512, memoryOverheadBytes: 64 * 2 ** 20, cacheRamBytes: 32 * 2 ** 20 } as ProfileSpec;
 const model = (source: string, over: Partial<ModelSpec> = {}): ModelSpec =>
   ({ name: 'm', file: 'models/m.yaml', source, sha256: tiny.sha256, memoryBytes: null, nodeSelector: {}, ...over }) as ModelSpec;
 
@@ -50,12 +50,15 @@ after(async () => {
 });
 
 describe('memory estimates', () => {
-  test('a memory: override wins; a file on the controller: file size + KV cache + the profile overhead', async () => {
+  test('a memory: override wins; a file on the controller: file size + KV cache + the prompt cache + the profile overhead', async () => {
     const est = new MemoryEstimator();
     assert.deepEqual(await est.estimate(model(`file://${tiny.path}`, { memoryBytes: 123 }), profile), { bytes: 123 });
     const e = await est.estimate(model(`file://${tiny.path}`), profile);
     assert.ok('bytes' in e, JSON.stringify(e));
-    assert.ok(e.bytes > tiny.bytes + profile.memoryOverheadBytes, `${e.bytes} should exceed the file (${tiny.bytes}) plus the overhead`);
+    assert.ok(e.bytes > tiny.bytes + profile.memoryOverheadBytes + profile.cacheRamBytes, `${e.bytes} should exceed the file (${tiny.bytes}) plus the overhead and the prompt cache`);
+    const without = await new MemoryEstimator().estimate(model(`file://${tiny.path}`), { ...profile, cacheRamBytes: 0 });
+    assert.ok('bytes' in without);
+    assert.equal(e.bytes - without.bytes, profile.cacheRamBytes, 'cache_ram is added to the need');
   });
 
   test('a file:// source only on the node: the header is read there, and the estimate is the same as from the file itself', async () => {

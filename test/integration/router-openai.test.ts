@@ -26,12 +26,15 @@ const CLIENT_KEY = 'client-key-all-models';
 const EMBED_ONLY_KEY = 'client-key-embed-only';
 const onDemand = { mode: 'on_demand', idleTimeoutMs: 600_000, maxReplicas: 1 } as const;
 
-/** A plain HTTP forwarder in front of a replica that counts the requests reaching it. */
+/**
+ * A plain HTTP forwarder in front of a replica that counts the POSTs reaching it (the router's own
+ * GET /slots polls pass uncounted).
+ */
 async function countingProxy(target: string): Promise<{ url: string; count: () => number; server: Server }> {
   let n = 0;
   const t = new URL(target);
   const server = createServer((req, res) => {
-    n++;
+    if (req.method === 'POST') n++;
     const up = httpRequest({ host: t.hostname, port: t.port, method: req.method, path: req.url, headers: req.headers }, (ur) => {
       res.writeHead(ur.statusCode ?? 502, ur.headers);
       ur.pipe(res);
@@ -50,6 +53,10 @@ function recordingMetrics() {
     timeToFirstToken: (model, s) => void calls.ttft.push([model, s]),
     upstreamError: (model, reason) => void calls.upstreamError.push([model, reason]),
     inFlight: (model, d) => void calls.inFlight.set(model, (calls.inFlight.get(model) ?? 0) + d),
+    queueDepth: () => undefined,
+    queueWait: () => undefined,
+    promptTokens: () => undefined,
+    affinity: () => undefined,
   };
   return { m, calls };
 }
@@ -90,7 +97,7 @@ describe('router with the openai client and real llama-server replicas', { timeo
           'tiny-chat': { aliases: ['gpt-tiny'] },
           'tiny-embed': {},
           counted: {},
-          victim: {},
+          victim: { routing: 'least_busy' }, // the same prompt each time: affinity would keep it on one replica
           broken: {},
           huge: { scaling: onDemand },
           lazy: { scaling: onDemand },

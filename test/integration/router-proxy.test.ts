@@ -42,7 +42,8 @@ async function stub(...args: Parameters<typeof startStubUpstream>): Promise<Stub
 async function router(models: Record<string, FakeModelInit>, limits: Partial<RouterLimits> = {}): Promise<Setup> {
   const fleet = new FakeFleetView(fakeSpec({ models, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
   const registry = new Registry();
-  const app = buildRouter({ fleet, auth: { required: true }, limits, metrics: createRouterMetrics(registry) });
+  // the stubs are not llama-server: no GET /slots polls among the requests they record
+  const app = buildRouter({ fleet, auth: { required: true }, limits, metrics: createRouterMetrics(registry), slotsRefreshMs: 0 });
   await app.listen({ port: 0, host: '127.0.0.1' });
   cleanups.push(() => app.close());
   const port = (app.server.address() as AddressInfo).port;
@@ -108,7 +109,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const b = await stub();
     a.handler = defaultStubHandler({ chunks: 10, intervalMs: 50 });
     b.handler = defaultStubHandler({ chunks: 10, intervalMs: 50 });
-    const { fleet, url, app } = await router({ m: {} });
+    const { fleet, url, app } = await router({ m: { routing: 'least_busy' } });
     fleet.setReady('m', [replica('m', a.url, 'ra'), replica('m', b.url, 'rb')]);
     const long = [post(url, chat('m', true)), post(url, chat('m', true)), post(url, chat('m', true)), post(url, chat('m', true))];
     await until(() => a.requests.length + b.requests.length === 4, 'four requests upstream');
@@ -132,7 +133,8 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const live = await stub();
     const deadPort = await freePort();
     const dead = `http://127.0.0.1:${deadPort}`;
-    const { fleet, url, counted } = await router({ m: {}, gone: {} });
+    // least-busy rotates onto the dead replica (affinity might keep this one prompt on the live one)
+    const { fleet, url, counted } = await router({ m: { routing: 'least_busy' }, gone: {} });
     fleet.setReady('m', [replica('m', dead, 'dead'), replica('m', live.url, 'live')]);
     for (let i = 0; i < 4; i++) {
       const r = await post(url, chat('m'));

@@ -19,6 +19,8 @@ function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
     nodeSelector: {},
     memoryBytes: null,
     maxConcurrency: null,
+    routing: 'affinity',
+    queue: { max: 64, timeoutMs: 60_000 },
     token: null,
     digest: 'd1',
     ...over,

@@ -19,7 +19,7 @@ function syntaxOk(script: string): void {
 
 const profile: ProfileSpec = {
   name: 'p', file: 'profiles/p.yaml', engine: 'llama', engineVersion: 'b1', ctxSize: 512, threads: 2, parallel: 1,
-  batchSize: 64, embeddings: true, extraArgs: ['--no-webui', '; touch /tmp/pwned'], memoryOverheadBytes: 0, startTimeoutMs: 1000,
+  batchSize: 64, embeddings: true, extraArgs: ['--no-webui', '; touch /tmp/pwned'], memoryOverheadBytes: 0, cacheRamBytes: 0, startTimeoutMs: 1000,
 };
 
 describe('node scripts', () => {
@@ -52,7 +52,7 @@ describe('node scripts', () => {
     const argv = replicaArgv({ id: 'r', model: 'm', digest: 'd', modelPath: '/m/$(x).gguf', binary: '/e/llama-server', profile, apiKey: 'k' }, '127.0.0.1', 10001);
     assert.deepEqual(argv, [
       '/e/llama-server', '-m', '/m/$(x).gguf', '--host', '127.0.0.1', '--port', '10001', '--alias', 'm', '-c', '512', '-np', '1',
-      '-t', '2', '-b', '64', '--embeddings', '--no-webui', '; touch /tmp/pwned',
+      '-t', '2', '-b', '64', '--embeddings', '--cache-ram', '0', '--no-webui', '; touch /tmp/pwned',
     ]);
     assert.ok(!argv.includes('k'), 'the api key is never an argument');
   });

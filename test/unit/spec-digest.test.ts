@@ -40,6 +40,7 @@ describe('definition digest', () => {
       f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('profile: chat', 'profile: chat-v2');
     }],
     ['the profile’s memory overhead and start timeout', (f) => (f['profiles/chat.yaml'] += 'memory_overhead: 2GiB\nstart_timeout: 10m\n')],
+    ['routing and queue', (f) => (f['models/alpha.yaml'] += 'routing: least_busy\nqueue: { max: 3, timeout: 1s }\n')],
   ];
   for (const [name, edit] of keeps) {
     it(`keeps the digest across: ${name}`, async () => {
@@ -59,6 +60,7 @@ describe('definition digest', () => {
     ['its sha256', (f) => (f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace(/sha256: \w+/, `sha256: ${SHA_B}`))],
     ['its profile (to one with other settings)', (f) => (f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('profile: chat', 'profile: embed'))],
     ['its profile’s settings', (f) => (f['profiles/chat.yaml'] = f['profiles/chat.yaml']!.replace('ctx_size: 4096', 'ctx_size: 8192'))],
+    ['its profile’s prompt cache size (cache_ram: an llama-server argument)', (f) => (f['profiles/chat.yaml'] += 'cache_ram: 2GiB\n')],
     ['its profile’s engine version', (f) => (f['profiles/chat.yaml'] = f['profiles/chat.yaml']!.replace('llama-cpp@b6500', 'llama-cpp@b6600'))],
     ['the install spec of its engine version', (f) => (f['engines/llama-cpp.yaml'] = f['engines/llama-cpp.yaml']!.replace('/opt/llama/b6500/llama-server', '/opt/llama/b6500-fixed/llama-server'))],
   ];

@@ -27,6 +27,47 @@ describe('fleet spec loading', () => {
       assert.equal(spec.modelNames['gpt-alpha'], 'alpha');
       assert.equal(spec.profiles.chat!.startTimeoutMs, 120_000);
       assert.match(spec.models.alpha!.digest, /^[0-9a-f]{64}$/);
+      // routing, queue and the prompt cache take their defaults
+      assert.equal(spec.models.alpha!.routing, 'affinity');
+      assert.deepEqual(spec.settings.queue, { max: 64, timeoutMs: 60_000 });
+      assert.deepEqual(spec.models.alpha!.queue, { max: 64, timeoutMs: 60_000 });
+      assert.equal(spec.profiles.chat!.cacheRamBytes, 2 ** 30);
+    } finally {
+      f.cleanup();
+    }
+  });
+
+  it('routing, queue (a model\'s own fields over fleet.yaml\'s) and cache_ram are read', async () => {
+    const files = minimalFleet();
+    files['fleet.yaml'] = (files['fleet.yaml'] ?? '') + 'queue: { max: 10, timeout: 5s }\n';
+    files['models/alpha.yaml'] += 'routing: least_busy\nqueue: { timeout: 2m }\n';
+    files['models/beta.yaml'] += 'queue: { max: 0 }\n';
+    files['profiles/chat.yaml'] += 'cache_ram: 256MiB\n';
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+      assert.equal(r.spec.models.alpha!.routing, 'least_busy');
+      assert.deepEqual(r.spec.models.alpha!.queue, { max: 10, timeoutMs: 120_000 });
+      assert.deepEqual(r.spec.models.beta!.queue, { max: 0, timeoutMs: 5_000 });
+      assert.equal(r.spec.profiles.chat!.cacheRamBytes, 256 * 2 ** 20);
+    } finally {
+      f.cleanup();
+    }
+  });
+
+  it('refuses an unknown routing, a negative queue and --cache-ram in extra_args', async () => {
+    const files = minimalFleet();
+    files['models/alpha.yaml'] += 'routing: random\nqueue: { max: -1 }\n';
+    files['profiles/chat.yaml'] += 'extra_args: [--cache-ram, "100"]\n';
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.ok(!r.ok);
+      const paths = r.problems.map((p) => `${p.file}:${p.path}`);
+      assert.ok(paths.includes('models/alpha.yaml:/routing'), paths.join(' '));
+      assert.ok(paths.includes('models/alpha.yaml:/queue/max'), paths.join(' '));
+      assert.ok(paths.includes('profiles/chat.yaml:/extra_args/0'), paths.join(' '));
     } finally {
       f.cleanup();
     }

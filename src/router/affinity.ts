@@ -1,0 +1,346 @@
+/**
+ * Prefix affinity, pure: the key of a request's prompt prefix, a hash ring of a model's ready
+ * replicas, and the choice on it by consistent hashing with bounded load.
+ *
+ * The key is taken from the body the router has already parsed (to read `model`), without reading
+ * anything else:
+ * - chat completions: the messages up to and including the first user message (roles and text; for a
+ *   typical chat, the system prompt and the opening question or document), which every later turn of
+ *   the conversation repeats unchanged;
+ * - completions: the first PROMPT_KEY_CHARS characters of the prompt (or the first PROMPT_KEY_TOKENS
+ *   tokens of a token prompt);
+ * - anything else (embeddings, …): no key, the request goes least-busy.
+ * At most KEY_CHARS characters are hashed per request (a huge first message costs no more).
+ *
+ * The choice:
+ * - a key served before goes back to the replica that served it last (`StickyKeys`: its prompt cache is
+ *   there) while that replica is usable and under max(its slots, ⌈STAY_LOAD_FACTOR × (total load + 1) /
+ *   replicas⌉): a conversation waits briefly for its replica rather than have its whole history
+ *   evaluated again elsewhere. A key that already has a request in flight is not one conversation (its
+ *   turns come one at a time) but a prefix shared by many (the same system prompt and first message):
+ *   it stays only under the LOAD_FACTOR bound, so a popular prefix still spreads;
+ * - otherwise (`choose`), walking the ring clockwise from the key, the first replica that is usable and
+ *   under max(its slots, ⌈LOAD_FACTOR × (total load + 1) / replicas⌉) (consistent hashing with bounded
+ *   loads: Mirrokni, Thorup, Zadimoghaddam), and the key is remembered there.
+ * So new conversations spread by the ring within the bound, and a conversation moves only when its
+ * replica is gone or well above the average load, once (it then stays where its cache now is).
+ * Removing a replica moves only the keys it held (to the next replica on the ring); adding one takes
+ * only new keys that land on its points.
+ */
+
+/** Characters of a completion prompt that make its key. */
+export const PROMPT_KEY_CHARS = 512;
+/** Tokens of a token-array completion prompt that make its key. */
+export const PROMPT_KEY_TOKENS = 128;
+/** Most characters hashed for one key. */
+export const KEY_CHARS = 65_536;
+/** Points on the ring per replica. */
+export const RING_POINTS = 160;
+/** How far above the average load a replica may go before affinity moves a request on (the bound). */
+export const LOAD_FACTOR = 1.25;
+/**
+ * The bound for a key already served and not in flight (a conversation's next turn; its prompt cache
+ * is on that replica): it stays there up to twice the average load, since moving it costs evaluating
+ * its whole history again on another replica. (With three replicas a factor of 3 would never move
+ * anything: one replica holding every request is exactly 3 × the average.)
+ */
+export const STAY_LOAD_FACTOR = 2;
+/** Keys remembered per model (least recently used forgotten first). */
+export const STICKY_KEYS = 65_536;
+
+const FNV_OFFSET = 0x811c9dc5;
+
+/** FNV-1a over UTF-16 code units from `h`, at most `budget` of them; returns [hash, budget left]. */
+function fnv(h: number, s: string, budget: number): number {
+  const n = s.length < budget ? s.length : budget;
+  for (let i = 0; i < n; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h;
+}
+
+/** murmur3's finalizer: spreads FNV's low-entropy high bits over the ring. */
+function mix(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/** A string's 32-bit ring position. */
+export function hashString(s: string): number {
+  return mix(fnv(FNV_OFFSET, s, KEY_CHARS));
+}
+
+class KeyHash {
+  h = FNV_OFFSET;
+  left = KEY_CHARS;
+  add(s: string): void {
+    if (this.left <= 0) return;
+    this.h = fnv(this.h, s, this.left);
+    this.left -= s.length;
+    // a separator, so ["ab","c"] and ["a","bc"] differ
+    this.h = Math.imul(this.h ^ 0x1f, 0x01000193);
+  }
+}
+
+/** The text of a chat message's content: a string, or an array of parts ({type:'text', text}, images by URL). */
+function addContent(k: KeyHash, content: unknown): void {
+  if (typeof content === 'string') {
+    k.add(content);
+    return;
+  }
+  if (!Array.isArray(content)) return;
+  for (const part of content as unknown[]) {
+    if (typeof part !== 'object' || part === null) continue;
+    const p = part as { text?: unknown; image_url?: unknown };
+    if (typeof p.text === 'string') k.add(p.text);
+    else if (typeof p.image_url === 'object' && p.image_url !== null) {
+      const url = (p.image_url as { url?: unknown }).url;
+      if (typeof url === 'string') k.add(url);
+    }
+  }
+}
+
+/** True for the paths whose responses carry prompt token counts (chat and completions). */
+export function isPromptPath(path: string): boolean {
+  return kindOf(path) !== null;
+}
+
+/** Which kind of request a path is, for the key (query strings ignored). */
+function kindOf(path: string): 'chat' | 'completion' | null {
+  if (path.startsWith('/v1/chat/completions') && (path.length === 20 || path[20] === '?')) return 'chat';
+  if (path.startsWith('/v1/completions') && (path.length === 15 || path[15] === '?')) return 'completion';
+  return null;
+}
+
+/**
+ * The affinity key of a request (a ring position), or null when it has none (not a chat or completion
+ * request, or no prompt to key on). `body` is the parsed JSON object.
+ */
+export function affinityKey(path: string, body: Readonly<Record<string, unknown>>): number | null {
+  const kind = kindOf(path);
+  if (kind === 'chat') {
+    const messages = body['messages'];
+    if (!Array.isArray(messages) || messages.length === 0) return null;
+    const k = new KeyHash();
+    for (const m of messages as unknown[]) {
+      if (typeof m !== 'object' || m === null) continue;
+      const msg = m as { role?: unknown; content?: unknown };
+      const role = typeof msg.role === 'string' ? msg.role : '';
+      k.add(role);
+      addContent(k, msg.content);
+      if (role === 'user' || k.left <= 0) break;
+    }
+    return mix(k.h);
+  }
+  if (kind === 'completion') {
+    let prompt = body['prompt'];
+    if (Array.isArray(prompt)) {
+      if (prompt.length === 0) return null;
+      if (typeof prompt[0] === 'number') {
+        const k = new KeyHash();
+        k.add(prompt.slice(0, PROMPT_KEY_TOKENS).join(','));
+        return mix(k.h);
+      }
+      prompt = prompt[0];
+      if (Array.isArray(prompt)) {
+        const k = new KeyHash();
+        k.add(prompt.slice(0, PROMPT_KEY_TOKENS).join(','));
+        return mix(k.h);
+      }
+    }
+    if (typeof prompt !== 'string' || prompt.length === 0) return null;
+    return mix(fnv(FNV_OFFSET, prompt, PROMPT_KEY_CHARS));
+  }
+  return null;
+}
+
+/**
+ * A hash ring over a list of replica ids: RING_POINTS points each, sorted. Positions depend only on
+ * the ids, so the same replicas always make the same ring, in any order.
+ */
+export class Ring {
+  /** Sorted ring positions. */
+  readonly points: Uint32Array;
+  /** The index (into `ids`) owning each point. */
+  readonly owners: Uint16Array;
+  constructor(readonly ids: readonly string[]) {
+    if (ids.length > 0xffff) throw new Error('too many replicas for a ring');
+    const n = ids.length * RING_POINTS;
+    const pairs: [number, number][] = [];
+    for (let i = 0; i < ids.length; i++) {
+      for (let v = 0; v < RING_POINTS; v++) pairs.push([hashString(`${ids[i]}#${v}`), i]);
+    }
+    // ties (vanishingly rare) broken by id, so the order of `ids` never matters
+    pairs.sort((a, b) => a[0] - b[0] || (ids[a[1]]! < ids[b[1]]! ? -1 : ids[a[1]]! > ids[b[1]]! ? 1 : 0));
+    this.points = new Uint32Array(n);
+    this.owners = new Uint16Array(n);
+    for (let i = 0; i < n; i++) {
+      this.points[i] = pairs[i]![0];
+      this.owners[i] = pairs[i]![1];
+    }
+  }
+
+  /** The first point at or after `key` (wrapping). */
+  start(key: number): number {
+    let lo = 0;
+    let hi = this.points.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.points[mid]! < key) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo === this.points.length ? 0 : lo;
+  }
+
+  /** The replica a key belongs to when every replica may take it. */
+  home(key: number): number {
+    return this.points.length === 0 ? -1 : this.owners[this.start(key)]!;
+  }
+
+  /**
+   * Replica indices in ring order from `key`, each once (into `out`, which is returned). For tests
+   * and for `choose`.
+   */
+  order(key: number, out: number[] = []): number[] {
+    out.length = 0;
+    const n = this.ids.length;
+    if (n === 0) return out;
+    const seen = new Uint8Array(n);
+    const len = this.points.length;
+    for (let i = this.start(key), steps = 0; steps < len && out.length < n; steps++, i = i + 1 === len ? 0 : i + 1) {
+      const o = this.owners[i]!;
+      if (seen[o] === 0) {
+        seen[o] = 1;
+        out.push(o);
+      }
+    }
+    return out;
+  }
+}
+
+/** What `choose` needs to know of each replica (by index into the ring's ids). */
+export interface ReplicaLoads {
+  /** False for a replica that may not take the request now (marked down, already tried). */
+  usable(i: number): boolean;
+  /** Requests in flight on it. */
+  load(i: number): number;
+  /** Its slots (parallel requests it runs at once); Infinity when unknown. */
+  slots(i: number): number;
+}
+
+export interface Choice {
+  /** Index into the ring's ids, or -1 when no replica is usable. */
+  readonly index: number;
+  /** True when it is the key's own replica among the usable ones (an affinity hit). */
+  readonly home: boolean;
+}
+
+/** The bounded-load cap for a request joining `totalLoad` others on `replicas` usable replicas. */
+export function loadCap(totalLoad: number, replicas: number, factor = LOAD_FACTOR): number {
+  return Math.ceil((factor * (totalLoad + 1)) / replicas);
+}
+
+/** A key's last replica, and its requests in flight (a conversation has one turn in flight at a time). */
+export class StickyEntry {
+  active = 0;
+  constructor(public id: string) {}
+}
+
+/**
+ * Where each key was served last, for up to `max` keys (the least recently used forgotten first; a
+ * Map keeps insertion order, and a key used again is moved to the end).
+ */
+export class StickyKeys {
+  private readonly m = new Map<number, StickyEntry>();
+  constructor(private readonly max = STICKY_KEYS) {}
+  get size(): number {
+    return this.m.size;
+  }
+  get(key: number): StickyEntry | undefined {
+    return this.m.get(key);
+  }
+  /** Records that `key` went to replica `id`; returns its entry (the same object while remembered). */
+  set(key: number, id: string): StickyEntry {
+    let e = this.m.get(key);
+    if (e === undefined) e = new StickyEntry(id);
+    else {
+      e.id = id;
+      this.m.delete(key);
+    }
+    this.m.set(key, e);
+    if (this.m.size > this.max) this.m.delete(this.m.keys().next().value!);
+    return e;
+  }
+}
+
+/**
+ * The key's replica: the one that served it last (`last`, an index into the ring's ids, or -1) while
+ * usable and under max(its slots, ⌈stayFactor × (total + 1) / replicas⌉), else `choose`. `home` is
+ * true when the key stays where it was (or, for a new key, lands on its own replica on the ring).
+ * The caller passes STAY_LOAD_FACTOR for a key with nothing in flight (one conversation's next turn)
+ * and LOAD_FACTOR for one already in flight (a prefix many requests share, which must spread).
+ */
+export function chooseSticky(ring: Ring, key: number, last: number, loads: ReplicaLoads, stayFactor = STAY_LOAD_FACTOR): Choice {
+  if (last >= 0 && loads.usable(last)) {
+    let usable = 0;
+    let total = 0;
+    for (let i = 0; i < ring.ids.length; i++) {
+      if (!loads.usable(i)) continue;
+      usable++;
+      total += loads.load(i);
+    }
+    const slots = loads.slots(last);
+    const cap = loadCap(total, usable, stayFactor);
+    if (loads.load(last) < (slots === Infinity ? cap : Math.max(slots, cap))) return { index: last, home: true };
+    const c = choose(ring, key, loads);
+    return { index: c.index, home: c.index === last };
+  }
+  const c = choose(ring, key, loads);
+  return last >= 0 ? { index: c.index, home: false } : c;
+}
+
+/**
+ * The replica for `key`: the first on the ring from the key that is usable and under its limit
+ * (max(slots, cap); cap alone where slots are unknown). When every usable replica is at its limit
+ * (cannot happen while the caller only sends with a free slot somewhere), the least loaded usable one.
+ */
+export function choose(ring: Ring, key: number, loads: ReplicaLoads): Choice {
+  const n = ring.ids.length;
+  let usable = 0;
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    if (!loads.usable(i)) continue;
+    usable++;
+    total += loads.load(i);
+  }
+  if (usable === 0) return { index: -1, home: false };
+  const cap = loadCap(total, usable);
+  const len = ring.points.length;
+  const seen = new Uint8Array(n);
+  let visited = 0;
+  let first = true;
+  let fallback = -1;
+  let fallbackLoad = Infinity;
+  for (let i = ring.start(key), steps = 0; steps < len && visited < n; steps++, i = i + 1 === len ? 0 : i + 1) {
+    const o = ring.owners[i]!;
+    if (seen[o] !== 0) continue;
+    seen[o] = 1;
+    visited++;
+    if (!loads.usable(o)) continue;
+    const load = loads.load(o);
+    const slots = loads.slots(o);
+    const limit = slots === Infinity ? cap : Math.max(slots, cap);
+    if (load < limit) return { index: o, home: first };
+    first = false;
+    if (load < fallbackLoad) {
+      fallback = o;
+      fallbackLoad = load;
+    }
+  }
+  return { index: fallback, home: false };
+}
