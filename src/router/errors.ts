@@ -27,6 +27,7 @@ export type RouterReasonCode =
   | 'UPSTREAM_FAILED'
   | 'UPSTREAM_AUTH'
   | 'ROUTER_SHUTTING_DOWN'
+  | 'ROUTER_OVERLOADED'
   | 'NO_VALID_SPEC'
   | 'INTERNAL';
 

@@ -15,7 +15,9 @@ import { createMetrics, type LlmgwMetrics } from '../metrics/index.js';
 import { serveMetrics } from '../metrics/http.js';
 import { openNodeDriver } from '../nodes/shell-driver.js';
 import { Reconciler } from '../reconciler/reconciler.js';
+import { MemoryEstimator } from '../reconciler/memory.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
+import { clientTimeoutOptions } from '../util/client-timeouts.js';
 import { buildRouter } from '../router/app.js';
 import type { ServeConfig } from './config.js';
 import { ReloadingTls } from './tls.js';
@@ -88,6 +90,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     initialState: state,
     initialStateProblem: stateProblem,
     engineApiKey,
+    memory: new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs }),
     readSecret: tokenSecrets(cfg.secretsDir),
     logger: log,
     onPass: (result, seconds) => metrics.passFinished(result, seconds),
@@ -99,7 +102,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   // With TLS both apps run on https servers whose certificate follows the files.
   const serverFactory = tls
     ? (handler: (req: IncomingMessage, res: ServerResponse) => void): Server => {
-        const server = createHttpsServer({ cert: tls.current.cert, key: tls.current.key }, handler);
+        const server = createHttpsServer({ cert: tls.current.cert, key: tls.current.key, ...clientTimeoutOptions(cfg.clientTimeouts) }, handler);
         tls.attach(server);
         return server as unknown as Server;
       }
@@ -109,7 +112,12 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     metrics: metrics.router,
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
-    ...(cfg.router.bodyLimitBytes ? { limits: { bodyBytes: cfg.router.bodyLimitBytes } } : {}),
+    limits: {
+      ...(cfg.router.bodyLimitBytes ? { bodyBytes: cfg.router.bodyLimitBytes } : {}),
+      ...(cfg.routerMaxInFlight ? { maxInFlight: cfg.routerMaxInFlight } : {}),
+      headersTimeoutMs: cfg.clientTimeouts.headersMs,
+      requestTimeoutMs: cfg.clientTimeouts.requestMs,
+    },
     ...(serverFactory ? { serverFactory } : {}),
   });
   const admin = buildAdminApp({
@@ -117,6 +125,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     token: adminToken,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),
+    limits: { headersTimeoutMs: cfg.clientTimeouts.headersMs, requestTimeoutMs: cfg.clientTimeouts.requestMs },
     ...(serverFactory ? { serverFactory } : {}),
   });
   serveMetrics(admin, metrics);
