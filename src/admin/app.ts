@@ -17,7 +17,7 @@
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
 import { LlmgwError } from '../errors/catalogue.js';
-import { applyClientTimeouts, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
+import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
 import { adminAuth } from './auth.js';
 import type { AdminBackend } from './backend.js';
 import { renderAdminError } from './errors.js';
@@ -130,6 +130,15 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
     // reject unknown body fields instead of silently dropping them
     ajv: { customOptions: { removeAdditional: false } },
     return503OnClosing: true,
+    // a URL fastify cannot route (bad percent-encoding, a parameter too long): the catalogue's envelope
+    frameworkErrors: (err, _req, reply) => {
+      const r = renderAdminError(new LlmgwError('ADMIN_BAD_REQUEST', err.message));
+      void (reply as FastifyReply).code(r.status).header('cache-control', 'no-store').send(r.body);
+    },
+    clientErrorHandler: clientErrorHandler((kind, message) => {
+      const r = renderAdminError(new LlmgwError(kind, message));
+      return { status: r.status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }, body: JSON.stringify(r.body) };
+    }),
   }) as unknown as FastifyInstance;
   applyClientTimeouts(app.server, timeouts);
 

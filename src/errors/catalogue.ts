@@ -128,6 +128,9 @@ export const Reasons = catalogue({
   UPSTREAM_FAILED: { http: 502, retryable: true, counts: false, openai: { type: 'server_error', code: 'upstream_error' }, hint: 'The connection to the replica failed mid-request; retry.' },
   UPSTREAM_AUTH: { http: 502, retryable: false, counts: false, openai: { type: 'server_error', code: 'upstream_auth_failed' }, hint: 'The replica refused llmgw\'s engine API key; the replica was not started by this controller or its key changed. Restart it (`llmgw ctl restart MODEL`).' },
   ROUTER_OVERLOADED: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'router_overloaded' }, hint: 'The router is at its limit of requests in progress (or of request bytes held); retry after Retry-After seconds, or raise router_max_in_flight in the controller config.' },
+  REQUEST_TIMEOUT: { http: 408, retryable: true, counts: false, openai: { type: 'invalid_request_error', code: 'request_timeout' }, hint: 'The client did not send its whole request (headers, then body) within the server\'s client timeout; send the request at once, or raise client_timeout / header_timeout in the controller config.' },
+  HEADERS_TOO_LARGE: { http: 431, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'headers_too_large' }, hint: 'The request headers are larger than the server accepts (16 KiB); send fewer or smaller headers.' },
+  MALFORMED_HTTP: { http: 400, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'malformed_request' }, hint: 'The request is not valid HTTP/1.1 (request line, header syntax, method or framing); fix the client.' },
   ROUTER_SHUTTING_DOWN: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'router_shutting_down' }, hint: 'The router is shutting down; retry against another instance or after it restarts.' },
 
   // --- admin API ---

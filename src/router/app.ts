@@ -19,12 +19,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
 import { NO_REASON, noRouterMetrics, type RouterMetrics } from '../metrics/ports.js';
-import { applyClientTimeouts, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
+import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
 import type { FleetView } from '../reconciler/view.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import { grantAllows } from './auth.js';
 import { RouterCore, isProxyRequest, type Admission } from './core.js';
-import { RouterError, modelNotFound, routeNotFound } from './errors.js';
+import { RouterError, modelNotFound, renderError, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
 
 export interface RouterLimits {
@@ -122,6 +122,16 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     ...(log ? { loggerInstance: log, logController: new LogController({ disableRequestLogging: true }) } : { logger: false }),
     return503OnClosing: false,
     serverFactory: serverFactory as FastifyServerFactory,
+    // a URL fastify cannot route (bad percent-encoding, a parameter too long): the OpenAI envelope
+    frameworkErrors: (err, _req, reply) => {
+      reply.hijack();
+      core.fail(reply.raw, '', performance.now(), new RouterError('BAD_REQUEST', err.message));
+    },
+    clientErrorHandler: clientErrorHandler((kind, message) => {
+      const r = renderError(new RouterError(kind, message));
+      metrics.request('', r.status, 0);
+      return { status: r.status, headers: r.headers, body: r.body };
+    }),
   });
 
   Object.defineProperty(app, ROUTER_STATS, {

@@ -28,6 +28,9 @@ export type RouterReasonCode =
   | 'UPSTREAM_AUTH'
   | 'ROUTER_SHUTTING_DOWN'
   | 'ROUTER_OVERLOADED'
+  | 'REQUEST_TIMEOUT'
+  | 'HEADERS_TOO_LARGE'
+  | 'MALFORMED_HTTP'
   | 'NO_VALID_SPEC'
   | 'INTERNAL';
 
