@@ -239,10 +239,15 @@ export interface EnginePaths {
   readonly fingerprint: string;
 }
 
-function engineVars(p: EnginePaths): string {
+/** The engine's dir and this attempt's staging dir. */
+function engineStageVars(p: EnginePaths): string {
   return `base=${shq(`${p.dataDir}/engines/${p.engine}`)}
+stage="$base/."${shq(`${p.version}.tmp-${p.nonce}`)}`;
+}
+
+function engineVars(p: EnginePaths): string {
+  return `${engineStageVars(p)}
 final="$base/"${shq(p.version)}
-stage="$base/."${shq(`${p.version}.tmp-${p.nonce}`)}
 fp=${shq(p.fingerprint)}`;
 }
 
@@ -320,14 +325,14 @@ llmgw_finish "$bin"
 /** Make the staging dir (before the controller uploads an artifact into it). */
 export function engineStageScript(p: EnginePaths): string {
   return `${PRELUDE}
-${engineVars(p)}
+${engineStageVars(p)}
 mkdir -p "$stage" || exit 1
 `;
 }
 
 export function engineCleanupScript(p: EnginePaths): string {
   return `${PRELUDE}
-${engineVars(p)}
+${engineStageVars(p)}
 rm -rf "$stage"
 rmdir "$base" 2>/dev/null
 exit 0
