@@ -263,6 +263,24 @@ exit 0
 `;
 }
 
+/**
+ * One install of an engine version at a time on the node (a run cut off from the controller keeps
+ * going): a lock on fd 8, inherited by the download, build and unpack; after it, a version that the
+ * other run installed meanwhile with this fingerprint is reported as installed.
+ */
+const ENGINE_LOCK = `mkdir -p "$base" || exit 1
+exec 8>>"$base/.lock" || exit 1
+if ! flock -n 8; then
+  echo "another install of this engine is running on the node; waiting for it" >&2
+  flock 8 || exit 1
+fi
+if [ -f "$final/.complete" ] && [ "$(sed -n 2p "$final/.complete")" = "$fp" ] && [ -x "$(head -n 1 "$final/.complete")" ]; then
+  rm -rf "$stage" \${work:+"$work"}
+  head -n 1 "$final/.complete"
+  exit 0
+fi
+`;
+
 /** Cleanup on failure, and the common last step: check the binary runs, write .complete, move in place. */
 const ENGINE_FINISH = `llmgw_cleanup() { rm -rf "$stage" \${work:+"$work"}; rmdir "$base" 2>/dev/null; true; }
 trap llmgw_cleanup EXIT
@@ -306,7 +324,8 @@ bin=${shq(p.binary)}
 ${DISK_FULL}
 ${ENGINE_FINISH}
 llmgw_need sha256sum
-${download}
+llmgw_need flock
+${ENGINE_LOCK}${download}
 got=$(llmgw_sha256 "$stage/.artifact")
 [ "$got" = "$sha" ] || llmgw_fail ENGINE_CHECKSUM_MISMATCH "artifact sha256 is $got, engines/ says $sha"
 magic=$(od -An -tx1 -N4 "$stage/.artifact" | tr -d ' \\n')
@@ -359,7 +378,8 @@ work="$base/."${shq(`${p.version}.build-${p.nonce}`)}
 target=${shq(p.target)}
 ${DISK_FULL}
 ${ENGINE_FINISH}
-llmgw_need git
+llmgw_need flock
+${ENGINE_LOCK}llmgw_need git
 llmgw_need cmake
 command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "no C++ compiler (c++, g++ or clang++) is installed on the node"
 command -v make >/dev/null 2>&1 || command -v ninja >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "neither make nor ninja is installed on the node"
@@ -437,7 +457,17 @@ sha=${shq(sha256)}
 url=${shq(url)}
 if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 llmgw_need sha256sum
+llmgw_need flock
 mkdir -p "$m" || exit 1
+# one download of this file at a time: a run whose connection was cut keeps going on the node (no
+# pty, no SIGHUP), and a second curl -C - on the same part would interleave bytes. The lock is on
+# fd 9, which curl inherits: it is held until the last process of a download exits, dead or alive.
+exec 9>>"$final.lock" || exit 1
+if ! flock -n 9; then
+  echo "another download of this file is running on the node; waiting for it" >&2
+  flock 9 || exit 1
+fi
+if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 err="$part.err"
 ${tokenSetup}
 llmgw_get() {  # $1 = resume (1/0)
