@@ -251,6 +251,12 @@ final="$base/"${shq(p.version)}
 fp=${shq(p.fingerprint)}`;
 }
 
+/** Where the install lock of engine@version is: <data dir>/.locks (outside the engine dirs). */
+function engineLockVars(p: EnginePaths): string {
+  return `locks=${shq(`${p.dataDir}/.locks`)}
+lockname=${shq(`engine-${p.engine}@${p.version}.lock`)}`;
+}
+
 /** Prints the installed binary's path when engine@version is installed with this fingerprint. */
 export function engineInstalledScript(p: Omit<EnginePaths, 'nonce'>): string {
   return `${PRELUDE}
@@ -268,8 +274,8 @@ exit 0
  * going): a lock on fd 8, inherited by the download, build and unpack; after it, a version that the
  * other run installed meanwhile with this fingerprint is reported as installed.
  */
-const ENGINE_LOCK = `mkdir -p "$base" || exit 1
-exec 8>>"$base/.lock" || exit 1
+const ENGINE_LOCK = `mkdir -p "$locks" || exit 1
+exec 8>>"$locks/$lockname" || exit 1
 if ! flock -n 8; then
   echo "another install of this engine is running on the node; waiting for it" >&2
   flock 8 || exit 1
@@ -319,6 +325,7 @@ if [ $rc -ne 0 ]; then
 fi`;
   return `${PRELUDE}
 ${engineVars(p)}
+${engineLockVars(p)}
 sha=${shq(p.sha256)}
 bin=${shq(p.binary)}
 ${DISK_FULL}
@@ -374,16 +381,17 @@ const DISK_FULL = String.raw`llmgw_disk_full() {  # fail with NODE_DISK_FULL whe
 export function buildInstallScript(p: EnginePaths & { readonly git: string; readonly ref: string; readonly cmakeFlags: readonly string[]; readonly target: string; readonly jobs: number | null }): string {
   return `${PRELUDE}
 ${engineVars(p)}
+${engineLockVars(p)}
 work="$base/."${shq(`${p.version}.build-${p.nonce}`)}
 target=${shq(p.target)}
 ${DISK_FULL}
 ${ENGINE_FINISH}
-llmgw_need flock
-${ENGINE_LOCK}llmgw_need git
+llmgw_need git
 llmgw_need cmake
 command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "no C++ compiler (c++, g++ or clang++) is installed on the node"
 command -v make >/dev/null 2>&1 || command -v ninja >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "neither make nor ninja is installed on the node"
-mkdir -p "$work" "$stage" || exit 1
+llmgw_need flock
+${ENGINE_LOCK}mkdir -p "$work" "$stage" || exit 1
 log="$work/build.log"
 llmgw_build_fail() { tail -n 40 "$log" >&2; llmgw_disk_full "$work"; llmgw_fail "$1" "$2"; }
 git clone --quiet ${shq(p.git)} "$work/src" >>"$log" 2>&1 || llmgw_build_fail ENGINE_DOWNLOAD_FAILED "git clone failed"
@@ -451,6 +459,7 @@ export function modelFromUrlScript(dataDir: string, sha256: string, url: string,
   return `${PRELUDE}
 ${DISK_FULL}
 m=${shq(`${dataDir}/models`)}
+locks=${shq(`${dataDir}/.locks`)}
 final="$m/"${shq(`${sha256}.gguf`)}
 part="$final.part"
 sha=${shq(sha256)}
@@ -462,7 +471,8 @@ mkdir -p "$m" || exit 1
 # one download of this file at a time: a run whose connection was cut keeps going on the node (no
 # pty, no SIGHUP), and a second curl -C - on the same part would interleave bytes. The lock is on
 # fd 9, which curl inherits: it is held until the last process of a download exits, dead or alive.
-exec 9>>"$final.lock" || exit 1
+mkdir -p "$locks" || exit 1
+exec 9>>"$locks/model-$sha.lock" || exit 1
 if ! flock -n 9; then
   echo "another download of this file is running on the node; waiting for it" >&2
   flock 9 || exit 1
