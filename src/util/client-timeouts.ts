@@ -44,7 +44,7 @@ export function clientErrorHandler(render: (kind: ClientErrorKind, message: stri
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return;
     const kind: ClientErrorKind = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || err.code === 'ERR_HTTP_HEADERS_TIMEOUT' ? 'REQUEST_TIMEOUT' : err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : 'MALFORMED_HTTP';
-    const message = kind === 'REQUEST_TIMEOUT' ? 'The request was not received in time; the connection is closed.' : kind === 'HEADERS_TOO_LARGE' ? 'The request headers are too large.' : 'The request is not valid HTTP/1.1.';
+    const message = kind === 'REQUEST_TIMEOUT' ? 'The request was not received in time; the connection is closed.' : kind === 'HEADERS_TOO_LARGE' ? 'The request headers are too large.' : `The request is not valid HTTP/1.1${err.code ? ` (${err.code})` : ''}.`;
     const a = render(kind, message);
     // a response already under way on this socket cannot get a second status line
     const busy = (socket as unknown as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;

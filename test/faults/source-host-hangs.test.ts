@@ -32,7 +32,7 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 async function waitFor(what: string, timeoutMs: number, check: () => boolean): Promise<number> {
   const t0 = Date.now();
   while (!check()) {
-    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}; ${JSON.stringify(ctl.reconciler.snapshot().models.map((m) => [m.name, m.phase, m.unplaceable, m.replicas.map((r) => r.phase)]))}`);
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}; ${JSON.stringify(ctl.reconciler.snapshot().models.map((m) => [m.name, m.phase, m.unplaceable?.reason, m.replicas.map((r) => r.phase)]))}`);
     await sleep(50);
   }
   return Date.now() - t0;
@@ -62,8 +62,10 @@ after(async () => {
 describe('fault 5: a model source host that accepts and never answers', () => {
   it('the slow model is unplaceable with a "timed out" reason; good is replaced within seconds of a crash; passes stay short', async () => {
     const model = (n: string) => ctl.reconciler.model(n);
-    await waitFor('good ready and slowsrc unplaceable', 60_000, () => model('good')?.phase === 'ready' && /timed out/.test(model('slowsrc')?.unplaceable ?? ''));
-    const reason = model('slowsrc')!.unplaceable!;
+    await waitFor('good ready and slowsrc unplaceable', 60_000, () => model('good')?.phase === 'ready' && /timed out/.test(model('slowsrc')?.unplaceable?.reason ?? ''));
+    const unplaceable = model('slowsrc')!.unplaceable!;
+    assert.equal(unplaceable.code, 'PLACEMENT_MEMORY_UNKNOWN');
+    const reason = unplaceable.reason;
     assert.match(reason, /HEAD http:\/\/127\.0\.0\.1:\d+\/org\/slow\/resolve\/main\/slow\.gguf timed out after 5 s/);
     assert.match(reason, /set memory: in models\/slowsrc\.yaml/);
     assert.equal(model('slowsrc')!.phase, 'unplaceable');
