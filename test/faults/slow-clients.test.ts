@@ -86,7 +86,9 @@ interface Drip {
 function dripper(port: number, headers: string): Drip {
   const sock = connect(port, '127.0.0.1');
   const d: Drip = { sock, openedAt: performance.now(), closedAt: null, head: '' };
-  sock.on('connect', () => sock.write(headers));
+  // written now, not on 'connect': a drip written before the connection is up would be flushed
+  // ahead of anything written in a 'connect' handler, and the server would see " POST …"
+  sock.write(headers);
   sock.on('data', (b: Buffer) => {
     if (d.head.length < 200) d.head += b.toString('latin1');
   });
