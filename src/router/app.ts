@@ -129,7 +129,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     },
     clientErrorHandler: clientErrorHandler((kind, message) => {
       const r = renderError(new RouterError(kind, message));
-      metrics.request('', r.status, 0);
+      metrics.request('', r.status, 0, r.code);
       return { status: r.status, headers: r.headers, body: r.body };
     }),
   });

@@ -28,6 +28,8 @@ export interface ServeConfig {
   readonly clientTimeouts: { readonly headersMs: number; readonly requestMs: number };
   /** Most router requests in progress at once; null = the router's default. */
   readonly routerMaxInFlight: number | null;
+  /** Deadline of each HTTP read of a model's GGUF header (memory estimates). */
+  readonly sourceTimeoutMs: number;
 }
 
 /** Every setting: its flag, env var and config-file key (dotted). */
@@ -48,6 +50,7 @@ export const SETTINGS = {
   clientTimeout: { flag: 'client-timeout', env: 'LLMGW_CLIENT_TIMEOUT', key: 'client_timeout', help: 'a client must send its whole request (body included) to the router or admin API within this, else 408 and closed (default 30s)' },
   headerTimeout: { flag: 'header-timeout', env: 'LLMGW_HEADER_TIMEOUT', key: 'header_timeout', help: 'a client must send its request headers within this (default 10s)' },
   routerMaxInFlight: { flag: 'router-max-in-flight', env: 'LLMGW_ROUTER_MAX_IN_FLIGHT', key: 'router_max_in_flight', help: 'most router requests in progress at once, waiting for a model included; 503 router_overloaded above (default 1024)' },
+  sourceTimeout: { flag: 'source-timeout', env: 'LLMGW_SOURCE_TIMEOUT', key: 'source_timeout', help: 'deadline of each HTTP read of a model source\'s GGUF header for memory estimates (default 5s)' },
   logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
   logFormat: { flag: 'log-format', env: 'LLMGW_LOG_FORMAT', key: 'log_format', help: 'json, pretty (readable lines) or auto: pretty when stdout is a terminal (default auto)' },
 } as const;
@@ -134,5 +137,6 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
     logFormat,
     clientTimeouts: { headersMs, requestMs },
     routerMaxInFlight,
+    sourceTimeoutMs: duration('sourceTimeout', 5_000),
   };
 }

@@ -15,6 +15,7 @@ import { createMetrics, type LlmgwMetrics } from '../metrics/index.js';
 import { serveMetrics } from '../metrics/http.js';
 import { openNodeDriver } from '../nodes/shell-driver.js';
 import { Reconciler } from '../reconciler/reconciler.js';
+import { MemoryEstimator } from '../reconciler/memory.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
 import { clientTimeoutOptions } from '../util/client-timeouts.js';
 import { buildRouter } from '../router/app.js';
@@ -89,6 +90,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     initialState: state,
     initialStateProblem: stateProblem,
     engineApiKey,
+    memory: new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs }),
     readSecret: tokenSecrets(cfg.secretsDir),
     logger: log,
     onPass: (result, seconds) => metrics.passFinished(result, seconds),
