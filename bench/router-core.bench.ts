@@ -104,7 +104,7 @@ function routerHandler(): Handler {
   const core = new RouterCore(
     new StaticFleetView('http://127.0.0.1:9', 'bench-engine-key'),
     createRouterMetrics(new Registry()),
-    { bodyBytes: 8 << 20, connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000 },
+    { bodyBytes: 8 << 20, connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000, maxInFlight: 1 << 20, maxBufferedBytes: 1 << 40 },
     true,
     null,
   );

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Runs the compiled test suite (dist/test/**/*.test.js) with node's test runner.
 // Usage: node scripts/run-tests.js [substring …]   (only test files whose path contains one)
-import { readdirSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -28,9 +29,18 @@ if (files.length === 0) {
   console.error('run-tests: no test files matched');
   process.exit(1);
 }
+// Fault tests (test/faults/) append what they injected and what held here; printed at the end.
+const faultReport = join(tmpdir(), `llmgw-faults-${process.pid}-${Date.now()}.jsonl`);
 const res = spawnSync(process.execPath, ['--test', '--test-reporter=spec', ...files], {
   cwd: root,
   stdio: 'inherit',
-  env: { ...process.env, LLMGW_REPO_ROOT: root },
+  env: { ...process.env, LLMGW_REPO_ROOT: root, LLMGW_FAULT_REPORT: faultReport },
 });
+if (existsSync(faultReport)) {
+  const lines = readFileSync(faultReport, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  lines.sort((a, b) => String(a.fault).localeCompare(String(b.fault), 'en', { numeric: true }));
+  console.log(`\nfaults injected (${lines.length}):`);
+  for (const l of lines) console.log(`  fault ${l.fault}: injected ${l.injected}; held: ${l.held}`);
+  rmSync(faultReport, { force: true });
+}
 process.exit(res.status ?? 1);

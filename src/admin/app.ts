@@ -17,6 +17,7 @@
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
 import { LlmgwError } from '../errors/catalogue.js';
+import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
 import { adminAuth } from './auth.js';
 import type { AdminBackend } from './backend.js';
 import { renderAdminError } from './errors.js';
@@ -33,7 +34,7 @@ import {
   type RestartJson,
   type RetryJson,
 } from './shape.js';
-import { decideWebhook, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
+import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
 
@@ -60,14 +61,22 @@ export interface AdminLimits {
   readonly webhookBodyBytes: number;
   /** Most log lines one request may ask for. */
   readonly maxLogLines: number;
+  /** A client's request line and headers must arrive within this (408 and closed after). */
+  readonly headersTimeoutMs: number;
+  /** A client's whole request, body included, must arrive within this (408 and closed after). */
+  readonly requestTimeoutMs: number;
 }
 
 export const DEFAULT_ADMIN_LIMITS: AdminLimits = Object.freeze({
   maxWaitMs: 600_000,
   defaultWaitMs: 30_000,
   pollMs: 200,
-  webhookBodyBytes: 25 * 1024 * 1024,
+  // read before the signature is checked, so kept small: a push event's JSON is a few KiB per
+  // commit; a bigger delivery is refused (413) and the poll picks the push up
+  webhookBodyBytes: 1024 * 1024,
   maxLogLines: 10_000,
+  headersTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.headersMs,
+  requestTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.requestMs,
 });
 
 const MAX_NAME = 256;
@@ -114,13 +123,24 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
   const log = deps.logger;
   if (deps.webhook && deps.webhook.secret === '') throw new Error('the webhook secret is empty');
 
+  const timeouts = { headersMs: limits.headersTimeoutMs, requestMs: limits.requestTimeoutMs };
   const app = Fastify({
     ...(log ? { loggerInstance: log, logController: new LogController({ disableRequestLogging: true }) } : { logger: false }),
-    ...(deps.serverFactory ? { serverFactory: deps.serverFactory } : {}),
+    ...(deps.serverFactory ? { serverFactory: deps.serverFactory } : { http: clientTimeoutOptions(timeouts), requestTimeout: clientTimeoutOptions(timeouts).requestTimeout }),
     // reject unknown body fields instead of silently dropping them
     ajv: { customOptions: { removeAdditional: false } },
     return503OnClosing: true,
+    // a URL fastify cannot route (bad percent-encoding, a parameter too long): the catalogue's envelope
+    frameworkErrors: (err, _req, reply) => {
+      const r = renderAdminError(new LlmgwError('ADMIN_BAD_REQUEST', err.message));
+      void (reply as FastifyReply).code(r.status).header('cache-control', 'no-store').send(r.body);
+    },
+    clientErrorHandler: clientErrorHandler((kind, message) => {
+      const r = renderAdminError(new LlmgwError(kind, message));
+      return { status: r.status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }, body: JSON.stringify(r.body) };
+    }),
   }) as unknown as FastifyInstance;
+  applyClientTimeouts(app.server, timeouts);
 
   app.setErrorHandler((err, request, reply) => {
     const r = renderAdminError(err);
@@ -293,6 +313,18 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
       // keep the raw bytes: the signature is over them
       hook.removeAllContentTypeParsers();
       hook.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limits.webhookBodyBytes }, (_req, body, done) => done(null, body));
+
+      // refused before the body is read: no webhook configured, or no plausible signature header
+      // (an unauthenticated client cannot make the controller buffer a body)
+      hook.addHook('onRequest', (req, reply, done) => {
+        const why = !deps.webhook ? null : signatureHeaderProblem(req.headers);
+        if (!deps.webhook || why) void reply.header('connection', 'close');
+        if (!deps.webhook) done(new LlmgwError('WEBHOOK_NOT_CONFIGURED', 'This controller accepts no push webhooks (no webhook secret configured).'));
+        else if (why) {
+          log?.warn({ code: 'WEBHOOK_SIGNATURE_INVALID', ip: req.ip }, 'admin: webhook refused');
+          done(new LlmgwError('WEBHOOK_SIGNATURE_INVALID', why));
+        } else done();
+      });
 
       hook.post('/webhook', { bodyLimit: limits.webhookBodyBytes }, async (req, reply) => {
         const cfg = deps.webhook;

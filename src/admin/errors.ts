@@ -18,6 +18,7 @@ const INTERNAL_MESSAGE = 'An unexpected error occurred in the controller; its lo
 /** Fastify's own request errors (bad JSON, schema validation, body too large, …) as ADMIN_BAD_REQUEST. */
 export function fromFastifyError(err: unknown): LlmgwError | null {
   if (err instanceof LlmgwError) return err;
+  if ((err as { code?: unknown } | null)?.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new LlmgwError('ADMIN_BODY_TOO_LARGE', err instanceof Error ? err.message : String(err));
   const status = (err as { statusCode?: unknown } | null)?.statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500) {
     const msg = err instanceof Error ? err.message : String(err);

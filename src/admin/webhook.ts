@@ -63,6 +63,22 @@ export function verifyWebhookSignature(headers: IncomingHttpHeaders, raw: Buffer
   throw bad('The webhook request carries no signature (X-Hub-Signature-256, X-Gitea-Signature or X-Gitlab-Token).');
 }
 
+/**
+ * Why the headers cannot carry a valid signature (none, or one of the wrong shape), or null: checked
+ * before the body is read.
+ */
+export function signatureHeaderProblem(headers: IncomingHttpHeaders): string | null {
+  const github = header(headers, 'x-hub-signature-256');
+  if (github !== undefined) return /^sha256=[0-9a-f]{64}$/i.test(github.trim()) ? null : 'The X-Hub-Signature-256 header is not sha256=<64 hex digits>.';
+  for (const h of ['x-gitea-signature', 'x-forgejo-signature', 'x-gogs-signature']) {
+    const sig = header(headers, h);
+    if (sig !== undefined) return HEX64.test(sig.trim()) ? null : `The ${h} header is not 64 hex digits.`;
+  }
+  const gitlab = header(headers, 'x-gitlab-token');
+  if (gitlab !== undefined) return gitlab.length > 0 && gitlab.length <= 4096 ? null : 'The X-Gitlab-Token header is empty or too long.';
+  return 'The webhook request carries no signature (X-Hub-Signature-256, X-Gitea-Signature or X-Gitlab-Token).';
+}
+
 /** "main" → "refs/heads/main"; full refs stay as they are. */
 export function fleetRef(branch: string): string {
   return branch.startsWith('refs/') ? branch : `refs/heads/${branch}`;

@@ -6,6 +6,7 @@ import type { Io } from './io.js';
 import { readConfigFile, resolveConfig, SETTINGS, type SettingName } from '../serve/config.js';
 import { createLogger, serve } from '../serve/serve.js';
 import { effectiveLogFormat, logDestination } from '../serve/log-format.js';
+import { SecretFileError } from '../serve/state-secrets.js';
 
 export const serveUsage = `usage: llmgw serve [--config FILE] [options]
 
@@ -59,7 +60,14 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
   const cfg = resolveConfig({ flags, env: io.env, file: configPath ? readConfigFile(configPath) : {}, cwd: io.cwd });
   const format = effectiveLogFormat(cfg.logFormat, process.stdout.isTTY === true);
   const log = createLogger(cfg.logLevel, logDestination(format, process.stdout.isTTY === true && !io.env.NO_COLOR));
-  const served = await serve(cfg, log);
+  let served: Awaited<ReturnType<typeof serve>>;
+  try {
+    served = await serve(cfg, log);
+  } catch (e) {
+    // a secret file that is empty or malformed: the message names the file and the fix
+    if (e instanceof SecretFileError) throw new UsageError(e.message);
+    throw e;
+  }
   if (values.local) {
     io.err(
       [

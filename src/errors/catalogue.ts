@@ -128,6 +128,10 @@ export const Reasons = catalogue({
   UPSTREAM_STALLED: { http: 504, retryable: true, counts: false, openai: { type: 'server_error', code: 'upstream_stalled' }, hint: 'The replica stopped sending mid-response for longer than the stream idle timeout; check the node\'s load.' },
   UPSTREAM_FAILED: { http: 502, retryable: true, counts: false, openai: { type: 'server_error', code: 'upstream_error' }, hint: 'The connection to the replica failed mid-request; retry.' },
   UPSTREAM_AUTH: { http: 502, retryable: false, counts: false, openai: { type: 'server_error', code: 'upstream_auth_failed' }, hint: 'The replica refused llmgw\'s engine API key; the replica was not started by this controller or its key changed. Restart it (`llmgw ctl restart MODEL`).' },
+  ROUTER_OVERLOADED: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'router_overloaded' }, hint: 'The router is at its limit of requests in progress (or of request bytes held); retry after Retry-After seconds, or raise router_max_in_flight in the controller config.' },
+  REQUEST_TIMEOUT: { http: 408, retryable: true, counts: false, openai: { type: 'invalid_request_error', code: 'request_timeout' }, hint: 'The client did not send its whole request (headers, then body) within the server\'s client timeout; send the request at once, or raise client_timeout / header_timeout in the controller config.' },
+  HEADERS_TOO_LARGE: { http: 431, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'headers_too_large' }, hint: 'The request headers are larger than the server accepts (16 KiB); send fewer or smaller headers.' },
+  MALFORMED_HTTP: { http: 400, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'malformed_request' }, hint: 'The request is not valid HTTP/1.1 (request line, header syntax, method or framing); fix the client.' },
   ROUTER_SHUTTING_DOWN: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'router_shutting_down' }, hint: 'The router is shutting down; retry against another instance or after it restarts.' },
 
   // --- admin API ---
@@ -137,6 +141,7 @@ export const Reasons = catalogue({
   WEBHOOK_NOT_CONFIGURED: { http: 404, retryable: false, counts: false, hint: 'The controller has no webhook secret configured; set one in the controller config to accept git push webhooks (polling still picks up commits).' },
   NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'Nothing of that name exists in the fleet in force; `llmgw ctl models`, `llmgw ctl replicas` and `llmgw ctl nodes` list what does.' },
   ADMIN_ROUTE_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The admin API serves /admin/v1/status, /models, /models/NAME, /models/NAME/retry, /replicas, /replicas/ID/logs, /nodes, /restart and /webhook; check the URL and method.' },
+  ADMIN_BODY_TOO_LARGE: { http: 413, retryable: false, counts: false, hint: 'The request body is larger than the admin API accepts (a webhook delivery: 1 MiB, read before its signature is checked); a push whose delivery is bigger is still picked up by polling.' },
   ADMIN_BAD_REQUEST: { http: 400, retryable: false, counts: false, hint: 'Fix the request as the message says: JSON bodies and query parameters as the admin API documents them (`llmgw ctl --help` shows what the CLI sends).' },
 
   // --- CLI usage ---

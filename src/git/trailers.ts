@@ -6,6 +6,7 @@
  * is `Key: value` where Key is letters, digits and "-" (whitespace allowed before the ":").
  * Lines starting with "#" are comments. Pure: no I/O.
  */
+import { createHash } from 'node:crypto';
 import type { CommitInfo } from './commits.js';
 
 export interface Trailer {
@@ -124,26 +125,39 @@ export function retryModels(message: string): string[] {
   return [...seen];
 }
 
-/** A retry requested by a commit; (commit, model) identifies it, so a caller can handle each once. */
+/**
+ * A retry requested by a commit; (content, model) identifies it, so a caller can handle each once.
+ * `content` is a digest of the commit's author, author time and message, not its id: a rebase or
+ * a force-push that rewrites the history replays the same commit under a new id, and must not
+ * unpark the model a second time.
+ */
 export interface RetryRequest {
   readonly model: string;
   readonly commit: string;
+  /** 16 hex digits of sha256(author, author time, message): the same after a rebase. */
+  readonly content: string;
   /** "Name <email>" of the commit's author. */
   readonly author: string;
   /** Author time, seconds since the epoch. */
   readonly timestamp: number;
 }
 
-export function retryId(r: Pick<RetryRequest, 'commit' | 'model'>): string {
-  return `${r.commit}:${r.model}`;
+export function retryId(r: Pick<RetryRequest, 'content' | 'model'>): string {
+  return `${r.content}:${r.model}`;
+}
+
+/** What survives a rebase of a commit: its author, author time and message. */
+export function commitContent(c: Pick<CommitInfo, 'author' | 'message'>): string {
+  return createHash('sha256').update(`${c.author.name} <${c.author.email}>\n${c.author.timestamp}\n${c.message}`).digest('hex').slice(0, 16);
 }
 
 /** Retry requests in commits (oldest first, as given). */
 export function extractRetries(commits: readonly CommitInfo[]): RetryRequest[] {
   const out: RetryRequest[] = [];
   for (const c of commits) {
+    const content = commitContent(c);
     for (const model of retryModels(c.message)) {
-      out.push({ model, commit: c.oid, author: `${c.author.name} <${c.author.email}>`, timestamp: c.author.timestamp });
+      out.push({ model, commit: c.oid, content, author: `${c.author.name} <${c.author.email}>`, timestamp: c.author.timestamp });
     }
   }
   return out;

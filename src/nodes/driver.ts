@@ -13,6 +13,7 @@
  *
  * Errors are LlmgwError with catalogue reasons (NODE_*, ENGINE_*, MODEL_*, REPLICA_*).
  */
+import { createHash } from 'node:crypto';
 import type { ReasonCode } from '../errors/catalogue.js';
 import type { EngineVersionSpec, ProfileSpec } from '../fleet-spec/types.js';
 
@@ -42,6 +43,17 @@ export interface ReplicaObservation {
    */
   readonly state: ReplicaState;
   readonly failure?: ReplicaFailure;
+  /**
+   * engineKeyFingerprint() of the engine API key the replica was started with (recorded in its
+   * state.json on the node); absent for a replica started by an llmgw that did not record it. A
+   * replica whose fingerprint is not the controller's key's refuses the router (401).
+   */
+  readonly keyFingerprint?: string;
+}
+
+/** The first 16 hex digits of sha256(key): tells keys apart without revealing them. */
+export function engineKeyFingerprint(key: string): string {
+  return createHash('sha256').update(key).digest('hex').slice(0, 16);
 }
 
 export interface EngineObservation {

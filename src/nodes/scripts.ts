@@ -239,11 +239,22 @@ export interface EnginePaths {
   readonly fingerprint: string;
 }
 
-function engineVars(p: EnginePaths): string {
+/** The engine's dir and this attempt's staging dir. */
+function engineStageVars(p: EnginePaths): string {
   return `base=${shq(`${p.dataDir}/engines/${p.engine}`)}
+stage="$base/."${shq(`${p.version}.tmp-${p.nonce}`)}`;
+}
+
+function engineVars(p: EnginePaths): string {
+  return `${engineStageVars(p)}
 final="$base/"${shq(p.version)}
-stage="$base/."${shq(`${p.version}.tmp-${p.nonce}`)}
 fp=${shq(p.fingerprint)}`;
+}
+
+/** Where the install lock of engine@version is: <data dir>/.locks (outside the engine dirs). */
+function engineLockVars(p: EnginePaths): string {
+  return `locks=${shq(`${p.dataDir}/.locks`)}
+lockname=${shq(`engine-${p.engine}@${p.version}.lock`)}`;
 }
 
 /** Prints the installed binary's path when engine@version is installed with this fingerprint. */
@@ -257,6 +268,24 @@ b=$(head -n 1 "$f")
 exit 0
 `;
 }
+
+/**
+ * One install of an engine version at a time on the node (a run cut off from the controller keeps
+ * going): a lock on fd 8, inherited by the download, build and unpack; after it, a version that the
+ * other run installed meanwhile with this fingerprint is reported as installed.
+ */
+const ENGINE_LOCK = `mkdir -p "$locks" || exit 1
+exec 8>>"$locks/$lockname" || exit 1
+if ! flock -n 8; then
+  echo "another install of this engine is running on the node; waiting for it" >&2
+  flock 8 || exit 1
+fi
+if [ -f "$final/.complete" ] && [ "$(sed -n 2p "$final/.complete")" = "$fp" ] && [ -x "$(head -n 1 "$final/.complete")" ]; then
+  rm -rf "$stage" \${work:+"$work"}
+  head -n 1 "$final/.complete"
+  exit 0
+fi
+`;
 
 /** Cleanup on failure, and the common last step: check the binary runs, write .complete, move in place. */
 const ENGINE_FINISH = `llmgw_cleanup() { rm -rf "$stage" \${work:+"$work"}; rmdir "$base" 2>/dev/null; true; }
@@ -296,12 +325,14 @@ if [ $rc -ne 0 ]; then
 fi`;
   return `${PRELUDE}
 ${engineVars(p)}
+${engineLockVars(p)}
 sha=${shq(p.sha256)}
 bin=${shq(p.binary)}
 ${DISK_FULL}
 ${ENGINE_FINISH}
 llmgw_need sha256sum
-${download}
+llmgw_need flock
+${ENGINE_LOCK}${download}
 got=$(llmgw_sha256 "$stage/.artifact")
 [ "$got" = "$sha" ] || llmgw_fail ENGINE_CHECKSUM_MISMATCH "artifact sha256 is $got, engines/ says $sha"
 magic=$(od -An -tx1 -N4 "$stage/.artifact" | tr -d ' \\n')
@@ -320,14 +351,14 @@ llmgw_finish "$bin"
 /** Make the staging dir (before the controller uploads an artifact into it). */
 export function engineStageScript(p: EnginePaths): string {
   return `${PRELUDE}
-${engineVars(p)}
+${engineStageVars(p)}
 mkdir -p "$stage" || exit 1
 `;
 }
 
 export function engineCleanupScript(p: EnginePaths): string {
   return `${PRELUDE}
-${engineVars(p)}
+${engineStageVars(p)}
 rm -rf "$stage"
 rmdir "$base" 2>/dev/null
 exit 0
@@ -350,6 +381,7 @@ const DISK_FULL = String.raw`llmgw_disk_full() {  # fail with NODE_DISK_FULL whe
 export function buildInstallScript(p: EnginePaths & { readonly git: string; readonly ref: string; readonly cmakeFlags: readonly string[]; readonly target: string; readonly jobs: number | null }): string {
   return `${PRELUDE}
 ${engineVars(p)}
+${engineLockVars(p)}
 work="$base/."${shq(`${p.version}.build-${p.nonce}`)}
 target=${shq(p.target)}
 ${DISK_FULL}
@@ -358,7 +390,8 @@ llmgw_need git
 llmgw_need cmake
 command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "no C++ compiler (c++, g++ or clang++) is installed on the node"
 command -v make >/dev/null 2>&1 || command -v ninja >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "neither make nor ninja is installed on the node"
-mkdir -p "$work" "$stage" || exit 1
+llmgw_need flock
+${ENGINE_LOCK}mkdir -p "$work" "$stage" || exit 1
 log="$work/build.log"
 llmgw_build_fail() { tail -n 40 "$log" >&2; llmgw_disk_full "$work"; llmgw_fail "$1" "$2"; }
 git clone --quiet ${shq(p.git)} "$work/src" >>"$log" 2>&1 || llmgw_build_fail ENGINE_DOWNLOAD_FAILED "git clone failed"
@@ -426,13 +459,25 @@ export function modelFromUrlScript(dataDir: string, sha256: string, url: string,
   return `${PRELUDE}
 ${DISK_FULL}
 m=${shq(`${dataDir}/models`)}
+locks=${shq(`${dataDir}/.locks`)}
 final="$m/"${shq(`${sha256}.gguf`)}
 part="$final.part"
 sha=${shq(sha256)}
 url=${shq(url)}
 if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 llmgw_need sha256sum
+llmgw_need flock
 mkdir -p "$m" || exit 1
+# one download of this file at a time: a run whose connection was cut keeps going on the node (no
+# pty, no SIGHUP), and a second curl -C - on the same part would interleave bytes. The lock is on
+# fd 9, which curl inherits: it is held until the last process of a download exits, dead or alive.
+mkdir -p "$locks" || exit 1
+exec 9>>"$locks/model-$sha.lock" || exit 1
+if ! flock -n 9; then
+  echo "another download of this file is running on the node; waiting for it" >&2
+  flock 9 || exit 1
+fi
+if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 err="$part.err"
 ${tokenSetup}
 llmgw_get() {  # $1 = resume (1/0)

@@ -21,6 +21,7 @@ import type {
   EngineObservation, ModelFileObservation, NodeDriver, NodeObservation, ReplicaFailure, ReplicaHandle,
   ReplicaObservation, ReplicaStartSpec,
 } from './driver.js';
+import { engineKeyFingerprint } from './driver.js';
 import { classifyFailure } from './failure.js';
 import { parseProcNetTcp, pickPort } from './ports.js';
 import {
@@ -92,6 +93,8 @@ interface ReplicaState {
   readonly pid: number;
   readonly procStartTime: number;
   readonly startedAt: number;
+  /** engineKeyFingerprint of the key it was started with; null when not recorded. */
+  readonly keyFingerprint: string | null;
 }
 
 interface Inspection {
@@ -226,6 +229,7 @@ export class ShellNodeDriver implements NodeDriver {
     this.known.set(id, { port: st.port });
     const base = {
       id, model: st.model, digest: st.digest, port: st.port, pid: st.pid, startedAt: st.startedAt, endpoint: this.endpoint(st.port),
+      ...(st.keyFingerprint !== null ? { keyFingerprint: st.keyFingerprint } : {}),
     };
     if (!alive) return { ...base, state: 'failed', failure: failureOf(logTail) };
     const code = await this.health(st.port);
@@ -346,6 +350,7 @@ export class ShellNodeDriver implements NodeDriver {
       const stateHead = JSON.stringify({
         version: 1, id: spec.id, model: spec.model, digest: spec.digest, port, argv,
         log: `${this.dataDir}/replicas/${spec.id}/log`, bindHost: this.bindHost,
+        keyFingerprint: engineKeyFingerprint(spec.apiKey),
       }).replace(/\}$/, '');
       const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead }), {
         stdin: `${spec.apiKey}\n`,
@@ -550,6 +555,7 @@ function parseState(text: string): ReplicaState | null {
       id: str('id'), model: str('model'), digest: str('digest'), port: num('port'),
       argv: Array.isArray(j['argv']) ? (j['argv'] as unknown[]).map(String) : [], log: str('log'),
       pid: num('pid'), procStartTime: num('procStartTime'), startedAt: num('startedAt'),
+      keyFingerprint: /^[0-9a-f]{16}$/.test(str('keyFingerprint')) ? str('keyFingerprint') : null,
     };
     if (!Number.isInteger(st.port) || !Number.isInteger(st.pid)) return null;
     return st;

@@ -6,6 +6,11 @@
  * Where the header is read: https/hf sources over HTTP range requests; file:// sources on the
  * controller when the file is there (local and loopback nodes), else on the nodes that could run the
  * model (RangeReader: NodeDriver.readFileRange over the node's shell), the first that has it.
+ *
+ * Every HTTP read (HEAD and each range request) has a timeout (a source host that accepts and never
+ * answers would otherwise hold the pass for undici's 300 s), and a failed estimate is not retried
+ * before `retryAfterMs` (the pass awaits estimates; one per pass against a dead host would slow
+ * every pass by the timeout). file:// sources are tried again on every pass.
  */
 import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
@@ -71,7 +76,24 @@ async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShap
   return shapeFromMetadata(metadata as unknown as Record<string, unknown>, size);
 }
 
-async function readShape(source: string, nodeReaders: () => readonly RangeReader[], token: () => Promise<string | null>): Promise<GgufShape> {
+/** fetch with a deadline; a timeout is reported as "<what> timed out after N s". */
+function fetchWithin(timeoutMs: number): (input: string | URL | Request, init?: RequestInit) => Promise<Response> {
+  return async (input, init) => {
+    const signal = AbortSignal.timeout(timeoutMs);
+    try {
+      return await fetch(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, signal]) : signal });
+    } catch (e) {
+      if (signal.aborted) {
+        const url = input instanceof Request ? input.url : String(input);
+        const range = new Headers(init?.headers).get('range');
+        throw new Error(`${init?.method ?? 'GET'} ${url}${range ? ` (${range})` : ''} timed out after ${timeoutMs / 1000} s`, { cause: e });
+      }
+      throw e;
+    }
+  };
+}
+
+async function readShape(source: string, nodeReaders: () => readonly RangeReader[], token: () => Promise<string | null>, timeoutMs: number): Promise<GgufShape> {
   const src = resolveModelSource(source);
   if (src.kind === 'file') {
     const path = src.path;
@@ -98,7 +120,8 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
   // a redirect leaves the origin (the CDN's signed URL needs none)
   const bearer = await token();
   const auth: Record<string, string> = bearer === null ? {} : { authorization: `Bearer ${bearer}` };
-  const head = await fetch(url, { method: 'HEAD', headers: auth, redirect: 'follow' });
+  const timed = fetchWithin(timeoutMs);
+  const head = await timed(url, { method: 'HEAD', headers: auth, redirect: 'follow' });
   await head.body?.cancel();
   const len = Number(head.headers.get('content-length') ?? NaN);
   if (head.status >= 400 || !Number.isFinite(len)) {
@@ -109,7 +132,7 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
   const withAuth = (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
     const headers = new Headers(init?.headers);
     for (const [k, v] of Object.entries(auth)) headers.set(k, v);
-    return fetch(input, { ...init, headers });
+    return timed(input, { ...init, headers });
   };
   const { metadata } = await gguf(url, { fetch: withAuth as typeof fetch });
   return shapeFromMetadata(metadata as unknown as Record<string, unknown>, len);
@@ -117,8 +140,32 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
 
 export type MemoryEstimate = { readonly bytes: number } | { readonly error: string };
 
+export interface MemoryEstimatorOptions {
+  /** Deadline of each HTTP read of a GGUF header (HEAD, each range request); default 5 s. */
+  readonly httpTimeoutMs?: number;
+  /** A failed estimate is not tried again before this; default 60 s. */
+  readonly retryAfterMs?: number;
+  readonly clock?: () => number;
+}
+
+export const DEFAULT_HEADER_TIMEOUT_MS = 5_000;
+export const DEFAULT_ESTIMATE_RETRY_MS = 60_000;
+
 export class MemoryEstimator {
   private readonly shapes = new Map<string, Promise<GgufShape>>();
+  /** Failed estimates: the error and when it may be tried again. */
+  private readonly failed = new Map<string, { readonly error: string; readonly retryAt: number }>();
+  private readonly httpTimeoutMs: number;
+  private readonly retryAfterMs: number;
+  private readonly clock: () => number;
+  /** Header reads started (for tests: a failed estimate is not read again on every pass). */
+  reads = 0;
+
+  constructor(o: MemoryEstimatorOptions = {}) {
+    this.httpTimeoutMs = o.httpTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS;
+    this.retryAfterMs = o.retryAfterMs ?? DEFAULT_ESTIMATE_RETRY_MS;
+    this.clock = o.clock ?? Date.now;
+  }
 
   /**
    * The model's need per replica; an error says why it is not known (yet). `nodeReaders`: the nodes
@@ -133,16 +180,27 @@ export class MemoryEstimator {
   ): Promise<MemoryEstimate> {
     if (model.memoryBytes !== null) return { bytes: model.memoryBytes };
     const key = `${model.sha256}|${model.source}`;
+    const failed = this.failed.get(key);
+    if (failed && this.clock() < failed.retryAt) return { error: failed.error };
     let p = this.shapes.get(key);
     if (!p) {
-      p = readShape(model.source, nodeReaders, token);
+      this.reads++;
+      p = readShape(model.source, nodeReaders, token, this.httpTimeoutMs);
       this.shapes.set(key, p);
-      p.catch(() => this.shapes.delete(key)); // retried on the next pass
+      p.catch(() => this.shapes.delete(key)); // tried again after retryAfterMs
     }
     try {
-      return { bytes: replicaMemory(await p, profile) };
+      const shape = await p;
+      this.failed.delete(key);
+      return { bytes: replicaMemory(shape, profile) };
     } catch (e) {
-      return { error: `memory need unknown: could not read the GGUF header of ${model.source} (${e instanceof Error ? e.message : String(e)}); set memory: in ${model.file}` };
+      const why = e instanceof Error ? e.message : String(e);
+      // file:// sources are read on the controller or over the nodes' shells (which have their own
+      // timeouts, and whose set changes as nodes come and go): tried again on the next pass
+      if (resolveModelSource(model.source).kind === 'file') return { error: `memory need unknown: could not read the GGUF header of ${model.source} (${why}); set memory: in ${model.file}` };
+      const error = `memory need unknown: could not read the GGUF header of ${model.source} (${why}); next try in ${Math.round(this.retryAfterMs / 1000)} s; set memory: in ${model.file}`;
+      this.failed.set(key, { error, retryAt: this.clock() + this.retryAfterMs });
+      return { error };
     }
   }
 }

@@ -19,12 +19,13 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
 import { NO_REASON, noRouterMetrics, type RouterMetrics } from '../metrics/ports.js';
+import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
 import type { FleetView } from '../reconciler/view.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import { grantAllows } from './auth.js';
 import { RouterCore, isProxyRequest, type Admission } from './core.js';
 import { SLOTS_REFRESH_MS, SlotWatcher } from './slots.js';
-import { RouterError, modelNotFound, routeNotFound } from './errors.js';
+import { RouterError, modelNotFound, renderError, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
 
 export interface RouterLimits {
@@ -38,6 +39,14 @@ export interface RouterLimits {
   readonly streamIdleTimeoutMs: number;
   /** How long close() lets in-flight requests finish before aborting them. */
   readonly shutdownGraceMs: number;
+  /** A client's request line and headers must arrive within this (408 and closed after). */
+  readonly headersTimeoutMs: number;
+  /** A client's whole request, body included, must arrive within this (408 and closed after). */
+  readonly requestTimeoutMs: number;
+  /** Most POST /v1/* requests in progress at once (reading the body, waiting for activation, proxied); 503 ROUTER_OVERLOADED above. */
+  readonly maxInFlight: number;
+  /** Most request-body bytes held at once over all requests in progress; 503 ROUTER_OVERLOADED above. */
+  readonly maxBufferedBytes: number;
 }
 
 export const DEFAULT_ROUTER_LIMITS: RouterLimits = Object.freeze({
@@ -46,6 +55,10 @@ export const DEFAULT_ROUTER_LIMITS: RouterLimits = Object.freeze({
   firstByteTimeoutMs: 300_000,
   streamIdleTimeoutMs: 120_000,
   shutdownGraceMs: 30_000,
+  headersTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.headersMs,
+  requestTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.requestMs,
+  maxInFlight: 1024,
+  maxBufferedBytes: 512 * 1024 * 1024,
 });
 
 /** Idle keep-alive connections from clients are closed after this long (fastify's default). */
@@ -107,7 +120,9 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
       if (isProxyRequest(req.method, req.url)) core.handle(req, res);
       else fastifyHandler(req, res);
     };
-    const server = deps.serverFactory ? (deps.serverFactory(listener, opts) as Server) : createServer(listener);
+    const timeouts = { headersMs: limits.headersTimeoutMs, requestMs: limits.requestTimeoutMs };
+    const server = deps.serverFactory ? (deps.serverFactory(listener, opts) as Server) : createServer(clientTimeoutOptions(timeouts), listener);
+    applyClientTimeouts(server, timeouts);
     server.keepAliveTimeout = CLIENT_KEEP_ALIVE_MS;
     return server;
   };
@@ -116,6 +131,16 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     ...(log ? { loggerInstance: log, logController: new LogController({ disableRequestLogging: true }) } : { logger: false }),
     return503OnClosing: false,
     serverFactory: serverFactory as FastifyServerFactory,
+    // a URL fastify cannot route (bad percent-encoding, a parameter too long): the OpenAI envelope
+    frameworkErrors: (err, _req, reply) => {
+      reply.hijack();
+      core.fail(reply.raw, '', performance.now(), new RouterError('BAD_REQUEST', err.message));
+    },
+    clientErrorHandler: clientErrorHandler((kind, message) => {
+      const r = renderError(new RouterError(kind, message));
+      metrics.request('', r.status, 0, r.code);
+      return { status: r.status, headers: r.headers, body: r.body };
+    }),
   });
 
   Object.defineProperty(app, ROUTER_STATS, {

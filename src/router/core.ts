@@ -26,6 +26,10 @@ import { Activator } from './resolve.js';
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
   readonly bodyBytes: number;
+  /** Most requests in handle() at once (body, activation wait, proxying); 503 ROUTER_OVERLOADED above. */
+  readonly maxInFlight: number;
+  /** Most body bytes held at once over those requests; 503 ROUTER_OVERLOADED above. */
+  readonly maxBufferedBytes: number;
 }
 
 /** Where the warnings and internal errors go (a pino logger fits). */
@@ -93,6 +97,10 @@ export class RouterCore {
   private queued = 0;
   /** True while a queue is being drained (a call ending inside the drain does not start another). */
   private draining = false;
+  /** Requests in handle(), from their headers until their response closes. */
+  private admitted = 0;
+  /** Body bytes held by those requests. */
+  private buffered = 0;
   private headersKey: string | null = null;
   private upstreamHeaders: Record<string, string> = {};
 
@@ -162,17 +170,34 @@ export class RouterCore {
       this.fail(res, '', t0, this.tooLarge(), true);
       return;
     }
+    if (this.admitted >= this.limits.maxInFlight) {
+      this.fail(res, '', t0, this.overloaded(`${this.admitted} requests in progress, the limit is ${this.limits.maxInFlight}`), true);
+      return;
+    }
+    // counted from here until the response closes (body, activation wait, proxying), with its bytes
+    this.admitted++;
+    let size = 0;
+    res.once('close', () => {
+      this.admitted--;
+      this.buffered -= size;
+    });
     let first: Buffer | null = null;
     let parts: Buffer[] | null = null;
-    let size = 0;
     let over = false;
     req.on('data', (chunk: Buffer) => {
       if (over) return;
       size += chunk.length;
+      this.buffered += chunk.length;
       if (size > limit) {
         over = true;
         first = parts = null;
         this.fail(res, '', t0, this.tooLarge(), true);
+        return;
+      }
+      if (this.buffered > this.limits.maxBufferedBytes) {
+        over = true;
+        first = parts = null;
+        this.fail(res, '', t0, this.overloaded(`request bodies in progress hold more than ${this.limits.maxBufferedBytes} bytes`), true);
         return;
       }
       if (first === null) first = chunk;
@@ -405,6 +430,15 @@ export class RouterCore {
     if (r.code === 'INTERNAL') this.log?.error({ err: e }, 'router: internal error');
     this.metrics.request(model, r.status, (performance.now() - t0) / 1000, r.code);
     writeRendered(res, r, close || this.ctx.shuttingDown ? { connection: 'close' } : undefined);
+  }
+
+  private overloaded(why: string): RouterError {
+    return new RouterError('ROUTER_OVERLOADED', `The router is overloaded (${why}); retry shortly.`, { retryAfterSeconds: 1 });
+  }
+
+  /** Requests in progress through handle() (for tests and metrics). */
+  get inProgress(): number {
+    return this.admitted;
   }
 
   private tooLarge(): RouterError {

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { UsageError } from '../cli/args.js';
-import { parseSize } from '../fleet-spec/units.js';
+import { parseDuration, parseSize } from '../fleet-spec/units.js';
 import { isLogFormat, LOG_FORMATS, type LogFormat } from './log-format.js';
 
 export interface Listen {
@@ -24,6 +24,12 @@ export interface ServeConfig {
   readonly webhookSecretFile: string | null;
   readonly logLevel: string;
   readonly logFormat: LogFormat;
+  /** How long a client may take to send its headers / its whole request (router and admin API). */
+  readonly clientTimeouts: { readonly headersMs: number; readonly requestMs: number };
+  /** Most router requests in progress at once; null = the router's default. */
+  readonly routerMaxInFlight: number | null;
+  /** Deadline of each HTTP read of a model's GGUF header (memory estimates). */
+  readonly sourceTimeoutMs: number;
 }
 
 /** Every setting: its flag, env var and config-file key (dotted). */
@@ -41,6 +47,10 @@ export const SETTINGS = {
   tlsKey: { flag: 'tls-key', env: 'LLMGW_TLS_KEY', key: 'tls_key', help: 'PEM private key for HTTPS' },
   webhookSecretFile: { flag: 'webhook-secret-file', env: 'LLMGW_WEBHOOK_SECRET_FILE', key: 'webhook_secret_file', help: 'file holding the git push webhook HMAC secret' },
   bodyLimit: { flag: 'body-limit', env: 'LLMGW_BODY_LIMIT', key: 'body_limit', help: 'largest request body the router accepts: bytes, or a size such as 16MiB (default 8 MiB)' },
+  clientTimeout: { flag: 'client-timeout', env: 'LLMGW_CLIENT_TIMEOUT', key: 'client_timeout', help: 'a client must send its whole request (body included) to the router or admin API within this, else 408 and closed (default 30s)' },
+  headerTimeout: { flag: 'header-timeout', env: 'LLMGW_HEADER_TIMEOUT', key: 'header_timeout', help: 'a client must send its request headers within this (default 10s)' },
+  routerMaxInFlight: { flag: 'router-max-in-flight', env: 'LLMGW_ROUTER_MAX_IN_FLIGHT', key: 'router_max_in_flight', help: 'most router requests in progress at once, waiting for a model included; 503 router_overloaded above (default 1024)' },
+  sourceTimeout: { flag: 'source-timeout', env: 'LLMGW_SOURCE_TIMEOUT', key: 'source_timeout', help: 'deadline of each HTTP read of a model source\'s GGUF header for memory estimates (default 5s)' },
   logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
   logFormat: { flag: 'log-format', env: 'LLMGW_LOG_FORMAT', key: 'log_format', help: 'json, pretty (readable lines) or auto: pretty when stdout is a terminal (default auto)' },
 } as const;
@@ -93,6 +103,18 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
   if (body !== null && !bodyLimitBytes) throw new UsageError(`--body-limit must be a size of at least 1 byte, such as 16MiB or 1048576 (got ${JSON.stringify(body)})`);
   const logFormat = get('logFormat') ?? 'auto';
   if (!isLogFormat(logFormat)) throw new UsageError(`--log-format must be one of ${LOG_FORMATS.join(', ')} (got ${JSON.stringify(logFormat)})`);
+  const duration = (name: SettingName, dflt: number): number => {
+    const v = get(name);
+    if (v === null) return dflt;
+    const ms = parseDuration(v);
+    if (!ms || ms <= 0) throw new UsageError(`--${SETTINGS[name].flag} must be a duration such as 30s or 500ms (got ${JSON.stringify(v)})`);
+    return ms;
+  };
+  const requestMs = duration('clientTimeout', 30_000);
+  const headersMs = Math.min(duration('headerTimeout', 10_000), requestMs);
+  const maxInFlightRaw = get('routerMaxInFlight');
+  const routerMaxInFlight = maxInFlightRaw === null ? null : Number(maxInFlightRaw);
+  if (routerMaxInFlight !== null && (!Number.isSafeInteger(routerMaxInFlight) || routerMaxInFlight < 1)) throw new UsageError(`--router-max-in-flight must be a whole number of at least 1 (got ${JSON.stringify(maxInFlightRaw)})`);
   const truthy = (v: unknown): boolean => v === true || v === 'true' || v === '1';
   return {
     fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
@@ -113,5 +135,8 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
     webhookSecretFile: abs(get('webhookSecretFile')),
     logLevel: get('logLevel') ?? 'info',
     logFormat,
+    clientTimeouts: { headersMs, requestMs },
+    routerMaxInFlight,
+    sourceTimeoutMs: duration('sourceTimeout', 5_000),
   };
 }

@@ -2,8 +2,7 @@
  * `llmgw serve`: one process running git sync, the reconciler, the router and the admin API
  * (router and admin on separate ports), with metrics on the admin port.
  */
-import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { join } from 'node:path';
@@ -16,11 +15,14 @@ import { createMetrics, type LlmgwMetrics } from '../metrics/index.js';
 import { serveMetrics } from '../metrics/http.js';
 import { openNodeDriver } from '../nodes/shell-driver.js';
 import { Reconciler } from '../reconciler/reconciler.js';
+import { MemoryEstimator } from '../reconciler/memory.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
+import { clientTimeoutOptions } from '../util/client-timeouts.js';
 import { buildRouter } from '../router/app.js';
 import type { ServeConfig } from './config.js';
 import { ReloadingTls } from './tls.js';
 import { tokenSecrets } from './secrets.js';
+import { operatorSecretEnv, operatorSecretFile, stateSecret, type StateSecret } from './state-secrets.js';
 
 /** Paths logs must never show. */
 export const REDACT = [
@@ -38,23 +40,6 @@ export function createLogger(level: string, destination?: pino.DestinationStream
   return pino({ level, redact: { paths: REDACT, censor: '[redacted]' }, base: { service: 'llmgw' } }, destination);
 }
 
-/** A secret kept in the state dir (0600), created on first use. */
-function stateSecret(stateDir: string, name: string): string {
-  const path = join(stateDir, name);
-  if (existsSync(path)) return readFileSync(path, 'utf8').trim();
-  const value = randomBytes(24).toString('base64url');
-  writeFileSync(path, `${value}\n`, { mode: 0o600 });
-  return value;
-}
-
-function readSecretFile(path: string, what: string): string {
-  try {
-    return readFileSync(path, 'utf8').trim();
-  } catch (e) {
-    throw new Error(`cannot read the ${what} file ${path}: ${e instanceof Error ? e.message : String(e)}`);
-  }
-}
-
 export interface Served {
   readonly routerUrl: string;
   readonly adminUrl: string;
@@ -69,18 +54,23 @@ export interface Served {
 
 export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
-  const engineApiKey = stateSecret(cfg.stateDir, 'engine-api-key');
+  const noteGenerated = (s: StateSecret, what: string): string => {
+    if (s.generated === 'empty') log.warn({ file: s.path }, `${what} file was empty (cut off while being written): generated a new one`);
+    else if (s.generated === 'missing') log.info({ file: s.path }, `generated the ${what}`);
+    return s.value;
+  };
+  const engineApiKey = noteGenerated(stateSecret(cfg.stateDir, 'engine-api-key'), 'engine API key');
   let adminToken: string | null = null;
   let adminTokenFile: string | null = null;
   if (cfg.admin.auth) {
-    if (cfg.admin.tokenFile) adminToken = readSecretFile(cfg.admin.tokenFile, 'admin token');
-    else if (process.env[cfg.admin.tokenEnv]) adminToken = process.env[cfg.admin.tokenEnv]!.trim();
+    if (cfg.admin.tokenFile) adminToken = operatorSecretFile(cfg.admin.tokenFile, 'admin token');
+    else if (process.env[cfg.admin.tokenEnv]) adminToken = operatorSecretEnv(cfg.admin.tokenEnv, process.env[cfg.admin.tokenEnv]!, 'admin token');
     else {
       adminTokenFile = join(cfg.stateDir, 'admin-token');
-      adminToken = stateSecret(cfg.stateDir, 'admin-token');
+      adminToken = noteGenerated(stateSecret(cfg.stateDir, 'admin-token'), 'admin token');
     }
   }
-  const webhookSecret = cfg.webhookSecretFile ? readSecretFile(cfg.webhookSecretFile, 'webhook secret') : null;
+  const webhookSecret = cfg.webhookSecretFile ? operatorSecretFile(cfg.webhookSecretFile, 'webhook secret') : null;
   const tls = cfg.tls ? new ReloadingTls(cfg.tls.cert, cfg.tls.key, log.child({ component: 'tls' })) : null;
 
   const repo = new FleetRepo({
@@ -100,6 +90,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     initialState: state,
     initialStateProblem: stateProblem,
     engineApiKey,
+    memory: new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs }),
     readSecret: tokenSecrets(cfg.secretsDir),
     logger: log,
     onPass: (result, seconds) => metrics.passFinished(result, seconds),
@@ -111,7 +102,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   // With TLS both apps run on https servers whose certificate follows the files.
   const serverFactory = tls
     ? (handler: (req: IncomingMessage, res: ServerResponse) => void): Server => {
-        const server = createHttpsServer({ cert: tls.current.cert, key: tls.current.key }, handler);
+        const server = createHttpsServer({ cert: tls.current.cert, key: tls.current.key, ...clientTimeoutOptions(cfg.clientTimeouts) }, handler);
         tls.attach(server);
         return server as unknown as Server;
       }
@@ -121,7 +112,12 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     metrics: metrics.router,
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
-    ...(cfg.router.bodyLimitBytes ? { limits: { bodyBytes: cfg.router.bodyLimitBytes } } : {}),
+    limits: {
+      ...(cfg.router.bodyLimitBytes ? { bodyBytes: cfg.router.bodyLimitBytes } : {}),
+      ...(cfg.routerMaxInFlight ? { maxInFlight: cfg.routerMaxInFlight } : {}),
+      headersTimeoutMs: cfg.clientTimeouts.headersMs,
+      requestTimeoutMs: cfg.clientTimeouts.requestMs,
+    },
     ...(serverFactory ? { serverFactory } : {}),
   });
   const admin = buildAdminApp({
@@ -129,6 +125,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     token: adminToken,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),
+    limits: { headersTimeoutMs: cfg.clientTimeouts.headersMs, requestTimeoutMs: cfg.clientTimeouts.requestMs },
     ...(serverFactory ? { serverFactory } : {}),
   });
   serveMetrics(admin, metrics);

@@ -71,7 +71,8 @@ describe('commitsBetween and retry trailers', () => {
     const third = await tracker.refresh();
     assert.equal(third.outcome, 'applied');
     seen.push(...third.retries.map(retryId));
-    assert.deepEqual(seen, [`${f1}:m1`]);
+    assert.deepEqual(seen, [retryId(second.retries[0]!)]);
+    assert.equal(second.retries[0]!.commit, f1);
     assert.deepEqual(await repo.commitsBetween(merge, merge), []);
   });
 });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CommitInfo } from '../../src/git/commits.js';
-import { extractRetries, parseTrailers, retryId, retryModels, trailerValues } from '../../src/git/trailers.js';
+import { commitContent, extractRetries, parseTrailers, retryId, retryModels, trailerValues } from '../../src/git/trailers.js';
 
 interface Case {
   readonly name: string;
@@ -128,11 +128,23 @@ describe('git trailers', () => {
       commit('b'.repeat(40), 'nothing\n', 200),
       commit('c'.repeat(40), 'again\n\nLlmgw-Retry: m1\n', 300),
     ]);
+    const [ca, cc] = [commitContent(commit('a'.repeat(40), 'retry\n\nLlmgw-Retry: m1, m1\nLlmgw-Retry: m2\n', 100)), commitContent(commit('c'.repeat(40), 'again\n\nLlmgw-Retry: m1\n', 300))];
     assert.deepEqual(out, [
-      { model: 'm1', commit: 'a'.repeat(40), author: 'Op <op@x>', timestamp: 100 },
-      { model: 'm2', commit: 'a'.repeat(40), author: 'Op <op@x>', timestamp: 100 },
-      { model: 'm1', commit: 'c'.repeat(40), author: 'Op <op@x>', timestamp: 300 },
+      { model: 'm1', commit: 'a'.repeat(40), content: ca, author: 'Op <op@x>', timestamp: 100 },
+      { model: 'm2', commit: 'a'.repeat(40), content: ca, author: 'Op <op@x>', timestamp: 100 },
+      { model: 'm1', commit: 'c'.repeat(40), content: cc, author: 'Op <op@x>', timestamp: 300 },
     ]);
     assert.equal(new Set(out.map(retryId)).size, 3);
+  });
+
+  it('a retry keeps its id when a rebase gives its commit a new id; another message or author time is another retry', () => {
+    const c = (oid: string, message: string, ts: number): CommitInfo => ({ oid, parents: [], message, author: { name: 'Op', email: 'op@x', timestamp: ts } });
+    const [orig] = extractRetries([c('a'.repeat(40), 'retry\n\nLlmgw-Retry: m1\n', 100)]);
+    const [rebased] = extractRetries([c('d'.repeat(40), 'retry\n\nLlmgw-Retry: m1\n', 100)]);
+    const [later] = extractRetries([c('e'.repeat(40), 'retry\n\nLlmgw-Retry: m1\n', 101)]);
+    const [reworded] = extractRetries([c('f'.repeat(40), 'retry again\n\nLlmgw-Retry: m1\n', 100)]);
+    assert.equal(retryId(rebased!), retryId(orig!));
+    assert.notEqual(retryId(later!), retryId(orig!));
+    assert.notEqual(retryId(reworded!), retryId(orig!));
   });
 });

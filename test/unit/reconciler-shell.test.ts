@@ -132,7 +132,7 @@ async function scenario(seed: number): Promise<void> {
     assert.equal(r.model('gamma')!.phase, 'ready', 'the healthy model is served meanwhile');
 
     // a Llmgw-Retry: trailer unparks it once: exactly five more starts
-    run.tracker.retryOnce({ model: 'alpha', commit: 'c0ffee', author: 'op <op@example.com>', timestamp: 0 });
+    run.tracker.retryOnce({ model: 'alpha', commit: 'c0ffee', content: 'c0ffee0000000000', author: 'op <op@example.com>', timestamp: 0 });
     await run.drive(() => !parked(r), 50);
     await run.drive(() => parked(r));
     await run.drive(() => false, 20);

@@ -1,0 +1,73 @@
+/**
+ * Fault 11, the node scripts: every script src/nodes/scripts.ts renders, with hostile-but-valid values
+ * (quotes, $(…), backticks, globs, spaces, tabs in paths, URLs and argv), checked by Debian's
+ * `shellcheck -s sh`. Must hold: no error or warning, except SC2089/SC2090 (shellcheck noticing
+ * quote characters inside a quoted value: that is the hostile data, kept literal as intended); word
+ * splitting (SC2086) only where it is meant (the /proc stat fields, the ccache launcher flags).
+ */
+import { strict as assert } from 'node:assert';
+import { spawnSync } from 'node:child_process';
+import { describe, it } from 'node:test';
+import * as scripts from '../../src/nodes/scripts.js';
+import { recordFault } from './report.js';
+
+const H = "/data/it's a \"dir\" $(touch /tmp/llmgw-pwn) `id` ; rm -rf / & | > < * ? [a] {b} ~ \\ \t";
+const E = { dataDir: H, engine: 'llama-cpp', version: 'b6500', nonce: 'n1a2', fingerprint: "fp$(id)'" };
+const SHA = 'a'.repeat(64);
+
+const rendered: Record<string, string> = {
+  observeScript: scripts.observeScript(H, 'abc123', 50),
+  inspectReplicaScript: scripts.inspectReplicaScript(H, 'good-1a2b', 'abc123', 50),
+  usedPortsScript: scripts.usedPortsScript(H, 'abc123'),
+  startReplicaScript: scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server', '-m', `${H}/m.gguf`, '--alias', "x'; id"], stateHead: '{"id":"good-1a2b","model":"it\'s $(id)"' }),
+  stopReplicaScript: scripts.stopReplicaScript(H, 'good-1a2b', 2000),
+  logTailScript: scripts.logTailScript(H, 'good-1a2b', 100),
+  readRangeScript: scripts.readRangeScript(`${H}/m.gguf`, 0, 4096),
+  engineInstalledScript: scripts.engineInstalledScript(E),
+  'artifactInstallScript(url)': scripts.artifactInstallScript({ ...E, url: "https://h.invalid/a?b=c&d='e'$(id)", sha256: SHA, binary: 'bin/llama server' }),
+  'artifactInstallScript(upload)': scripts.artifactInstallScript({ ...E, url: null, sha256: SHA, binary: 'llama-server' }),
+  engineStageScript: scripts.engineStageScript(E),
+  engineCleanupScript: scripts.engineCleanupScript(E),
+  buildInstallScript: scripts.buildInstallScript({ ...E, git: 'https://g.invalid/x.git?$(id)', ref: 'b6500', cmakeFlags: ['-DGGML_X=ON', "-DY='1 2' $(id)"], target: 'llama-server', jobs: 2 }),
+  'buildInstallScript(nproc)': scripts.buildInstallScript({ ...E, git: '/srv/x y.bundle', ref: 'main', cmakeFlags: [], target: 'llama-server', jobs: null }),
+  pathEngineScript: scripts.pathEngineScript({ ...E, path: '/opt/llama server/llama-server`id`' }),
+  modelFromUrlScript: scripts.modelFromUrlScript(H, SHA, "https://h.invalid/m.gguf?x='1'&y=$(id)"),
+  'modelFromUrlScript(token)': scripts.modelFromUrlScript(H, SHA, 'https://h.invalid/m.gguf', 'hf-token'),
+  modelFromFileScript: scripts.modelFromFileScript(H, SHA, `${H}/m.gguf`),
+};
+
+interface Finding {
+  readonly line: number;
+  readonly level: string;
+  readonly code: number;
+  readonly message: string;
+}
+
+const LITERAL_QUOTES = new Set([2089, 2090]);
+const MEANT_SPLIT = /set -- \$_x|\$launcher/;
+
+describe('fault 11: the node scripts pass shellcheck with hostile values', () => {
+  it('every exported script function is rendered here', () => {
+    const exported = Object.keys(scripts).filter((k) => k.endsWith('Script'));
+    const covered = new Set(Object.keys(rendered).map((k) => k.replace(/\(.*\)$/, '')));
+    assert.deepEqual(exported.filter((k) => !covered.has(k)), []);
+  });
+
+  it('shellcheck -s sh: no errors or warnings beyond literal quotes in data; splitting only where meant', () => {
+    const problems: string[] = [];
+    let notes = 0;
+    for (const [name, text] of Object.entries(rendered)) {
+      const r = spawnSync('shellcheck', ['-s', 'sh', '-f', 'json', '-'], { input: text, encoding: 'utf8' });
+      assert.ok(r.status === 0 || r.status === 1, `shellcheck failed to run on ${name}: ${r.stderr}`);
+      const lines = text.split('\n');
+      for (const f of JSON.parse(r.stdout) as Finding[]) {
+        const src = lines[f.line - 1] ?? '';
+        if ((f.level === 'error' || f.level === 'warning') && !LITERAL_QUOTES.has(f.code)) problems.push(`${name}:${f.line} SC${f.code} ${f.message}: ${src.trim().slice(0, 120)}`);
+        else if (f.code === 2086 && !MEANT_SPLIT.test(src)) problems.push(`${name}:${f.line} SC2086 unquoted: ${src.trim().slice(0, 120)}`);
+        else notes++;
+      }
+    }
+    assert.deepEqual(problems, []);
+    recordFault({ fault: '11 fuzzing: node scripts', injected: `${Object.keys(rendered).length} renderings of every node script with quotes, $(…), backticks, globs, spaces and tabs in paths, URLs and argv`, held: `shellcheck -s sh: no error or warning (beyond quotes kept literal in data), word splitting only where meant (${notes} style notes)` });
+  });
+});
