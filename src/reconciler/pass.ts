@@ -10,7 +10,7 @@ import type { FleetSpec } from '../fleet-spec/types.js';
 import { liveness } from './liveness.js';
 import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
-import { observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
+import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
 import { avoidanceAt, drainStarted, omit, type ControllerState, type Note } from './state.js';
 
 export interface DecideInput {
@@ -25,6 +25,8 @@ export interface DecideInput {
   readonly running: ReadonlySet<string>;
   /** Replicas being stopped right now. */
   readonly stopping: ReadonlySet<string>;
+  /** The fingerprint of this controller's engine key (replicas started with another are replaced). */
+  readonly keyFingerprint?: string | null;
   readonly now: number;
   readonly newReplicaId: (model: string, digest: string) => string;
 }
@@ -45,7 +47,7 @@ export function inflightStarts(s: ControllerState): InflightStart[] {
 }
 
 /** The planner's input from the state record and one observation. */
-export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'stopping' | 'now' | 'newReplicaId'>): PlanInput {
+export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'stopping' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
   const s = i.state;
   return {
     spec: i.spec,
@@ -59,6 +61,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     memory: i.memory,
     accountedFailures: new Set(Object.keys(s.accounted)),
     avoid: avoidanceAt(s, i.now).avoided,
+    keyFingerprint: i.keyFingerprint ?? null,
     now: i.now,
     newReplicaId: i.newReplicaId,
   };
@@ -82,6 +85,10 @@ export function decide(i: DecideInput): Decision {
     notes.push(...r.notes);
   }
   const out = planPass(planInputOf({ ...i, state, nodes: live.nodes }));
+  const mismatched = new Map(live.nodes.flatMap((n) => n.replicas.filter((r) => !keyMatches(r, i.keyFingerprint)).map((r) => [r.id, r] as const)));
+  for (const a of out.actions) {
+    if (a.kind === 'stop' && mismatched.has(a.replicaId)) notes.push({ level: 'warn', msg: 'replica started with another engine key (it refuses the router): replaced', fields: { model: a.model, node: a.node, replica: a.replicaId } });
+  }
   state = drainStarted(state, out.drainStarted, now);
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
@@ -106,7 +113,7 @@ export function pruned(s: ControllerState, nodes: readonly ObservedNode[]): Cont
  * something should start (or the memory need is not known yet), the reason when it fits nowhere,
  * null when there is nothing to do now (parked, already starting, backing off).
  */
-export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'memoryErrors' | 'stopping' | 'now'>, model: string): 'pass' | Unplaceable | null {
+export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'memoryErrors' | 'stopping' | 'keyFingerprint' | 'now'>, model: string): 'pass' | Unplaceable | null {
   if (i.memory[model] === undefined) return 'pass';
   if (i.state.models[model]?.parked) return null;
   const out = planPass(planInputOf({ ...i, newReplicaId: () => 'preview' }));

@@ -50,6 +50,11 @@ export interface PlanInput {
   readonly accountedFailures: ReadonlySet<string>;
   /** "model@node" pairs to place elsewhere for now (the node failed the model's start). */
   readonly avoid?: ReadonlySet<string>;
+  /**
+   * The fingerprint of the engine key this controller starts replicas with: a replica recorded with
+   * another (the key was lost and made anew) refuses the router, so it is replaced like an outdated one.
+   */
+  readonly keyFingerprint?: string | null;
   readonly now: number;
   /** Makes a new replica id for a model (deterministic in tests). */
   readonly newReplicaId: (model: string, digest: string) => string;
@@ -86,6 +91,11 @@ interface Located {
   readonly node: string;
   readonly reachable: boolean;
   readonly r: ReplicaObservation;
+}
+
+/** A replica recorded with no fingerprint (started before llmgw recorded one) is taken to match. */
+export function keyMatches(r: Pick<ReplicaObservation, 'keyFingerprint'>, fingerprint: string | null | undefined): boolean {
+  return !fingerprint || r.keyFingerprint === undefined || r.keyFingerprint === fingerprint;
 }
 
 export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number): number {
@@ -176,7 +186,7 @@ export function planPass(input: PlanInput): PlanOutput {
     desired[m.name] = want;
     const h = input.health[m.name];
     const alive = (byModel.get(m.name) ?? []).filter((l) => l.r.state !== 'failed');
-    const isCurrent = (l: Located): boolean => l.r.digest === m.digest && !input.restarts.has(l.r.id);
+    const isCurrent = (l: Located): boolean => l.r.digest === m.digest && !input.restarts.has(l.r.id) && keyMatches(l.r, input.keyFingerprint);
     const current = alive.filter(isCurrent);
     const outdated = alive.filter((l) => !isCurrent(l));
     const pending = inflightByModel.get(m.name) ?? [];

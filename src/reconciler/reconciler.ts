@@ -16,7 +16,7 @@ import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import { retryId } from '../git/trailers.js';
 import type { SpecTracker } from '../git/tracker.js';
 import type { FleetRepo } from '../git/repo.js';
-import type { DownloadToken, NodeDriver } from '../nodes/driver.js';
+import { engineKeyFingerprint, type DownloadToken, type NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
 import { demandResultOf, readyReplicasOf, settledOf } from './availability.js';
 import { PassLoop, type LoopTimers } from './loop.js';
@@ -83,6 +83,8 @@ const CLOCK_STEP_MS = 1000;
 
 export class Reconciler implements FleetView {
   readonly engineApiKey: string;
+  /** Tells replicas started with another engine key (they refuse the router) from ours. */
+  private readonly keyFingerprint: string;
   private readonly log: Logger;
   private readonly clock: () => number;
   private readonly monotonic: () => number;
@@ -119,6 +121,7 @@ export class Reconciler implements FleetView {
 
   constructor(private readonly o: ReconcilerOptions) {
     this.engineApiKey = o.engineApiKey;
+    this.keyFingerprint = engineKeyFingerprint(o.engineApiKey);
     this.log = o.logger.child({ component: 'reconciler' });
     this.clock = o.clock ?? Date.now;
     this.monotonic = o.monotonic ?? (() => performance.now());
@@ -200,6 +203,7 @@ export class Reconciler implements FleetView {
         memoryErrors: this.memoryErrors,
         running: new Set(this.running.keys()),
         stopping: this.stopping,
+        keyFingerprint: this.keyFingerprint,
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
       });
@@ -516,7 +520,7 @@ export class Reconciler implements FleetView {
   private placeNow(model: string): 'pass' | Unplaceable | null {
     const spec = this.spec();
     if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
-    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, memoryErrors: this.memoryErrors, stopping: this.stopping, now: this.clock() }, model);
+    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, memoryErrors: this.memoryErrors, stopping: this.stopping, keyFingerprint: this.keyFingerprint, now: this.clock() }, model);
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {

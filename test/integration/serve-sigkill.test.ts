@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { runCli } from '../harness/cli.js';
+import { recordFault } from '../faults/report.js';
 import { freePort } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
@@ -155,6 +156,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const stoppedAt = Date.now();
     assert.ok(stoppedAt >= lastRequestAt + IDLE_S * 1000, `stopped ${stoppedAt - lastRequestAt} ms after the last request (idle timeout ${IDLE_S} s)`);
     assert.match(out, /"reason":"idle"/);
+    recordFault({ fault: '4 SIGKILL of the real controller', injected: 'SIGKILL of `llmgw serve` with an on-demand model in use and a `ctl restart` asked for', held: 'the restarted controller kept the on-demand replica until its idle timeout from the last request, and carried out the restart surge-first' });
     // nothing but the one surge replacement was started by the restarted controller
     assert.ok(out.split('"msg":"starting replica"').length - 1 <= 1, 'the restarted controller started at most the one surge replacement (none when the killed one had launched it)');
   });
@@ -177,6 +179,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     assert.match(ctl.stdout, /^state file\s+FAILED: .*STATE_FILE_CORRUPT/m);
     assert.match(ctl.stdout, /moved aside to .*state\.json\.corrupt-/);
     await until('steady served through the router', 120_000, async () => (await chat('steady')) === 200);
+    recordFault({ fault: '8 a corrupt or truncated state file', injected: 'state.json truncated between two runs of `llmgw serve`', held: 'serve started, the file moved aside and named in the log, /admin/v1/status and `ctl status` (STATE_FILE_CORRUPT), the router served' });
   });
 
   it('SIGKILL right after "starting replica": the replica ends adopted or started once — never two, no orphan', async () => {
@@ -197,6 +200,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const known = new Set((await admin<{ replicas: { id: string }[] }>('/replicas')).replicas.map((r) => r.id));
     assert.deepEqual(replicaProcesses().filter((id) => !known.has(id)), [], 'a llama-server process the controller does not report (an orphan)');
     assert.equal(replicaProcesses().filter((p) => p.startsWith('fresh-')).length, 1);
+    recordFault({ fault: '4 SIGKILL of the real controller', injected: "SIGKILL of `llmgw serve` right after 'starting replica'", held: `the replica ended adopted or started once: at most ${most} llama-server of the model at a time, none the controller does not report` });
   });
 
   it("SIGKILL after a failing model's third failure: it parks at exactly 5 counted failures across both controllers", async () => {
@@ -231,6 +235,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     assert.ok(setBack.every((c) => !Reasons[c as keyof typeof Reasons]?.countsTowardParking), `a set-back start had a code that counts: ${setBack.join(', ')}`);
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal(started(out).length + started(old).length - setBack.length, total, 'a parked model is not started again');
+    recordFault({ fault: '4 SIGKILL of the real controller', injected: "SIGKILL of `llmgw serve` after a failing model's third failure", held: `parked at exactly 5 counted failures across both controllers (${total} counted starts, ${setBack.length} set back by the node)` });
   });
 });
 

@@ -161,4 +161,18 @@ describe('a pass decides (interleavings of a failing start)', () => {
     const unknown = freshPlacement({ ...base, memory: { alpha: null }, memoryErrors: { alpha: 'memory need unknown: could not read the GGUF header (timed out)' }, state: stateFor(spec), nodes: free }, 'alpha');
     assert.deepEqual(unknown && unknown !== 'pass' ? [unknown.code, unknown.reason] : unknown, ['PLACEMENT_MEMORY_UNKNOWN', 'memory need unknown: could not read the GGUF header (timed out)']);
   });
+
+  it('a replica started with another engine key (the key was lost and made anew) is replaced surge-first, and the log says why', () => {
+    const old = observed(spec, 'a-old', 'alpha', 'ready', { keyFingerprint: 'old-key-fp' });
+    const first = run(stateFor(spec), [node('cpu-01', [old]), node('cpu-02')], { keyFingerprint: 'new-key-fp' });
+    assert.equal(starts(first).length, 1, 'a new replica beside the old one');
+    assert.deepEqual(stops(first), [], 'the old one stays until the new one is ready');
+    const fresh = observed(spec, 'a-new', 'alpha', 'ready', { keyFingerprint: 'new-key-fp' });
+    const second = run(first.state, [node('cpu-01', [old, fresh]), node('cpu-02')], { keyFingerprint: 'new-key-fp' });
+    assert.deepEqual(stops(second), ['a-old (replaced)']);
+    assert.ok(second.notes.some((n) => n.msg.startsWith('replica started with another engine key') && n.fields.replica === 'a-old'));
+    // a replica that recorded no fingerprint (started before llmgw recorded one) is left alone
+    const legacy = observed(spec, 'a-legacy', 'alpha', 'ready');
+    assert.deepEqual(run(stateFor(spec), [node('cpu-01', [legacy]), node('cpu-02')], { keyFingerprint: 'new-key-fp' }).actions, []);
+  });
 });

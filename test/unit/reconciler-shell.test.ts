@@ -16,6 +16,7 @@ import { Reconciler, type FleetSource } from '../../src/reconciler/reconciler.js
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness/fake-node.js';
 import { specOf } from '../harness/reconciler-core.js';
+import { recordFault } from '../faults/report.js';
 
 const spec = await specOf((f) => {
   f['fleet.yaml'] = 'park_after_failures: 5\nplacement_reserve: 1GiB\npoll_interval: 1h\nbackoff: { initial: 1s, max: 4s }\n';
@@ -179,6 +180,7 @@ describe('the reconciler shell with fake nodes and a fake clock', () => {
         const gap = run.log.startsOf('alpha')[1]!.mono - run.log.failures.find((f) => f.model === 'alpha')!.mono;
         assert.ok(gap >= backoffMs(1, S), `the second start came ${gap} ms of real time after the failure (backoff ${backoffMs(1, S)} ms)`);
         assert.ok(gap <= backoffMs(1, S) + 2000, `the second start waited ${gap} ms of real time (backoff ${backoffMs(1, S)} ms)`);
+        recordFault({ fault: '10 clock steps', injected: `a wall-clock step of ${step > 0 ? '+' : '-'}2 h after a failed start (injected clock)`, held: `the next start came ${gap} ms of real time after the failure (backoff ${backoffMs(1, S)} ms)` });
       } finally {
         await run.r.stop();
       }
@@ -203,6 +205,7 @@ describe('the reconciler shell with fake nodes and a fake clock', () => {
       run.clock.advance(limit);
       await run.drive(() => run.r.model('gamma')!.consecutiveFailures > 0, 20);
       assert.equal(run.r.model('gamma')!.lastError?.code, 'REPLICA_UNHEALTHY');
+      recordFault({ fault: '10 clock steps', injected: 'a wall-clock step of +2 h while an adopted replica loads (injected clock)', held: 'not judged unhealthy until its start timeout of real time had passed' });
     } finally {
       await run.r.stop();
     }
