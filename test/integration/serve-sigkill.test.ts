@@ -7,7 +7,7 @@
  *   replaced by one new replica, surge-first, and nothing else is started.
  */
 import { strict as assert } from 'node:assert';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -15,6 +15,8 @@ import { Reasons } from '../../src/errors/catalogue.js';
 import { runCli } from '../harness/cli.js';
 import { recordFault } from '../faults/report.js';
 import { freePort } from '../harness/llama-server.js';
+import { startThrottledOrigin } from '../harness/throttled-origin.js';
+import { writeTinyModel } from '../fixtures/gguf.js';
 import { repoRoot } from '../harness/paths.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 
@@ -237,7 +239,40 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     assert.equal(started(out).length + started(old).length - setBack.length, total, 'a parked model is not started again');
     recordFault({ fault: '4 SIGKILL of the real controller', injected: "SIGKILL of `llmgw serve` after a failing model's third failure", held: `parked at exactly 5 counted failures across both controllers (${total} counted starts, ${setBack.length} set back by the node)` });
   });
+  it('SIGKILL during a model download: the next controller resumes it — one download at a time, the file verified, no partial left', async () => {
+    await serving();
+    const file = await writeTinyModel(join(fleet.stateDir, 'slow.gguf'), { seed: 9 });
+    const origin = await startThrottledOrigin(file.path, { bytesPerSecond: 400_000 });
+    try {
+      const source = `source: ${origin.url}`;
+      await fleet.push({ 'models/slowdl.yaml': [source, `sha256: ${file.sha256}`, 'profile: tiny', 'replicas: 1', 'memory: 200MiB', ''].join('\n') }, 'fleet: a model downloaded slowly');
+      await admin('/models/steady/retry', { method: 'POST' });
+      await until('the download a third of the way', 60_000, async () => origin.gets.some((g) => !g.done && g.sent > file.bytes / 3));
+      await sigkill(child!);
+      out = '';
+      child = serve();
+      let most = 0;
+      await until('slowdl ready', 180_000, async () => {
+        most = Math.max(most, origin.gets.filter((g) => !g.done).length);
+        return (await models()).slowdl?.phase === 'ready';
+      });
+      assert.ok(most <= 1, `${most} downloads of the file at once`);
+      const m = (await admin<{ model: { consecutiveFailures: number } }>('/models/slowdl')).model;
+      assert.equal(m.consecutiveFailures, 0, 'the kill counted as a failure of the model');
+      const parts = spawnSync('find', [fleet.nodes[0]!.dataDir, '-name', '*.part'], { encoding: 'utf8' }).stdout.trim();
+      assert.equal(parts, '', 'a partial download was left behind');
+      const sent = origin.gets.reduce((n, g) => n + g.sent, 0);
+      recordFault({
+        fault: '4 SIGKILL of the real controller',
+        injected: `SIGKILL of \`llmgw serve\` a third of the way through a ${Math.round(file.bytes / 1024)} KiB model download at 400 KB/s`,
+        held: `the next controller got the model ready with 0 failures; at most ${most} download at a time (${origin.gets.length} GETs, ${Math.round(sent / 1024)} KiB sent in all); no partial left`,
+      });
+    } finally {
+      await origin.close();
+    }
+  });
 });
+
 
 /** Replica ids of the llama-server processes running on the node (their working dir is the replica's dir). */
 function replicaProcesses(): string[] {
