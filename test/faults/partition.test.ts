@@ -9,7 +9,7 @@
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
@@ -103,4 +103,50 @@ describe('fault 3: a partition mid-download', () => {
       held: `at most ${maxDownloads} download of the file at once (the retry waited on the node's lock); one full GET; sha256 matches, no .part/.err left; 0 failures counted, no checksum mismatch; ready; ${scan.summary}`,
     });
   });
+
+  it('cut right after "starting replica", restored after 2 s: the replica ends adopted or stopped — ready once, no orphan, nothing counted', async () => {
+    const files = fleet.baseFiles();
+    await fleet.push({ 'models/good.yaml': files['models/good.yaml']! }, 'add good (file:// source: its start is quick to reach)');
+    const mark = ctl.logs.length;
+    void ctl.reconciler.requestPass('test');
+    const deadline = Date.now() + 60_000;
+    while (!ctl.logs.slice(mark).some((l) => l.msg === 'starting replica' && l.model === 'good')) {
+      if (Date.now() > deadline) throw new Error('good never started');
+      await sleep(20);
+    }
+    fwd.cut();
+    await sleep(2000);
+    fwd.restore();
+    await ctl.until(() => ctl.reconciler.model('good')?.phase === 'ready', 'good ready after the partition', 120_000);
+    // settled: every llama-server of good on the node is a replica the controller reports
+    await ctl.until(() => {
+      const known = new Set(ctl.reconciler.model('good')!.replicas.map((r) => r.id));
+      const running = replicaProcesses().filter((id) => id.startsWith('good-'));
+      return running.length === 1 && running.every((id) => known.has(id));
+    }, 'one llama-server of good, the one the controller reports', 60_000);
+    const m = ctl.reconciler.model('good')!;
+    assert.equal(m.consecutiveFailures, 0, JSON.stringify(m.lastError));
+    assert.equal(m.replicas.length, 1);
+    recordFault({
+      fault: '3 partition mid-start',
+      injected: "every controller↔sshd connection destroyed right after 'starting replica', new ones refused for 2 s",
+      held: 'the replica ended adopted or stopped and replaced: one llama-server of the model, the one the controller reports; 0 failures counted; ready',
+    });
+  });
 });
+
+/** Replica ids of the llama-server processes on the node (their working dir is the replica's dir). */
+function replicaProcesses(): string[] {
+  const dir = `${fleet.nodes[0]!.dataDir}/replicas/`;
+  const ids: string[] = [];
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let cwd: string;
+    try {
+      cwd = readlinkSync(`/proc/${pid}/cwd`);
+    } catch {
+      continue;
+    }
+    if (cwd.startsWith(dir) && readFileSync(`/proc/${pid}/comm`, 'utf8').trim().startsWith('llama-server')) ids.push(cwd.slice(dir.length));
+  }
+  return ids;
+}
