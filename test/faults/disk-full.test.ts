@@ -15,6 +15,7 @@ import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { startGatedOrigin, type GatedOrigin } from '../integration/gated-origin.js';
 import { recordFault } from './report.js';
+import { SecretsScan } from './secrets-scan.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -82,10 +83,15 @@ describe('a node whose disk is full', () => {
     assert.equal(ctl.logs.filter((l) => l.msg === 'retry handled').length, 0);
     const parts = spawnSync('find', [small, '-name', '*.part'], { encoding: 'utf8' }).stdout.trim();
     assert.equal(parts, '', 'a partial download was left behind');
+    const scan = new SecretsScan().secret('engine key', 'test-engine-key').secret('git token', fleet.git.token);
+    scan.collect('controller log', ctl.logs.map((l) => JSON.stringify(l)).join('\n'));
+    scan.collect('snapshot', JSON.stringify(ctl.reconciler.snapshot()));
+    scan.collect('metrics', (await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' })).body);
+    scan.assertClean();
     recordFault({
       fault: "7 a node's disk fills",
       injected: "a 1 MiB tmpfs as node-1's data dir (real sshd), a GGUF downloaded over HTTP that does not fit, node-2 with room",
-      held: 'NODE_DISK_FULL, not counted: the free model placed on node-2; the pinned one set back 6+ times, never parked, node disk free in /nodes and llmgw_node_disk_free_bytes; started on its own once the disk grew, no partial left',
+      held: `NODE_DISK_FULL, not counted: the free model placed on node-2; the pinned one set back 6+ times, never parked, node disk free in /nodes and llmgw_node_disk_free_bytes; started on its own once the disk grew, no partial left; ${scan.summary}`,
     });
   });
 });

@@ -6,13 +6,14 @@
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { freePort, llamaServerDir } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { recordFault } from './report.js';
+import { SecretsScan } from './secrets-scan.js';
 
 const home = mkdtempSync(join(tmpdir(), 'llmgw-fault-lost-key-'));
 let child: ChildProcess | null = null;
@@ -61,19 +62,24 @@ describe('fault 2: a lost engine key', () => {
     const exited = new Promise((r) => child!.once('exit', r));
     child.kill('SIGTERM'); // replicas keep running, as after any controller stop
     await exited;
+    const oldKey = readFileSync(join(home, 'state', 'engine-api-key'), 'utf8').trim();
     rmSync(join(home, 'state', 'engine-api-key'));
+    const first = out;
     out = '';
 
     child = await serve(routerPort, adminPort);
     const t0 = Date.now();
     await until('the router answering 200 with the new key', 120_000, async () => (await chat(routerPort)) === 200);
     const took = Date.now() - t0;
+    const scan = new SecretsScan().secret('new engine key', readFileSync(join(home, 'state', 'engine-api-key'), 'utf8').trim()).secret('old engine key', oldKey);
+    scan.collect('llmgw serve output (both runs)', `${first}\n${out}`);
+    scan.assertClean();
     assert.match(out, /"msg":"replica started with another engine key \(it refuses the router\): replaced"/);
     assert.match(out, /"reason":"replaced"/);
     recordFault({
       fault: '2 a lost state dir gives a 502 forever',
       injected: 'the engine-api-key deleted between two runs of a real `llmgw serve --local` with its demo replica running',
-      held: `the replica started with the old key was replaced surge-first (logged why) and the router answered 200 again ${Math.round(took / 1000)} s after the restart`,
+      held: `the replica started with the old key was replaced surge-first (logged why) and the router answered 200 again ${Math.round(took / 1000)} s after the restart; ${scan.summary}`,
     });
   });
 });
