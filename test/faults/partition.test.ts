@@ -9,13 +9,14 @@
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { startTcpForwarder, type TcpForwarder } from '../harness/tcp-forwarder.js';
 import { startThrottledOrigin, type ThrottledOrigin } from '../harness/throttled-origin.js';
+import { replicaProcesses } from '../harness/replica-procs.js';
 import { recordFault } from './report.js';
 import { SecretsScan } from './secrets-scan.js';
 
@@ -121,7 +122,7 @@ describe('fault 3: a partition mid-download', () => {
     // settled: every llama-server of good on the node is a replica the controller reports
     await ctl.until(() => {
       const known = new Set(ctl.reconciler.model('good')!.replicas.map((r) => r.id));
-      const running = replicaProcesses().filter((id) => id.startsWith('good-'));
+      const running = replicaProcesses(fleet.nodes[0]!.dataDir).filter((id) => id.startsWith('good-'));
       return running.length === 1 && running.every((id) => known.has(id));
     }, 'one llama-server of good, the one the controller reports', 60_000);
     const m = ctl.reconciler.model('good')!;
@@ -134,19 +135,3 @@ describe('fault 3: a partition mid-download', () => {
     });
   });
 });
-
-/** Replica ids of the llama-server processes on the node (their working dir is the replica's dir). */
-function replicaProcesses(): string[] {
-  const dir = `${fleet.nodes[0]!.dataDir}/replicas/`;
-  const ids: string[] = [];
-  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
-    let cwd: string;
-    try {
-      cwd = readlinkSync(`/proc/${pid}/cwd`);
-    } catch {
-      continue;
-    }
-    if (cwd.startsWith(dir) && readFileSync(`/proc/${pid}/comm`, 'utf8').trim().startsWith('llama-server')) ids.push(cwd.slice(dir.length));
-  }
-  return ids;
-}

@@ -8,11 +8,12 @@
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { runCli } from '../harness/cli.js';
+import { replicaProcesses } from '../harness/replica-procs.js';
 import { recordFault } from '../faults/report.js';
 import { freePort } from '../harness/llama-server.js';
 import { startThrottledOrigin } from '../harness/throttled-origin.js';
@@ -195,13 +196,13 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     child = serve();
     let most = 0;
     await until('fresh ready', 120_000, async () => {
-      most = Math.max(most, replicaProcesses().filter((p) => p.startsWith('fresh-')).length);
+      most = Math.max(most, replicaProcesses(fleet.nodes[0]!.dataDir).filter((p) => p.startsWith('fresh-')).length);
       return (await models()).fresh?.phase === 'ready';
     });
     assert.ok(most <= 1, `${most} llama-server processes of fresh at once`);
     const known = new Set((await admin<{ replicas: { id: string }[] }>('/replicas')).replicas.map((r) => r.id));
-    assert.deepEqual(replicaProcesses().filter((id) => !known.has(id)), [], 'a llama-server process the controller does not report (an orphan)');
-    assert.equal(replicaProcesses().filter((p) => p.startsWith('fresh-')).length, 1);
+    assert.deepEqual(replicaProcesses(fleet.nodes[0]!.dataDir).filter((id) => !known.has(id)), [], 'a llama-server process the controller does not report (an orphan)');
+    assert.equal(replicaProcesses(fleet.nodes[0]!.dataDir).filter((p) => p.startsWith('fresh-')).length, 1);
     recordFault({ fault: '4 SIGKILL of the real controller', injected: "SIGKILL of `llmgw serve` right after 'starting replica'", held: `the replica ended adopted or started once: at most ${most} llama-server of the model at a time, none the controller does not report` });
   });
 
@@ -272,22 +273,3 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     }
   });
 });
-
-
-/** Replica ids of the llama-server processes running on the node (their working dir is the replica's dir). */
-function replicaProcesses(): string[] {
-  const dir = `${fleet.nodes[0]!.dataDir}/replicas/`;
-  const ids: string[] = [];
-  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
-    let cwd: string;
-    try {
-      cwd = readlinkSync(`/proc/${pid}/cwd`);
-    } catch {
-      continue;
-    }
-    if (!cwd.startsWith(dir)) continue;
-    const comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
-    if (comm.startsWith('llama-server')) ids.push(cwd.slice(dir.length));
-  }
-  return ids.sort();
-}
