@@ -8,6 +8,7 @@ import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
 import { place, type PlacementNode, type PlacementRequest, type Unplaceable } from './placement.js';
+import { avoidKey } from './state.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 
 export interface ObservedNode {
@@ -247,7 +248,7 @@ export function planPass(input: PlanInput): PlanOutput {
         reachable: n.reachable && ns !== undefined,
       };
     });
-  const avoided = (model: string): string[] => input.nodes.map((n) => n.name).filter((n) => input.avoid?.has(`${model}@${n}`));
+  const avoided = (model: string): string[] => input.nodes.map((n) => n.name).filter((n) => input.avoid?.has(avoidKey(model, n)));
   const requests: PlacementRequest[] = wants.map((w) => ({
     model: w.model.name,
     count: w.count,

@@ -412,7 +412,7 @@ export class Reconciler implements FleetView {
     const snap = this.summarize();
     const spec = this.o.tracker.applied?.spec;
     if (this.status && spec && this.leader()) await this.status.write(snap, spec, this.clock, log);
-    this.publish({ ...snap, stateError: this.saver.error, lastStatusWriteOk: this.status?.lastOk ?? null });
+    this.publish({ ...snap, lastStatusWriteOk: this.status?.lastOk ?? null });
   }
 
   // ------------------------------------------------------------------ operator and router API
