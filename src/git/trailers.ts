@@ -15,6 +15,8 @@ export interface Trailer {
 }
 
 export const RETRY_TRAILER = 'Llmgw-Retry';
+/** The HA leader's fencing epoch on status-branch commits (`llmgw serve --etcd`). */
+export const EPOCH_TRAILER = 'Llmgw-Epoch';
 
 const GIT_GENERATED_PREFIXES = ['Signed-off-by: ', '(cherry picked from commit '];
 
@@ -114,6 +116,33 @@ export function trailerValues(message: string, key: string): string[] {
   return parseTrailers(message)
     .filter((t) => t.key.toLowerCase() === k)
     .map((t) => t.value);
+}
+
+/**
+ * The fencing epoch a commit message carries in its Llmgw-Epoch trailer, or null when it has none.
+ * Values that are not a plain decimal integer (at most 15 digits, so exact as a number) are not
+ * epochs and are ignored; of several trailers the highest counts, so no extra trailer can lower it.
+ */
+export function epochOf(message: string): number | null {
+  let best: number | null = null;
+  for (const v of trailerValues(message, EPOCH_TRAILER)) {
+    if (!/^[0-9]{1,15}$/.test(v)) continue;
+    const n = Number(v);
+    if (best === null || n > best) best = n;
+  }
+  return best;
+}
+
+/**
+ * The message with `Key: value` added as its last trailer: into the trailer block when the
+ * message ends with one, else as a new paragraph after the message (a message that is only a
+ * title gets a blank line first, so the trailer is not read as part of the title). Pure.
+ */
+export function withTrailer(message: string, key: string, value: string): string {
+  const body = message.replace(/\r\n/g, '\n').replace(/\s+$/, '');
+  const line = `${key}: ${value}`;
+  if (body === '') return `\n${line}\n`; // an empty title, then the trailer
+  return parseTrailers(body).length > 0 ? `${body}\n${line}\n` : `${body}\n\n${line}\n`;
 }
 
 /** Model names named by Llmgw-Retry trailers: several trailers and comma/space-separated lists, deduplicated. */

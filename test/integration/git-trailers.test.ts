@@ -27,6 +27,11 @@ const messages: readonly string[] = [
   'Subject\n\nKey-1: a\nKey_2: b\n',
   '',
   '\n\n',
+  // Llmgw-Epoch as withTrailer adds it to status-branch messages (test/unit/git-trailers.test.ts).
+  'llmgw status at abc\n\nLlmgw-Epoch: 3\n',
+  'Title\n\nReviewed-by: A <a@x>\nLlmgw-Epoch: 3\n',
+  '\nLlmgw-Epoch: 3\n',
+  'S\n\nLlmgw-Epoch: 4\nLlmgw-Epoch: 9\nllmgw-epoch : x\n',
 ];
 
 describe('trailers agree with git interpret-trailers --parse', () => {

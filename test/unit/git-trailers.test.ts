@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CommitInfo } from '../../src/git/commits.js';
-import { commitContent, extractRetries, parseTrailers, retryId, retryModels, trailerValues } from '../../src/git/trailers.js';
+import { EPOCH_TRAILER, commitContent, epochOf, extractRetries, parseTrailers, retryId, retryModels, trailerValues, withTrailer } from '../../src/git/trailers.js';
 
 interface Case {
   readonly name: string;
@@ -147,4 +147,40 @@ describe('git trailers', () => {
     assert.notEqual(retryId(later!), retryId(orig!));
     assert.notEqual(retryId(reworded!), retryId(orig!));
   });
+});
+
+const epochCases: ReadonlyArray<{ readonly name: string; readonly message: string; readonly epoch: number | null }> = [
+  { name: 'no trailer', message: 'llmgw status at abc\n', epoch: null },
+  { name: 'one trailer', message: 'llmgw status at abc\n\nLlmgw-Epoch: 7\n', epoch: 7 },
+  { name: 'key case-insensitive, space before the colon', message: 'S\n\nllmgw-epoch : 12\n', epoch: 12 },
+  { name: 'in the title it is not a trailer', message: 'Llmgw-Epoch: 7\n', epoch: null },
+  { name: 'not in the last paragraph', message: 'S\n\nLlmgw-Epoch: 7\n\nprose\n', epoch: null },
+  { name: 'not a number', message: 'S\n\nLlmgw-Epoch: seven\n', epoch: null },
+  { name: 'negative, fractional, signed and over-long values are not epochs', message: 'S\n\nLlmgw-Epoch: -1\nLlmgw-Epoch: 1.5\nLlmgw-Epoch: +2\nLlmgw-Epoch: 1234567890123456\n', epoch: null },
+  { name: 'zero', message: 'S\n\nLlmgw-Epoch: 0\n', epoch: 0 },
+  { name: 'several: the highest counts', message: 'S\n\nLlmgw-Epoch: 4\nLlmgw-Epoch: 9\nLlmgw-Epoch: 2\n', epoch: 9 },
+  { name: 'a malformed one beside a good one', message: 'S\n\nLlmgw-Epoch: x\nLlmgw-Epoch: 3\n', epoch: 3 },
+  { name: 'next to other trailers', message: 'S\n\nLlmgw-Retry: m1\nLlmgw-Epoch: 5\n', epoch: 5 },
+];
+
+describe('Llmgw-Epoch trailer', () => {
+  for (const c of epochCases) it(`epochOf: ${c.name}`, () => assert.equal(epochOf(c.message), c.epoch));
+
+  const adds: ReadonlyArray<{ readonly message: string; readonly out: string }> = [
+    { message: 'llmgw status at abc', out: 'llmgw status at abc\n\nLlmgw-Epoch: 3\n' },
+    { message: 'llmgw status at abc\n', out: 'llmgw status at abc\n\nLlmgw-Epoch: 3\n' },
+    { message: 'Title\n\nBody.\n\n\n', out: 'Title\n\nBody.\n\nLlmgw-Epoch: 3\n' },
+    { message: 'Title\n\nReviewed-by: A <a@x>\n', out: 'Title\n\nReviewed-by: A <a@x>\nLlmgw-Epoch: 3\n' },
+    { message: 'Title\r\n\r\nBody\r\n', out: 'Title\n\nBody\n\nLlmgw-Epoch: 3\n' },
+    { message: '', out: '\nLlmgw-Epoch: 3\n' },
+  ];
+  for (const a of adds) {
+    it(`withTrailer(${JSON.stringify(a.message)}) ends with the trailer, which epochOf reads back`, () => {
+      const out = withTrailer(a.message, EPOCH_TRAILER, '3');
+      assert.equal(out, a.out);
+      assert.equal(epochOf(out), 3);
+      // Trailers already in the message are kept.
+      assert.deepEqual(parseTrailers(out).slice(0, -1), parseTrailers(a.message));
+    });
+  }
 });
