@@ -8,6 +8,11 @@
  * - local: update the ref under git's own lock protocol (<ref>.lock, O_EXCL) only if it still
  *   holds the expected oid.
  * Only refs/heads/<branch> is ever updated, so operators pushing to main are never affected.
+ *
+ * Fencing (HA on etcd): a writer given its leader epoch puts it in the commit's Llmgw-Epoch
+ * trailer, and before every swap attempt reads the epoch of the tip it builds on; a tip written by
+ * a newer epoch is refused (STATUS_EPOCH_STALE), never built on or retried over. Since the swap
+ * only succeeds on that same tip, epochs along the branch's first-parent history never decrease.
  */
 import * as fs from 'node:fs';
 import { open, readFile, readdir, rename, unlink, mkdir, type FileHandle } from 'node:fs/promises';
@@ -15,6 +20,7 @@ import { dirname, join } from 'node:path';
 import git, { type TreeEntry } from 'isomorphic-git';
 import { LlmgwError } from '../errors/catalogue.js';
 import { REMOTE_NAME, type FleetRepo } from './repo.js';
+import { EPOCH_TRAILER, epochOf, withTrailer } from './trailers.js';
 
 export const DEFAULT_STATUS_BRANCH = 'llmgw/status';
 const ZERO_OID = '0000000000000000000000000000000000000000';
@@ -25,6 +31,12 @@ export interface StatusBranchOptions {
   /** path → content (UTF-8). Paths are repo-relative, "/"-separated. */
   readonly files: Readonly<Record<string, string>>;
   readonly message: string;
+  /**
+   * The HA leader's fencing epoch (a non-negative integer). Given: the commit carries
+   * `Llmgw-Epoch: <epoch>`, and a branch whose tip carries a higher epoch is refused with
+   * STATUS_EPOCH_STALE. Absent: no trailer, no check.
+   */
+  readonly epoch?: number;
   readonly author?: { readonly name: string; readonly email: string };
   /** Attempts when someone else moved the branch (default 5). */
   readonly maxAttempts?: number;
@@ -103,8 +115,33 @@ async function makeCommit(repo: FleetRepo, tree: string, parent: string | null, 
     timestamp: Math.floor(now.getTime() / 1000),
     timezoneOffset: 0,
   };
-  const message = opts.message.endsWith('\n') ? opts.message : `${opts.message}\n`;
+  const message =
+    opts.epoch === undefined ? (opts.message.endsWith('\n') ? opts.message : `${opts.message}\n`) : withTrailer(opts.message, EPOCH_TRAILER, String(opts.epoch));
   return git.writeCommit({ fs, gitdir: repo.gitdir, commit: { tree, parent: parent ? [parent] : [], author: who, committer: who, message } });
+}
+
+function checkEpoch(opts: StatusBranchOptions): void {
+  if (opts.epoch === undefined) return;
+  if (!Number.isSafeInteger(opts.epoch) || opts.epoch < 0) {
+    throw new LlmgwError('USAGE', `status branch epoch ${String(opts.epoch)} is not a non-negative integer`);
+  }
+  if (epochOf(opts.message) !== null) {
+    throw new LlmgwError('USAGE', `the status message already has an ${EPOCH_TRAILER} trailer; the writer adds the epoch itself`);
+  }
+}
+
+/** Refuse to build on a tip that a newer epoch wrote (a tip without the trailer is epoch 0). */
+async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined): Promise<void> {
+  if (epoch === undefined || tip === null) return;
+  const { message } = (await git.readCommit({ fs, gitdir: repo.gitdir, oid: tip, cache: repo.cache })).commit;
+  const headEpoch = epochOf(message) ?? 0;
+  if (headEpoch > epoch) {
+    throw new LlmgwError(
+      'STATUS_EPOCH_STALE',
+      `status branch ${branch} (${repo.label}): its head ${tip.slice(0, 12)} was written by epoch ${headEpoch}, newer than this writer's epoch ${epoch}; not written`,
+      { branch, epoch, headEpoch, head: tip },
+    );
+  }
 }
 
 // --- local repos: git's ref lock protocol ---
@@ -181,6 +218,7 @@ const MOVED = new Set(['UserCanceledError', 'PushRejectedError', 'GitPushError']
 export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptions): Promise<StatusWriteResult> {
   const branch = opts.branch ?? DEFAULT_STATUS_BRANCH;
   checkBranchName(branch, repo.branch);
+  checkEpoch(opts);
   await repo.open();
   const ref = `refs/heads/${branch}`;
   const maxAttempts = Math.max(1, opts.maxAttempts ?? 5);
@@ -191,6 +229,7 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       await assertNotCheckedOut(repo.gitdir, ref);
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
         const tip = await readLocalRef(repo.gitdir, ref);
+        await assertTipNotNewer(repo, branch, tip, opts.epoch);
         if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
         const commit = await makeCommit(repo, tree, tip, opts);
         await opts.beforeUpdate?.(attempt);
@@ -201,6 +240,7 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       token = a.token;
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
         const tip = await repo.fetchBranch(branch, a.onAuth);
+        await assertTipNotNewer(repo, branch, tip, opts.epoch);
         if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
         const commit = await makeCommit(repo, tree, tip, opts);
         // The mirror's own branch ref is what push sends; the mirror has no working tree.
