@@ -1,8 +1,12 @@
 /**
  * A TCP forwarder for partition tests: clients connect to its port, it relays to a target (a real
- * sshd). `cut()` destroys every relayed connection at both ends and refuses new ones until
- * `restore()`, without touching the target or the processes it runs: what a network partition
- * does, unlike killing sshd (whose session processes would die with it).
+ * sshd, a real etcd). Two kinds of partition, neither touching the target or the processes it runs:
+ * - `cut()` destroys every relayed connection at both ends and refuses new ones until `restore()`:
+ *   what a partition the peers notice does (unlike killing sshd, whose session processes would die);
+ * - `stall()` stops relaying in both directions but keeps every socket open, and holds new
+ *   connections accepted but unconnected: packets vanish, nobody is told. gRPC does not notice a
+ *   stalled connection until its own deadlines or keepalive pings fail. `restore()` relays again
+ *   what was held (TCP after a healed partition), and connects the held clients.
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
@@ -16,16 +20,47 @@ export interface TcpForwarder {
   /** Bytes relayed from the target to clients so far. */
   readonly bytesDown: number;
   cut(): void;
+  /** Stop relaying, keep the sockets open (see above). */
+  stall(): void;
   restore(): void;
   close(): Promise<void>;
 }
 
+interface Pair {
+  readonly client: Socket;
+  upstream: Socket | null;
+}
+
 export async function startTcpForwarder(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpForwarder> {
-  const pairs = new Set<[Socket, Socket]>();
+  const pairs = new Set<Pair>();
   let down = false;
+  let stalled = false;
   let accepted = 0;
   let refused = 0;
   let bytesDown = 0;
+  const end = (pair: Pair): void => {
+    pairs.delete(pair);
+    pair.client.destroy();
+    pair.upstream?.destroy();
+  };
+  const relay = (pair: Pair): void => {
+    const up = pair.upstream!;
+    pair.client.pipe(up);
+    up.pipe(pair.client);
+  };
+  const hold = (pair: Pair): void => {
+    pair.client.unpipe();
+    pair.upstream?.unpipe();
+    pair.client.pause();
+    pair.upstream?.pause();
+  };
+  const dial = (pair: Pair): void => {
+    const upstream = connect(targetPort, targetHost);
+    pair.upstream = upstream;
+    upstream.on('data', (d: Buffer) => (bytesDown += d.length));
+    upstream.on('error', () => end(pair)).on('close', () => end(pair));
+    relay(pair);
+  };
   const server: Server = createServer((client) => {
     if (down) {
       refused++;
@@ -33,27 +68,17 @@ export async function startTcpForwarder(targetPort: number, targetHost = '127.0.
       return;
     }
     accepted++;
-    const upstream = connect(targetPort, targetHost);
-    const pair: [Socket, Socket] = [client, upstream];
+    const pair: Pair = { client, upstream: null };
     pairs.add(pair);
-    const end = (): void => {
-      pairs.delete(pair);
-      client.destroy();
-      upstream.destroy();
-    };
-    upstream.on('data', (d: Buffer) => (bytesDown += d.length));
-    client.pipe(upstream);
-    upstream.pipe(client);
-    client.on('error', end).on('close', end);
-    upstream.on('error', end).on('close', end);
+    client.on('error', () => end(pair)).on('close', () => end(pair));
+    if (stalled) client.pause();
+    else dial(pair);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const cut = (): void => {
     down = true;
-    for (const [a, b] of pairs) {
-      a.destroy();
-      b.destroy();
-    }
+    stalled = false;
+    for (const pair of [...pairs]) end(pair);
     pairs.clear();
   };
   return {
@@ -68,8 +93,19 @@ export async function startTcpForwarder(targetPort: number, targetHost = '127.0.
       return bytesDown;
     },
     cut,
+    stall() {
+      if (down) return;
+      stalled = true;
+      for (const pair of pairs) hold(pair);
+    },
     restore() {
       down = false;
+      if (!stalled) return;
+      stalled = false;
+      for (const pair of pairs) {
+        if (pair.upstream) relay(pair);
+        else dial(pair);
+      }
     },
     async close() {
       cut();

@@ -1,0 +1,251 @@
+/**
+ * What the leader and the standbys exchange through etcd:
+ * - Published: the leader's fleet snapshot at `<prefix>/snapshot` (a guarded put, only when it
+ *   changed); every instance watches it (current value first, then every change).
+ * - Requests: a standby's request for the leader (on-demand activation, retry, restart) at
+ *   `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
+ *   the sender gives up. The leader handles pending requests and then new ones, writes the answer
+ *   to `<prefix>/responses/<id>` on the same lease (guarded by its epoch, and only while the request
+ *   still exists) and deletes the request in the same txn. The sender waits for the answer.
+ *
+ * Delivery is at least once: a leader that dies after handling a request and before its txn lands
+ * leaves it for the next leader. Handlers are idempotent by the request's id (retries are handled
+ * once by id in the state record).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Etcd3, IKeyValue, Lease, Watcher } from 'etcd3';
+import { LlmgwError, Reasons, reasonOf, type ReasonCode, type ReasonRef } from '../errors/catalogue.js';
+import { cancelWatcher, type Election } from './election.js';
+import { etcdError } from './etcd.js';
+
+const CANCEL_TIMEOUT_MS = 2_000;
+
+/**
+ * Watches one key: the current value first, then every change (null: deleted). Resolves to a
+ * closer once watching. A watch etcd cancels (compacted past its revision) is replaced by a fresh
+ * read and watch, so the value seen may repeat but is never missed for good.
+ */
+async function watchKey(client: Etcd3, key: string, onValue: (v: string | null) => void): Promise<() => Promise<void>> {
+  let closed = false;
+  let watcher: Watcher | null = null;
+  let retry: NodeJS.Timeout | null = null;
+  const open = async (): Promise<void> => {
+    const res = await client.get(key).exec();
+    if (closed) return;
+    const kv = res.kvs[0];
+    onValue(kv ? kv.value.toString('utf8') : null);
+    const w = client.watch().key(key).startRevision(String(Number(res.header.revision) + 1)).watcher();
+    watcher = w;
+    w.on('put', (k: IKeyValue) => onValue(k.value.toString('utf8')));
+    w.on('delete', () => onValue(null));
+    w.on('error', () => {
+      if (watcher !== w) return;
+      watcher = null;
+      void cancelWatcher(w, CANCEL_TIMEOUT_MS);
+      again();
+    });
+  };
+  const again = (): void => {
+    if (closed) return;
+    retry = setTimeout(() => open().catch(again), 1_000);
+  };
+  try {
+    await open();
+  } catch (e) {
+    throw etcdError(e, `reading ${key}`);
+  }
+  return async () => {
+    closed = true;
+    if (retry) clearTimeout(retry);
+    const w = watcher;
+    watcher = null;
+    if (w) await cancelWatcher(w, CANCEL_TIMEOUT_MS);
+  };
+}
+
+/** The leader's published snapshot. */
+export class Published {
+  readonly key: string;
+  private last: string | null = null;
+  private writeCount = 0;
+
+  constructor(
+    private readonly election: Election,
+    private readonly client: Etcd3,
+    prefix: string,
+  ) {
+    this.key = `${prefix}/snapshot`;
+  }
+
+  get writes(): number {
+    return this.writeCount;
+  }
+
+  /** A guarded put of the snapshot, only when `json` differs from the last published. */
+  async publish(json: string): Promise<void> {
+    if (json === this.last) return;
+    await this.election.guardedPut(this.key, json);
+    this.last = json;
+    this.writeCount++;
+  }
+
+  /** Calls onValue with the current snapshot (null: none), then with every change; resolves to a closer. */
+  watch(onValue: (json: string | null) => void): Promise<() => Promise<void>> {
+    return watchKey(this.client, this.key, onValue);
+  }
+}
+
+export interface RequestMsg {
+  readonly id: string;
+  readonly kind: string;
+  readonly body: unknown;
+  /** The sending instance's id. */
+  readonly from: string;
+}
+
+interface WireRequest extends RequestMsg {
+  /** The sender's lease the answer is attached to. */
+  readonly lease: string;
+}
+
+type WireResponse = { readonly ok: unknown } | { readonly error: ReasonRef };
+
+function isReasonCode(code: string): code is ReasonCode {
+  return Object.hasOwn(Reasons, code);
+}
+
+function parseRequest(kv: IKeyValue): WireRequest | null {
+  try {
+    const v = JSON.parse(kv.value.toString('utf8')) as Partial<WireRequest>;
+    if (typeof v.id !== 'string' || typeof v.kind !== 'string' || typeof v.from !== 'string' || typeof v.lease !== 'string') return null;
+    return { id: v.id, kind: v.kind, body: v.body, from: v.from, lease: v.lease };
+  } catch {
+    return null;
+  }
+}
+
+export class Requests {
+  private readonly requestsPrefix: string;
+  private readonly responsesPrefix: string;
+
+  constructor(
+    private readonly client: Etcd3,
+    prefix: string,
+    private readonly from: string,
+  ) {
+    this.requestsPrefix = `${prefix}/requests/`;
+    this.responsesPrefix = `${prefix}/responses/`;
+  }
+
+  /**
+   * Sends a request to the leader and waits for its answer. Rejects with the LlmgwError the leader's
+   * handler failed with, LEADER_UNAVAILABLE after timeoutMs, or ETCD_* when etcd does not answer.
+   */
+  async send(kind: string, body: unknown, timeoutMs: number): Promise<unknown> {
+    const id = randomUUID();
+    const deadline = Date.now() + timeoutMs;
+    const responseKey = this.responsesPrefix + id;
+    const lease: Lease = this.client.lease(Math.max(2, Math.ceil(timeoutMs / 1000) + 1), { autoKeepAlive: false });
+    lease.on('lost', () => undefined);
+    let watcher: Watcher | null = null;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const leaseId = await lease.grant().catch((e: unknown) => Promise.reject(etcdError(e, `sending ${kind} to the leader`)));
+      let answered!: (text: string) => void;
+      const answer = new Promise<string>((r) => (answered = r));
+      watcher = this.client.watch().key(responseKey).only('put').watcher();
+      watcher.on('put', (kv: IKeyValue) => answered(kv.value.toString('utf8')));
+      // Wait until the watch is in place before the request can be answered.
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new LlmgwError('ETCD_UNAVAILABLE', `sending ${kind} to the leader: etcd did not open the watch for the answer within ${timeoutMs} ms`)), Math.max(0, deadline - Date.now()));
+        watcher!.once('connected', () => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+      const msg: WireRequest = { id, kind, body, from: this.from, lease: leaseId };
+      try {
+        await this.client.put(this.requestsPrefix + id).value(JSON.stringify(msg)).lease(leaseId);
+      } catch (e) {
+        throw etcdError(e, `sending ${kind} to the leader`);
+      }
+      const timedOut = new Promise<null>((r) => (timer = setTimeout(() => r(null), Math.max(0, deadline - Date.now()))));
+      const text = await Promise.race([answer, timedOut]);
+      if (text === null) throw new LlmgwError('LEADER_UNAVAILABLE', `no leader answered the ${kind} request within ${timeoutMs} ms`, { kind, timeoutMs });
+      let res: WireResponse;
+      try {
+        res = JSON.parse(text) as WireResponse;
+      } catch {
+        throw new LlmgwError('INTERNAL', `the leader's answer to ${kind} is not JSON`);
+      }
+      if ('error' in res) {
+        const code = isReasonCode(res.error.code) ? res.error.code : 'INTERNAL';
+        throw new LlmgwError(code, res.error.message, { fromLeader: true });
+      }
+      return res.ok;
+    } finally {
+      clearTimeout(timer);
+      if (watcher) await cancelWatcher(watcher, CANCEL_TIMEOUT_MS);
+      // Removes the request (if unhandled) and the answer with the lease.
+      lease.revoke({ deadline: new Date(Date.now() + CANCEL_TIMEOUT_MS) }).catch(() => undefined);
+    }
+  }
+
+  /**
+   * Serves requests as the leader: those pending first, then new ones, one at a time in revision
+   * order. Call it when elected; close it when deposed. A request that arrives while this instance
+   * does not lead is left for the next leader. Resolves to a closer once watching.
+   */
+  async serve(election: Election, handle: (m: RequestMsg) => Promise<unknown>): Promise<() => Promise<void>> {
+    let closed = false;
+    let chain: Promise<void> = Promise.resolve();
+    const seen = new Set<string>();
+    const enqueue = (kv: IKeyValue): void => {
+      const key = kv.key.toString('utf8');
+      if (seen.has(key)) return;
+      seen.add(key);
+      chain = chain.then(() => (closed ? undefined : this.handleOne(election, kv, handle))).finally(() => seen.delete(key));
+    };
+    let res;
+    try {
+      res = await this.client.getAll().prefix(this.requestsPrefix).sort('Mod', 'Ascend').exec();
+    } catch (e) {
+      throw etcdError(e, 'reading pending requests');
+    }
+    const watcher = this.client.watch().prefix(this.requestsPrefix).only('put').startRevision(String(Number(res.header.revision) + 1)).watcher();
+    watcher.on('put', (kv: IKeyValue) => enqueue(kv));
+    watcher.on('error', () => undefined);
+    for (const kv of res.kvs) enqueue(kv);
+    return async () => {
+      closed = true;
+      await cancelWatcher(watcher, CANCEL_TIMEOUT_MS);
+      await chain;
+    };
+  }
+
+  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>): Promise<void> {
+    const requestKey = kv.key.toString('utf8');
+    const req = parseRequest(kv);
+    if (!election.isLeader()) return;
+    if (req === null) {
+      await election.guardedDelete(requestKey).catch(() => undefined);
+      return;
+    }
+    let response: WireResponse;
+    try {
+      response = { ok: (await handle({ id: req.id, kind: req.kind, body: req.body, from: req.from })) ?? null };
+    } catch (e) {
+      response = { error: reasonOf(e) };
+    }
+    try {
+      // Only while the request exists (its sender's lease lives), so the answer's lease does too.
+      await election.guardedTxn(
+        [this.client.put(this.responsesPrefix + req.id).value(JSON.stringify(response)).lease(req.lease), this.client.delete().key(requestKey)],
+        [{ key: requestKey, column: 'Mod', cmp: '==', value: Number(kv.mod_revision) }],
+        `answering ${req.kind} ${req.id}`,
+      );
+    } catch {
+      // Deposed (the election says so and steps down) or etcd gone: the request stays for the next leader.
+    }
+  }
+}

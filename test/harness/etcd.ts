@@ -1,0 +1,134 @@
+/**
+ * Test harness: a real single-member etcd (Debian's etcd-server, /usr/bin/etcd) on loopback, with a
+ * throwaway data dir and free ports for its client and peer URLs. Several may run at once.
+ *
+ *   const etcd = await startEtcd();
+ *   const client = new Etcd3({ hosts: etcd.endpoint });
+ *   …
+ *   await etcd.stop();
+ *
+ * startEtcd() resolves once a get through etcd3 answers. stop() ends etcd (SIGTERM, then SIGKILL)
+ * and removes the data dir; kill() SIGKILLs it and keeps the dir (stop() still removes it).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { noop } from 'cockatiel';
+import { Etcd3 } from 'etcd3';
+import { freePort } from './llama-server.js';
+
+export const ETCD_BIN = process.env.LLMGW_ETCD_BIN ?? '/usr/bin/etcd';
+
+export interface EtcdInstance {
+  /** http://127.0.0.1:PORT */
+  readonly endpoint: string;
+  readonly clientPort: number;
+  /** etcd's output so far (for diagnosing a failing test). */
+  log(): string;
+  /** End etcd and remove its data dir. Idempotent. */
+  stop(): Promise<void>;
+  /** SIGKILL etcd at once (the data dir stays until stop()). */
+  kill(): void;
+}
+
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const p of running) p.kill('SIGKILL');
+});
+
+function exited(p: ChildProcess): Promise<void> {
+  return p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise((r) => p.once('exit', () => r()));
+}
+
+async function answers(endpoint: string, deadlineMs: number): Promise<boolean> {
+  const c = new Etcd3({ hosts: endpoint, dialTimeout: 1_000, faultHandling: { global: noop, host: () => noop } });
+  try {
+    await c.get('llmgw-harness-probe').options({ deadline: Date.now() + deadlineMs }).string();
+    return true;
+  } catch {
+    return false;
+  } finally {
+    c.close();
+  }
+}
+
+async function startOnce(dir: string): Promise<EtcdInstance | 'port-taken'> {
+  const clientPort = await freePort();
+  let peerPort = await freePort();
+  while (peerPort === clientPort) peerPort = await freePort();
+  const client = `http://127.0.0.1:${clientPort}`;
+  const peer = `http://127.0.0.1:${peerPort}`;
+  const name = 'llmgw-test';
+  const child = spawn(
+    ETCD_BIN,
+    [
+      '--name', name,
+      '--data-dir', join(dir, 'data'),
+      '--listen-client-urls', client,
+      '--advertise-client-urls', client,
+      '--listen-peer-urls', peer,
+      '--initial-advertise-peer-urls', peer,
+      '--initial-cluster', `${name}=${peer}`,
+      '--initial-cluster-state', 'new',
+      '--initial-cluster-token', `llmgw-${clientPort}`,
+      '--logger', 'zap',
+      '--log-level', 'warn',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ETCD_UNSUPPORTED_ARCH: process.arch === 'x64' ? '' : process.arch } },
+  );
+  running.add(child);
+  child.once('exit', () => running.delete(child));
+  let out = '';
+  const keep = (d: Buffer): void => {
+    out = (out + d.toString('utf8')).slice(-64 * 1024);
+  };
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  const deadline = Date.now() + 30_000;
+  while (!(await answers(client, 1_000))) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      if (/address already in use/.test(out)) return 'port-taken';
+      throw new Error(`etcd exited (${child.exitCode ?? child.signalCode}) before answering:\n${out}`);
+    }
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`etcd did not answer on ${client} within 30 s:\n${out}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  let stopped: Promise<void> | null = null;
+  return {
+    endpoint: client,
+    clientPort,
+    log: () => out,
+    kill() {
+      child.kill('SIGKILL');
+    },
+    stop() {
+      stopped ??= (async () => {
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill('SIGTERM');
+          const t = setTimeout(() => child.kill('SIGKILL'), 5_000);
+          await exited(child);
+          clearTimeout(t);
+        }
+        await rm(dir, { recursive: true, force: true });
+      })();
+      return stopped;
+    },
+  };
+}
+
+export async function startEtcd(): Promise<EtcdInstance> {
+  for (let attempt = 0; ; attempt++) {
+    const dir = await mkdtemp(join(tmpdir(), 'llmgw-etcd-'));
+    const r = await startOnce(dir).catch(async (e: unknown) => {
+      await rm(dir, { recursive: true, force: true });
+      throw e;
+    });
+    if (r !== 'port-taken') return r;
+    await rm(dir, { recursive: true, force: true });
+    if (attempt >= 4) throw new Error('etcd: five attempts found its ports taken');
+  }
+}
