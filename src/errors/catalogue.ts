@@ -73,6 +73,8 @@ export const Reasons = catalogue({
   NODE_COMMAND_FAILED: { http: 500, retryable: true, counts: false, hint: 'A command on the node failed; see the detail (stderr) for why.' },
   NODE_NO_FREE_PORT: { http: 503, retryable: true, counts: false, avoidsNode: true, hint: 'Every port in the node\'s port range is in use; widen ports in nodes/<node>.yaml or stop replicas.' },
   NODE_DISK_FULL: { http: 507, retryable: false, counts: false, avoidsNode: true, hint: 'Free disk space in the node\'s data dir or move data_dir to a larger disk; meanwhile llmgw places the model on another node (it does not count toward parking).' },
+  NODE_OWNED: { http: 409, retryable: false, counts: false, hint: 'Another controller owns this node (the message names it, its epoch and when it last renewed); this one does not act on it. Stop the other controller, or run them as one HA cluster with --etcd; its ownership expires ttl seconds (in the message) after its last renewal, then this controller takes the node over.' },
+  NODE_FENCED: { http: 409, retryable: false, counts: false, hint: 'A newer leader of this controller\'s cluster (a higher epoch, named in the message) has acted on this node, so this instance is deposed and its action was refused. Stop the other controller, or run them as one HA cluster with --etcd; its ownership expires ttl seconds (in the message) after its last renewal. A lower epoch of the same owner is refused even then: if the cluster\'s etcd was recreated (revisions started over), remove <data dir>/.locks/owner on the node.' },
 
   // --- nodes: engines ---
   ENGINE_CHECKSUM_MISMATCH: { http: 502, retryable: false, counts: true, hint: 'The downloaded engine artifact does not match its sha256 in engines/<engine>.yaml; fix the url or the checksum.' },

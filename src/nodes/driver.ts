@@ -82,6 +82,44 @@ export interface NodeObservation {
   readonly engines: readonly EngineObservation[];
   readonly models: readonly ModelFileObservation[];
   readonly replicas: readonly ReplicaObservation[];
+  /** The node's owner record as this look found (and, when 'mine', renewed) it; absent when the driver has no fence. */
+  readonly fence?: NodeFenceView;
+}
+
+/**
+ * Who acts on a node, carried with every action of a driver that has one (see fence.ts). The node
+ * keeps one owner record under <data dir>/.locks and refuses an action that a newer owner or epoch
+ * has superseded: NODE_OWNED (another owner's record has not expired) or NODE_FENCED (the same
+ * owner's record has a higher epoch).
+ */
+export interface Fence {
+  /** Who acts: a standalone controller's id, or the etcd cluster's id (all HA instances share it). */
+  readonly owner: string;
+  /** For messages: e.g. "llmgw on host-a (state dir /var/lib/llmgw)" or "etcd cluster /llmgw/prod". */
+  readonly label: string;
+  /** 0 standalone; the leader's election revision with etcd. */
+  readonly epoch: number;
+  /** How long the record holds without a renewal before another owner may take the node over. */
+  readonly ttlSeconds: number;
+}
+
+export interface NodeFenceView {
+  /**
+   * mine: the record is this driver's fence (also when the node had no record, now claimed, or an
+   * expired one, taken over); other: another owner's record that has not expired; newer-epoch: this
+   * owner's record with a higher epoch than the driver's. owner/label/epoch are the record's after
+   * the look (for 'mine': the driver's own).
+   */
+  readonly state: 'mine' | 'other' | 'newer-epoch';
+  readonly owner: string;
+  readonly label: string;
+  readonly epoch: number;
+  /** Seconds (node clock) since the record was last renewed; 0 for 'mine' (renewed by this look). */
+  readonly renewedAgoSeconds: number;
+  /** The record's ttl. */
+  readonly ttlSeconds: number;
+  /** Set when this look took the node over from another owner whose record had expired. */
+  readonly tookOverFrom?: { readonly owner: string; readonly label: string; readonly epoch: number; readonly renewedAgoSeconds: number };
 }
 
 export interface ReplicaStartSpec {

@@ -7,7 +7,13 @@
  * stderr and exits 3; shell-driver.ts turns that into an LlmgwError with that catalogue code.
  * Output protocol for scripts that report several things: sections introduced by `@@<nonce> <name>`
  * lines, where the nonce is random per call (so no log line or file name can forge a section).
+ *
+ * Fencing (fence.ts): given a Fence, every script that writes checks the node's owner record first,
+ * under its lock, and exits EXIT_FENCE_REFUSED when a newer owner or epoch has superseded the fence.
+ * Reads (inspect, ports, log tail, file ranges, "is it installed already") are not fenced.
  */
+import type { Fence } from './driver.js';
+import { fenceShell } from './fence.js';
 import { shJoin, shq } from './shell.js';
 
 /** Exit code of the start script when the chosen port is taken (the driver picks another). */
@@ -41,13 +47,34 @@ llmgw_sha256() { sha256sum "$1" | awk '{print $1}'; }
 /** Engine staging and build dirs older than this (minutes) are leftovers of cut-off installs. */
 export const STALE_INSTALL_MINUTES = 24 * 60;
 
-/** Everything `observe()` needs in one round trip. */
-export function observeScript(dataDir: string, nonce: string, logLines: number): string {
+/** The fence's shell functions, or nothing without a fence. */
+function fenceDefs(dataDir: string, fence: Fence | null | undefined): string {
+  return fence ? `${fenceShell(dataDir, fence)}\n` : '';
+}
+
+/** Check the fence for an action: refused unless mine; with `hold` the owner lock stays held. */
+function fenceAct(fence: Fence | null | undefined, hold = false): string {
+  if (!fence) return '';
+  return hold ? 'llmgw_fence_act\n' : 'llmgw_fence_act; llmgw_fence_unlock\n';
+}
+
+/**
+ * Everything `observe()` needs in one round trip. With a fence, the look renews the owner record
+ * when it is this fence's (the heartbeat), claims it when there is none or it expired, and leaves
+ * another owner's or a newer epoch's record as it is; the `fence` section reports it.
+ */
+export function observeScript(dataDir: string, nonce: string, logLines: number, fence?: Fence | null): string {
   const m = `@@${nonce}`;
+  const look = fence
+    ? `llmgw_fence_lock; llmgw_fence_check look; llmgw_fence_unlock
+echo ${shq(`${m} fence`)}; printf '%s\\n' "$fence_line"
+[ -n "$fence_took" ] && printf 'took %s\\n' "$fence_took"
+`
+    : '';
   return `${PRELUDE}
-d=${shq(dataDir)}
+${fenceDefs(dataDir, fence)}d=${shq(dataDir)}
 mkdir -p "$d/engines" "$d/models" "$d/replicas" || exit 1
-echo ${shq(`${m} mem`)}; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
+${look}echo ${shq(`${m} mem`)}; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
 echo ${shq(`${m} cpus`)}; nproc 2>/dev/null || getconf _NPROCESSORS_ONLN
 echo ${shq(`${m} flags`)}; grep -m1 -E '^(flags|Features)[[:space:]]*:' /proc/cpuinfo | sed 's/^[^:]*:[[:space:]]*//'
 echo ${shq(`${m} arch`)}; uname -m
@@ -114,8 +141,10 @@ export interface StartScriptInput {
   readonly port: number;
   /** Full argv, argv[0] = the binary. */
   readonly argv: readonly string[];
-  /** state.json without its closing brace; the script appends pid, procStartTime and startedAt. */
+  /** state.json without its closing brace; the script appends pid, procStartTime, startedAt (and the fence's epoch and seq). */
   readonly stateHead: string;
+  /** Checked under the owner lock, which is held through the launch. */
+  readonly fence?: Fence | null;
 }
 
 /**
@@ -123,15 +152,21 @@ export interface StartScriptInput {
  * listening, not claimed by a live replica), record it, read the API key from stdin into
  * LLAMA_API_KEY, and launch llama-server in its own session with stdin from /dev/null and output to
  * the replica's log. Prints the pid, the process start time and the start epoch.
+ *
+ * With a fence, the check and the launch run under the owner lock (taken before the replica dir's
+ * lock, released once the replica's state is written), so no start of a superseded epoch can launch
+ * after the newer epoch was recorded; the replica (which must outlive the script) does not inherit it.
  */
 export function startReplicaScript(s: StartScriptInput): string {
   const portHex = int(s.port).toString(16).toUpperCase().padStart(4, '0');
+  const fenced = s.fence ? `fj=",\\"fence\\":{\\"epoch\\":$fe,\\"seq\\":$fence_seq}"\n` : '';
   return `${PRELUDE}
-d=${shq(s.dataDir)}
+${fenceDefs(s.dataDir, s.fence)}d=${shq(s.dataDir)}
 r="$d/replicas/"${shq(s.id)}
 port=${int(s.port)}
 command -v setsid >/dev/null 2>&1 || llmgw_fail NODE_COMMAND_FAILED "setsid (util-linux) is not installed on the node"
-mkdir -p "$d/replicas" || exit 1
+${fenceAct(s.fence, true)}fj=
+${fenced}mkdir -p "$d/replicas" || exit 1
 lock="$d/replicas/.lock"
 i=0
 while ! mkdir "$lock" 2>/dev/null; do
@@ -162,7 +197,7 @@ key=
 cd "$r" || exit 1
 : >log
 started=$(date +%s)
-setsid sh -c 'echo $$ >pid.tmp && mv pid.tmp pid && exec "$@"' llmgw-replica ${shJoin(s.argv)} </dev/null >>log 2>&1 &
+setsid sh -c 'echo $$ >pid.tmp && mv pid.tmp pid && exec "$@"' llmgw-replica ${shJoin(s.argv)} </dev/null >>log 2>&1 7>&- &
 unset LLAMA_API_KEY
 i=0
 while [ ! -s pid ]; do
@@ -174,29 +209,34 @@ case $pid in ''|*[!0-9]*) llmgw_fail NODE_COMMAND_FAILED "bad pid file";; esac
 st=$(llmgw_procstat "$pid" | awk '{print $2}')
 case $st in ''|*[!0-9]*) st=0;; esac
 printf '%s\\n' "$st" >starttime
-printf '%s,"pid":%s,"procStartTime":%s,"startedAt":%s000}\\n' ${shq(s.stateHead)} "$pid" "$st" "$started" >state.json.tmp && mv state.json.tmp state.json
-printf 'pid=%s starttime=%s started=%s\\n' "$pid" "$st" "$started"
+printf '%s,"pid":%s,"procStartTime":%s,"startedAt":%s000%s}\\n' ${shq(s.stateHead)} "$pid" "$st" "$started" "$fj" >state.json.tmp && mv state.json.tmp state.json
+${s.fence ? 'llmgw_fence_unlock\n' : ''}printf 'pid=%s starttime=%s started=%s\\n' "$pid" "$st" "$started"
 `;
 }
 
-/** SIGTERM, wait up to graceMs, SIGKILL, wait for the process to be gone, remove the replica dir. */
-export function stopReplicaScript(dataDir: string, id: string, graceMs: number): string {
+/**
+ * SIGTERM, wait up to graceMs, SIGKILL, wait for the process to be gone, remove the replica dir. With a
+ * fence: checked before the SIGTERM, and again (held from there to the end) before the SIGKILL and the
+ * removal, not through the grace.
+ */
+export function stopReplicaScript(dataDir: string, id: string, graceMs: number, fence?: Fence | null): string {
   const tenths = Math.max(0, Math.ceil(int(graceMs) / 100));
   return `${PRELUDE}
-r=${shq(`${dataDir}/replicas/${id}`)}
+${fenceDefs(dataDir, fence)}r=${shq(`${dataDir}/replicas/${id}`)}
 [ -d "$r" ] || exit 0
-if llmgw_alive "$r"; then
+${fenceAct(fence)}if llmgw_alive "$r"; then
   pid=$(cat "$r/pid")
   # the replica leads its own session and process group (setsid): signal the whole group
   kill -s TERM -- "-$pid" 2>/dev/null || kill -s TERM "$pid" 2>/dev/null
   i=0
   while llmgw_alive "$r" && [ $i -lt ${tenths} ]; do sleep 0.1; i=$((i+1)); done
-  if llmgw_alive "$r"; then
-    kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid" 2>/dev/null
-    i=0
-    while llmgw_alive "$r" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-    llmgw_alive "$r" && llmgw_fail NODE_COMMAND_FAILED "replica process $pid survived SIGKILL"
-  fi
+fi
+${fenceAct(fence, true)}if llmgw_alive "$r"; then
+  pid=$(cat "$r/pid")
+  kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid" 2>/dev/null
+  i=0
+  while llmgw_alive "$r" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  llmgw_alive "$r" && llmgw_fail NODE_COMMAND_FAILED "replica process $pid survived SIGKILL"
 fi
 rm -rf "$r"
 `;
@@ -237,6 +277,8 @@ export interface EnginePaths {
   readonly nonce: string;
   /** Written into .complete; a different fingerprint means the version's definition changed. */
   readonly fingerprint: string;
+  /** Checked before the install writes (and again when it waited for another install). */
+  readonly fence?: Fence | null;
 }
 
 /** The engine's dir and this attempt's staging dir. */
@@ -272,14 +314,15 @@ exit 0
 /**
  * One install of an engine version at a time on the node (a run cut off from the controller keeps
  * going): a lock on fd 8, inherited by the download, build and unpack; after it, a version that the
- * other run installed meanwhile with this fingerprint is reported as installed.
+ * other run installed meanwhile with this fingerprint is reported as installed. With a fence, it is
+ * checked before the lock and again after a wait for another install (which may have taken long).
  */
-const ENGINE_LOCK = `mkdir -p "$locks" || exit 1
+const engineLock = (fence: Fence | null | undefined): string => `${fenceAct(fence)}mkdir -p "$locks" || exit 1
 exec 8>>"$locks/$lockname" || exit 1
 if ! flock -n 8; then
   echo "another install of this engine is running on the node; waiting for it" >&2
   flock 8 || exit 1
-fi
+${fence ? `  ${fenceAct(fence)}` : ''}fi
 if [ -f "$final/.complete" ] && [ "$(sed -n 2p "$final/.complete")" = "$fp" ] && [ -x "$(head -n 1 "$final/.complete")" ]; then
   rm -rf "$stage" \${work:+"$work"}
   head -n 1 "$final/.complete"
@@ -324,7 +367,7 @@ if [ $rc -ne 0 ]; then
   llmgw_fail ENGINE_DOWNLOAD_FAILED "download of $url failed (exit $rc): $(tail -n 2 "$stage/.err" | tr '\\n' ' ')"
 fi`;
   return `${PRELUDE}
-${engineVars(p)}
+${fenceDefs(p.dataDir, p.fence)}${engineVars(p)}
 ${engineLockVars(p)}
 sha=${shq(p.sha256)}
 bin=${shq(p.binary)}
@@ -332,7 +375,7 @@ ${DISK_FULL}
 ${ENGINE_FINISH}
 llmgw_need sha256sum
 llmgw_need flock
-${ENGINE_LOCK}${download}
+${engineLock(p.fence)}${download}
 got=$(llmgw_sha256 "$stage/.artifact")
 [ "$got" = "$sha" ] || llmgw_fail ENGINE_CHECKSUM_MISMATCH "artifact sha256 is $got, engines/ says $sha"
 magic=$(od -An -tx1 -N4 "$stage/.artifact" | tr -d ' \\n')
@@ -351,8 +394,8 @@ llmgw_finish "$bin"
 /** Make the staging dir (before the controller uploads an artifact into it). */
 export function engineStageScript(p: EnginePaths): string {
   return `${PRELUDE}
-${engineStageVars(p)}
-mkdir -p "$stage" || exit 1
+${fenceDefs(p.dataDir, p.fence)}${engineStageVars(p)}
+${fenceAct(p.fence)}mkdir -p "$stage" || exit 1
 `;
 }
 
@@ -380,7 +423,7 @@ const DISK_FULL = String.raw`llmgw_disk_full() {  # fail with NODE_DISK_FULL whe
  */
 export function buildInstallScript(p: EnginePaths & { readonly git: string; readonly ref: string; readonly cmakeFlags: readonly string[]; readonly target: string; readonly jobs: number | null }): string {
   return `${PRELUDE}
-${engineVars(p)}
+${fenceDefs(p.dataDir, p.fence)}${engineVars(p)}
 ${engineLockVars(p)}
 work="$base/."${shq(`${p.version}.build-${p.nonce}`)}
 target=${shq(p.target)}
@@ -391,7 +434,7 @@ llmgw_need cmake
 command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "no C++ compiler (c++, g++ or clang++) is installed on the node"
 command -v make >/dev/null 2>&1 || command -v ninja >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "neither make nor ninja is installed on the node"
 llmgw_need flock
-${ENGINE_LOCK}mkdir -p "$work" "$stage" || exit 1
+${engineLock(p.fence)}mkdir -p "$work" "$stage" || exit 1
 log="$work/build.log"
 llmgw_build_fail() { tail -n 40 "$log" >&2; llmgw_disk_full "$work"; llmgw_fail "$1" "$2"; }
 git clone --quiet ${shq(p.git)} "$work/src" >>"$log" 2>&1 || llmgw_build_fail ENGINE_DOWNLOAD_FAILED "git clone failed"
@@ -419,7 +462,7 @@ llmgw_finish "$target"
 /** Path method: the binary must exist and run `--version`; recorded as installed. */
 export function pathEngineScript(p: EnginePaths & { readonly path: string }): string {
   return `${PRELUDE}
-${engineVars(p)}
+${fenceDefs(p.dataDir, p.fence)}${engineVars(p)}
 b=${shq(p.path)}
 # a binary that stopped working is no longer recorded as installed
 llmgw_path_fail() { rm -rf "$final"; rmdir "$base" 2>/dev/null; llmgw_fail ENGINE_NOT_FOUND "$1"; }
@@ -427,7 +470,7 @@ llmgw_path_fail() { rm -rf "$final"; rmdir "$base" 2>/dev/null; llmgw_fail ENGIN
 if command -v timeout >/dev/null 2>&1; then v=$(timeout 60 "$b" --version 2>&1 </dev/null); else v=$("$b" --version 2>&1 </dev/null); fi
 [ $? -eq 0 ] || llmgw_path_fail "$b does not run --version: $(printf '%s' "$v" | tail -n 3 | tr '\\n' ' ')"
 if [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s' "$b" "$fp")" ]; then printf '%s\\n' "$b"; exit 0; fi
-mkdir -p "$stage" || exit 1
+${fenceAct(p.fence)}mkdir -p "$stage" || exit 1
 printf '%s\\n%s\\n' "$b" "$fp" >"$stage/.complete" || { rm -rf "$stage"; exit 1; }
 rm -rf "$final" && mv "$stage" "$final" || { rm -rf "$stage"; exit 1; }
 printf '%s\\n' "$b"
@@ -444,7 +487,7 @@ printf '%s\\n' "$b"
  * host (Hugging Face redirects to a signed CDN URL). wget is refused then: it sends a header given
  * in its wgetrc on to the host a redirect leads to (seen with wget 1.21.3).
  */
-export function modelFromUrlScript(dataDir: string, sha256: string, url: string, tokenSecret: string | null = null): string {
+export function modelFromUrlScript(dataDir: string, sha256: string, url: string, tokenSecret: string | null = null, fence?: Fence | null): string {
   const sent = tokenSecret === null ? '' : `; sent the bearer token from secret '${tokenSecret}'`;
   const curl = (resume: boolean): string => {
     const args = `-fsSL --retry 2 --connect-timeout 30${resume ? ' -C -' : ''} -o "$part" "$url" 2>"$err"`;
@@ -457,7 +500,7 @@ export function modelFromUrlScript(dataDir: string, sha256: string, url: string,
   const tokenSetup =
     tokenSecret === null ? '' : `IFS= read -r tok || [ -n "$tok" ] || llmgw_fail SECRET_NOT_FOUND ${shq(`no token on stdin for secret '${tokenSecret}'`)}`;
   return `${PRELUDE}
-${DISK_FULL}
+${fenceDefs(dataDir, fence)}${DISK_FULL}
 m=${shq(`${dataDir}/models`)}
 locks=${shq(`${dataDir}/.locks`)}
 final="$m/"${shq(`${sha256}.gguf`)}
@@ -467,7 +510,7 @@ url=${shq(url)}
 if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 llmgw_need sha256sum
 llmgw_need flock
-mkdir -p "$m" || exit 1
+${fenceAct(fence)}mkdir -p "$m" || exit 1
 # one download of this file at a time: a run whose connection was cut keeps going on the node (no
 # pty, no SIGHUP), and a second curl -C - on the same part would interleave bytes. The lock is on
 # fd 9, which curl inherits: it is held until the last process of a download exits, dead or alive.
@@ -476,7 +519,8 @@ exec 9>>"$locks/model-$sha.lock" || exit 1
 if ! flock -n 9; then
   echo "another download of this file is running on the node; waiting for it" >&2
   flock 9 || exit 1
-fi
+${fence ? `  if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
+  ${fenceAct(fence)}` : ''}fi
 if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 err="$part.err"
 ${tokenSetup}
@@ -513,9 +557,9 @@ stat -c %s "$final" 2>/dev/null || wc -c <"$final"
 }
 
 /** Model from a file already on the node: verify, then hard-link (or copy) into the cache. */
-export function modelFromFileScript(dataDir: string, sha256: string, path: string): string {
+export function modelFromFileScript(dataDir: string, sha256: string, path: string, fence?: Fence | null): string {
   return `${PRELUDE}
-${DISK_FULL}
+${fenceDefs(dataDir, fence)}${DISK_FULL}
 m=${shq(`${dataDir}/models`)}
 final="$m/"${shq(`${sha256}.gguf`)}
 sha=${shq(sha256)}
@@ -525,7 +569,7 @@ if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exi
 llmgw_need sha256sum
 got=$(llmgw_sha256 "$src") || llmgw_fail MODEL_FILE_NOT_FOUND "$src is not readable on the node"
 [ "$got" = "$sha" ] || llmgw_fail MODEL_CHECKSUM_MISMATCH "$src has sha256 $got, the model says $sha"
-mkdir -p "$m" || exit 1
+${fenceAct(fence)}mkdir -p "$m" || exit 1
 tmp="$final.part.$$"
 if ! ln -f "$src" "$tmp" 2>/dev/null; then
   cp "$src" "$tmp" || { rm -f "$tmp"; llmgw_disk_full "$m"; llmgw_fail NODE_COMMAND_FAILED "copying $src failed"; }

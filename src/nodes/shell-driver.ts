@@ -18,11 +18,12 @@ import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
 import { cacheRamMiB } from '../fleet-spec/digest.js';
 import type {
   DownloadToken,
-  EngineObservation, ModelFileObservation, NodeDriver, NodeObservation, ReplicaFailure, ReplicaHandle,
+  EngineObservation, Fence, NodeFenceView, ModelFileObservation, NodeDriver, NodeObservation, ReplicaFailure, ReplicaHandle,
   ReplicaObservation, ReplicaStartSpec,
 } from './driver.js';
 import { engineKeyFingerprint } from './driver.js';
 import { classifyFailure } from './failure.js';
+import { checkFence, EXIT_FENCE_REFUSED, fenceError, parseFenceSection, refusalOf } from './fence.js';
 import { parseProcNetTcp, pickPort } from './ports.js';
 import {
   artifactInstallScript, buildInstallScript, engineCleanupScript, engineInstalledScript, engineStageScript,
@@ -72,6 +73,11 @@ export interface ShellNodeDriverOptions {
   readonly logTailLines?: number;
   /** Whether close() closes the shell (default true). */
   readonly ownsShell?: boolean;
+  /**
+   * The fence every action carries (called for each action, so an epoch change applies to the next
+   * one). Absent: no fencing, the node's owner record is neither read nor written.
+   */
+  readonly fence?: () => Fence;
 }
 
 /** Replica ids: chosen by the reconciler; safe as a path segment. */
@@ -140,7 +146,8 @@ export class ShellNodeDriver implements NodeDriver {
   async observe(): Promise<NodeObservation> {
     const at = Date.now();
     const nonce = randomBytes(8).toString('hex');
-    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines), 'observe', { timeoutMs: this.timeouts.observeMs });
+    const fence = this.fence();
+    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence), 'observe', { timeoutMs: this.timeouts.observeMs });
     const sections = parseSections(res.stdout, nonce);
     if (sections.length === 0 || sections[sections.length - 1]!.name !== 'end') {
       throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: observe: truncated output`, { node: this.node, stderr: tailOf(res.stderr, 20) });
@@ -153,6 +160,7 @@ export class ShellNodeDriver implements NodeDriver {
     let diskFreeBytes = 0;
     const engines: EngineObservation[] = [];
     const models: ModelFileObservation[] = [];
+    let fenceView: NodeFenceView | null = null;
     const pending: { id: string; stateText: string; alive: boolean; logTail: string }[] = [];
     let cur: { id: string; stateText: string; alive: boolean; logTail: string } | null = null;
     for (const s of sections) {
@@ -187,6 +195,10 @@ export class ShellNodeDriver implements NodeDriver {
           if (path && m?.[1]) models.push({ sha256: m[1], path, bytes: Number(size?.trim()) || 0 });
           break;
         }
+        case 'fence':
+          fenceView = parseFenceSection(s.lines);
+          if (fenceView === null) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: observe: unreadable owner record report`, { node: this.node, lines: s.lines.slice(0, 3) });
+          break;
         case 'replica':
           cur = { id: (s.lines[0] ?? '').trim(), stateText: '', alive: false, logTail: '' };
           pending.push(cur);
@@ -216,6 +228,7 @@ export class ShellNodeDriver implements NodeDriver {
       engines,
       models,
       replicas,
+      ...(fenceView !== null ? { fence: fenceView } : {}),
     };
   }
 
@@ -253,11 +266,12 @@ export class ShellNodeDriver implements NodeDriver {
     }
     const what = `install engine ${v.engine}@${v.version}`;
     const fingerprint = createHash('sha256').update(JSON.stringify(v.install)).digest('hex').slice(0, 32);
-    const paths: EnginePaths = { dataDir: this.dataDir, engine: v.engine, version: v.version, nonce: randomBytes(6).toString('hex'), fingerprint };
+    const fence = this.fence();
+    const paths: EnginePaths = { dataDir: this.dataDir, engine: v.engine, version: v.version, nonce: randomBytes(6).toString('hex'), fingerprint, fence };
     const inst = v.install;
     if (inst.method === 'path') {
       if (!inst.path.startsWith('/')) throw new LlmgwError('ENGINE_NOT_FOUND', `engine ${v.engine}@${v.version}: path must be absolute: ${inst.path}`, { node: this.node });
-      const res = await this.exec(pathEngineScript({ ...paths, path: inst.path }), what, { timeoutMs: this.timeouts.opMs });
+      const res = await this.exec(pathEngineScript({ ...paths, path: inst.path }), what, { timeoutMs: this.timeouts.opMs, fence });
       return { binary: lastLine(res.stdout) };
     }
     const installed = await this.exec(engineInstalledScript(paths), `${what}: check`, { timeoutMs: this.timeouts.opMs });
@@ -268,11 +282,11 @@ export class ShellNodeDriver implements NodeDriver {
       const sha256 = inst.sha256.toLowerCase();
       if (!SHA256_RE.test(sha256)) throw new Error(`engine ${v.engine}@${v.version}: bad sha256 ${inst.sha256}`);
       if (inst.fetch === 'node') {
-        const res = await this.exec(artifactInstallScript({ ...paths, url: inst.url, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs });
+        const res = await this.exec(artifactInstallScript({ ...paths, url: inst.url, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs, fence });
         return { binary: lastLine(res.stdout) };
       }
       const local = await fetchArtifact(inst.url, sha256, this.opts.artifactCacheDir ?? join(homedir(), '.cache', 'llmgw', 'artifacts'), this.timeouts.downloadMs);
-      await this.exec(engineStageScript(paths), `${what}: stage`, { timeoutMs: this.timeouts.opMs });
+      await this.exec(engineStageScript(paths), `${what}: stage`, { timeoutMs: this.timeouts.opMs, fence });
       try {
         const stage = `${this.dataDir}/engines/${v.engine}/.${v.version}.tmp-${paths.nonce}`;
         await this.shell.upload(local, `${stage}/.artifact`, { timeoutMs: this.timeouts.downloadMs, mode: 0o644 });
@@ -280,7 +294,7 @@ export class ShellNodeDriver implements NodeDriver {
         await this.exec(engineCleanupScript(paths), `${what}: cleanup`, { timeoutMs: this.timeouts.opMs }).catch(() => {});
         throw e;
       }
-      const res = await this.exec(artifactInstallScript({ ...paths, url: null, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs });
+      const res = await this.exec(artifactInstallScript({ ...paths, url: null, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs, fence });
       return { binary: lastLine(res.stdout) };
     }
     // build
@@ -288,7 +302,7 @@ export class ShellNodeDriver implements NodeDriver {
     const res = await this.exec(
       buildInstallScript({ ...paths, git: inst.git, ref: inst.ref, cmakeFlags: inst.cmakeFlags, target: inst.target, jobs: this.opts.buildJobs ?? null }),
       what,
-      { timeoutMs: this.timeouts.buildMs },
+      { timeoutMs: this.timeouts.buildMs, fence },
     );
     return { binary: lastLine(res.stdout) };
   }
@@ -316,9 +330,10 @@ export class ShellNodeDriver implements NodeDriver {
     } catch (e) {
       throw new LlmgwError('MODEL_DOWNLOAD_FAILED', `node ${this.node}: ${(e as Error).message}`, { node: this.node, source });
     }
-    const script = src.kind === 'file' ? modelFromFileScript(this.dataDir, sha, src.path) : modelFromUrlScript(this.dataDir, sha, src.url, token?.secret ?? null);
+    const fence = this.fence();
+    const script = src.kind === 'file' ? modelFromFileScript(this.dataDir, sha, src.path, fence) : modelFromUrlScript(this.dataDir, sha, src.url, token?.secret ?? null, fence);
     const stdin = src.kind === 'url' && token ? { stdin: `${token.value}\n` } : {};
-    const res = await this.exec(script, `fetch model ${sha.slice(0, 12)}`, { timeoutMs: this.timeouts.downloadMs, ...stdin });
+    const res = await this.exec(script, `fetch model ${sha.slice(0, 12)}`, { timeoutMs: this.timeouts.downloadMs, fence, ...stdin });
     return { path: `${this.dataDir}/models/${sha}.gguf`, bytes: Number(lastLine(res.stdout)) || 0 };
   }
 
@@ -334,6 +349,7 @@ export class ShellNodeDriver implements NodeDriver {
   private async start(spec: ReplicaStartSpec): Promise<ReplicaHandle> {
     if (!REPLICA_ID_RE.test(spec.id)) throw new Error(`bad replica id: ${JSON.stringify(spec.id)}`);
     if (/[\n\r\0]/.test(spec.apiKey)) throw new Error('the engine API key may not contain newlines or NUL');
+    const fence = this.fence();
     const avoid = new Set<number>();
     for (let attempt = 0; attempt < 8; attempt++) {
       const nonce = randomBytes(8).toString('hex');
@@ -352,7 +368,7 @@ export class ShellNodeDriver implements NodeDriver {
         log: `${this.dataDir}/replicas/${spec.id}/log`, bindHost: this.bindHost,
         keyFingerprint: engineKeyFingerprint(spec.apiKey),
       }).replace(/\}$/, '');
-      const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead }), {
+      const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead, fence }), {
         stdin: `${spec.apiKey}\n`,
         timeoutMs: this.timeouts.opMs,
       });
@@ -364,7 +380,7 @@ export class ShellNodeDriver implements NodeDriver {
       if (res.code === EXIT_REPLICA_EXISTS) {
         throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: replica ${spec.id} already exists and is running`, { node: this.node, replica: spec.id });
       }
-      this.check(res, `start replica ${spec.id}`);
+      this.check(res, `start replica ${spec.id}`, fence);
       const m = /pid=(\d+) starttime=(\d+) started=(\d+)/.exec(res.stdout);
       if (!m) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: start replica ${spec.id}: unexpected output`, { node: this.node, stdout: tailOf(res.stdout, 5) });
       this.known.set(spec.id, { port });
@@ -406,7 +422,8 @@ export class ShellNodeDriver implements NodeDriver {
 
   async stopReplica(id: string, graceMs: number): Promise<void> {
     if (!REPLICA_ID_RE.test(id)) return; // no such replica can exist
-    await this.exec(stopReplicaScript(this.dataDir, id, graceMs), `stop replica ${id}`, { timeoutMs: graceMs + 30_000 });
+    const fence = this.fence();
+    await this.exec(stopReplicaScript(this.dataDir, id, graceMs, fence), `stop replica ${id}`, { timeoutMs: graceMs + 30_000, fence });
     this.known.delete(id);
   }
 
@@ -469,22 +486,38 @@ export class ShellNodeDriver implements NodeDriver {
     return new LlmgwError(f.code, `node ${this.node}: replica ${id}: ${f.message}`, { node: this.node, replica: id, logTail, engineMessage: f.message });
   }
 
-  private async exec(script: string, what: string, opts: { timeoutMs: number; stdin?: string; signal?: AbortSignal }): Promise<ExecResult> {
+  private async exec(
+    script: string, what: string, opts: { timeoutMs: number; stdin?: string; signal?: AbortSignal; fence?: Fence | null },
+  ): Promise<ExecResult> {
     if (this.closed) throw new LlmgwError('NODE_UNREACHABLE', `node ${this.node}: driver is closed`, { node: this.node });
-    const res = await this.shell.run(script, opts);
-    return this.check(res, what);
+    const { fence, ...run } = opts;
+    const res = await this.shell.run(script, run);
+    return this.check(res, what, fence ?? null);
   }
 
-  private check(res: ExecResult, what: string): ExecResult {
+  /** The fence for this action (checked), or null without one. */
+  private fence(): Fence | null {
+    return this.opts.fence ? checkFence(this.opts.fence()) : null;
+  }
+
+  private check(res: ExecResult, what: string, fence: Fence | null = null): ExecResult {
     if (res.code === 0) return res;
+    if (fence !== null && res.code === EXIT_FENCE_REFUSED) {
+      const r = refusalOf(res.stderr);
+      if (r !== null) throw fenceError(this.node, what, fence, r);
+    }
     throw scriptError(this.node, what, res);
   }
 }
 
 /** Open the node's transport (openShell) and a driver over it. */
-export function openNodeDriver(node: NodeSpec, opts: OpenShellOptions & { readonly driver?: ShellNodeDriverOptions }): NodeDriver {
-  const { driver, ...shellOpts } = opts;
-  return new ShellNodeDriver(node, openShell(node, shellOpts), driver ?? {});
+export function openNodeDriver(
+  node: NodeSpec,
+  opts: OpenShellOptions & { readonly driver?: ShellNodeDriverOptions; readonly fence?: () => Fence },
+): NodeDriver {
+  const { driver, fence, ...shellOpts } = opts;
+  const fenced = fence ?? driver?.fence;
+  return new ShellNodeDriver(node, openShell(node, shellOpts), { ...driver, ...(fenced ? { fence: fenced } : {}) });
 }
 
 // ------------------------------------------------------------------------------- pure helpers

@@ -14,26 +14,38 @@ import { recordFault } from './report.js';
 const H = "/data/it's a \"dir\" $(touch /tmp/llmgw-pwn) `id` ; rm -rf / & | > < * ? [a] {b} ~ \\ \t";
 const E = { dataDir: H, engine: 'llama-cpp', version: 'b6500', nonce: 'n1a2', fingerprint: "fp$(id)'" };
 const SHA = 'a'.repeat(64);
+/** A fence whose owner and label are hostile free text (they travel base64-encoded). */
+const F = { owner: "ctl'$(id)` x", label: "llmgw on h'ost \"a\" $(touch /tmp/llmgw-pwn)\n; rm -rf /", epoch: 12345678901, ttlSeconds: 30 };
+const EF = { ...E, fence: F };
 
 const rendered: Record<string, string> = {
   observeScript: scripts.observeScript(H, 'abc123', 50),
+  'observeScript(fence)': scripts.observeScript(H, 'abc123', 50, F),
   inspectReplicaScript: scripts.inspectReplicaScript(H, 'good-1a2b', 'abc123', 50),
   usedPortsScript: scripts.usedPortsScript(H, 'abc123'),
   startReplicaScript: scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server', '-m', `${H}/m.gguf`, '--alias', "x'; id"], stateHead: '{"id":"good-1a2b","model":"it\'s $(id)"' }),
+  'startReplicaScript(fence)': scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server', "x'; id"], stateHead: '{"id":"good-1a2b"', fence: F }),
   stopReplicaScript: scripts.stopReplicaScript(H, 'good-1a2b', 2000),
+  'stopReplicaScript(fence)': scripts.stopReplicaScript(H, 'good-1a2b', 2000, F),
   logTailScript: scripts.logTailScript(H, 'good-1a2b', 100),
   readRangeScript: scripts.readRangeScript(`${H}/m.gguf`, 0, 4096),
   engineInstalledScript: scripts.engineInstalledScript(E),
   'artifactInstallScript(url)': scripts.artifactInstallScript({ ...E, url: "https://h.invalid/a?b=c&d='e'$(id)", sha256: SHA, binary: 'bin/llama server' }),
   'artifactInstallScript(upload)': scripts.artifactInstallScript({ ...E, url: null, sha256: SHA, binary: 'llama-server' }),
+  'artifactInstallScript(url, fence)': scripts.artifactInstallScript({ ...EF, url: 'https://h.invalid/a', sha256: SHA, binary: 'llama-server' }),
   engineStageScript: scripts.engineStageScript(E),
+  'engineStageScript(fence)': scripts.engineStageScript(EF),
   engineCleanupScript: scripts.engineCleanupScript(E),
   buildInstallScript: scripts.buildInstallScript({ ...E, git: 'https://g.invalid/x.git?$(id)', ref: 'b6500', cmakeFlags: ['-DGGML_X=ON', "-DY='1 2' $(id)"], target: 'llama-server', jobs: 2 }),
   'buildInstallScript(nproc)': scripts.buildInstallScript({ ...E, git: '/srv/x y.bundle', ref: 'main', cmakeFlags: [], target: 'llama-server', jobs: null }),
+  'buildInstallScript(fence)': scripts.buildInstallScript({ ...EF, git: '/srv/x.bundle', ref: 'main', cmakeFlags: [], target: 'llama-server', jobs: 1 }),
   pathEngineScript: scripts.pathEngineScript({ ...E, path: '/opt/llama server/llama-server`id`' }),
+  'pathEngineScript(fence)': scripts.pathEngineScript({ ...EF, path: '/opt/llama-server' }),
   modelFromUrlScript: scripts.modelFromUrlScript(H, SHA, "https://h.invalid/m.gguf?x='1'&y=$(id)"),
   'modelFromUrlScript(token)': scripts.modelFromUrlScript(H, SHA, 'https://h.invalid/m.gguf', 'hf-token'),
+  'modelFromUrlScript(token, fence)': scripts.modelFromUrlScript(H, SHA, 'https://h.invalid/m.gguf', 'hf-token', F),
   modelFromFileScript: scripts.modelFromFileScript(H, SHA, `${H}/m.gguf`),
+  'modelFromFileScript(fence)': scripts.modelFromFileScript(H, SHA, `${H}/m.gguf`, F),
 };
 
 interface Finding {
