@@ -50,6 +50,9 @@ export class FleetMetrics {
 
   private readonly leader: Gauge;
   private readonly leaderChanges: Counter;
+  private readonly leaderEpoch: Gauge;
+  private readonly etcdUp: GaugeSeries<never>;
+  private readonly notActing: GaugeSeries<'code'>;
   private readonly reconcileDuration: Histogram;
   private readonly reconcileTotal: Counter<'result'>;
   private readonly reconcileLastSuccess: Gauge;
@@ -96,6 +99,9 @@ export class FleetMetrics {
 
     this.leader = new Gauge({ name: N.leader, help: '1 on the instance that reconciles the fleet (the leader), 0 on standbys.', registers });
     this.leaderChanges = new Counter({ name: N.leaderChangesTotal, help: 'Times this instance gained or lost leadership.', registers });
+    this.leaderEpoch = new Gauge({ name: N.leaderEpoch, help: 'Fencing epoch of the leader as this instance sees it (etcd: the election key\'s revision; 0 alone or with no leader).', registers });
+    this.etcdUp = gauge(N.etcdUp, '1 while this instance reaches etcd, 0 when it does not (present only with --etcd).', []);
+    this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED.', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
     this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
     this.reconcileLastSuccess = new Gauge({ name: N.reconcileLastSuccessTimestampSeconds, help: 'End of the last reconcile pass that succeeded (0: none yet).', registers });
@@ -108,6 +114,7 @@ export class FleetMetrics {
     // Series that exist from the start, so that `increase()` and absence checks work.
     this.leader.set(0);
     this.leaderChanges.inc(0);
+    this.leaderEpoch.set(0);
     for (const result of ['ok', 'error']) this.reconcileTotal.inc({ result }, 0);
     this.reconcileLastSuccess.set(0);
     this.specValid.set(0);
@@ -117,6 +124,9 @@ export class FleetMetrics {
 
   applySnapshot(s: FleetSnapshot): void {
     this.setLeader(s.leader);
+    this.leaderEpoch.set(s.control.leader?.epoch ?? 0);
+    this.etcdUp.replace(s.control.etcd ? [[{}, s.control.etcd.reachable ? 1 : 0]] : []);
+    this.notActing.replace(s.control.notActing ? [[{ code: s.control.notActing.code }, 1]] : []);
 
     const one = <L>(labels: L, value: number | boolean): [L, number] => [labels, typeof value === 'boolean' ? (value ? 1 : 0) : value];
     this.desired.replace(s.models.map((m) => one({ model: m.name }, m.desired)));

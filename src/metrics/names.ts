@@ -27,6 +27,9 @@ export const MetricNames = Object.freeze({
   // --- control plane ---
   leader: 'llmgw_leader',
   leaderChangesTotal: 'llmgw_leader_changes_total',
+  leaderEpoch: 'llmgw_leader_epoch',
+  etcdUp: 'llmgw_etcd_up',
+  notActingInfo: 'llmgw_not_acting_info',
   reconcileDurationSeconds: 'llmgw_reconcile_duration_seconds',
   reconcileTotal: 'llmgw_reconcile_total',
   reconcileLastSuccessTimestampSeconds: 'llmgw_reconcile_last_success_timestamp_seconds',

@@ -9,6 +9,7 @@ import type { NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
 import type { RangeReader } from './memory.js';
 import { selectorMatches } from './placement.js';
+import type { NodeFence } from './ownership.js';
 import type { ObservedNode } from './planner.js';
 import type { NodeState } from './summarize.js';
 
@@ -75,6 +76,14 @@ export class NodeFleet {
     return Object.values(spec.nodes).map((n) => {
       const ns = this.states.get(n.name);
       return { name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [] };
+    });
+  }
+
+  /** What each node reached this pass says about who owns it (ownership.ts). */
+  fences(spec: FleetSpec): NodeFence[] {
+    return Object.values(spec.nodes).map((n) => {
+      const ns = this.states.get(n.name);
+      return { node: n.name, fence: ns?.reachable ? ns.obs?.fence : undefined };
     });
   }
 

@@ -55,12 +55,13 @@ export class StatusWriter {
 
   constructor(private readonly repo: FleetRepo) {}
 
-  async write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger): Promise<void> {
+  /** `epoch`: the HA leader's fencing epoch (a Llmgw-Epoch trailer; a newer epoch's head refuses the write). */
+  async write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<void> {
     const files = statusFiles(snap, spec);
     const key = JSON.stringify(files);
     try {
       if (key !== this.lastFiles) {
-        const r = await writeStatusBranch(this.repo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}` });
+        const r = await writeStatusBranch(this.repo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}`, ...(epoch ? { epoch } : {}) });
         this.lastFiles = key;
         if (r.changed) log.debug({ oid: r.oid }, 'status branch written');
       }

@@ -18,7 +18,9 @@ import type { SpecTracker } from '../git/tracker.js';
 import type { FleetRepo } from '../git/repo.js';
 import { engineKeyFingerprint, type DownloadToken, type NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
-import { demandResultOf, readyReplicasOf, settledOf } from './availability.js';
+import { demandResultOf, readyReplicasOf } from './availability.js';
+import { waitSettled } from './wait-ready.js';
+import { ModelIndex } from './model-index.js';
 import { PassLoop, type LoopTimers } from './loop.js';
 import { MemoryEstimator } from './memory.js';
 import { mapLimit, NodeFleet } from './node-fleet.js';
@@ -31,9 +33,10 @@ import { runStart } from './start-op.js';
 import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied, specApplied, startLaunched, type ControllerState, type Note } from './state.js';
 import type { StateStore } from './state-store.js';
 import { buildSnapshot } from './summarize.js';
-import type { DemandResult, FleetSnapshot, FleetView, ModelView, PassSummary, ReplicaView } from './view.js';
+import { STANDALONE, type ControlView, type DemandResult, type FleetSnapshot, FleetView, ModelView, PassSummary, ReplicaView } from './view.js';
 import { nextScheduleChange } from '../schedule/schedule.js';
 import { nextWake } from './wake.js';
+import { ownershipOf } from './ownership.js';
 import { shouldWarn, type LastWarning } from './warn-throttle.js';
 
 /** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
@@ -63,6 +66,12 @@ export interface ReconcilerOptions {
   readonly timers?: LoopTimers;
   /** "Am I the leader?" — the one question the loop asks before it acts. */
   readonly leader?: () => boolean;
+  /** Who this instance is and who leads (snapshot's control); default: a lone controller. */
+  readonly control?: () => ControlView;
+  /** The fencing epoch of this leader's term (etcd) for nodes' owner records and status commits; 0 alone. */
+  readonly epoch?: () => number;
+  /** A node has seen a newer epoch of this cluster: a newer leader acts (the HA shell steps down). */
+  readonly onDeposed?: (reason: ReasonRef) => void;
   readonly memory?: MemoryEstimator;
   /** Stops and observations run at most this many at once. */
   readonly concurrency?: number;
@@ -116,8 +125,10 @@ export class Reconciler implements FleetView {
   private demandSave: NodeJS.Timeout | null = null;
   /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
   private decidedAt: number | null = null;
+  /** Why this controller does not act on the fleet (a node owned by another controller, or a newer epoch), or null. */
+  private notActing: ReasonRef | null = null;
   private current: FleetSnapshot;
-  private modelIndex: { of: readonly ModelView[]; byName: Map<string, ModelView> } | null = null;
+  private readonly models = new ModelIndex();
 
   constructor(private readonly o: ReconcilerOptions) {
     this.engineApiKey = o.engineApiKey;
@@ -192,6 +203,7 @@ export class Reconciler implements FleetView {
       if (!spec || !this.leader()) return;
       this.loop.pollEvery(spec.settings.pollIntervalMs);
       await this.nodes.observe(spec, log);
+      if (!this.mayAct(spec, log)) return;
       await this.estimateMemory(spec);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.clock();
@@ -224,6 +236,20 @@ export class Reconciler implements FleetView {
       this.o.onPass?.(error ? 'error' : 'ok', durationMs / 1000);
       this.scheduleWake();
     }
+  }
+
+  /** The nodes' owner records decide whether this controller acts at all this pass (ownership.ts). */
+  private mayAct(spec: FleetSpec, log: Logger): boolean {
+    const o = ownershipOf(this.nodes.fences(spec), this.o.epoch?.() ?? 0);
+    const was = this.notActing;
+    this.notActing = o.acting ? null : o.reason;
+    if (o.acting) {
+      if (was) log.info({ was: was.code }, 'acting on the fleet again: every node reached is ours');
+      return true;
+    }
+    if (was?.message !== o.reason.message) log.error({ code: o.reason.code, reason: o.reason.message }, o.deposed ? 'a newer leader acts on the fleet: stepping down' : 'not acting on the fleet: another controller owns it');
+    if (o.deposed) this.o.onDeposed?.(o.reason);
+    return false;
   }
 
   /** A wall-clock step larger than a second moves the record's timers with it (state.ts clockStepped). */
@@ -297,7 +323,11 @@ export class Reconciler implements FleetView {
 
   private async apply(spec: FleetSpec, actions: readonly Action[], log: Logger): Promise<void> {
     const stops = actions.filter((a): a is Extract<Action, { kind: 'stop' }> => a.kind === 'stop');
-    for (const a of actions) if (a.kind === 'start') this.launchStart(spec, a, log);
+    for (const a of actions) {
+      // Fencing, first layer: a leader whose lease renewal is overdue stops acting, mid-pass included.
+      if (!this.leader()) return void log.warn({ left: actions.length }, 'leadership lost during the pass: the rest of its actions are not applied');
+      if (a.kind === 'start') this.launchStart(spec, a, log);
+    }
     if (stops.length === 0) return;
     // Stopping replicas leave the router's view at once, before their grace runs.
     for (const a of stops) this.stopping.add(a.replicaId);
@@ -305,7 +335,7 @@ export class Reconciler implements FleetView {
     await mapLimit(stops, this.o.concurrency ?? 8, async (a) => {
       const n = spec.nodes[a.node];
       try {
-        if (!n) return;
+        if (!n || !this.leader()) return;
         log.info({ model: a.model, node: a.node, replica: a.replicaId, reason: a.reason }, 'stopping replica');
         await this.nodes.driver(n).stopReplica(a.replicaId, a.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
         this.nodes.forgetReplica(a.node, a.replicaId);
@@ -379,7 +409,8 @@ export class Reconciler implements FleetView {
     return buildSnapshot({
       spec: t.applied?.spec ?? null,
       now: this.clock(),
-      leader: this.leader(),
+      leader: this.leader() && this.notActing === null,
+      control: this.controlView(),
       appliedRevision: t.applied?.revision ?? this.state.appliedRevision,
       rejected: t.rejected ? { revision: t.rejected.revision, problems: t.rejected.problems } : null,
       lastSyncOk: t.lastSyncOk ? t.lastSyncOk.getTime() : null,
@@ -397,6 +428,11 @@ export class Reconciler implements FleetView {
     });
   }
 
+  private controlView(): ControlView {
+    const base = this.o.control?.() ?? STANDALONE;
+    return this.notActing ? { ...base, notActing: this.notActing } : base;
+  }
+
   private publish(s: FleetSnapshot): void {
     this.current = s;
     this.events.emit('snapshot', s);
@@ -411,7 +447,7 @@ export class Reconciler implements FleetView {
     await this.saveState();
     const snap = this.summarize();
     const spec = this.o.tracker.applied?.spec;
-    if (this.status && spec && this.leader()) await this.status.write(snap, spec, this.clock, log);
+    if (this.status && spec && this.leader() && this.notActing === null) await this.status.write(snap, spec, this.clock, log, this.o.epoch?.());
     this.publish({ ...snap, lastStatusWriteOk: this.status?.lastOk ?? null });
   }
 
@@ -475,9 +511,7 @@ export class Reconciler implements FleetView {
   }
 
   model(name: string): ModelView | null {
-    // The router asks per request: index the snapshot's models once per snapshot.
-    if (this.modelIndex?.of !== this.current.models) this.modelIndex = { of: this.current.models, byName: new Map(this.current.models.map((m) => [m.name, m])) };
-    return this.modelIndex.byName.get(name) ?? null;
+    return this.models.get(this.current, name);
   }
 
   readyReplicas(model: string): readonly ReplicaView[] {
@@ -524,22 +558,6 @@ export class Reconciler implements FleetView {
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {
-    const now = settledOf(this.model(model));
-    if (now) return Promise.resolve(now);
-    return new Promise((resolve) => {
-      const done = (v: readonly ReplicaView[]): void => {
-        clearTimeout(timer);
-        off();
-        opts.signal?.removeEventListener('abort', onAbort);
-        resolve(v);
-      };
-      const onAbort = (): void => done([]);
-      const timer = setTimeout(() => done([]), opts.timeoutMs);
-      const off = this.onSnapshot(() => {
-        const v = settledOf(this.model(model));
-        if (v) done(v);
-      });
-      opts.signal?.addEventListener('abort', onAbort, { once: true });
-    });
+    return waitSettled(() => this.model(model), (l) => this.onSnapshot(l), opts);
   }
 }

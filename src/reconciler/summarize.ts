@@ -6,7 +6,7 @@ import { phaseOf } from './availability.js';
 import type { ModelHealth } from './health.js';
 import type { Unplaceable } from './placement.js';
 import type { StartRecord } from './state.js';
-import type { FleetSnapshot, ModelView, NodeView, PassSummary, ReplicaView } from './view.js';
+import type { ControlView, FleetSnapshot, ModelView, NodeView, PassSummary, ReplicaView } from './view.js';
 
 export interface NodeState {
   readonly reachable: boolean;
@@ -20,6 +20,7 @@ export interface SummaryInput {
   readonly spec: FleetSpec | null;
   readonly now: number;
   readonly leader: boolean;
+  readonly control: ControlView;
   readonly appliedRevision: string | null;
   readonly rejected: { readonly revision: string; readonly problems: readonly Problem[] } | null;
   readonly lastSyncOk: number | null;
@@ -93,6 +94,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   return {
     at: i.now,
     leader: i.leader,
+    control: i.control,
     appliedRevision: i.appliedRevision,
     specValid: i.rejected === null,
     rejected: i.rejected,

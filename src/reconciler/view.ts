@@ -67,10 +67,27 @@ export interface PassSummary {
   readonly actions: number;
 }
 
+/** Who this instance is and who acts on the fleet (one instance, or several on etcd). */
+export interface ControlView {
+  readonly mode: 'standalone' | 'etcd';
+  readonly instance: { readonly id: string; readonly label: string };
+  /** The instance that leads as this one last saw it (standalone: this one, while it acts). */
+  readonly leader: { readonly id: string; readonly label: string; readonly since: number | null; readonly epoch: number | null } | null;
+  /** Why this instance does not act on the fleet (a standby; another controller owns a node; a deposed leader), or null. */
+  readonly notActing: ReasonRef | null;
+  /** etcd as this instance reaches it (etcd mode only). */
+  readonly etcd: { readonly reachable: boolean; readonly error: ReasonRef | null } | null;
+}
+
+/** A lone controller that acts: what a snapshot says without etcd (and in tests). */
+export const STANDALONE: ControlView = { mode: 'standalone', instance: { id: 'local', label: 'this llmgw' }, leader: null, notActing: null, etcd: null };
+
 export interface FleetSnapshot {
   /** Epoch ms. */
   readonly at: number;
+  /** Whether this instance acts on the fleet (places, starts, stops, writes status). */
   readonly leader: boolean;
+  readonly control: ControlView;
   readonly appliedRevision: string | null;
   readonly specValid: boolean;
   readonly rejected: { readonly revision: string; readonly problems: readonly Problem[] } | null;

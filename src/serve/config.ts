@@ -30,6 +30,19 @@ export interface ServeConfig {
   readonly routerMaxInFlight: number | null;
   /** Deadline of each HTTP read of a model's GGUF header (memory estimates). */
   readonly sourceTimeoutMs: number;
+  /** Several instances as one controller on etcd (leader election, shared state); null = one instance, state file. */
+  readonly etcd: EtcdConfig | null;
+}
+
+export interface EtcdConfig {
+  readonly hosts: readonly string[];
+  /** Keys live under it; instances with the same etcd and prefix are one controller. */
+  readonly prefix: string;
+  readonly tls: { readonly ca: string | null; readonly cert: string | null; readonly key: string | null } | null;
+  readonly auth: { readonly username: string; readonly passwordFile: string } | null;
+  readonly leaseTtlSeconds: number;
+  readonly renewDeadlineMs: number;
+  readonly retryPeriodMs: number;
 }
 
 /** Every setting: its flag, env var and config-file key (dotted). */
@@ -51,6 +64,16 @@ export const SETTINGS = {
   headerTimeout: { flag: 'header-timeout', env: 'LLMGW_HEADER_TIMEOUT', key: 'header_timeout', help: 'a client must send its request headers within this (default 10s)' },
   routerMaxInFlight: { flag: 'router-max-in-flight', env: 'LLMGW_ROUTER_MAX_IN_FLIGHT', key: 'router_max_in_flight', help: 'most router requests in progress at once, waiting for a model included; 503 router_overloaded above (default 1024)' },
   sourceTimeout: { flag: 'source-timeout', env: 'LLMGW_SOURCE_TIMEOUT', key: 'source_timeout', help: 'deadline of each HTTP read of a model source\'s GGUF header for memory estimates (default 5s)' },
+  etcd: { flag: 'etcd', env: 'LLMGW_ETCD', key: 'etcd', help: 'run as one of several instances on etcd: comma-separated endpoints such as https://10.0.0.5:2379 (leader election, shared state; default: one instance, state file)' },
+  etcdPrefix: { flag: 'etcd-prefix', env: 'LLMGW_ETCD_PREFIX', key: 'etcd_prefix', help: 'key prefix in etcd; instances with the same etcd and prefix are one controller (default /llmgw)' },
+  etcdCa: { flag: 'etcd-ca-file', env: 'LLMGW_ETCD_CA_FILE', key: 'etcd_ca_file', help: 'PEM CA bundle that signs the etcd servers\' certificates' },
+  etcdCert: { flag: 'etcd-cert-file', env: 'LLMGW_ETCD_CERT_FILE', key: 'etcd_cert_file', help: 'PEM client certificate for etcd (with --etcd-key-file)' },
+  etcdKey: { flag: 'etcd-key-file', env: 'LLMGW_ETCD_KEY_FILE', key: 'etcd_key_file', help: 'PEM private key of the etcd client certificate' },
+  etcdUser: { flag: 'etcd-user', env: 'LLMGW_ETCD_USER', key: 'etcd_user', help: 'etcd user (with --etcd-password-file)' },
+  etcdPasswordFile: { flag: 'etcd-password-file', env: 'LLMGW_ETCD_PASSWORD_FILE', key: 'etcd_password_file', help: 'file holding the etcd user\'s password' },
+  leaseTtl: { flag: 'lease-ttl', env: 'LLMGW_LEASE_TTL', key: 'lease_ttl', help: 'leader lease: a dead leader is replaced after it (default 15s)' },
+  renewDeadline: { flag: 'renew-deadline', env: 'LLMGW_RENEW_DEADLINE', key: 'renew_deadline', help: 'the leader stops acting when it has not renewed its lease for this long; below --lease-ttl (default 10s)' },
+  retryPeriod: { flag: 'retry-period', env: 'LLMGW_RETRY_PERIOD', key: 'retry_period', help: 'how often the leader renews its lease and standbys try to take it (default 2s)' },
   logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
   logFormat: { flag: 'log-format', env: 'LLMGW_LOG_FORMAT', key: 'log_format', help: 'json, pretty (readable lines) or auto: pretty when stdout is a terminal (default auto)' },
 } as const;
@@ -117,6 +140,7 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
   if (routerMaxInFlight !== null && (!Number.isSafeInteger(routerMaxInFlight) || routerMaxInFlight < 1)) throw new UsageError(`--router-max-in-flight must be a whole number of at least 1 (got ${JSON.stringify(maxInFlightRaw)})`);
   const truthy = (v: unknown): boolean => v === true || v === 'true' || v === '1';
   return {
+    etcd: etcdConfig(get, duration, abs),
     fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
     secretsDir: abs(get('secretsDir')) ?? resolve(src.cwd, '.llmgw/secrets'),
     stateDir: abs(get('stateDir')) ?? resolve(src.cwd, '.llmgw/state'),
@@ -138,5 +162,40 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
     clientTimeouts: { headersMs, requestMs },
     routerMaxInFlight,
     sourceTimeoutMs: duration('sourceTimeout', 5_000),
+  };
+}
+
+function etcdConfig(get: (n: SettingName) => string | null, duration: (n: SettingName, dflt: number) => number, abs: (p: string | null) => string | null): EtcdConfig | null {
+  const list = get('etcd');
+  const etcdOnly: SettingName[] = ['etcdPrefix', 'etcdCa', 'etcdCert', 'etcdKey', 'etcdUser', 'etcdPasswordFile', 'leaseTtl', 'renewDeadline', 'retryPeriod'];
+  if (list === null) {
+    const stray = etcdOnly.find((n) => get(n) !== null);
+    if (stray) throw new UsageError(`--${SETTINGS[stray].flag} needs --etcd (the etcd endpoints)`);
+    return null;
+  }
+  const hosts = list.split(',').map((h) => h.trim()).filter((h) => h !== '');
+  for (const h of hosts) if (!/^https?:\/\/[^/\s]+$/.test(h)) throw new UsageError(`--etcd takes endpoints such as http://127.0.0.1:2379 or https://etcd-1:2379, comma-separated (got ${JSON.stringify(h)})`);
+  if (hosts.length === 0) throw new UsageError('--etcd is empty: give at least one endpoint such as http://127.0.0.1:2379');
+  const prefix = (get('etcdPrefix') ?? '/llmgw').replace(/\/+$/, '');
+  if (!/^\/[A-Za-z0-9._/-]*$/.test(prefix) || prefix === '') throw new UsageError(`--etcd-prefix must start with / and hold letters, digits, . _ - / (got ${JSON.stringify(get('etcdPrefix'))})`);
+  const [ca, cert, key] = [abs(get('etcdCa')), abs(get('etcdCert')), abs(get('etcdKey'))];
+  if ((cert === null) !== (key === null)) throw new UsageError('--etcd-cert-file and --etcd-key-file go together');
+  const user = get('etcdUser');
+  const passwordFile = abs(get('etcdPasswordFile'));
+  if ((user === null) !== (passwordFile === null)) throw new UsageError('--etcd-user and --etcd-password-file go together');
+  const leaseTtlMs = duration('leaseTtl', 15_000);
+  const renewDeadlineMs = duration('renewDeadline', 10_000);
+  const retryPeriodMs = duration('retryPeriod', 2_000);
+  if (leaseTtlMs % 1000 !== 0 || leaseTtlMs < 2000) throw new UsageError(`--lease-ttl must be whole seconds, at least 2s (got ${get('leaseTtl')})`);
+  if (renewDeadlineMs >= leaseTtlMs) throw new UsageError(`--renew-deadline (${renewDeadlineMs} ms) must be below --lease-ttl (${leaseTtlMs} ms): the leader must stop acting before its lease can expire`);
+  if (retryPeriodMs >= renewDeadlineMs) throw new UsageError(`--retry-period (${retryPeriodMs} ms) must be below --renew-deadline (${renewDeadlineMs} ms): a renewal must get several tries`);
+  return {
+    hosts,
+    prefix,
+    tls: ca || cert || key || hosts.some((h) => h.startsWith('https:')) ? { ca, cert, key } : null,
+    auth: user && passwordFile ? { username: user, passwordFile } : null,
+    leaseTtlSeconds: leaseTtlMs / 1000,
+    renewDeadlineMs,
+    retryPeriodMs,
   };
 }

@@ -21,6 +21,20 @@ import { clientTimeoutOptions } from '../util/client-timeouts.js';
 import { buildRouter } from '../router/app.js';
 import type { ServeConfig } from './config.js';
 import { ReloadingTls } from './tls.js';
+import type { Etcd3 } from 'etcd3';
+import type { NodeSpec } from '../fleet-spec/types.js';
+import type { Fence } from '../nodes/driver.js';
+import type { ControlView } from '../reconciler/view.js';
+import { HaController } from '../ha/controller.js';
+import { Published, Requests } from '../ha/channel.js';
+import { Election } from '../ha/election.js';
+import { openEtcd } from '../ha/etcd.js';
+import { EtcdStateStore } from '../ha/etcd-state.js';
+import { sharedValues } from '../ha/shared.js';
+import { instanceOf } from './instance.js';
+
+/** A node's owner record outlives its owner's last renewal by this much before another controller may take the node. */
+const OWNER_TTL_SECONDS = 60;
 import { tokenSecrets } from './secrets.js';
 import { operatorSecretEnv, operatorSecretFile, stateSecret, type StateSecret } from './state-secrets.js';
 
@@ -43,7 +57,8 @@ export function createLogger(level: string, destination?: pino.DestinationStream
 export interface Served {
   readonly routerUrl: string;
   readonly adminUrl: string;
-  readonly reconciler: Reconciler;
+  /** The reconciler alone, or the HA shell with --etcd. */
+  readonly controller: Reconciler | HaController;
   readonly metrics: LlmgwMetrics;
   readonly router: FastifyInstance;
   readonly admin: FastifyInstance;
@@ -78,26 +93,76 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     branch: cfg.fleet.branch,
     token: { ...(cfg.fleet.tokenFile ? { file: cfg.fleet.tokenFile } : {}), ...(cfg.fleet.tokenEnv ? { env: cfg.fleet.tokenEnv } : {}) },
   });
-  const statePath = join(cfg.stateDir, 'state.json');
-  const { state, problem: stateProblem } = await loadState(statePath);
-  const tracker = new SpecTracker(repo, state.appliedRevision ? { resumeFrom: state.appliedRevision } : {});
+  const instance = instanceOf(cfg.stateDir);
   const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []) });
-  const reconciler = new Reconciler({
-    tracker,
+  const memory = new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs });
+  const readSecret = tokenSecrets(cfg.secretsDir);
+  const driverOptions = (n: NodeSpec, fence: () => Fence): Parameters<typeof openNodeDriver>[1] => ({ secretsDir: cfg.secretsDir, logger: log.child({ component: 'node', node: n.name }), fence });
+  const common = {
     statusRepo: repo,
-    driverFor: (n) => openNodeDriver(n, { secretsDir: cfg.secretsDir, logger: log.child({ component: 'node', node: n.name }) }),
-    stateStore: new StateStore(statePath),
-    initialState: state,
-    initialStateProblem: stateProblem,
-    engineApiKey,
-    memory: new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs }),
-    readSecret: tokenSecrets(cfg.secretsDir),
+    memory,
+    readSecret,
     logger: log,
-    onPass: (result, seconds) => metrics.passFinished(result, seconds),
-    onEngineInstall: (node, engine, version, result) => metrics.engineInstall(node, engine, version, result),
-  });
-  reconciler.onSnapshot((s) => metrics.applySnapshot(s));
-  metrics.applySnapshot(reconciler.snapshot());
+    onPass: (result: 'ok' | 'error', seconds: number) => metrics.passFinished(result, seconds),
+    onEngineInstall: (node: string, engine: string, version: string, result: 'ok' | 'error') => metrics.engineInstall(node, engine, version, result),
+  };
+  let controller: Reconciler | HaController;
+  let etcdClient: Etcd3 | null = null;
+  if (cfg.etcd) {
+    // Several instances as one controller: the leader's reconciler is made per term from the record in etcd.
+    const e = cfg.etcd;
+    etcdClient = openEtcd(e);
+    const client = etcdClient;
+    const shared = await sharedValues(client, e.prefix, engineApiKey);
+    const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, logger: log.child({ component: 'election' }) });
+    const stateStore = new EtcdStateStore(election, client, e.prefix);
+    const owner = `etcd:${shared.clusterId}${e.prefix}`;
+    controller = new HaController({
+      election,
+      published: new Published(election, client, e.prefix),
+      requests: new Requests(client, e.prefix, instance.id),
+      stateStore,
+      instance,
+      tracker: new SpecTracker(repo),
+      engineApiKey: shared.engineApiKey,
+      logger: log,
+      onLeadership: (leading) => metrics.leaderChanged(leading),
+      makeReconciler: (t) =>
+        new Reconciler({
+          ...common,
+          tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
+          driverFor: (n) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }))),
+          stateStore,
+          initialState: t.initialState,
+          initialStateProblem: t.initialStateProblem,
+          engineApiKey: shared.engineApiKey,
+          leader: t.leader,
+          control: t.control,
+          epoch: () => t.epoch,
+          onDeposed: t.onDeposed,
+        }),
+    });
+  } else {
+    const statePath = join(cfg.stateDir, 'state.json');
+    const { state, problem: stateProblem } = await loadState(statePath);
+    const control = (): ControlView => ({ mode: 'standalone', instance, leader: { id: instance.id, label: instance.label, since: null, epoch: null }, notActing: null, etcd: null });
+    let reconciler: Reconciler | null = null;
+    // A lone controller owns its nodes; its record on them holds while it renews it (every pass).
+    const ownerTtl = (): number => Math.max(OWNER_TTL_SECONDS, Math.ceil((3 * (reconciler?.spec()?.settings.pollIntervalMs ?? 30_000)) / 1000));
+    reconciler = new Reconciler({
+      ...common,
+      tracker: new SpecTracker(repo, state.appliedRevision ? { resumeFrom: state.appliedRevision } : {}),
+      driverFor: (n) => openNodeDriver(n, driverOptions(n, () => ({ owner: instance.id, label: instance.label, epoch: 0, ttlSeconds: ownerTtl() }))),
+      stateStore: new StateStore(statePath),
+      initialState: state,
+      initialStateProblem: stateProblem,
+      engineApiKey,
+      control,
+    });
+    controller = reconciler;
+  }
+  controller.onSnapshot((s) => metrics.applySnapshot(s));
+  metrics.applySnapshot(controller.snapshot());
 
   // With TLS both apps run on https servers whose certificate follows the files.
   const serverFactory = tls
@@ -108,7 +173,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       }
     : null;
   const router = buildRouter({
-    fleet: reconciler,
+    fleet: controller,
     metrics: metrics.router,
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
@@ -121,7 +186,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     ...(serverFactory ? { serverFactory } : {}),
   });
   const admin = buildAdminApp({
-    backend: reconciler,
+    backend: controller,
     token: adminToken,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),
@@ -141,14 +206,14 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   };
   const routerUrl = url(router);
   const adminUrl = url(admin);
-  log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth }, 'llmgw serving');
-  void reconciler.start();
+  log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth, instance: instance.id, etcd: cfg.etcd ? cfg.etcd.hosts : null }, 'llmgw serving');
+  void controller.start();
 
   let closed: Promise<void> | null = null;
   return {
     routerUrl,
     adminUrl,
-    reconciler,
+    controller,
     metrics,
     router,
     admin,
@@ -158,7 +223,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         log.info('shutting down: router drains in-flight requests, replicas keep running');
         tls?.close();
         await Promise.allSettled([router.close(), admin.close()]);
-        await reconciler.stop();
+        await controller.stop();
+        etcdClient?.close();
       })();
       return closed;
     },

@@ -8,7 +8,7 @@ import { parse, stringify } from 'yaml';
 import { createMetrics } from '../../src/metrics/registry.js';
 import { HISTOGRAM_NAMES, MODEL_STATES, MetricNames, baseMetricName } from '../../src/metrics/names.js';
 import { parseExposition } from '../../src/metrics/parse.js';
-import type { FleetSnapshot, ModelView } from '../../src/reconciler/view.js';
+import { STANDALONE, type FleetSnapshot, type ModelView } from '../../src/reconciler/view.js';
 import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { repoRoot } from '../harness/paths.js';
 
@@ -217,6 +217,7 @@ const UNPLACEABLE = unplaceableView('needs 14.2 GiB; largest free is 11.8 GiB on
 const parkingSnapshot: FleetSnapshot = {
   at: Date.parse('2025-01-01T00:00:00.000Z'),
   leader: true,
+  control: STANDALONE,
   appliedRevision: 'abc123',
   specValid: true,
   rejected: null,

@@ -8,7 +8,7 @@ import type { AdminBackend, RestartRequest } from '../../src/admin/backend.js';
 import type { ModelJson, ModelsJson, NodesJson, ReplicasJson, StatusJson } from '../../src/admin/shape.js';
 import { LlmgwError, Reasons } from '../../src/errors/catalogue.js';
 import type { Reconciler } from '../../src/reconciler/reconciler.js';
-import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
+import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from '../../src/reconciler/view.js';
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
@@ -69,6 +69,7 @@ const goodDigest = SPEC.models.good!.digest;
 const SNAPSHOT: FleetSnapshot = {
   at: Date.parse(AT),
   leader: true,
+  control: STANDALONE,
   appliedRevision: 'c0ffee0123456789',
   specValid: false,
   rejected: {

@@ -17,7 +17,7 @@ import type { AdminBackend, RestartRequest } from '../../src/admin/backend.js';
 import type { ModelsJson, StatusJson } from '../../src/admin/shape.js';
 import { resolveTarget } from '../../src/cli/ctl-client.js';
 import { LlmgwError } from '../../src/errors/catalogue.js';
-import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
+import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from '../../src/reconciler/view.js';
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { runCli } from '../harness/cli.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
@@ -76,6 +76,7 @@ const flakyError = { code: 'REPLICA_START_TIMEOUT', message: 'not healthy within
 const SNAPSHOT: FleetSnapshot = {
   at: Date.parse(AT),
   leader: true,
+  control: STANDALONE,
   appliedRevision: '3f2a9c1e0b7d55aa',
   specValid: true,
   rejected: null,

@@ -1,0 +1,38 @@
+/**
+ * Values every instance of one HA controller must share, created once in etcd by whichever instance
+ * comes first (a transaction that puts only when the key does not exist yet) and read by the others:
+ * the engine API key replicas are started with (a standby must reach them, a new leader must not see
+ * them as foreign and replace them) and the cluster's id (the owner recorded on the nodes).
+ */
+import { randomBytes } from 'node:crypto';
+import type { Etcd3 } from 'etcd3';
+import { LlmgwError } from '../errors/catalogue.js';
+import { etcdError } from './etcd.js';
+
+/** The key's value: created as `initial()` when absent. Never logs the value (it may be a secret). */
+export async function sharedValue(client: Etcd3, key: string, initial: () => string): Promise<string> {
+  try {
+    await client.if(key, 'Version', '==', 0).then(client.put(key).value(initial())).commit();
+    const v = await client.get(key).string();
+    if (!v) throw new LlmgwError('ETCD_UNAVAILABLE', `etcd key ${key} is empty after it was created`);
+    return v;
+  } catch (e) {
+    if (e instanceof LlmgwError) throw e;
+    throw etcdError(e, `reading ${key}`);
+  }
+}
+
+export interface SharedValues {
+  readonly engineApiKey: string;
+  /** Identifies this HA cluster on the nodes (with the prefix): `etcd:<id><prefix>`. */
+  readonly clusterId: string;
+}
+
+/** The fleet's engine key: the one a lone controller had (its state dir), when it is the first to move onto etcd. */
+export async function sharedValues(client: Etcd3, prefix: string, localEngineKey: string): Promise<SharedValues> {
+  const [engineApiKey, clusterId] = await Promise.all([
+    sharedValue(client, `${prefix}/engine-api-key`, () => localEngineKey),
+    sharedValue(client, `${prefix}/cluster-id`, () => randomBytes(6).toString('hex')),
+  ]);
+  return { engineApiKey, clusterId };
+}

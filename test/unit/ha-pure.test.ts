@@ -1,0 +1,84 @@
+/** Table tests of the pure pieces of running several controllers: who may act (node owner records), and the published snapshot. */
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/published.js';
+import type { NodeFenceView } from '../../src/nodes/driver.js';
+import { ownershipOf } from '../../src/reconciler/ownership.js';
+import { STANDALONE, type FleetSnapshot } from '../../src/reconciler/view.js';
+import { fakeSpec } from '../harness/fake-fleet-view.js';
+
+const fence = (state: NodeFenceView['state'], over: Partial<NodeFenceView> = {}): NodeFenceView => ({ state, owner: 'other-1', label: 'llmgw on host-b (state dir /srv/b)', epoch: 0, renewedAgoSeconds: 4.2, ttlSeconds: 60, ...over });
+
+describe('ownershipOf: whether this controller acts, from the nodes it reached', () => {
+  const cases: { name: string; nodes: Parameters<typeof ownershipOf>[0]; acting: boolean; code?: string; deposed?: boolean; mentions?: string[] }[] = [
+    { name: 'no node yet', nodes: [], acting: true },
+    { name: 'every node mine', nodes: [{ node: 'a', fence: fence('mine') }, { node: 'b', fence: fence('mine') }], acting: true },
+    { name: 'a node not reached (no record seen) does not bar', nodes: [{ node: 'a', fence: fence('mine') }, { node: 'b' }], acting: true },
+    { name: 'a node another controller owns', nodes: [{ node: 'a', fence: fence('mine') }, { node: 'b', fence: fence('other') }], acting: false, code: 'NODE_OWNED', deposed: false, mentions: ['node b', 'llmgw on host-b (state dir /srv/b)', 'renewed 4 s ago'] },
+    { name: 'a newer epoch of our cluster: step down', nodes: [{ node: 'a', fence: fence('newer-epoch', { epoch: 9, label: 'etcd cluster /llmgw' }) }], acting: false, code: 'NODE_FENCED', deposed: true, mentions: ['node a', 'epoch 9', "leader's epoch 7"] },
+    { name: 'a newer epoch wins over another owner (stepping down is the stronger answer)', nodes: [{ node: 'a', fence: fence('other') }, { node: 'b', fence: fence('newer-epoch', { epoch: 8 }) }], acting: false, code: 'NODE_FENCED', deposed: true },
+    { name: 'the first node by name names the reason', nodes: [{ node: 'z', fence: fence('other', { label: 'Z' }) }, { node: 'c', fence: fence('other', { label: 'C' }) }], acting: false, code: 'NODE_OWNED', mentions: ['node c', 'C'] },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      const o = ownershipOf(c.nodes, 7);
+      assert.equal(o.acting, c.acting);
+      if (o.acting) return;
+      assert.equal(o.reason.code, c.code);
+      if (c.deposed !== undefined) assert.equal(o.deposed, c.deposed);
+      for (const m of c.mentions ?? []) assert.ok(o.reason.message.includes(m), `${o.reason.message} mentions ${m}`);
+    });
+  }
+});
+
+describe('the published snapshot', () => {
+  const spec = fakeSpec({ models: { alpha: {}, beta: {} } });
+  const base = (over: Partial<FleetSnapshot> = {}): FleetSnapshot => ({
+    at: 1000,
+    leader: true,
+    control: STANDALONE,
+    appliedRevision: 'rev1',
+    specValid: true,
+    rejected: null,
+    lastSyncOk: 900,
+    lastSyncError: null,
+    lastStatusWriteOk: 950,
+    stateError: null,
+    models: Object.values(spec.models).map((m) => ({ name: m.name, spec: m, phase: 'ready', desired: 1, ready: 1, replicas: [{ id: `${m.name}-1`, model: m.name, node: 'n1', endpoint: 'http://127.0.0.1:9000', phase: 'ready', digest: m.digest, startedAt: 5 }], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: 1024, lastHandledRetry: null })),
+    nodes: [{ name: 'n1', reachable: true, error: null, memory: { totalBytes: 8, availableBytes: 4 }, diskFreeBytes: 100, engines: ['llama@1'], engineInstallFailures: {}, replicas: 2 }],
+    lastPass: { startedAt: 990, durationMs: 10, result: 'ok', error: null, actions: 0 },
+    ...over,
+  });
+
+  it('does not change with what moves on every pass (times, free memory and disk): nothing to write', () => {
+    const a = publishedJson(base());
+    const b = publishedJson(base({ at: 2000, lastSyncOk: 1900, lastStatusWriteOk: 1950, lastPass: { startedAt: 1990, durationMs: 30, result: 'ok', error: null, actions: 0 }, nodes: [{ ...base().nodes[0]!, memory: { totalBytes: 8, availableBytes: 3 }, diskFreeBytes: 99 }] }));
+    assert.equal(a, b);
+  });
+
+  it('changes with a phase, a replica or a reason', () => {
+    const m0 = base().models[0]!;
+    assert.notEqual(publishedJson(base()), publishedJson(base({ models: [{ ...m0, phase: 'parked', parked: { since: 5, lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: 'kev' } } }, base().models[1]!] })));
+    assert.notEqual(publishedJson(base()), publishedJson(base({ models: [{ ...m0, replicas: [] }, base().models[1]!] })));
+  });
+
+  it('holds no model spec; a standby attaches its own and leaves out models its spec lacks', () => {
+    const json = publishedJson(base());
+    assert.ok(!json.includes('"spec"'), 'no spec in the published value');
+    const control = { ...STANDALONE, mode: 'etcd' as const, notActing: { code: 'CONTROLLER_STANDBY', message: 'standby' } };
+    const own = fakeSpec({ models: { alpha: {} } });
+    const s = standbySnapshot(parsePublished(json), own, control, 3000);
+    assert.equal(s.leader, false);
+    assert.deepEqual(s.models.map((m) => m.name), ['alpha']);
+    assert.equal(s.models[0]!.spec, own.models.alpha);
+    assert.equal(s.models[0]!.replicas[0]!.endpoint, 'http://127.0.0.1:9000');
+    assert.equal(s.control.notActing?.code, 'CONTROLLER_STANDBY');
+  });
+
+  it('a value this version does not read is no snapshot', () => {
+    assert.equal(parsePublished('{"v":2}'), null);
+    assert.equal(parsePublished('not json'), null);
+    const s = standbySnapshot(null, null, STANDALONE, 1);
+    assert.deepEqual(s.models, []);
+  });
+});
