@@ -87,9 +87,19 @@ export interface NodeJson {
   readonly replicas: number;
 }
 
+export interface ControlJson {
+  readonly mode: 'standalone' | 'etcd';
+  readonly instance: { readonly id: string; readonly label: string };
+  readonly leader: { readonly id: string; readonly label: string; readonly since: string | null; readonly epoch: number | null; readonly self: boolean } | null;
+  /** Why this instance does not act on the fleet, or null when it does. */
+  readonly notActing: ReasonJson | null;
+  readonly etcd: { readonly reachable: boolean; readonly error: ReasonJson | null } | null;
+}
+
 export interface StatusJson {
   readonly at: string;
   readonly leader: boolean;
+  readonly control: ControlJson;
   readonly revision: string | null;
   readonly spec: {
     readonly valid: boolean;
@@ -233,9 +243,17 @@ export function statusJson(s: FleetSnapshot): StatusJson {
     desired += m.desired;
     ready += m.ready;
   }
+  const c = s.control;
   return {
     at: isoNow(s.at),
     leader: s.leader,
+    control: {
+      mode: c.mode,
+      instance: c.instance,
+      leader: c.leader ? { id: c.leader.id, label: c.leader.label, since: iso(c.leader.since), epoch: c.leader.epoch, self: c.leader.id === c.instance.id } : null,
+      notActing: reasonOrNull(c.notActing),
+      etcd: c.etcd ? { reachable: c.etcd.reachable, error: reasonOrNull(c.etcd.error) } : null,
+    },
     revision: s.appliedRevision,
     spec: {
       valid: s.specValid,

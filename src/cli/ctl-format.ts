@@ -76,6 +76,23 @@ export function modelDetail(m: ModelJson, at: string): string {
   return '-';
 }
 
+/** Who this instance is, who leads and since when, and why this one does not act. */
+function controlLines(s: StatusJson, at: string): [string, string][] {
+  const c = s.control;
+  const lines: [string, string][] = [];
+  const since = c.leader?.since ? ` since ${c.leader.since} (${relative(c.leader.since, at)})` : '';
+  const epoch = c.leader?.epoch ? `, epoch ${c.leader.epoch}` : '';
+  if (c.mode === 'standalone') lines.push(['controller', s.leader ? `acting alone (${c.instance.label})` : `NOT acting (${c.instance.label})`]);
+  else if (c.leader?.self && s.leader) lines.push(['controller', `LEADER of the etcd cluster${epoch}${since}: ${c.instance.label}`]);
+  else lines.push(['controller', `standby (${c.instance.label}); leader: ${c.leader ? `${c.leader.label}${epoch}${since}` : 'NONE'}`]);
+  if (c.notActing && c.notActing.code !== 'CONTROLLER_STANDBY') {
+    lines.push(['not acting', reasonText(c.notActing)]);
+    lines.push(['', `hint: ${c.notActing.hint}`]);
+  }
+  if (c.etcd && !c.etcd.reachable) lines.push(['etcd', `UNREACHABLE${c.etcd.error ? `: ${reasonText(c.etcd.error)}` : ''}`]);
+  return lines;
+}
+
 export function renderStatus(s: StatusJson, models: ModelsJson): string {
   const at = s.at;
   const out: string[] = [];
@@ -83,7 +100,8 @@ export function renderStatus(s: StatusJson, models: ModelsJson): string {
 
   const rev = s.revision ? `revision ${s.revision.slice(0, 12)}` : 'no revision applied yet';
   const spec = s.spec.rejected ? `${s.revision ? ' in force' : ''}; revision ${s.spec.rejected.revision.slice(0, 12)} REJECTED (see below)` : s.spec.valid ? ', spec valid' : '';
-  head.push(['fleet', `${rev}${spec}; ${s.leader ? 'this controller is the leader' : 'this controller is NOT the leader'}`]);
+  head.push(['fleet', `${rev}${spec}`]);
+  head.push(...controlLines(s, at));
   if (s.sync.error) {
     head.push(['git sync', `FAILED: ${reasonText(s.sync.error)}; last ok ${relative(s.sync.lastOk, at)}`]);
     head.push(['', `hint: ${s.sync.error.hint}`]);

@@ -53,6 +53,13 @@ describe('ctl status: a controller in trouble', () => {
     const status: StatusJson = {
       at: AT,
       leader: false,
+      control: {
+        mode: 'etcd',
+        instance: { id: 'ctl-b-1a2b3c4d', label: 'llmgw on ctl-b (state dir /var/lib/llmgw)' },
+        leader: null,
+        notActing: { code: 'LEADER_UNAVAILABLE', message: 'etcd is not reachable from this instance: etcd did not answer (14 UNAVAILABLE)', hint: Reasons.LEADER_UNAVAILABLE.hint },
+        etcd: { reachable: false, error: { code: 'ETCD_UNAVAILABLE', message: 'etcd did not answer (14 UNAVAILABLE)', hint: Reasons.ETCD_UNAVAILABLE.hint } },
+      },
       revision: '3f2a9c1e0b7d55aa',
       spec: {
         valid: false,
@@ -79,7 +86,9 @@ describe('ctl status: a controller in trouble', () => {
     assert.match(text, /REJECTED revision 9e8d7c6b5a4f: 2 problems; revision 3f2a9c1e0b7d stays in force/);
     assert.match(text, /models\/chat\.yaml:4: profile "fast" does not exist \[SPEC_DANGLING_REF\]/);
     assert.match(text, /git sync +FAILED: connect ECONNREFUSED 10\.0\.0\.9:443 \[GIT_UNREACHABLE\]; last ok 10m ago/);
-    assert.match(text, /NOT the leader/);
+    assert.match(text, /^controller +standby \(llmgw on ctl-b \(state dir \/var\/lib\/llmgw\)\); leader: NONE$/m);
+    assert.match(text, /^not acting +etcd is not reachable from this instance: .* \[LEADER_UNAVAILABLE\]$/m);
+    assert.match(text, /^etcd +UNREACHABLE: etcd did not answer \(14 UNAVAILABLE\) \[ETCD_UNAVAILABLE\]$/m);
   });
 
   test('nodes: an unreachable node shows its error, install failures and the hint', () => {

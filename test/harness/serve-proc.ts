@@ -1,0 +1,117 @@
+/**
+ * Real `llmgw serve` processes on a test fleet (startTestFleet: sshd nodes, a fleet repo over git
+ * smart-HTTP), each with its own state dir and ports: one controller, or several sharing an etcd.
+ * Output is kept (pino JSON lines) for assertions and for diagnosing a failing test.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { freePort } from './llama-server.js';
+import { repoRoot } from './paths.js';
+import type { TestFleet } from './controller.js';
+
+export interface ServeProc {
+  readonly name: string;
+  readonly routerPort: number;
+  readonly adminPort: number;
+  readonly stateDir: string;
+  child: ChildProcess;
+  /** Everything it printed so far (the last 400 kB). */
+  out(): string;
+  alive(): boolean;
+  /** GET (or `init`) an admin API path under /admin/v1; the parsed JSON body. */
+  admin<T>(path: string, init?: RequestInit): Promise<T>;
+  sigkill(): Promise<void>;
+  /** SIGTERM and wait for the exit. */
+  stop(): Promise<void>;
+  /** Start it again (same state dir and ports) after it exited. */
+  restart(): void;
+}
+
+export async function spawnServe(o: { name: string; fleet: TestFleet; args?: readonly string[]; env?: Record<string, string> }): Promise<ServeProc> {
+  const stateDir = join(o.fleet.stateDir, o.name);
+  mkdirSync(stateDir, { recursive: true });
+  const [routerPort, adminPort] = [await freePort(), await freePort()];
+  let out = '';
+  const run = (): ChildProcess => {
+    const c = spawn(
+      process.execPath,
+      [
+        join(repoRoot, 'bin', 'llmgw.js'),
+        'serve',
+        '--fleet', o.fleet.git.url('fleet.git'),
+        '--git-token-file', join(o.fleet.secretsDir, 'git-token'),
+        '--secrets-dir', o.fleet.secretsDir,
+        '--state-dir', stateDir,
+        '--router-listen', `127.0.0.1:${routerPort}`,
+        '--admin-listen', `127.0.0.1:${adminPort}`,
+        '--no-router-auth',
+        '--no-admin-auth',
+        '--log-format', 'json',
+        ...(o.args ?? []),
+      ],
+      { cwd: repoRoot, env: { ...process.env, LLMGW_LOG_LEVEL: 'info', ...(o.env ?? {}) }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const keep = (d: Buffer): void => void (out = (out + d.toString()).slice(-400_000));
+    c.stdout!.on('data', keep);
+    c.stderr!.on('data', keep);
+    return c;
+  };
+  const exited = (c: ChildProcess): Promise<void> => (c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', () => r())));
+  const p: ServeProc = {
+    name: o.name,
+    routerPort,
+    adminPort,
+    stateDir,
+    child: run(),
+    out: () => out,
+    alive: () => p.child.exitCode === null && p.child.signalCode === null,
+    async admin<T>(path: string, init?: RequestInit): Promise<T> {
+      const r = await fetch(`http://127.0.0.1:${adminPort}/admin/v1${path}`, { ...init, signal: AbortSignal.timeout(30_000) });
+      return (await r.json()) as T;
+    },
+    async sigkill() {
+      if (p.alive()) p.child.kill('SIGKILL');
+      await exited(p.child);
+    },
+    async stop() {
+      if (p.alive()) p.child.kill('SIGTERM');
+      await exited(p.child);
+    },
+    restart() {
+      if (p.alive()) throw new Error(`${o.name} is still running`);
+      p.child = run();
+    },
+  };
+  return p;
+}
+
+/** Polls `fn` every 200 ms until it returns something truthy; errors count as "not yet". */
+export async function until<T>(what: string, timeoutMs: number, fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, diag: () => string = () => ''): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown = null;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}\n${diag()}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** pino JSON lines of a process's output, parsed (lines that are not JSON are skipped). */
+export function logLines(out: string): Record<string, unknown>[] {
+  const lines: Record<string, unknown>[] = [];
+  for (const l of out.split('\n')) {
+    if (!l.startsWith('{')) continue;
+    try {
+      lines.push(JSON.parse(l) as Record<string, unknown>);
+    } catch {
+      // a line cut by the buffer's start
+    }
+  }
+  return lines;
+}
