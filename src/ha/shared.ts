@@ -36,3 +36,8 @@ export async function sharedValues(client: Etcd3, prefix: string, localEngineKey
   ]);
   return { engineApiKey, clusterId };
 }
+
+/** The owner an HA cluster records on its nodes (all its instances act as this one owner, told apart by epoch). */
+export function clusterOwner(clusterId: string, prefix: string): string {
+  return `etcd:${clusterId}${prefix}`;
+}

@@ -30,7 +30,7 @@ import { Published, Requests } from '../ha/channel.js';
 import { Election } from '../ha/election.js';
 import { openEtcd } from '../ha/etcd.js';
 import { EtcdStateStore } from '../ha/etcd-state.js';
-import { sharedValues } from '../ha/shared.js';
+import { clusterOwner, sharedValues } from '../ha/shared.js';
 import { instanceOf } from './instance.js';
 
 /** A node's owner record outlives its owner's last renewal by this much before another controller may take the node. */
@@ -116,7 +116,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     const shared = await sharedValues(client, e.prefix, engineApiKey);
     const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, logger: log.child({ component: 'election' }) });
     const stateStore = new EtcdStateStore(election, client, e.prefix);
-    const owner = `etcd:${shared.clusterId}${e.prefix}`;
+    const owner = clusterOwner(shared.clusterId, e.prefix);
     controller = new HaController({
       election,
       published: new Published(election, client, e.prefix),
