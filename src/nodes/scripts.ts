@@ -333,6 +333,11 @@ fi
 /** Cleanup on failure, and the common last step: check the binary runs, write .complete, move in place. */
 const ENGINE_FINISH = `llmgw_cleanup() { rm -rf "$stage" \${work:+"$work"}; rmdir "$base" 2>/dev/null; true; }
 trap llmgw_cleanup EXIT
+# a run cut off from the controller (a partition: no pty, no SIGHUP) keeps going on the node; its
+# first write to the gone connection would kill it by SIGPIPE, skipping the EXIT trap and leaving
+# the staging dir (a partial archive, a build tree) behind. Ignored, the write fails and the run
+# ends through the trap.
+trap '' PIPE
 llmgw_finish() {  # $1 = binary path relative to the stage
   [ -f "$stage/$1" ] || llmgw_fail ENGINE_ARTIFACT_INVALID "the engine has no file '$1' (binary:)"
   chmod +x "$stage/$1" || exit 1
