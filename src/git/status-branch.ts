@@ -20,7 +20,7 @@ import { dirname, join } from 'node:path';
 import git, { type TreeEntry } from 'isomorphic-git';
 import { LlmgwError } from '../errors/catalogue.js';
 import { REMOTE_NAME, type FleetRepo } from './repo.js';
-import { EPOCH_TRAILER, epochOf, withTrailer } from './trailers.js';
+import { EPOCH_TRAILER, epochOf, trailerValues, withTrailer } from './trailers.js';
 
 export const DEFAULT_STATUS_BRANCH = 'llmgw/status';
 const ZERO_OID = '0000000000000000000000000000000000000000';
@@ -125,7 +125,7 @@ function checkEpoch(opts: StatusBranchOptions): void {
   if (!Number.isSafeInteger(opts.epoch) || opts.epoch < 0) {
     throw new LlmgwError('USAGE', `status branch epoch ${String(opts.epoch)} is not a non-negative integer`);
   }
-  if (epochOf(opts.message) !== null) {
+  if (trailerValues(opts.message, EPOCH_TRAILER).length > 0) {
     throw new LlmgwError('USAGE', `the status message already has an ${EPOCH_TRAILER} trailer; the writer adds the epoch itself`);
   }
 }

@@ -98,7 +98,9 @@ describe('status branch epoch fencing on a remote', () => {
     for (const epoch of [-1, 1.5, Number.NaN, 2 ** 53]) {
       await rejectsWith(writeStatusBranch(repo, { branch, files: files('u', 1), message: 'x', epoch }), 'USAGE');
     }
-    await rejectsWith(writeStatusBranch(repo, { branch, files: files('u', 1), message: 'x\n\nLlmgw-Epoch: 99', epoch: 1 }), 'USAGE');
+    for (const message of ['x\n\nLlmgw-Epoch: 99', 'x\n\nllmgw-epoch: not-a-number\n']) {
+      await rejectsWith(writeStatusBranch(repo, { branch, files: files('u', 1), message, epoch: 1 }), 'USAGE');
+    }
     assert.equal(await git(served.bare, ['for-each-ref', `refs/heads/${branch}`]), '');
   });
 
