@@ -17,10 +17,11 @@
 import * as fs from 'node:fs';
 import { open, readFile, readdir, rename, unlink, mkdir, type FileHandle } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import git, { type TreeEntry } from 'isomorphic-git';
 import { LlmgwError } from '../errors/catalogue.js';
 import { REMOTE_NAME, type FleetRepo } from './repo.js';
-import { EPOCH_TRAILER, epochOf, withTrailer } from './trailers.js';
+import { EPOCH_TRAILER, epochOf, trailerValues, withTrailer } from './trailers.js';
 
 export const DEFAULT_STATUS_BRANCH = 'llmgw/status';
 const ZERO_OID = '0000000000000000000000000000000000000000';
@@ -125,7 +126,7 @@ function checkEpoch(opts: StatusBranchOptions): void {
   if (!Number.isSafeInteger(opts.epoch) || opts.epoch < 0) {
     throw new LlmgwError('USAGE', `status branch epoch ${String(opts.epoch)} is not a non-negative integer`);
   }
-  if (epochOf(opts.message) !== null) {
+  if (trailerValues(opts.message, EPOCH_TRAILER).length > 0) {
     throw new LlmgwError('USAGE', `the status message already has an ${EPOCH_TRAILER} trailer; the writer adds the epoch itself`);
   }
 }
@@ -167,28 +168,47 @@ async function readLocalRef(gitdir: string, ref: string): Promise<string | null>
   return null;
 }
 
-/** Set ref to next only if it still holds expected (null: absent). False when it moved or is locked. */
-async function casLocalRef(gitdir: string, ref: string, expected: string | null, next: string): Promise<boolean> {
+/**
+ * How long a writer waits for another writer's <ref>.lock before it counts the attempt as lost.
+ * Git waits 100 ms (core.filesRefLockTimeout); the holder's fsync on a busy disk can take longer,
+ * and a writer that gives up at once loses every attempt while the other one syncs.
+ */
+const LOCK_WAIT_MS = 1000;
+
+/** Create the lock file, waiting (backing off 1 ms → 50 ms) while someone else holds it; null when it stays held. */
+async function takeLock(lockPath: string): Promise<FileHandle | null> {
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
+    try {
+      return await open(lockPath, 'wx');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+    const left = deadline - Date.now();
+    if (left <= 0) return null;
+    await sleep(Math.min(delay, left));
+  }
+}
+
+type LocalSwap = 'swapped' | 'moved' | 'locked';
+
+/** Set ref to next only if it still holds expected (null: absent). */
+async function casLocalRef(gitdir: string, ref: string, expected: string | null, next: string): Promise<LocalSwap> {
   const refPath = join(gitdir, ref);
   const lockPath = `${refPath}.lock`;
   await mkdir(dirname(refPath), { recursive: true });
-  let fh: FileHandle | null;
-  try {
-    fh = await open(lockPath, 'wx');
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
-    throw e;
-  }
+  let fh = await takeLock(lockPath);
+  if (!fh) return 'locked';
   let renamed = false;
   try {
-    if ((await readLocalRef(gitdir, ref)) !== expected) return false;
+    if ((await readLocalRef(gitdir, ref)) !== expected) return 'moved';
     await fh.writeFile(`${next}\n`);
     await fh.sync();
     await fh.close();
     fh = null;
     await rename(lockPath, refPath);
     renamed = true;
-    return true;
+    return 'swapped';
   } finally {
     if (fh) await fh.close();
     if (!renamed) await unlink(lockPath).catch(() => undefined);
@@ -223,6 +243,7 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
   const ref = `refs/heads/${branch}`;
   const maxAttempts = Math.max(1, opts.maxAttempts ?? 5);
   let token: string | null = null;
+  let heldLock: string | null = null;
   try {
     const tree = await writeFilesTree(repo.gitdir, opts.files);
     if (repo.kind === 'local') {
@@ -233,7 +254,9 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
         if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
         const commit = await makeCommit(repo, tree, tip, opts);
         await opts.beforeUpdate?.(attempt);
-        if (await casLocalRef(repo.gitdir, ref, tip, commit)) return { changed: true, oid: commit, attempts: attempt + 1 };
+        const swap = await casLocalRef(repo.gitdir, ref, tip, commit);
+        if (swap === 'swapped') return { changed: true, oid: commit, attempts: attempt + 1 };
+        heldLock = swap === 'locked' ? join(repo.gitdir, `${ref}.lock`) : null;
       }
     } else {
       const a = repo.auth();
@@ -269,6 +292,13 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
     }
   } catch (e) {
     throw repo.fail(e, `write status branch ${branch}`, token);
+  }
+  if (heldLock) {
+    throw new LlmgwError(
+      'GIT_PUSH_REJECTED',
+      `write status branch ${branch} (${repo.label}): ${heldLock} stayed locked; gave up after ${maxAttempts} attempts (if no llmgw or git process is writing the repo, a crashed writer left it: remove it)`,
+      { branch, attempts: maxAttempts, lock: heldLock },
+    );
   }
   throw new LlmgwError('GIT_PUSH_REJECTED', `write status branch ${branch} (${repo.label}): the branch kept moving; gave up after ${maxAttempts} attempts`, {
     branch,

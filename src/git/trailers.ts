@@ -120,14 +120,16 @@ export function trailerValues(message: string, key: string): string[] {
 
 /**
  * The fencing epoch a commit message carries in its Llmgw-Epoch trailer, or null when it has none.
- * Values that are not a plain decimal integer (at most 15 digits, so exact as a number) are not
- * epochs and are ignored; of several trailers the highest counts, so no extra trailer can lower it.
+ * Values that are not a plain decimal integer exact as a number (a safe integer: every epoch the
+ * writer accepts reads back) are not epochs and are ignored; of several trailers the highest
+ * counts, so no extra trailer can lower it.
  */
 export function epochOf(message: string): number | null {
   let best: number | null = null;
   for (const v of trailerValues(message, EPOCH_TRAILER)) {
-    if (!/^[0-9]{1,15}$/.test(v)) continue;
+    if (!/^[0-9]{1,16}$/.test(v)) continue;
     const n = Number(v);
+    if (!Number.isSafeInteger(n)) continue;
     if (best === null || n > best) best = n;
   }
   return best;

@@ -5,6 +5,8 @@
  * the real git smart-HTTP server and a real local repo.
  */
 import assert from 'node:assert/strict';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { FleetRepo } from '../../src/git/repo.js';
 import { writeStatusBranch, type StatusWriteResult } from '../../src/git/status-branch.js';
@@ -98,7 +100,9 @@ describe('status branch epoch fencing on a remote', () => {
     for (const epoch of [-1, 1.5, Number.NaN, 2 ** 53]) {
       await rejectsWith(writeStatusBranch(repo, { branch, files: files('u', 1), message: 'x', epoch }), 'USAGE');
     }
-    await rejectsWith(writeStatusBranch(repo, { branch, files: files('u', 1), message: 'x\n\nLlmgw-Epoch: 99', epoch: 1 }), 'USAGE');
+    for (const message of ['x\n\nLlmgw-Epoch: 99', 'x\n\nllmgw-epoch: not-a-number\n']) {
+      await rejectsWith(writeStatusBranch(repo, { branch, files: files('u', 1), message, epoch: 1 }), 'USAGE');
+    }
     assert.equal(await git(served.bare, ['for-each-ref', `refs/heads/${branch}`]), '');
   });
 
@@ -223,5 +227,49 @@ describe('status branch epoch fencing in a local repo', () => {
     assert.equal(await revParse(work.dir, branch), w5!.oid);
     assert.equal(await work.git(['show', `${branch}:fleet.json`]), '{"writer":"5","n":1}');
     assert.deepEqual(await firstParentEpochs(work.dir, branch), [3, 4, 5]);
+  });
+
+  it('epochs 3 and 4 swapping the ref at once: 4 lands last, 3 is refused or ordered before it', async () => {
+    for (let round = 0; round < 6; round++) {
+      const work = await WorkRepo.init();
+      await work.commit('fleet');
+      const branch = 'llmgw/status';
+      const [leader3, leader4] = [new FleetRepo({ path: work.dir }), new FleetRepo({ path: work.dir })];
+      await writeStatusBranch(leader3, { branch, files: files('base', round), message: 'base', epoch: 2 });
+      const both = barrier(2);
+      const gate = async (attempt: number): Promise<void> => {
+        if (attempt === 0) await both();
+      };
+      const [r3, r4] = await Promise.allSettled([
+        writeStatusBranch(leader3, { branch, files: files('3', round), message: 'old', epoch: 3, beforeUpdate: gate }),
+        writeStatusBranch(leader4, { branch, files: files('4', round), message: 'new', epoch: 4, beforeUpdate: gate }),
+      ]);
+      assert.equal(r4.status, 'fulfilled', r4.status === 'rejected' ? String(r4.reason) : '');
+      assert.equal(await revParse(work.dir, branch), r4.value.oid);
+      assert.equal(await work.git(['show', `${branch}:fleet.json`]), `{"writer":"4","n":${round}}`);
+      const epochs = await firstParentEpochs(work.dir, branch);
+      assertNonDecreasing(epochs);
+      if (r3.status === 'rejected') {
+        assert.ok(isLlmgwError(r3.reason, 'STATUS_EPOCH_STALE'), String(r3.reason));
+        assert.deepEqual(epochs, [2, 4]);
+      } else {
+        assert.deepEqual(epochs, [2, 3, 4]);
+      }
+    }
+  });
+
+  it('a ref lock that stays held (a crashed writer) ends in GIT_PUSH_REJECTED naming the lock, which is left alone', async () => {
+    const work = await WorkRepo.init();
+    const main = await work.commit('fleet');
+    await work.git(['update-ref', 'refs/heads/llmgw/status', main]);
+    const lock = join(work.dir, '.git', 'refs', 'heads', 'llmgw', 'status.lock');
+    await writeFile(lock, '');
+    const err = await rejectsWith(
+      writeStatusBranch(new FleetRepo({ path: work.dir }), { branch: 'llmgw/status', files: files('x', 1), message: 's', epoch: 1, maxAttempts: 1 }),
+      'GIT_PUSH_REJECTED',
+    );
+    assert.equal(err.detail['lock'], lock);
+    assert.equal(await revParse(work.dir, 'llmgw/status'), main);
+    assert.equal(await readFile(lock, 'utf8'), '');
   });
 });
