@@ -21,9 +21,11 @@ const recordLine = (owner: string, epoch: number, agoSeconds: number, ttl: numbe
 
 let n = 0;
 /** Runs one fence check (mode act or look) on a data dir whose record is `rec` (null: none). */
-function check(rec: string | null, f: Fence, mode: 'act' | 'look' = 'look'): { line: string; took: string; record: string | null; code: number | null; stderr: string } {
+function check(rec: string | null, f: Fence, mode: 'act' | 'look' = 'look', blockWrite = false): { line: string; took: string; record: string | null; code: number | null; stderr: string } {
   const data = join(dir, `d${n++}`);
   mkdirSync(join(data, '.locks'), { recursive: true });
+  // the record's temp file as a directory: its write fails (as on a full disk, but as root too)
+  if (blockWrite) mkdirSync(join(data, '.locks', 'owner.tmp'));
   if (rec !== null) writeFileSync(join(data, '.locks', 'owner'), rec);
   const script = `set -u
 llmgw_fail() { printf 'llmgw-error: %s %s\\n' "$1" "$2" >&2; exit 3; }
@@ -88,6 +90,23 @@ describe('owner record decisions (sh)', () => {
       state: 'other', owner: 'ctl-b', label: 'llmgw on b', epoch: 0, ttl: 30, seq: 3,
     });
     assert.equal(r.record, rec);
+  });
+
+  test('a record that cannot be written: a look goes on; an action goes on when it only renews, fails when it claims or raises the epoch', () => {
+    const ours = recordLine('ctl-a', 5, 3, 30, 'x', 4);
+    const look = check(null, A, 'look', true);
+    assert.equal(look.code, 0, look.stderr);
+    assert.equal(parseFenceLine(look.line)?.state, 'mine');
+    assert.equal(look.record, null);
+    const renew = check(ours, A, 'act', true);
+    assert.equal(renew.code, 0, renew.stderr);
+    assert.equal(renew.record, ours);
+    for (const rec of [null, recordLine('ctl-a', 3, 3, 30, 'x', 4), recordLine('ctl-b', 3, 99, 30, 'x', 4)]) {
+      const r = check(rec, A, 'act', true);
+      assert.equal(r.code, 3, `${rec}: ${r.stderr}`);
+      assert.match(r.stderr, /llmgw-error: NODE_COMMAND_FAILED could not write the node's owner record/);
+      assert.equal(r.record, rec);
+    }
   });
 
   test('free-text owner and label round-trip as data', () => {
