@@ -10,6 +10,8 @@
  *   models/<sha256>.gguf                verified model files (downloaded to `<sha256>.gguf.part`, renamed when verified)
  *   replicas/<id>/state.json            what was started (pid, process start time, port, argv, model, digest, log path)
  *   replicas/<id>/log                   llama-server's stdout + stderr
+ *   .locks/                             flock files of engine installs and model downloads; with a fence,
+ *                                       `owner` (the one owner record: owner, label, epoch, renewedAt, ttl) and `owner.lock`
  *
  * Errors are LlmgwError with catalogue reasons (NODE_*, ENGINE_*, MODEL_*, REPLICA_*).
  */

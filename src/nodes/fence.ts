@@ -45,8 +45,10 @@ const unb64 = (s: string): string => Buffer.from(s, 'base64').toString('utf8');
  * Functions:
  *   llmgw_fence_lock     take the owner lock (fd 7; children must not inherit it: `7>&-`)
  *   llmgw_fence_unlock   release it
- *   llmgw_fence_check M  under the lock: decide and (when mine) write the record; M = act (a failed
- *                        write fails the script) or look (observe: a failed write is tolerated)
+ *   llmgw_fence_check M  under the lock: decide and (when mine) write the record; M = act or look.
+ *                        A failed write (a full disk) is tolerated by a look, and by an action when
+ *                        it was a renewal only (the record names this owner at this epoch already);
+ *                        an action that had to claim, take over or raise the epoch fails then
  *   llmgw_fence_act      lock + check; refuse (exit EXIT_FENCE_REFUSED) unless mine; the lock stays held
  * After a check: fence_state (mine | other | newer-epoch), fence_line (what the driver parses), fence_seq,
  * fence_took (set when another owner's expired record was taken over).
@@ -72,10 +74,11 @@ llmgw_fence_check() {
   _v=; _o=; _e=; _t=; _l=; _b=; _q=
   if [ -f "$fence_dir/owner" ]; then read -r _v _o _e _t _l _b _q _rest <"$fence_dir/owner" || true; fi
   fence_took=
+  _renew=0
   if [ "$_v" = 1 ] && llmgw_b64 "$_o" && llmgw_uint "$_e" && llmgw_uint "$_t" && llmgw_uint "$_l" && llmgw_b64 "$_b" && llmgw_uint "$_q"; then
     _ago=$((_now - _t))
     if [ "$_o" = "$fo" ]; then
-      if [ "$fe" -lt "$_e" ]; then fence_state=newer-epoch; else fence_state=mine; fi
+      if [ "$fe" -lt "$_e" ]; then fence_state=newer-epoch; else fence_state=mine; [ "$fe" = "$_e" ] && _renew=1; fi
     elif [ "$_ago" -gt "$_l" ]; then
       fence_state=mine; fence_took="$_o $_e $_ago $_b"
     else
@@ -88,8 +91,15 @@ llmgw_fence_check() {
   if [ "$fence_state" = mine ]; then
     fence_seq=$((_q + 1))
     if ! { printf '1 %s %s %s %s %s %s\\n' "$fo" "$fe" "$_now" "$ft" "$fl" "$fence_seq" >"$fence_dir/owner.tmp" && mv -f "$fence_dir/owner.tmp" "$fence_dir/owner"; }; then
-      rm -f "$fence_dir/owner.tmp"
-      [ "$1" = look ] || llmgw_fail NODE_COMMAND_FAILED "could not write the node's owner record"
+      rm -f "$fence_dir/owner.tmp" 2>/dev/null
+      # a renewal only (the record names this owner at this epoch already) may fail, on a full disk
+      # say; a claim, a take-over or a higher epoch must be on record before an action goes on
+      if [ "$1" = act ] && [ $_renew = 0 ]; then
+        _a=$(df -Pk "$fence_dir" 2>/dev/null | tail -n 1 | awk '{print $4}')
+        case $_a in ''|*[!0-9]*) ;; *) [ "$_a" -lt 1024 ] && llmgw_fail NODE_DISK_FULL "no space left on the node's data dir for its owner record ($_a KiB free)";; esac
+        llmgw_fail NODE_COMMAND_FAILED "could not write the node's owner record"
+      fi
+      echo "could not renew the node's owner record" >&2
     fi
     fence_line="mine $fo $fe 0 $ft $fl $fence_seq"
   else
