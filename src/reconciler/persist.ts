@@ -55,8 +55,11 @@ export class StatusWriter {
 
   constructor(private readonly repo: FleetRepo) {}
 
-  /** `epoch`: the HA leader's fencing epoch (a Llmgw-Epoch trailer; a newer epoch's head refuses the write). */
-  async write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<void> {
+  /**
+   * `epoch`: the HA leader's fencing epoch (a Llmgw-Epoch trailer; a newer epoch's head refuses the
+   * write). Resolves with STATUS_EPOCH_STALE when a newer epoch wrote the branch, else null.
+   */
+  async write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<ReasonRef | null> {
     const files = statusFiles(snap, spec);
     const key = JSON.stringify(files);
     try {
@@ -68,7 +71,11 @@ export class StatusWriter {
       // Written, or nothing new to write: the branch is confirmed up to date as of now.
       this.lastOk = now();
     } catch (e) {
-      log.warn({ code: reasonOf(e).code, err: reasonOf(e).message }, 'writing the status branch failed; retried next pass');
+      const r = reasonOf(e);
+      // A newer leader has written the branch: this instance was deposed (the caller steps down).
+      if (r.code === 'STATUS_EPOCH_STALE') return r;
+      log.warn({ code: r.code, err: r.message }, 'writing the status branch failed; retried next pass');
     }
+    return null;
   }
 }

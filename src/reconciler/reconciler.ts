@@ -447,7 +447,14 @@ export class Reconciler implements FleetView {
     await this.saveState();
     const snap = this.summarize();
     const spec = this.o.tracker.applied?.spec;
-    if (this.status && spec && this.leader() && this.notActing === null) await this.status.write(snap, spec, this.clock, log, this.o.epoch?.());
+    if (this.status && spec && this.leader() && this.notActing === null) {
+      const stale = await this.status.write(snap, spec, this.clock, log, this.o.epoch?.());
+      if (stale) {
+        log.error({ code: stale.code, reason: stale.message }, 'a newer leader writes the status branch: stepping down');
+        this.notActing = stale;
+        this.o.onDeposed?.(stale);
+      }
+    }
     this.publish({ ...snap, lastStatusWriteOk: this.status?.lastOk ?? null });
   }
 

@@ -177,7 +177,7 @@ function etcdConfig(get: (n: SettingName) => string | null, duration: (n: Settin
   for (const h of hosts) if (!/^https?:\/\/[^/\s]+$/.test(h)) throw new UsageError(`--etcd takes endpoints such as http://127.0.0.1:2379 or https://etcd-1:2379, comma-separated (got ${JSON.stringify(h)})`);
   if (hosts.length === 0) throw new UsageError('--etcd is empty: give at least one endpoint such as http://127.0.0.1:2379');
   const prefix = (get('etcdPrefix') ?? '/llmgw').replace(/\/+$/, '');
-  if (!/^\/[A-Za-z0-9._/-]*$/.test(prefix) || prefix === '') throw new UsageError(`--etcd-prefix must start with / and hold letters, digits, . _ - / (got ${JSON.stringify(get('etcdPrefix'))})`);
+  if (!/^\/[A-Za-z0-9._/-]{0,127}$/.test(prefix) || prefix === '') throw new UsageError(`--etcd-prefix must start with /, hold letters, digits, . _ - / and be at most 128 characters (got ${JSON.stringify(get('etcdPrefix'))})`);
   const [ca, cert, key] = [abs(get('etcdCa')), abs(get('etcdCert')), abs(get('etcdKey'))];
   if ((cert === null) !== (key === null)) throw new UsageError('--etcd-cert-file and --etcd-key-file go together');
   const user = get('etcdUser');

@@ -20,3 +20,35 @@ describe('serve config: --body-limit', () => {
     }
   });
 });
+
+describe('serve config: --etcd and the election timings', () => {
+  test('without --etcd: one instance, and etcd-only settings are refused rather than ignored', () => {
+    assert.equal(resolveConfig(sources({})).etcd, null);
+    assert.throws(() => resolveConfig(sources({ leaseTtl: '20s' })), (e) => e instanceof UsageError && /--lease-ttl needs --etcd/.test(e.message));
+  });
+
+  test('endpoints from flag or env; defaults in the range controller-runtime uses', () => {
+    const c = resolveConfig(sources({ etcd: 'http://10.0.0.1:2379, http://10.0.0.2:2379' })).etcd!;
+    assert.deepEqual(c.hosts, ['http://10.0.0.1:2379', 'http://10.0.0.2:2379']);
+    assert.deepEqual([c.prefix, c.leaseTtlSeconds, c.renewDeadlineMs, c.retryPeriodMs, c.tls, c.auth], ['/llmgw', 15, 10_000, 2_000, null, null]);
+    const e = resolveConfig(sources({}, { LLMGW_ETCD: 'https://etcd:2379', LLMGW_ETCD_PREFIX: '/fleets/prod/', LLMGW_ETCD_USER: 'llmgw', LLMGW_ETCD_PASSWORD_FILE: 'pw' })).etcd!;
+    assert.equal(e.prefix, '/fleets/prod');
+    assert.deepEqual(e.tls, { ca: null, cert: null, key: null }, 'https endpoints use TLS (the system CAs)');
+    assert.deepEqual(e.auth, { username: 'llmgw', passwordFile: '/tmp/pw' });
+  });
+
+  test('bad values are usage errors that say what to give', () => {
+    const bad: [ConfigSources['flags'], RegExp][] = [
+      [{ etcd: 'etcd:2379' }, /--etcd takes endpoints/],
+      [{ etcd: ' , ' }, /--etcd is empty/],
+      [{ etcd: 'http://e:2379', etcdPrefix: 'llmgw' }, /--etcd-prefix must start with \//],
+      [{ etcd: 'http://e:2379', etcdPrefix: `/${'x'.repeat(200)}` }, /at most 128 characters/],
+      [{ etcd: 'http://e:2379', etcdCert: 'c.pem' }, /--etcd-cert-file and --etcd-key-file go together/],
+      [{ etcd: 'http://e:2379', etcdUser: 'u' }, /--etcd-user and --etcd-password-file go together/],
+      [{ etcd: 'http://e:2379', renewDeadline: '15s' }, /--renew-deadline .* must be below --lease-ttl/],
+      [{ etcd: 'http://e:2379', retryPeriod: '10s' }, /--retry-period .* must be below --renew-deadline/],
+      [{ etcd: 'http://e:2379', leaseTtl: '2500ms' }, /--lease-ttl must be whole seconds/],
+    ];
+    for (const [flags, re] of bad) assert.throws(() => resolveConfig(sources(flags)), (e) => e instanceof UsageError && re.test(e.message), JSON.stringify(flags));
+  });
+});
