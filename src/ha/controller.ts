@@ -40,6 +40,8 @@ export interface HaControllerOptions {
   readonly requests: Requests;
   readonly stateStore: EtcdStateStore;
   readonly instance: { readonly id: string; readonly label: string };
+  /** The --etcd-prefix (this cluster's keys). */
+  readonly prefix: string;
   /** The standby's own look at the fleet repo (the spec it routes by). */
   readonly tracker: FleetSource;
   readonly engineApiKey: string;
@@ -95,16 +97,31 @@ export class HaController implements FleetView, AdminBackend {
     e.on('deposed', (reason: ReasonRef) => this.transition(() => this.endTerm(reason)));
     e.on('leader', () => this.refreshStandby());
     e.on('reachable', () => this.refreshStandby());
-    this.unwatch = await this.o.published.watch((json) => {
-      this.publishedValue = json === null ? null : parsePublished(json);
-      if (json !== null && !this.publishedValue) this.log.error({ key: 'snapshot' }, 'the published snapshot in etcd is not one this version reads; standby answers wait for the next one');
-      if (this.publishedValue && this.publishedValue.appliedRevision !== this.o.tracker.applied?.revision) void this.syncSpec();
-      this.refreshStandby();
-    });
     await this.syncSpec();
     this.syncTimer = setInterval(() => void this.syncSpec(), STANDBY_SYNC_MS);
     this.syncTimer.unref();
     e.start();
+    await this.watchPublished();
+  }
+
+  /** The leader's published snapshot, watched for as long as this instance runs (etcd may be down at first). */
+  private async watchPublished(): Promise<void> {
+    while (!this.stopped && !this.unwatch) {
+      try {
+        this.unwatch = await this.o.published.watch((json) => this.onPublished(json));
+      } catch (err) {
+        this.log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'standby: cannot watch the published snapshot yet; trying again');
+        await new Promise((r) => setTimeout(r, 2000).unref());
+      }
+    }
+    if (this.stopped) await this.unwatch?.();
+  }
+
+  private onPublished(json: string | null): void {
+    this.publishedValue = json === null ? null : parsePublished(json);
+    if (json !== null && !this.publishedValue) this.log.error({ key: 'snapshot' }, 'the published snapshot in etcd is not one this version reads; standby answers wait for the next one');
+    if (this.publishedValue && this.publishedValue.appliedRevision !== this.o.tracker.applied?.revision) void this.syncSpec();
+    this.refreshStandby();
   }
 
   async stop(): Promise<void> {
@@ -126,6 +143,7 @@ export class HaController implements FleetView, AdminBackend {
     if (this.stopped || this.term?.epoch === epoch) return;
     if (this.term) await this.endTerm(null);
     const log = this.log.child({ epoch });
+    await this.syncing; // the standby's fleet repo look, if one runs, ends first (one git fetch at a time)
     const { state, problem } = await this.o.stateStore.load();
     // Elected while the record loaded? The lease may have gone meanwhile: start nothing on a stale term.
     if (!this.o.election.isLeader() || this.o.election.epoch !== epoch) return void log.warn('leadership ended before the term began');
@@ -146,7 +164,9 @@ export class HaController implements FleetView, AdminBackend {
     this.term = term;
     log.info({ instance: this.o.instance.id, failures: Object.values(state.models).reduce((n, h) => n + h.consecutiveFailures, 0) }, 'leading the fleet: resuming from the state record in etcd');
     this.o.onLeadership?.(true);
-    this.setCurrent(reconciler.snapshot());
+    // Until the term's first pass has looked at the nodes, the published snapshot is the better view
+    // (the new reconciler knows no replica yet): routing goes on from it, saying who leads now.
+    this.setCurrent({ ...this.current, control: this.control(true) });
     term.stopServing = await this.o.requests.serve(this.o.election, (m) => this.handle(reconciler, m));
     void reconciler.start();
   }
@@ -161,6 +181,7 @@ export class HaController implements FleetView, AdminBackend {
     await term.reconciler.stop();
     this.o.onLeadership?.(false);
     this.refreshStandby();
+    void this.syncSpec();
   }
 
   /** The leader carries out what a standby forwarded. */
@@ -198,7 +219,7 @@ export class HaController implements FleetView, AdminBackend {
   private control(leading: boolean): ControlView {
     const e = this.o.election;
     const l = e.current();
-    const etcd = { reachable: e.reachable, error: e.lastError };
+    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: e.lastError };
     const leader = l ? { id: l.id, label: l.label, since: l.since, epoch: l.epoch } : null;
     if (leading) return { mode: 'etcd', instance: this.o.instance, leader, notActing: null, etcd };
     const notActing: ReasonRef = l

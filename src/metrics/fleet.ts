@@ -51,7 +51,7 @@ export class FleetMetrics {
   private readonly leader: Gauge;
   private readonly leaderChanges: Counter;
   private readonly leaderEpoch: Gauge;
-  private readonly etcdUp: GaugeSeries<never>;
+  private readonly etcdUp: GaugeSeries<'prefix'>;
   private readonly notActing: GaugeSeries<'code'>;
   private readonly reconcileDuration: Histogram;
   private readonly reconcileTotal: Counter<'result'>;
@@ -100,7 +100,7 @@ export class FleetMetrics {
     this.leader = new Gauge({ name: N.leader, help: '1 on the instance that reconciles the fleet (the leader), 0 on standbys.', registers });
     this.leaderChanges = new Counter({ name: N.leaderChangesTotal, help: 'Times this instance gained or lost leadership.', registers });
     this.leaderEpoch = new Gauge({ name: N.leaderEpoch, help: 'Fencing epoch of the leader as this instance sees it (etcd: the election key\'s revision; 0 alone or with no leader).', registers });
-    this.etcdUp = gauge(N.etcdUp, '1 while this instance reaches etcd, 0 when it does not (present only with --etcd).', []);
+    this.etcdUp = gauge(N.etcdUp, '1 while this instance reaches etcd, 0 when it does not (present only with --etcd; prefix: its --etcd-prefix).', ['prefix']);
     this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED.', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
     this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
@@ -125,7 +125,7 @@ export class FleetMetrics {
   applySnapshot(s: FleetSnapshot): void {
     this.setLeader(s.leader);
     this.leaderEpoch.set(s.control.leader?.epoch ?? 0);
-    this.etcdUp.replace(s.control.etcd ? [[{}, s.control.etcd.reachable ? 1 : 0]] : []);
+    this.etcdUp.replace(s.control.etcd ? [[{ prefix: s.control.etcd.prefix }, s.control.etcd.reachable ? 1 : 0]] : []);
     this.notActing.replace(s.control.notActing ? [[{ code: s.control.notActing.code }, 1]] : []);
 
     const one = <L>(labels: L, value: number | boolean): [L, number] => [labels, typeof value === 'boolean' ? (value ? 1 : 0) : value];

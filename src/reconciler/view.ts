@@ -76,7 +76,7 @@ export interface ControlView {
   /** Why this instance does not act on the fleet (a standby; another controller owns a node; a deposed leader), or null. */
   readonly notActing: ReasonRef | null;
   /** etcd as this instance reaches it (etcd mode only). */
-  readonly etcd: { readonly reachable: boolean; readonly error: ReasonRef | null } | null;
+  readonly etcd: { readonly prefix: string; readonly reachable: boolean; readonly error: ReasonRef | null } | null;
 }
 
 /** A lone controller that acts: what a snapshot says without etcd (and in tests). */

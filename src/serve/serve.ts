@@ -123,6 +123,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       requests: new Requests(client, e.prefix, instance.id),
       stateStore,
       instance,
+      prefix: e.prefix,
       tracker: new SpecTracker(repo),
       engineApiKey: shared.engineApiKey,
       logger: log,
@@ -207,7 +208,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const routerUrl = url(router);
   const adminUrl = url(admin);
   log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth, instance: instance.id, etcd: cfg.etcd ? cfg.etcd.hosts : null }, 'llmgw serving');
-  void controller.start();
+  controller.start().catch((err: unknown) => log.error({ err }, 'the controller failed to start'));
 
   let closed: Promise<void> | null = null;
   return {

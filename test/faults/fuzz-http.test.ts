@@ -162,7 +162,9 @@ describe('fault 11: fuzzing the router over real sockets', () => {
       }),
       { numRuns: RUNS },
     );
-    for (const r of stub.requests) assert.match(r.url, ALLOWED_UPSTREAM_PATH, `the replica got ${r.url}`);
+    // The router's own background look at the replica's slots (router/slots.ts) is GET /slots, every
+    // second: not a client request; under load the fuzz run outlasts a second and meets it.
+    for (const r of stub.requests) if (r.url !== '/slots') assert.match(r.url, ALLOWED_UPSTREAM_PATH, `the replica got ${r.url}`);
     for (const r of stub.requests) assert.equal(r.headers.authorization, 'Bearer fuzz-engine-key-5d2a9c41', 'the replica gets the engine key, not the client key');
     assert.ok(stub.requests.length > 0, 'some requests were proxied (the fuzz reaches the proxy)');
     const scan = new SecretsScan().secret('router key', ROUTER_KEY);

@@ -185,4 +185,17 @@ describe('three instances on etcd', () => {
     for (let i = 1; i < ordered.length; i++) assert.ok(ordered[i]! >= ordered[i - 1]!, `epochs along the status branch: ${ordered.join(' ')}`);
     assert.ok(ordered.some((e) => e < leader.epoch), 'the old leader wrote status too (with its lower epoch)');
   });
+
+  it('ctl restart on a standby is carried out by the leader: the replica replaced surge-first, the standby sees it done', async () => {
+    const standby = survivors.find((p) => p !== leader.proc)!;
+    const old = (await models(leader.proc)).good!.replicas.find((r) => r.phase === 'ready')!.id;
+    const r = await runCli(['ctl', 'restart', '--model', 'good', '--timeout', '120s', '--server', `http://127.0.0.1:${standby.adminPort}`]);
+    assert.equal(r.code, 0, r.stdout + r.stderr + diag());
+    const after = await until('the standby shows the new replica', 30_000, async () => {
+      const g = (await models(standby)).good!;
+      return g.replicas.length === 1 && g.replicas[0]!.id !== old && g.replicas[0]!.phase === 'ready' ? g : null;
+    }, diag);
+    assert.notEqual(after.replicas[0]!.id, old);
+    assert.ok(!fleet.nodes.some((n) => replicaProcesses(n.dataDir).includes(old)), 'the old replica was stopped');
+  });
 });
