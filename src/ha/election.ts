@@ -151,9 +151,9 @@ export class Election extends EventEmitter {
   get lastError(): ReasonRef | null {
     return this.lastErrorValue;
   }
-  /** Monotonic send time of the last renewal etcd confirmed while leading (null when not leading). */
+  /** Monotonic send time of the last lease grant or renewal etcd confirmed (kept after a deposition), or null. */
   get lastRenewalSent(): number | null {
-    return this.elected ? this.lastGoodSend : null;
+    return Number.isFinite(this.lastGoodSend) ? this.lastGoodSend : null;
   }
 
   start(): void {
