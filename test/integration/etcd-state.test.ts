@@ -1,0 +1,174 @@
+/**
+ * The state record, the published snapshot and forwarded requests in a real etcd: round trips,
+ * zero writes (no etcd revision) for an unchanged record, a deposed leader's save refused, pending
+ * requests handled once a leader serves, and LEADER_UNAVAILABLE when none does.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { LlmgwError } from '../../src/errors/catalogue.js';
+import { Published, Requests, type RequestMsg } from '../../src/ha/channel.js';
+import { EtcdStateStore } from '../../src/ha/etcd-state.js';
+import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
+import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
+import { rejectsWith } from '../harness/errors.js';
+import { until } from '../harness/wait.js';
+import { elected, freshPrefix, instance, type Instance } from './etcd-helpers.js';
+
+function someState(n: number): ControllerState {
+  return {
+    ...emptyState,
+    appliedRevision: `rev-${n}`,
+    demand: { 'model-a': 1_700_000_000_000 + n },
+    handledRetries: ['commit:abc', `admin:${n}`],
+  };
+}
+
+/** The same content with every object's keys in another order. */
+function reordered(s: ControllerState): ControllerState {
+  const flip = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(flip);
+    if (v === null || typeof v !== 'object') return v;
+    return Object.fromEntries(Object.entries(v).reverse().map(([k, x]) => [k, flip(x)]));
+  };
+  return flip(s) as ControllerState;
+}
+
+describe('state record, snapshot and requests in a real etcd', { timeout: 60_000 }, () => {
+  let etcd: EtcdInstance;
+  const open: Instance[] = [];
+  const make = (prefix: string, id: string): Instance => {
+    const i = instance(etcd.endpoint, prefix, id);
+    open.push(i);
+    return i;
+  };
+  const revision = async (i: Instance): Promise<number> => Number((await i.client.get('/nothing').exec()).header.revision);
+
+  before(async () => {
+    etcd = await startEtcd();
+  });
+  after(async () => {
+    await Promise.all(open.map((i) => i.close()));
+    await etcd.stop();
+  });
+
+  it('EtcdStateStore: round trip, no write for an unchanged record over many saves, a deposed leader\'s save refused', async () => {
+    const prefix = freshPrefix();
+    const a = make(prefix, 'a');
+    a.election.start();
+    await elected(a.election);
+    const store = new EtcdStateStore(a.election, a.client, prefix);
+    assert.equal(store.path, `etcd:${prefix}/state`);
+    assert.deepEqual(await store.load(), { state: emptyState, problem: null });
+
+    const s1 = someState(1);
+    assert.equal(await store.save(s1), true);
+    assert.equal(store.writes, 1);
+    const rev = await revision(a);
+    for (let i = 0; i < 200; i++) assert.equal(await store.save(i % 2 ? s1 : reordered(s1)), false);
+    assert.equal(store.writes, 1);
+    assert.equal(await revision(a), rev, 'saving an unchanged record wrote nothing to etcd');
+
+    const b = make(prefix, 'b');
+    b.election.start();
+    const reader = new EtcdStateStore(b.election, b.client, prefix);
+    assert.deepEqual(await reader.load(), { state: s1, problem: null });
+
+    // Hand over: A stops, B leads, loads, and finds A's record; A's store may not write any more.
+    const bElected = elected(b.election);
+    await a.election.stop();
+    await bElected;
+    const s2 = someState(2);
+    await rejectsWith(store.save(s2), 'LEADER_DEPOSED');
+    assert.equal(store.writes, 1);
+    const storeB = new EtcdStateStore(b.election, b.client, prefix);
+    assert.deepEqual((await storeB.load()).state, s1);
+    assert.equal(await storeB.save(s1), false, 'the record just loaded is not written back');
+    assert.equal(await storeB.save(s2), true);
+    assert.deepEqual((await new EtcdStateStore(b.election, b.client, prefix).load()).state, s2);
+  });
+
+  it('EtcdStateStore: a value that is not a state record gives the empty record and ETCD_STATE_CORRUPT naming the key, and is kept aside', async () => {
+    const prefix = freshPrefix();
+    const a = make(prefix, 'a');
+    a.election.start();
+    await elected(a.election);
+    await a.client.put(`${prefix}/state`).value('{"version": 2, "models": [tru');
+    const store = new EtcdStateStore(a.election, a.client, prefix, () => 1234);
+    const { state, problem } = await store.load();
+    assert.deepEqual(state, emptyState);
+    assert.equal(problem?.code, 'ETCD_STATE_CORRUPT');
+    assert.ok(problem.message.includes(`etcd:${prefix}/state`), problem.message);
+    assert.equal(await a.client.get(`${prefix}/state.corrupt-1234`).string(), '{"version": 2, "models": [tru');
+    assert.equal(await store.save(emptyState), true, 'the next save replaces the bad value');
+    assert.deepEqual((await store.load()).state, emptyState);
+  });
+
+  it('Published: the leader publishes only changes; a standby sees the current snapshot first, then each change', async () => {
+    const prefix = freshPrefix();
+    const a = make(prefix, 'a');
+    a.election.start();
+    await elected(a.election);
+    const b = make(prefix, 'b');
+    const pub = new Published(a.election, a.client, prefix);
+    await pub.publish('{"n":1}');
+    await pub.publish('{"n":1}');
+    assert.equal(pub.writes, 1);
+    const seen: (string | null)[] = [];
+    const close = await new Published(b.election, b.client, prefix).watch((v) => seen.push(v));
+    try {
+      assert.deepEqual(seen, ['{"n":1}']);
+      await pub.publish('{"n":2}');
+      await pub.publish('{"n":2}');
+      await pub.publish('{"n":3}');
+      await until(() => seen.length === 3, 'two changes seen');
+      assert.deepEqual(seen, ['{"n":1}', '{"n":2}', '{"n":3}']);
+      assert.equal(pub.writes, 3);
+      // A standby cannot publish.
+      await rejectsWith(new Published(b.election, b.client, prefix).publish('{"n":"standby"}'), 'LEADER_DEPOSED');
+    } finally {
+      await close();
+    }
+  });
+
+  it('Requests: sent before any leader exists, handled once the leader serves; then new ones; a handler\'s error comes back with its code', async () => {
+    const prefix = freshPrefix();
+    const sender = make(prefix, 'standby');
+    const requests = new Requests(sender.client, prefix, 'standby');
+    const early = requests.send('retry', { model: 'm1' }, 15_000);
+    await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the request in etcd', 5_000, 20);
+
+    const leader = make(prefix, 'leader');
+    leader.election.start();
+    await elected(leader.election);
+    const handled: RequestMsg[] = [];
+    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, async (m) => {
+      handled.push(m);
+      if (m.kind === 'restart') throw new LlmgwError('NOT_FOUND', 'no replica r9');
+      return { done: (m.body as { model: string }).model };
+    });
+    try {
+      assert.deepEqual(await early, { done: 'm1' });
+      assert.deepEqual(await requests.send('retry', { model: 'm2' }, 5_000), { done: 'm2' });
+      const err = await rejectsWith(requests.send('restart', { ids: ['r9'] }, 5_000), 'NOT_FOUND');
+      assert.equal(err.message, 'no replica r9');
+      assert.deepEqual(
+        handled.map((m) => [m.kind, m.from]),
+        [['retry', 'standby'], ['retry', 'standby'], ['restart', 'standby']],
+      );
+      assert.equal(new Set(handled.map((m) => m.id)).size, 3);
+      // Answered requests are gone; answers go with the sender's lease.
+      await until(async () => (await sender.client.getAll().prefix(`${prefix}/re`).count()) === 0, 'requests and answers removed', 5_000, 20);
+    } finally {
+      await stopServing();
+    }
+  });
+
+  it('Requests: with no leader serving, send gives LEADER_UNAVAILABLE after its timeout and leaves nothing behind', async () => {
+    const prefix = freshPrefix();
+    const sender = make(prefix, 'standby');
+    const t0 = Date.now();
+    await rejectsWith(new Requests(sender.client, prefix, 'standby').send('demand', { model: 'm' }, 800), 'LEADER_UNAVAILABLE');
+    assert.ok(Date.now() - t0 >= 800);
+    await until(async () => (await sender.client.getAll().prefix(`${prefix}/`).count()) === 0, 'the request removed with its lease', 5_000, 20);
+  });
+});
