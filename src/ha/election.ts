@@ -482,7 +482,7 @@ export class Election extends EventEmitter {
     const err = etcdError(e, what);
     const changed = this.lastErrorValue?.code !== err.code;
     this.lastErrorValue = { code: err.code, message: err.message };
-    if ((err.code === 'ETCD_UNAVAILABLE' || err.code === 'ETCD_AUTH_FAILED') && this.reachableValue) {
+    if ((err.code === 'ETCD_UNAVAILABLE' || err.code === 'ETCD_AUTH_FAILED' || err.code === 'ETCD_TLS_FAILED') && this.reachableValue) {
       this.reachableValue = false;
       this.log.warn({ code: err.code, reason: err.message }, 'etcd not reachable');
       this.safeEmit('reachable', false);

@@ -127,6 +127,8 @@ export function openEtcd(s: EtcdSettings): Etcd3 {
 const AUTH_ERRORS = [EtcdAuthenticationFailedError, EtcdInvalidAuthTokenError, EtcdPermissionDeniedError, EtcdUserNotFoundError, EtcdRoleNotGrantedError, GRPCUnauthenticatedError];
 const UNAVAILABLE_ERRORS = [GRPCUnavailableError, GRPCDeadlineExceededError, GRPCCancelledError, EtcdWatchStreamEnded];
 
+const TLS_TEXT = /SSL routines|certificate|self[- ]signed|wrong version number|handshake|ERR_TLS_|ERR_SSL_/i;
+
 function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
@@ -142,7 +144,11 @@ export function etcdError(e: unknown, op: string | null): LlmgwError {
   const at = op ? `${op}: ` : '';
   const msg = errorText(e);
   if (AUTH_ERRORS.some((c) => e instanceof c)) return new LlmgwError('ETCD_AUTH_FAILED', `${at}etcd refused the credentials or the permission (${msg})`);
-  if (UNAVAILABLE_ERRORS.some((c) => e instanceof c) || isBrokenCircuitError(e)) return new LlmgwError('ETCD_UNAVAILABLE', `${at}etcd did not answer (${msg})`);
+  if (UNAVAILABLE_ERRORS.some((c) => e instanceof c) || isBrokenCircuitError(e)) {
+    // gRPC reports a failed TLS handshake as UNAVAILABLE; OpenSSL's and Node's texts say which.
+    if (TLS_TEXT.test(msg)) return new LlmgwError('ETCD_TLS_FAILED', `${at}the TLS handshake with etcd failed (${msg})`);
+    return new LlmgwError('ETCD_UNAVAILABLE', `${at}etcd did not answer (${msg})`);
+  }
   const code = (e as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && /^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|EPIPE)$/.test(code)) {
     return new LlmgwError('ETCD_UNAVAILABLE', `${at}etcd did not answer (${code})`);

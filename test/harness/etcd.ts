@@ -11,6 +11,7 @@
  * and removes the data dir; kill() SIGKILLs it and keeps the dir (stop() still removes it).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,7 +22,7 @@ import { freePort } from './llama-server.js';
 export const ETCD_BIN = process.env.LLMGW_ETCD_BIN ?? '/usr/bin/etcd';
 
 export interface EtcdInstance {
-  /** http://127.0.0.1:PORT */
+  /** http://127.0.0.1:PORT (https:// with tls) */
   readonly endpoint: string;
   readonly clientPort: number;
   /** etcd's output so far (for diagnosing a failing test). */
@@ -41,8 +42,24 @@ function exited(p: ChildProcess): Promise<void> {
   return p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise((r) => p.once('exit', () => r()));
 }
 
-async function answers(endpoint: string, deadlineMs: number): Promise<boolean> {
-  const c = new Etcd3({ hosts: endpoint, dialTimeout: 1_000, faultHandling: { global: noop, host: () => noop } });
+/** Files for an etcd serving TLS (PEM paths); with clientCa, clients must present a certificate it signed. */
+export interface EtcdTls {
+  readonly cert: string;
+  readonly key: string;
+  readonly clientCa?: string;
+  /** What the harness itself connects with to see that etcd answers. */
+  readonly probe: { readonly ca: string; readonly cert?: string; readonly key?: string };
+}
+
+async function answers(endpoint: string, deadlineMs: number, tls: EtcdTls | null): Promise<boolean> {
+  const credentials = tls
+    ? {
+        rootCertificate: readFileSync(tls.probe.ca),
+        ...(tls.probe.cert ? { certChain: readFileSync(tls.probe.cert) } : {}),
+        ...(tls.probe.key ? { privateKey: readFileSync(tls.probe.key) } : {}),
+      }
+    : undefined;
+  const c = new Etcd3({ hosts: endpoint, dialTimeout: 1_000, faultHandling: { global: noop, host: () => noop }, ...(credentials ? { credentials } : {}) });
   try {
     await c.get('llmgw-harness-probe').options({ deadline: Date.now() + deadlineMs }).string();
     return true;
@@ -53,11 +70,11 @@ async function answers(endpoint: string, deadlineMs: number): Promise<boolean> {
   }
 }
 
-async function startOnce(dir: string): Promise<EtcdInstance | 'port-taken'> {
+async function startOnce(dir: string, tls: EtcdTls | null): Promise<EtcdInstance | 'port-taken'> {
   const clientPort = await freePort();
   let peerPort = await freePort();
   while (peerPort === clientPort) peerPort = await freePort();
-  const client = `http://127.0.0.1:${clientPort}`;
+  const client = `${tls ? 'https' : 'http'}://127.0.0.1:${clientPort}`;
   const peer = `http://127.0.0.1:${peerPort}`;
   const name = 'llmgw-test';
   const child = spawn(
@@ -74,6 +91,8 @@ async function startOnce(dir: string): Promise<EtcdInstance | 'port-taken'> {
       '--initial-cluster-token', `llmgw-${clientPort}`,
       '--logger', 'zap',
       '--log-level', 'warn',
+      ...(tls ? ['--cert-file', tls.cert, '--key-file', tls.key] : []),
+      ...(tls?.clientCa ? ['--client-cert-auth', '--trusted-ca-file', tls.clientCa] : []),
     ],
     { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ETCD_UNSUPPORTED_ARCH: process.arch === 'x64' ? '' : process.arch } },
   );
@@ -86,7 +105,7 @@ async function startOnce(dir: string): Promise<EtcdInstance | 'port-taken'> {
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
   const deadline = Date.now() + 30_000;
-  while (!(await answers(client, 1_000))) {
+  while (!(await answers(client, 1_000, tls))) {
     if (child.exitCode !== null || child.signalCode !== null) {
       if (/address already in use/.test(out)) return 'port-taken';
       throw new Error(`etcd exited (${child.exitCode ?? child.signalCode}) before answering:\n${out}`);
@@ -120,10 +139,10 @@ async function startOnce(dir: string): Promise<EtcdInstance | 'port-taken'> {
   };
 }
 
-export async function startEtcd(): Promise<EtcdInstance> {
+export async function startEtcd(opts: { tls?: EtcdTls } = {}): Promise<EtcdInstance> {
   for (let attempt = 0; ; attempt++) {
     const dir = await mkdtemp(join(tmpdir(), 'llmgw-etcd-'));
-    const r = await startOnce(dir).catch(async (e: unknown) => {
+    const r = await startOnce(dir, opts.tls ?? null).catch(async (e: unknown) => {
       await rm(dir, { recursive: true, force: true });
       throw e;
     });

@@ -63,6 +63,7 @@ describe('etcdReason', () => {
   const table: [string, unknown, string][] = [
     ['unavailable', new GRPCUnavailableError('14 UNAVAILABLE: No connection established'), 'ETCD_UNAVAILABLE'],
     ['deadline', new GRPCDeadlineExceededError('4 DEADLINE_EXCEEDED'), 'ETCD_UNAVAILABLE'],
+    ['a TLS handshake refused', new GRPCUnavailableError('14 UNAVAILABLE: No connection established. Last error: Error: unable to verify the first certificate.'), 'ETCD_TLS_FAILED'],
     ['open circuit breaker', new BrokenCircuitError(), 'ETCD_UNAVAILABLE'],
     ['connection refused', Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }), 'ETCD_UNAVAILABLE'],
     ['bad password', new EtcdAuthenticationFailedError('etcdserver: authentication failed, invalid user ID or password'), 'ETCD_AUTH_FAILED'],
