@@ -118,6 +118,8 @@ export class Election extends EventEmitter {
   private watcher: Watcher | null = null;
   private watchRetry: NodeJS.Timeout | null = null;
   private info: LeaderInfo | null = null;
+  /** The revision of a leader key value that is not a leader record, warned about once. */
+  private badRecordRev: string | null = null;
   private reachableValue = false;
   private lastErrorValue: ReasonRef | null = null;
 
@@ -428,7 +430,8 @@ export class Election extends EventEmitter {
       this.stepDown({ code: 'LEADER_DEPOSED', message: `the leader key now has epoch ${kv.create_revision} (${info?.label ?? 'unreadable value'}), not this instance's ${this.epochValue}` });
     }
     if (info === null) {
-      this.log.warn({ key: this.key }, 'the leader key does not hold an llmgw leader record');
+      if (this.badRecordRev !== kv.mod_revision) this.log.warn({ key: this.key, revision: kv.mod_revision }, 'the leader key does not hold an llmgw leader record; waiting for it to go');
+      this.badRecordRev = kv.mod_revision;
       return;
     }
     if (this.info && this.info.epoch > info.epoch) return; // an older event than what we know

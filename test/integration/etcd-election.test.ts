@@ -13,6 +13,22 @@ import { startTcpForwarder, type TcpForwarder } from '../harness/tcp-forwarder.j
 import { until } from '../harness/wait.js';
 import { FAST, elected, freshPrefix, instance, mono, type Instance } from './etcd-helpers.js';
 
+/** The first of `all` elected with an epoch above `epoch` (listening from now on). */
+function electedAbove(all: readonly Instance[], epoch: number): Promise<Instance> {
+  return new Promise((resolve) => {
+    const off: (() => void)[] = [];
+    for (const i of all) {
+      const on = (e: number): void => {
+        if (e <= epoch) return;
+        for (const f of off) f();
+        resolve(i);
+      };
+      i.election.on('elected', on);
+      off.push(() => i.election.off('elected', on));
+    }
+  });
+}
+
 describe('Election on a real etcd', { timeout: 60_000 }, () => {
   let etcd: EtcdInstance;
   const open: Instance[] = [];
@@ -192,5 +208,31 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     } finally {
       await fwd.close();
     }
+  });
+  it('a leader whose key is deleted by hand, or whose lease is revoked, steps down (LEADER_DEPOSED) and a new epoch leads', async () => {
+    const prefix = freshPrefix();
+    const a = make(etcd.endpoint, prefix, 'a');
+    const b = make(etcd.endpoint, prefix, 'b');
+    a.election.start();
+    const epoch1 = await elected(a.election);
+    b.election.start();
+    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+
+    const deposed = once(a.election, 'deposed') as Promise<[ReasonRef]>;
+    const next = electedAbove([a, b], epoch1);
+    await a.client.delete().key(`${prefix}/leader`);
+    const [reason] = await deposed;
+    assert.equal(reason.code, 'LEADER_DEPOSED', reason.message);
+    const second = await next;
+    const epoch2 = second.election.epoch!;
+    assert.ok(epoch2 > epoch1);
+
+    const leaseOf = async (): Promise<string> => (await a.client.get(`${prefix}/leader`).exec()).kvs[0]!.lease;
+    const deposed2 = once(second.election, 'deposed') as Promise<[ReasonRef]>;
+    const third = electedAbove([a, b], epoch2);
+    await a.client.leaseClient.leaseRevoke({ ID: await leaseOf() });
+    const [reason2] = await deposed2;
+    assert.equal(reason2.code, 'LEADER_DEPOSED', reason2.message);
+    assert.ok((await third).election.epoch! > epoch2);
   });
 });
