@@ -222,7 +222,8 @@ export class Election extends EventEmitter {
       if (kv && Number(kv.create_revision) === epoch) return false;
     }
     const reason = new LlmgwError('LEADER_DEPOSED', `${what}: refused by etcd, the leader key no longer has this instance's epoch ${epoch} (a newer leader exists or the lease expired)`, { epoch, instance: this.o.id });
-    this.stepDown({ code: reason.code, message: reason.message });
+    // Only the leadership this write was made under: it may have ended, and a new one begun, while in flight.
+    if (this.epochValue === epoch) this.stepDown({ code: reason.code, message: reason.message });
     throw reason;
   }
 
