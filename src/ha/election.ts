@@ -134,7 +134,7 @@ export class Election extends EventEmitter {
     this.clock = o.clock ?? Date.now;
     this.mono = o.monotonic ?? (() => performance.now());
     this.timeoutMs = o.requestTimeoutMs ?? Math.max(500, Math.floor(o.renewDeadlineMs / 2));
-    this.log = o.logger.child({ component: 'election', instance: o.id });
+    this.log = o.logger.child({ instance: o.id });
   }
 
   get id(): string {
