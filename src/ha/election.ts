@@ -19,6 +19,9 @@
  *   so a key it still holds goes at once) and campaigns again with a fresh lease when etcd answers.
  * - standbys hold no lease and write nothing: they watch the key (current()) and look at it every
  *   retryPeriodMs, campaigning again when it is gone.
+ * The renew deadline must also leave room for etcd electing its own Raft leader when the member that
+ * led dies (requests wait 1–2 s with etcd's default election timeout): 10 s does, 2 s does not
+ * always (test/integration/etcd-cluster.test.ts).
  *
  * Events: 'elected'(epoch), 'deposed'(reason), 'leader'(LeaderInfo | null), 'reachable'(ok).
  * stop() resigns (a guarded delete of the key), revokes the lease and emits no 'deposed'.
@@ -30,6 +33,9 @@ import type { Etcd3, IKeyValue, IOperation, Lease, Watcher } from 'etcd3';
 import { EtcdLeaseInvalidError } from 'etcd3';
 import { LlmgwError, type ReasonRef } from '../errors/catalogue.js';
 import { etcdError } from './etcd.js';
+
+/** How soon a failed renewal is tried again (the retry period when that is shorter). */
+const FAILED_RENEWAL_RETRY_MS = 250;
 
 export interface LeaderInfo {
   readonly id: string;
@@ -303,9 +309,11 @@ export class Election extends EventEmitter {
   private async lead(won: { epoch: number; lease: Lease }): Promise<void> {
     while (this.running && this.elected && this.lease === won.lease) {
       const sent = this.mono();
+      let ok = false;
       try {
         await won.lease.keepaliveOnce({ deadline: new Date(Date.now() + this.timeoutMs) });
         this.noteOk();
+        ok = true;
         if (this.elected && this.lease === won.lease && sent > this.lastGoodSend) {
           if (this.mono() - this.lastGoodSend >= this.o.renewDeadlineMs) {
             // Confirmed too late: the deadline lapsed while it was in flight. Stay deposed.
@@ -323,7 +331,8 @@ export class Election extends EventEmitter {
         this.noteError(e, 'renewing the election lease');
       }
       this.checkOverdue();
-      const wait = sent + this.o.retryPeriodMs - this.mono();
+      // After a failure, try again soon: with several endpoints the next call may pick a live one.
+      const wait = ok ? sent + this.o.retryPeriodMs - this.mono() : Math.min(this.o.retryPeriodMs, FAILED_RENEWAL_RETRY_MS);
       if (wait > 0) await this.pause(wait);
     }
   }

@@ -1,5 +1,5 @@
 /**
- * Test harness: a real single-member etcd (Debian's etcd-server, /usr/bin/etcd) on loopback, with a
+ * Test harness: a real etcd (Debian's etcd-server, /usr/bin/etcd) on loopback, with a
  * throwaway data dir and free ports for its client and peer URLs. Several may run at once.
  *
  *   const etcd = await startEtcd();
@@ -9,6 +9,8 @@
  *
  * startEtcd() resolves once a get through etcd3 answers. stop() ends etcd (SIGTERM, then SIGKILL)
  * and removes the data dir; kill() SIGKILLs it and keeps the dir (stop() still removes it).
+ * startEtcd({ tls }) serves https (optionally requiring client certificates); startEtcdCluster(3)
+ * starts a cluster of three members whose members can be killed one by one.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -70,25 +72,35 @@ async function answers(endpoint: string, deadlineMs: number, tls: EtcdTls | null
   }
 }
 
-async function startOnce(dir: string, tls: EtcdTls | null): Promise<EtcdInstance | 'port-taken'> {
+interface Member {
+  readonly name: string;
+  readonly dir: string;
+  readonly clientPort: number;
+  readonly client: string;
+  readonly peer: string;
+}
+
+async function member(name: string, dir: string, tls: EtcdTls | null): Promise<Member> {
   const clientPort = await freePort();
   let peerPort = await freePort();
   while (peerPort === clientPort) peerPort = await freePort();
-  const client = `${tls ? 'https' : 'http'}://127.0.0.1:${clientPort}`;
-  const peer = `http://127.0.0.1:${peerPort}`;
-  const name = 'llmgw-test';
+  return { name, dir, clientPort, client: `${tls ? 'https' : 'http'}://127.0.0.1:${clientPort}`, peer: `http://127.0.0.1:${peerPort}` };
+}
+
+/** Spawns etcd for `m` in a cluster of `all`; resolves once it answers a get (the cluster has a leader). */
+async function spawnMember(m: Member, all: readonly Member[], token: string, tls: EtcdTls | null): Promise<EtcdInstance | 'port-taken'> {
   const child = spawn(
     ETCD_BIN,
     [
-      '--name', name,
-      '--data-dir', join(dir, 'data'),
-      '--listen-client-urls', client,
-      '--advertise-client-urls', client,
-      '--listen-peer-urls', peer,
-      '--initial-advertise-peer-urls', peer,
-      '--initial-cluster', `${name}=${peer}`,
+      '--name', m.name,
+      '--data-dir', join(m.dir, 'data'),
+      '--listen-client-urls', m.client,
+      '--advertise-client-urls', m.client,
+      '--listen-peer-urls', m.peer,
+      '--initial-advertise-peer-urls', m.peer,
+      '--initial-cluster', all.map((x) => `${x.name}=${x.peer}`).join(','),
       '--initial-cluster-state', 'new',
-      '--initial-cluster-token', `llmgw-${clientPort}`,
+      '--initial-cluster-token', token,
       '--logger', 'zap',
       '--log-level', 'warn',
       ...(tls ? ['--cert-file', tls.cert, '--key-file', tls.key] : []),
@@ -105,21 +117,21 @@ async function startOnce(dir: string, tls: EtcdTls | null): Promise<EtcdInstance
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
   const deadline = Date.now() + 30_000;
-  while (!(await answers(client, 1_000, tls))) {
+  while (!(await answers(m.client, 1_000, tls))) {
     if (child.exitCode !== null || child.signalCode !== null) {
       if (/address already in use/.test(out)) return 'port-taken';
-      throw new Error(`etcd exited (${child.exitCode ?? child.signalCode}) before answering:\n${out}`);
+      throw new Error(`etcd ${m.name} exited (${child.exitCode ?? child.signalCode}) before answering:\n${out}`);
     }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
-      throw new Error(`etcd did not answer on ${client} within 30 s:\n${out}`);
+      throw new Error(`etcd ${m.name} did not answer on ${m.client} within 30 s:\n${out}`);
     }
     await new Promise((r) => setTimeout(r, 50));
   }
   let stopped: Promise<void> | null = null;
   return {
-    endpoint: client,
-    clientPort,
+    endpoint: m.client,
+    clientPort: m.clientPort,
     log: () => out,
     kill() {
       child.kill('SIGKILL');
@@ -132,22 +144,46 @@ async function startOnce(dir: string, tls: EtcdTls | null): Promise<EtcdInstance
           await exited(child);
           clearTimeout(t);
         }
-        await rm(dir, { recursive: true, force: true });
+        await rm(m.dir, { recursive: true, force: true });
       })();
       return stopped;
     },
   };
 }
 
-export async function startEtcd(opts: { tls?: EtcdTls } = {}): Promise<EtcdInstance> {
+/** Starts a cluster of `size` members (ports and dirs fresh); retries when a port was taken meanwhile. */
+async function startMembers(size: number, tls: EtcdTls | null): Promise<EtcdInstance[]> {
   for (let attempt = 0; ; attempt++) {
-    const dir = await mkdtemp(join(tmpdir(), 'llmgw-etcd-'));
-    const r = await startOnce(dir, opts.tls ?? null).catch(async (e: unknown) => {
-      await rm(dir, { recursive: true, force: true });
-      throw e;
-    });
-    if (r !== 'port-taken') return r;
-    await rm(dir, { recursive: true, force: true });
+    const members: Member[] = [];
+    for (let i = 0; i < size; i++) members.push(await member(`llmgw-test-${i}`, await mkdtemp(join(tmpdir(), 'llmgw-etcd-')), tls));
+    const token = `llmgw-${members[0]!.clientPort}`;
+    const started = await Promise.allSettled(members.map((m) => spawnMember(m, members, token, tls)));
+    const ok = started.flatMap((r) => (r.status === 'fulfilled' && r.value !== 'port-taken' ? [r.value] : []));
+    if (ok.length === size) return ok;
+    await Promise.all(ok.map((m) => m.stop()));
+    await Promise.all(members.map((m) => rm(m.dir, { recursive: true, force: true })));
+    const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
     if (attempt >= 4) throw new Error('etcd: five attempts found its ports taken');
   }
+}
+
+export async function startEtcd(opts: { tls?: EtcdTls } = {}): Promise<EtcdInstance> {
+  const [one] = await startMembers(1, opts.tls ?? null);
+  return one!;
+}
+
+/**
+ * A cluster of `size` members on loopback (the production shape: clients get every endpoint). Each
+ * member can be killed on its own; stop() of the cluster stops them all.
+ */
+export async function startEtcdCluster(size = 3): Promise<{ readonly members: readonly EtcdInstance[]; readonly endpoints: readonly string[]; stop(): Promise<void> }> {
+  const members = await startMembers(size, null);
+  return {
+    members,
+    endpoints: members.map((m) => m.endpoint),
+    async stop() {
+      await Promise.all(members.map((m) => m.stop()));
+    },
+  };
 }
