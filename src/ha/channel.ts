@@ -39,9 +39,9 @@ async function watchKey(client: Etcd3, key: string, onValue: (v: string | null) 
     w.on('put', (k: IKeyValue) => onValue(k.value.toString('utf8')));
     w.on('delete', () => onValue(null));
     w.on('error', () => {
+      // etcd3 has dropped the watcher already; cancelling it again would make etcd3 throw on the stream.
       if (watcher !== w) return;
       watcher = null;
-      void cancelWatcher(w, CANCEL_TIMEOUT_MS);
       again();
     });
   };
@@ -206,19 +206,38 @@ export class Requests {
       seen.add(key);
       chain = chain.then(() => (closed ? undefined : this.handleOne(election, kv, handle))).finally(() => seen.delete(key));
     };
-    let res;
+    let watcher: Watcher | null = null;
+    let retry: NodeJS.Timeout | null = null;
+    const open = async (): Promise<void> => {
+      const res = await this.client.getAll().prefix(this.requestsPrefix).sort('Mod', 'Ascend').exec();
+      if (closed) return;
+      const w = this.client.watch().prefix(this.requestsPrefix).only('put').startRevision(String(Number(res.header.revision) + 1)).watcher();
+      watcher = w;
+      w.on('put', (kv: IKeyValue) => enqueue(kv));
+      w.on('error', () => {
+        // Cancelled by etcd (compacted): list what is pending again and watch from there. etcd3 has
+        // dropped the watcher already; cancelling it again would make etcd3 throw on the stream.
+        if (watcher !== w) return;
+        watcher = null;
+        again();
+      });
+      for (const kv of res.kvs) enqueue(kv);
+    };
+    const again = (): void => {
+      if (closed) return;
+      retry = setTimeout(() => open().catch(again), 1_000);
+    };
     try {
-      res = await this.client.getAll().prefix(this.requestsPrefix).sort('Mod', 'Ascend').exec();
+      await open();
     } catch (e) {
       throw etcdError(e, 'reading pending requests');
     }
-    const watcher = this.client.watch().prefix(this.requestsPrefix).only('put').startRevision(String(Number(res.header.revision) + 1)).watcher();
-    watcher.on('put', (kv: IKeyValue) => enqueue(kv));
-    watcher.on('error', () => undefined);
-    for (const kv of res.kvs) enqueue(kv);
     return async () => {
       closed = true;
-      await cancelWatcher(watcher, CANCEL_TIMEOUT_MS);
+      if (retry) clearTimeout(retry);
+      const w = watcher;
+      watcher = null;
+      if (w) await cancelWatcher(w, CANCEL_TIMEOUT_MS);
       await chain;
     };
   }

@@ -416,10 +416,10 @@ export class Election extends EventEmitter {
       this.wakeUp();
     });
     w.on('error', (e) => {
-      // Cancelled by etcd (e.g. compacted past the revision): start a new watch.
+      // Cancelled by etcd (e.g. compacted past the revision): start a new watch. etcd3 has dropped
+      // this one already; cancelling it again would make etcd3 throw on the stream.
       this.noteError(e, 'watching the leader key');
       if (this.watcher === w) this.watcher = null;
-      w.cancel().catch(() => undefined);
       this.watchRetry = setTimeout(() => this.startWatch(), this.o.retryPeriodMs);
     });
   }

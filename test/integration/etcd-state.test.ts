@@ -11,6 +11,7 @@ import { EtcdStateStore } from '../../src/ha/etcd-state.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
+import { startTcpForwarder } from '../harness/tcp-forwarder.js';
 import { until } from '../harness/wait.js';
 import { elected, freshPrefix, instance, type Instance } from './etcd-helpers.js';
 
@@ -170,5 +171,38 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     await rejectsWith(new Requests(sender.client, prefix, 'standby').send('demand', { model: 'm' }, 800), 'LEADER_UNAVAILABLE');
     assert.ok(Date.now() - t0 >= 800);
     await until(async () => (await sender.client.getAll().prefix(`${prefix}/`).count()) === 0, 'the request removed with its lease', 5_000, 20);
+  });
+  it('Requests: a leader whose watch was compacted away while it was cut off lists the pending requests again and answers them', async () => {
+    const prefix = freshPrefix();
+    const fwd = await startTcpForwarder(etcd.clientPort);
+    try {
+      const leader = instance(`http://127.0.0.1:${fwd.port}`, prefix, 'leader');
+      open.push(leader);
+      leader.election.start();
+      await elected(leader.election);
+      const handled: string[] = [];
+      const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, async (m) => {
+        handled.push(m.kind);
+        return 'ok';
+      });
+      const sender = make(prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby');
+      try {
+        assert.equal(await requests.send('before', null, 5_000), 'ok');
+        fwd.cut();
+        const pending = requests.send('during', null, 10_000);
+        await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the request in etcd', 5_000, 10);
+        // Compact past the leader's watch revision while it cannot see: its watch is cancelled on reconnect.
+        await sender.client.kv.compact({ revision: String(await revision(sender)), physical: true });
+        fwd.restore();
+        assert.equal(await pending, 'ok');
+        assert.deepEqual(handled, ['before', 'during']);
+        assert.ok(leader.election.isLeader(), 'the cut was shorter than the renew deadline');
+      } finally {
+        await stopServing();
+      }
+    } finally {
+      await fwd.close();
+    }
   });
 });
