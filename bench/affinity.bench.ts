@@ -14,7 +14,12 @@
  * (cache_n / (cache_n + prompt_n) summed over turns 2..6), prompt tokens evaluated (all turns and
  * follow-ups), p50 / p95 time to first token, affinity hits and moves; then affinity's follow-up
  * evaluation as a ratio of least-busy's, and the targets (≥ 90 % from cache; ≤ 1/3 of least-busy's
- * follow-up evaluation).
+ * follow-up evaluation). For affinity it also says why each follow-up went where it went, from the
+ * decisions the router made (the bench wraps `Upstreams.affine` to record the loads, timings and token
+ * count it saw): stayed with a free slot, stayed and waited while another replica had one, moved by
+ * the weighed cost (with the estimates), by the load bound (costs not known), from the router's queue
+ * or off a replica marked down; with each group's evaluated tokens, slot time and time to first token.
+ * `BENCH_MODES=affinity` runs one mode only (no ratio).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';

@@ -35,6 +35,13 @@
  * cache now is).
  * Removing a replica moves only the keys it held (to the next replica on the ring); adding one takes
  * only new keys that land on its points.
+ *
+ * "A request never waits in a busy replica's queue while another replica has a free slot and
+ * affinity allows the move" (issue #19) holds with "allows" meaning: for a key served before (one
+ * conversation), its move is weighed cheaper than the wait (move.ts), or, where it cannot be weighed,
+ * its replica is at max(slots, the STAY_LOAD_FACTOR bound); for a new or shared key, its ring home is
+ * at max(slots, the LOAD_FACTOR bound) (a new key has no cache anywhere, but the ring keeps its
+ * placement the same across routers, so it takes its home's llama-server queue while under the bound).
  */
 import { weighMove } from './move.js';
 
@@ -50,9 +57,10 @@ export const RING_POINTS = 160;
 export const LOAD_FACTOR = 1.25;
 /**
  * The bound for a key already served and not in flight (a conversation's next turn; its prompt cache
- * is on that replica): it stays there up to twice the average load, since moving it costs evaluating
- * its whole history again on another replica. (With three replicas a factor of 3 would never move
- * anything: one replica holding every request is exactly 3 × the average.)
+ * is on that replica) where its move cannot be weighed (move.ts: no timings or token count yet): it
+ * stays there up to twice the average load, since moving it costs evaluating its whole history again
+ * on another replica. (With three replicas a factor of 3 would never move anything: one replica
+ * holding every request is exactly 3 × the average.)
  */
 export const STAY_LOAD_FACTOR = 2;
 /** Keys remembered per model (least recently used forgotten first). */
