@@ -40,10 +40,11 @@ const order: number[] = [];
  * For a key whose last replica `last` (usable, no free slot) holds `tokens` prompt tokens of it: stay
  * there (`home` true) when the wait for its slot is no longer than what evaluating the tokens again
  * costs on the first other usable replica on the ring from the key with a free slot (`moveSeconds`),
- * else move there. Null when
- * there is nothing to weigh: no other replica with a free slot, no token count, or no timings yet for
- * `last`'s slot time or for either replica's evaluation speed (the target's is used, `last`'s when the
- * target has none, as a replica that never served yet).
+ * else move there. Null when there is nothing to weigh: no other replica with a free slot, no token
+ * count, or no timings yet for `last`'s slot time or for either replica's evaluation speed (the
+ * target's is used, `last`'s when the target has none, as a replica that never served yet). There is
+ * no cap on `last`'s queue beyond this: the wait grows with every request ahead while the move's cost
+ * stays, so a replica's queue stops growing where the two meet.
  */
 export function weighMove(ring: Ring, key: number, last: number, loads: ReplicaLoads, tokens: number): Choice | null {
   if (tokens <= 0) return null;
