@@ -148,9 +148,10 @@ describe('router affinity, slots and queue with three real llama-server replicas
 
   test('other routers\' requests, seen through GET /slots, move a conversation off its busy replica; it stays where it moved', async () => {
     const { messages } = homedOn(0, 'slots');
-    // a short prompt whose turn holds its slot a while (64 tokens generated, end of sequence ignored):
-    // with r-a's slots taken, the wait there costs more than evaluating the prompt again elsewhere (move.ts)
-    const first = await post('chat', { messages, max_tokens: 64, ignore_eos: true });
+    // a short prompt (about 60 tokens) whose turn holds its slot a while: 400 tokens generated, end of
+    // sequence ignored (a generated token takes at least as long as one of a batched prompt). With
+    // r-a's slots taken, the wait there then costs more than evaluating the prompt again elsewhere (move.ts)
+    const first = await post('chat', { messages, max_tokens: 400, ignore_eos: true });
     assert.equal(first.headers.get('x-llmgw-replica'), 'r-a');
     const firstTimings = ((await first.json()) as { timings: { prompt_n: number; prompt_ms: number; predicted_n: number; predicted_ms: number } }).timings;
     assert.ok(firstTimings.predicted_ms > 2 * firstTimings.prompt_ms, `generating took longer than evaluating the prompt: ${JSON.stringify(firstTimings)}`);
