@@ -14,19 +14,36 @@
  *
  * The choice:
  * - a key served before goes back to the replica that served it last (`StickyKeys`: its prompt cache is
- *   there) while that replica is usable and under max(its slots, ⌈STAY_LOAD_FACTOR × (total load + 1) /
- *   replicas⌉): a conversation waits briefly for its replica rather than have its whole history
- *   evaluated again elsewhere. A key that already has a request in flight is not one conversation (its
- *   turns come one at a time) but a prefix shared by many (the same system prompt and first message):
- *   it stays only under the LOAD_FACTOR bound, so a popular prefix still spreads;
+ *   there) while that replica has a free slot. When it has none, the move is weighed (move.ts): the
+ *   first replica on the ring from the key with a free slot is the alternative, and the request moves
+ *   there only when the wait for a slot on its own replica (the requests ahead of it there × the
+ *   replica's mean slot time / its slots) is longer than evaluating again, on the other replica, the
+ *   prompt tokens of the key's last request (its seconds per prompt token), both as the replicas'
+ *   responses' `timings` said. So a conversation with thousands of tokens cached waits for its
+ *   replica's slot, which is usually far shorter than evaluating them again on a CPU, and a short one
+ *   moves to the free slot. Where the costs are not known (no timings from the replicas yet, no token
+ *   count for the key, unknown slots), the key stays while its replica is under max(its slots,
+ *   ⌈STAY_LOAD_FACTOR × (total load + 1) / replicas⌉). A key that already has a request in flight is
+ *   not one conversation (its turns come one at a time) but a prefix shared by many (the same system
+ *   prompt and first message): it stays only under the LOAD_FACTOR bound, so a popular prefix still
+ *   spreads;
  * - otherwise (`choose`), walking the ring clockwise from the key, the first replica that is usable and
  *   under max(its slots, ⌈LOAD_FACTOR × (total load + 1) / replicas⌉) (consistent hashing with bounded
  *   loads: Mirrokni, Thorup, Zadimoghaddam), and the key is remembered there.
  * So new conversations spread by the ring within the bound, and a conversation moves only when its
- * replica is gone or well above the average load, once (it then stays where its cache now is).
+ * replica is gone or its wait there costs more than its cache is worth, once (it then stays where its
+ * cache now is).
  * Removing a replica moves only the keys it held (to the next replica on the ring); adding one takes
  * only new keys that land on its points.
+ *
+ * "A request never waits in a busy replica's queue while another replica has a free slot and
+ * affinity allows the move" (issue #19) holds with "allows" meaning: for a key served before (one
+ * conversation), its move is weighed cheaper than the wait (move.ts), or, where it cannot be weighed,
+ * its replica is at max(slots, the STAY_LOAD_FACTOR bound); for a new or shared key, its ring home is
+ * at max(slots, the LOAD_FACTOR bound) (a new key has no cache anywhere, but the ring keeps its
+ * placement the same across routers, so it takes its home's llama-server queue while under the bound).
  */
+import { weighMove } from './move.js';
 
 /** Characters of a completion prompt that make its key. */
 export const PROMPT_KEY_CHARS = 512;
@@ -40,9 +57,10 @@ export const RING_POINTS = 160;
 export const LOAD_FACTOR = 1.25;
 /**
  * The bound for a key already served and not in flight (a conversation's next turn; its prompt cache
- * is on that replica): it stays there up to twice the average load, since moving it costs evaluating
- * its whole history again on another replica. (With three replicas a factor of 3 would never move
- * anything: one replica holding every request is exactly 3 × the average.)
+ * is on that replica) where its move cannot be weighed (move.ts: no timings or token count yet): it
+ * stays there up to twice the average load, since moving it costs evaluating its whole history again
+ * on another replica. (With three replicas a factor of 3 would never move anything: one replica
+ * holding every request is exactly 3 × the average.)
  */
 export const STAY_LOAD_FACTOR = 2;
 /** Keys remembered per model (least recently used forgotten first). */
@@ -231,6 +249,10 @@ export interface ReplicaLoads {
   load(i: number): number;
   /** Its slots (parallel requests it runs at once); Infinity when unknown. */
   slots(i: number): number;
+  /** Mean seconds a request holds one of its slots, from its responses' timings; 0 when not known. */
+  slotSeconds(i: number): number;
+  /** Seconds per prompt token it evaluates, from its responses' timings; 0 when not known. */
+  secondsPerToken(i: number): number;
 }
 
 export interface Choice {
@@ -245,9 +267,14 @@ export function loadCap(totalLoad: number, replicas: number, factor = LOAD_FACTO
   return Math.ceil((factor * (totalLoad + 1)) / replicas);
 }
 
-/** A key's last replica, and its requests in flight (a conversation has one turn in flight at a time). */
+/**
+ * A key's last replica, its requests in flight (a conversation has one turn in flight at a time), and
+ * the prompt tokens of its last request served there (evaluated + from cache: what that replica's
+ * cache now holds of it; 0 when not known).
+ */
 export class StickyEntry {
   active = 0;
+  tokens = 0;
   constructor(public id: string) {}
 }
 
@@ -269,6 +296,7 @@ export class StickyKeys {
     let e = this.m.get(key);
     if (e === undefined) e = new StickyEntry(id);
     else {
+      if (e.id !== id) e.tokens = 0;
       e.id = id;
       this.m.delete(key);
     }
@@ -278,29 +306,66 @@ export class StickyKeys {
   }
 }
 
+/** A key's state for `chooseSticky`. */
+export interface Sticky {
+  /** The replica that served it last (an index into the ring's ids), or -1. */
+  readonly last: number;
+  /** True when a request of the key is already in flight: a prefix shared by many, not one conversation. */
+  readonly shared: boolean;
+  /** Prompt tokens of its last request (what `last` holds of it in its cache); 0 when not known. */
+  readonly tokens: number;
+  /**
+   * True for a request that waited in the router's queue: it goes to a replica with a free slot, or
+   * to `last` where waiting for a slot there costs less than moving (never by the load bound alone).
+   */
+  readonly freeSlotOnly: boolean;
+}
+
+/** `loads` with only the replicas that have a free slot usable. */
+function withFreeSlot(loads: ReplicaLoads): ReplicaLoads {
+  return {
+    usable: (i) => loads.usable(i) && loads.load(i) < loads.slots(i),
+    load: (i) => loads.load(i),
+    slots: (i) => loads.slots(i),
+    slotSeconds: (i) => loads.slotSeconds(i),
+    secondsPerToken: (i) => loads.secondsPerToken(i),
+  };
+}
+
 /**
- * The key's replica: the one that served it last (`last`, an index into the ring's ids, or -1) while
- * usable and under max(its slots, ⌈stayFactor × (total + 1) / replicas⌉), else `choose`. `home` is
- * true when the key stays where it was (or, for a new key, lands on its own replica on the ring).
- * The caller passes STAY_LOAD_FACTOR for a key with nothing in flight (one conversation's next turn)
- * and LOAD_FACTOR for one already in flight (a prefix many requests share, which must spread).
+ * The key's replica: the one that served it last while it has a free slot; when it has none, as
+ * `weighMove` decides (stay and wait, or move to the first replica on the ring with a free slot); where
+ * that cannot be weighed (costs unknown, a shared key), while it is under max(its slots, ⌈factor ×
+ * (total + 1) / replicas⌉) (STAY_LOAD_FACTOR for one conversation, LOAD_FACTOR for a shared key);
+ * else `choose`. `home` is true when the key stays where it was (or, for a new key, lands on its own
+ * replica on the ring).
  */
-export function chooseSticky(ring: Ring, key: number, last: number, loads: ReplicaLoads, stayFactor = STAY_LOAD_FACTOR): Choice {
+export function chooseSticky(ring: Ring, key: number, s: Sticky, loads: ReplicaLoads): Choice {
+  const last = s.last;
+  const free = s.freeSlotOnly ? withFreeSlot(loads) : loads;
   if (last >= 0 && loads.usable(last)) {
-    let usable = 0;
-    let total = 0;
-    for (let i = 0; i < ring.ids.length; i++) {
-      if (!loads.usable(i)) continue;
-      usable++;
-      total += loads.load(i);
-    }
     const slots = loads.slots(last);
-    const cap = loadCap(total, usable, stayFactor);
-    if (loads.load(last) < (slots === Infinity ? cap : Math.max(slots, cap))) return { index: last, home: true };
-    const c = choose(ring, key, loads);
+    const load = loads.load(last);
+    if (slots !== Infinity && load < slots) return { index: last, home: true };
+    if (!s.shared && slots !== Infinity) {
+      const w = weighMove(ring, key, last, loads, s.tokens);
+      if (w !== null) return w;
+    }
+    if (!s.freeSlotOnly) {
+      let usable = 0;
+      let total = 0;
+      for (let i = 0; i < ring.ids.length; i++) {
+        if (!loads.usable(i)) continue;
+        usable++;
+        total += loads.load(i);
+      }
+      const cap = loadCap(total, usable, s.shared ? LOAD_FACTOR : STAY_LOAD_FACTOR);
+      if (load < (slots === Infinity ? cap : Math.max(slots, cap))) return { index: last, home: true };
+    }
+    const c = choose(ring, key, free);
     return { index: c.index, home: c.index === last };
   }
-  const c = choose(ring, key, loads);
+  const c = choose(ring, key, free);
   return last >= 0 ? { index: c.index, home: false } : c;
 }
 

@@ -19,10 +19,11 @@ import type { ServerResponse } from 'node:http';
 import { Pool, type Dispatcher } from 'undici';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
-import { chooseSticky, LOAD_FACTOR, Ring, STAY_LOAD_FACTOR, StickyKeys, type ReplicaLoads, type StickyEntry } from './affinity.js';
+import { chooseSticky, Ring, StickyKeys, type ReplicaLoads, type StickyEntry } from './affinity.js';
 import { RouterError, renderError, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
+import { ReplicaTimes } from './move.js';
 import type { WaitQueue } from './queue.js';
-import { promptTokensOf, USAGE_TAIL_BYTES } from './usage.js';
+import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
 
 export interface UpstreamTimeouts {
   /** TCP connect to a replica. */
@@ -53,6 +54,8 @@ export class Upstream {
   external = 0;
   /** Slots the replica reported in its last GET /slots (0: not known). */
   reportedSlots = 0;
+  /** Its slot time and evaluation speed, from its responses' timings (for weighing a move, move.ts). */
+  readonly times = new ReplicaTimes();
   readonly pool: Pool;
   /** Path prefix of the endpoint ('' for http://host:port). */
   readonly prefix: string;
@@ -94,19 +97,23 @@ export class Upstreams {
     exclude: ReadonlySet<string> | null = null;
     now = 0;
     slotCount = Infinity;
-    freeSlotOnly = false;
     usable(i: number): boolean {
       const r = this.replicas[i]!;
       if (this.exclude !== null && this.exclude.has(r.endpoint)) return false;
       const u = this.upstreams.get(r.endpoint);
-      if (u === undefined) return true;
-      return u.downUntil <= this.now && (!this.freeSlotOnly || loadOf(u) < this.slotCount);
+      return u === undefined || u.downUntil <= this.now;
     }
     load(i: number): number {
       return loadOf(this.upstreams.get(this.replicas[i]!.endpoint));
     }
     slots(): number {
       return this.slotCount;
+    }
+    slotSeconds(i: number): number {
+      return this.upstreams.get(this.replicas[i]!.endpoint)?.times.slotSeconds ?? 0;
+    }
+    secondsPerToken(i: number): number {
+      return this.upstreams.get(this.replicas[i]!.endpoint)?.times.secondsPerToken ?? 0;
     }
   })();
 
@@ -166,9 +173,11 @@ export class Upstreams {
   /**
    * The replica for an affinity key among `replicas` (each with `slots` slots; Infinity when unknown),
    * skipping those in `exclude` and those marked down: where the key was served last, or by consistent
-   * hashing with bounded load (affinity.ts); `home` says whether it stayed (an affinity hit). With
-   * `freeSlotOnly` (a request that waited in the queue) only replicas with a free slot are considered. Null when none is usable (the
-   * caller then falls back to `pick`, which also tries replicas marked down).
+   * hashing with bounded load, a move off a busy replica weighed by its cost (affinity.ts, move.ts);
+   * `home` says whether it stayed (an affinity hit). With `freeSlotOnly` (a request that waited in
+   * the queue) only replicas with a free slot are considered, and the key's last replica where
+   * waiting for its slot costs less than moving. Null when none is usable (the caller then falls back
+   * to `pick`, which also tries replicas marked down).
    */
   affine(model: string, replicas: readonly ReplicaView[], key: number, slots: number, exclude: ReadonlySet<string> | null, now: number, freeSlotOnly = false): { replica: ReplicaView; home: boolean; entry: StickyEntry } | null {
     const ring = this.ringFor(model, replicas);
@@ -178,7 +187,6 @@ export class Upstreams {
     l.exclude = exclude;
     l.now = now;
     l.slotCount = slots;
-    l.freeSlotOnly = freeSlotOnly && slots !== Infinity;
     let keys = this.sticky.get(model);
     if (keys === undefined) {
       keys = new StickyKeys();
@@ -188,7 +196,7 @@ export class Upstreams {
     const seen = keys.get(key);
     let last = -1;
     if (seen !== undefined) for (let i = 0; i < replicas.length; i++) if (replicas[i]!.id === seen.id) last = i;
-    const c = chooseSticky(ring, key, last, l, seen !== undefined && seen.active > 0 ? LOAD_FACTOR : STAY_LOAD_FACTOR);
+    const c = chooseSticky(ring, key, { last, shared: seen !== undefined && seen.active > 0, tokens: last >= 0 ? seen!.tokens : 0, freeSlotOnly: freeSlotOnly && slots !== Infinity }, l);
     l.replicas = [];
     l.exclude = null;
     if (c.index < 0) return null;
@@ -550,12 +558,22 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   }
 
   onComplete(): void {
+    const u = this.upstream;
     this.releaseUpstream();
     if (this.tail !== null && this.tail.length > 0) {
       const t = this.tail.length === 1 ? this.tail[0]! : Buffer.concat(this.tail, this.tailBytes);
       const start = t.length > USAGE_TAIL_BYTES ? t.length - USAGE_TAIL_BYTES : 0;
-      const tokens = promptTokensOf(t.toString('latin1', start));
-      if (tokens !== null) this.ctx.metrics.promptTokens(this.model, tokens.evaluated, tokens.cached);
+      const text = t.toString('latin1', start);
+      const tokens = promptTokensOf(text);
+      if (tokens !== null) {
+        this.ctx.metrics.promptTokens(this.model, tokens.evaluated, tokens.cached);
+        // what this replica's cache now holds of the key's prompt
+        if (this.sticky !== null && this.sticky.id === this.replica!.id) this.sticky.tokens = tokens.evaluated + tokens.cached;
+      }
+      if (this.key !== null && u !== null) {
+        const times = slotTimesOf(text);
+        if (times !== null) u.times.observe(times.promptN, times.promptMs, times.predictedMs);
+      }
       this.tail = null;
     }
     this.res.end();

@@ -16,32 +16,58 @@ export interface PromptTokens {
 
 const FIELDS = {
   prompt_n: /"prompt_n"\s*:\s*(\d+)/,
+  prompt_ms: /"prompt_ms"\s*:\s*(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)/,
+  predicted_ms: /"predicted_ms"\s*:\s*(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)/,
   cache_n: /"cache_n"\s*:\s*(\d+)/,
   prompt_tokens: /"prompt_tokens"\s*:\s*(\d+)/,
   cached_tokens: /"cached_tokens"\s*:\s*(\d+)/,
 } as const;
 
-const int = (s: string, name: keyof typeof FIELDS): number | null => {
+const num = (s: string, name: keyof typeof FIELDS): number | null => {
   const m = FIELDS[name].exec(s);
   return m ? Number(m[1]) : null;
 };
 
+/** The `timings` object of a response's last bytes (up to its closing brace), or null. */
+function timingsIn(tail: string): string | null {
+  const t = tail.lastIndexOf('"timings"');
+  if (t < 0) return null;
+  const end = tail.indexOf('}', t);
+  return tail.slice(t, end < 0 ? undefined : end);
+}
+
+/** How long a response's request held its slot, from llama-server's timings (prompt evaluation and generation). */
+export interface SlotTimes {
+  /** Prompt tokens evaluated. */
+  readonly promptN: number;
+  readonly promptMs: number;
+  readonly predictedMs: number;
+}
+
+/** The slot times in a response's last bytes, or null when its timings do not have all three. */
+export function slotTimesOf(tail: string): SlotTimes | null {
+  const timings = timingsIn(tail);
+  if (timings === null) return null;
+  const promptN = num(timings, 'prompt_n');
+  const promptMs = num(timings, 'prompt_ms');
+  const predictedMs = num(timings, 'predicted_ms');
+  return promptN === null || promptMs === null || predictedMs === null ? null : { promptN, promptMs, predictedMs };
+}
+
 /** The counts in a response's last bytes, or null when it has none. */
 export function promptTokensOf(tail: string): PromptTokens | null {
-  const t = tail.lastIndexOf('"timings"');
-  if (t >= 0) {
-    const end = tail.indexOf('}', t);
-    const timings = tail.slice(t, end < 0 ? undefined : end);
-    const evaluated = int(timings, 'prompt_n');
-    const cached = int(timings, 'cache_n');
+  const timings = timingsIn(tail);
+  if (timings !== null) {
+    const evaluated = num(timings, 'prompt_n');
+    const cached = num(timings, 'cache_n');
     if (evaluated !== null) return { evaluated, cached: cached ?? 0 };
   }
   const u = tail.lastIndexOf('"usage"');
   if (u >= 0) {
     const usage = tail.slice(u);
-    const prompt = int(usage, 'prompt_tokens');
+    const prompt = num(usage, 'prompt_tokens');
     if (prompt !== null) {
-      const cached = Math.min(int(usage, 'cached_tokens') ?? 0, prompt);
+      const cached = Math.min(num(usage, 'cached_tokens') ?? 0, prompt);
       return { evaluated: prompt - cached, cached };
     }
   }

@@ -2,6 +2,8 @@
  * Prefix affinity, slots and the queue, against three real llama-server replicas of a tiny model
  * (`--parallel 2`) behind the router (a fake FleetView says which are ready):
  * - the slots other routers use (seen through GET /slots) steer the choice;
+ * - with its replica's slots busy and another's free, a conversation with a long prompt cached waits
+ *   for its replica, and a short one moves (the move weighed by its cost, move.ts);
  * - 60 requests in flight at once, half of whose prefixes belong to one replica, spread within the load bound;
  * - queue: with every slot busy, later requests wait and go upstream in order; beyond `max` 429
  *   model_overloaded with Retry-After at once, and the openai client's retries then succeed; a client
@@ -88,6 +90,8 @@ describe('router affinity, slots and queue with three real llama-server replicas
   const scrape = async () => parseExposition((await metrics.scrape()).body);
   const ring = new Ring(IDS);
   let direct: string[] = [];
+  /** Forwarders in front of the replicas for the 'weighed' model only (their own upstreams, with no timings yet). */
+  let weighed: string[] = [];
 
   before(async () => {
     const dir = await llamaServerDir();
@@ -98,10 +102,14 @@ describe('router affinity, slots and queue with three real llama-server replicas
     direct = servers.map((s) => s.url);
     const recs = await Promise.all(servers.map((s) => recorder(s.url, upstreamOrder)));
     recorders.push(...recs.map((r) => r.server));
+    const weighedRecs = await Promise.all(servers.map((s) => recorder(s.url, [])));
+    recorders.push(...weighedRecs.map((r) => r.server));
+    weighed = weighedRecs.map((r) => r.url);
     fleet = new FakeFleetView(
       fakeSpec({
         models: {
           chat: { parallel: 2 },
+          weighed: { parallel: 2 },
           lb: { parallel: 2, routing: 'least_busy', queue: { max: 4, timeoutMs: 120_000 } },
           impatient: { parallel: 2, routing: 'least_busy', queue: { max: 4, timeoutMs: 300 } },
           spread: {},
@@ -112,6 +120,7 @@ describe('router affinity, slots and queue with three real llama-server replicas
     const views = (model: string, urls: readonly string[]) => urls.map((u, i) => replica(model, u, IDS[i]));
     fleet.setReady('chat', views('chat', direct));
     fleet.setReady('spread', views('spread', direct));
+    fleet.setReady('weighed', views('weighed', weighed));
     fleet.setReady('lb', views('lb', recs.map((r) => r.url)));
     fleet.setReady('impatient', views('impatient', recs.map((r) => r.url)));
     app = buildRouter({ fleet, metrics: metrics.router, auth: { required: true }, slotsRefreshMs: 1_000_000_000 });
@@ -139,9 +148,13 @@ describe('router affinity, slots and queue with three real llama-server replicas
 
   test('other routers\' requests, seen through GET /slots, move a conversation off its busy replica; it stays where it moved', async () => {
     const { messages } = homedOn(0, 'slots');
-    const first = await post('chat', { messages, max_tokens: 1 });
+    // a short prompt (about 60 tokens) whose turn holds its slot a while: 400 tokens generated, end of
+    // sequence ignored (a generated token takes at least as long as one of a batched prompt). With
+    // r-a's slots taken, the wait there then costs more than evaluating the prompt again elsewhere (move.ts)
+    const first = await post('chat', { messages, max_tokens: 400, ignore_eos: true });
     assert.equal(first.headers.get('x-llmgw-replica'), 'r-a');
-    await first.text();
+    const firstTimings = ((await first.json()) as { timings: { prompt_n: number; prompt_ms: number; predicted_n: number; predicted_ms: number } }).timings;
+    assert.ok(firstTimings.predicted_ms > 2 * firstTimings.prompt_ms, `generating took longer than evaluating the prompt: ${JSON.stringify(firstTimings)}`);
     // another client (another router) fills both slots of r-a directly
     const held = await Promise.all([0, 1].map((i) => holdStream(`${direct[0]}/v1/chat/completions`, { messages: [{ role: 'user', content: `elsewhere ${i}` }], max_tokens: 2000 })));
     const stats = routerStats(app);
@@ -163,6 +176,48 @@ describe('router affinity, slots and queue with three real llama-server replicas
     const next = await post('chat', { messages, max_tokens: 1 });
     assert.equal(next.headers.get('x-llmgw-replica'), movedTo);
     await next.text();
+  });
+
+  test('its replica\'s slots busy, another\'s free: a conversation with a long prompt cached waits for its replica, a short one moves', async () => {
+    const stats = routerStats(app);
+    // about 1,300 prompt tokens (a slot holds 2,048): evaluating them again costs far more than waiting
+    const long = homedOn(0, `weighed long ${'the fleet runs tiny models on many nodes. '.repeat(30)}`);
+    const short = homedOn(0, 'weighed short');
+    const send = (messages: { role: string; content: string }[]) => post('weighed', { messages, max_tokens: 1 });
+    const timingsOf = async (r: Response) => ((await r.json()) as { timings: { prompt_n: number; cache_n: number } }).timings;
+    for (const m of [long.messages, short.messages]) {
+      const r = await send(m);
+      assert.equal(r.headers.get('x-llmgw-replica'), 'r-a');
+      m.push({ role: 'assistant', content: (((await r.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content) }, { role: 'user', content: 'and then?' });
+    }
+    // another router's requests fill both slots of r-a
+    const held = await Promise.all([0, 1].map((i) => holdStream(`${direct[0]}/v1/chat/completions`, { messages: [{ role: 'user', content: `weighed elsewhere ${i}` }], max_tokens: 2000 })));
+    await stats.refreshSlots();
+    await stats.refreshSlots(); // the smaller of two readings counts
+    assert.equal(stats.external(weighed[0]!), 2);
+    // the long conversation goes to r-a and waits there (llama-server's queue) while r-b and r-c are idle
+    const longTurn = send(long.messages);
+    await until(() => weighed.reduce((a, u) => a + stats.inFlight(u), 0) === 1, 'the long turn sent upstream');
+    assert.equal(stats.inFlight(weighed[0]!), 1, 'the long conversation did not wait for its replica');
+    // the short one moves to a free slot and is answered while r-a is still busy
+    const shortTurn = await send(short.messages);
+    assert.notEqual(shortTurn.headers.get('x-llmgw-replica'), 'r-a');
+    const shortTimings = await timingsOf(shortTurn);
+    for (const h of held) h.abort();
+    await Promise.all(held.map((h) => h.done));
+    const longReply = await longTurn;
+    assert.equal(longReply.headers.get('x-llmgw-replica'), 'r-a');
+    const longTimings = await timingsOf(longReply);
+    assert.ok(longTimings.cache_n > 10 * longTimings.prompt_n, `the long turn came from r-a's cache: ${JSON.stringify(longTimings)}`);
+    assert.ok(longTimings.cache_n > 1000, `${JSON.stringify(longTimings)}`);
+    assert.ok(shortTimings.cache_n + shortTimings.prompt_n < 200, `a short conversation: ${JSON.stringify(shortTimings)}`);
+    // the outside load is gone again (two readings) before the next test
+    for (let i = 0; i < 50 && (stats.external(weighed[0]!) > 0 || stats.external(direct[0]!) > 0); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      await stats.refreshSlots();
+    }
+    assert.equal(stats.external(weighed[0]!), 0);
+    assert.equal(stats.external(direct[0]!), 0);
   });
 
   test('load spread: 60 distinct prefixes in flight at once, 30 of them belonging to one replica, stay within the bound', async () => {

@@ -76,12 +76,14 @@ describe('affinityKey', () => {
   });
 });
 
-/** Loads for `choose` from arrays. */
-function loads(load: number[], slots: number | number[] = Infinity, down: number[] = []): ReplicaLoads {
+/** Loads for `choose` from arrays; slot times and seconds per token 0 (not known) unless given. */
+function loads(load: number[], slots: number | number[] = Infinity, down: number[] = [], slotSeconds = 0, secondsPerToken = 0): ReplicaLoads {
   return {
     usable: (i) => !down.includes(i),
     load: (i) => load[i]!,
     slots: (i) => (Array.isArray(slots) ? slots[i]! : slots),
+    slotSeconds: () => slotSeconds,
+    secondsPerToken: () => secondsPerToken,
   };
 }
 
@@ -200,20 +202,33 @@ describe('chooseSticky (where a key was served last)', () => {
   const elsewhere = [0, 1, 2].find((i) => i !== home)!;
   const with_ = (i: number, n: number, rest = 0): number[] => [0, 1, 2].map((j) => (j === i ? n : rest));
 
-  // [what, last (index or 'none'), loads, slots, down, stay factor, expected index ('home' = ring home), hit]
-  const rows: [string, number | 'none', number[], number, number[], number | undefined, number | 'home' | 'second', boolean][] = [
-    ['a new key: the ring', 'none', [0, 0, 0], 2, [], undefined, 'home', true],
-    ['a key served elsewhere goes back there, not to its ring home', elsewhere, [0, 0, 0], 2, [], undefined, elsewhere, true],
-    ['stays past its slots while under 2 × the average (total 5, cap 4)', elsewhere, with_(elsewhere, 3, 1), 2, [], undefined, elsewhere, true],
-    ['at 2 × the average it moves, by the ring (total 5, cap 4)', elsewhere, [0, 1, 2].map((j) => (j === elsewhere ? 4 : j === home ? 0 : 1)), 2, [], undefined, 'home', false],
-    ['many slots: it stays up to its slots', elsewhere, with_(elsewhere, 7), 8, [], undefined, elsewhere, true],
-    ['a shared key (already in flight) stays only under the 1.25 bound', elsewhere, with_(elsewhere, 3, 1), 2, [], LOAD_FACTOR, 'home', false],
-    ['its last replica down: the ring', elsewhere, [0, 0, 0], 2, [elsewhere], undefined, elsewhere === home ? 'second' : 'home', false],
+  // costs: [slot seconds, seconds per token, the key's tokens]; none = not known (the load bound decides)
+  type Costs = [number, number, number];
+  const none: Costs = [0, 0, 0];
+  // a conversation of 2,300 tokens at 1 ms per token (2.3 s to evaluate again), turns of 0.4 s
+  const long: Costs = [0.4, 0.001, 2300];
+  // [what, last (index or 'none'), loads, slots, down, shared, freeSlotOnly, costs, expected index ('home' = ring home), hit]
+  const rows: [string, number | 'none', number[], number, number[], boolean, boolean, Costs, number | 'home' | 'second', boolean][] = [
+    ['a new key: the ring', 'none', [0, 0, 0], 2, [], false, false, none, 'home', true],
+    ['a key served elsewhere goes back there, not to its ring home', elsewhere, [0, 0, 0], 2, [], false, false, none, elsewhere, true],
+    ['costs unknown: stays past its slots while under 2 × the average (total 5, cap 4)', elsewhere, with_(elsewhere, 3, 1), 2, [], false, false, none, elsewhere, true],
+    ['costs unknown: at 2 × the average it moves, by the ring (total 5, cap 4)', elsewhere, [0, 1, 2].map((j) => (j === elsewhere ? 4 : j === home ? 0 : 1)), 2, [], false, false, none, 'home', false],
+    ['many slots: it stays up to its slots', elsewhere, with_(elsewhere, 7), 8, [], false, false, none, elsewhere, true],
+    ['a shared key (already in flight) stays only under the 1.25 bound', elsewhere, with_(elsewhere, 3, 1), 2, [], true, false, none, 'home', false],
+    ['a shared key is not weighed: the 1.25 bound even with costs known', elsewhere, with_(elsewhere, 3, 1), 2, [], true, false, long, 'home', false],
+    ['its last replica down: the ring', elsewhere, [0, 0, 0], 2, [elsewhere], false, false, none, elsewhere === home ? 'second' : 'home', false],
+    ['a long conversation at 2 × the average waits for its slot (wait 0.6 s < 2.3 s)', elsewhere, [0, 1, 2].map((j) => (j === elsewhere ? 4 : j === home ? 0 : 1)), 2, [], false, false, long, elsewhere, true],
+    ['a long conversation behind a deep queue moves (wait 12 × 0.2 = 2.4 s > 2.3 s)', elsewhere, with_(elsewhere, 13, 0), 2, [], false, false, long, 'home', false],
+    ['a short conversation moves to the free slot (wait 0.2 s > 23 tokens × 1 ms)', elsewhere, with_(elsewhere, 2, 0), 2, [], false, false, [0.4, 0.001, 23], 'home', false],
+    ['a short conversation with a free slot on its replica stays', elsewhere, with_(elsewhere, 1, 0), 2, [], false, false, [0.4, 0.001, 23], elsewhere, true],
+    ['from the queue, costs unknown: only a replica with a free slot', elsewhere, [0, 1, 2].map((j) => (j === elsewhere ? 2 : j === home ? 1 : 2)), 2, [], false, true, none, 'home', false],
+    ['from the queue, a long conversation waits at its replica rather than take a free slot elsewhere', elsewhere, [0, 1, 2].map((j) => (j === elsewhere ? 2 : j === home ? 1 : 2)), 2, [], false, true, long, elsewhere, true],
+    ['from the queue, a new key takes the free slot, not its busy ring home (the home among the usable)', 'none', [0, 1, 2].map((j) => (j === home ? 2 : j === second ? 2 : 1)), 2, [], false, true, none, [0, 1, 2].find((j) => j !== home && j !== second)!, true],
   ];
   const at = (x: number | 'home' | 'second') => (x === 'home' ? home : x === 'second' ? second : x);
-  for (const [what, last, l, slots, down, factor, expected, hit] of rows) {
+  for (const [what, last, l, slots, down, shared, freeSlotOnly, [slotSeconds, perToken, tokens], expected, hit] of rows) {
     test(what, () => {
-      const c = chooseSticky(ring, key, last === 'none' ? -1 : last, loads(l, slots, down), factor);
+      const c = chooseSticky(ring, key, { last: last === 'none' ? -1 : last, shared, tokens, freeSlotOnly }, loads(l, slots, down, slotSeconds, perToken));
       assert.equal(c.index, at(expected));
       assert.equal(c.home, hit);
     });

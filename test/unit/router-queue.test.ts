@@ -3,7 +3,7 @@ import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
 import { WaitQueue, retryAfterSeconds } from '../../src/router/queue.js';
 import { readSlots } from '../../src/router/slots.js';
-import { promptTokensOf } from '../../src/router/usage.js';
+import { promptTokensOf, slotTimesOf } from '../../src/router/usage.js';
 
 describe('WaitQueue', () => {
   test('FIFO up to max; beyond it push refuses', () => {
@@ -74,6 +74,16 @@ describe('promptTokensOf', () => {
     ['a cut-off tail', 'n":12}}\n\ndata: [DONE]\n\n', null],
   ];
   for (const [what, tail, expected] of rows) test(what, () => assert.deepEqual(promptTokensOf(tail), expected));
+});
+
+describe('slotTimesOf', () => {
+  const rows: [string, string, { promptN: number; promptMs: number; predictedMs: number } | null][] = [
+    ['llama-server JSON', '{"usage":{"prompt_tokens":300},"timings":{"cache_n":280,"prompt_n":20,"prompt_ms":10.5,"prompt_per_token_ms":0.525,"predicted_n":4,"predicted_ms":31.25,"predicted_per_token_ms":7.8}}', { promptN: 20, promptMs: 10.5, predictedMs: 31.25 }],
+    ['the last event of a stream', 'data: {"timings":{"prompt_n":1,"prompt_ms":1,"predicted_ms":1}}\n\ndata: {"timings":{"cache_n":500,"prompt_n":12,"prompt_ms":3e1,"predicted_ms":7}}\n\ndata: [DONE]\n\n', { promptN: 12, promptMs: 30, predictedMs: 7 }],
+    ['no predicted_ms', '{"timings":{"prompt_n":12,"prompt_ms":3}}', null],
+    ['usage only', '{"usage":{"prompt_tokens":9}}', null],
+  ];
+  for (const [what, tail, expected] of rows) test(what, () => assert.deepEqual(slotTimesOf(tail), expected));
 });
 
 describe('readSlots', () => {
