@@ -278,7 +278,8 @@ export class HaController implements FleetView, AdminBackend {
   }
 
   spec(): FleetSpec | null {
-    return this.term ? this.term.reconciler.spec() : (this.o.tracker.applied?.spec ?? null);
+    // A new term's reconciler has no spec before its first sync: the standby's look serves meanwhile.
+    return (this.term ? this.term.reconciler.spec() : null) ?? this.o.tracker.applied?.spec ?? null;
   }
 
   model(name: string): ModelView | null {

@@ -3,8 +3,8 @@
  * one leads, every instance routes. SIGKILL of the leader: another takes over within the lease plus
  * a pass, resuming from the state record in etcd — no model gets more llama-server processes than it
  * wants (sampled every 200 ms), no replica is restarted, the parked model stays parked with its count,
- * the on-demand model in use keeps its replica, and a client streaming chat requests to a surviving
- * instance sees no failed request. Then `ctl retry` on a standby is carried out by the leader, and
+ * the on-demand model in use keeps its replica, and clients streaming chat requests to the surviving
+ * instances (the one that takes over and the one that stays a standby) see no failed request. Then `ctl retry` on a standby is carried out by the leader, and
  * the status branch carries the new epoch.
  */
 import { strict as assert } from 'node:assert';
@@ -44,6 +44,9 @@ async function models(p: ServeProc): Promise<Record<string, ModelJson>> {
   return Object.fromEntries(r.models.map((m) => [m.name, m]));
 }
 
+/** Requests that did not get 200: model, status, the router's reason and the instance's role, for the message. */
+const failures: string[] = [];
+
 async function chat(p: ServeProc, model: string): Promise<number> {
   try {
     const r = await fetch(`http://127.0.0.1:${p.routerPort}/v1/chat/completions`, {
@@ -52,9 +55,11 @@ async function chat(p: ServeProc, model: string): Promise<number> {
       body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
       signal: AbortSignal.timeout(60_000),
     });
-    await r.arrayBuffer();
+    const body = await r.text();
+    if (r.status !== 200) failures.push(`${new Date().toISOString()} ${p.name} ${model} ${r.status} ${r.headers.get('x-llmgw-reason') ?? ''} ${body.slice(0, 300)}`);
     return r.status;
-  } catch {
+  } catch (e) {
+    failures.push(`${new Date().toISOString()} ${p.name} ${model} no answer: ${String(e)}`);
     return 0;
   }
 }
@@ -130,13 +135,13 @@ describe('three instances on etcd', () => {
     const sampler = setInterval(sample, 200);
     const results: number[] = [];
     let streaming = true;
-    const client = survivors[1]!;
-    const stream = (async () => {
-      let i = 0;
-      while (streaming) {
-        results.push(await chat(client, i++ % 5 === 4 ? 'od' : 'good'));
-      }
-    })();
+    // a stream to each survivor: one of them becomes the leader, the other stays a standby
+    const stream = Promise.all(
+      survivors.map(async (client) => {
+        let i = 0;
+        while (streaming) results.push(await chat(client, i++ % 5 === 4 ? 'od' : 'good'));
+      }),
+    );
     await until('some requests served before the kill', 30_000, () => results.length >= 5);
 
     const killedAt = Date.now();
@@ -150,10 +155,10 @@ describe('three instances on etcd', () => {
     clearInterval(sampler);
     sample();
 
-    t.diagnostic(`failover: ${failoverMs} ms from SIGKILL to the new leader's first pass (lease ${LEASE_S} s); ${results.length} requests to a surviving instance, ${results.filter((s) => s !== 200).length} failed`);
+    t.diagnostic(`failover: ${failoverMs} ms from SIGKILL to the new leader's first pass (lease ${LEASE_S} s); ${results.length} requests to the two surviving instances, ${results.filter((s) => s !== 200).length} failed`);
     assert.ok(failoverMs <= (LEASE_S + 30) * 1000, `failover took ${failoverMs} ms`);
     const failed = results.filter((s) => s !== 200);
-    assert.deepEqual(failed, [], `${failed.length} of ${results.length} requests to the surviving instance failed during the failover`);
+    assert.deepEqual(failed, [], `${failed.length} of ${results.length} requests to the surviving instances failed during the failover (killed at ${new Date(killedAt).toISOString()}, new leader ${next.proc.name}):\n${failures.slice(0, 8).join('\n')}\n${diag()}`);
     assert.ok(results.length >= 10, `${results.length} requests sent`);
     assert.deepEqual(most, { good: 1, od: 1 }, `llama-server processes per model at most (sampled every 200 ms): ${JSON.stringify(most)}`);
     assert.deepEqual([...seen].sort(), [goodId, odId].sort(), 'no replica was started anew (same ids throughout)');
