@@ -146,7 +146,10 @@ export class HaController implements FleetView, AdminBackend {
     await this.syncing; // the standby's fleet repo look, if one runs, ends first (one git fetch at a time)
     const { state, problem } = await this.o.stateStore.load();
     // Elected while the record loaded? The lease may have gone meanwhile: start nothing on a stale term.
-    if (!this.o.election.isLeader() || this.o.election.epoch !== epoch) return void log.warn('leadership ended before the term began');
+    if (!this.o.election.isLeader() || this.o.election.epoch !== epoch) {
+      log.warn('leadership ended before the term began');
+      return;
+    }
     const leading = (): boolean => !this.stopped && this.o.election.isLeader() && this.o.election.epoch === epoch;
     const reconciler = this.o.makeReconciler({
       initialState: state,

@@ -323,9 +323,12 @@ export class Reconciler implements FleetView {
 
   private async apply(spec: FleetSpec, actions: readonly Action[], log: Logger): Promise<void> {
     const stops = actions.filter((a): a is Extract<Action, { kind: 'stop' }> => a.kind === 'stop');
-    for (const a of actions) {
+    for (const [i, a] of actions.entries()) {
       // Fencing, first layer: a leader whose lease renewal is overdue stops acting, mid-pass included.
-      if (!this.leader()) return void log.warn({ left: actions.length }, 'leadership lost during the pass: the rest of its actions are not applied');
+      if (!this.leader()) {
+        log.warn({ notApplied: actions.length - i }, 'leadership lost during the pass: the rest of its actions are not applied');
+        return;
+      }
       if (a.kind === 'start') this.launchStart(spec, a, log);
     }
     if (stops.length === 0) return;

@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { UsageError } from '../cli/args.js';
 import { parseDuration, parseSize } from '../fleet-spec/units.js';
 import { isLogFormat, LOG_FORMATS, type LogFormat } from './log-format.js';
+import type { EtcdSettings } from '../ha/etcd.js';
 
 export interface Listen {
   readonly host: string;
@@ -34,16 +35,8 @@ export interface ServeConfig {
   readonly etcd: EtcdConfig | null;
 }
 
-export interface EtcdConfig {
-  readonly hosts: readonly string[];
-  /** Keys live under it; instances with the same etcd and prefix are one controller. */
-  readonly prefix: string;
-  readonly tls: { readonly ca: string | null; readonly cert: string | null; readonly key: string | null } | null;
-  readonly auth: { readonly username: string; readonly passwordFile: string } | null;
-  readonly leaseTtlSeconds: number;
-  readonly renewDeadlineMs: number;
-  readonly retryPeriodMs: number;
-}
+/** --etcd and its settings: what the etcd layer opens a client and an election with. */
+export type EtcdConfig = EtcdSettings;
 
 /** Every setting: its flag, env var and config-file key (dotted). */
 export const SETTINGS = {

@@ -109,6 +109,13 @@ describe('three instances on etcd', () => {
     // a standby routes from the published snapshot, and its on-demand request reaches the leader
     assert.equal(await chat(standbys[0]!, 'good'), 200);
     assert.equal(await chat(standbys[1]!, 'od'), 200, diag());
+    // and refuses a parked model with the leader's answer
+    const parked = await fetch(`http://127.0.0.1:${standbys[0]!.routerPort}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'kev', messages: [{ role: 'user', content: 'hi' }] }) });
+    assert.equal(parked.status, 503);
+    assert.equal(parked.headers.get('x-should-retry'), 'false');
+    const envelope = (await parked.json()) as { error: { code: string; message: string } };
+    assert.equal(envelope.error.code, 'model_parked');
+    assert.match(envelope.error.message, /unknown model architecture/);
     const onStandby = await models(standbys[0]!);
     assert.equal(onStandby.kev?.phase, 'parked');
     assert.equal(onStandby.kev?.consecutiveFailures, 5);

@@ -8,13 +8,14 @@
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { readdirSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { runCli } from '../harness/cli.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
 import { recordFault } from '../faults/report.js';
+import { SecretsScan } from '../faults/secrets-scan.js';
 import { freePort } from '../harness/llama-server.js';
 import { startThrottledOrigin } from '../harness/throttled-origin.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
@@ -28,6 +29,8 @@ let routerPort: number;
 let adminPort: number;
 let child: ChildProcess | null = null;
 let out = '';
+/** Everything every controller printed and every admin answer, for the secrets scan at the end. */
+const scan = new SecretsScan();
 
 function serve(): ChildProcess {
   const c = spawn(
@@ -46,8 +49,12 @@ function serve(): ChildProcess {
     ],
     { cwd: repoRoot, env: { ...process.env, LLMGW_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
-  c.stdout!.on('data', (d: Buffer) => (out = (out + d.toString()).slice(-200_000)));
-  c.stderr!.on('data', (d: Buffer) => (out = (out + d.toString()).slice(-200_000)));
+  const keep = (d: Buffer): void => {
+    out = (out + d.toString()).slice(-200_000);
+    scan.collect('llmgw serve output', d.toString());
+  };
+  c.stdout!.on('data', keep);
+  c.stderr!.on('data', keep);
   return c;
 }
 
@@ -72,7 +79,9 @@ interface ModelJson {
 
 async function admin<T>(path: string, init?: RequestInit): Promise<T> {
   const r = await fetch(`http://127.0.0.1:${adminPort}/admin/v1${path}`, init);
-  return (await r.json()) as T;
+  const text = await r.text();
+  scan.collect(`admin ${path}`, text);
+  return JSON.parse(text) as T;
 }
 
 async function models(): Promise<Record<string, ModelJson>> {
@@ -271,5 +280,14 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     } finally {
       await origin.close();
     }
+  });
+
+  it('no secret in anything the killed and restarted controllers printed or answered', async () => {
+    await serving();
+    const metrics = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+    scan.collect('metrics', metrics);
+    scan.secret('engine key', readFileSync(join(fleet.stateDir, 'serve', 'engine-api-key'), 'utf8').trim());
+    scan.secret('git token', fleet.git.token);
+    scan.assertClean();
   });
 });
