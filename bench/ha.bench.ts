@@ -222,7 +222,7 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
 
 interface StatusJson {
   leader: boolean;
-  control: { instance: { id: string }; leader: { id: string; epoch: number | null; since: number | null } | null };
+  control: { instance: { id: string }; leader: { id: string; epoch: number | null; since: string | number | null } | null };
   lastPass: { startedAt: string; durationMs: number } | null;
 }
 
@@ -275,7 +275,8 @@ async function failovers(label: string, leaseS: number, args: readonly string[],
       await leader.proc.sigkill();
       const next = await poll('a new leader with a pass after the kill', (leaseS + 60) * 1000, 25, () => agreedLeader(survivors, { epochAbove: leader.epoch, passAfter: killedAt }), diag);
       const detectedMs = Date.now() - killedAt;
-      const since = next.st.control.leader?.since ?? killedAt;
+      const sinceRaw = next.st.control.leader?.since ?? null;
+      const since = typeof sinceRaw === 'string' ? Date.parse(sinceRaw) : (sinceRaw ?? killedAt);
       const pass = next.st.lastPass!;
       // the new leader's own clock (same machine): elected at `since`, its pass ended at startedAt + durationMs
       const passEnd = Date.parse(pass.startedAt) + pass.durationMs;
