@@ -123,6 +123,7 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
     published,
     requests: new Requests(client, prefix, 'bench-a'),
     stateStore,
+    prefix,
     instance: { id: 'bench-a', label: 'bench instance a' },
     tracker,
     engineApiKey: 'bench-engine-key',
