@@ -21,25 +21,21 @@ import { etcdError } from './etcd.js';
 const CANCEL_TIMEOUT_MS = 2_000;
 
 /**
- * Watches one key: the current value first, then every change (null: deleted). Resolves to a
- * closer once watching. A watch etcd cancels (compacted past its revision) is replaced by a fresh
- * read and watch, so the value seen may repeat but is never missed for good.
+ * A look at etcd followed by a watch from the next revision, kept up for as long as it is open:
+ * `look` reads what is there now (unless `closed()`) and returns a watcher from the revision after
+ * its read. A watch etcd cancels (compacted past its revision) is replaced by a fresh look, so what
+ * was seen may repeat but is never missed for good; etcd3 has dropped such a watcher already, and
+ * cancelling it again would make etcd3 throw on the stream. Resolves to a closer.
  */
-async function watchKey(client: Etcd3, key: string, onValue: (v: string | null) => void): Promise<() => Promise<void>> {
+async function lookAndWatch(what: string, look: (closed: () => boolean) => Promise<Watcher | null>): Promise<() => Promise<void>> {
   let closed = false;
   let watcher: Watcher | null = null;
   let retry: NodeJS.Timeout | null = null;
   const open = async (): Promise<void> => {
-    const res = await client.get(key).exec();
-    if (closed) return;
-    const kv = res.kvs[0];
-    onValue(kv ? kv.value.toString('utf8') : null);
-    const w = client.watch().key(key).startRevision(String(Number(res.header.revision) + 1)).watcher();
+    const w = await look(() => closed);
+    if (!w) return;
     watcher = w;
-    w.on('put', (k: IKeyValue) => onValue(k.value.toString('utf8')));
-    w.on('delete', () => onValue(null));
     w.on('error', () => {
-      // etcd3 has dropped the watcher already; cancelling it again would make etcd3 throw on the stream.
       if (watcher !== w) return;
       watcher = null;
       again();
@@ -52,7 +48,7 @@ async function watchKey(client: Etcd3, key: string, onValue: (v: string | null) 
   try {
     await open();
   } catch (e) {
-    throw etcdError(e, `reading ${key}`);
+    throw etcdError(e, what);
   }
   return async () => {
     closed = true;
@@ -61,6 +57,20 @@ async function watchKey(client: Etcd3, key: string, onValue: (v: string | null) 
     watcher = null;
     if (w) await cancelWatcher(w, CANCEL_TIMEOUT_MS);
   };
+}
+
+/** Watches one key: the current value first, then every change (null: deleted). */
+function watchKey(client: Etcd3, key: string, onValue: (v: string | null) => void): Promise<() => Promise<void>> {
+  return lookAndWatch(`reading ${key}`, async (closed) => {
+    const res = await client.get(key).exec();
+    if (closed()) return null;
+    const kv = res.kvs[0];
+    onValue(kv ? kv.value.toString('utf8') : null);
+    const w = client.watch().key(key).startRevision(String(Number(res.header.revision) + 1)).watcher();
+    w.on('put', (k: IKeyValue) => onValue(k.value.toString('utf8')));
+    w.on('delete', () => onValue(null));
+    return w;
+  });
 }
 
 /** The leader's published snapshot. */
@@ -206,38 +216,18 @@ export class Requests {
       seen.add(key);
       chain = chain.then(() => (closed ? undefined : this.handleOne(election, kv, handle))).finally(() => seen.delete(key));
     };
-    let watcher: Watcher | null = null;
-    let retry: NodeJS.Timeout | null = null;
-    const open = async (): Promise<void> => {
+    // Pending requests first (a compacted watch lists them again), then new ones.
+    const close = await lookAndWatch('reading pending requests', async (isClosed) => {
       const res = await this.client.getAll().prefix(this.requestsPrefix).sort('Mod', 'Ascend').exec();
-      if (closed) return;
+      if (isClosed()) return null;
       const w = this.client.watch().prefix(this.requestsPrefix).only('put').startRevision(String(Number(res.header.revision) + 1)).watcher();
-      watcher = w;
       w.on('put', (kv: IKeyValue) => enqueue(kv));
-      w.on('error', () => {
-        // Cancelled by etcd (compacted): list what is pending again and watch from there. etcd3 has
-        // dropped the watcher already; cancelling it again would make etcd3 throw on the stream.
-        if (watcher !== w) return;
-        watcher = null;
-        again();
-      });
       for (const kv of res.kvs) enqueue(kv);
-    };
-    const again = (): void => {
-      if (closed) return;
-      retry = setTimeout(() => open().catch(again), 1_000);
-    };
-    try {
-      await open();
-    } catch (e) {
-      throw etcdError(e, 'reading pending requests');
-    }
+      return w;
+    });
     return async () => {
       closed = true;
-      if (retry) clearTimeout(retry);
-      const w = watcher;
-      watcher = null;
-      if (w) await cancelWatcher(w, CANCEL_TIMEOUT_MS);
+      await close();
       await chain;
     };
   }

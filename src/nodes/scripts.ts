@@ -174,6 +174,11 @@ while ! mkdir "$lock" 2>/dev/null; do
   if [ $i -gt 150 ]; then rm -rf "$lock"; i=0; fi   # held for 15 s: a dead holder; break it
   sleep 0.1
 done
+# Cut off from the controller (no pty, no SIGHUP), the script's first write to the gone connection
+# would kill it by SIGPIPE, skipping the EXIT trap and leaving the lock for the next start to break
+# after 15 s. Ignored, the write fails and the trap runs. (The replica inherits the ignored SIGPIPE:
+# its output goes to a file, and llama-server's sockets report EPIPE either way.)
+trap '' PIPE
 trap 'rmdir "$lock" 2>/dev/null' EXIT
 if [ -d "$r" ]; then
   if llmgw_alive "$r"; then echo "replica exists and is running" >&2; exit ${EXIT_REPLICA_EXISTS}; fi
