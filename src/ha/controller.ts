@@ -170,8 +170,21 @@ export class HaController implements FleetView, AdminBackend {
     // Until the term's first pass has looked at the nodes, the published snapshot is the better view
     // (the new reconciler knows no replica yet): routing goes on from it, saying who leads now.
     this.setCurrent({ ...this.current, control: this.control(true) });
-    term.stopServing = await this.o.requests.serve(this.o.election, (m) => this.handle(reconciler, m));
     void reconciler.start();
+    void this.serveRequests(term, log); // not awaited: a deposition must not wait behind it
+  }
+
+  /** The leader serves forwarded requests for its whole term (etcd may refuse at first: tried again). */
+  private async serveRequests(term: Term, log: Logger): Promise<void> {
+    while (this.term === term && !term.stopServing) {
+      try {
+        term.stopServing = await this.o.requests.serve(this.o.election, (m) => this.handle(term.reconciler, m));
+      } catch (err) {
+        log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'cannot serve forwarded requests yet; trying again');
+        await new Promise((r) => setTimeout(r, 2000).unref());
+      }
+    }
+    if (this.term !== term) await term.stopServing?.();
   }
 
   private async endTerm(reason: ReasonRef | null): Promise<void> {
