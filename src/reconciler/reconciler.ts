@@ -33,7 +33,7 @@ import { runStart } from './start-op.js';
 import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied, specApplied, startLaunched, type ControllerState, type Note } from './state.js';
 import type { StateStore } from './state-store.js';
 import { buildSnapshot } from './summarize.js';
-import { STANDALONE, type ControlView, type DemandResult, type FleetSnapshot, FleetView, ModelView, PassSummary, ReplicaView } from './view.js';
+import { STANDALONE, type ControlView, type DemandResult, type FleetSnapshot, type FleetView, type ModelView, type PassSummary, type ReplicaView } from './view.js';
 import { nextScheduleChange } from '../schedule/schedule.js';
 import { nextWake } from './wake.js';
 import { ownershipOf } from './ownership.js';
