@@ -5,7 +5,7 @@ import type { ParsedObject } from './load.js';
 import type { SchemaKind } from './schemas.js';
 import { formatBytes } from './units.js';
 import { problem } from './yaml.js';
-import { cronProblem, isTimeZone } from '../schedule/cron.js';
+import { cronProblem, isTimeZone } from './cron.js';
 import type { AccessKeySpec, EngineSpec, FleetSettings, ModelSpec, NodeSpec, ProfileSpec, Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 

@@ -5,7 +5,7 @@
  * one in the file wins); `replicas:` is the default while no entry fired in the last SEARCH_DAYS.
  */
 import type { FleetSpec, ModelScaling, ReplicaSchedule } from '../fleet-spec/types.js';
-import { nextFiring, previousFiring, SEARCH_DAYS } from './cron.js';
+import { nextFiring, previousFiring, SEARCH_DAYS } from '../fleet-spec/cron.js';
 
 export interface ScheduleInForce {
   readonly replicas: number;

@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { createTask } from 'node-cron';
 import type { ModelScaling, ScheduleEntry } from '../../src/fleet-spec/types.js';
-import { nextFiring, previousFiring } from '../../src/schedule/cron.js';
+import { nextFiring, previousFiring } from '../../src/fleet-spec/cron.js';
 import { scheduleInForce } from '../../src/schedule/schedule.js';
 
 const T = (iso: string): number => Date.parse(iso);
