@@ -132,7 +132,7 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
       epoch = t.epoch;
       return new Reconciler({
         tracker,
-        statusRepo: null,
+        status: null,
         driverFor: (n) => nodes.get(n.name)!,
         stateStore,
         initialState: t.initialState,

@@ -64,7 +64,7 @@ async function main(): Promise<void> {
   const parked = { ...initialHealth(spec.models.parked!.digest), consecutiveFailures: 5, lastError: kev, parked: { since: Date.now(), lastError: kev } };
   const reconciler = new Reconciler({
     tracker,
-    statusRepo: null,
+    status: null,
     driverFor: (n) => openNodeDriver(n, { secretsDir: root }),
     stateStore: { path: join(root, 'state.json'), save: async () => true },
     initialState: { ...emptyState, models: { parked } },

@@ -33,7 +33,7 @@ import {
   type NodesJson,
   type RestartJson,
   type RetryJson,
-} from './shape.js';
+} from '../wire/shape.js';
 import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
 
 export const ADMIN_PREFIX = '/admin/v1';

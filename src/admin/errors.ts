@@ -4,7 +4,7 @@
  * message says nothing about the internals (the controller log has the stack).
  */
 import { LlmgwError, Reasons } from '../errors/catalogue.js';
-import type { ErrorJson } from './shape.js';
+import type { ErrorJson } from '../wire/shape.js';
 
 export interface RenderedError {
   readonly status: number;

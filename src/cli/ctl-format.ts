@@ -2,7 +2,7 @@
  * `llmgw ctl`'s tables. Pure functions of the admin API's JSON; times are shown relative to the
  * snapshot's `at`, so the same answer always prints the same text.
  */
-import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../admin/shape.js';
+import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../wire/shape.js';
 import type { ModelPhase } from '../reconciler/view.js';
 import { formatBytes, formatDuration } from '../fleet-spec/units.js';
 

@@ -2,7 +2,7 @@
  * `llmgw ctl` — looks at and steers a running controller through its admin API.
  * Exit status: 0 ok, 1 failed (the request failed, or a retry/restart did not succeed), 2 usage.
  */
-import type { ModelsJson, NodesJson, ReplicasJson, RestartJson, RetryJson, StatusJson, LogsJson } from '../admin/shape.js';
+import type { ModelsJson, NodesJson, ReplicasJson, RestartJson, RetryJson, StatusJson, LogsJson } from '../wire/shape.js';
 import { formatDuration, parseDuration } from '../fleet-spec/units.js';
 import { oneOf, parse, UsageError } from './args.js';
 import { AdminClient, CtlFailure, DEFAULT_SERVER, resolveTarget } from './ctl-client.js';

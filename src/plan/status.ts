@@ -3,7 +3,7 @@
  * branch's files (fleet.json + models/<model>.json) or the admin API's JSON (GET /admin/v1/models,
  * GET /admin/v1/nodes). Both are the same wire shapes (src/admin/shape.ts).
  */
-import type { ModelJson, NodeJson, StatusFleetJson, StatusModelJson } from '../admin/shape.js';
+import type { ModelJson, NodeJson, StatusFleetJson, StatusModelJson } from '../wire/shape.js';
 
 export interface PlanStatus {
   readonly models: Readonly<Record<string, Pick<StatusModelJson, 'memoryBytes' | 'parked' | 'replicas'>>>;

@@ -5,9 +5,6 @@
  */
 import type { Logger } from 'pino';
 import { reasonOf, type ReasonRef } from '../errors/catalogue.js';
-import { statusFiles } from '../admin/shape.js';
-import type { FleetRepo } from '../git/repo.js';
-import { writeStatusBranch } from '../git/status-branch.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import type { ControllerState } from './state.js';
 import type { StateStore } from './state-store.js';
@@ -47,35 +44,13 @@ export class StateSaver {
   }
 }
 
-/** Writes the status branch when its files changed; remembers when it was last known up to date. */
-export class StatusWriter {
-  private lastFiles: string | null = null;
-  /** Epoch ms the branch was last written or confirmed up to date. */
-  lastOk: number | null = null;
-
-  constructor(private readonly repo: FleetRepo) {}
-
-  /**
-   * `epoch`: the HA leader's fencing epoch (a Llmgw-Epoch trailer; a newer epoch's head refuses the
-   * write). Resolves with STATUS_EPOCH_STALE when a newer epoch wrote the branch, else null.
-   */
-  async write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<ReasonRef | null> {
-    const files = statusFiles(snap, spec);
-    const key = JSON.stringify(files);
-    try {
-      if (key !== this.lastFiles) {
-        const r = await writeStatusBranch(this.repo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}`, ...(epoch ? { epoch } : {}) });
-        this.lastFiles = key;
-        if (r.changed) log.debug({ oid: r.oid }, 'status branch written');
-      }
-      // Written, or nothing new to write: the branch is confirmed up to date as of now.
-      this.lastOk = now();
-    } catch (e) {
-      const r = reasonOf(e);
-      // A newer leader has written the branch: this instance was deposed (the caller steps down).
-      if (r.code === 'STATUS_EPOCH_STALE') return r;
-      log.warn({ code: r.code, err: r.message }, 'writing the status branch failed; retried next pass');
-    }
-    return null;
-  }
+/**
+ * Where the status of a pass goes (the status branch, written by `serve/status-writer.ts`; the
+ * composition root injects it, so the reconciler does not know the wire format or git).
+ */
+export interface StatusSink {
+  /** Epoch ms the status was last written or confirmed up to date. */
+  readonly lastOk: number | null;
+  /** Resolves with STATUS_EPOCH_STALE when a newer epoch wrote the status, else null. */
+  write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<ReasonRef | null>;
 }

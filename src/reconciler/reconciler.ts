@@ -15,7 +15,6 @@ import type { Logger } from 'pino';
 import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import { retryId } from '../git/trailers.js';
 import type { SpecTracker } from '../git/tracker.js';
-import type { FleetRepo } from '../git/repo.js';
 import { engineKeyFingerprint, type DownloadToken, type NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
 import { demandResultOf, readyReplicasOf } from './availability.js';
@@ -26,7 +25,7 @@ import { MemoryEstimator } from './memory.js';
 import { mapLimit, NodeFleet } from './node-fleet.js';
 import { startConcluded } from './outcomes.js';
 import { decide, freshPlacement } from './pass.js';
-import { StateSaver, StatusWriter } from './persist.js';
+import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
 import type { Action } from './planner.js';
 import { runStart } from './start-op.js';
@@ -44,8 +43,8 @@ export type FleetSource = Pick<SpecTracker, 'refresh' | 'applied' | 'rejected' |
 
 export interface ReconcilerOptions {
   readonly tracker: FleetSource;
-  /** Where the status branch goes (the fleet repo); null to not write one. */
-  readonly statusRepo: FleetRepo | null;
+  /** Where each pass's status goes (the status branch, injected by the composition root); null for none. */
+  readonly status: StatusSink | null;
   readonly driverFor: (node: NodeSpec) => NodeDriver;
   readonly stateStore: Pick<StateStore, 'save' | 'path'>;
   readonly initialState: ControllerState;
@@ -107,7 +106,7 @@ export class Reconciler implements FleetView {
   /** The one record that outlives a pass. */
   private state: ControllerState;
   private readonly saver: StateSaver;
-  private readonly status: StatusWriter | null;
+  private readonly status: StatusSink | null;
 
   // --- I/O in progress and the last look at the world (rebuilt by every pass) ---
   private readonly nodes: NodeFleet;
@@ -140,7 +139,7 @@ export class Reconciler implements FleetView {
     this.memory = o.memory ?? new MemoryEstimator();
     this.state = o.initialState;
     this.saver = new StateSaver(o.stateStore, this.log, o.initialStateProblem ?? null);
-    this.status = o.statusRepo ? new StatusWriter(o.statusRepo) : null;
+    this.status = o.status;
     this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000 });
     this.events.setMaxListeners(0);
     this.loop = new PassLoop((trigger) => this.pass(trigger), this.clock, o.timers);

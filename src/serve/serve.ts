@@ -15,6 +15,7 @@ import { createMetrics, type LlmgwMetrics } from '../metrics/index.js';
 import { serveMetrics } from '../metrics/http.js';
 import { openNodeDriver } from '../nodes/shell-driver.js';
 import { Reconciler } from '../reconciler/reconciler.js';
+import { StatusWriter } from './status-writer.js';
 import { MemoryEstimator } from '../reconciler/memory.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
 import { clientTimeoutOptions } from '../util/client-timeouts.js';
@@ -99,7 +100,6 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const readSecret = tokenSecrets(cfg.secretsDir);
   const driverOptions = (n: NodeSpec, fence: () => Fence): Parameters<typeof openNodeDriver>[1] => ({ secretsDir: cfg.secretsDir, logger: log.child({ component: 'node', node: n.name }), fence });
   const common = {
-    statusRepo: repo,
     memory,
     readSecret,
     logger: log,
@@ -131,6 +131,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       makeReconciler: (t) =>
         new Reconciler({
           ...common,
+          status: new StatusWriter(repo),
           tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
           driverFor: (n) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }))),
           stateStore,
@@ -152,6 +153,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     const ownerTtl = (): number => Math.max(OWNER_TTL_SECONDS, Math.ceil((3 * (reconciler?.spec()?.settings.pollIntervalMs ?? 30_000)) / 1000));
     reconciler = new Reconciler({
       ...common,
+      status: new StatusWriter(repo),
       tracker: new SpecTracker(repo, state.appliedRevision ? { resumeFrom: state.appliedRevision } : {}),
       driverFor: (n) => openNodeDriver(n, driverOptions(n, () => ({ owner: instance.id, label: instance.label, epoch: 0, ttlSeconds: ownerTtl() }))),
       stateStore: new StateStore(statePath),

@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { nodeJson } from '../../src/admin/shape.js';
+import { nodeJson } from '../../src/wire/shape.js';
 import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { startGatedOrigin, type GatedOrigin } from '../integration/gated-origin.js';

@@ -13,6 +13,7 @@ import { FleetRepo } from '../../src/git/repo.js';
 import { SpecTracker } from '../../src/git/tracker.js';
 import { openNodeDriver } from '../../src/nodes/shell-driver.js';
 import { Reconciler, type ReconcilerOptions } from '../../src/reconciler/reconciler.js';
+import { StatusWriter } from '../../src/serve/status-writer.js';
 import { loadState, StateStore } from '../../src/reconciler/state-store.js';
 import type { NodeDriver, ReplicaStartSpec } from '../../src/nodes/driver.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
@@ -151,7 +152,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
     const metrics = createMetrics({ defaultMetrics: false, ...(over.clock ? { clock: over.clock } : {}) });
     const reconciler = new Reconciler({
       tracker,
-      statusRepo: repo,
+      status: new StatusWriter(repo),
       driverFor,
       stateStore: new StateStore(join(stateDir, 'state.json')),
       initialState: state,

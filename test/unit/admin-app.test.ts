@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { buildAdminApp } from '../../src/admin/app.js';
 import type { AdminBackend, RestartRequest } from '../../src/admin/backend.js';
-import type { ModelJson, ModelsJson, NodesJson, ReplicasJson, StatusJson } from '../../src/admin/shape.js';
+import type { ModelJson, ModelsJson, NodesJson, ReplicasJson, StatusJson } from '../../src/wire/shape.js';
 import { LlmgwError, Reasons } from '../../src/errors/catalogue.js';
 import type { Reconciler } from '../../src/reconciler/reconciler.js';
 import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from '../../src/reconciler/view.js';

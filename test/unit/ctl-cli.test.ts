@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, FastifyServerFactory } from 'fastify';
 import { buildAdminApp } from '../../src/admin/app.js';
 import type { AdminBackend, RestartRequest } from '../../src/admin/backend.js';
-import type { ModelsJson, StatusJson } from '../../src/admin/shape.js';
+import type { ModelsJson, StatusJson } from '../../src/wire/shape.js';
 import { resolveTarget } from '../../src/cli/ctl-client.js';
 import { LlmgwError } from '../../src/errors/catalogue.js';
 import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from '../../src/reconciler/view.js';

@@ -1,7 +1,7 @@
 /** `llmgw ctl` rendering (pure): relative times, aligned tables, and a controller in trouble. */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
-import type { ModelJson, ModelsJson, NodesJson, StatusJson } from '../../src/admin/shape.js';
+import type { ModelJson, ModelsJson, NodesJson, StatusJson } from '../../src/wire/shape.js';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { modelDetail, readyCount, relative, renderNodes, renderReplicas, renderStatus, shortDuration, table } from '../../src/cli/ctl-format.js';
 import { assertGolden } from '../harness/golden.js';

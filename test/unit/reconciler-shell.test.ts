@@ -69,7 +69,7 @@ function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => v
   let n = 0;
   const r = new Reconciler({
     tracker,
-    statusRepo: null,
+    status: null,
     driverFor: (node) => nodes.get(node.name)!,
     stateStore: {
       path: 'memory',
