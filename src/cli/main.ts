@@ -5,10 +5,6 @@ import { isLlmgwError } from '../errors/catalogue.js';
 import { packageRoot } from '../util/package-root.js';
 import { UsageError } from './args.js';
 import { processIo, type Io } from './io.js';
-import { validateCommand } from './validate.js';
-import { planCommand } from './plan.js';
-import { ctlCommand } from './ctl.js';
-import { serveCommand } from './serve.js';
 
 const usage = `usage: llmgw <command> [options]
 
@@ -25,11 +21,12 @@ Run \`llmgw <command> --help\` for a command's options.`;
 
 type Command = (argv: readonly string[], io: Io) => Promise<number>;
 
-const commands: Record<string, Command> = {
-  validate: validateCommand,
-  plan: planCommand,
-  ctl: ctlCommand,
-  serve: serveCommand,
+/** Each command is imported when it runs: `validate` does not load serve's fastify, etcd or ssh2. */
+const commands: Record<string, () => Promise<Command>> = {
+  validate: async () => (await import('./validate.js')).validateCommand,
+  plan: async () => (await import('./plan.js')).planCommand,
+  ctl: async () => (await import('./ctl.js')).ctlCommand,
+  serve: async () => (await import('./serve.js')).serveCommand,
 };
 
 export async function run(argv: readonly string[], io: Io = processIo): Promise<number> {
@@ -43,13 +40,13 @@ export async function run(argv: readonly string[], io: Io = processIo): Promise<
     io.out(pkg.version);
     return 0;
   }
-  const cmd = commands[name];
-  if (!cmd) {
+  const load = commands[name];
+  if (!load) {
     io.err(`llmgw: unknown command "${name}"\n\n${usage}`);
     return 2;
   }
   try {
-    return await cmd(rest, io);
+    return await (await load())(rest, io);
   } catch (e) {
     if (e instanceof UsageError) {
       io.err(`llmgw ${name}: ${e.message}`);
