@@ -20,6 +20,7 @@ import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { startGitHttpServer, type GitHttpServer } from './git-http.js';
 import { cleanupTempDirs, makeTempDir, WorkRepo } from './git.js';
 import { llamaServerDir } from './llama-server.js';
+import { replicaPortRange } from './ports.js';
 import { startSshd, type SshdInstance } from './sshd.js';
 
 export interface LogLine {
@@ -84,6 +85,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
     writeTinyModel(join(modelsDir, 'kev.gguf'), { seed: 3, architecture: 'kev' }),
     writeTinyModel(join(modelsDir, 'kev2.gguf'), { seed: 4, architecture: 'kev' }),
   ]);
+  const ports = nodes.map(() => replicaPortRange());
   nodes.forEach((n, i) => copyFileSync(join(n.secretsDir, n.identityName), join(secretsDir, `node-${i + 1}-key`)));
   const gitRoot = join(root, 'git');
   mkdirSync(gitRoot);
@@ -110,7 +112,7 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
         `host_key: ${n.hostKey}`,
         `identity: node-${i + 1}-key`,
         `data_dir: ${n.dataDir}`,
-        `ports: { from: ${24000 + i * 100}, to: ${24000 + i * 100 + 99} }`,
+        `ports: { from: ${ports[i]!.from}, to: ${ports[i]!.to} }`,
         '',
       ].join('\n');
     });

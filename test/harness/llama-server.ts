@@ -70,7 +70,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -204,19 +203,7 @@ function runBuildScript(): Promise<string> {
   });
 }
 
-/** A TCP port that was free a moment ago (bound to port 0 on 127.0.0.1 and released). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => (port ? resolve(port) : reject(new Error('freePort: no port'))));
-    });
-  });
-}
+export { freePort } from './ports.js';
 
 export interface StartLlamaServerOptions {
   /** Path of the GGUF model (passed as `-m`). */

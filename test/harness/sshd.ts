@@ -12,11 +12,12 @@
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { mkdtemp, mkdir, readFile, rm, writeFile, copyFile } from 'node:fs/promises';
-import { createServer, connect } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { NodeSpec } from '../../src/fleet-spec/types.js';
+import { freePort, replicaPortRange } from './ports.js';
 
 const execFileP = promisify(execFile);
 
@@ -49,18 +50,6 @@ export async function makeKeyPair(dir: string, name: string): Promise<string> {
   await execFileP('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', `llmgw-test-${name}`, '-f', file]);
   const pub = (await readFile(`${file}.pub`, 'utf8')).trim().split(/\s+/);
   return `${pub[0]} ${pub[1]}`;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr !== null ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 function canConnect(port: number): Promise<boolean> {
@@ -210,7 +199,6 @@ export async function startSshd(opts: SshdOptions = {}): Promise<SshdInstance> {
   };
 }
 
-let portRangeCounter = 0;
 
 /**
  * A NodeSpec for a node served by this sshd instance: transport ssh, pinned host key, the
@@ -231,7 +219,7 @@ export function sshdNodeSpec(inst: SshdInstance, overrides: Partial<NodeSpec> = 
     labels: {},
     capacity: { memoryBytes: null, cpus: null },
     dataDir: inst.dataDir,
-    ports: nextPortRange(),
+    ports: replicaPortRange(),
     ...overrides,
   });
 }
@@ -251,13 +239,8 @@ export function localNodeSpec(dataDir: string, overrides: Partial<NodeSpec> = {}
     labels: {},
     capacity: { memoryBytes: null, cpus: null },
     dataDir,
-    ports: nextPortRange(),
+    ports: replicaPortRange(),
     ...overrides,
   });
 }
 
-/** 20 replica ports in 10000–29999 (below Linux's ephemeral range), spread by pid and a counter. */
-function nextPortRange(): { from: number; to: number } {
-  const from = 10_000 + (process.pid % 100) * 200 + (portRangeCounter++ % 10) * 20;
-  return { from, to: from + 19 };
-}
