@@ -5,7 +5,7 @@
  *
  * Under /admin/v1, all but the webhook need `Authorization: Bearer <admin token>`:
  *   GET  /status                     fleet summary
- *   GET  /models                     every model; GET /models/:name one (aliases resolve)
+ *   GET  /models[?phase=a,b&name=GLOB&limit=N&after=NAME]  models by name (a page; total, next); GET /models/:name one
  *   POST /models/:name/retry         unpark / clear backoff; answers after the pass that handled it
  *   GET  /replicas                   every replica
  *   GET  /replicas/:id/logs?lines=N  a replica's log tail
@@ -20,8 +20,10 @@ import { LlmgwError } from '../errors/catalogue.js';
 import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
 import { adminAuth } from './auth.js';
 import type { AdminBackend } from './backend.js';
+import type { ModelPhase } from '../reconciler/view.js';
 import { renderAdminError } from './errors.js';
 import {
+  MODEL_PHASES,
   modelJson,
   modelsJson,
   nodesJson,
@@ -189,10 +191,33 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
 
       api.get('/status', async (_req, reply) => noStore(reply).send(statusJson(backend.snapshot())));
 
-      api.get('/models', async (_req, reply) => {
-        const body: ModelsJson = modelsJson(backend.snapshot());
-        return noStore(reply).send(body);
-      });
+      api.get<{ Querystring: { phase?: string; name?: string; limit?: number; after?: string } }>(
+        '/models',
+        {
+          schema: {
+            querystring: {
+              type: 'object',
+              additionalProperties: false,
+              properties: {
+                phase: { type: 'string', pattern: `^(${MODEL_PHASES.join('|')})(,(${MODEL_PHASES.join('|')}))*$` },
+                name: { type: 'string', minLength: 1, maxLength: MAX_NAME },
+                limit: { type: 'integer', minimum: 1, maximum: 100_000 },
+                after: { type: 'string', minLength: 1, maxLength: MAX_NAME },
+              },
+            },
+          },
+        },
+        async (req, reply) => {
+          const q = req.query;
+          const body: ModelsJson = modelsJson(backend.snapshot(), {
+            ...(q.phase ? { phases: q.phase.split(',') as ModelPhase[] } : {}),
+            ...(q.name !== undefined ? { name: q.name } : {}),
+            ...(q.limit !== undefined ? { limit: q.limit } : {}),
+            ...(q.after !== undefined ? { after: q.after } : {}),
+          });
+          return noStore(reply).send(body);
+        },
+      );
 
       api.get<{ Params: { name: string } }>(
         '/models/:name',

@@ -93,7 +93,18 @@ function controlLines(s: StatusJson, at: string): [string, string][] {
   return lines;
 }
 
-export function renderStatus(s: StatusJson, models: ModelsJson): string {
+/** Phases `ctl status` lists model by model; ready and idle models are a page, then counted. */
+export const ATTENTION_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded'];
+export const STATUS_ATTENTION_LIMIT = 200;
+export const STATUS_HEALTHY_LIMIT = 50;
+
+/**
+ * `ctl status`: the summary, then the models that need attention (`attention`: a page of the
+ * ATTENTION_PHASES), then a page of the ready and idle ones (`healthy`; without it, `attention`
+ * holds every model). What a page left out is counted, with the command that lists it.
+ */
+export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: ModelsJson): string {
+  const models: ModelsJson = healthy ? { ...attention, models: [...attention.models, ...healthy.models] } : attention;
   const at = s.at;
   const out: string[] = [];
   const head: [string, string][] = [];
@@ -182,7 +193,12 @@ export function renderStatus(s: StatusJson, models: ModelsJson): string {
       ),
     );
   }
-  if (models.models.length === 0) out.push('', 'no models in the fleet spec');
+  for (const page of healthy ? [attention, healthy] : []) {
+    if (page.next === null) continue;
+    const phases = page === healthy ? 'ready,idle' : ATTENTION_PHASES.join(',');
+    out.push('', `… ${plural(page.total - page.models.length, 'more model')} in ${phases}: \`llmgw ctl models --phase ${phases}\``);
+  }
+  if (models.models.length === 0 && s.models.total === 0) out.push('', 'no models in the fleet spec');
   return out.join('\n');
 }
 

@@ -2,18 +2,19 @@
  * `llmgw ctl` — looks at and steers a running controller through its admin API.
  * Exit status: 0 ok, 1 failed (the request failed, or a retry/restart did not succeed), 2 usage.
  */
-import type { ModelsJson, NodesJson, ReplicasJson, RestartJson, RetryJson, StatusJson, LogsJson } from '../wire/shape.js';
+import { MODEL_PHASES, type ModelsJson, type NodesJson, type ReplicasJson, type RestartJson, type RetryJson, type StatusJson, type LogsJson } from '../wire/shape.js';
 import { formatDuration, parseDuration } from '../fleet-spec/units.js';
 import { oneOf, parse, UsageError } from './args.js';
 import { AdminClient, CtlFailure, DEFAULT_SERVER, resolveTarget } from './ctl-client.js';
-import { renderModels, renderNodes, renderReplicas, renderStatus } from './ctl-format.js';
+import { ATTENTION_PHASES, renderModels, renderNodes, renderReplicas, renderStatus, STATUS_ATTENTION_LIMIT, STATUS_HEALTHY_LIMIT } from './ctl-format.js';
 import type { Io } from './io.js';
 
 export const ctlUsage = `usage: llmgw ctl <command> [options]
 
 commands:
   status                          fleet summary; parked and unplaceable models first, with reasons
-  models                          every model: phase, ready/wanted now, failures, reason
+  models [--phase P[,P]] [--name GLOB]
+                                  models: phase, ready/wanted now, failures, reason
   replicas                        every replica: model, node, phase, age, endpoint
   nodes                           nodes: reachable, free memory, engines, problems
   retry MODEL                     unpark MODEL (or clear its backoff) and start it again
@@ -59,6 +60,8 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
     output: { type: 'string', short: 'o' },
     lines: { type: 'string', short: 'n' },
     model: { type: 'string' },
+    phase: { type: 'string' },
+    name: { type: 'string' },
     all: { type: 'boolean' },
     timeout: { type: 'string' },
     'no-wait': { type: 'boolean' },
@@ -81,6 +84,7 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
     for (const n of names) if (values[n] !== undefined) throw new UsageError(`--${String(n)} only applies to \`llmgw ctl ${cmd}\``);
   };
   only(['lines'], 'logs');
+  only(['phase', 'name'], 'models');
   only(['model', 'all', 'timeout', 'no-wait'], 'restart');
   const noArgs = (): void => {
     if (args.length) throw new UsageError(`\`llmgw ctl ${sub}\` takes no arguments (got ${args.join(' ')})`);
@@ -92,15 +96,26 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
     case 'status':
       noArgs();
       run = async (c) => {
-        const [s, m] = await Promise.all([c.call<StatusJson>('GET', '/status'), c.call<ModelsJson>('GET', '/models')]);
-        io.out(output === 'json' ? json(s.body) : renderStatus(s.body, m.body));
+        // At any fleet size: the models that need attention (a page), and a page of the healthy ones.
+        const [s, attention, healthy] = await Promise.all([
+          c.call<StatusJson>('GET', '/status'),
+          c.call<ModelsJson>('GET', `/models?phase=${ATTENTION_PHASES.join(',')}&limit=${STATUS_ATTENTION_LIMIT}`),
+          c.call<ModelsJson>('GET', `/models?phase=ready,idle&limit=${STATUS_HEALTHY_LIMIT}`),
+        ]);
+        io.out(output === 'json' ? json(s.body) : renderStatus(s.body, attention.body, healthy.body));
         return 0;
       };
       break;
     case 'models':
       noArgs();
       run = async (c) => {
-        const r = await c.call<ModelsJson>('GET', '/models');
+        const q = new URLSearchParams();
+        if (values.phase !== undefined) {
+          for (const p of values.phase.split(',')) oneOf('phase', p, MODEL_PHASES, 'ready');
+          q.set('phase', values.phase);
+        }
+        if (values.name !== undefined) q.set('name', values.name);
+        const r = await c.call<ModelsJson>('GET', `/models${q.size ? `?${q}` : ''}`);
         io.out(output === 'json' ? json(r.body) : renderModels(r.body));
         return 0;
       };

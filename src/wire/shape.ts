@@ -9,6 +9,7 @@ import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
+import { pickModels, type ModelsQuery } from './models-query.js';
 
 export const MODEL_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
 
@@ -118,6 +119,10 @@ export interface ModelsJson {
   readonly at: string;
   readonly revision: string | null;
   readonly models: readonly ModelJson[];
+  /** Models matching the query's phase and name over all pages. */
+  readonly total: number;
+  /** The `after` of the next page; null on the last. */
+  readonly next: string | null;
 }
 export interface ModelOneJson {
   readonly at: string;
@@ -282,8 +287,9 @@ export function replicasJson(s: FleetSnapshot): ReplicasJson {
   return { at: isoNow(s.at), replicas };
 }
 
-export function modelsJson(s: FleetSnapshot): ModelsJson {
-  return { at: isoNow(s.at), revision: s.appliedRevision, models: s.models.map((m) => modelJson(m, s.appliedRevision, s.at)) };
+export function modelsJson(s: FleetSnapshot, q: ModelsQuery = {}): ModelsJson {
+  const page = pickModels(s.models, q);
+  return { at: isoNow(s.at), revision: s.appliedRevision, models: page.models.map((m) => modelJson(m, s.appliedRevision, s.at)), total: page.total, next: page.next };
 }
 
 export function nodesJson(s: FleetSnapshot, spec: FleetSpec | null): NodesJson {

@@ -287,6 +287,26 @@ describe('admin API: read routes', () => {
     assert.deepEqual(good.scaling, { mode: 'replicas', replicas: 1 });
   });
 
+  test('GET /models?phase=&name=&limit=&after=: filtered, a page at a time; a bad query is ADMIN_BAD_REQUEST', async () => {
+    const get = async (q: string): Promise<ModelsJson> => {
+      const res = await a.inject({ method: 'GET', url: `/admin/v1/models?${q}`, headers: auth });
+      assert.equal(res.statusCode, 200, res.body);
+      return res.json() as ModelsJson;
+    };
+    const parked = await get('phase=parked');
+    assert.deepEqual([parked.models.map((m) => m.name), parked.total, parked.next], [['kev'], 1, null]);
+    const two = await get('phase=parked,unplaceable');
+    assert.deepEqual(two.models.map((m) => m.name), ['huge', 'kev']);
+    assert.deepEqual((await get('name=good-*')).models.map((m) => m.name), ['good'], 'aliases match');
+    const first = await get('limit=2');
+    assert.deepEqual([first.models.map((m) => m.name), first.total, first.next], [['good', 'huge'], 3, 'huge']);
+    const rest = await get(`limit=2&after=${first.next}`);
+    assert.deepEqual([rest.models.map((m) => m.name), rest.next], [['kev'], null]);
+    for (const bad of ['phase=sleeping', 'limit=0', 'limit=x', 'colour=red']) {
+      assertError(await a.inject({ method: 'GET', url: `/admin/v1/models?${bad}`, headers: auth }), 400, 'ADMIN_BAD_REQUEST');
+    }
+  });
+
   test('GET /models/:name by name and by alias; unknown → 404 NOT_FOUND with a hint', async () => {
     const one = await a.inject({ method: 'GET', url: '/admin/v1/models/kev', headers: auth });
     assert.equal(one.statusCode, 200);

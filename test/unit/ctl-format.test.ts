@@ -80,7 +80,7 @@ describe('ctl status: a controller in trouble', () => {
       models: { total: 0, desired: 0, ready: 0, byPhase: { parked: 0, unplaceable: 0, failing: 0, starting: 0, pending: 0, degraded: 0, ready: 0, idle: 0 } },
       nodes: { total: 2, reachable: 1, unreachable: [{ name: 'node-2', error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT', hint: Reasons.NODE_UNREACHABLE.hint } }] },
     };
-    const models: ModelsJson = { at: AT, revision: status.revision, models: [] };
+    const models: ModelsJson = { at: AT, revision: status.revision, models: [], total: 0, next: null };
     const text = renderStatus(status, models);
     assertGolden('ctl-status-troubled.txt', text);
     assert.match(text, /REJECTED revision 9e8d7c6b5a4f: 2 problems; revision 3f2a9c1e0b7d stays in force/);
