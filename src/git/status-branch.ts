@@ -39,6 +39,11 @@ export interface StatusBranchOptions {
    */
   readonly epoch?: number;
   readonly author?: { readonly name: string; readonly email: string };
+  /**
+   * Remembers the blobs and trees of earlier writes (one per writer of the branch): a write that
+   * changes one file of 10,000 hashes one blob and the trees above it, not every file.
+   */
+  readonly treeCache?: TreeCache;
   /** Attempts when someone else moved the branch (default 5). */
   readonly maxAttempts?: number;
   readonly now?: () => Date;
@@ -70,8 +75,20 @@ interface DirNode {
   readonly dirs: Map<string, DirNode>;
 }
 
-/** Blobs and trees for the files; returns the root tree oid. */
-export async function writeFilesTree(gitdir: string, files: Readonly<Record<string, string>>): Promise<string> {
+/**
+ * The oids of the blobs and trees a writer wrote last, by path. An entry is reused only while its
+ * content (a blob's text, a tree's entry list) is the same; the objects stay in the repo's object
+ * store, reachable from the status branch they were committed to.
+ */
+export class TreeCache {
+  readonly blobs = new Map<string, { readonly content: string; readonly oid: string }>();
+  readonly trees = new Map<string, { readonly key: string; readonly oid: string }>();
+  constructor(readonly gitdir: string) {}
+}
+
+/** Blobs and trees for the files; returns the root tree oid. With a cache, unchanged entries are not written again. */
+export async function writeFilesTree(gitdir: string, files: Readonly<Record<string, string>>, cache?: TreeCache): Promise<string> {
+  const reuse = cache && cache.gitdir === gitdir ? cache : null;
   const root: DirNode = { files: new Map(), dirs: new Map() };
   for (const [path, content] of Object.entries(files)) {
     const parts = path.split('/');
@@ -92,16 +109,37 @@ export async function writeFilesTree(gitdir: string, files: Readonly<Record<stri
     if (dir.dirs.has(name)) throw new LlmgwError('USAGE', `status file path ${path} is also a folder`);
     dir.files.set(name, content);
   }
-  const write = async (d: DirNode): Promise<string> => {
+  const seenBlobs = new Set<string>();
+  const seenTrees = new Set<string>();
+  const write = async (d: DirNode, at: string): Promise<string> => {
     const tree: TreeEntry[] = [];
     for (const [name, content] of d.files) {
-      const oid = await git.writeBlob({ fs, gitdir, blob: Buffer.from(content, 'utf8') });
+      const path = `${at}${name}`;
+      const known = reuse?.blobs.get(path);
+      const oid = known && known.content === content ? known.oid : await git.writeBlob({ fs, gitdir, blob: Buffer.from(content, 'utf8') });
+      if (reuse) {
+        if (known?.oid !== oid) reuse.blobs.set(path, { content, oid });
+        seenBlobs.add(path);
+      }
       tree.push({ mode: '100644', path: name, oid, type: 'blob' });
     }
-    for (const [name, sub] of d.dirs) tree.push({ mode: '040000', path: name, oid: await write(sub), type: 'tree' });
-    return git.writeTree({ fs, gitdir, tree });
+    for (const [name, sub] of d.dirs) tree.push({ mode: '040000', path: name, oid: await write(sub, `${at}${name}/`), type: 'tree' });
+    if (!reuse) return git.writeTree({ fs, gitdir, tree });
+    const key = tree.map((e) => `${e.mode} ${e.path} ${e.oid}`).join('\n');
+    seenTrees.add(at);
+    const known = reuse.trees.get(at);
+    if (known && known.key === key) return known.oid;
+    const oid = await git.writeTree({ fs, gitdir, tree });
+    reuse.trees.set(at, { key, oid });
+    return oid;
   };
-  return write(root);
+  const oid = await write(root, '');
+  // Files and folders gone from this write are forgotten (the cache holds one write's tree).
+  if (reuse) {
+    for (const p of reuse.blobs.keys()) if (!seenBlobs.has(p)) reuse.blobs.delete(p);
+    for (const p of reuse.trees.keys()) if (!seenTrees.has(p)) reuse.trees.delete(p);
+  }
+  return oid;
 }
 
 async function treeOf(repo: FleetRepo, commit: string): Promise<string> {
@@ -245,7 +283,7 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
   let token: string | null = null;
   let heldLock: string | null = null;
   try {
-    const tree = await writeFilesTree(repo.gitdir, opts.files);
+    const tree = await writeFilesTree(repo.gitdir, opts.files, opts.treeCache);
     if (repo.kind === 'local') {
       await assertNotCheckedOut(repo.gitdir, ref);
       for (let attempt = 0; attempt < maxAttempts; attempt++) {

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import type { FleetRepo } from '../git/repo.js';
-import { writeStatusBranch } from '../git/status-branch.js';
+import { TreeCache, writeStatusBranch } from '../git/status-branch.js';
 import type { StatusSink } from '../reconciler/persist.js';
 import type { FleetSnapshot } from '../reconciler/view.js';
 import { statusFiles } from '../wire/shape.js';
@@ -17,7 +17,11 @@ export class StatusWriter implements StatusSink {
   /** Epoch ms the branch was last written or confirmed up to date. */
   lastOk: number | null = null;
 
-  constructor(private readonly repo: FleetRepo) {}
+  private readonly treeCache: TreeCache;
+
+  constructor(private readonly repo: FleetRepo) {
+    this.treeCache = new TreeCache(repo.gitdir);
+  }
 
   /**
    * `epoch`: the HA leader's fencing epoch (a Llmgw-Epoch trailer; a newer epoch's head refuses the
@@ -28,7 +32,7 @@ export class StatusWriter implements StatusSink {
     const key = JSON.stringify(files);
     try {
       if (key !== this.lastFiles) {
-        const r = await writeStatusBranch(this.repo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}`, ...(epoch ? { epoch } : {}) });
+        const r = await writeStatusBranch(this.repo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}`, ...(epoch ? { epoch } : {}), treeCache: this.treeCache });
         this.lastFiles = key;
         if (r.changed) log.debug({ oid: r.oid }, 'status branch written');
       }
