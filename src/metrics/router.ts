@@ -21,9 +21,9 @@ const modelLabel = (model: string): string => (model.length <= MAX_MODEL_LABEL ?
 /** RouterMetrics, plus the desired models whose series exist at 0 before their first request. */
 export interface RouterSeries extends RouterMetrics {
   /**
-   * The models in the desired state: each gets its request counter (code 200), duration and time
-   * to first token histograms and in-flight gauge at 0 now; models no longer listed lose theirs
-   * (once nothing is in flight for them).
+   * The models in the desired state: each gets its request counter (code 200) at 0 now, and its
+   * histograms, gauges and token counters at its first request; models no longer listed lose all
+   * of theirs (once nothing is in flight or queued for them).
    */
   setModels(names: readonly string[]): void;
 }
@@ -89,8 +89,10 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     registers,
   });
 
-  // each model's cells, looked up once
-  interface ModelCells {
+  // Each model's cells, looked up once. The histograms, gauges and token counters of a model are
+  // made at its first request, so a catalogue of models that are rarely asked for costs one
+  // request counter each (at 0) until they have traffic.
+  interface TrafficCells {
     readonly duration: HistogramCell;
     readonly ttft: HistogramCell;
     readonly inFlight: ValueCell;
@@ -100,6 +102,10 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     readonly cached: ValueCell;
     readonly hits: ValueCell;
     readonly moves: ValueCell;
+  }
+  interface ModelCells {
+    /** Made at the model's first request (null until then). */
+    traffic: TrafficCells | null;
     /** Request counters of the replicas' own answers (reason ""), by status code. */
     readonly codes: Map<number, ValueCell>;
     /** Request counters of refused or cut requests, by `${reason} ${code}`. */
@@ -112,25 +118,28 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
   const cells = (model: string): ModelCells => {
     let c = byModel.get(model);
     if (!c) {
-      const m = modelLabel(model);
-      c = {
-        duration: duration.cell(m),
-        ttft: ttft.cell(m),
-        inFlight: inFlight.cell(m),
-        queueDepth: queueDepth.cell(m),
-        queueWait: queueWait.cell(m),
-        evaluated: promptTokens.cell(m, 'evaluated'),
-        cached: promptTokens.cell(m, 'cache'),
-        hits: affinity.cell(m, 'hit'),
-        moves: affinity.cell(m, 'moved'),
-        codes: new Map(),
-        refused: new Map(),
-        reasons: new Set(),
-        label: m,
-      };
+      c = { traffic: null, codes: new Map(), refused: new Map(), reasons: new Set(), label: modelLabel(model) };
       if (byModel.size < 10_000) byModel.set(model, c);
     }
     return c;
+  };
+  const traffic = (model: string): TrafficCells => {
+    const c = cells(model);
+    if (c.traffic) return c.traffic;
+    const m = c.label;
+    const t: TrafficCells = {
+      duration: duration.cell(m),
+      ttft: ttft.cell(m),
+      inFlight: inFlight.cell(m),
+      queueDepth: queueDepth.cell(m),
+      queueWait: queueWait.cell(m),
+      evaluated: promptTokens.cell(m, 'evaluated'),
+      cached: promptTokens.cell(m, 'cache'),
+      hits: affinity.cell(m, 'hit'),
+      moves: affinity.cell(m, 'moved'),
+    };
+    c.traffic = t;
+    return t;
   };
 
   const counterFor = (c: ModelCells, code: number, reason: string): ValueCell => {
@@ -157,29 +166,30 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
       keep.add(''); // requests naming no known model
       for (const name of names) counterFor(cells(name), 200, NO_REASON);
       for (const [model, c] of byModel) {
-        if (keep.has(model) || c.inFlight.value !== 0 || c.queueDepth.value !== 0) continue;
+        if (keep.has(model) || (c.traffic && (c.traffic.inFlight.value !== 0 || c.traffic.queueDepth.value !== 0))) continue;
         byModel.delete(model);
-        duration.remove(c.label);
-        ttft.remove(c.label);
-        inFlight.remove(c.label);
-        queueDepth.remove(c.label);
-        queueWait.remove(c.label);
-        promptTokens.remove(c.label, 'evaluated');
-        promptTokens.remove(c.label, 'cache');
-        affinity.remove(c.label, 'hit');
-        affinity.remove(c.label, 'moved');
+        if (c.traffic) {
+          duration.remove(c.label);
+          ttft.remove(c.label);
+          inFlight.remove(c.label);
+          queueDepth.remove(c.label);
+          queueWait.remove(c.label);
+          promptTokens.remove(c.label, 'evaluated');
+          promptTokens.remove(c.label, 'cache');
+          affinity.remove(c.label, 'hit');
+          affinity.remove(c.label, 'moved');
+        }
         for (const code of c.codes.keys()) requests.remove(c.label, String(code), NO_REASON);
         for (const r of c.refused.values()) requests.remove(c.label, r.code, r.reason);
         for (const reason of c.reasons) upstreamErrors.remove(c.label, reason);
       }
     },
     request(model, code, durationSeconds, reason) {
-      const c = cells(model);
-      counterFor(c, code, reason).value++;
-      duration.observe(c.duration, durationSeconds > 0 ? durationSeconds : 0);
+      counterFor(cells(model), code, reason).value++;
+      duration.observe(traffic(model).duration, durationSeconds > 0 ? durationSeconds : 0);
     },
     timeToFirstToken(model, seconds) {
-      ttft.observe(cells(model).ttft, seconds > 0 ? seconds : 0);
+      ttft.observe(traffic(model).ttft, seconds > 0 ? seconds : 0);
     },
     upstreamError(model, reason) {
       const c = cells(model);
@@ -187,21 +197,21 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
       upstreamErrors.cell(c.label, reason).value++;
     },
     inFlight(model, delta) {
-      cells(model).inFlight.value += delta;
+      traffic(model).inFlight.value += delta;
     },
     queueDepth(model, depth) {
-      cells(model).queueDepth.value = depth;
+      traffic(model).queueDepth.value = depth;
     },
     queueWait(model, seconds) {
-      queueWait.observe(cells(model).queueWait, seconds > 0 ? seconds : 0);
+      queueWait.observe(traffic(model).queueWait, seconds > 0 ? seconds : 0);
     },
     promptTokens(model, evaluated, cached) {
-      const c = cells(model);
-      c.evaluated.value += evaluated;
-      c.cached.value += cached;
+      const t = traffic(model);
+      t.evaluated.value += evaluated;
+      t.cached.value += cached;
     },
     affinity(model, hit) {
-      const c = cells(model);
+      const c = traffic(model);
       if (hit) c.hits.value++;
       else c.moves.value++;
     },
