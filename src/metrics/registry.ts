@@ -44,30 +44,45 @@ export interface LlmgwMetrics {
 }
 
 export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
-  const registry = new Registry();
-  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
-  const fleet = new FleetMetrics(registry, opts.clock ?? Date.now);
-  const router = createRouterMetrics(registry);
-  registerCertificateMetrics(registry, opts.certificates ?? (() => []));
-  const schedules = registerScheduleMetrics(registry, opts.clock ?? Date.now);
+  // Two registries: the fleet's series change only with a snapshot or a pass, so their text is
+  // rendered once per change and reused by every scrape until the next; the live ones (router,
+  // certificates and schedules read at the scrape, process) are rendered at each scrape. At 1,000
+  // models this keeps a scrape's event-loop time to the live part.
+  const fleetRegistry = new Registry();
+  const live = new Registry();
+  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: live });
+  const fleet = new FleetMetrics(fleetRegistry, opts.clock ?? Date.now);
+  const router = createRouterMetrics(live);
+  registerCertificateMetrics(live, opts.certificates ?? (() => []));
+  const schedules = registerScheduleMetrics(live, opts.clock ?? Date.now);
+  const registry = Registry.merge([fleetRegistry, live]);
+  let fleetText: Promise<string> | null = null;
+  const changed = <T>(r: T): T => {
+    fleetText = null;
+    return r;
+  };
 
   return {
     registry,
     router,
     applySnapshot: (s) => {
-      fleet.applySnapshot(s);
+      changed(fleet.applySnapshot(s));
       schedules.setModels(s.models.map((m) => m.spec));
       router.setModels(s.models.map((m) => m.name));
     },
-    passFinished: (result, durationSeconds) => fleet.passFinished(result, durationSeconds),
-    leaderChanged: (isLeader) => fleet.leaderChanged(isLeader),
-    engineInstall: (node, engine, version, result) => fleet.engineInstall(node, engine, version, result),
+    passFinished: (result, durationSeconds) => changed(fleet.passFinished(result, durationSeconds)),
+    leaderChanged: (isLeader) => changed(fleet.leaderChanged(isLeader)),
+    engineInstall: (node, engine, version, result) => changed(fleet.engineInstall(node, engine, version, result)),
     metricNames: () =>
       registry
         .getMetricsAsArray()
         .map((m) => m.name)
         .filter((n) => n.startsWith('llmgw_'))
         .sort(),
-    scrape: async () => ({ contentType: registry.contentType, body: await registry.metrics() }),
+    scrape: async () => {
+      fleetText ??= fleetRegistry.metrics();
+      const [f, l] = await Promise.all([fleetText, live.metrics()]);
+      return { contentType: registry.contentType, body: `${f}${f.endsWith('\n') || f === '' ? '' : '\n'}${l}` };
+    },
   };
 }
