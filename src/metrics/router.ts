@@ -89,6 +89,19 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     registers,
   });
 
+  const ejected = new CellGauge({
+    name: N.routerEjectedReplicas,
+    help: 'Replicas of the model out of routing at this router: each failed EJECT_AFTER times in a row before the first byte (refused, reset, 503 while loading, gone) and has not passed a health check since.',
+    labelNames: ['model'],
+    registers,
+  });
+  const ejections = new CellCounter({
+    name: N.routerReplicaEjectionsTotal,
+    help: 'Times a replica of the model left routing at this router after failing repeatedly before the first byte.',
+    labelNames: ['model'],
+    registers,
+  });
+
   // each model's cells, looked up once
   interface ModelCells {
     readonly duration: HistogramCell;
@@ -204,6 +217,11 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
       const c = cells(model);
       if (hit) c.hits.value++;
       else c.moves.value++;
+    },
+    replicaEjected(model, out) {
+      const m = modelLabel(model);
+      ejected.cell(m).value += out ? 1 : -1;
+      if (out) ejections.cell(m).value++;
     },
   };
 }

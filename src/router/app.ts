@@ -61,6 +61,12 @@ export const DEFAULT_ROUTER_LIMITS: RouterLimits = Object.freeze({
   maxBufferedBytes: 512 * 1024 * 1024,
 });
 
+/**
+ * How often the models with requests in flight count as active (FleetView.touch), so a request
+ * longer than an on-demand model's idle timeout keeps it (each request also touches at its start and end).
+ */
+export const ACTIVITY_TOUCH_MS = 5_000;
+
 /** Idle keep-alive connections from clients are closed after this long (fastify's default). */
 const CLIENT_KEEP_ALIVE_MS = 72_000;
 
@@ -152,8 +158,13 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
       refreshSlots: () => slots.refresh(),
     } satisfies RouterStats,
   });
-  const sweepTimer = setInterval(() => core.upstreams.sweep(performance.now()), 60_000);
+  const sweepTimer = setInterval(() => {
+    for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
+  }, 60_000);
   sweepTimer.unref();
+  const activityTimer = setInterval(() => core.touchActive(), ACTIVITY_TOUCH_MS);
+  activityTimer.unref();
+  core.ejections.start();
   const slots = new SlotWatcher(core.upstreams, () => core.engineHeaders(), () => core.drainQueues(), deps.slotsRefreshMs || SLOTS_REFRESH_MS);
   if (deps.slotsRefreshMs !== 0) slots.start();
 
@@ -241,6 +252,8 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   });
   app.addHook('onClose', async () => {
     clearInterval(sweepTimer);
+    clearInterval(activityTimer);
+    core.ejections.stop();
     slots.stop();
     await core.upstreams.close();
   });

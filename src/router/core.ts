@@ -22,6 +22,7 @@ import { RouterError, modelNotFound, renderError, routeNotFound, writeRendered }
 import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ModelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
 import { WaitQueue, retryAfterSeconds, type QueueEntry } from './queue.js';
 import { Activator } from './resolve.js';
+import { Ejections } from './eject.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
@@ -88,6 +89,8 @@ function slotsOf(spec: FleetSpec, m: ModelSpec): number {
 export class RouterCore {
   readonly upstreams: Upstreams;
   readonly ctx: ProxyContext;
+  /** The replicas' circuit breakers (their probe runs from app.ts). */
+  readonly ejections: Ejections;
   private readonly activator: Activator;
   private readonly connectionKeys = new ConnectionKeys();
   private readonly shutdown = new AbortController();
@@ -112,6 +115,8 @@ export class RouterCore {
     private readonly log: CoreLog | null,
   ) {
     this.upstreams = new Upstreams(limits);
+    const warn = (obj: object, msg: string): void => log?.warn(obj, msg);
+    this.ejections = new Ejections(this.upstreams, metrics, { warn }, () => this.engineHeaders());
     this.ctx = {
       upstreams: this.upstreams,
       metrics,
@@ -120,7 +125,10 @@ export class RouterCore {
       shuttingDown: false,
       onIdle: null,
       onRelease: (model, counter) => this.drainQueue(model, counter),
-      log: { warn: (obj, msg) => log?.warn(obj, msg) },
+      // activity lasts until a request ends: an on-demand model streaming longer than its idle timeout is not idle
+      onEnd: (end) => this.fleet.touch(end.model),
+      health: this.ejections,
+      log: { warn },
     };
     this.activator = new Activator(fleet);
   }
@@ -376,6 +384,14 @@ export class RouterCore {
     } finally {
       this.draining = false;
     }
+  }
+
+  /**
+   * Activity of the models with requests in flight, for long requests (a stream longer than the idle
+   * timeout): app.ts calls it every ACTIVITY_TOUCH_MS; the start and the end of each request touch too.
+   */
+  touchActive(): void {
+    for (const [model, counter] of this.ctx.modelInFlight) if (counter.n > 0) this.fleet.touch(model);
   }
 
   /** Drains every model's queue that has a free slot (after the /slots refresh saw other routers' load drop). */

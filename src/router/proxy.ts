@@ -5,13 +5,14 @@
  *
  * - backpressure: when the client's socket buffer is full, the upstream read is paused until 'drain';
  * - a client that goes away aborts the upstream request (llama-server then cancels the generation);
- * - a connect failure, or a connection closed before any response byte, retries on another ready
- *   replica (each at most once) and marks the failed one down for a moment; a reset connection is
- *   first retried once on the same replica (a keep-alive connection it had just closed), so a
- *   conversation is not moved off its prompt cache by a stale socket;
+ * - fail over before the first byte (failover.ts decides): the response headers are held back until
+ *   the first body byte, so a refused or reset connection, a replica gone, or llama-server's 503 while
+ *   loading sends the request on to another ready replica as long as the client has got nothing; the
+ *   failed replica is marked down for a moment, and one that fails so EJECT_AFTER times in a row
+ *   leaves routing until it is seen healthy (breaker.ts, eject.ts);
  * - distinct timeouts: connect (UPSTREAM_CONNECT), first byte / response headers
- *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the
- *   headers went out an SSE stream gets a final `data: {"error":…}` event, other bodies are cut;
+ *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the first
+ *   byte a stream ends with an error event in its API's shape, other bodies are cut;
  * - only a small allowlist of upstream response headers is forwarded (nothing that could echo the
  *   engine API key); the engine key goes upstream as `Authorization: Bearer`, the client's never does.
  */
@@ -20,7 +21,9 @@ import { Pool, type Dispatcher } from 'undici';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
 import { chooseSticky, Ring, StickyKeys, type ReplicaLoads, type StickyEntry } from './affinity.js';
-import { RouterError, renderError, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
+import { CLOSED, type Breaker } from './breaker.js';
+import { RouterError, renderError, writeRendered, type RouterReasonCode } from './errors.js';
+import { ejectable, failoverOf, isMove, streamApiOf, streamErrorEvent, type UpstreamFailure } from './failover.js';
 import { ReplicaTimes } from './move.js';
 import type { WaitQueue } from './queue.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
@@ -44,6 +47,11 @@ export class Upstream {
   inFlight = 0;
   /** performance.now() until which the replica is avoided after a connect failure. */
   downUntil = 0;
+  /** Its circuit breaker: open while it is out of routing (breaker.ts). */
+  breaker: Breaker = CLOSED;
+  /** The model and replica id last served here (for the ejection's metric and log). */
+  model = '';
+  replicaId = '';
   /** performance.now() of the last request. */
   lastUsed = 0;
   /**
@@ -71,6 +79,11 @@ export class Upstream {
       bodyTimeout: t.streamIdleTimeoutMs,
     });
   }
+}
+
+/** True while a replica is avoided: marked down after a failure, or out of routing by its breaker. */
+export function isDown(u: Upstream, now: number): boolean {
+  return u.downUntil > now || u.breaker.open;
 }
 
 /** The load of a replica for choosing: this router's requests on it, plus other routers' as /slots said. */
@@ -101,7 +114,7 @@ export class Upstreams {
       const r = this.replicas[i]!;
       if (this.exclude !== null && this.exclude.has(r.endpoint)) return false;
       const u = this.upstreams.get(r.endpoint);
-      return u === undefined || u.downUntil <= this.now;
+      return u === undefined || !isDown(u, this.now);
     }
     load(i: number): number {
       return loadOf(this.upstreams.get(this.replicas[i]!.endpoint));
@@ -160,7 +173,7 @@ export class Upstreams {
       const r = replicas[(start + i) % n]!;
       if (exclude !== null && exclude.has(r.endpoint)) continue;
       const u = this.byEndpoint.get(r.endpoint);
-      const score = u === undefined ? 0 : u.inFlight + u.external + (u.downUntil > now ? 1e9 : 0);
+      const score = u === undefined ? 0 : u.inFlight + u.external + (u.breaker.open ? 2e9 : u.downUntil > now ? 1e9 : 0);
       if (score < bestScore) {
         best = r;
         bestScore = score;
@@ -231,7 +244,7 @@ export class Upstreams {
     let anyUp = false;
     for (const r of replicas) {
       const u = this.byEndpoint.get(r.endpoint);
-      if (u !== undefined && u.downUntil > now) continue;
+      if (u !== undefined && isDown(u, now)) continue;
       anyUp = true;
       if (loadOf(u) < slots) return true;
     }
@@ -239,14 +252,17 @@ export class Upstreams {
     return !anyUp;
   }
 
-  /** Closes pools that are idle and unused for `idleMs` (`now` from performance.now()). */
-  sweep(now: number, idleMs = POOL_IDLE_CLOSE_MS): void {
+  /** Closes pools that are idle and unused for `idleMs` (`now` from performance.now()); returns those closed. */
+  sweep(now: number, idleMs = POOL_IDLE_CLOSE_MS): Upstream[] {
+    const closed: Upstream[] = [];
     for (const [endpoint, u] of this.byEndpoint) {
       if (u.inFlight === 0 && now - u.lastUsed > idleMs) {
         this.byEndpoint.delete(endpoint);
+        closed.push(u);
         void u.pool.close().catch(() => undefined);
       }
     }
+    return closed;
   }
 
   async close(): Promise<void> {
@@ -256,13 +272,14 @@ export class Upstreams {
   }
 }
 
-export type UpstreamFailure = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'stall_timeout' | 'auth' | 'error';
+export type { UpstreamFailure } from './failover.js';
 
 const CONNECT_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN', 'EADDRNOTAVAIL', 'ENOTFOUND', 'EAI_AGAIN']);
 const RESET_CODES = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED', 'ECONNABORTED']);
 
 /** What kind of upstream failure an undici error is. */
 export function classifyUpstreamError(err: unknown): UpstreamFailure {
+  if (err instanceof ReplicaUnavailable) return 'unavailable';
   let e = err as { code?: unknown; cause?: unknown } | null;
   for (let depth = 0; e && depth < 3; depth++) {
     const code = typeof e.code === 'string' ? e.code : '';
@@ -278,7 +295,15 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
 
 /** Failures before any response byte after which another replica is tried. */
 export function isRetryableBeforeResponse(f: UpstreamFailure): boolean {
-  return f === 'connect' || f === 'connect_timeout' || f === 'reset';
+  return f === 'connect' || f === 'connect_timeout' || f === 'reset' || f === 'unavailable';
+}
+
+/** The abort of an attempt whose replica answered 503 while another replica may serve the request. */
+export class ReplicaUnavailable extends Error {
+  constructor(readonly status: number) {
+    super(`the replica answered ${status} (not serving yet)`);
+    this.name = 'ReplicaUnavailable';
+  }
 }
 
 /**
@@ -357,7 +382,28 @@ export interface ProxyContext {
   onIdle: (() => void) | null;
   /** Called when a call of the model ends (its slot is free): the queue's turn. */
   onRelease: ((model: string, counter: ModelCounter) => void) | null;
+  /** Called when any call ends, however it ended (success, error, client gone): see CallEnd. */
+  onEnd: ((end: CallEnd) => void) | null;
+  /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
+  readonly health: ReplicaHealth;
   readonly log: { warn(obj: object, msg: string): void };
+}
+
+/** A proxied call at its end, for what follows a response (the model's activity; accounting). */
+export interface CallEnd {
+  readonly model: string;
+  /** The status the client got (CLIENT_CLOSED_STATUS when it went away). */
+  readonly status: number;
+  /** The catalogue code the router ended it with, NO_REASON for the replica's own answer. */
+  readonly reason: string;
+  /** The replica that answered last (null when none was tried). */
+  readonly replica: ReplicaView | null;
+}
+
+/** The breaker's port: an attempt that failed in a way that says the replica is not serving, or a response from it. */
+export interface ReplicaHealth {
+  failed(u: Upstream, failure: UpstreamFailure): void;
+  responded(u: Upstream): void;
 }
 
 class ClientGone extends Error {
@@ -433,7 +479,12 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   private tried: Set<string> | null = null;
   /** True once a reset connection was retried on the same replica. */
   private retriedSame = false;
+  /** Moves to another replica after the request had reached one (failover.ts MAX_MOVES). */
+  private moves = 0;
+  /** The replica's response headers arrived (for this attempt). */
   private responded = false;
+  /** The status and headers of the response, held back until its first body byte (then written). */
+  private head: Record<string, string> | null = null;
   private gotByte = false;
   private sse = false;
   private status = 0;
@@ -500,6 +551,14 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     this.replica = r;
     this.abortUpstream = null;
     this.resumeUpstream = null;
+    this.responded = false;
+    this.head = null;
+    this.status = 0;
+    this.sse = false;
+    this.tail = null;
+    this.tailBytes = 0;
+    u.model = this.model;
+    u.replicaId = r.id;
     u.inFlight++;
     u.lastUsed = performance.now();
     u.pool.dispatch({ path: u.prefix + this.path, method: 'POST', headers: this.headers, body: this.body }, this);
@@ -527,6 +586,11 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       this.abortUpstream?.(new RouterError('UPSTREAM_AUTH', `The replica of model '${this.model}' refused llmgw's engine API key (HTTP ${statusCode}).`, { model: this.model }));
       return false;
     }
+    if (statusCode === 503 && failoverOf({ failure: 'unavailable', clientGotByte: false, replicaResponded: true, retriedSame: this.retriedSame, moves: this.moves }) === 'other' && this.nextReplica(false) !== null) {
+      // llama-server still loading (or otherwise not serving): the request goes to another replica
+      this.abortUpstream?.(new ReplicaUnavailable(statusCode));
+      return false;
+    }
     this.status = statusCode;
     this.resumeUpstream = resume;
     if (this.countTokens && statusCode === 200) this.tail = [];
@@ -535,14 +599,26 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     const ct = out['content-type'];
     this.sse = ct !== undefined && ct.startsWith('text/event-stream');
     if (this.ctx.shuttingDown) out['connection'] = 'close';
-    this.res.writeHead(statusCode, out);
+    // written with the first body byte: until then the request may still go to another replica
+    this.head = out;
     return true;
+  }
+
+  /** Writes the held-back status and headers (the first byte of the response to the client). */
+  private writeHead(): void {
+    const head = this.head;
+    if (head === null) return;
+    this.head = null;
+    if (this.ctx.shuttingDown) head['connection'] = 'close';
+    this.res.writeHead(this.status, head);
+    if (this.upstream !== null) this.ctx.health.responded(this.upstream);
   }
 
   onData(chunk: Buffer): boolean {
     if (!this.gotByte) {
       this.gotByte = true;
       this.ctx.metrics.timeToFirstToken(this.model, (performance.now() - this.t0) / 1000);
+      this.writeHead();
     }
     const tail = this.tail;
     if (tail !== null) {
@@ -559,6 +635,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     const u = this.upstream;
+    this.writeHead();
     this.releaseUpstream();
     if (this.tail !== null && this.tail.length > 0) {
       const t = this.tail.length === 1 ? this.tail[0]! : Buffer.concat(this.tail, this.tailBytes);
@@ -581,6 +658,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   }
 
   onError(err: Error): void {
+    const u = this.upstream;
     this.releaseUpstream();
     if (this.done) return;
     const reason = this.abortReason;
@@ -594,68 +672,84 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       return;
     }
     if (err instanceof RouterError) {
-      this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.responded));
+      this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.gotByte));
       this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint }, err.message);
       this.fail(err, null);
       return;
     }
     const kind = classifyUpstreamError(err);
-    this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.responded));
-    if (!this.responded && isRetryableBeforeResponse(kind)) {
-      const failed = this.replica!;
-      if (kind === 'reset' && !this.retriedSame) {
-        // most often a keep-alive connection the replica had just closed: once more on a new
-        // connection to the same replica, which holds the request's prompt cache, before moving on
-        this.retriedSame = true;
-        this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
-        this.responded = false;
-        this.attempt(failed);
-        return;
-      }
-      const now = performance.now();
-      this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
-      (this.tried ??= new Set()).add(failed.endpoint);
-      this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection failed; trying another replica');
-      let next: ReplicaView | null = null;
-      if (this.key !== null) {
-        if (this.sticky !== null) this.sticky.active--;
-        const c = this.ctx.upstreams.affine(this.model, this.replicas, this.key, this.slots, this.tried, now);
-        this.sticky = c?.entry ?? null;
-        next = c?.replica ?? null;
-      }
-      next ??= this.ctx.upstreams.pick(this.replicas, this.tried, now);
-      if (next) {
-        this.responded = false;
+    const failed = this.replica!;
+    if (u !== null && ejectable(kind)) this.ctx.health.failed(u, kind);
+    const decision = failoverOf({ failure: kind, clientGotByte: this.gotByte, replicaResponded: this.responded, retriedSame: this.retriedSame, moves: this.moves });
+    this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.gotByte || decision === 'none'));
+    if (decision === 'same') {
+      // most often a keep-alive connection the replica had just closed: once more on a new
+      // connection to the same replica, which holds the request's prompt cache, before moving on
+      this.retriedSame = true;
+      this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
+      this.attempt(failed);
+      return;
+    }
+    if (decision === 'other') {
+      const next = this.nextReplica(true);
+      if (next !== null) {
+        if (isMove(kind)) this.moves++;
+        this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind, to: next.id }, 'replica failed before the first byte; trying another replica');
         this.attempt(next);
         return;
       }
       this.fail(
-        new RouterError('UPSTREAM_CONNECT', `No ready replica of model '${this.model}' accepted the connection (${this.tried.size} tried; last: ${err.message}).`, { model: this.model }),
+        new RouterError('UPSTREAM_CONNECT', `No ready replica of model '${this.model}' accepted the request (${this.tried?.size ?? 1} tried; last: ${err.message}).`, { model: this.model }),
         kind,
       );
       return;
     }
-    this.ctx.log.warn({ model: this.model, replica: this.replica?.id, err: err.message, kind }, 'upstream request failed');
+    this.ctx.log.warn({ model: this.model, replica: failed.id, err: err.message, kind, afterFirstByte: this.gotByte }, 'upstream request failed');
     let e: RouterError;
     if (kind === 'first_byte_timeout') {
       e = new RouterError('UPSTREAM_FIRST_BYTE_TIMEOUT', `The replica of model '${this.model}' sent no response within the first-byte timeout.`, { model: this.model });
     } else if (kind === 'stall_timeout') {
       e = new RouterError('UPSTREAM_STALLED', `The replica of model '${this.model}' stopped sending for longer than the stream idle timeout.`, { model: this.model });
     } else {
-      e = new RouterError('UPSTREAM_FAILED', `The connection to the replica of model '${this.model}' failed: ${err.message}`, { model: this.model });
+      e = new RouterError('UPSTREAM_FAILED', `The connection to the replica of model '${this.model}' failed${this.gotByte ? ' mid-response' : ''}: ${err.message}`, { model: this.model });
     }
     this.fail(e, kind);
   }
 
-  /** Ends the client response with an error: an envelope before the headers, an SSE error event or a cut after. */
+  /**
+   * The replica to try after the current one failed, or null when none is left: by
+   * affinity where the request has a key, else least-busy, never one tried already. With `take`, the
+   * failed replica is recorded as tried and marked down for DOWN_FOR_MS, and the choice counts on
+   * the affinity key.
+   */
+  private nextReplica(take: boolean): ReplicaView | null {
+    const failed = this.replica!;
+    const now = performance.now();
+    const tried = (this.tried ??= new Set());
+    tried.add(failed.endpoint);
+    if (take) this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
+    let next: ReplicaView | null = null;
+    if (this.key !== null && take) {
+      if (this.sticky !== null) this.sticky.active--;
+      const c = this.ctx.upstreams.affine(this.model, this.replicas, this.key, this.slots, tried, now);
+      this.sticky = c?.entry ?? null;
+      next = c?.replica ?? null;
+    }
+    next ??= this.ctx.upstreams.pick(this.replicas, tried, now);
+    if (!take) tried.delete(failed.endpoint);
+    return next;
+  }
+
+  /** Ends the client response with an error: an envelope before the first byte, a stream's error event or a cut after. */
   private fail(e: Error, _kind: string | null): void {
     const res = this.res;
     const r = renderError(e);
     let status: number;
+    this.head = null;
     if (!res.headersSent) {
       status = writeRendered(res, r, this.ctx.shuttingDown ? { connection: 'close' } : undefined) || 502;
     } else if (this.sse && !res.destroyed && !res.writableEnded) {
-      res.end(sseEvent(r));
+      res.end(streamErrorEvent(streamApiOf(this.path), r));
       status = this.status;
     } else {
       res.destroy();
@@ -684,6 +778,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     ctx.metrics.inFlight(this.model, -1);
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
     ctx.active.delete(this);
+    if (ctx.onEnd !== null) ctx.onEnd({ model: this.model, status, reason, replica: this.replica });
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }
