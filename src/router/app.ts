@@ -82,6 +82,8 @@ export interface RouterDeps {
   readonly serverFactory?: FastifyServerFactory;
   /** How often replicas in use are asked for their slots (GET /slots); 0 turns it off. Default SLOTS_REFRESH_MS. */
   readonly slotsRefreshMs?: number;
+  /** How often models with requests in flight count as active (FleetView.touch). Default ACTIVITY_TOUCH_MS. */
+  readonly activityTouchMs?: number;
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -162,7 +164,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
   }, 60_000);
   sweepTimer.unref();
-  const activityTimer = setInterval(() => core.touchActive(), ACTIVITY_TOUCH_MS);
+  const activityTimer = setInterval(() => core.touchActive(), deps.activityTouchMs ?? ACTIVITY_TOUCH_MS);
   activityTimer.unref();
   core.ejections.start();
   const slots = new SlotWatcher(core.upstreams, () => core.engineHeaders(), () => core.drainQueues(), deps.slotsRefreshMs || SLOTS_REFRESH_MS);

@@ -508,4 +508,34 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.match(parsed.error.message, /failed mid-response/);
     assert.deepEqual((await counted('m')).requests, ['200 reason=UPSTREAM_FAILED 2']);
   });
+
+  test('activity lasts until a request ends: a long stream touches its model while in flight and at its end, also when the client goes away', async () => {
+    const s = await stub(defaultStubHandler({ chunks: 8, intervalMs: 60 }));
+    const fleet = new FakeFleetView(fakeSpec({ models: { m: {} }, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
+    const app = buildRouter({ fleet, auth: { required: true }, slotsRefreshMs: 0, activityTouchMs: 100 });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    cleanups.push(() => app.close());
+    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    fleet.setReady('m', [replica('m', s.url)]);
+    const r = await post(url, chat('m', true));
+    assert.equal(r.status, 200);
+    const during = fleet.calls.touch.length;
+    // ~480 ms of stream: the start, a touch every 100 ms while in flight, and the end
+    assert.ok(during >= 4, `${during} touches`);
+    await new Promise((res) => setTimeout(res, 250));
+    assert.equal(fleet.calls.touch.length, during, 'no activity once nothing is in flight');
+    // a client that goes away mid-stream: its end touches too
+    const gone = new Promise<void>((resolve) => {
+      const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' }, agent: false }, (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      });
+      req.end(JSON.stringify(chat('m', true)));
+    });
+    await gone;
+    await until(() => routerStats(app).active === 0, 'the call ended');
+    assert.ok(fleet.calls.touch.length >= during + 2, 'touched at the start and at the end');
+  });
 });
