@@ -67,6 +67,9 @@ export const DEFAULT_ROUTER_LIMITS: RouterLimits = Object.freeze({
  */
 export const ACTIVITY_TOUCH_MS = 5_000;
 
+/** How often the models' queues look for a replica that became ready meanwhile. */
+export const QUEUE_RECHECK_MS = 250;
+
 /** Idle keep-alive connections from clients are closed after this long (fastify's default). */
 const CLIENT_KEEP_ALIVE_MS = 72_000;
 
@@ -166,6 +169,10 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   sweepTimer.unref();
   const activityTimer = setInterval(() => core.touchActive(), deps.activityTouchMs ?? ACTIVITY_TOUCH_MS);
   activityTimer.unref();
+  // queued requests go to a replica that became ready since (a surge replica while every slot of the
+  // old ones is busy) within QUEUE_RECHECK_MS, not when a call on the old ones ends
+  const queueTimer = setInterval(() => core.drainQueues(), QUEUE_RECHECK_MS);
+  queueTimer.unref();
   core.ejections.start();
   const slots = new SlotWatcher(core.upstreams, () => core.engineHeaders(), () => core.drainQueues(), deps.slotsRefreshMs || SLOTS_REFRESH_MS);
   if (deps.slotsRefreshMs !== 0) slots.start();
@@ -255,6 +262,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   app.addHook('onClose', async () => {
     clearInterval(sweepTimer);
     clearInterval(activityTimer);
+    clearInterval(queueTimer);
     core.ejections.stop();
     slots.stop();
     await core.upstreams.close();

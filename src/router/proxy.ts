@@ -363,6 +363,8 @@ export interface ModelCounter {
   serviceSeconds: number;
   /** Requests waiting for a free slot (core.ts), created on first use. */
   queue: WaitQueue<unknown> | null;
+  /** True while the queue waits for a replica to become ready (none was; core.ts wakeOnReady). */
+  waking: boolean;
 }
 
 /** Weight of the latest request in `serviceSeconds`. */
@@ -420,7 +422,7 @@ export const CLIENT_CLOSED_STATUS = 499;
 export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {
   let c = ctx.modelInFlight.get(model);
   if (!c) {
-    c = { n: 0, serviceSeconds: 0, queue: null };
+    c = { n: 0, serviceSeconds: 0, queue: null, waking: false };
     ctx.modelInFlight.set(model, c);
   }
   return c;

@@ -538,4 +538,66 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     await until(() => routerStats(app).active === 0, 'the call ended');
     assert.ok(fleet.calls.touch.length >= during + 2, 'touched at the start and at the end');
   });
+
+  test('no room to surge: requests queued while the old replica leaves routing wait for the new one and go to it as soon as it is ready', async () => {
+    const old = await stub(defaultStubHandler({ chunks: 6, intervalMs: 50 }));
+    const fresh = await stub();
+    const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
+    fleet.setReady('m', [replica('m', old.url, 'old')]);
+    const streaming = post(url, chat('m', true));
+    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    // two more wait in the router's queue for the old replica's one slot
+    const queued = [post(url, chat('m')), post(url, chat('m'))];
+    await new Promise((r) => setTimeout(r, 50));
+    // the old replica is drained: out of routing, its stream runs to its end, nothing is ready
+    fleet.setReady('m', [], 'starting');
+    assert.equal((await streaming).headers['x-llmgw-replica'], 'old');
+    // …and a request that arrives in the gap waits too
+    const inGap = post(url, chat('m'));
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(old.requests.length, 1, 'nothing more went to the old replica');
+    const readyAt = performance.now();
+    fleet.setReady('m', [replica('m', fresh.url, 'new')]);
+    const answers = await Promise.all([...queued, inGap]);
+    const waited = performance.now() - readyAt;
+    assert.deepEqual(answers.map((a) => `${a.status} ${a.headers['x-llmgw-replica']}`), ['200 new', '200 new', '200 new']);
+    assert.ok(waited < 1000, `answered ${waited.toFixed(0)} ms after the new replica was ready`);
+  });
+
+  test('a surge replica that becomes ready while every slot of the old one is busy takes the queued requests at once', async () => {
+    const old = await stub(defaultStubHandler({ chunks: 30, intervalMs: 100 }));
+    const fresh = await stub();
+    const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
+    fleet.setReady('m', [replica('m', old.url, 'old')]);
+    const streaming = post(url, chat('m', true));
+    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    const queued = post(url, chat('m'));
+    await new Promise((r) => setTimeout(r, 100));
+    const readyAt = performance.now();
+    fleet.setReady('m', [replica('m', old.url, 'old'), replica('m', fresh.url, 'new')]);
+    const r = await queued;
+    const waited = performance.now() - readyAt;
+    assert.equal(r.headers['x-llmgw-replica'], 'new');
+    assert.ok(waited < 1000, `answered ${waited.toFixed(0)} ms after the new replica was ready (the old stream ends ~3 s in)`);
+    await streaming;
+  });
+
+  test('past the queue timeout with no ready replica: 503 model_loading with the reason and Retry-After', async () => {
+    const old = await stub(defaultStubHandler({ chunks: 4, intervalMs: 50 }));
+    const { fleet, url, counted } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 600 } } });
+    fleet.setReady('m', [replica('m', old.url, 'old')]);
+    const streaming = post(url, chat('m', true));
+    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    const queued = post(url, chat('m'));
+    await new Promise((r) => setTimeout(r, 50));
+    fleet.setReady('m', [], 'starting');
+    await streaming;
+    const r = await queued;
+    assert.equal(r.status, 503);
+    assert.equal(r.headers['retry-after'], '5');
+    const e = JSON.parse(r.body).error;
+    assert.equal(e.code, 'model_loading');
+    assert.match(e.message, /no ready replica .*queue timeout/);
+    assert.ok((await counted('m')).requests.includes('503 reason=MODEL_LOADING 1'));
+  });
 });
