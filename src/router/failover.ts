@@ -15,7 +15,7 @@
  * `data: {"error":…}` on /v1/chat/completions and /v1/completions, Anthropic's `event: error` on
  * /v1/messages), any other body is cut (the client sees the connection close before the end).
  */
-import type { RenderedError } from './errors.js';
+import type { RenderedError, RouterReasonCode } from './errors.js';
 
 /** How an attempt failed. See classifyUpstreamError (proxy.ts) for the mapping from undici's errors. */
 export type UpstreamFailure =
@@ -109,4 +109,51 @@ export function streamErrorEvent(api: StreamApi, r: RenderedError): string {
     return `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: anthropicType(r.status), message } })}\n\n`;
   }
   return `data: ${r.body}\n\n`;
+}
+
+// --- undici's errors in this vocabulary, and the catalogue code an attempt is counted as ---
+
+const CONNECT_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN', 'EADDRNOTAVAIL', 'ENOTFOUND', 'EAI_AGAIN']);
+const RESET_CODES = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED', 'ECONNABORTED']);
+
+/** What kind of upstream failure an undici error is. */
+export function classifyUpstreamError(err: unknown): UpstreamFailure {
+  if (err instanceof ReplicaUnavailable) return 'unavailable';
+  let e = err as { code?: unknown; cause?: unknown } | null;
+  for (let depth = 0; e && depth < 3; depth++) {
+    const code = typeof e.code === 'string' ? e.code : '';
+    if (code === 'UND_ERR_CONNECT_TIMEOUT') return 'connect_timeout';
+    if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'first_byte_timeout';
+    if (code === 'UND_ERR_BODY_TIMEOUT') return 'stall_timeout';
+    if (CONNECT_CODES.has(code)) return 'connect';
+    if (RESET_CODES.has(code)) return 'reset';
+    e = e.cause as typeof e;
+  }
+  return 'error';
+}
+
+/** Failures before any response byte after which another replica is tried. */
+export function isRetryableBeforeResponse(f: UpstreamFailure): boolean {
+  return f === 'connect' || f === 'connect_timeout' || f === 'reset' || f === 'unavailable';
+}
+
+/** The abort of an attempt whose replica answered 503 while another replica may serve the request. */
+export class ReplicaUnavailable extends Error {
+  constructor(readonly status: number) {
+    super(`the replica answered ${status} (not serving yet)`);
+    this.name = 'ReplicaUnavailable';
+  }
+}
+
+/**
+ * The catalogue code of a failed attempt (what `llmgw_router_upstream_errors_total{reason}` counts):
+ * the error the client gets if no other replica is tried. A failure before any response byte that is
+ * retried on another replica is a connect failure; the finer kind stays in the log.
+ */
+export function upstreamReason(f: UpstreamFailure, responded: boolean): RouterReasonCode {
+  if (f === 'auth') return 'UPSTREAM_AUTH';
+  if (!responded && isRetryableBeforeResponse(f)) return 'UPSTREAM_CONNECT';
+  if (f === 'first_byte_timeout') return 'UPSTREAM_FIRST_BYTE_TIMEOUT';
+  if (f === 'stall_timeout') return 'UPSTREAM_STALLED';
+  return 'UPSTREAM_FAILED';
 }
