@@ -4,7 +4,8 @@
  * two replicas is SIGKILLed while requests wait for their first byte on it — queued inside
  * llama-server (the router does not know its slots) or at the router (it does: parallel 1) — and
  * those requests are answered by the other replica; streams that already had their first byte from
- * the killed replica end with an error the client raises, never a silent truncation.
+ * the killed replica end with an error the client raises (the official `openai` client on chat
+ * completions, the official `@anthropic-ai/sdk` on /v1/messages), never a silent truncation.
  */
 import { strict as assert } from 'node:assert';
 import { randomBytes } from 'node:crypto';
@@ -13,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import Anthropic, { APIError as AnthropicAPIError } from '@anthropic-ai/sdk';
 import OpenAI, { APIError } from 'openai';
 import { buildRouter, routerStats } from '../../src/router/app.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
@@ -24,7 +26,7 @@ const ENGINE_KEY = `engine-${randomBytes(12).toString('hex')}`;
 const CLIENT_KEY = 'client-key';
 const messages = [{ role: 'user' as const, content: 'Tell me a long story about a lighthouse keeper.' }];
 
-describe('router failover with real llama-server replicas and the openai client', { timeout: 10 * 60_000 }, () => {
+describe('router failover with real llama-server replicas and the official clients', { timeout: 10 * 60_000 }, () => {
   let tmp = '';
   let dir = '';
   let modelPath = '';
@@ -33,6 +35,7 @@ describe('router failover with real llama-server replicas and the openai client'
   let fleet: FakeFleetView;
   let app: ReturnType<typeof buildRouter>;
   let client: OpenAI;
+  let anthropic: Anthropic;
 
   async function llama(): Promise<LlamaServer> {
     const s = await startLlamaServer({ dir, model: modelPath, args: ['--slots', '--ctx-size', '8192', '--parallel', '1'], env: { LLAMA_API_KEY: ENGINE_KEY } });
@@ -53,6 +56,7 @@ describe('router failover with real llama-server replicas and the openai client'
           // parallel 1: requests beyond a replica's slot wait in the router's queue
           one: { routing: 'least_busy', parallel: 1 },
           streams: { routing: 'least_busy' },
+          messages: {},
         },
         keys: [{ name: 'all', key: CLIENT_KEY, models: ['*'] }],
       }),
@@ -60,7 +64,9 @@ describe('router failover with real llama-server replicas and the openai client'
     );
     app = buildRouter({ fleet, auth: { required: true } });
     await app.listen({ port: 0, host: '127.0.0.1' });
-    client = new OpenAI({ apiKey: CLIENT_KEY, baseURL: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/v1`, maxRetries: 0 });
+    const port = (app.server.address() as AddressInfo).port;
+    client = new OpenAI({ apiKey: CLIENT_KEY, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+    anthropic = new Anthropic({ apiKey: CLIENT_KEY, baseURL: `http://127.0.0.1:${port}`, maxRetries: 0 });
   });
 
   after(async () => {
@@ -128,5 +134,29 @@ describe('router failover with real llama-server replicas and the openai client'
       if (++n === 20) break;
     }
     assert.equal(n, 20);
+  });
+
+  test('an Anthropic Messages stream (/v1/messages) on a SIGKILLed replica ends with an error the official Anthropic client raises', async () => {
+    const victim = await llama();
+    fleet.setReady('messages', [replica('messages', victim.url, 'victim-m')]);
+    const stream = await anthropic.messages.create({ model: 'messages', max_tokens: 3000, stream: true, messages: [{ role: 'user', content: 'Tell me a long story about a lighthouse keeper.' }] });
+    const it = stream[Symbol.asyncIterator]();
+    const seen: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const r = await it.next();
+      assert.equal(r.done, false);
+      seen.push(r.value.type);
+    }
+    assert.equal(seen[0], 'message_start');
+    victim.proc.kill('SIGKILL');
+    await assert.rejects(
+      (async () => {
+        for (let r = await it.next(); !r.done; r = await it.next()) {
+          /* the events already on their way */
+        }
+      })(),
+      (e: unknown) => e instanceof AnthropicAPIError && /failed mid-response/.test(e.message) && e.type === 'api_error',
+      'the Anthropic client raises; the stream is not cut silently',
+    );
   });
 });
