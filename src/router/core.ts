@@ -128,6 +128,7 @@ export class RouterCore {
       // activity lasts until a request ends: an on-demand model streaming longer than its idle timeout is not idle
       onEnd: (end) => this.fleet.touch(end.model),
       health: this.ejections,
+      readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
     };
     this.activator = new Activator(fleet);

@@ -99,6 +99,8 @@ export interface ProxyContext {
   onRelease: ((model: string, counter: ModelCounter) => void) | null;
   /** Called when any call ends, however it ended (success, error, client gone): see CallEnd. */
   onEnd: ((end: CallEnd) => void) | null;
+  /** The model's ready replicas now (FleetView.readyReplicas), for a retry elsewhere. */
+  readonly readyReplicas: (model: string) => readonly ReplicaView[];
   /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
   readonly health: ReplicaHealth;
   readonly log: { warn(obj: object, msg: string): void };
@@ -443,14 +445,18 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     const tried = (this.tried ??= new Set());
     tried.add(failed.endpoint);
     if (take) this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
+    // the model's ready replicas now (one may have become ready while this request waited on the
+    // failed one), else those it was dispatched among
+    const fresh = this.ctx.readyReplicas(this.model);
+    const replicas = fresh.length > 0 ? fresh : this.replicas;
     let next: ReplicaView | null = null;
     if (this.key !== null && take) {
       if (this.sticky !== null) this.sticky.active--;
-      const c = this.ctx.upstreams.affine(this.model, this.replicas, this.key, this.slots, tried, now);
+      const c = this.ctx.upstreams.affine(this.model, replicas, this.key, this.slots, tried, now);
       this.sticky = c?.entry ?? null;
       next = c?.replica ?? null;
     }
-    next ??= this.ctx.upstreams.pick(this.replicas, tried, now);
+    next ??= this.ctx.upstreams.pick(replicas, tried, now);
     if (!take) tried.delete(failed.endpoint);
     return next;
   }

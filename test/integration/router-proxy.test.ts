@@ -600,4 +600,17 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.match(e.message, /no ready replica .*queue timeout/);
     assert.ok((await counted('m')).requests.includes('503 reason=MODEL_LOADING 1'));
   });
+
+  test('a request whose only replica dies before its first byte goes to a replica that became ready meanwhile', async () => {
+    const dying = await stub((req) => void setTimeout(() => req.socket.destroy(), 150));
+    const fresh = await stub();
+    const { fleet, url } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', dying.url, 'dying')]);
+    const answer = post(url, chat('m'));
+    await until(() => dying.requests.length === 1, 'the request on the dying replica');
+    fleet.setReady('m', [replica('m', dying.url, 'dying'), replica('m', fresh.url, 'fresh')]);
+    const r = await answer;
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.headers['x-llmgw-replica'], 'fresh');
+  });
 });
