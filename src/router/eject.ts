@@ -22,7 +22,7 @@ export class Ejections implements ReplicaHealth {
   constructor(
     private readonly upstreams: Upstreams,
     private readonly metrics: RouterMetrics,
-    private readonly log: { warn(obj: object, msg: string): void; info?(obj: object, msg: string): void },
+    private readonly log: { warn(obj: object, msg: string): void },
     /** The headers for a replica (the engine key). */
     private readonly headers: () => Record<string, string>,
   ) {}

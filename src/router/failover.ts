@@ -15,7 +15,7 @@
  * `data: {"error":…}` on /v1/chat/completions and /v1/completions, Anthropic's `event: error` on
  * /v1/messages), any other body is cut (the client sees the connection close before the end).
  */
-import type { RenderedError, RouterReasonCode } from './errors.js';
+import { sseEvent, type RenderedError, type RouterReasonCode } from './errors.js';
 
 /** How an attempt failed. See classifyUpstreamError (proxy.ts) for the mapping from undici's errors. */
 export type UpstreamFailure =
@@ -108,7 +108,7 @@ export function streamErrorEvent(api: StreamApi, r: RenderedError): string {
     const message = (JSON.parse(r.body) as { error: { message: string } }).error.message;
     return `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: anthropicType(r.status), message } })}\n\n`;
   }
-  return `data: ${r.body}\n\n`;
+  return sseEvent(r);
 }
 
 // --- undici's errors in this vocabulary, and the catalogue code an attempt is counted as ---
