@@ -21,12 +21,12 @@ interface StatusJson {
   leader: boolean;
 }
 
-/** A long stream (3000 tokens, EOS ignored): its first chunk, then the rest on demand. */
+/** A long stream (6000 tokens, EOS ignored: some seconds): its first chunk, then the rest on demand. */
 async function openStream(p: ServeProc): Promise<{ first: string; rest: () => Promise<{ text: string; endedAt: number }> }> {
   const r = await fetch(`http://127.0.0.1:${p.routerPort}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'long', stream: true, max_tokens: 3000, ignore_eos: true, messages: [{ role: 'user', content: 'Tell me a very long story.' }] }),
+    body: JSON.stringify({ model: 'long', stream: true, max_tokens: 6000, ignore_eos: true, messages: [{ role: 'user', content: 'Tell me a very long story.' }] }),
   });
   assert.equal(r.status, 200);
   const reader = r.body!.getReader();
@@ -61,12 +61,12 @@ const exitOf = (p: ServeProc): Promise<{ code: number | null; at: number }> =>
 /** The fleet: one always-on model with a context long enough for a stream of some seconds. */
 async function longFleet(): Promise<TestFleet> {
   const fleet = await startTestFleet({ nodes: 1 });
-  const long = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'long.gguf'), { seed: 21, contextLength: 4096 });
+  const long = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'long.gguf'), { seed: 21, contextLength: 8192 });
   const files = fleet.baseFiles();
   delete files['models/good.yaml'];
   delete files['models/kev.yaml'];
   delete files['models/huge.yaml'];
-  files['profiles/long.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 4096', 'threads: 1', 'parallel: 2', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
+  files['profiles/long.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 8192', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
   files['models/long.yaml'] = [`source: file://${long.path}`, `sha256: ${long.sha256}`, 'profile: long', 'replicas: 1', ''].join('\n');
   await fleet.push(files, 'fleet: one model for long streams');
   return fleet;
@@ -118,6 +118,7 @@ describe('SIGTERM of llmgw serve with a stream in flight', { timeout: 10 * 60_00
     assert.equal(code, 0, diag());
     assert.ok(at >= endedAt - 50, 'the process exited after the stream ended');
     assert.ok(endedAt - t0 < 60_000, 'within the grace');
+    console.log(`stream ended ${endedAt - t0} ms after SIGTERM; the process exited ${at - endedAt} ms after it`);
     const lines = logLines(p.out());
     assert.ok(lines.some((l) => l.msg === 'shut down'), diag());
   });
@@ -150,7 +151,8 @@ describe('SIGTERM of llmgw serve with a stream in flight', { timeout: 10 * 60_00
     assert.ok(tookOver - t0 < 10_000);
     assert.equal(ended, false, 'b took over while a\'s router still drained its stream');
     assert.ok(a.alive());
-    const { text } = await rest;
+    const { text, endedAt } = await rest;
+    console.log(`b led ${tookOver - t0} ms after SIGTERM of a; a's stream ended ${endedAt - t0} ms after`);
     assert.ok(text.trimEnd().endsWith('data: [DONE]'), `the stream ran to its end: …${text.slice(-300)}`);
     assert.equal((await exited).code, 0, diag());
     // and b serves the model
