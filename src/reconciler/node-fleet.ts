@@ -75,7 +75,10 @@ export class NodeFleet {
   observed(spec: FleetSpec): ObservedNode[] {
     return Object.values(spec.nodes).map((n) => {
       const ns = this.states.get(n.name);
-      return { name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [] };
+      return {
+        name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [],
+        devices: (ns?.obs?.devices ?? []).map((d) => ({ name: d.name, totalBytes: d.totalBytes })),
+      };
     });
   }
 
