@@ -39,8 +39,9 @@ export interface TensorShape {
 
 /**
  * What a replica needs on a device, per layer, so placement can size any -ngl (pure data). Matches
- * llama.cpp's split: `-ngl N` puts the last min(N, n_layer) repeating layers (weights and their KV
- * cache) on the device, and the output layer too when N > n_layer; token_embd stays on the host.
+ * llama.cpp's split (checked against its load log): `-ngl N` (N ≥ 1) puts the output layer and the
+ * last min(N, n_layer + 1) − 1 repeating layers (weights and their KV cache) on the device;
+ * token_embd stays on the host.
  */
 export interface DeviceNeed {
   /** Weights + KV cache of each repeating layer on the device. */
@@ -59,13 +60,16 @@ export function allLayers(need: DeviceNeed): number {
 
 /** Bytes on the device for `-ngl n` (0: nothing, no device used). */
 export function deviceBytesFor(need: DeviceNeed, n: number): number {
-  const nl = need.perLayer.length;
-  const k = Math.max(0, Math.min(n, nl));
   if (n <= 0) return 0;
-  let b = need.computeBytes;
-  for (let i = nl - k; i < nl; i++) b += need.perLayer[i]!;
-  if (n > nl) b += need.outputBytes;
+  const nl = need.perLayer.length;
+  let b = need.computeBytes + need.outputBytes;
+  for (let i = nl - offloadedBlocks(nl, n); i < nl; i++) b += need.perLayer[i]!;
   return b;
+}
+
+/** Repeating layers on the device for -ngl n: the output layer counts as the first of n. */
+function offloadedBlocks(nl: number, n: number): number {
+  return Math.max(0, Math.min(n, nl + 1) - 1);
 }
 
 /** The most layers (-ngl) that fit in `free` bytes of a device; 0 when not even one. */
@@ -76,11 +80,11 @@ export function layersFitting(need: DeviceNeed, free: number): number {
 
 /** Host bytes a replica no longer needs with `-ngl n` (offloaded weights and KV cache). */
 export function hostSavedFor(need: DeviceNeed, n: number): number {
+  if (n <= 0) return 0;
   const nl = need.hostPerLayer.length;
-  const k = Math.max(0, Math.min(n, nl));
-  let b = 0;
-  for (let i = nl - k; i < nl; i++) b += need.hostPerLayer[i]!;
-  return n > nl ? b + need.outputBytes : b;
+  let b = need.outputBytes;
+  for (let i = nl - offloadedBlocks(nl, n); i < nl; i++) b += need.hostPerLayer[i]!;
+  return b;
 }
 
 /**
