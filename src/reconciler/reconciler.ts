@@ -205,6 +205,7 @@ export class Reconciler implements FleetView {
       this.loop.pollEvery(spec.settings.pollIntervalMs);
       await this.nodes.observe(spec, log);
       if (!this.mayAct(spec, log)) return;
+      this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.clock();
