@@ -28,7 +28,7 @@ interface Rule {
 // also a failed load.
 const RULES: readonly Rule[] = [
   { code: 'REPLICA_UNKNOWN_ARCHITECTURE', test: /unknown model architecture/i },
-  { code: 'REPLICA_DEVICE_OUT_OF_MEMORY', test: /ErrorOutOfDeviceMemory|OutOfDeviceMemory|cudaMalloc failed|CUDA error: out of memory|failed to allocate (Vulkan|CUDA)\d+ buffer|ggml_vulkan: (Device memory allocation|.*out of memory)/i },
+  { code: 'REPLICA_DEVICE_OUT_OF_MEMORY', test: /ErrorOutOfDeviceMemory|OutOfDeviceMemory|cudaMalloc failed|CUDA error: out of memory|(failed|unable) to allocate (Vulkan|CUDA)\d+ buffer|ggml_vulkan: (Device memory allocation|.*out of memory)/i },
   { code: 'REPLICA_OUT_OF_MEMORY', test: /failed to allocate|unable to allocate|std::bad_alloc|cannot allocate memory|out of memory|failed to initialize the context|\boom\b/i },
   { code: 'REPLICA_PORT_IN_USE', test: /couldn't bind HTTP server socket|address already in use/i },
   { code: 'REPLICA_MODEL_LOAD_FAILED', test: /failed to open GGUF file|No such file or directory|failed to load model|error loading model|invalid magic|not a GGUF file|failed to read/i },

@@ -126,6 +126,9 @@ describe('GPU nodes on lavapipe (Vulkan0)', { timeout: 15 * 60_000 }, () => {
     assert.match(table, /DEVICES FREE/);
     assert.match(table, /Vulkan0 2 GiB of 2 GiB|Vulkan0 [\d.]+ (MiB|GiB) of 2 GiB/);
 
+    const metrics = (await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' })).body;
+    assert.match(metrics, new RegExp(`llmgw_node_device_memory_bytes\\{node="${r.node}",device="Vulkan0",kind="total"\\} ${2048 * MIB}`));
+    assert.match(metrics, new RegExp(`llmgw_node_device_memory_bytes\\{node="${r.node}",device="Vulkan0",kind="reserved_by_llmgw"\\} [1-9]\\d*`));
     const res = await request(`${routerUrl}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'narrow', prompt: 'hello', max_tokens: 3 }) });
     const body = await res.body.text();
     assert.equal(res.statusCode, 200, body);
