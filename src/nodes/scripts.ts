@@ -105,12 +105,14 @@ echo ${shq(`${m} end`)}
 
 /** Environment variable names the scripts accept (the node schema's pattern). */
 export const ENV_NAME_RE = /^[A-Z][A-Z0-9_]{0,63}$/;
+/** Names the scripts refuse: the engine key's (LLAMA_*), the loader's, and the shell's own. */
+export const ENV_DENIED_RE = /^(LLAMA_|LD_)|^(PATH|IFS|ENV|BASH_ENV|SHELLOPTS|PS4|CDPATH|HOME)$/;
 
 /** `export K='v'; …` for a node's env (names checked, values quoted). */
 export function envExports(env: Readonly<Record<string, string>>): string {
   let out = '';
   for (const [k, v] of Object.entries(env).sort(([a], [b]) => a.localeCompare(b))) {
-    if (!ENV_NAME_RE.test(k) || /^(LLAMA_|LD_)/.test(k) || k === 'PATH') throw new Error(`environment variable name ${JSON.stringify(k)} is not allowed`);
+    if (!ENV_NAME_RE.test(k) || ENV_DENIED_RE.test(k)) throw new Error(`environment variable name ${JSON.stringify(k)} is not allowed`);
     out += `${k}=${shq(v)}; export ${k}; `;
   }
   return out;

@@ -48,7 +48,7 @@ describe('--list-devices', () => {
     const hostile = "0'; echo pwned; '$(id)";
     const sh = spawnSync('sh', ['-c', `${envExports({ GGML_VK_VISIBLE_DEVICES: hostile })} printf '%s' "$GGML_VK_VISIBLE_DEVICES"`], { encoding: 'utf8' });
     assert.equal(sh.stdout, hostile, 'the value arrives verbatim, nothing runs');
-    assert.throws(() => envExports({ LD_PRELOAD: '/x.so' }), /not allowed/);
+    for (const k of ['LD_PRELOAD', 'IFS', 'PATH', 'LLAMA_API_KEY', 'lower']) assert.throws(() => envExports({ [k]: 'x' }), /not allowed/, k);
     for (const script of [
       observeScript('/d', 'n', 10, null, { GGML_VK_VISIBLE_DEVICES: '0' }),
       startReplicaScript({ dataDir: '/d', id: 'r', port: 20000, argv: ['/e/llama-server'], stateHead: '{"a":1', env: { GGML_VK_VISIBLE_DEVICES: '0', CUDA_VISIBLE_DEVICES: '' } }),
@@ -157,5 +157,26 @@ describe('out of device memory', () => {
     const a1old = { ...a1, digest: 'old' };
     const freed = decide({ ...base, spec: without, state: stateFor(without), nodes: [gpu('cpu-01', [a1old]), { ...gpu('cpu-02'), reachable: false }], memory: { beta: 1 * GiB }, deviceNeeds: { alpha: need, beta: need } });
     assert.deepEqual(freed.actions.map((a) => `${a.kind} ${a.model}@${a.node}${a.kind === 'start' ? ` ${(a.devices ?? []).join(',')}` : ''}`), ['stop alpha@cpu-01', 'start beta@cpu-01 Vulkan0']);
+  });
+});
+
+describe('spec: device fields', () => {
+  it('profiles, nodes: parsed; gpu fields are part of the digest only where set; bad env names are refused', async () => {
+    const plain = await specOf();
+    const same = await specOf((f) => {
+      f['nodes/cpu-01.yaml'] += 'env: { GGML_VK_VISIBLE_DEVICES: "0" }\ncapacity: { memory: 16GiB, devices: { Vulkan0: 1GiB } }\n';
+      f['nodes/cpu-01.yaml'] = f['nodes/cpu-01.yaml']!.replace('capacity: { memory: 16GiB }\n', '');
+    });
+    assert.equal(same.models.alpha!.digest, plain.models.alpha!.digest, 'node env and device budgets do not change a model\'s definition');
+    assert.deepEqual(same.nodes['cpu-01']!.env, { GGML_VK_VISIBLE_DEVICES: '0' });
+    assert.deepEqual(same.nodes['cpu-01']!.deviceMemory, { Vulkan0: 2 ** 30 });
+    const gpu = await specOf((f) => {
+      f['profiles/chat.yaml'] += 'gpu_layers: all\ndevices: [Vulkan]\nsplit_mode: layer\ntensor_split: [3, 1]\nmain_gpu: 0\n';
+    });
+    const p = gpu.profiles.chat!;
+    assert.deepEqual([p.gpuLayers, p.devices, p.splitMode, p.tensorSplit, p.mainGpu, p.deviceCount], ['all', ['Vulkan'], 'layer', [3, 1], 0, 2]);
+    assert.notEqual(gpu.models.alpha!.digest, plain.models.alpha!.digest, 'offloading changes how the engine runs');
+    const auto = await specOf((f) => void (f['profiles/chat.yaml'] += 'gpu_layers: 12\n'));
+    assert.equal(auto.profiles.chat!.gpuLayers, 12);
   });
 });
