@@ -190,12 +190,13 @@ export class ShellNodeDriver implements NodeDriver {
           break;
         case 'engine': {
           const [engine, version, binary] = s.lines;
-          if (engine && version && binary) engines.push({ engine, version, binary, devices: [] });
+          if (engine && version && binary) engines.push({ engine, version, binary });
           break;
         }
         case 'devices': {
           const last = engines[engines.length - 1];
-          if (last) engines[engines.length - 1] = { ...last, devices: parseListDevices(s.lines.join('\n')) };
+          const devices = parseListDevices(s.lines.join('\n'));
+          if (last && devices.length > 0) engines[engines.length - 1] = { ...last, devices };
           break;
         }
         case 'model': {
@@ -235,7 +236,7 @@ export class ShellNodeDriver implements NodeDriver {
       arch,
       diskFreeBytes,
       engines,
-      devices: mergeDevices(engines.map((e) => e.devices ?? [])),
+      ...(engines.some((e) => e.devices) ? { devices: mergeDevices(engines.map((e) => e.devices ?? [])) } : {}),
       models,
       replicas,
       ...(fenceView !== null ? { fence: fenceView } : {}),
