@@ -180,3 +180,27 @@ describe('spec: device fields', () => {
     assert.equal(auto.profiles.chat!.gpuLayers, 12);
   });
 });
+
+describe('plan: device fit', () => {
+  it('a GPU model that fits no device is unplaceable in the plan with device numbers; one that fits lands on the device node', async () => {
+    const { simulateMerge } = await import('../../src/plan/simulate.js');
+    const head = await specOf((f) => {
+      delete f['models/beta.yaml'];
+      delete f['models/gamma.yaml'];
+      f['profiles/chat.yaml'] = 'engine: llama-cpp@b6500\nctx_size: 4096\nparallel: 2\ngpu_layers: all\n';
+    });
+    const observedFleet = (vramMiB: number) => ({
+      source: 'test', writtenAt: null, appliedRevision: null, models: {},
+      nodes: {
+        'cpu-01': { name: 'cpu-01', reachable: true, memoryTotalBytes: 64 * GiB, engines: [], devices: [{ name: 'Vulkan0', totalBytes: vramMiB * MiB }] },
+        'cpu-02': { name: 'cpu-02', reachable: true, memoryTotalBytes: 64 * GiB, engines: [], devices: [] },
+      },
+    });
+    const input = { base: null, head, memory: { alpha: 1 * GiB }, deviceNeeds: { alpha: need }, unparks: new Set<string>(), changed: new Set(['alpha']), now: 1 };
+    const tight = simulateMerge({ ...input, observed: observedFleet(30) });
+    assert.match(tight.models.alpha!.unplaceable ?? '', /^needs 36 MiB on a GPU; largest free 30 MiB on cpu-01\/Vulkan0; 2 nodes checked/);
+    const roomy = simulateMerge({ ...input, observed: observedFleet(2048) });
+    assert.deepEqual(roomy.models.alpha!.starts, ['cpu-01']);
+    assert.equal(roomy.models.alpha!.unplaceable, null);
+  });
+});
