@@ -82,6 +82,33 @@ describe('device need estimate vs llama-server on lavapipe (Vulkan0)', { timeout
   }
 });
 
+describe('the local demo', () => {
+  test('includes a GPU model where the engine lists a device (lavapipe, with the env it needs), and says why not where it does not', async () => {
+    const { demoDevice, localFleetFiles } = await import('../../src/demo/prepare.js');
+    const { llamaServerDir } = await import('../harness/llama-server.js');
+    const cpu = demoDevice(join(await llamaServerDir(), 'llama-server'));
+    assert.ok('none' in cpu && /no GPU backend library/.test(cpu.none), JSON.stringify(cpu));
+    const gpu = demoDevice(join(art.dir, 'llama-server'));
+    assert.ok(!('none' in gpu), JSON.stringify(gpu));
+    assert.match(gpu.device, /^Vulkan0: llvmpipe/);
+    assert.deepEqual(gpu.env, { GGML_VK_VISIBLE_DEVICES: '0' });
+    const files = localFleetFiles({ engineBinary: join(art.dir, 'llama-server'), modelsDir: '/m', nodeDir: '/n', demoSha: 'a'.repeat(64), kevSha: 'b'.repeat(64), gpu });
+    assert.match(files['nodes/local.yaml']!, /env: \{ GGML_VK_VISIBLE_DEVICES: "0" \}/);
+    assert.match(files['profiles/gpu.yaml']!, /gpu_layers: all/);
+    assert.match(files['models/demo-gpu.yaml']!, /profile: gpu/);
+    const { loadFleetSpec } = await import('../../src/fleet-spec/load.js');
+    const { dirFiles } = await import('../../src/fleet-spec/dir-files.js');
+    const { tempFleet } = await import('../harness/fleet.js');
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), 'rev');
+      assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+    } finally {
+      f.cleanup();
+    }
+  });
+});
+
 describe('device need estimate vs llama-server on CUDA', () => {
   const why = cudaUnavailable();
   test('CUDA variant (@node-llama-cpp/linux-x64-cuda backend)', { skip: why ? `not run: ${why}` : false }, () => {
