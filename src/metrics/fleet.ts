@@ -154,7 +154,7 @@ export class FleetMetrics {
     this.nodeDiskFree.replace(s.nodes.flatMap((n) => (n.diskFreeBytes !== null ? [one({ node: n.name }, n.diskFreeBytes)] : [])));
     this.nodeDeviceMemory.replace(s.nodes.flatMap((n) => (n.devices ?? []).flatMap((d) => [
       one({ node: n.name, device: d.name, kind: 'total' }, d.totalBytes),
-      one({ node: n.name, device: d.name, kind: 'free' }, d.freeBytes),
+      ...(d.freeBytes !== null ? [one({ node: n.name, device: d.name, kind: 'free' }, d.freeBytes)] : []),
       one({ node: n.name, device: d.name, kind: 'reserved_by_llmgw' }, d.reservedBytes),
     ])));
     this.applyEngines(s);

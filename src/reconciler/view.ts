@@ -66,7 +66,8 @@ export interface NodeDeviceView {
   readonly description: string;
   /** What the engine reports. */
   readonly totalBytes: number;
-  readonly freeBytes: number;
+  /** What the engine reports free; null on a standby (the published snapshot leaves out what moves). */
+  readonly freeBytes: number | null;
   /** What placement offers: the declared budget (nodes/<node>.yaml capacity.devices) or totalBytes. */
   readonly capacityBytes: number;
   /** What llmgw's replicas on it take by its estimate. */

@@ -87,7 +87,7 @@ export interface NodeJson {
   readonly engineInstallFailures: Readonly<Record<string, number>>;
   readonly replicas: number;
   /** Devices the node's engines list: reported total/free, what placement offers (capacity) and what llmgw reserves. */
-  readonly devices?: readonly { readonly name: string; readonly description: string; readonly totalBytes: number; readonly freeBytes: number; readonly capacityBytes: number; readonly reservedBytes: number }[];
+  readonly devices?: readonly { readonly name: string; readonly description: string; readonly totalBytes: number; readonly freeBytes: number | null; readonly capacityBytes: number; readonly reservedBytes: number }[];
 }
 
 export interface ControlJson {
