@@ -70,3 +70,24 @@ export function placementDevices(i: DeviceUseInput): Map<string, PlacementDevice
   }
   return out;
 }
+
+/** Per node, per device: bytes to add to what is used (placements of this pass) or take off it (evictions). */
+export type DeviceDelta = Map<string, Map<string, number>>;
+
+export function addDeviceUse(delta: DeviceDelta, node: string, use: ReadonlyMap<string, number>, sign: 1 | -1): void {
+  const m = delta.get(node) ?? new Map<string, number>();
+  for (const [d, b] of use) m.set(d, (m.get(d) ?? 0) + sign * b);
+  delta.set(node, m);
+}
+
+/** A node's devices with deltas applied. */
+export function applyDeviceDelta(devices: readonly PlacementDevice[], ...deltas: (ReadonlyMap<string, number> | undefined)[]): PlacementDevice[] {
+  return devices.map((d) => ({ ...d, usedBytes: d.usedBytes + deltas.reduce((s, m) => s + (m?.get(d.name) ?? 0), 0) }));
+}
+
+/** What a replica placed by this pass takes on its devices. */
+export function placedDeviceBytes(spec: FleetSpec, model: string, needs: Readonly<Record<string, DeviceNeed>> | undefined, p: { readonly devices: readonly string[]; readonly gpuLayers: number | 'all' } | undefined): Map<string, number> {
+  if (!p || p.devices.length === 0) return new Map();
+  const m = spec.models[model];
+  return replicaDeviceBytes({ devices: p.devices, gpuLayers: p.gpuLayers }, needs?.[model], (m && spec.profiles[m.profile]?.tensorSplit) || []);
+}

@@ -11,7 +11,7 @@ import { place, type DevicePlacement, type PlacementNode, type PlacementRequest,
 import { avoidKey } from './state.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 // --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
-import { deviceRequestOf, placementDevices, type ObservedDevice } from './device-use.js';
+import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, replicaDeviceBytes, type DeviceDelta, type ObservedDevice } from './device-use.js';
 import type { DeviceNeed } from './memory.js';
 
 export interface ObservedNode {
@@ -249,7 +249,8 @@ export function planPass(input: PlanInput): PlanOutput {
     spec, needs: input.deviceNeeds, pending: [...inflightByModel.values()].flat(),
     nodes: input.nodes.map((n) => ({ name: n.name, devices: n.devices ?? [], replicas: n.replicas.filter((r) => r.state !== 'failed' && !stoppedIds.has(r.id) && !input.stopping.has(r.id)).map((r) => ({ model: r.model, r })) })),
   });
-  const placementNodes = (extraFree: ReadonlyMap<string, number> = new Map()): PlacementNode[] =>
+  const devicesPlaced: DeviceDelta = new Map(); // devices (#24): what this pass's placements take
+  const placementNodes = (extraFree: ReadonlyMap<string, number> = new Map(), devicesFreed: DeviceDelta = new Map()): PlacementNode[] =>
     input.nodes.map((n) => {
       const ns = spec.nodes[n.name];
       return {
@@ -258,7 +259,7 @@ export function planPass(input: PlanInput): PlanOutput {
         capacityBytes: ns?.capacity.memoryBytes ?? n.memoryTotalBytes,
         usedBytes: (used.get(n.name) ?? 0) - (extraFree.get(n.name) ?? 0),
         reachable: n.reachable && ns !== undefined,
-        devices: devices.get(n.name) ?? [],
+        devices: applyDeviceDelta(devices.get(n.name) ?? [], devicesPlaced.get(n.name), devicesFreed.get(n.name)),
       };
     });
   const avoided = (model: string): string[] => input.nodes.map((n) => n.name).filter((n) => input.avoid?.has(avoidKey(model, n)));
@@ -278,8 +279,9 @@ export function planPass(input: PlanInput): PlanOutput {
     for (const n of nodes) placedUse.set(n, (placedUse.get(n) ?? 0) + mem(model));
   };
   for (const r of results) take(r.model, r.nodes);
-  const roomAfterPlacements = (freed: ReadonlyMap<string, number>): PlacementNode[] =>
-    placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])));
+  for (const r of results) r.nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, r.model, input.deviceNeeds, r.devices?.[k]), 1)); // devices (#24)
+  const roomAfterPlacements = (freed: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta): PlacementNode[] =>
+    placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])), devicesFreed);
 
   for (const [i, r] of results.entries()) {
     const w = wants[i]!;
@@ -303,6 +305,8 @@ export function planPass(input: PlanInput): PlanOutput {
           nodes = evicted.nodes;
           evictedDevices = evicted.devices; // devices (#24)
           take(w.model.name, nodes);
+          nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, w.model.name, input.deviceNeeds, evictedDevices?.[k]), 1));
+          for (const l of evicted.stop) addDeviceUse(devicesPlaced, l.located.node, replicaDeviceBytes(l.located.r, input.deviceNeeds?.[l.model], []), -1);
         }
       }
       if (nodes.length === 0) {
@@ -329,7 +333,7 @@ function evictFor(
   input: PlanInput,
   byModel: ReadonlyMap<string, readonly Located[]>,
   stoppedIds: ReadonlySet<string>,
-  placementNodes: (extraFree: ReadonlyMap<string, number>) => PlacementNode[],
+  placementNodes: (extraFree: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta) => PlacementNode[],
 ): { stop: { model: string; located: Located }[]; nodes: readonly string[]; devices?: readonly DevicePlacement[] } | null {
   const victims: { model: string; located: Located; lastRequestAt: number }[] = [];
   // Only replicas used less recently than the model asking for room: two busy on-demand models
@@ -346,12 +350,14 @@ function evictFor(
   }
   victims.sort((a, b) => a.lastRequestAt - b.lastRequestAt || a.located.r.id.localeCompare(b.located.r.id));
   const freed = new Map<string, number>();
+  const devicesFreed: DeviceDelta = new Map(); // devices (#24)
   const chosen: { model: string; located: Located }[] = [];
   for (const v of victims) {
     freed.set(v.located.node, (freed.get(v.located.node) ?? 0) + (input.memory[v.model] ?? 0));
+    addDeviceUse(devicesFreed, v.located.node, replicaDeviceBytes(v.located.r, input.deviceNeeds?.[v.model], []), -1);
     chosen.push(v);
     const [r] = place({
-      nodes: placementNodes(freed),
+      nodes: placementNodes(freed, devicesFreed),
       requests: [{ model: w.model.name, count: w.count, memoryBytes: input.memory[w.model.name] ?? null, nodeSelector: w.model.nodeSelector, existingOn: w.existingOn, avoidNodes: w.avoidNodes, ...optionalDevice(deviceRequestOf(input.spec, w.model.name, input.deviceNeeds)) }],
       reserveBytes: input.spec.settings.placementReserveBytes,
     });

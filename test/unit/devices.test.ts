@@ -204,3 +204,22 @@ describe('plan: device fit', () => {
     assert.equal(roomy.models.alpha!.unplaceable, null);
   });
 });
+
+describe('eviction frees device room', () => {
+  it('an on-demand GPU model takes the device of an idle one (evicted), not only its host memory', async () => {
+    const spec = await specOf((f) => {
+      delete f['models/gamma.yaml'];
+      delete f['access/keys.yaml'];
+      f['profiles/chat.yaml'] = 'engine: llama-cpp@b6500\nctx_size: 4096\nparallel: 2\ngpu_layers: all\n';
+      f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'on_demand: { idle_timeout: 10m }');
+    });
+    const idle = observed(spec, 'b1', 'beta', 'ready', { devices: ['Vulkan0'], gpuLayers: 'all' });
+    const gpu = { ...node('cpu-01', [idle]), devices: [{ name: 'Vulkan0', totalBytes: 60 * MiB }] };
+    const d = decide({
+      state: stateFor(spec, { demand: { alpha: 100, beta: 10 } }), spec, nodes: [gpu, { ...node('cpu-02'), reachable: false }],
+      memory: { alpha: 1 * GiB, beta: 1 * GiB }, deviceNeeds: { alpha: need, beta: need }, memoryErrors: {},
+      running: new Set(), stopping: new Set(), now: 200, newReplicaId: () => 'a1',
+    });
+    assert.deepEqual(d.actions.map((a) => `${a.kind} ${a.model}@${a.node}${a.kind === 'stop' ? ` ${a.reason}` : ` ${(a.devices ?? []).join(',')}`}`), ['stop beta@cpu-01 evicted', 'start alpha@cpu-01 Vulkan0']);
+  });
+});
