@@ -9,7 +9,10 @@
  * - a device need beyond the device (a context whose KV cache is larger than 2 GiB) is unplaceable
  *   with device numbers; gpu_layers: auto against a small device budget starts partly offloaded;
  * - two models on one device: the second is placed only while both fit; stopping the first frees
- *   its device memory for the next pass.
+ *   its device memory for the next pass;
+ * - out of device memory for real: node-1's engine gets a device buffer limit below what Vulkan0
+ *   reports (ggml-vulkan's GGML_VK_FORCE_MAX_BUFFER_SIZE), the start fails with ErrorOutOfDeviceMemory
+ *   → REPLICA_DEVICE_OUT_OF_MEMORY, not counted toward parking, and the model is placed on node-2.
  */
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
@@ -180,6 +183,36 @@ describe('GPU nodes on lavapipe (Vulkan0)', { timeout: 15 * 60_000 }, () => {
     await ctl.until(() => readyReplica('second') !== undefined, 'second ready once the first stopped', 5 * 60_000);
     assert.equal(model('first')!.replicas.filter((r) => r.phase !== 'stopping').length, 0);
     const r = readyReplica('second')!;
+    assert.match(replicaLog(r.node, r.id), /offloaded 9\/9 layers to GPU/);
+  });
+});
+
+describe('out of device memory at start', { timeout: 10 * 60_000 }, () => {
+  test('the engine refuses the device memory (a device buffer limit smaller than reported): REPLICA_DEVICE_OUT_OF_MEMORY, not counted, placed on the other node', async () => {
+    // node-1's engine gets a 1 MiB device buffer limit (ggml-vulkan's GGML_VK_FORCE_MAX_BUFFER_SIZE):
+    // Vulkan0 still reports 2048 MiB, so placement picks it (node-1 declares the most host room), and
+    // the model's 20 MiB weights buffer fails there with ErrorOutOfDeviceMemory
+    const nodes = [['env: { GGML_VK_VISIBLE_DEVICES: "0", GGML_VK_FORCE_MAX_BUFFER_SIZE: "1048576" }', 'capacity: { memory: 64GiB }'], ['capacity: { memory: 4GiB }']];
+    const f = files(nodes, { first: null, second: null, oomy: modelFile(wide, 'gpu') });
+    f['nodes/node-1.yaml'] = f['nodes/node-1.yaml']!.replace('env: { GGML_VK_VISIBLE_DEVICES: "0" }\n', '');
+    // a node that failed a start is avoided for backoff.max (the harness's 400 ms is shorter than a
+    // failed start on lavapipe takes): a minute here, as 5 min by default
+    f['fleet.yaml'] = f['fleet.yaml']!.replace('backoff: { initial: 100ms, max: 400ms }', 'backoff: { initial: 100ms, max: 60s }');
+    assert.match(f['fleet.yaml']!, /max: 60s/);
+    await fleet.push(f, 'oomy: node-1 refuses device memory');
+    await ctl.until(() => readyReplica('oomy') !== undefined, 'oomy ready elsewhere', 5 * 60_000);
+    const r = readyReplica('oomy')!;
+    assert.equal(r.node, 'node-2', 'placed on the other GPU node');
+    const failed = ctl.logs.filter((l) => l.msg === 'replica start failed' && l.model === 'oomy');
+    assert.equal(failed.length, 1, JSON.stringify(failed));
+    assert.equal(failed[0]!.code, 'REPLICA_DEVICE_OUT_OF_MEMORY');
+    assert.equal(failed[0]!.node, 'node-1');
+    assert.match(String(failed[0]!.reason), /ErrorOutOfDeviceMemory|unable to allocate Vulkan0 buffer|Device memory allocation/);
+    const m = model('oomy')!;
+    assert.equal(m.consecutiveFailures, 0, 'not counted toward parking');
+    assert.equal(m.parked, null);
+    assert.equal(ctl.starts.get('oomy'), 2);
+    assert.ok(ctl.logs.some((l) => l.msg === 'replica start set back by its node (not counted): placed elsewhere for a while' && l.model === 'oomy'));
     assert.match(replicaLog(r.node, r.id), /offloaded 9\/9 layers to GPU/);
   });
 });
