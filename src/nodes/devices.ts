@@ -53,6 +53,11 @@ export const VISIBILITY_VARS: Readonly<Record<string, string>> = Object.freeze({
   CUDA: 'CUDA_VISIBLE_DEVICES',
 });
 
+/** Whether llmgw can pin a replica to this device (its backend has a visibility variable). */
+export function pinnable(name: string): boolean {
+  return VISIBILITY_VARS[deviceBackend(name)] !== undefined;
+}
+
 /** Devices of one node, as several engines list them: each name once (the first engine's entry). */
 export function mergeDevices(lists: readonly (readonly DeviceObservation[])[]): DeviceObservation[] {
   const seen = new Map<string, DeviceObservation>();

@@ -9,6 +9,7 @@
  */
 import type { FleetSpec } from '../fleet-spec/types.js';
 import type { ReplicaObservation } from '../nodes/driver.js';
+import { pinnable } from '../nodes/devices.js';
 import { allLayers, deviceBytesFor, type DeviceNeed } from './memory.js';
 import { deviceAllowed, type DeviceRequest, type PlacementDevice } from './placement.js';
 
@@ -58,7 +59,8 @@ export function placementDevices(i: DeviceUseInput): Map<string, PlacementDevice
       const split = (m && i.spec.profiles[m.profile]?.tensorSplit) || [];
       for (const [d, b] of replicaDeviceBytes(r, i.needs?.[model], split)) used.set(d, (used.get(d) ?? 0) + b);
     }
-    const devices = n.devices.map((d) => ({ name: d.name, capacityBytes: declared[d.name] ?? d.totalBytes }));
+    // only devices llmgw can pin a replica to (a backend with a visibility variable)
+    const devices = n.devices.filter((d) => pinnable(d.name)).map((d) => ({ name: d.name, capacityBytes: declared[d.name] ?? d.totalBytes }));
     for (const p of i.pending.filter((s) => s.node === n.name)) {
       const req = deviceRequestOf(i.spec, p.model, i.needs);
       if (!req) continue;

@@ -7,6 +7,7 @@
 import { formatBytes } from '../fleet-spec/units.js';
 import type { GpuLayers } from '../fleet-spec/types.js';
 import { allLayers, deviceBytesFor, layersFitting, type DeviceNeed } from './memory.js';
+import { pinnable } from '../nodes/devices.js';
 
 /** A device of a node: its capacity (declared budget or what the engine reports) and what stays on it. */
 export interface PlacementDevice {
@@ -109,7 +110,8 @@ export function place(input: PlacementInput): PlacementResult[] {
   const devFree = new Map<string, Map<string, number>>();
   for (const n of input.nodes) {
     if (!n.reachable || !n.devices) continue;
-    devFree.set(n.name, new Map(n.devices.map((d) => [d.name, d.capacityBytes - d.usedBytes])));
+    // only devices llmgw can pin a replica to (a backend with a visibility variable)
+    devFree.set(n.name, new Map(n.devices.filter((d) => pinnable(d.name)).map((d) => [d.name, d.capacityBytes - d.usedBytes])));
   }
   const order = [...input.requests].sort(
     (a, b) => (b.memoryBytes ?? -1) - (a.memoryBytes ?? -1) || a.model.localeCompare(b.model),

@@ -35,6 +35,7 @@ describe('--list-devices', () => {
   it('visibility: the chosen device is the replica\'s device 0; the node env\'s list maps indices; no device: nothing visible', () => {
     assert.deepEqual(replicaDeviceSetup(['Vulkan1'], {}), { env: { GGML_VK_VISIBLE_DEVICES: '1', CUDA_VISIBLE_DEVICES: '' }, deviceArgs: ['Vulkan0'] });
     assert.deepEqual(replicaDeviceSetup(['Vulkan0'], { GGML_VK_VISIBLE_DEVICES: '0' }).env.GGML_VK_VISIBLE_DEVICES, '0');
+    assert.throws(() => replicaDeviceSetup(['ROCm0'], {}), /no known visibility variable/);
     assert.deepEqual(replicaDeviceSetup(['Vulkan1'], { GGML_VK_VISIBLE_DEVICES: '2,5' }).env.GGML_VK_VISIBLE_DEVICES, '5');
     assert.deepEqual(replicaDeviceSetup(['CUDA0', 'CUDA2'], {}), { env: { GGML_VK_VISIBLE_DEVICES: '', CUDA_VISIBLE_DEVICES: '0,2' }, deviceArgs: ['CUDA0', 'CUDA1'] });
     assert.deepEqual(replicaDeviceSetup([], { GGML_VK_VISIBLE_DEVICES: '0' }).env, { GGML_VK_VISIBLE_DEVICES: '', CUDA_VISIBLE_DEVICES: '' });
@@ -86,6 +87,7 @@ describe('placement by device memory', () => {
     { name: 'host memory short: the RAM reason', nodes: [gpuNode('a', [['Vulkan0', 40 * MiB, 0]], 512 * 2 ** 20)], req: req(), nodesOut: [], reason: /^needs 1 GiB; largest free 512 MiB on a/ },
     { name: 'auto: as many layers as fit', nodes: [gpuNode('a', [['Vulkan0', 20 * MiB, 0]])], req: req({ gpuLayers: 'auto' }), nodesOut: ['a'], devices: [{ devices: ['Vulkan0'], gpuLayers: 2 }] },
     { name: 'auto with no room: placed on the host only', nodes: [gpuNode('a', [['Vulkan0', 20 * MiB, 18 * MiB]])], req: req({ gpuLayers: 'auto' }), nodesOut: ['a'], devices: [{ devices: [], gpuLayers: 0 }] },
+    { name: 'a device llmgw cannot pin (no visibility variable for its backend) is not offered', nodes: [gpuNode('a', [['ROCm0', 99 * MiB, 0]])], req: req(), nodesOut: [], reason: /no node with a usable device/ },
     { name: 'devices: [CUDA] skips the Vulkan device', nodes: [gpuNode('a', [['Vulkan0', 99 * MiB, 0]]), gpuNode('b', [['CUDA0', 40 * MiB, 0]])], req: req({ allowed: ['CUDA'] }), nodesOut: ['b'], devices: [{ devices: ['CUDA0'], gpuLayers: 'all' }] },
     { name: 'two replicas, one device: the second does not fit', nodes: [gpuNode('a', [['Vulkan0', 50 * MiB, 0]])], req: req({ count: 2 }), nodesOut: ['a'], reason: /^needs 36 MiB on a GPU per replica; largest free 14 MiB on a\/Vulkan0; 1 node checked; placed 1 of 2$/ },
   ];
