@@ -219,13 +219,18 @@ export function renderReplicas(rs: ReplicasJson): string {
 
 export function renderNodes(ns: NodesJson): string {
   if (ns.nodes.length === 0) return 'no nodes in the fleet spec';
+  const anyDevices = ns.nodes.some((n) => (n.devices?.length ?? 0) > 0);
   const rows = ns.nodes.map((n) => {
     const mem = n.memory ? `${formatBytes(n.memory.availableBytes)} of ${formatBytes(n.memory.totalBytes)}` : '-';
     const failures = Object.entries(n.engineInstallFailures).filter(([, c]) => c > 0);
     const problems = [...(n.error ? [reasonText(n.error)] : []), ...failures.map(([e, c]) => `${e}: ${plural(c, 'install failure')}`)];
-    return [n.name, n.transport ?? '-', n.reachable ? 'yes' : 'NO', mem, String(n.replicas), n.engines.length ? n.engines.join(', ') : '-', problems.length ? problems.join('; ') : '-'];
+    const devices = (n.devices ?? []).map((d) => `${d.name} ${formatBytes(Math.max(0, d.capacityBytes - d.reservedBytes))} of ${formatBytes(d.capacityBytes)}`);
+    const row = [n.name, n.transport ?? '-', n.reachable ? 'yes' : 'NO', mem, String(n.replicas), n.engines.length ? n.engines.join(', ') : '-', problems.length ? problems.join('; ') : '-'];
+    return anyDevices ? [...row.slice(0, 4), devices.length ? devices.join(', ') : '-', ...row.slice(4)] : row;
   });
-  const out = [table(['NODE', 'TRANSPORT', 'REACHABLE', 'MEMORY FREE', 'REPLICAS', 'ENGINES', 'PROBLEMS'], rows)];
+  // a DEVICES column (free for placement, of what it offers) where some node has a device
+  const head = ['NODE', 'TRANSPORT', 'REACHABLE', 'MEMORY FREE', 'REPLICAS', 'ENGINES', 'PROBLEMS'];
+  const out = [table(anyDevices ? [...head.slice(0, 4), 'DEVICES FREE', ...head.slice(4)] : head, rows)];
   const hints = [...new Set(ns.nodes.flatMap((n) => (n.error ? [`${n.error.code}: ${n.error.hint}`] : [])))];
   for (const h of hints) out.push(`hint: ${h}`);
   return out.join('\n');

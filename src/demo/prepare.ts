@@ -4,11 +4,12 @@
  * with an unknown architecture (it gets parked) and one too big for any machine (unplaceable).
  * The fleet is a real git repo under .llmgw/local/fleet: edit it and commit to change the fleet.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { dirname, join } from 'node:path';
 import git from 'isomorphic-git';
 import { writeTinyModel } from '../gguf/tiny-model.js';
+import { parseListDevices } from '../nodes/devices.js';
 import { packageRoot } from '../util/package-root.js';
 
 export interface LocalFleet {
@@ -30,8 +31,32 @@ export function ensureEngine(progress: (line: string) => void): Promise<string> 
   });
 }
 
-export function localFleetFiles(p: { engineBinary: string; modelsDir: string; nodeDir: string; demoSha: string; kevSha: string }): Record<string, string> {
+/**
+ * A device the demo can offload to: what the engine lists (`--list-devices`), also with
+ * GGML_VK_VISIBLE_DEVICES=0 (a CPU-type Vulkan device such as Mesa's lavapipe is listed only then).
+ * Returns the env the node needs, or why there is none.
+ */
+export function demoDevice(engineBinary: string): { device: string; env: Record<string, string> } | { none: string } {
+  const backends = fs.existsSync(dirname(engineBinary)) ? fs.readdirSync(dirname(engineBinary)).filter((f) => /^libggml-(vulkan|cuda|hip|metal|sycl)\.so$/.test(f)) : [];
+  if (backends.length === 0) return { none: `the engine (${dirname(engineBinary)}) has no GPU backend library beside llama-server (e.g. libggml-vulkan.so from @node-llama-cpp/linux-x64-vulkan)` };
+  for (const env of [{}, { GGML_VK_VISIBLE_DEVICES: '0' }] as Record<string, string>[]) {
+    const r = spawnSync(engineBinary, ['--list-devices'], { encoding: 'utf8', timeout: 15_000, env: { ...process.env, ...env } });
+    const d = parseListDevices(`${r.stdout ?? ''}\n${r.stderr ?? ''}`)[0];
+    if (d) return { device: `${d.name}: ${d.description}`, env };
+  }
+  return { none: `the engine's ${backends.join(', ')} lists no device on this machine` };
+}
+
+export function localFleetFiles(p: { engineBinary: string; modelsDir: string; nodeDir: string; demoSha: string; kevSha: string; gpu?: { device: string; env: Record<string, string> } }): Record<string, string> {
+  const env = p.gpu && Object.keys(p.gpu.env).length > 0 ? [`env: { ${Object.entries(p.gpu.env).map(([k, v]) => `${k}: "${v}"`).join(', ')} }`] : [];
+  const gpu: Record<string, string> = p.gpu
+    ? {
+        'profiles/gpu.yaml': ['# Every layer on the GPU llmgw picks (placement checks its device memory).', 'engine: llama-cpp@local', 'ctx_size: 1024', 'threads: 2', 'parallel: 2', 'memory_overhead: 256MiB', 'start_timeout: 120s', 'gpu_layers: all', ''].join('\n'),
+        'models/demo-gpu.yaml': [`# The tiny demo model offloaded to ${p.gpu.device}.`, `source: file://${p.modelsDir}/demo.gguf`, `sha256: ${p.demoSha}`, 'profile: gpu', 'replicas: 1', ''].join('\n'),
+      }
+    : {};
   return {
+    ...gpu,
     'fleet.yaml': [
       '# The local demo fleet: one machine, tiny models. Edit, `git commit`, and llmgw applies it.',
       'poll_interval: 5s',
@@ -42,7 +67,7 @@ export function localFleetFiles(p: { engineBinary: string; modelsDir: string; no
       'stop_grace: 5s',
       '',
     ].join('\n'),
-    'nodes/local.yaml': ['# This machine, without SSH.', 'transport: local', `data_dir: ${p.nodeDir}`, 'ports: { from: 28000, to: 28099 }', ''].join('\n'),
+    'nodes/local.yaml': ['# This machine, without SSH.', 'transport: local', `data_dir: ${p.nodeDir}`, 'ports: { from: 28000, to: 28099 }', ...env, ''].join('\n'),
     'engines/llama-cpp.yaml': ['# llama-server built by scripts/build-llama-server.sh', 'versions:', '  local:', `    path: ${p.engineBinary}`, ''].join('\n'),
     'profiles/small.yaml': ['engine: llama-cpp@local', 'ctx_size: 1024', 'threads: 2', 'parallel: 2', 'memory_overhead: 256MiB', 'start_timeout: 120s', ''].join('\n'),
     'models/demo.yaml': [
@@ -90,7 +115,11 @@ export async function prepareLocalFleet(home: string, progress: (line: string) =
   const kev = await writeTinyModel(join(modelsDir, 'kev-demo.gguf'), { seed: 2, architecture: 'kev' });
   if (fs.existsSync(join(fleetDir, '.git'))) return { home, fleetDir, stateDir, created: false };
 
-  const files = localFleetFiles({ engineBinary: join(engineDir, 'llama-server'), modelsDir, nodeDir, demoSha: demo.sha256, kevSha: kev.sha256 });
+  const engineBinary = join(engineDir, 'llama-server');
+  const gpu = demoDevice(engineBinary);
+  if ('none' in gpu) progress(`[llmgw] no GPU model in the demo: ${gpu.none}`);
+  else progress(`[llmgw] the demo includes demo-gpu, offloaded to ${gpu.device}`);
+  const files = localFleetFiles({ engineBinary, modelsDir, nodeDir, demoSha: demo.sha256, kevSha: kev.sha256, ...('none' in gpu ? {} : { gpu }) });
   fs.mkdirSync(fleetDir, { recursive: true });
   await git.init({ fs, dir: fleetDir, defaultBranch: 'main' });
   for (const [path, content] of Object.entries(files)) {

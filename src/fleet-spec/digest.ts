@@ -37,6 +37,12 @@ export function definitionDigest(source: string, sha256: string, profile: Profil
       embeddings: profile.embeddings,
       extraArgs: profile.extraArgs,
       cacheRamMiB: cacheRamMiB(profile.cacheRamBytes),
+      // device settings only where set: a profile without them keeps the digest it had
+      ...(profile.gpuLayers != null ? { gpuLayers: profile.gpuLayers } : {}),
+      ...((profile.devices?.length ?? 0) > 0 ? { devices: profile.devices } : {}),
+      ...(profile.splitMode != null ? { splitMode: profile.splitMode } : {}),
+      ...((profile.tensorSplit?.length ?? 0) > 0 ? { tensorSplit: profile.tensorSplit } : {}),
+      ...(profile.mainGpu != null ? { mainGpu: profile.mainGpu } : {}),
     },
   };
   return createHash('sha256').update(canonicalJson(definition)).digest('hex');

@@ -57,6 +57,8 @@ export function normalizeNode(name: string, file: string, raw: Raw): NodeSpec {
     capacity: { memoryBytes: size(capacity.memory), cpus: num(capacity.cpus) },
     dataDir: str(raw.data_dir),
     ports: { from: num(ports.from) ?? 20000, to: num(ports.to) ?? 20999 },
+    env: strMap(raw.env),
+    deviceMemory: Object.fromEntries(Object.entries(obj(capacity.devices)).map(([k, v]) => [k, size(v) ?? 0])),
   };
 }
 
@@ -96,6 +98,12 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
     memoryOverheadBytes: size(raw.memory_overhead) ?? 0,
     cacheRamBytes: size(raw.cache_ram) ?? 0,
     startTimeoutMs: dur(raw.start_timeout),
+    gpuLayers: raw.gpu_layers === 'all' || raw.gpu_layers === 'auto' ? raw.gpu_layers : num(raw.gpu_layers),
+    devices: (raw.devices as string[] | undefined) ?? [],
+    splitMode: raw.split_mode === 'none' || raw.split_mode === 'layer' || raw.split_mode === 'row' ? raw.split_mode : null,
+    tensorSplit: (raw.tensor_split as number[] | undefined) ?? [],
+    mainGpu: num(raw.main_gpu),
+    deviceCount: Math.max(1, ((raw.tensor_split as number[] | undefined) ?? []).length),
   };
 }
 

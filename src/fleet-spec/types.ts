@@ -45,6 +45,14 @@ export interface NodeSpec {
   /** Directory on the node holding engines, models and replica state. */
   readonly dataDir: string;
   readonly ports: { readonly from: number; readonly to: number };
+  /**
+   * Environment for the engine on this node: its device listing and every replica (e.g.
+   * GGML_VK_VISIBLE_DEVICES=0, which makes ggml list a CPU-type Vulkan device such as lavapipe).
+   * llmgw sets the visibility variables of a replica itself, from the devices placement chose.
+   */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Declared device memory per device name (e.g. Vulkan0), overriding what the engine reports. */
+  readonly deviceMemory?: Readonly<Record<string, number>>;
 }
 
 export type EngineInstall =
@@ -79,7 +87,21 @@ export interface ProfileSpec {
   /** llama-server's host-RAM prompt cache (--cache-ram), part of the replica's memory need; 0 disables it. */
   readonly cacheRamBytes: number;
   readonly startTimeoutMs: number;
+  /** (Device fields are optional for hand-built specs; the loader always sets them.) Layers offloaded to a device (-ngl): all, a number, auto (as many as fit); null: none (CPU only). */
+  readonly gpuLayers?: GpuLayers | null;
+  /** Which devices may be used: backend names (Vulkan, CUDA) or device names (Vulkan0); empty = any. */
+  readonly devices?: readonly string[];
+  /** -sm; null = llama-server's default. */
+  readonly splitMode?: 'none' | 'layer' | 'row' | null;
+  /** -ts proportions for several devices on one node; empty = llama-server's default. */
+  readonly tensorSplit?: readonly number[];
+  /** -mg; null = llama-server's default. */
+  readonly mainGpu?: number | null;
+  /** How many devices of one node a replica uses (1 unless tensor_split names more). */
+  readonly deviceCount?: number;
 }
+
+export type GpuLayers = 'all' | 'auto' | number;
 
 /** One entry of a model's replica schedule: from each firing of `cron` on, `replicas` replicas. */
 export interface ScheduleEntry {

@@ -31,7 +31,7 @@ export function publishedOf(s: FleetSnapshot): PublishedSnapshot {
     lastSyncError: s.lastSyncError,
     stateError: s.stateError,
     models: s.models.map(({ spec: _spec, ...m }) => m),
-    nodes: s.nodes.map(({ memory: _m, diskFreeBytes: _d, ...n }) => n),
+    nodes: s.nodes.map(({ memory: _m, diskFreeBytes: _d, ...n }) => (n.devices ? { ...n, devices: n.devices.map((d) => ({ ...d, freeBytes: null })) } : n)),
   };
 }
 

@@ -20,6 +20,7 @@ export const MetricNames = Object.freeze({
   nodeReachable: 'llmgw_node_reachable',
   nodeMemoryCapacityBytes: 'llmgw_node_memory_capacity_bytes',
   nodeMemoryAvailableBytes: 'llmgw_node_memory_available_bytes',
+  nodeDeviceMemoryBytes: 'llmgw_node_device_memory_bytes',
   nodeDiskFreeBytes: 'llmgw_node_disk_free_bytes',
   nodeEngineInstalls: 'llmgw_node_engine_installs',
   nodeEngineInstallFailuresTotal: 'llmgw_node_engine_install_failures_total',

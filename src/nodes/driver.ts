@@ -18,6 +18,9 @@
 import { createHash } from 'node:crypto';
 import type { ReasonCode } from '../errors/catalogue.js';
 import type { EngineVersionSpec, ProfileSpec } from '../fleet-spec/types.js';
+import type { DeviceObservation } from './devices.js';
+
+export type { DeviceObservation } from './devices.js';
 
 export type ReplicaState = 'starting' | 'ready' | 'failed';
 
@@ -51,6 +54,10 @@ export interface ReplicaObservation {
    * replica whose fingerprint is not the controller's key's refuses the router (401).
    */
   readonly keyFingerprint?: string;
+  /** The node's devices the replica was started on (node-level names, e.g. Vulkan0); absent/empty: none. */
+  readonly devices?: readonly string[];
+  /** Layers it was started with on them (-ngl), when it uses a device. */
+  readonly gpuLayers?: number | 'all';
 }
 
 /** The first 16 hex digits of sha256(key): tells keys apart without revealing them. */
@@ -62,6 +69,8 @@ export interface EngineObservation {
   readonly engine: string;
   readonly version: string;
   readonly binary: string;
+  /** What `llama-server --list-devices` of this engine reports on the node (empty: none, or not listable). */
+  readonly devices?: readonly DeviceObservation[];
 }
 
 export interface ModelFileObservation {
@@ -84,6 +93,8 @@ export interface NodeObservation {
   readonly engines: readonly EngineObservation[];
   readonly models: readonly ModelFileObservation[];
   readonly replicas: readonly ReplicaObservation[];
+  /** The devices the node's engines see, each name once (mergeDevices). */
+  readonly devices?: readonly DeviceObservation[];
   /** The node's owner record as this look found (and, when 'mine', renewed) it; absent when the driver has no fence. */
   readonly fence?: NodeFenceView;
 }
@@ -140,6 +151,12 @@ export interface ReplicaStartSpec {
   readonly apiKey: string;
   /** A fixed port (must be free); default: allocated from node.ports. */
   readonly port?: number;
+  /**
+   * The node's devices placement chose (e.g. ["Vulkan0"]) and the layers to offload to them (auto
+   * resolved to a number by placement). Absent or empty: the replica sees no device.
+   */
+  readonly devices?: readonly string[];
+  readonly gpuLayers?: number | 'all';
 }
 
 export interface ReplicaHandle {

@@ -8,6 +8,8 @@
  *   missing file   gguf_init_from_file: failed to open GGUF file '/x.gguf' (No such file or directory)
  *   load failure   llama_model_load_from_file_impl: failed to load model
  *   port in use    start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 41234
+ *   device OOM     vk::Device::allocateMemory: ErrorOutOfDeviceMemory / cudaMalloc failed: out of memory /
+ *                  failed to allocate Vulkan0 buffer of size … (before the host rule: it says "allocate" too)
  *   out of memory  failed to allocate … / unable to allocate … / std::bad_alloc / Cannot allocate memory
  */
 import type { ReasonCode } from '../errors/catalogue.js';
@@ -26,6 +28,7 @@ interface Rule {
 // also a failed load.
 const RULES: readonly Rule[] = [
   { code: 'REPLICA_UNKNOWN_ARCHITECTURE', test: /unknown model architecture/i },
+  { code: 'REPLICA_DEVICE_OUT_OF_MEMORY', test: /ErrorOutOfDeviceMemory|OutOfDeviceMemory|cudaMalloc failed|CUDA error: out of memory|(failed|unable) to allocate (Vulkan|CUDA)\d+ buffer|ggml_vulkan: (Device memory allocation|.*out of memory)/i },
   { code: 'REPLICA_OUT_OF_MEMORY', test: /failed to allocate|unable to allocate|std::bad_alloc|cannot allocate memory|out of memory|failed to initialize the context|\boom\b/i },
   { code: 'REPLICA_PORT_IN_USE', test: /couldn't bind HTTP server socket|address already in use/i },
   { code: 'REPLICA_MODEL_LOAD_FAILED', test: /failed to open GGUF file|No such file or directory|failed to load model|error loading model|invalid magic|not a GGUF file|failed to read/i },

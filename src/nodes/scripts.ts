@@ -63,7 +63,7 @@ function fenceAct(fence: Fence | null | undefined, hold = false): string {
  * when it is this fence's (the heartbeat), claims it when there is none or it expired, and leaves
  * another owner's or a newer epoch's record as it is; the `fence` section reports it.
  */
-export function observeScript(dataDir: string, nonce: string, logLines: number, fence?: Fence | null): string {
+export function observeScript(dataDir: string, nonce: string, logLines: number, fence?: Fence | null, env: Readonly<Record<string, string>> = {}): string {
   const m = `@@${nonce}`;
   const look = fence
     ? `llmgw_fence_lock; llmgw_fence_check look; llmgw_fence_unlock
@@ -87,6 +87,12 @@ for f in "$d"/engines/*/*/.complete; do
   [ -f "$f" ] || continue
   v=\${f%/.complete}; e=\${v%/*}
   echo ${shq(`${m} engine`)}; printf '%s\\n' "\${e##*/}" "\${v##*/}"; head -n 1 "$f"
+  # the devices this engine sees (its ggml backends, with the node's env), bounded in time
+  b=$(head -n 1 "$f")
+  if [ -x "$b" ]; then
+    echo ${shq(`${m} devices`)}
+    ( ${envExports(env)}if command -v timeout >/dev/null 2>&1; then timeout 15 "$b" --list-devices; else "$b" --list-devices; fi ) </dev/null 2>&1 | grep -E '^[[:space:]]+[A-Za-z][A-Za-z_-]*[0-9]+: ' | head -n 64
+  fi
 done
 for f in "$d"/models/*.gguf; do
   [ -f "$f" ] || continue
@@ -95,6 +101,21 @@ done
 ${replicaLoop(m, logLines)}
 echo ${shq(`${m} end`)}
 `;
+}
+
+/** Environment variable names the scripts accept (the node schema's pattern). */
+export const ENV_NAME_RE = /^[A-Z][A-Z0-9_]{0,63}$/;
+/** Names the scripts refuse: the engine key's (LLAMA_*), the loader's, and the shell's own. */
+export const ENV_DENIED_RE = /^(LLAMA_|LD_)|^(PATH|IFS|ENV|BASH_ENV|SHELLOPTS|PS4|CDPATH|HOME)$/;
+
+/** `export K='v'; …` for a node's env (names checked, values quoted). */
+export function envExports(env: Readonly<Record<string, string>>): string {
+  let out = '';
+  for (const [k, v] of Object.entries(env).sort(([a], [b]) => a.localeCompare(b))) {
+    if (!ENV_NAME_RE.test(k) || ENV_DENIED_RE.test(k)) throw new Error(`environment variable name ${JSON.stringify(k)} is not allowed`);
+    out += `${k}=${shq(v)}; export ${k}; `;
+  }
+  return out;
 }
 
 function replicaLoop(m: string, logLines: number): string {
@@ -145,6 +166,8 @@ export interface StartScriptInput {
   readonly stateHead: string;
   /** Checked under the owner lock, which is held through the launch. */
   readonly fence?: Fence | null;
+  /** The replica's environment (the node's env, then the device visibility llmgw chose). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -199,6 +222,7 @@ IFS= read -r key || true
 for v in $(env | sed -n 's/^\\(LLAMA_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset "$v" 2>/dev/null || true; done
 if [ -n "$key" ]; then LLAMA_API_KEY=$key; export LLAMA_API_KEY; fi
 key=
+${envExports(s.env ?? {})}
 cd "$r" || exit 1
 : >log
 started=$(date +%s)

@@ -23,6 +23,7 @@ import type {
 } from './driver.js';
 import { engineKeyFingerprint } from './driver.js';
 import { classifyFailure } from './failure.js';
+import { mergeDevices, parseListDevices, replicaDeviceSetup } from './devices.js';
 import { checkFence, EXIT_FENCE_REFUSED, fenceError, parseFenceSection, refusalOf } from './fence.js';
 import { parseProcNetTcp, pickPort } from './ports.js';
 import {
@@ -101,6 +102,9 @@ interface ReplicaState {
   readonly startedAt: number;
   /** engineKeyFingerprint of the key it was started with; null when not recorded. */
   readonly keyFingerprint: string | null;
+  /** The node's devices it was started on ([] = none) and its -ngl there. */
+  readonly devices: readonly string[];
+  readonly gpuLayers: number | 'all' | null;
 }
 
 interface Inspection {
@@ -147,7 +151,7 @@ export class ShellNodeDriver implements NodeDriver {
     const at = Date.now();
     const nonce = randomBytes(8).toString('hex');
     const fence = this.fence();
-    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence), 'observe', { timeoutMs: this.timeouts.observeMs });
+    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence, this.spec.env ?? {}), 'observe', { timeoutMs: this.timeouts.observeMs });
     const sections = parseSections(res.stdout, nonce);
     if (sections.length === 0 || sections[sections.length - 1]!.name !== 'end') {
       throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: observe: truncated output`, { node: this.node, stderr: tailOf(res.stderr, 20) });
@@ -189,6 +193,12 @@ export class ShellNodeDriver implements NodeDriver {
           if (engine && version && binary) engines.push({ engine, version, binary });
           break;
         }
+        case 'devices': {
+          const last = engines[engines.length - 1];
+          const devices = parseListDevices(s.lines.join('\n'));
+          if (last && devices.length > 0) engines[engines.length - 1] = { ...last, devices };
+          break;
+        }
         case 'model': {
           const [path, size] = s.lines;
           const m = path === undefined ? null : /\/([0-9a-f]{64})\.gguf$/.exec(path);
@@ -226,6 +236,7 @@ export class ShellNodeDriver implements NodeDriver {
       arch,
       diskFreeBytes,
       engines,
+      ...(engines.some((e) => e.devices) ? { devices: mergeDevices(engines.map((e) => e.devices ?? [])) } : {}),
       models,
       replicas,
       ...(fenceView !== null ? { fence: fenceView } : {}),
@@ -243,6 +254,7 @@ export class ShellNodeDriver implements NodeDriver {
     const base = {
       id, model: st.model, digest: st.digest, port: st.port, pid: st.pid, startedAt: st.startedAt, endpoint: this.endpoint(st.port),
       ...(st.keyFingerprint !== null ? { keyFingerprint: st.keyFingerprint } : {}),
+      ...(st.devices.length > 0 ? { devices: st.devices, ...(st.gpuLayers !== null ? { gpuLayers: st.gpuLayers } : {}) } : {}),
     };
     if (!alive) return { ...base, state: 'failed', failure: failureOf(logTail) };
     const code = await this.health(st.port);
@@ -367,8 +379,11 @@ export class ShellNodeDriver implements NodeDriver {
         version: 1, id: spec.id, model: spec.model, digest: spec.digest, port, argv,
         log: `${this.dataDir}/replicas/${spec.id}/log`, bindHost: this.bindHost,
         keyFingerprint: engineKeyFingerprint(spec.apiKey),
+        ...((spec.devices?.length ?? 0) > 0 ? { devices: spec.devices, gpuLayers: spec.gpuLayers ?? 'all' } : {}),
       }).replace(/\}$/, '');
-      const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead, fence }), {
+      // the node's env, then the visibility of the devices placement chose (none: nothing visible)
+      const env = { ...(this.spec.env ?? {}), ...replicaDeviceSetup(spec.devices ?? [], this.spec.env ?? {}).env };
+      const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead, fence, env }), {
         stdin: `${spec.apiKey}\n`,
         timeoutMs: this.timeouts.opMs,
       });
@@ -541,7 +556,27 @@ export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: numb
     ...(p.batchSize !== null ? ['-b', n(p.batchSize)] : []),
     ...(p.embeddings ? ['--embeddings'] : []),
     '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
+    ...deviceArgv(spec, n),
     ...p.extraArgs,
+  ];
+}
+
+/**
+ * --device/-ngl (and -sm/-ts/-mg) for a replica placed on devices; the devices are named as the
+ * replica sees them (its visibility env makes the first chosen device its device 0).
+ */
+function deviceArgv(spec: ReplicaStartSpec, n: (x: number) => string): string[] {
+  const devices = spec.devices ?? [];
+  if (devices.length === 0) return [];
+  const p = spec.profile;
+  const { deviceArgs } = replicaDeviceSetup(devices, {});
+  const layers = spec.gpuLayers ?? 'all';
+  return [
+    '--device', deviceArgs.join(','),
+    '-ngl', layers === 'all' ? 'all' : n(layers),
+    ...(p.splitMode != null ? ['-sm', p.splitMode] : []),
+    ...((p.tensorSplit?.length ?? 0) > 0 ? ['-ts', p.tensorSplit!.join(',')] : []),
+    ...(p.mainGpu != null ? ['-mg', n(p.mainGpu)] : []),
   ];
 }
 
@@ -589,6 +624,8 @@ function parseState(text: string): ReplicaState | null {
       argv: Array.isArray(j['argv']) ? (j['argv'] as unknown[]).map(String) : [], log: str('log'),
       pid: num('pid'), procStartTime: num('procStartTime'), startedAt: num('startedAt'),
       keyFingerprint: /^[0-9a-f]{16}$/.test(str('keyFingerprint')) ? str('keyFingerprint') : null,
+      devices: Array.isArray(j['devices']) ? (j['devices'] as unknown[]).map(String).filter((d) => /^[A-Za-z][A-Za-z_-]*[0-9]+$/.test(d)) : [],
+      gpuLayers: j['gpuLayers'] === 'all' ? 'all' : typeof j['gpuLayers'] === 'number' ? (j['gpuLayers'] as number) : null,
     };
     if (!Number.isInteger(st.port) || !Number.isInteger(st.pid)) return null;
     return st;

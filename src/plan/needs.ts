@@ -7,12 +7,12 @@
  */
 import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
-import { replicaMemory, shapeFromMetadata, type GgufShape } from '../reconciler/memory.js';
+import { estimateOf, shapeOfHeader, type DeviceNeed, type GgufShape } from '../reconciler/memory.js';
 import { resolveModelSource } from '../nodes/sources.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { formatDuration } from '../fleet-spec/units.js';
 
-export type Need = { readonly bytes: number; readonly from: 'override' | 'header' | 'status' } | { readonly error: string };
+export type Need = { readonly bytes: number; readonly from: 'override' | 'header' | 'status'; readonly device?: DeviceNeed } | { readonly error: string };
 
 export interface NeedsOptions {
   /** Per model header read (default 10 s). */
@@ -27,8 +27,8 @@ async function readHeader(source: string, signal: AbortSignal): Promise<GgufShap
   const src = resolveModelSource(source);
   if (src.kind === 'file') {
     try {
-      const [{ metadata }, st] = await Promise.all([gguf(src.path, { allowLocalFile: true }), stat(src.path)]);
-      return shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size);
+      const [h, st] = await Promise.all([gguf(src.path, { allowLocalFile: true }), stat(src.path)]);
+      return shapeOfHeader(h, st.size);
     } catch (e) {
       if ((e as { code?: unknown }).code === 'ENOENT') throw new Error(`${src.path} is not on this machine (a file:// source is read on the nodes)`);
       throw e;
@@ -42,8 +42,8 @@ async function readHeader(source: string, signal: AbortSignal): Promise<GgufShap
     throw new Error(`HEAD ${src.url} answered ${head.status}${denied} without a size`);
   }
   const withSignal = (input: string | URL | Request, init?: RequestInit): Promise<Response> => fetch(input, { ...init, signal });
-  const { metadata } = await gguf(src.url, { fetch: withSignal as typeof fetch });
-  return shapeFromMetadata(metadata as unknown as Record<string, unknown>, len);
+  const h = await gguf(src.url, { fetch: withSignal as typeof fetch });
+  return shapeOfHeader(h, len);
 }
 
 /** One model's need. */
@@ -52,7 +52,7 @@ export async function needOf(spec: FleetSpec, m: ModelSpec, timeoutMs: number = 
   const profile = spec.profiles[m.profile]!;
   const signal = AbortSignal.timeout(timeoutMs);
   try {
-    return { bytes: replicaMemory(await readHeader(m.source, signal), profile), from: 'header' };
+    return { ...estimateOf(await readHeader(m.source, signal), profile), from: 'header' };
   } catch (e) {
     const why = signal.aborted ? `timed out after ${formatDuration(timeoutMs)}` : e instanceof Error ? e.message : String(e);
     return { error: `memory need unknown: could not read the GGUF header of ${m.source} (${why}); set memory: in ${m.file}` };

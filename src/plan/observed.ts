@@ -27,6 +27,8 @@ export interface ObservedNode {
   readonly memoryTotalBytes: number | null;
   /** "engine@version" installed. */
   readonly engines: readonly string[];
+  /** The devices its engines list (capacity only). */
+  readonly devices?: readonly { readonly name: string; readonly totalBytes: number }[];
 }
 
 export interface ObservedFleet {
@@ -47,7 +49,7 @@ export interface ObservedFleet {
  */
 export function observedFromPlanStatus(status: PlanStatus, meta: { readonly source: string; readonly writtenAt: number | null; readonly appliedRevision: string | null }): ObservedFleet {
   const nodes: Record<string, ObservedNode> = {};
-  for (const [name, n] of Object.entries(status.nodes)) nodes[name] = { name, reachable: n.reachable, memoryTotalBytes: n.memory?.totalBytes ?? null, engines: n.engines };
+  for (const [name, n] of Object.entries(status.nodes)) nodes[name] = { name, reachable: n.reachable, memoryTotalBytes: n.memory?.totalBytes ?? null, engines: n.engines, devices: n.devices ?? [] };
   const models: Record<string, ObservedModel> = {};
   for (const [name, m] of Object.entries(status.models)) {
     const replicas = m.replicas.filter((r) => r.phase !== 'failed' && r.phase !== 'stopping').map((r) => ({ node: r.node, digest: r.digest, ready: r.phase === 'ready' }));

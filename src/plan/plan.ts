@@ -5,6 +5,7 @@
  * (simulate.ts) — where each model's replicas go: fits, fits after evicting idle on-demand
  * replicas, or fits nowhere.
  */
+import type { DeviceNeed } from '../reconciler/memory.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { formatDuration } from '../fleet-spec/units.js';
 import { scheduleInForce } from '../schedule/schedule.js';
@@ -216,11 +217,14 @@ export function planChanges(input: {
     const n = input.needs[m.name];
     memory[m.name] = m.memoryBytes ?? (n && 'bytes' in n ? n.bytes : null) ?? observed?.models[m.name]?.memoryBytes ?? null;
   }
+  const deviceNeeds: Record<string, DeviceNeed> = {};
+  for (const [name, n] of Object.entries(input.needs)) if (n && 'bytes' in n && n.device) deviceNeeds[name] = n.device;
   const sim = simulateMerge({
     base,
     head,
     observed,
     memory,
+    deviceNeeds,
     unparks: new Set(models.filter((m) => m.unparks).map((m) => m.model)),
     changed: new Set(models.filter((m) => m.change === 'added' || m.change === 'changed').map((m) => m.model)),
     now,

@@ -6,6 +6,7 @@
  * On-demand models that run count as recently used; a changed on-demand model counts as just
  * asked for (its placement is what a request would get).
  */
+import type { DeviceNeed } from '../reconciler/memory.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import type { ReplicaObservation } from '../nodes/driver.js';
 import { initialHealth, type ModelHealth } from '../reconciler/health.js';
@@ -60,6 +61,8 @@ export interface SimulationInput {
   readonly observed: ObservedFleet | null;
   /** Memory per replica, per model (base and head); null = unknown. */
   readonly memory: Readonly<Record<string, number | null>>;
+  /** Device need of the models whose profile offloads layers (where the header was read). */
+  readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   /** Models the merge unparks (definition change or retry). */
   readonly unparks: ReadonlySet<string>;
   /** Models the merge adds or changes (on-demand ones count as asked for). */
@@ -75,12 +78,21 @@ function plannerNodes(spec: FleetSpec, observed: ObservedFleet | null, replicas:
       name: n.name,
       reachable: o ? o.reachable : true,
       memoryTotalBytes: o?.memoryTotalBytes ?? null,
-      replicas: mine.map((r, i): ReplicaObservation => ({ id: `${r.model}@${r.node}#${i}`, model: r.model, digest: r.digest, port: 0, pid: 0, startedAt: now - 3_600_000 + i, endpoint: '', state: 'ready' })),
+      devices: o?.devices ?? [],
+      // a replica of a GPU profile is taken to hold all its layers on the node's first device
+      replicas: mine.map((r, i): ReplicaObservation => ({ id: `${r.model}@${r.node}#${i}`, model: r.model, digest: r.digest, port: 0, pid: 0, startedAt: now - 3_600_000 + i, endpoint: '', state: 'ready', ...simDevices(spec, r.model, o?.devices ?? []) })),
     };
   });
 }
 
-function pass(spec: FleetSpec, nodes: PlannerNode[], health: Record<string, ModelHealth>, demand: Record<string, Demand>, memory: Readonly<Record<string, number | null>>, now: number) {
+function simDevices(spec: FleetSpec, model: string, devices: readonly { readonly name: string }[]): Pick<ReplicaObservation, 'devices' | 'gpuLayers'> {
+  const m = spec.models[model];
+  const p = m ? spec.profiles[m.profile] : undefined;
+  const first = devices[0];
+  return p && p.gpuLayers != null && p.gpuLayers !== 0 && first ? { devices: [first.name], gpuLayers: 'all' } : {};
+}
+
+function pass(spec: FleetSpec, nodes: PlannerNode[], health: Record<string, ModelHealth>, demand: Record<string, Demand>, memory: Readonly<Record<string, number | null>>, now: number, deviceNeeds?: Readonly<Record<string, DeviceNeed>>) {
   let n = 0;
   return planPass({
     spec,
@@ -92,6 +104,7 @@ function pass(spec: FleetSpec, nodes: PlannerNode[], health: Record<string, Mode
     restarts: new Set(),
     draining: {},
     memory,
+    ...(deviceNeeds ? { deviceNeeds } : {}),
     accountedFailures: new Set(),
     now,
     newReplicaId: (model) => `sim-${model}-${n++}`,
@@ -113,7 +126,7 @@ function baseReplicas(input: SimulationInput): { replicas: SimReplica[]; usage: 
   // On-demand models the status counts replicas of were in use: place them too.
   const demand: Record<string, Demand> = {};
   for (const m of Object.values(base.models)) if (m.scaling.mode === 'on_demand' && (observed?.models[m.name]?.running ?? 0) > 0) demand[m.name] = { lastRequestAt: input.now - 1 };
-  const out = pass(base, plannerNodes(base, observed, [], input.now), health, demand, input.memory, input.now);
+  const out = pass(base, plannerNodes(base, observed, [], input.now), health, demand, input.memory, input.now, input.deviceNeeds);
   const replicas = out.actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start').map((a) => ({ model: a.model, node: a.node, digest: a.digest }));
   return { replicas, usage: 'assumed' };
 }
@@ -131,7 +144,7 @@ export function simulateMerge(input: SimulationInput): Simulation {
     else if (replicas.some((r) => r.model === m.name)) demand[m.name] = { lastRequestAt: now - 1 };
   }
   const nodes = plannerNodes(head, observed, replicas, now);
-  const out = pass(head, nodes, health, demand, input.memory, now);
+  const out = pass(head, nodes, health, demand, input.memory, now, input.deviceNeeds);
   const mem = (model: string): number => input.memory[model] ?? 0;
 
   const starts = out.actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start');

@@ -7,7 +7,7 @@ import type { ModelJson, NodeJson, StatusFleetJson, StatusModelJson } from '../w
 
 export interface PlanStatus {
   readonly models: Readonly<Record<string, Pick<StatusModelJson, 'memoryBytes' | 'parked' | 'replicas'>>>;
-  readonly nodes: Readonly<Record<string, { readonly reachable: boolean; readonly memory: { readonly totalBytes: number } | null; readonly engines: readonly string[] }>>;
+  readonly nodes: Readonly<Record<string, { readonly reachable: boolean; readonly memory: { readonly totalBytes: number } | null; readonly engines: readonly string[]; readonly devices?: readonly { readonly name: string; readonly totalBytes: number }[] }>>;
 }
 
 export class StatusFormatError extends Error {}
@@ -31,7 +31,8 @@ function nodesOf(list: readonly unknown[], where: string): PlanStatus['nodes'] {
   for (const n of list) {
     if (!isObject(n) || typeof n.name !== 'string' || typeof n.reachable !== 'boolean') throw new StatusFormatError(`${where}: a node entry is not an llmgw node (name, reachable, …)`);
     const j = n as unknown as NodeJson;
-    out[j.name] = { reachable: j.reachable, memory: j.memory ? { totalBytes: j.memory.totalBytes } : null, engines: Array.isArray(j.engines) ? j.engines : [] };
+    const devices = Array.isArray(j.devices) ? j.devices.filter((d) => isObject(d) && typeof d.name === 'string' && typeof d.totalBytes === 'number').map((d) => ({ name: d.name, totalBytes: d.totalBytes })) : [];
+    out[j.name] = { reachable: j.reachable, memory: j.memory ? { totalBytes: j.memory.totalBytes } : null, engines: Array.isArray(j.engines) ? j.engines : [], devices };
   }
   return out;
 }

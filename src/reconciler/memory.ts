@@ -23,6 +23,86 @@ export interface GgufShape {
   readonly headCountKv: number;
   readonly keyLength: number;
   readonly valueLength: number;
+  /** From the tensor table, when it was read: what a device holds per layer (see deviceNeedOf). */
+  readonly tensors?: TensorShape;
+}
+
+export interface TensorShape {
+  readonly embeddingLength: number;
+  readonly feedForwardLength: number;
+  readonly vocabSize: number;
+  /** Weight bytes of each repeating layer (blk.N.*). */
+  readonly layerBytes: readonly number[];
+  /** The output layer's weights (output.weight, output_norm.weight; token_embd when output is tied). */
+  readonly outputBytes: number;
+}
+
+/**
+ * What a replica needs on a device, per layer, so placement can size any -ngl (pure data). Matches
+ * llama.cpp's split (checked against its load log): `-ngl N` (N ≥ 1) puts the output layer and the
+ * last min(N, n_layer + 1) − 1 repeating layers (weights and their KV cache) on the device;
+ * token_embd stays on the host.
+ */
+export interface DeviceNeed {
+  /** Weights + KV cache of each repeating layer on the device. */
+  readonly perLayer: readonly number[];
+  readonly outputBytes: number;
+  /** Compute-buffer estimate (grows with ctx × ubatch). */
+  readonly computeBytes: number;
+  /** Host bytes saved per offloaded repeating layer (its weights + KV no longer on the host). */
+  readonly hostPerLayer: readonly number[];
+}
+
+/** llama-server's -ngl for `all` (every repeating layer and the output layer). */
+export function allLayers(need: DeviceNeed): number {
+  return need.perLayer.length + 1;
+}
+
+/** Bytes on the device for `-ngl n` (0: nothing, no device used). */
+export function deviceBytesFor(need: DeviceNeed, n: number): number {
+  if (n <= 0) return 0;
+  const nl = need.perLayer.length;
+  let b = need.computeBytes + need.outputBytes;
+  for (let i = nl - offloadedBlocks(nl, n); i < nl; i++) b += need.perLayer[i]!;
+  return b;
+}
+
+/** Repeating layers on the device for -ngl n: the output layer counts as the first of n. */
+function offloadedBlocks(nl: number, n: number): number {
+  return Math.max(0, Math.min(n, nl + 1) - 1);
+}
+
+/** The most layers (-ngl) that fit in `free` bytes of a device; 0 when not even one. */
+export function layersFitting(need: DeviceNeed, free: number): number {
+  for (let n = allLayers(need); n > 0; n--) if (deviceBytesFor(need, n) <= free) return n;
+  return 0;
+}
+
+/** Host bytes a replica no longer needs with `-ngl n` (offloaded weights and KV cache). */
+export function hostSavedFor(need: DeviceNeed, n: number): number {
+  if (n <= 0) return 0;
+  const nl = need.hostPerLayer.length;
+  let b = need.outputBytes;
+  for (let i = nl - offloadedBlocks(nl, n); i < nl; i++) b += need.hostPerLayer[i]!;
+  return b;
+}
+
+/**
+ * The device need of a replica of this shape with this profile, or null without a tensor table.
+ * Compute buffer, fitted against llama-server's own reports on the Vulkan backend (flash attention
+ * on, its default): ubatch × 4 B × max(2·n_embd + 3·n_ff, n_vocab + n_embd) (the largest live
+ * activations: a layer's FFN, or the logits) + ctx × ubatch × 2 B (the attention mask), with
+ * ubatch = min(512, batch, ctx).
+ */
+export function deviceNeedOf(shape: GgufShape, profile: Pick<ProfileSpec, 'ctxSize' | 'batchSize'>): DeviceNeed | null {
+  const t = shape.tensors;
+  if (!t || t.layerBytes.length === 0) return null;
+  const kvPerLayer = shape.layers > 0 ? kvCacheBytes(shape, profile.ctxSize) / shape.layers : 0;
+  const ubatch = Math.min(512, profile.batchSize ?? 2048, profile.ctxSize);
+  const widest = Math.max(2 * t.embeddingLength + 3 * t.feedForwardLength, t.vocabSize + t.embeddingLength);
+  const computeBytes = ubatch * 4 * widest + profile.ctxSize * ubatch * 2;
+  const perLayer = t.layerBytes.map((b) => b + kvPerLayer);
+  return { perLayer, outputBytes: t.outputBytes, computeBytes, hostPerLayer: perLayer };
 }
 
 /** KV cache in f16 for `ctx` tokens (shared by the parallel slots, as llama-server allocates it). */
@@ -40,6 +120,50 @@ function num(v: unknown): number | null {
   if (typeof v === 'bigint') return Number(v);
   if (Array.isArray(v) && v.length) return num(v[0]); // per-layer arrays: take the first
   return null;
+}
+
+interface TensorInfoLike {
+  readonly name: string;
+  readonly shape: readonly (bigint | number)[];
+  readonly offset: bigint | number;
+}
+
+/** Per-layer weight bytes from the tensor table (each tensor's size is the distance to the next one's data). */
+export function tensorShapeOf(
+  metadata: Record<string, unknown>, infos: readonly TensorInfoLike[], dataOffset: number, fileBytes: number,
+): TensorShape | undefined {
+  if (infos.length === 0 || fileBytes <= 0) return undefined;
+  const arch = String(metadata['general.architecture'] ?? 'llama');
+  const sorted = [...infos].sort((a, b) => Number(a.offset) - Number(b.offset));
+  const size = new Map<string, number>();
+  sorted.forEach((t, i) => {
+    const end = i + 1 < sorted.length ? Number(sorted[i + 1]!.offset) : fileBytes - dataOffset;
+    size.set(t.name, Math.max(0, end - Number(t.offset)));
+  });
+  const layers = num(metadata[`${arch}.block_count`]) ?? 0;
+  const layerBytes = new Array<number>(layers).fill(0);
+  for (const [name, b] of size) {
+    const m = /^blk\.(\d+)\./.exec(name);
+    if (m && Number(m[1]) < layers) layerBytes[Number(m[1])]! += b;
+  }
+  const outputBytes = (size.get('output.weight') ?? size.get('token_embd.weight') ?? 0) + (size.get('output_norm.weight') ?? 0);
+  const embd = sorted.find((t) => t.name === 'token_embd.weight');
+  const vocab = num(metadata[`${arch}.vocab_size`]) ?? (embd ? Number(embd.shape[1] ?? 0) : 0) ?? 0;
+  return {
+    embeddingLength: num(metadata[`${arch}.embedding_length`]) ?? 0,
+    feedForwardLength: num(metadata[`${arch}.feed_forward_length`]) ?? 0,
+    vocabSize: vocab || (Array.isArray(metadata['tokenizer.ggml.tokens']) ? (metadata['tokenizer.ggml.tokens'] as unknown[]).length : 0),
+    layerBytes,
+    outputBytes,
+  };
+}
+
+/** The shape from a parsed header (gguf()'s result): metadata, and the tensor table where given. */
+export function shapeOfHeader(h: { metadata: unknown; tensorInfos?: readonly TensorInfoLike[]; tensorDataOffset?: bigint | number }, fileBytes: number): GgufShape {
+  const metadata = h.metadata as Record<string, unknown>;
+  const base = shapeFromMetadata(metadata, fileBytes);
+  const tensors = h.tensorInfos && h.tensorDataOffset !== undefined ? tensorShapeOf(metadata, h.tensorInfos, Number(h.tensorDataOffset), fileBytes) : undefined;
+  return tensors ? { ...base, tensors } : base;
 }
 
 export function shapeFromMetadata(metadata: Record<string, unknown>, fileBytes: number): GgufShape {
@@ -72,8 +196,8 @@ async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShap
     const body = r.data.buffer.slice(r.data.byteOffset, r.data.byteOffset + r.data.byteLength) as ArrayBuffer;
     return new Response(body, { status: 206, headers: { 'content-range': `bytes ${start}-${start + r.data.length - 1}/${r.size}` } });
   };
-  const { metadata } = await gguf(`https://node.llmgw.invalid${encodeURI(path)}`, { fetch: fetchRange as typeof fetch });
-  return shapeFromMetadata(metadata as unknown as Record<string, unknown>, size);
+  const h = await gguf(`https://node.llmgw.invalid${encodeURI(path)}`, { fetch: fetchRange as typeof fetch });
+  return shapeOfHeader(h, size);
 }
 
 /** fetch with a deadline; a timeout is reported as "<what> timed out after N s". */
@@ -98,8 +222,8 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
   if (src.kind === 'file') {
     const path = src.path;
     try {
-      const [{ metadata }, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
-      return shapeFromMetadata(metadata as unknown as Record<string, unknown>, st.size);
+      const [h, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
+      return shapeOfHeader(h, st.size);
     } catch (e) {
       if ((e as { code?: unknown }).code !== 'ENOENT') throw e;
     }
@@ -134,11 +258,26 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
     for (const [k, v] of Object.entries(auth)) headers.set(k, v);
     return timed(input, { ...init, headers });
   };
-  const { metadata } = await gguf(url, { fetch: withAuth as typeof fetch });
-  return shapeFromMetadata(metadata as unknown as Record<string, unknown>, len);
+  const h = await gguf(url, { fetch: withAuth as typeof fetch });
+  return shapeOfHeader(h, len);
 }
 
-export type MemoryEstimate = { readonly bytes: number } | { readonly error: string };
+/**
+ * bytes: the host need per replica (with a fixed gpu_layers, less what is offloaded); device: what
+ * it needs on a device (profiles with gpu_layers, when the tensor table was read).
+ */
+export type MemoryEstimate = { readonly bytes: number; readonly device?: DeviceNeed } | { readonly error: string };
+
+/** The estimate for a shape and profile: the host need and, with gpu_layers, the device need. */
+export function estimateOf(shape: GgufShape, profile: ProfileSpec): { bytes: number; device?: DeviceNeed } {
+  const host = replicaMemory(shape, profile);
+  if (profile.gpuLayers == null || profile.gpuLayers === 0) return { bytes: host };
+  const device = deviceNeedOf(shape, profile);
+  if (device === null) return { bytes: host };
+  // auto: as many layers as fit where it is placed; the host keeps room for all of them (conservative)
+  const n = profile.gpuLayers === 'all' ? allLayers(device) : profile.gpuLayers === 'auto' ? 0 : profile.gpuLayers;
+  return { bytes: Math.max(0, host - hostSavedFor(device, n)), device };
+}
 
 export interface MemoryEstimatorOptions {
   /** Deadline of each HTTP read of a GGUF header (HEAD, each range request); default 5 s. */
@@ -178,7 +317,8 @@ export class MemoryEstimator {
     nodeReaders: () => readonly RangeReader[] = () => [],
     token: () => Promise<string | null> = async () => null,
   ): Promise<MemoryEstimate> {
-    if (model.memoryBytes !== null) return { bytes: model.memoryBytes };
+    // an override is the host need; with gpu_layers the header is still read for the device need
+    if (model.memoryBytes !== null && (profile.gpuLayers == null || profile.gpuLayers === 0)) return { bytes: model.memoryBytes };
     const key = `${model.sha256}|${model.source}`;
     const failed = this.failed.get(key);
     if (failed && this.clock() < failed.retryAt) return { error: failed.error };
@@ -192,7 +332,8 @@ export class MemoryEstimator {
     try {
       const shape = await p;
       this.failed.delete(key);
-      return { bytes: replicaMemory(shape, profile) };
+      const e = estimateOf(shape, profile);
+      return model.memoryBytes !== null ? { ...e, bytes: model.memoryBytes } : e;
     } catch (e) {
       const why = e instanceof Error ? e.message : String(e);
       // file:// sources are read on the controller or over the nodes' shells (which have their own

@@ -71,11 +71,50 @@ export class NodeFleet {
     });
   }
 
+  private readonly deviceInstalls = new Set<string>();
+
+  /**
+   * devices (#24): a node's devices are what its installed engines list, so a GPU profile's engine
+   * is installed ahead of placement on every reachable node its models may use (the selector
+   * matches) that lacks it; `onInstalled` (a new pass) runs when one finishes. Until then the node's
+   * devices are unknown and placement finds no device there.
+   */
+  prepareDeviceEngines(spec: FleetSpec, log: Logger, onInstalled: () => void): void {
+    for (const m of Object.values(spec.models)) {
+      const p = spec.profiles[m.profile];
+      const v = p && spec.engines[p.engine]?.versions[p.engineVersion];
+      if (!p || !v || p.gpuLayers == null || p.gpuLayers === 0) continue;
+      for (const n of Object.values(spec.nodes)) {
+        const ns = this.states.get(n.name);
+        if (!ns?.reachable || !ns.obs || !selectorMatches(m.nodeSelector, n.labels)) continue;
+        if (ns.obs.engines.some((e) => e.engine === v.engine && e.version === v.version)) continue;
+        const key = `${n.name}|${v.engine}@${v.version}`;
+        if (this.deviceInstalls.has(key)) continue;
+        this.deviceInstalls.add(key);
+        log.info({ node: n.name, engine: v.engine, version: v.version, model: m.name }, 'installing a GPU profile\'s engine to list the node\'s devices');
+        void this.driver(n).ensureEngine(v).then(
+          () => {
+            this.deviceInstalls.delete(key);
+            onInstalled();
+          },
+          (e: unknown) => {
+            const r = reasonOf(e);
+            log.warn({ node: n.name, engine: v.engine, version: v.version, code: r.code, reason: r.message }, 'engine install for device listing failed: tried again in a minute');
+            setTimeout(() => this.deviceInstalls.delete(key), 60_000).unref();
+          },
+        );
+      }
+    }
+  }
+
   /** The last observation of every node in the spec, in the planner's terms. */
   observed(spec: FleetSpec): ObservedNode[] {
     return Object.values(spec.nodes).map((n) => {
       const ns = this.states.get(n.name);
-      return { name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [] };
+      return {
+        name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [],
+        devices: (ns?.obs?.devices ?? []).map((d) => ({ name: d.name, totalBytes: d.totalBytes })),
+      };
     });
   }
 

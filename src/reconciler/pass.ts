@@ -10,6 +10,7 @@ import type { FleetSpec } from '../fleet-spec/types.js';
 import { liveness } from './liveness.js';
 import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
+import type { DeviceNeed } from './memory.js';
 import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
 import { avoidanceAt, drainStarted, omit, type ControllerState, type Note } from './state.js';
 
@@ -19,6 +20,8 @@ export interface DecideInput {
   readonly nodes: readonly ObservedNode[];
   /** Memory per replica of each model (override or estimate); null = unknown. */
   readonly memory: Readonly<Record<string, number | null>>;
+  /** devices (#24): the device need of models whose profile offloads layers. */
+  readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   /** Why a model's memory need is unknown (replaces the generic unplaceable text). */
   readonly memoryErrors: Readonly<Record<string, string>>;
   /** Starts this process is running right now. */
@@ -47,7 +50,7 @@ export function inflightStarts(s: ControllerState): InflightStart[] {
 }
 
 /** The planner's input from the state record and one observation. */
-export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'stopping' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
+export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
   const s = i.state;
   return {
     spec: i.spec,
@@ -59,6 +62,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     restarts: new Set(Object.keys(s.restarts)),
     draining: s.draining,
     memory: i.memory,
+    ...(i.deviceNeeds ? { deviceNeeds: i.deviceNeeds } : {}),
     accountedFailures: new Set(Object.keys(s.accounted)),
     avoid: avoidanceAt(s, i.now).avoided,
     keyFingerprint: i.keyFingerprint ?? null,
@@ -113,7 +117,7 @@ export function pruned(s: ControllerState, nodes: readonly ObservedNode[]): Cont
  * something should start (or the memory need is not known yet), the reason when it fits nowhere,
  * null when there is nothing to do now (parked, already starting, backing off).
  */
-export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'memoryErrors' | 'stopping' | 'keyFingerprint' | 'now'>, model: string): 'pass' | Unplaceable | null {
+export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'memoryErrors' | 'stopping' | 'keyFingerprint' | 'now'>, model: string): 'pass' | Unplaceable | null {
   if (i.memory[model] === undefined) return 'pass';
   if (i.state.models[model]?.parked) return null;
   const out = planPass(planInputOf({ ...i, newReplicaId: () => 'preview' }));

@@ -7,9 +7,12 @@
 import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
-import { place, type PlacementNode, type PlacementRequest, type Unplaceable } from './placement.js';
+import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type Unplaceable } from './placement.js';
 import { avoidKey } from './state.js';
 import { scheduleInForce } from '../schedule/schedule.js';
+// --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
+import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, replicaDeviceBytes, type DeviceDelta, type ObservedDevice } from './device-use.js';
+import type { DeviceNeed } from './memory.js';
 
 export interface ObservedNode {
   readonly name: string;
@@ -18,6 +21,8 @@ export interface ObservedNode {
   readonly memoryTotalBytes: number | null;
   /** The last good observation's replicas (for an unreachable node: the last known ones). */
   readonly replicas: readonly ReplicaObservation[];
+  /** devices (#24): the devices the node's engines list (absent: none known). */
+  readonly devices?: readonly ObservedDevice[];
 }
 
 export interface InflightStart {
@@ -47,6 +52,8 @@ export interface PlanInput {
   readonly draining: Readonly<Record<string, number>>;
   /** Memory per replica of each model (override or estimate); missing/null = unknown. */
   readonly memory: Readonly<Record<string, number | null>>;
+  /** devices (#24): the device need of models whose profile offloads layers. */
+  readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   /** Replica ids whose failure was already counted. */
   readonly accountedFailures: ReadonlySet<string>;
   /** "model@node" pairs to place elsewhere for now (the node failed the model's start). */
@@ -64,7 +71,7 @@ export interface PlanInput {
 export type StopReason = 'removed' | 'surplus' | 'idle' | 'replaced' | 'drained' | 'evicted' | 'failed' | 'orphan';
 
 export type Action =
-  | { readonly kind: 'start'; readonly model: string; readonly node: string; readonly replicaId: string; readonly digest: string }
+  | { readonly kind: 'start'; readonly model: string; readonly node: string; readonly replicaId: string; readonly digest: string; readonly devices?: readonly string[]; readonly gpuLayers?: number | 'all' }
   | { readonly kind: 'stop'; readonly model: string; readonly node: string; readonly replicaId: string; readonly reason: StopReason };
 
 export interface ObservedFailure {
@@ -237,7 +244,13 @@ export function planPass(input: PlanInput): PlanOutput {
   // Stops free their room for this pass's placement.
   for (const [model, list] of byModel) for (const l of list) if (stoppedIds.has(l.r.id) && l.r.state !== 'failed') used.set(l.node, (used.get(l.node) ?? 0) - mem(model));
 
-  const placementNodes = (extraFree: ReadonlyMap<string, number> = new Map()): PlacementNode[] =>
+  // devices (#24): device room of the replicas that stay (stops of this pass free theirs)
+  const devices = placementDevices({
+    spec, needs: input.deviceNeeds, pending: [...inflightByModel.values()].flat(),
+    nodes: input.nodes.map((n) => ({ name: n.name, devices: n.devices ?? [], replicas: n.replicas.filter((r) => r.state !== 'failed' && !stoppedIds.has(r.id) && !input.stopping.has(r.id)).map((r) => ({ model: r.model, r })) })),
+  });
+  const devicesPlaced: DeviceDelta = new Map(); // devices (#24): what this pass's placements take
+  const placementNodes = (extraFree: ReadonlyMap<string, number> = new Map(), devicesFreed: DeviceDelta = new Map()): PlacementNode[] =>
     input.nodes.map((n) => {
       const ns = spec.nodes[n.name];
       return {
@@ -246,6 +259,7 @@ export function planPass(input: PlanInput): PlanOutput {
         capacityBytes: ns?.capacity.memoryBytes ?? n.memoryTotalBytes,
         usedBytes: (used.get(n.name) ?? 0) - (extraFree.get(n.name) ?? 0),
         reachable: n.reachable && ns !== undefined,
+        devices: applyDeviceDelta(devices.get(n.name) ?? [], devicesPlaced.get(n.name), devicesFreed.get(n.name)),
       };
     });
   const avoided = (model: string): string[] => input.nodes.map((n) => n.name).filter((n) => input.avoid?.has(avoidKey(model, n)));
@@ -256,6 +270,7 @@ export function planPass(input: PlanInput): PlanOutput {
     nodeSelector: w.model.nodeSelector,
     existingOn: w.existingOn,
     avoidNodes: avoided(w.model.name),
+    ...optionalDevice(deviceRequestOf(spec, w.model.name, input.deviceNeeds)),
   }));
   const results = place({ nodes: placementNodes(), requests, reserveBytes: spec.settings.placementReserveBytes });
   // What this pass's placements take, so an eviction below places against it, not against the room before them.
@@ -264,12 +279,14 @@ export function planPass(input: PlanInput): PlanOutput {
     for (const n of nodes) placedUse.set(n, (placedUse.get(n) ?? 0) + mem(model));
   };
   for (const r of results) take(r.model, r.nodes);
-  const roomAfterPlacements = (freed: ReadonlyMap<string, number>): PlacementNode[] =>
-    placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])));
+  for (const r of results) r.nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, r.model, input.deviceNeeds, r.devices?.[k]), 1)); // devices (#24)
+  const roomAfterPlacements = (freed: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta): PlacementNode[] =>
+    placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])), devicesFreed);
 
   for (const [i, r] of results.entries()) {
     const w = wants[i]!;
     let nodes = r.nodes;
+    let evictedDevices: readonly DevicePlacement[] | undefined;
     if (r.unplaceable && nodes.length === 0) {
       // Surge restart without room: drain the oldest outdated replica, then take its place.
       if (w.surge) {
@@ -286,7 +303,10 @@ export function planPass(input: PlanInput): PlanOutput {
             stoppedIds.add(l.located.r.id);
           }
           nodes = evicted.nodes;
+          evictedDevices = evicted.devices; // devices (#24)
           take(w.model.name, nodes);
+          nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, w.model.name, input.deviceNeeds, evictedDevices?.[k]), 1));
+          for (const l of evicted.stop) addDeviceUse(devicesPlaced, l.located.node, replicaDeviceBytes(l.located.r, input.deviceNeeds?.[l.model], []), -1);
         }
       }
       if (nodes.length === 0) {
@@ -294,11 +314,18 @@ export function planPass(input: PlanInput): PlanOutput {
         continue;
       }
     }
-    for (const node of nodes) {
-      actions.push({ kind: 'start', model: w.model.name, node, replicaId: input.newReplicaId(w.model.name, w.model.digest), digest: w.model.digest });
+    for (const [k, node] of nodes.entries()) {
+      const dev = (nodes === r.nodes ? r.devices : evictedDevices)?.[k]; // devices (#24)
+      const onDevice = dev && dev.devices.length > 0 ? { devices: dev.devices, gpuLayers: dev.gpuLayers } : {};
+      actions.push({ kind: 'start', model: w.model.name, node, replicaId: input.newReplicaId(w.model.name, w.model.digest), digest: w.model.digest, ...onDevice });
     }
   }
   return { actions, failures, desired, unplaceable, drainStarted };
+}
+
+/** devices (#24) */
+function optionalDevice<T>(d: T | undefined): { device?: T } {
+  return d === undefined ? {} : { device: d };
 }
 
 function evictFor(
@@ -306,8 +333,8 @@ function evictFor(
   input: PlanInput,
   byModel: ReadonlyMap<string, readonly Located[]>,
   stoppedIds: ReadonlySet<string>,
-  placementNodes: (extraFree: ReadonlyMap<string, number>) => PlacementNode[],
-): { stop: { model: string; located: Located }[]; nodes: readonly string[] } | null {
+  placementNodes: (extraFree: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta) => PlacementNode[],
+): { stop: { model: string; located: Located }[]; nodes: readonly string[]; devices?: readonly DevicePlacement[] } | null {
   const victims: { model: string; located: Located; lastRequestAt: number }[] = [];
   // Only replicas used less recently than the model asking for room: two busy on-demand models
   // never evict each other in turn.
@@ -323,19 +350,21 @@ function evictFor(
   }
   victims.sort((a, b) => a.lastRequestAt - b.lastRequestAt || a.located.r.id.localeCompare(b.located.r.id));
   const freed = new Map<string, number>();
+  const devicesFreed: DeviceDelta = new Map(); // devices (#24)
   const chosen: { model: string; located: Located }[] = [];
   for (const v of victims) {
     freed.set(v.located.node, (freed.get(v.located.node) ?? 0) + (input.memory[v.model] ?? 0));
+    addDeviceUse(devicesFreed, v.located.node, replicaDeviceBytes(v.located.r, input.deviceNeeds?.[v.model], []), -1);
     chosen.push(v);
     const [r] = place({
-      nodes: placementNodes(freed),
-      requests: [{ model: w.model.name, count: w.count, memoryBytes: input.memory[w.model.name] ?? null, nodeSelector: w.model.nodeSelector, existingOn: w.existingOn, avoidNodes: w.avoidNodes }],
+      nodes: placementNodes(freed, devicesFreed),
+      requests: [{ model: w.model.name, count: w.count, memoryBytes: input.memory[w.model.name] ?? null, nodeSelector: w.model.nodeSelector, existingOn: w.existingOn, avoidNodes: w.avoidNodes, ...optionalDevice(deviceRequestOf(input.spec, w.model.name, input.deviceNeeds)) }],
       reserveBytes: input.spec.settings.placementReserveBytes,
     });
     if (r && !r.unplaceable) {
       // Only evict on the nodes the new replica lands on.
       const landing = new Set(r.nodes);
-      return { stop: chosen.filter((c) => landing.has(c.located.node)), nodes: r.nodes };
+      return { stop: chosen.filter((c) => landing.has(c.located.node)), nodes: r.nodes, ...(r.devices ? { devices: r.devices } : {}) };
     }
   }
   return null;

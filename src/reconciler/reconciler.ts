@@ -21,7 +21,7 @@ import { demandResultOf, readyReplicasOf } from './availability.js';
 import { waitSettled } from './wait-ready.js';
 import { ModelIndex } from './model-index.js';
 import { PassLoop, type LoopTimers } from './loop.js';
-import { MemoryEstimator } from './memory.js';
+import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { mapLimit, NodeFleet } from './node-fleet.js';
 import { startConcluded } from './outcomes.js';
 import { decide, freshPlacement } from './pass.js';
@@ -116,6 +116,8 @@ export class Reconciler implements FleetView {
   private stopSignal = new AbortController();
   private memoryNeeds: Record<string, number | null> = {};
   private memoryErrors: Record<string, string> = {};
+  /** devices (#24): device need of models whose profile offloads layers. */
+  private deviceNeeds: Record<string, DeviceNeed> = {};
   private desired: Readonly<Record<string, number>> = {};
   private unplaceable: Readonly<Record<string, Unplaceable>> = {};
   private readonly unplaceableWarned = new Map<string, LastWarning>();
@@ -203,6 +205,7 @@ export class Reconciler implements FleetView {
       this.loop.pollEvery(spec.settings.pollIntervalMs);
       await this.nodes.observe(spec, log);
       if (!this.mayAct(spec, log)) return;
+      this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.clock();
@@ -211,6 +214,7 @@ export class Reconciler implements FleetView {
         spec,
         nodes: this.nodes.observed(spec),
         memory: this.memoryNeeds,
+        deviceNeeds: this.deviceNeeds, // devices (#24)
         memoryErrors: this.memoryErrors,
         running: new Set(this.running.keys()),
         stopping: this.stopping,
@@ -292,15 +296,18 @@ export class Reconciler implements FleetView {
   private async estimateMemory(spec: FleetSpec): Promise<void> {
     const needs: Record<string, number | null> = {};
     const errors: Record<string, string> = {};
+    const devices: Record<string, DeviceNeed> = {};
     await Promise.all(
       Object.values(spec.models).map(async (m) => {
         const e = await this.memory.estimate(m, spec.profiles[m.profile]!, () => this.nodes.rangeReaders(spec, m), async () => (await this.downloadToken(m))?.value ?? null);
         needs[m.name] = 'bytes' in e ? e.bytes : null;
+        if ('bytes' in e && e.device) devices[m.name] = e.device; // devices (#24)
         if ('error' in e) errors[m.name] = e.error;
       }),
     );
     this.memoryNeeds = needs;
     this.memoryErrors = errors;
+    this.deviceNeeds = devices;
   }
 
   /** The model's download token (token: names a secret), read when it is needed; undefined for none. */
@@ -426,6 +433,7 @@ export class Reconciler implements FleetView {
       starts: this.state.starts,
       stopping: this.stopping,
       memory: this.memoryNeeds,
+      deviceNeeds: this.deviceNeeds, // devices (#24)
       lastPass: this.lastPass,
     });
   }
@@ -563,7 +571,7 @@ export class Reconciler implements FleetView {
   private placeNow(model: string): 'pass' | Unplaceable | null {
     const spec = this.spec();
     if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
-    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, memoryErrors: this.memoryErrors, stopping: this.stopping, keyFingerprint: this.keyFingerprint, now: this.clock() }, model);
+    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: this.stopping, keyFingerprint: this.keyFingerprint, now: this.clock() }, model);
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {

@@ -5,8 +5,10 @@ import type { FleetSpec, Problem } from '../fleet-spec/types.js';
 import { phaseOf } from './availability.js';
 import type { ModelHealth } from './health.js';
 import type { Unplaceable } from './placement.js';
+import type { DeviceNeed } from './memory.js';
+import { replicaDeviceBytes } from './device-use.js';
 import type { StartRecord } from './state.js';
-import type { ControlView, FleetSnapshot, ModelView, NodeView, PassSummary, ReplicaView } from './view.js';
+import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
 export interface NodeState {
   readonly reachable: boolean;
@@ -35,6 +37,8 @@ export interface SummaryInput {
   readonly starts: Readonly<Record<string, StartRecord>>;
   readonly stopping: ReadonlySet<string>;
   readonly memory: Readonly<Record<string, number | null>>;
+  /** The device need of models whose profile offloads layers (#24). */
+  readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   readonly lastPass: PassSummary | null;
 }
 
@@ -89,6 +93,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         engines: (ns?.obs?.engines ?? []).map((e) => `${e.engine}@${e.version}`).sort(),
         engineInstallFailures: ns?.installFailures ?? {},
         replicas: ns?.obs?.replicas.length ?? 0,
+        ...(ns?.obs ? { devices: deviceViews(i, n.name, ns.obs) } : {}),
       };
     });
   return {
@@ -106,4 +111,20 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     nodes,
     lastPass: i.lastPass,
   };
+}
+
+/** A node's devices with what llmgw's replicas reserve on them. */
+function deviceViews(i: SummaryInput, node: string, obs: NodeObservation): NodeDeviceView[] {
+  const reserved = new Map<string, number>();
+  for (const r of obs.replicas) {
+    if (r.state === 'failed') continue;
+    const m = i.spec?.models[r.model];
+    const split = (m && i.spec?.profiles[m.profile]?.tensorSplit) || [];
+    for (const [d, b] of replicaDeviceBytes(r, i.deviceNeeds?.[r.model], split)) reserved.set(d, (reserved.get(d) ?? 0) + b);
+  }
+  const declared = i.spec?.nodes[node]?.deviceMemory ?? {};
+  return (obs.devices ?? []).map((d) => ({
+    name: d.name, description: d.description, totalBytes: d.totalBytes, freeBytes: d.freeBytes,
+    capacityBytes: declared[d.name] ?? d.totalBytes, reservedBytes: reserved.get(d.name) ?? 0,
+  }));
 }

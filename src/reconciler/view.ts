@@ -56,6 +56,22 @@ export interface NodeView {
   /** Install attempts that failed, per "engine@version". */
   readonly engineInstallFailures: Readonly<Record<string, number>>;
   readonly replicas: number;
+  /** The devices the node's engines list (absent while never observed). */
+  readonly devices?: readonly NodeDeviceView[];
+}
+
+export interface NodeDeviceView {
+  /** e.g. Vulkan0 */
+  readonly name: string;
+  readonly description: string;
+  /** What the engine reports. */
+  readonly totalBytes: number;
+  /** What the engine reports free; null on a standby (the published snapshot leaves out what moves). */
+  readonly freeBytes: number | null;
+  /** What placement offers: the declared budget (nodes/<node>.yaml capacity.devices) or totalBytes. */
+  readonly capacityBytes: number;
+  /** What llmgw's replicas on it take by its estimate. */
+  readonly reservedBytes: number;
 }
 
 export interface PassSummary {

@@ -86,6 +86,8 @@ export interface NodeJson {
   readonly engines: readonly string[];
   readonly engineInstallFailures: Readonly<Record<string, number>>;
   readonly replicas: number;
+  /** Devices the node's engines list: reported total/free, what placement offers (capacity) and what llmgw reserves. */
+  readonly devices?: readonly { readonly name: string; readonly description: string; readonly totalBytes: number; readonly freeBytes: number | null; readonly capacityBytes: number; readonly reservedBytes: number }[];
 }
 
 export interface ControlJson {
@@ -236,6 +238,7 @@ export function nodeJson(n: NodeView, spec: FleetSpec | null): NodeJson {
     engines: n.engines,
     engineInstallFailures: n.engineInstallFailures,
     replicas: n.replicas,
+    devices: n.devices ?? [],
   };
 }
 
@@ -302,7 +305,7 @@ export interface StatusFleetJson {
   readonly revision: string | null;
   readonly spec: StatusJson['spec'];
   readonly stateError: ReasonJson | null;
-  readonly nodes: readonly (Omit<NodeJson, 'memory' | 'diskFreeBytes'> & { readonly memory: { readonly totalBytes: number } | null })[];
+  readonly nodes: readonly (Omit<NodeJson, 'memory' | 'diskFreeBytes' | 'devices'> & { readonly memory: { readonly totalBytes: number } | null; readonly devices: readonly { readonly name: string; readonly totalBytes: number; readonly capacityBytes: number }[] })[];
 }
 
 /** The status branch's models/<model>.json: the admin API's model JSON without the revision (fleet.json has it). */
@@ -327,7 +330,8 @@ export function statusFiles(s: FleetSnapshot, spec: FleetSpec | null): Record<st
     stateError: status.stateError,
     nodes: s.nodes.map((n) => {
       const { diskFreeBytes: _, ...j } = nodeJson(n, spec);
-      return { ...j, memory: j.memory ? { totalBytes: j.memory.totalBytes } : null };
+      // capacity only: free and reserved device memory move, the status branch must not
+      return { ...j, memory: j.memory ? { totalBytes: j.memory.totalBytes } : null, devices: (j.devices ?? []).map((d) => ({ name: d.name, totalBytes: d.totalBytes, capacityBytes: d.capacityBytes })) };
     }),
   };
   files['fleet.json'] = `${JSON.stringify(fleet, null, 2)}\n`;

@@ -21,9 +21,11 @@ const EF = { ...E, fence: F };
 const rendered: Record<string, string> = {
   observeScript: scripts.observeScript(H, 'abc123', 50),
   'observeScript(fence)': scripts.observeScript(H, 'abc123', 50, F),
+  'observeScript(env)': scripts.observeScript(H, 'abc123', 50, F, { GGML_VK_VISIBLE_DEVICES: "0'; id" }),
   inspectReplicaScript: scripts.inspectReplicaScript(H, 'good-1a2b', 'abc123', 50),
   usedPortsScript: scripts.usedPortsScript(H, 'abc123'),
   startReplicaScript: scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server', '-m', `${H}/m.gguf`, '--alias', "x'; id"], stateHead: '{"id":"good-1a2b","model":"it\'s $(id)"' }),
+  'startReplicaScript(env)': scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server'], stateHead: '{"id":"good-1a2b"', env: { GGML_VK_VISIBLE_DEVICES: '0', CUDA_VISIBLE_DEVICES: "$(id)'" } }),
   'startReplicaScript(fence)': scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server', "x'; id"], stateHead: '{"id":"good-1a2b"', fence: F }),
   stopReplicaScript: scripts.stopReplicaScript(H, 'good-1a2b', 2000),
   'stopReplicaScript(fence)': scripts.stopReplicaScript(H, 'good-1a2b', 2000, F),
