@@ -27,6 +27,7 @@ import { RouterCore, isProxyRequest, type Admission } from './core.js';
 import { SLOTS_REFRESH_MS, SlotWatcher } from './slots.js';
 import { RouterError, modelNotFound, renderError, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
+import type { UsageSink } from './usage.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -76,6 +77,10 @@ export interface RouterDeps {
   readonly serverFactory?: FastifyServerFactory;
   /** How often replicas in use are asked for their slots (GET /slots); 0 turns it off. Default SLOTS_REFRESH_MS. */
   readonly slotsRefreshMs?: number;
+  /** Where each request's usage (key name, model, replica, tokens, status, duration) goes. */
+  readonly usage?: UsageSink;
+  /** The per-key limits' clock (ms); Date.now by default. */
+  readonly clock?: () => number;
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -111,7 +116,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   const metrics = deps.metrics ?? noRouterMetrics;
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
-  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null);
+  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now);
 
   // POST /v1/* goes straight to the core; the rest to fastify
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;

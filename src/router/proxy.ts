@@ -20,7 +20,7 @@ import { Pool, type Dispatcher } from 'undici';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
 import { chooseSticky, Ring, StickyKeys, type ReplicaLoads, type StickyEntry } from './affinity.js';
-import { RouterError, renderError, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
+import { RouterError, renderFor, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
 import { ReplicaTimes } from './move.js';
 import type { WaitQueue } from './queue.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
@@ -358,6 +358,12 @@ export interface ProxyContext {
   /** Called when a call of the model ends (its slot is free): the queue's turn. */
   onRelease: ((model: string, counter: ModelCounter) => void) | null;
   readonly log: { warn(obj: object, msg: string): void };
+  /**
+   * keys hook (usage and per-key limits, core.ts): called once per call as it ends, with the
+   * replica that answered and the last bytes of a 200 response (null: none kept), where the
+   * replica reported its token usage.
+   */
+  readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null) => void) | null;
 }
 
 class ClientGone extends Error {
@@ -444,6 +450,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   /** The last chunks of a response whose prompt tokens are counted (null: not counted). */
   private tail: Buffer[] | null = null;
   private tailBytes = 0;
+  /** keys hook: the response's last bytes for onUsage. */
+  private usageTail: string | null = null;
   /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
   sticky: StickyEntry | null = null;
   private readonly resumeFn = (): void => {
@@ -529,7 +537,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     }
     this.status = statusCode;
     this.resumeUpstream = resume;
-    if (this.countTokens && statusCode === 200) this.tail = [];
+    if ((this.countTokens || this.ctx.onUsage) && statusCode === 200) this.tail = [];
     const out: Record<string, string> = { 'x-llmgw-replica': this.replica!.id };
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
@@ -564,7 +572,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       const t = this.tail.length === 1 ? this.tail[0]! : Buffer.concat(this.tail, this.tailBytes);
       const start = t.length > USAGE_TAIL_BYTES ? t.length - USAGE_TAIL_BYTES : 0;
       const text = t.toString('latin1', start);
-      const tokens = promptTokensOf(text);
+      this.usageTail = text; // keys hook
+      const tokens = this.countTokens ? promptTokensOf(text) : null;
       if (tokens !== null) {
         this.ctx.metrics.promptTokens(this.model, tokens.evaluated, tokens.cached);
         // what this replica's cache now holds of the key's prompt
@@ -650,7 +659,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   /** Ends the client response with an error: an envelope before the headers, an SSE error event or a cut after. */
   private fail(e: Error, _kind: string | null): void {
     const res = this.res;
-    const r = renderError(e);
+    const r = renderFor(res, e);
     let status: number;
     if (!res.headersSent) {
       status = writeRendered(res, r, this.ctx.shuttingDown ? { connection: 'close' } : undefined) || 502;
@@ -683,6 +692,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     }
     ctx.metrics.inFlight(this.model, -1);
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
+    ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail); // keys hook
     ctx.active.delete(this);
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
