@@ -73,6 +73,30 @@ describe('fleet spec loading', () => {
     }
   });
 
+  it('reads access/keys.yaml limits: per key, per key × model (by alias too) and the models: caps', async () => {
+    const files = minimalFleet();
+    files['access/keys.yaml'] += [
+      '    limits: { requests_per_minute: 60, tokens_per_minute: 10000 }',
+      '    model_limits:',
+      '      gpt-alpha: { concurrency: 2, requests_per_minute: 10 }',
+      'models:',
+      '  alpha:',
+      '    limits: { requests_per_minute: 5 }',
+      '',
+    ].join('\n');
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+      const key = r.spec.access.keys[0]!;
+      assert.deepEqual(key.limits, { requestsPerMinute: 60, tokensPerMinute: 10000, concurrency: null });
+      assert.deepEqual(key.modelLimits, { alpha: { requestsPerMinute: 10, tokensPerMinute: null, concurrency: 2 } });
+      assert.deepEqual(r.spec.access.modelLimits, { alpha: { requestsPerMinute: 5, tokensPerMinute: null, concurrency: null } });
+    } finally {
+      f.cleanup();
+    }
+  });
+
   it('validates the example fleet repo', async () => {
     const r = await loadFleetSpec(dirFiles(join(repoRoot, 'example-fleet-repo')), null);
     assert.ok(r.ok, JSON.stringify(!r.ok && r.problems, null, 2));
