@@ -53,6 +53,10 @@ export const MetricNames = Object.freeze({
   routerQueueWaitSeconds: 'llmgw_router_queue_wait_seconds',
   routerPromptTokensTotal: 'llmgw_router_prompt_tokens_total',
   routerAffinityTotal: 'llmgw_router_affinity_total',
+
+  // --- per API key (label key: the key's name in access/keys.yaml, never its value) ---
+  keyRequestsTotal: 'llmgw_key_requests_total',
+  keyTokensTotal: 'llmgw_key_tokens_total',
 } as const);
 
 export type MetricName = (typeof MetricNames)[keyof typeof MetricNames];

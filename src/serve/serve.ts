@@ -178,6 +178,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const router = buildRouter({
     fleet: controller,
     metrics: metrics.router,
+    usage: metrics.keys,
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
     limits: {
