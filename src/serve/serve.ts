@@ -2,6 +2,7 @@
  * `llmgw serve`: one process running git sync, the reconciler, the router and the admin API
  * (router and admin on separate ports), with metrics on the admin port.
  */
+import { UsageBook, fanOut } from '../router/usage-book.js';
 import { mkdirSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -175,10 +176,11 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         return server as unknown as Server;
       }
     : null;
+  const usageBook = new UsageBook();
   const router = buildRouter({
     fleet: controller,
     metrics: metrics.router,
-    usage: metrics.keys,
+    usage: fanOut([metrics.keys, usageBook]),
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
     limits: {
@@ -192,6 +194,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const admin = buildAdminApp({
     backend: controller,
     token: adminToken,
+    usage: usageBook,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),
     limits: { headersTimeoutMs: cfg.clientTimeouts.headersMs, requestTimeoutMs: cfg.clientTimeouts.requestMs },

@@ -13,7 +13,12 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import Fastify from 'fastify';
 import { Registry } from 'prom-client';
+import { renderAdminError } from '../../src/admin/errors.js';
+import { registerUsageRoute, type UsageJson } from '../../src/admin/usage-route.js';
+import { renderUsage } from '../../src/cli/usage-format.js';
+import { UsageBook, fanOut } from '../../src/router/usage-book.js';
 import { createKeyMetrics } from '../../src/metrics/keys.js';
 import { buildRouter } from '../../src/router/app.js';
 import type { UsageRecord } from '../../src/router/usage.js';
@@ -60,6 +65,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
   const records: UsageRecord[] = [];
   const registry = new Registry();
   const keyMetrics = createKeyMetrics(registry);
+  const book = new UsageBook();
 
   before(async () => {
     const dir = await llamaServerDir();
@@ -89,7 +95,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
       fleet,
       auth: { required: true },
       limits: { bodyBytes: 64 * 1024 },
-      usage: { record: (r) => (records.push(r), keyMetrics.record(r)) },
+      usage: fanOut([{ record: (r) => void records.push(r) }, keyMetrics, book]),
     });
     await app.listen({ port: 0, host: '127.0.0.1' });
     origin = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
@@ -243,6 +249,29 @@ describe('router keys: limits, usage and envelopes with the official clients and
     assert.equal(tokens('prompt') + tokens('cached'), prompt);
     assert.equal(tokens('completion'), completion);
     assert.ok(!text.includes(KEYS.usage), 'the key itself is never a label');
+
+    // GET /admin/v1/usage (its route module on a bare fastify) says the same
+    const admin = Fastify();
+    admin.setErrorHandler((err, _req, reply) => {
+      const r = renderAdminError(err);
+      void reply.code(r.status).send(r.body);
+    });
+    await admin.register(async (api) => registerUsageRoute(api, book), { prefix: '/admin/v1' });
+    const res = await admin.inject({ method: 'GET', url: '/admin/v1/usage?key=usage&since=10m' });
+    assert.equal(res.statusCode, 200, res.body);
+    const u = res.json<UsageJson>();
+    assert.deepEqual(u.rows.map((r) => [r.key, r.model, r.requests, r.errors]), [['usage', '', 1, 1], ['usage', 'other', 1, 1], ['usage', 'tiny-chat', 4, 0]]);
+    const chatRow = u.rows.find((r) => r.model === 'tiny-chat')!;
+    assert.equal(chatRow.promptTokens + chatRow.cachedTokens, prompt);
+    assert.equal(chatRow.completionTokens, completion);
+    assert.ok(chatRow.p50LatencySeconds !== null && chatRow.p50LatencySeconds > 0 && chatRow.p50LatencySeconds < 30);
+    const only = (await admin.inject({ method: 'GET', url: '/admin/v1/usage?key=usage&model=tiny-chat' })).json<UsageJson>();
+    assert.equal(only.rows.length, 1);
+    assert.equal((await admin.inject({ method: 'GET', url: '/admin/v1/usage?since=yesterday' })).statusCode, 400);
+    const table = renderUsage(u);
+    assert.match(table, /^usage since /);
+    assert.match(table, new RegExp(`usage +tiny-chat +4 +0 +${chatRow.promptTokens} +${chatRow.cachedTokens} +${completion} `));
+    await admin.close();
   });
 });
 
