@@ -123,16 +123,19 @@ export function tighter(a: KeyLimits | null | undefined, b: KeyLimits | null | u
   return { requestsPerMinute: min(a.requestsPerMinute, b.requestsPerMinute), tokensPerMinute: min(a.tokensPerMinute, b.tokensPerMinute), concurrency: min(a.concurrency, b.concurrency) };
 }
 
-/** The first limit of `l` the scope is at, or null. */
-export function check(s: ScopeState, l: KeyLimits, now: number, scope: string): Refusal | null {
-  if (l.concurrency !== null && s.active >= l.concurrency) return { code: 'KEY_CONCURRENCY_LIMITED', retryAfterSeconds: 1, scope, limit: l.concurrency };
+/** The scope's name in a refusal's message. */
+const scopeName = (key: string, model: string | null): string => (model === null ? `key '${key}'` : `key '${key}' on model '${model}'`);
+
+/** The first limit of `l` the scope (of `key`, on `model` or all its models when null) is at, or null. */
+export function check(s: ScopeState, l: KeyLimits, now: number, key: string, model: string | null): Refusal | null {
+  if (l.concurrency !== null && s.active >= l.concurrency) return { code: 'KEY_CONCURRENCY_LIMITED', retryAfterSeconds: 1, scope: scopeName(key, model), limit: l.concurrency };
   if (l.requestsPerMinute !== null) {
     const w = s.requests.waitMs(now, l.requestsPerMinute, 1);
-    if (w > 0) return { code: 'KEY_RATE_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope, limit: l.requestsPerMinute };
+    if (w > 0) return { code: 'KEY_RATE_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: l.requestsPerMinute };
   }
   if (l.tokensPerMinute !== null) {
     const w = s.tokens.waitMs(now, l.tokensPerMinute, 1);
-    if (w > 0) return { code: 'KEY_TOKENS_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope, limit: l.tokensPerMinute };
+    if (w > 0) return { code: 'KEY_TOKENS_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: l.tokensPerMinute };
   }
   return null;
 }
@@ -161,7 +164,7 @@ export class KeyLimiter {
     let a: ScopeState | null = null;
     if (keyLimits !== null) {
       a = ks.all;
-      const r = check(a, keyLimits, now, `key '${key}'`);
+      const r = check(a, keyLimits, now, key, null);
       if (r !== null) return r;
     }
     let b: ScopeState | null = null;
@@ -171,7 +174,7 @@ export class KeyLimiter {
         b = new ScopeState();
         ks.byModel.set(model, b);
       }
-      const r = check(b, modelLimits, now, `key '${key}' on model '${model}'`);
+      const r = check(b, modelLimits, now, key, model);
       if (r !== null) return r;
     }
     if (a !== null) {
