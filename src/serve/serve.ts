@@ -3,6 +3,7 @@
  * (router and admin on separate ports), with metrics on the admin port.
  */
 import { UsageBook, fanOut } from '../router/usage-book.js';
+import { UsageLog } from '../router/usage-log.js';
 import { mkdirSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -177,10 +178,11 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       }
     : null;
   const usageBook = new UsageBook();
+  const usageLog = cfg.usageLog ? new UsageLog({ path: cfg.usageLog.path, maxBytes: cfg.usageLog.maxBytes, log: log.child({ component: 'usage-log' }) }) : null;
   const router = buildRouter({
     fleet: controller,
     metrics: metrics.router,
-    usage: fanOut([metrics.keys, usageBook]),
+    usage: fanOut(usageLog ? [metrics.keys, usageBook, usageLog] : [metrics.keys, usageBook]),
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
     limits: {
@@ -230,6 +232,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         log.info('shutting down: router drains in-flight requests, replicas keep running');
         tls?.close();
         await Promise.allSettled([router.close(), admin.close()]);
+        usageLog?.close();
         await controller.stop();
         etcdClient?.close();
       })();
