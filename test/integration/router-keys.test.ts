@@ -59,6 +59,7 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 describe('router keys: limits, usage and envelopes with the official clients and a real llama-server', { timeout: BUILD_TIMEOUT + 10 * 60_000 }, () => {
   let tmp = '';
   let chat: LlamaServer;
+  let embed: LlamaServer;
   let fleet: FakeFleetView;
   let app: ReturnType<typeof buildRouter>;
   let origin = '';
@@ -71,10 +72,13 @@ describe('router keys: limits, usage and envelopes with the official clients and
     const dir = await llamaServerDir();
     tmp = await mkdtemp(join(tmpdir(), 'llmgw-keys-'));
     const modelPath = (await writeTinyModel(join(tmp, 'tiny.gguf'), { seed: 7, contextLength: 4096 })).path;
-    chat = await startLlamaServer({ dir, model: modelPath, args: ['--ctx-size', '4096', '--parallel', '4'], env: { LLAMA_API_KEY: ENGINE_KEY } });
+    [chat, embed] = await Promise.all([
+      startLlamaServer({ dir, model: modelPath, args: ['--ctx-size', '4096', '--parallel', '4'], env: { LLAMA_API_KEY: ENGINE_KEY } }),
+      startLlamaServer({ dir, model: modelPath, args: ['--ctx-size', '1024', '--embeddings', '--pooling', 'mean'], env: { LLAMA_API_KEY: ENGINE_KEY } }),
+    ]);
     fleet = new FakeFleetView(
       fakeSpec({
-        models: { 'tiny-chat': { aliases: ['claude-tiny'] }, broken: {}, other: {} },
+        models: { 'tiny-chat': { aliases: ['claude-tiny'] }, broken: {}, other: {}, 'tiny-embed': {} },
         keys: [
           { name: 'plain', key: KEYS.plain, models: ['*'] },
           { name: 'rpm', key: KEYS.rpm, models: ['*'], limits: { requestsPerMinute: 2, tokensPerMinute: null, concurrency: null } },
@@ -90,6 +94,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     );
     fleet.setReady('tiny-chat', [replica('tiny-chat', chat.url, 'chat-a')]);
     fleet.setReady('other', [replica('other', chat.url, 'other-a')]);
+    fleet.setReady('tiny-embed', [replica('tiny-embed', embed.url, 'embed-a')]);
     fleet.setParked('broken', { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" });
     app = buildRouter({
       fleet,
@@ -103,7 +108,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
 
   after(async () => {
     await app?.close();
-    await chat?.stop();
+    await Promise.all([chat?.stop(), embed?.stop()]);
     if (tmp) await rm(tmp, { recursive: true, force: true });
   });
 
@@ -185,6 +190,30 @@ describe('router keys: limits, usage and envelopes with the official clients and
     // Anthropic's input_tokens leaves out the prompt tokens read from the cache
     assert.equal(rec.tokens.prompt, r.usage.input_tokens);
     assert.equal(rec.tokens.cached, r.usage.cache_read_input_tokens ?? 0);
+  });
+
+  test('more of llama-server\'s API routed and counted: /v1/responses (streamed), /v1/embeddings, /v1/messages/count_tokens', async () => {
+    const client = openai(KEYS.plain);
+    const mark = records.length;
+    const stream = await client.responses.create({ model: 'tiny-chat', input: 'hello fleet', max_output_tokens: 6, stream: true });
+    let done: OpenAI.Responses.Response | undefined;
+    for await (const ev of stream) if (ev.type === 'response.completed') done = ev.response;
+    assert.ok(done?.usage, 'the stream ended with response.completed and its usage');
+    await waitFor(() => records.length > mark);
+    const r1 = records.at(-1)!;
+    assert.deepEqual([r1.model, r1.status, r1.replica], ['tiny-chat', 200, 'chat-a']);
+    assert.equal(r1.tokens.completion, done.usage.output_tokens);
+    assert.equal(r1.tokens.prompt + r1.tokens.cached, done.usage.input_tokens);
+
+    const e = await client.embeddings.create({ model: 'tiny-embed', input: ['one', 'two words'] });
+    assert.equal(e.data.length, 2);
+    await waitFor(() => records.at(-1)!.model === 'tiny-embed');
+    assert.equal(records.at(-1)!.tokens.prompt + records.at(-1)!.tokens.cached, e.usage.prompt_tokens);
+
+    const n = await anthropic(KEYS.plain).messages.countTokens({ model: 'claude-tiny', messages });
+    assert.ok(n.input_tokens > 0);
+    await waitFor(() => records.length >= mark + 3);
+    assert.deepEqual([records.at(-1)!.model, records.at(-1)!.status], ['tiny-chat', 200]);
   });
 
   test('tokens_per_minute charged from the real usage of a generation (not streamed): the next request is refused', async () => {
