@@ -93,6 +93,7 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
     parallel: num(raw.parallel) ?? 1,
     batchSize: num(raw.batch_size),
     embeddings: raw.embeddings === true,
+    reranking: raw.reranking === true,
     extraArgs: (raw.extra_args as string[] | undefined) ?? [],
     memoryOverheadBytes: size(raw.memory_overhead) ?? 0,
     cacheRamBytes: size(raw.cache_ram) ?? 0,

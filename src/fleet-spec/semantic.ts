@@ -33,7 +33,7 @@ export interface CheckResult {
 }
 
 /** llama-server arguments llmgw sets itself; a profile may not set them in extra_args. */
-const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file', '-cram', '--cache-ram']);
+const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '--reranking', '--rerank', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file', '-cram', '--cache-ram']);
 
 const MIN_MODEL_MEMORY = 1024 * 1024;
 const MAX_MODEL_MEMORY = 16 * 2 ** 40;
@@ -84,7 +84,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     pr.extraArgs.forEach((a, i) => {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
-        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings, cache_ram) instead; the port, host, model and API key are set by llmgw');
+        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings, reranking, cache_ram) instead; the port, host, model and API key are set by llmgw');
       }
     });
   }

@@ -74,6 +74,8 @@ export interface ProfileSpec {
   readonly parallel: number;
   readonly batchSize: number | null;
   readonly embeddings: boolean;
+  /** Serve /v1/rerank (llama-server --reranking); absent: false. */
+  readonly reranking?: boolean;
   readonly extraArgs: readonly string[];
   readonly memoryOverheadBytes: number;
   /** llama-server's host-RAM prompt cache (--cache-ram), part of the replica's memory need; 0 disables it. */

@@ -540,6 +540,7 @@ export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: numb
     ...(p.threads !== null ? ['-t', n(p.threads)] : []),
     ...(p.batchSize !== null ? ['-b', n(p.batchSize)] : []),
     ...(p.embeddings ? ['--embeddings'] : []),
+    ...(p.reranking ? ['--reranking'] : []),
     '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
     ...p.extraArgs,
   ];

@@ -60,6 +60,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
   let tmp = '';
   let chat: LlamaServer;
   let embed: LlamaServer;
+  let rerank: LlamaServer;
   let fleet: FakeFleetView;
   let app: ReturnType<typeof buildRouter>;
   let origin = '';
@@ -72,13 +73,16 @@ describe('router keys: limits, usage and envelopes with the official clients and
     const dir = await llamaServerDir();
     tmp = await mkdtemp(join(tmpdir(), 'llmgw-keys-'));
     const modelPath = (await writeTinyModel(join(tmp, 'tiny.gguf'), { seed: 7, contextLength: 4096 })).path;
-    [chat, embed] = await Promise.all([
+    const rerankerPath = (await writeTinyModel(join(tmp, 'reranker.gguf'), { seed: 5, architecture: 'qwen3', reranker: true, contextLength: 1024 })).path;
+    [chat, embed, rerank] = await Promise.all([
       startLlamaServer({ dir, model: modelPath, args: ['--ctx-size', '4096', '--parallel', '4'], env: { LLAMA_API_KEY: ENGINE_KEY } }),
       startLlamaServer({ dir, model: modelPath, args: ['--ctx-size', '1024', '--embeddings', '--pooling', 'mean'], env: { LLAMA_API_KEY: ENGINE_KEY } }),
+      // what a profile with `reranking: true` starts (src/nodes/shell-driver.ts replicaArgv)
+      startLlamaServer({ dir, model: rerankerPath, args: ['--ctx-size', '1024', '--reranking'], env: { LLAMA_API_KEY: ENGINE_KEY } }),
     ]);
     fleet = new FakeFleetView(
       fakeSpec({
-        models: { 'tiny-chat': { aliases: ['claude-tiny'] }, broken: {}, other: {}, 'tiny-embed': {} },
+        models: { 'tiny-chat': { aliases: ['claude-tiny'] }, broken: {}, other: {}, 'tiny-embed': {}, 'tiny-rerank': {} },
         keys: [
           { name: 'plain', key: KEYS.plain, models: ['*'] },
           { name: 'rpm', key: KEYS.rpm, models: ['*'], limits: { requestsPerMinute: 2, tokensPerMinute: null, concurrency: null } },
@@ -95,6 +99,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     fleet.setReady('tiny-chat', [replica('tiny-chat', chat.url, 'chat-a')]);
     fleet.setReady('other', [replica('other', chat.url, 'other-a')]);
     fleet.setReady('tiny-embed', [replica('tiny-embed', embed.url, 'embed-a')]);
+    fleet.setReady('tiny-rerank', [replica('tiny-rerank', rerank.url, 'rerank-a')]);
     fleet.setParked('broken', { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" });
     app = buildRouter({
       fleet,
@@ -108,7 +113,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
 
   after(async () => {
     await app?.close();
-    await Promise.all([chat?.stop(), embed?.stop()]);
+    await Promise.all([chat?.stop(), embed?.stop(), rerank?.stop()]);
     if (tmp) await rm(tmp, { recursive: true, force: true });
   });
 
@@ -192,7 +197,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     assert.equal(rec.tokens.cached, r.usage.cache_read_input_tokens ?? 0);
   });
 
-  test('more of llama-server\'s API routed and counted: /v1/responses (streamed), /v1/embeddings, /v1/messages/count_tokens', async () => {
+  test('more of llama-server\'s API routed and counted: /v1/responses (streamed), /v1/embeddings, /v1/rerank (a tiny reranker GGUF), /v1/messages/count_tokens', async () => {
     const client = openai(KEYS.plain);
     const mark = records.length;
     const stream = await client.responses.create({ model: 'tiny-chat', input: 'hello fleet', max_output_tokens: 6, stream: true });
@@ -210,9 +215,17 @@ describe('router keys: limits, usage and envelopes with the official clients and
     await waitFor(() => records.at(-1)!.model === 'tiny-embed');
     assert.equal(records.at(-1)!.tokens.prompt + records.at(-1)!.tokens.cached, e.usage.prompt_tokens);
 
+    const rr = await fetch(`${origin}/v1/rerank`, { method: 'POST', headers: { authorization: `Bearer ${KEYS.plain}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny-rerank', query: 'the fleet', documents: ['a fleet of ships', 'bananas', 'the fleet is ready'] }) });
+    assert.equal(rr.status, 200);
+    assert.equal(rr.headers.get('x-llmgw-replica'), 'rerank-a');
+    const ranked = (await rr.json()) as { results: { index: number; relevance_score: number }[]; usage: { prompt_tokens: number } };
+    assert.deepEqual(ranked.results.map((x) => x.index).sort(), [0, 1, 2]);
+    await waitFor(() => records.at(-1)!.model === 'tiny-rerank');
+    assert.equal(records.at(-1)!.tokens.prompt + records.at(-1)!.tokens.cached, ranked.usage.prompt_tokens);
+
     const n = await anthropic(KEYS.plain).messages.countTokens({ model: 'claude-tiny', messages });
     assert.ok(n.input_tokens > 0);
-    await waitFor(() => records.length >= mark + 3);
+    await waitFor(() => records.length >= mark + 4);
     assert.deepEqual([records.at(-1)!.model, records.at(-1)!.status], ['tiny-chat', 200]);
   });
 
