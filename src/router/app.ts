@@ -81,6 +81,8 @@ export interface RouterDeps {
   readonly usage?: UsageSink;
   /** The per-key limits' clock (ms); Date.now by default. */
   readonly clock?: () => number;
+  /** How many routers share the per-key limits (instances on etcd: ha/router-shares.ts); 1 by default. */
+  readonly routers?: () => number;
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -116,7 +118,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   const metrics = deps.metrics ?? noRouterMetrics;
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
-  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now);
+  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1));
 
   // POST /v1/* goes straight to the core; the rest to fastify
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;

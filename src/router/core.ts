@@ -141,8 +141,9 @@ export class RouterCore {
     private readonly log: CoreLog | null,
     private readonly usage: UsageSink | null = null,
     clock: () => number = Date.now,
+    routers: () => number = () => 1,
   ) {
-    this.keyLimiter = new KeyLimiter(clock);
+    this.keyLimiter = new KeyLimiter(clock, routers);
     this.upstreams = new Upstreams(limits);
     this.ctx = {
       upstreams: this.upstreams,

@@ -88,7 +88,16 @@ export interface Refusal {
   readonly retryAfterSeconds: number;
   /** Which limit, for the message: "key 'team-a'" or "key 'team-a' on model 'm'". */
   readonly scope: string;
+  /** The limit this router enforces (its share when several routers share it). */
   readonly limit: number;
+  /** The limit in access/keys.yaml, and the routers sharing it (1: this one alone). */
+  readonly declared: number;
+  readonly routers: number;
+}
+
+/** A router's share of a limit shared by `routers` routers (at least 1). */
+export function shareOf(limit: number, routers: number): number {
+  return routers <= 1 ? limit : Math.max(1, Math.ceil(limit / routers));
 }
 
 /** An admitted request's hold on its scopes; `end(tokens)` releases it once (later calls do nothing). */
@@ -126,16 +135,25 @@ export function tighter(a: KeyLimits | null | undefined, b: KeyLimits | null | u
 /** The scope's name in a refusal's message. */
 const scopeName = (key: string, model: string | null): string => (model === null ? `key '${key}'` : `key '${key}' on model '${model}'`);
 
-/** The first limit of `l` the scope (of `key`, on `model` or all its models when null) is at, or null. */
-export function check(s: ScopeState, l: KeyLimits, now: number, key: string, model: string | null): Refusal | null {
-  if (l.concurrency !== null && s.active >= l.concurrency) return { code: 'KEY_CONCURRENCY_LIMITED', retryAfterSeconds: 1, scope: scopeName(key, model), limit: l.concurrency };
+/**
+ * The first limit of `l` the scope (of `key`, on `model` or all its models when null) is at, or null.
+ * With `routers` > 1 routers sharing the limits (several instances on etcd), this one enforces its
+ * share of each (shareOf).
+ */
+export function check(s: ScopeState, l: KeyLimits, now: number, key: string, model: string | null, routers = 1): Refusal | null {
+  if (l.concurrency !== null) {
+    const c = shareOf(l.concurrency, routers);
+    if (s.active >= c) return { code: 'KEY_CONCURRENCY_LIMITED', retryAfterSeconds: 1, scope: scopeName(key, model), limit: c, declared: l.concurrency, routers };
+  }
   if (l.requestsPerMinute !== null) {
-    const w = s.requests.waitMs(now, l.requestsPerMinute, 1);
-    if (w > 0) return { code: 'KEY_RATE_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: l.requestsPerMinute };
+    const r = shareOf(l.requestsPerMinute, routers);
+    const w = s.requests.waitMs(now, r, 1);
+    if (w > 0) return { code: 'KEY_RATE_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: r, declared: l.requestsPerMinute, routers };
   }
   if (l.tokensPerMinute !== null) {
-    const w = s.tokens.waitMs(now, l.tokensPerMinute, 1);
-    if (w > 0) return { code: 'KEY_TOKENS_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: l.tokensPerMinute };
+    const t = shareOf(l.tokensPerMinute, routers);
+    const w = s.tokens.waitMs(now, t, 1);
+    if (w > 0) return { code: 'KEY_TOKENS_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: t, declared: l.tokensPerMinute, routers };
   }
   return null;
 }
@@ -148,7 +166,14 @@ interface KeyStates {
 export class KeyLimiter {
   private readonly keys = new Map<string, KeyStates>();
 
-  constructor(readonly now: () => number) {}
+  /**
+   * `routers`: how many routers share the limits (the live instances on etcd, ha/router-shares.ts);
+   * each enforces its share. 1 (alone) by default.
+   */
+  constructor(
+    readonly now: () => number,
+    private readonly routers: () => number = () => 1,
+  ) {}
 
   /**
    * Admits a request of key `key` on `model` under the key's own limits and the key × model limits
@@ -156,6 +181,7 @@ export class KeyLimiter {
    */
   admit(key: string, model: string, keyLimits: KeyLimits | null, modelLimits: KeyLimits | null): Ticket | Refusal {
     const now = this.now();
+    const routers = this.routers();
     let ks = this.keys.get(key);
     if (ks === undefined) {
       ks = { all: new ScopeState(), byModel: new Map() };
@@ -164,7 +190,7 @@ export class KeyLimiter {
     let a: ScopeState | null = null;
     if (keyLimits !== null) {
       a = ks.all;
-      const r = check(a, keyLimits, now, key, null);
+      const r = check(a, keyLimits, now, key, null, routers);
       if (r !== null) return r;
     }
     let b: ScopeState | null = null;
@@ -174,7 +200,7 @@ export class KeyLimiter {
         b = new ScopeState();
         ks.byModel.set(model, b);
       }
-      const r = check(b, modelLimits, now, key, model);
+      const r = check(b, modelLimits, now, key, model, routers);
       if (r !== null) return r;
     }
     if (a !== null) {
@@ -197,7 +223,8 @@ const WHAT: Record<LimitCode, string> = {
 
 /** The message of a refusal (names the key, never its value). */
 export function refusalMessage(r: Refusal): string {
+  const shared = r.routers > 1 ? `, this router's share of ${r.declared} over ${r.routers} routers` : '';
   return r.code === 'KEY_CONCURRENCY_LIMITED'
-    ? `The API key's limit is reached: ${r.scope} allows ${r.limit} ${WHAT[r.code]} (access/keys.yaml); retry when one ends.`
-    : `The API key's limit is reached: ${r.scope} allows ${r.limit} ${WHAT[r.code]} (access/keys.yaml); retry after ${r.retryAfterSeconds} s.`;
+    ? `The API key's limit is reached: ${r.scope} allows ${r.limit} ${WHAT[r.code]} (access/keys.yaml${shared}); retry when one ends.`
+    : `The API key's limit is reached: ${r.scope} allows ${r.limit} ${WHAT[r.code]} (access/keys.yaml${shared}); retry after ${r.retryAfterSeconds} s.`;
 }

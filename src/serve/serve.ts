@@ -4,6 +4,7 @@
  */
 import { UsageBook, fanOut } from '../router/usage-book.js';
 import { UsageLog } from '../router/usage-log.js';
+import { RouterShares } from '../ha/router-shares.js';
 import { mkdirSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -110,12 +111,14 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   };
   let controller: Reconciler | HaController;
   let etcdClient: Etcd3 | null = null;
+  let routerShares: RouterShares | null = null;
   if (cfg.etcd) {
     // Several instances as one controller: the leader's reconciler is made per term from the record in etcd.
     const e = cfg.etcd;
     etcdClient = openEtcd(e);
     const client = etcdClient;
     const shared = await sharedValues(client, e.prefix, engineApiKey);
+    routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, log.child({ component: 'router-shares' }));
     const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, logger: log.child({ component: 'election' }) });
     const stateStore = new EtcdStateStore(election, client, e.prefix);
     const owner = clusterOwner(shared.clusterId, e.prefix);
@@ -182,6 +185,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const router = buildRouter({
     fleet: controller,
     metrics: metrics.router,
+    ...(routerShares ? { routers: () => routerShares.routers() } : {}),
     usage: fanOut(usageLog ? [metrics.keys, usageBook, usageLog] : [metrics.keys, usageBook]),
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
@@ -217,6 +221,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const adminUrl = url(admin);
   log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth, instance: instance.id, etcd: cfg.etcd ? cfg.etcd.hosts : null }, 'llmgw serving');
   controller.start().catch((err: unknown) => log.error({ err }, 'the controller failed to start'));
+  routerShares?.start();
 
   let closed: Promise<void> | null = null;
   return {
@@ -233,6 +238,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         tls?.close();
         await Promise.allSettled([router.close(), admin.close()]);
         usageLog?.close();
+        await routerShares?.stop();
         await controller.stop();
         etcdClient?.close();
       })();

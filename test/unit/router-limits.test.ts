@@ -176,4 +176,19 @@ describe('KeyLimiter', () => {
     }
     assert.equal(ok, 60);
   });
+
+  test('shared by 3 routers (instances on etcd): each enforces its share, named in the message; back to the whole when alone', () => {
+    const c = clock(0);
+    let routers = 3;
+    const k = new KeyLimiter(c.now, () => routers);
+    const l = L({ requestsPerMinute: 60 });
+    let ok = 0;
+    for (let i = 0; i < 70; i++) if (k.admit('a', 'm', l, null) instanceof Ticket) ok++;
+    assert.equal(ok, 20);
+    const r = refused(k.admit('a', 'm', l, null));
+    assert.match(refusalMessage(r), /allows 20 requests per minute \(access\/keys.yaml, this router's share of 60 over 3 routers\)/);
+    routers = 1;
+    for (let i = 0; i < 40; i++) admitted(k.admit('a', 'm', l, null));
+    refused(k.admit('a', 'm', l, null));
+  });
 });
