@@ -159,7 +159,10 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
       refreshSlots: () => slots.refresh(),
     } satisfies RouterStats,
   });
-  const sweepTimer = setInterval(() => core.upstreams.sweep(performance.now()), 60_000);
+  const sweepTimer = setInterval(() => {
+    core.upstreams.sweep(performance.now());
+    core.keyLimiter.sweep();
+  }, 60_000);
   sweepTimer.unref();
   const slots = new SlotWatcher(core.upstreams, () => core.engineHeaders(), () => core.drainQueues(), deps.slotsRefreshMs || SLOTS_REFRESH_MS);
   if (deps.slotsRefreshMs !== 0) slots.start();

@@ -81,6 +81,11 @@ export class ScopeState {
   readonly requests = new SlidingWindow();
   readonly tokens = new SlidingWindow();
   active = 0;
+
+  /** True when it holds nothing at `now` (nothing in progress, both windows empty). */
+  idle(now: number): boolean {
+    return this.active === 0 && this.requests.total(now) === 0 && this.tokens.total(now) === 0;
+  }
 }
 
 export interface Refusal {
@@ -212,6 +217,20 @@ export class KeyLimiter {
       b.requests.add(now, 1);
     }
     return new Ticket(this, a, b);
+  }
+
+  /** Drops the counts of scopes that hold nothing any more (keys gone from the spec, models no longer used). */
+  sweep(): void {
+    const now = this.now();
+    for (const [key, ks] of this.keys) {
+      for (const [model, s] of ks.byModel) if (s.idle(now)) ks.byModel.delete(model);
+      if (ks.byModel.size === 0 && ks.all.idle(now)) this.keys.delete(key);
+    }
+  }
+
+  /** Keys with counts kept (for tests). */
+  get size(): number {
+    return this.keys.size;
   }
 }
 

@@ -191,4 +191,20 @@ describe('KeyLimiter', () => {
     for (let i = 0; i < 40; i++) admitted(k.admit('a', 'm', l, null));
     refused(k.admit('a', 'm', l, null));
   });
+
+  test('sweep drops scopes that hold nothing; a held ticket or a window still counting keeps its scope', () => {
+    const c = clock(0);
+    const k = new KeyLimiter(c.now);
+    const l = L({ requestsPerMinute: 10 });
+    const held = admitted(k.admit('a', 'm', l, l));
+    admitted(k.admit('b', 'm', l, null)).end(0);
+    k.sweep();
+    assert.equal(k.size, 2);
+    c.t = WINDOW_MS + 1;
+    k.sweep();
+    assert.equal(k.size, 1, 'b expired; a still in progress');
+    held.end(0);
+    k.sweep();
+    assert.equal(k.size, 0);
+  });
 });
