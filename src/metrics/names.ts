@@ -53,6 +53,8 @@ export const MetricNames = Object.freeze({
   routerQueueWaitSeconds: 'llmgw_router_queue_wait_seconds',
   routerPromptTokensTotal: 'llmgw_router_prompt_tokens_total',
   routerAffinityTotal: 'llmgw_router_affinity_total',
+  routerEjectedReplicas: 'llmgw_router_ejected_replicas',
+  routerReplicaEjectionsTotal: 'llmgw_router_replica_ejections_total',
 
   // --- per API key (label key: the key's name in access/keys.yaml, never its value) ---
   keyRequestsTotal: 'llmgw_key_requests_total',

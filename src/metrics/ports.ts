@@ -20,6 +20,8 @@ export interface RouterMetrics {
   promptTokens(model: string, evaluated: number, cached: number): void;
   /** An affinity choice: the key's own replica (hit), or moved on to another by the load bound. */
   affinity(model: string, hit: boolean): void;
+  /** A replica of the model left routing (its circuit breaker opened: `true`) or came back (`false`). */
+  replicaEjected(model: string, ejected: boolean): void;
 }
 
 /** The `reason` of a request the router did not refuse or cut: the replica's answer, or a client that went away. */
@@ -34,4 +36,5 @@ export const noRouterMetrics: RouterMetrics = {
   queueWait: () => undefined,
   promptTokens: () => undefined,
   affinity: () => undefined,
+  replicaEjected: () => undefined,
 };

@@ -89,6 +89,19 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     registers,
   });
 
+  const ejected = new CellGauge({
+    name: N.routerEjectedReplicas,
+    help: 'Replicas of the model out of routing at this router: each failed EJECT_AFTER times in a row before the first byte (refused, reset, 503 while loading, gone) and has not passed a health check since.',
+    labelNames: ['model'],
+    registers,
+  });
+  const ejections = new CellCounter({
+    name: N.routerReplicaEjectionsTotal,
+    help: 'Times a replica of the model left routing at this router after failing repeatedly before the first byte.',
+    labelNames: ['model'],
+    registers,
+  });
+
   // Each model's cells, looked up once. The histograms, gauges and token counters of a model are
   // made at its first request, so a catalogue of models that are rarely asked for costs one
   // request counter each (at 0) until they have traffic.
@@ -112,13 +125,15 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     readonly refused: Map<string, { readonly code: string; readonly reason: string; readonly cell: ValueCell }>;
     /** Upstream failure reasons seen (their counters are removed with the model). */
     readonly reasons: Set<string>;
+    /** Whether a replica of the model was ever ejected (its two series are removed with the model). */
+    ejections: boolean;
     readonly label: string;
   }
   const byModel = new Map<string, ModelCells>();
   const cells = (model: string): ModelCells => {
     let c = byModel.get(model);
     if (!c) {
-      c = { traffic: null, codes: new Map(), refused: new Map(), reasons: new Set(), label: modelLabel(model) };
+      c = { traffic: null, codes: new Map(), refused: new Map(), reasons: new Set(), ejections: false, label: modelLabel(model) };
       if (byModel.size < 10_000) byModel.set(model, c);
     }
     return c;
@@ -182,6 +197,10 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
         for (const code of c.codes.keys()) requests.remove(c.label, String(code), NO_REASON);
         for (const r of c.refused.values()) requests.remove(c.label, r.code, r.reason);
         for (const reason of c.reasons) upstreamErrors.remove(c.label, reason);
+        if (c.ejections) {
+          ejected.remove(c.label);
+          ejections.remove(c.label);
+        }
       }
     },
     request(model, code, durationSeconds, reason) {
@@ -214,6 +233,12 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
       const c = traffic(model);
       if (hit) c.hits.value++;
       else c.moves.value++;
+    },
+    replicaEjected(model, out) {
+      const c = cells(model);
+      c.ejections = true;
+      ejected.cell(c.label).value += out ? 1 : -1;
+      if (out) ejections.cell(c.label).value++;
     },
   };
 }

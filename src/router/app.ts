@@ -62,6 +62,15 @@ export const DEFAULT_ROUTER_LIMITS: RouterLimits = Object.freeze({
   maxBufferedBytes: 512 * 1024 * 1024,
 });
 
+/**
+ * How often the models with requests in flight count as active (FleetView.touch), so a request
+ * longer than an on-demand model's idle timeout keeps it (each request also touches at its start and end).
+ */
+export const ACTIVITY_TOUCH_MS = 5_000;
+
+/** How often the models' queues look for a replica that became ready meanwhile. */
+export const QUEUE_RECHECK_MS = 250;
+
 /** Idle keep-alive connections from clients are closed after this long (fastify's default). */
 const CLIENT_KEEP_ALIVE_MS = 72_000;
 
@@ -77,6 +86,8 @@ export interface RouterDeps {
   readonly serverFactory?: FastifyServerFactory;
   /** How often replicas in use are asked for their slots (GET /slots); 0 turns it off. Default SLOTS_REFRESH_MS. */
   readonly slotsRefreshMs?: number;
+  /** How often models with requests in flight count as active (FleetView.touch). Default ACTIVITY_TOUCH_MS. */
+  readonly activityTouchMs?: number;
   /** Where each request's usage (key name, model, replica, tokens, status, duration) goes. */
   readonly usage?: UsageSink;
   /** The per-key limits' clock (ms); Date.now by default. */
@@ -160,10 +171,17 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     } satisfies RouterStats,
   });
   const sweepTimer = setInterval(() => {
-    core.upstreams.sweep(performance.now());
+    for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
     core.keyLimiter.sweep();
   }, 60_000);
   sweepTimer.unref();
+  const activityTimer = setInterval(() => core.touchActive(), deps.activityTouchMs ?? ACTIVITY_TOUCH_MS);
+  activityTimer.unref();
+  // queued requests go to a replica that became ready since (a surge replica while every slot of the
+  // old ones is busy) within QUEUE_RECHECK_MS, not when a call on the old ones ends
+  const queueTimer = setInterval(() => core.drainQueues(), QUEUE_RECHECK_MS);
+  queueTimer.unref();
+  core.ejections.start();
   const slots = new SlotWatcher(core.upstreams, () => core.engineHeaders(), () => core.drainQueues(), deps.slotsRefreshMs || SLOTS_REFRESH_MS);
   if (deps.slotsRefreshMs !== 0) slots.start();
 
@@ -251,6 +269,9 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   });
   app.addHook('onClose', async () => {
     clearInterval(sweepTimer);
+    clearInterval(activityTimer);
+    clearInterval(queueTimer);
+    core.ejections.stop();
     slots.stop();
     await core.upstreams.close();
   });

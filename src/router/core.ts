@@ -23,7 +23,8 @@ import { KeyLimiter, Ticket, refusalMessage, type Refusal } from './limits.js';
 import { NO_TOKENS, usageOf, type TokenUsage, type UsageSink } from './usage.js';
 import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ModelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
 import { WaitQueue, retryAfterSeconds, type QueueEntry } from './queue.js';
-import { Activator } from './resolve.js';
+import { Activator, LOADING_RETRY_AFTER_SECONDS } from './resolve.js';
+import { Ejections } from './eject.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
@@ -115,6 +116,8 @@ type TrackedResponse = ServerResponse & { [TRACKED]?: Tracked };
 export class RouterCore {
   readonly upstreams: Upstreams;
   readonly ctx: ProxyContext;
+  /** The replicas' circuit breakers (their probe runs from app.ts). */
+  readonly ejections: Ejections;
   private readonly activator: Activator;
   private readonly connectionKeys = new ConnectionKeys();
   private readonly shutdown = new AbortController();
@@ -145,6 +148,8 @@ export class RouterCore {
   ) {
     this.keyLimiter = new KeyLimiter(clock, routers);
     this.upstreams = new Upstreams(limits);
+    const warn = (obj: object, msg: string): void => log?.warn(obj, msg);
+    this.ejections = new Ejections(this.upstreams, metrics, { warn }, () => this.engineHeaders());
     this.ctx = {
       upstreams: this.upstreams,
       metrics,
@@ -153,7 +158,11 @@ export class RouterCore {
       shuttingDown: false,
       onIdle: null,
       onRelease: (model, counter) => this.drainQueue(model, counter),
-      log: { warn: (obj, msg) => log?.warn(obj, msg) },
+      // activity lasts until a request ends: an on-demand model streaming longer than its idle timeout is not idle
+      onEnd: (end) => this.fleet.touch(end.model),
+      health: this.ejections,
+      readyReplicas: (model) => this.fleet.readyReplicas(model),
+      log: { warn },
       onUsage: (res, replica, tail) => {
         const t = (res as TrackedResponse)[TRACKED];
         if (t === undefined) return;
@@ -383,11 +392,17 @@ export class RouterCore {
       if (!q.remove(entry)) return;
       const waited = this.leaveQueue(item, entry, q);
       const retry = retryAfterSeconds(q.length, p.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
-      this.fail(p.res, p.model, p.t0, new RouterError(
-        'MODEL_OVERLOADED',
-        `Model '${p.model}' is overloaded: the request waited ${waited.toFixed(1)} s in its queue (the queue timeout; ${q.length} still waiting) without a free slot on its ready replicas; retry after ${retry} s.`,
-        { model: p.model, retryAfterSeconds: retry },
-      ));
+      this.fail(p.res, p.model, p.t0, this.fleet.readyReplicas(p.model).length === 0
+        ? new RouterError(
+          'MODEL_LOADING',
+          `Model '${p.model}' has had no ready replica (its replicas being replaced or restarted) for as long as the request waited in its queue: ${waited.toFixed(1)} s, the queue timeout; retry after ${LOADING_RETRY_AFTER_SECONDS} s.`,
+          { model: p.model, retryAfterSeconds: LOADING_RETRY_AFTER_SECONDS },
+        )
+        : new RouterError(
+          'MODEL_OVERLOADED',
+          `Model '${p.model}' is overloaded: the request waited ${waited.toFixed(1)} s in its queue (the queue timeout; ${q.length} still waiting) without a free slot on its ready replicas; retry after ${retry} s.`,
+          { model: p.model, retryAfterSeconds: retry },
+        ));
     }, limits.timeoutMs);
   }
 
@@ -418,6 +433,9 @@ export class RouterCore {
     this.draining = true;
     try {
       const replicas = this.fleet.readyReplicas(model);
+      // none ready (a replica being replaced where there is no room for a second copy): the queue
+      // waits for the new one, and goes as soon as it is ready
+      if (replicas.length === 0) this.wakeOnReady(model, counter);
       while (replicas.length > 0) {
         const head = q.peek();
         if (head === null || !this.upstreams.hasFreeSlot(replicas, head.value.p.slots, performance.now())) break;
@@ -428,6 +446,31 @@ export class RouterCore {
     } finally {
       this.draining = false;
     }
+  }
+
+  /**
+   * Activity of the models with requests in flight, for long requests (a stream longer than the idle
+   * timeout): app.ts calls it every ACTIVITY_TOUCH_MS; the start and the end of each request touch too.
+   */
+  touchActive(): void {
+    for (const [model, counter] of this.ctx.modelInFlight) if (counter.n > 0) this.fleet.touch(model);
+  }
+
+  /**
+   * Drains the model's queue once a replica of it is ready (FleetView.waitReady follows the
+   * snapshots, so with no delay of the router's own); one wait per model at a time.
+   */
+  private wakeOnReady(model: string, counter: ModelCounter): void {
+    if (counter.waking || this.ctx.shuttingDown) return;
+    counter.waking = true;
+    const timeoutMs = this.fleet.spec()?.models[model]?.queue.timeoutMs ?? 60_000;
+    void this.fleet.waitReady(model, { timeoutMs, signal: this.shutdown.signal }).then((ready) => {
+      counter.waking = false;
+      if (counter.queue === null || counter.queue.length === 0 || this.ctx.shuttingDown) return;
+      if (ready.length > 0) this.drainQueue(model, counter);
+      // parked, unplaceable or the timeout: the waiting requests time out on their own; look again in a while
+      else setTimeout(() => this.drainQueue(model, counter), 1000).unref();
+    });
   }
 
   /** Drains every model's queue that has a free slot (after the /slots refresh saw other routers' load drop). */

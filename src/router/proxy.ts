@@ -1,298 +1,36 @@
 /**
- * The upstream half of the router: one undici Pool (keep-alive) per replica endpoint, least-busy
- * replica selection, and `ProxyCall`, a low-level undici dispatch handler that streams the replica's
- * response to the client's raw ServerResponse chunk by chunk:
+ * The call to a replica: `ProxyCall`, a low-level undici dispatch handler that streams the replica's
+ * response to the client's raw ServerResponse chunk by chunk. The upstream pool and the replica
+ * choice are in upstreams.ts, the failure vocabulary and what follows each failure in failover.ts.
+ *
  *
  * - backpressure: when the client's socket buffer is full, the upstream read is paused until 'drain';
  * - a client that goes away aborts the upstream request (llama-server then cancels the generation);
- * - a connect failure, or a connection closed before any response byte, retries on another ready
- *   replica (each at most once) and marks the failed one down for a moment; a reset connection is
- *   first retried once on the same replica (a keep-alive connection it had just closed), so a
- *   conversation is not moved off its prompt cache by a stale socket;
+ * - fail over before the first byte (failover.ts decides): the response headers are held back until
+ *   the first body byte, so a refused or reset connection, a replica gone, or llama-server's 503 while
+ *   loading sends the request on to another ready replica as long as the client has got nothing; the
+ *   failed replica is marked down for a moment, and one that fails so EJECT_AFTER times in a row
+ *   leaves routing until it is seen healthy (breaker.ts, eject.ts);
  * - distinct timeouts: connect (UPSTREAM_CONNECT), first byte / response headers
- *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the
- *   headers went out an SSE stream gets a final `data: {"error":…}` event, other bodies are cut;
+ *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the first
+ *   byte a stream ends with an error event in its API's shape, other bodies are cut;
  * - only a small allowlist of upstream response headers is forwarded (nothing that could echo the
  *   engine API key); the engine key goes upstream as `Authorization: Bearer`, the client's never does.
  */
 import type { ServerResponse } from 'node:http';
-import { Pool, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
-import { chooseSticky, Ring, StickyKeys, type ReplicaLoads, type StickyEntry } from './affinity.js';
-import { RouterError, renderFor, sseEvent, writeRendered, type RouterReasonCode } from './errors.js';
-import { ReplicaTimes } from './move.js';
+import type { StickyEntry } from './affinity.js';
+import { RouterError, renderFor, writeRendered } from './errors.js';
+import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamReason, type UpstreamFailure } from './failover.js';
 import type { WaitQueue } from './queue.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
+import { DOWN_FOR_MS, type Upstream, type Upstreams } from './upstreams.js';
 
-export interface UpstreamTimeouts {
-  /** TCP connect to a replica. */
-  readonly connectTimeoutMs: number;
-  /** From sending the request to the response headers (for llama-server: to the first byte). */
-  readonly firstByteTimeoutMs: number;
-  /** Longest gap between two body chunks before a stream counts as stalled. */
-  readonly streamIdleTimeoutMs: number;
-}
-
-/** How long a replica that refused a connection is avoided when another is available. */
-export const DOWN_FOR_MS = 2000;
-/** Pools unused for this long (and idle) are closed by the sweep. */
-export const POOL_IDLE_CLOSE_MS = 5 * 60_000;
-
-export class Upstream {
-  /** Requests in flight to this replica (least-busy selection). */
-  inFlight = 0;
-  /** performance.now() until which the replica is avoided after a connect failure. */
-  downUntil = 0;
-  /** performance.now() of the last request. */
-  lastUsed = 0;
-  /**
-   * Requests other routers have on this replica, as its GET /slots last said (busy slots beyond this
-   * router's own in-flight requests, the smaller of the last two readings, so a reading that raced a
-   * response's end does not count); 0 where /slots is not exposed. See slots.ts.
-   */
-  external = 0;
-  /** Slots the replica reported in its last GET /slots (0: not known). */
-  reportedSlots = 0;
-  /** Its slot time and evaluation speed, from its responses' timings (for weighing a move, move.ts). */
-  readonly times = new ReplicaTimes();
-  readonly pool: Pool;
-  /** Path prefix of the endpoint ('' for http://host:port). */
-  readonly prefix: string;
-  constructor(
-    readonly endpoint: string,
-    t: UpstreamTimeouts,
-  ) {
-    const u = new URL(endpoint);
-    this.prefix = u.pathname === '/' ? '' : u.pathname.replace(/\/+$/, '');
-    this.pool = new Pool(u.origin, {
-      connect: { timeout: t.connectTimeoutMs },
-      headersTimeout: t.firstByteTimeoutMs,
-      bodyTimeout: t.streamIdleTimeoutMs,
-    });
-  }
-}
-
-/** The load of a replica for choosing: this router's requests on it, plus other routers' as /slots said. */
-export function loadOf(u: Upstream | undefined): number {
-  return u === undefined ? 0 : u.inFlight + u.external;
-}
-
-/** A model's ring, kept while its ready replicas stay the same. */
-interface CachedRing {
-  readonly ids: string[];
-  readonly ring: Ring;
-}
-
-export class Upstreams {
-  private readonly byEndpoint = new Map<string, Upstream>();
-  private rr = 0;
-  private readonly rings = new Map<string, CachedRing>();
-  /** Per model: where each affinity key was served last. */
-  private readonly sticky = new Map<string, StickyKeys>();
-  /** `choose`'s view of the replicas of the current call (one object, reused: no allocation per request). */
-  private readonly loads = new (class implements ReplicaLoads {
-    replicas: readonly ReplicaView[] = [];
-    upstreams: Map<string, Upstream> = new Map();
-    exclude: ReadonlySet<string> | null = null;
-    now = 0;
-    slotCount = Infinity;
-    usable(i: number): boolean {
-      const r = this.replicas[i]!;
-      if (this.exclude !== null && this.exclude.has(r.endpoint)) return false;
-      const u = this.upstreams.get(r.endpoint);
-      return u === undefined || u.downUntil <= this.now;
-    }
-    load(i: number): number {
-      return loadOf(this.upstreams.get(this.replicas[i]!.endpoint));
-    }
-    slots(): number {
-      return this.slotCount;
-    }
-    slotSeconds(i: number): number {
-      return this.upstreams.get(this.replicas[i]!.endpoint)?.times.slotSeconds ?? 0;
-    }
-    secondsPerToken(i: number): number {
-      return this.upstreams.get(this.replicas[i]!.endpoint)?.times.secondsPerToken ?? 0;
-    }
-  })();
-
-  /** The endpoints with a pool (for the /slots refresh). */
-  all(): IterableIterator<Upstream> {
-    return this.byEndpoint.values();
-  }
-  constructor(private readonly timeouts: UpstreamTimeouts) {}
-
-  get(endpoint: string): Upstream {
-    let u = this.byEndpoint.get(endpoint);
-    if (!u) {
-      u = new Upstream(endpoint, this.timeouts);
-      this.byEndpoint.set(endpoint, u);
-    }
-    return u;
-  }
-
-  /** Other routers' requests on an endpoint, as its /slots said (for tests and status). */
-  external(endpoint: string): number {
-    return this.byEndpoint.get(endpoint)?.external ?? 0;
-  }
-
-  /** In-flight requests per endpoint (for tests and status). */
-  inFlight(endpoint: string): number {
-    return this.byEndpoint.get(endpoint)?.inFlight ?? 0;
-  }
-
-  /**
-   * The least-busy replica not in `exclude`; replicas marked down lose to any other. Ties rotate,
-   * so equal replicas share the load. `now` is performance.now().
-   */
-  pick(replicas: readonly ReplicaView[], exclude: ReadonlySet<string> | null, now: number): ReplicaView | null {
-    const n = replicas.length;
-    if (n === 1) {
-      const r = replicas[0]!;
-      return exclude !== null && exclude.has(r.endpoint) ? null : r;
-    }
-    this.rr = (this.rr + 1) & 0x3fffffff;
-    const start = this.rr % n;
-    let best: ReplicaView | null = null;
-    let bestScore = Infinity;
-    for (let i = 0; i < n; i++) {
-      const r = replicas[(start + i) % n]!;
-      if (exclude !== null && exclude.has(r.endpoint)) continue;
-      const u = this.byEndpoint.get(r.endpoint);
-      const score = u === undefined ? 0 : u.inFlight + u.external + (u.downUntil > now ? 1e9 : 0);
-      if (score < bestScore) {
-        best = r;
-        bestScore = score;
-        if (score === 0) break;
-      }
-    }
-    return best;
-  }
-
-  /**
-   * The replica for an affinity key among `replicas` (each with `slots` slots; Infinity when unknown),
-   * skipping those in `exclude` and those marked down: where the key was served last, or by consistent
-   * hashing with bounded load, a move off a busy replica weighed by its cost (affinity.ts, move.ts);
-   * `home` says whether it stayed (an affinity hit). With `freeSlotOnly` (a request that waited in
-   * the queue) only replicas with a free slot are considered, and the key's last replica where
-   * waiting for its slot costs less than moving. Null when none is usable (the caller then falls back
-   * to `pick`, which also tries replicas marked down).
-   */
-  affine(model: string, replicas: readonly ReplicaView[], key: number, slots: number, exclude: ReadonlySet<string> | null, now: number, freeSlotOnly = false): { replica: ReplicaView; home: boolean; entry: StickyEntry } | null {
-    const ring = this.ringFor(model, replicas);
-    const l = this.loads;
-    l.replicas = replicas;
-    l.upstreams = this.byEndpoint;
-    l.exclude = exclude;
-    l.now = now;
-    l.slotCount = slots;
-    let keys = this.sticky.get(model);
-    if (keys === undefined) {
-      keys = new StickyKeys();
-      if (this.sticky.size > 10_000) this.sticky.clear();
-      this.sticky.set(model, keys);
-    }
-    const seen = keys.get(key);
-    let last = -1;
-    if (seen !== undefined) for (let i = 0; i < replicas.length; i++) if (replicas[i]!.id === seen.id) last = i;
-    const c = chooseSticky(ring, key, { last, shared: seen !== undefined && seen.active > 0, tokens: last >= 0 ? seen!.tokens : 0, freeSlotOnly: freeSlotOnly && slots !== Infinity }, l);
-    l.replicas = [];
-    l.exclude = null;
-    if (c.index < 0) return null;
-    const replica = replicas[c.index]!;
-    const entry = keys.set(key, replica.id);
-    entry.active++;
-    return { replica, home: c.home, entry };
-  }
-
-  private ringFor(model: string, replicas: readonly ReplicaView[]): Ring {
-    const cached = this.rings.get(model);
-    if (cached !== undefined && cached.ids.length === replicas.length) {
-      let same = true;
-      for (let i = 0; i < replicas.length; i++) {
-        if (cached.ids[i] !== replicas[i]!.id) {
-          same = false;
-          break;
-        }
-      }
-      if (same) return cached.ring;
-    }
-    const ids = replicas.map((r) => r.id);
-    const ring = new Ring(ids);
-    if (this.rings.size > 10_000) this.rings.clear();
-    this.rings.set(model, { ids, ring });
-    return ring;
-  }
-
-  /** True when some replica not marked down has a free slot (`slots` each; always with unknown slots). */
-  hasFreeSlot(replicas: readonly ReplicaView[], slots: number, now: number): boolean {
-    if (slots === Infinity) return true;
-    let anyUp = false;
-    for (const r of replicas) {
-      const u = this.byEndpoint.get(r.endpoint);
-      if (u !== undefined && u.downUntil > now) continue;
-      anyUp = true;
-      if (loadOf(u) < slots) return true;
-    }
-    // every replica marked down: not "busy"; the request goes on and tries them
-    return !anyUp;
-  }
-
-  /** Closes pools that are idle and unused for `idleMs` (`now` from performance.now()). */
-  sweep(now: number, idleMs = POOL_IDLE_CLOSE_MS): void {
-    for (const [endpoint, u] of this.byEndpoint) {
-      if (u.inFlight === 0 && now - u.lastUsed > idleMs) {
-        this.byEndpoint.delete(endpoint);
-        void u.pool.close().catch(() => undefined);
-      }
-    }
-  }
-
-  async close(): Promise<void> {
-    const pools = [...this.byEndpoint.values()].map((u) => u.pool);
-    this.byEndpoint.clear();
-    await Promise.all(pools.map((p) => p.destroy().catch(() => undefined)));
-  }
-}
-
-export type UpstreamFailure = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'stall_timeout' | 'auth' | 'error';
-
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN', 'EADDRNOTAVAIL', 'ENOTFOUND', 'EAI_AGAIN']);
-const RESET_CODES = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED', 'ECONNABORTED']);
-
-/** What kind of upstream failure an undici error is. */
-export function classifyUpstreamError(err: unknown): UpstreamFailure {
-  let e = err as { code?: unknown; cause?: unknown } | null;
-  for (let depth = 0; e && depth < 3; depth++) {
-    const code = typeof e.code === 'string' ? e.code : '';
-    if (code === 'UND_ERR_CONNECT_TIMEOUT') return 'connect_timeout';
-    if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'first_byte_timeout';
-    if (code === 'UND_ERR_BODY_TIMEOUT') return 'stall_timeout';
-    if (CONNECT_CODES.has(code)) return 'connect';
-    if (RESET_CODES.has(code)) return 'reset';
-    e = e.cause as typeof e;
-  }
-  return 'error';
-}
-
-/** Failures before any response byte after which another replica is tried. */
-export function isRetryableBeforeResponse(f: UpstreamFailure): boolean {
-  return f === 'connect' || f === 'connect_timeout' || f === 'reset';
-}
-
-/**
- * The catalogue code of a failed attempt (what `llmgw_router_upstream_errors_total{reason}` counts):
- * the error the client gets if no other replica is tried. A failure before any response byte that is
- * retried on another replica is a connect failure; the finer kind stays in the log.
- */
-export function upstreamReason(f: UpstreamFailure, responded: boolean): RouterReasonCode {
-  if (f === 'auth') return 'UPSTREAM_AUTH';
-  if (!responded && isRetryableBeforeResponse(f)) return 'UPSTREAM_CONNECT';
-  if (f === 'first_byte_timeout') return 'UPSTREAM_FIRST_BYTE_TIMEOUT';
-  if (f === 'stall_timeout') return 'UPSTREAM_STALLED';
-  return 'UPSTREAM_FAILED';
-}
+// the names other modules and tests import from here
+export { DOWN_FOR_MS, isDown, loadOf, POOL_IDLE_CLOSE_MS, Upstream, Upstreams, type UpstreamTimeouts } from './upstreams.js';
+export { classifyUpstreamError, isRetryableBeforeResponse, ReplicaUnavailable, upstreamReason, type UpstreamFailure } from './failover.js';
 
 /** Upstream response headers passed to the client; everything else (server, CORS, auth echoes…) is dropped. */
 const FORWARD_HEADERS = ['content-type', 'content-length', 'content-encoding', 'cache-control', 'retry-after'] as const;
@@ -338,6 +76,8 @@ export interface ModelCounter {
   serviceSeconds: number;
   /** Requests waiting for a free slot (core.ts), created on first use. */
   queue: WaitQueue<unknown> | null;
+  /** True while the queue waits for a replica to become ready (none was; core.ts wakeOnReady). */
+  waking: boolean;
 }
 
 /** Weight of the latest request in `serviceSeconds`. */
@@ -357,6 +97,12 @@ export interface ProxyContext {
   onIdle: (() => void) | null;
   /** Called when a call of the model ends (its slot is free): the queue's turn. */
   onRelease: ((model: string, counter: ModelCounter) => void) | null;
+  /** Called when any call ends, however it ended (success, error, client gone): see CallEnd. */
+  onEnd: ((end: CallEnd) => void) | null;
+  /** The model's ready replicas now (FleetView.readyReplicas), for a retry elsewhere. */
+  readonly readyReplicas: (model: string) => readonly ReplicaView[];
+  /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
+  readonly health: ReplicaHealth;
   readonly log: { warn(obj: object, msg: string): void };
   /**
    * keys hook (usage and per-key limits, core.ts): called once per call as it ends, with the
@@ -364,6 +110,23 @@ export interface ProxyContext {
    * replica reported its token usage.
    */
   readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null) => void) | null;
+}
+
+/** A proxied call at its end, for what follows a response (the model's activity; accounting). */
+export interface CallEnd {
+  readonly model: string;
+  /** The status the client got (CLIENT_CLOSED_STATUS when it went away). */
+  readonly status: number;
+  /** The catalogue code the router ended it with, NO_REASON for the replica's own answer. */
+  readonly reason: string;
+  /** The replica that answered last (null when none was tried). */
+  readonly replica: ReplicaView | null;
+}
+
+/** The breaker's port: an attempt that failed in a way that says the replica is not serving, or a response from it. */
+export interface ReplicaHealth {
+  failed(u: Upstream, failure: UpstreamFailure): void;
+  responded(u: Upstream): void;
 }
 
 class ClientGone extends Error {
@@ -380,7 +143,7 @@ export const CLIENT_CLOSED_STATUS = 499;
 export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {
   let c = ctx.modelInFlight.get(model);
   if (!c) {
-    c = { n: 0, serviceSeconds: 0, queue: null };
+    c = { n: 0, serviceSeconds: 0, queue: null, waking: false };
     ctx.modelInFlight.set(model, c);
   }
   return c;
@@ -439,7 +202,12 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   private tried: Set<string> | null = null;
   /** True once a reset connection was retried on the same replica. */
   private retriedSame = false;
+  /** Moves to another replica after the request had reached one (failover.ts MAX_MOVES). */
+  private moves = 0;
+  /** The replica's response headers arrived (for this attempt). */
   private responded = false;
+  /** The status and headers of the response, held back until its first body byte (then written). */
+  private head: Record<string, string> | null = null;
   private gotByte = false;
   private sse = false;
   private status = 0;
@@ -508,6 +276,14 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     this.replica = r;
     this.abortUpstream = null;
     this.resumeUpstream = null;
+    this.responded = false;
+    this.head = null;
+    this.status = 0;
+    this.sse = false;
+    this.tail = null;
+    this.tailBytes = 0;
+    u.model = this.model;
+    u.replicaId = r.id;
     u.inFlight++;
     u.lastUsed = performance.now();
     u.pool.dispatch({ path: u.prefix + this.path, method: 'POST', headers: this.headers, body: this.body }, this);
@@ -535,6 +311,11 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       this.abortUpstream?.(new RouterError('UPSTREAM_AUTH', `The replica of model '${this.model}' refused llmgw's engine API key (HTTP ${statusCode}).`, { model: this.model }));
       return false;
     }
+    if (statusCode === 503 && failoverOf({ failure: 'unavailable', clientGotByte: false, replicaResponded: true, retriedSame: this.retriedSame, moves: this.moves }) === 'other' && this.nextReplica(false) !== null) {
+      // llama-server still loading (or otherwise not serving): the request goes to another replica
+      this.abortUpstream?.(new ReplicaUnavailable(statusCode));
+      return false;
+    }
     this.status = statusCode;
     this.resumeUpstream = resume;
     if ((this.countTokens || this.ctx.onUsage) && statusCode === 200) this.tail = [];
@@ -543,14 +324,26 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     const ct = out['content-type'];
     this.sse = ct !== undefined && ct.startsWith('text/event-stream');
     if (this.ctx.shuttingDown) out['connection'] = 'close';
-    this.res.writeHead(statusCode, out);
+    // written with the first body byte: until then the request may still go to another replica
+    this.head = out;
     return true;
+  }
+
+  /** Writes the held-back status and headers (the first byte of the response to the client). */
+  private writeHead(): void {
+    const head = this.head;
+    if (head === null) return;
+    this.head = null;
+    if (this.ctx.shuttingDown) head['connection'] = 'close';
+    this.res.writeHead(this.status, head);
+    if (this.upstream !== null) this.ctx.health.responded(this.upstream);
   }
 
   onData(chunk: Buffer): boolean {
     if (!this.gotByte) {
       this.gotByte = true;
       this.ctx.metrics.timeToFirstToken(this.model, (performance.now() - this.t0) / 1000);
+      this.writeHead();
     }
     const tail = this.tail;
     if (tail !== null) {
@@ -567,6 +360,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     const u = this.upstream;
+    this.writeHead();
     this.releaseUpstream();
     if (this.tail !== null && this.tail.length > 0) {
       const t = this.tail.length === 1 ? this.tail[0]! : Buffer.concat(this.tail, this.tailBytes);
@@ -590,6 +384,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   }
 
   onError(err: Error): void {
+    const u = this.upstream;
     this.releaseUpstream();
     if (this.done) return;
     const reason = this.abortReason;
@@ -603,68 +398,88 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       return;
     }
     if (err instanceof RouterError) {
-      this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.responded));
+      this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.gotByte));
       this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint }, err.message);
       this.fail(err, null);
       return;
     }
     const kind = classifyUpstreamError(err);
-    this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.responded));
-    if (!this.responded && isRetryableBeforeResponse(kind)) {
-      const failed = this.replica!;
-      if (kind === 'reset' && !this.retriedSame) {
-        // most often a keep-alive connection the replica had just closed: once more on a new
-        // connection to the same replica, which holds the request's prompt cache, before moving on
-        this.retriedSame = true;
-        this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
-        this.responded = false;
-        this.attempt(failed);
-        return;
-      }
-      const now = performance.now();
-      this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
-      (this.tried ??= new Set()).add(failed.endpoint);
-      this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection failed; trying another replica');
-      let next: ReplicaView | null = null;
-      if (this.key !== null) {
-        if (this.sticky !== null) this.sticky.active--;
-        const c = this.ctx.upstreams.affine(this.model, this.replicas, this.key, this.slots, this.tried, now);
-        this.sticky = c?.entry ?? null;
-        next = c?.replica ?? null;
-      }
-      next ??= this.ctx.upstreams.pick(this.replicas, this.tried, now);
-      if (next) {
-        this.responded = false;
+    const failed = this.replica!;
+    if (u !== null && ejectable(kind)) this.ctx.health.failed(u, kind);
+    const decision = failoverOf({ failure: kind, clientGotByte: this.gotByte, replicaResponded: this.responded, retriedSame: this.retriedSame, moves: this.moves });
+    this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.gotByte || decision === 'none'));
+    if (decision === 'same') {
+      // most often a keep-alive connection the replica had just closed: once more on a new
+      // connection to the same replica, which holds the request's prompt cache, before moving on
+      this.retriedSame = true;
+      this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
+      this.attempt(failed);
+      return;
+    }
+    if (decision === 'other') {
+      const next = this.nextReplica(true);
+      if (next !== null) {
+        if (isMove(kind)) this.moves++;
+        this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind, to: next.id }, 'replica failed before the first byte; trying another replica');
         this.attempt(next);
         return;
       }
       this.fail(
-        new RouterError('UPSTREAM_CONNECT', `No ready replica of model '${this.model}' accepted the connection (${this.tried.size} tried; last: ${err.message}).`, { model: this.model }),
+        new RouterError('UPSTREAM_CONNECT', `No ready replica of model '${this.model}' accepted the request (${this.tried?.size ?? 1} tried; last: ${err.message}).`, { model: this.model }),
         kind,
       );
       return;
     }
-    this.ctx.log.warn({ model: this.model, replica: this.replica?.id, err: err.message, kind }, 'upstream request failed');
+    this.ctx.log.warn({ model: this.model, replica: failed.id, err: err.message, kind, afterFirstByte: this.gotByte }, 'upstream request failed');
     let e: RouterError;
     if (kind === 'first_byte_timeout') {
       e = new RouterError('UPSTREAM_FIRST_BYTE_TIMEOUT', `The replica of model '${this.model}' sent no response within the first-byte timeout.`, { model: this.model });
     } else if (kind === 'stall_timeout') {
       e = new RouterError('UPSTREAM_STALLED', `The replica of model '${this.model}' stopped sending for longer than the stream idle timeout.`, { model: this.model });
     } else {
-      e = new RouterError('UPSTREAM_FAILED', `The connection to the replica of model '${this.model}' failed: ${err.message}`, { model: this.model });
+      e = new RouterError('UPSTREAM_FAILED', `The connection to the replica of model '${this.model}' failed${this.gotByte ? ' mid-response' : ''}: ${err.message}`, { model: this.model });
     }
     this.fail(e, kind);
   }
 
-  /** Ends the client response with an error: an envelope before the headers, an SSE error event or a cut after. */
+  /**
+   * The replica to try after the current one failed, or null when none is left: by
+   * affinity where the request has a key, else least-busy, never one tried already. With `take`, the
+   * failed replica is recorded as tried and marked down for DOWN_FOR_MS, and the choice counts on
+   * the affinity key.
+   */
+  private nextReplica(take: boolean): ReplicaView | null {
+    const failed = this.replica!;
+    const now = performance.now();
+    const tried = (this.tried ??= new Set());
+    tried.add(failed.endpoint);
+    if (take) this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
+    // the model's ready replicas now (one may have become ready while this request waited on the
+    // failed one), else those it was dispatched among
+    const fresh = this.ctx.readyReplicas(this.model);
+    const replicas = fresh.length > 0 ? fresh : this.replicas;
+    let next: ReplicaView | null = null;
+    if (this.key !== null && take) {
+      if (this.sticky !== null) this.sticky.active--;
+      const c = this.ctx.upstreams.affine(this.model, replicas, this.key, this.slots, tried, now);
+      this.sticky = c?.entry ?? null;
+      next = c?.replica ?? null;
+    }
+    next ??= this.ctx.upstreams.pick(replicas, tried, now);
+    if (!take) tried.delete(failed.endpoint);
+    return next;
+  }
+
+  /** Ends the client response with an error: an envelope before the first byte, a stream's error event or a cut after. */
   private fail(e: Error, _kind: string | null): void {
     const res = this.res;
     const r = renderFor(res, e);
     let status: number;
+    this.head = null;
     if (!res.headersSent) {
       status = writeRendered(res, r, this.ctx.shuttingDown ? { connection: 'close' } : undefined) || 502;
     } else if (this.sse && !res.destroyed && !res.writableEnded) {
-      res.end(sseEvent(r));
+      res.end(streamErrorEvent(streamApiOf(this.path), r));
       status = this.status;
     } else {
       res.destroy();
@@ -694,6 +509,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
     ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail); // keys hook
     ctx.active.delete(this);
+    if (ctx.onEnd !== null) ctx.onEnd({ model: this.model, status, reason, replica: this.replica });
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }

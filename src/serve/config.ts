@@ -31,6 +31,8 @@ export interface ServeConfig {
   readonly routerMaxInFlight: number | null;
   /** Deadline of each HTTP read of a model's GGUF header (memory estimates). */
   readonly sourceTimeoutMs: number;
+  /** On SIGTERM: how long requests in flight (streams) may take to finish before they are cut. */
+  readonly shutdownGraceMs: number;
   /** Several instances as one controller on etcd (leader election, shared state); null = one instance, state file. */
   readonly etcd: EtcdConfig | null;
   /** The usage log: one JSON line per router request (src/router/usage-log.ts); null = none. */
@@ -58,6 +60,7 @@ export const SETTINGS = {
   clientTimeout: { flag: 'client-timeout', env: 'LLMGW_CLIENT_TIMEOUT', key: 'client_timeout', help: 'a client must send its whole request (body included) to the router or admin API within this, else 408 and closed (default 30s)' },
   headerTimeout: { flag: 'header-timeout', env: 'LLMGW_HEADER_TIMEOUT', key: 'header_timeout', help: 'a client must send its request headers within this (default 10s)' },
   routerMaxInFlight: { flag: 'router-max-in-flight', env: 'LLMGW_ROUTER_MAX_IN_FLIGHT', key: 'router_max_in_flight', help: 'most router requests in progress at once, waiting for a model included; 503 router_overloaded above (default 1024)' },
+  shutdownGrace: { flag: 'shutdown-grace', env: 'LLMGW_SHUTDOWN_GRACE', key: 'shutdown_grace', help: 'on SIGTERM the router stops accepting and lets requests in flight (streams) finish for up to this long, then cuts them with an error event (default 30s)' },
   sourceTimeout: { flag: 'source-timeout', env: 'LLMGW_SOURCE_TIMEOUT', key: 'source_timeout', help: 'deadline of each HTTP read of a model source\'s GGUF header for memory estimates (default 5s)' },
   etcd: { flag: 'etcd', env: 'LLMGW_ETCD', key: 'etcd', help: 'run as one of several instances on etcd: comma-separated endpoints such as https://10.0.0.5:2379 (leader election, shared state; default: one instance, state file)' },
   etcdPrefix: { flag: 'etcd-prefix', env: 'LLMGW_ETCD_PREFIX', key: 'etcd_prefix', help: 'key prefix in etcd; instances with the same etcd and prefix are one controller (default /llmgw)' },
@@ -164,6 +167,7 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
     clientTimeouts: { headersMs, requestMs },
     routerMaxInFlight,
     sourceTimeoutMs: duration('sourceTimeout', 5_000),
+    shutdownGraceMs: duration('shutdownGrace', 30_000),
     usageLog: usageLogPath === null ? null : { path: usageLogPath, maxBytes: usageMaxBytes! },
   };
 }

@@ -194,6 +194,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       ...(cfg.routerMaxInFlight ? { maxInFlight: cfg.routerMaxInFlight } : {}),
       headersTimeoutMs: cfg.clientTimeouts.headersMs,
       requestTimeoutMs: cfg.clientTimeouts.requestMs,
+      shutdownGraceMs: cfg.shutdownGraceMs,
     },
     ...(serverFactory ? { serverFactory } : {}),
   });
@@ -234,13 +235,21 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     adminTokenFile,
     close() {
       closed ??= (async () => {
-        log.info('shutting down: router drains in-flight requests, replicas keep running');
+        const t0 = Date.now();
+        log.info({ graceMs: cfg.shutdownGraceMs }, 'shutting down: the router accepts no new connections and lets requests in flight finish; replicas keep running');
         tls?.close();
-        await Promise.allSettled([router.close(), admin.close()]);
+        // stops accepting at once; requests in flight finish (up to the grace), then are cut
+        const routed = router.close();
+        // With --etcd a leader resigns at once, while its router drains, so a standby leads (and acts
+        // on the fleet) before this router has closed; a lone controller keeps its view up to date
+        // for the requests still in flight and stops after them.
+        const resigned = controller instanceof HaController ? controller.stop() : null;
+        await Promise.allSettled([routed, admin.close(), ...(resigned ? [resigned] : [])]);
+        if (!resigned) await controller.stop();
         usageLog?.close();
         await routerShares?.stop();
-        await controller.stop();
         etcdClient?.close();
+        log.info({ ms: Date.now() - t0 }, 'shut down');
       })();
       return closed;
     },

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parse, stringify } from 'yaml';
+import { Reasons } from '../../src/errors/catalogue.js';
 import { createMetrics } from '../../src/metrics/registry.js';
 import { HISTOGRAM_NAMES, MODEL_STATES, MetricNames, baseMetricName } from '../../src/metrics/names.js';
 import { parseExposition } from '../../src/metrics/parse.js';
@@ -54,6 +55,19 @@ function metricIdentifiers(text: string): string[] {
 }
 
 describe('alert rules (promtool)', () => {
+  it('LlmgwRouter5xxRatio leaves out exactly 5xx catalogue refusals, the same list on both sides and in the description', () => {
+    const rule = alerts().find((a) => a.alert === 'LlmgwRouter5xxRatio')!;
+    const lists = [...`${rule.expr}${rule.annotations?.description ?? ''}`.matchAll(/reason!~"([^"]+)"/g)].map((m) => m[1]!);
+    assert.equal(lists.length, 3, 'numerator, denominator and the description\'s query');
+    assert.equal(new Set(lists).size, 1, `one list: ${lists.join(' / ')}`);
+    const codes = lists[0]!.split('|');
+    assert.deepEqual(codes, ['MODEL_PARKED', 'MODEL_UNPLACEABLE', 'MODEL_FAILING', 'MODEL_LOADING', 'NO_VALID_SPEC']);
+    for (const code of codes) {
+      const reason = (Reasons as Record<string, { http: number } | undefined>)[code];
+      assert.ok(reason && reason.http >= 500, `${code} is a catalogue code answered with a 5xx`);
+    }
+  });
+
   it('promtool check rules alerts/llmgw.rules.yaml', () => {
     const res = promtool(['check', 'rules', 'llmgw.rules.yaml'], alertsDir);
     assert.equal(res.status, 0, res.output);
@@ -281,8 +295,8 @@ describe('alert rules and dashboard against the series the code exports', () => 
               { labels: '{alertname="LlmgwModelNotServing", model="huge"}', value: 1 },
               { labels: '{alertname="LlmgwModelParked", model="new-arch"}', value: 1 },
               { labels: '{alertname="LlmgwModelUnplaceable", model="huge"}', value: 1 },
-              // every request for the parked model is refused with a 503 (reason MODEL_PARKED)
-              { labels: '{alertname="LlmgwRouter5xxRatio", model="new-arch"}', value: 1 },
+              // every request for the parked model is refused with a 503 (reason MODEL_PARKED), which
+              // LlmgwModelParked covers: LlmgwRouter5xxRatio leaves those refusals out and stays quiet
             ],
           },
           { expr: panelExpr('Models not serving'), eval_time: '11m', exp_samples: [{ labels: '{}', value: 2 }] },

@@ -57,6 +57,7 @@ function recordingMetrics() {
     queueWait: () => undefined,
     promptTokens: () => undefined,
     affinity: () => undefined,
+    replicaEjected: () => undefined,
   };
   return { m, calls };
 }

@@ -396,4 +396,221 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.equal(r.status, 200);
     assert.equal(made, 1);
   });
+
+  test('a replica answering 503 (llama-server loading) → the request goes once to another replica; with no other, the 503 passes through', async () => {
+    const loading = await stub((_req, res) => {
+      const body = JSON.stringify({ error: { code: 503, message: 'Loading model', type: 'unavailable_error' } });
+      res.writeHead(503, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    });
+    const live = await stub();
+    const { fleet, url, counted } = await router({ m: { routing: 'least_busy' }, solo: {} });
+    fleet.setReady('m', [replica('m', loading.url, 'loading'), replica('m', live.url, 'live')]);
+    for (let i = 0; i < 4; i++) {
+      const r = await post(url, chat('m', i % 2 === 1));
+      assert.equal(r.status, 200, r.body);
+      assert.equal(r.headers['x-llmgw-replica'], 'live');
+    }
+    assert.ok(loading.requests.length >= 1, 'the loading replica was tried');
+    assert.deepEqual((await counted('m')).requests, ['200 reason= 4']);
+    fleet.setReady('solo', [replica('solo', loading.url, 'loading-solo')]);
+    const r = await post(url, chat('solo'));
+    assert.equal(r.status, 503);
+    assert.equal(JSON.parse(r.body).error.message, 'Loading model', 'the replica\'s own answer');
+  });
+
+  test('a replica that dies after its response headers but before the first body byte → another replica; the client sees only the good answer', async () => {
+    const dying = await stub((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders();
+      setTimeout(() => res.socket?.destroy(), 20);
+    });
+    const live = await stub(defaultStubHandler({ chunks: 3 }));
+    const { fleet, url } = await router({ m: { routing: 'least_busy' } });
+    fleet.setReady('m', [replica('m', dying.url, 'dying'), replica('m', live.url, 'live')]);
+    for (let i = 0; i < 3; i++) {
+      const r = await post(url, chat('m', true));
+      assert.equal(r.status, 200);
+      assert.equal(r.headers['x-llmgw-replica'], 'live');
+      assert.ok(r.body.endsWith('data: [DONE]\n\n'), r.body);
+      assert.doesNotMatch(r.body, /error/);
+    }
+    assert.ok(dying.requests.length >= 1);
+  });
+
+  test('a replica failing before the first byte 3 times in a row leaves routing (metric) until its /health answers 200', async () => {
+    let healthy = false;
+    const flaky = await stub((req, res, body) => {
+      if (req.url === '/health') {
+        res.writeHead(healthy ? 200 : 503, { 'content-type': 'application/json' });
+        res.end(healthy ? '{"status":"ok"}' : '{"error":{"code":503,"message":"Loading model"}}');
+        return;
+      }
+      if (!healthy) {
+        req.socket.destroy(); // reset before any response
+        return;
+      }
+      defaultStubHandler()(req, res, body);
+    });
+    const live = await stub();
+    const registry = new Registry();
+    const fleet = new FakeFleetView(fakeSpec({ models: { m: { routing: 'least_busy' } }, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
+    const app = buildRouter({ fleet, auth: { required: true }, metrics: createRouterMetrics(registry), slotsRefreshMs: 0 });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    cleanups.push(() => app.close());
+    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    const gauge = async (name: string) => findSamples(parseExposition(await registry.metrics()), name, { model: 'm' })[0]?.value ?? 0;
+    fleet.setReady('m', [replica('m', flaky.url, 'flaky'), replica('m', live.url, 'live')]);
+    const posts = () => flaky.requests.filter((r) => r.method === 'POST').length;
+    // each failed request resets twice on the flaky replica (once more on a fresh connection), then goes to the live one
+    while (posts() < 3) {
+      const r = await post(url, chat('m'));
+      assert.equal(r.status, 200, r.body);
+      assert.equal(r.headers['x-llmgw-replica'], 'live');
+      if (posts() < 3) await new Promise((res) => setTimeout(res, 2100)); // past the short "down" mark
+    }
+    assert.equal(await gauge('llmgw_router_ejected_replicas'), 1);
+    assert.equal(await gauge('llmgw_router_replica_ejections_total'), 1);
+    // out of routing, also after the short "down" mark has passed
+    await new Promise((res) => setTimeout(res, 2100));
+    const before = posts();
+    for (let i = 0; i < 4; i++) assert.equal((await post(url, chat('m'))).headers['x-llmgw-replica'], 'live');
+    assert.equal(posts(), before, 'no request went to the ejected replica');
+    // its health check passes: back in routing
+    healthy = true;
+    await until(async () => (await gauge('llmgw_router_ejected_replicas')) === 0, 'the replica back in routing', 5000, 50);
+    const seen = new Set<string>();
+    for (let i = 0; i < 6; i++) seen.add(String((await post(url, chat('m'))).headers['x-llmgw-replica']));
+    assert.deepEqual([...seen].sort(), ['flaky', 'live']);
+  });
+
+  test('a stream cut after its first byte ends with an error event in its API\'s shape (OpenAI data: {error}, Anthropic event: error)', async () => {
+    const cutting = await stub((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (req.url === '/v1/messages') res.write('event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"usage":{"input_tokens":1,"output_tokens":0}}}\n\n');
+      else res.write(sseChunk('m', 'first'));
+      setTimeout(() => res.socket?.destroy(), 30);
+    });
+    const { fleet, url, counted } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', cutting.url)]);
+    const oa = await post(url, chat('m', true));
+    assert.equal(oa.status, 200);
+    const oaLast = oa.body.split('\n\n').filter(Boolean).at(-1)!;
+    assert.equal(JSON.parse(oaLast.slice('data: '.length)).error.code, 'upstream_error');
+    const an = await post(url, { model: 'm', stream: true, max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }, { path: '/v1/messages' });
+    assert.equal(an.status, 200);
+    const anLast = an.body.split('\n\n').filter(Boolean).at(-1)!;
+    const [event, data] = anLast.split('\n');
+    assert.equal(event, 'event: error');
+    const parsed = JSON.parse(data!.slice('data: '.length));
+    assert.equal(parsed.type, 'error');
+    assert.equal(parsed.error.type, 'api_error');
+    assert.match(parsed.error.message, /failed mid-response/);
+    assert.deepEqual((await counted('m')).requests, ['200 reason=UPSTREAM_FAILED 2']);
+  });
+
+  test('activity lasts until a request ends: a long stream touches its model while in flight and at its end, also when the client goes away', async () => {
+    const s = await stub(defaultStubHandler({ chunks: 8, intervalMs: 60 }));
+    const fleet = new FakeFleetView(fakeSpec({ models: { m: {} }, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
+    const app = buildRouter({ fleet, auth: { required: true }, slotsRefreshMs: 0, activityTouchMs: 100 });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    cleanups.push(() => app.close());
+    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    fleet.setReady('m', [replica('m', s.url)]);
+    const r = await post(url, chat('m', true));
+    assert.equal(r.status, 200);
+    const during = fleet.calls.touch.length;
+    // ~480 ms of stream: the start, a touch every 100 ms while in flight, and the end
+    assert.ok(during >= 4, `${during} touches`);
+    await new Promise((res) => setTimeout(res, 250));
+    assert.equal(fleet.calls.touch.length, during, 'no activity once nothing is in flight');
+    // a client that goes away mid-stream: its end touches too
+    const gone = new Promise<void>((resolve) => {
+      const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' }, agent: false }, (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      });
+      req.end(JSON.stringify(chat('m', true)));
+    });
+    await gone;
+    await until(() => routerStats(app).active === 0, 'the call ended');
+    assert.ok(fleet.calls.touch.length >= during + 2, 'touched at the start and at the end');
+  });
+
+  test('no room to surge: requests queued while the old replica leaves routing wait for the new one and go to it as soon as it is ready', async () => {
+    const old = await stub(defaultStubHandler({ chunks: 6, intervalMs: 50 }));
+    const fresh = await stub();
+    const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
+    fleet.setReady('m', [replica('m', old.url, 'old')]);
+    const streaming = post(url, chat('m', true));
+    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    // two more wait in the router's queue for the old replica's one slot
+    const queued = [post(url, chat('m')), post(url, chat('m'))];
+    await new Promise((r) => setTimeout(r, 50));
+    // the old replica is drained: out of routing, its stream runs to its end, nothing is ready
+    fleet.setReady('m', [], 'starting');
+    assert.equal((await streaming).headers['x-llmgw-replica'], 'old');
+    // …and a request that arrives in the gap waits too
+    const inGap = post(url, chat('m'));
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(old.requests.length, 1, 'nothing more went to the old replica');
+    const readyAt = performance.now();
+    fleet.setReady('m', [replica('m', fresh.url, 'new')]);
+    const answers = await Promise.all([...queued, inGap]);
+    const waited = performance.now() - readyAt;
+    assert.deepEqual(answers.map((a) => `${a.status} ${a.headers['x-llmgw-replica']}`), ['200 new', '200 new', '200 new']);
+    assert.ok(waited < 1000, `answered ${waited.toFixed(0)} ms after the new replica was ready`);
+  });
+
+  test('a surge replica that becomes ready while every slot of the old one is busy takes the queued requests at once', async () => {
+    const old = await stub(defaultStubHandler({ chunks: 30, intervalMs: 100 }));
+    const fresh = await stub();
+    const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
+    fleet.setReady('m', [replica('m', old.url, 'old')]);
+    const streaming = post(url, chat('m', true));
+    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    const queued = post(url, chat('m'));
+    await new Promise((r) => setTimeout(r, 100));
+    const readyAt = performance.now();
+    fleet.setReady('m', [replica('m', old.url, 'old'), replica('m', fresh.url, 'new')]);
+    const r = await queued;
+    const waited = performance.now() - readyAt;
+    assert.equal(r.headers['x-llmgw-replica'], 'new');
+    assert.ok(waited < 1000, `answered ${waited.toFixed(0)} ms after the new replica was ready (the old stream ends ~3 s in)`);
+    await streaming;
+  });
+
+  test('past the queue timeout with no ready replica: 503 model_loading with the reason and Retry-After', async () => {
+    const old = await stub(defaultStubHandler({ chunks: 4, intervalMs: 50 }));
+    const { fleet, url, counted } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 600 } } });
+    fleet.setReady('m', [replica('m', old.url, 'old')]);
+    const streaming = post(url, chat('m', true));
+    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    const queued = post(url, chat('m'));
+    await new Promise((r) => setTimeout(r, 50));
+    fleet.setReady('m', [], 'starting');
+    await streaming;
+    const r = await queued;
+    assert.equal(r.status, 503);
+    assert.equal(r.headers['retry-after'], '5');
+    const e = JSON.parse(r.body).error;
+    assert.equal(e.code, 'model_loading');
+    assert.match(e.message, /no ready replica .*queue timeout/);
+    assert.ok((await counted('m')).requests.includes('503 reason=MODEL_LOADING 1'));
+  });
+
+  test('a request whose only replica dies before its first byte goes to a replica that became ready meanwhile', async () => {
+    const dying = await stub((req) => void setTimeout(() => req.socket.destroy(), 150));
+    const fresh = await stub();
+    const { fleet, url } = await router({ m: {} });
+    fleet.setReady('m', [replica('m', dying.url, 'dying')]);
+    const answer = post(url, chat('m'));
+    await until(() => dying.requests.length === 1, 'the request on the dying replica');
+    fleet.setReady('m', [replica('m', dying.url, 'dying'), replica('m', fresh.url, 'fresh')]);
+    const r = await answer;
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.headers['x-llmgw-replica'], 'fresh');
+  });
 });

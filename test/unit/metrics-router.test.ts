@@ -63,6 +63,20 @@ describe('metrics: router', () => {
     assert.equal(findSamples(s, 'llmgw_router_requests_total', { model: 'chat' }).length, 0);
   });
 
+  it('a model leaving the desired state takes its ejection series', async () => {
+    const registry = new Registry();
+    const router = createRouterMetrics(registry);
+    router.setModels(['chat']);
+    router.replicaEjected('chat', true);
+    let s = parseExposition(await registry.metrics());
+    assert.equal(sampleValue(s, 'llmgw_router_ejected_replicas', { model: 'chat' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_router_replica_ejections_total', { model: 'chat' }), 1);
+    router.setModels([]);
+    s = parseExposition(await registry.metrics());
+    assert.equal(findSamples(s, 'llmgw_router_ejected_replicas', { model: 'chat' }).length, 0);
+    assert.equal(findSamples(s, 'llmgw_router_replica_ejections_total', { model: 'chat' }).length, 0);
+  });
+
   it('serves /metrics with the exposition content type', async () => {
     const m = createMetrics({ defaultMetrics: false });
     m.router.request('chat', 200, 0.1, NO_REASON);

@@ -38,10 +38,10 @@ describe('router model states (inject, fake view)', () => {
 
   const ask = (model: string) => app.inject({ method: 'POST', url: '/v1/chat/completions', headers: KEY, payload: JSON.stringify({ model, messages: [] }) });
 
-  test('ready → proxied; touch() per request; no demand()', async () => {
+  test('ready → proxied; touch() at the start and the end of each request; no demand()', async () => {
     const r = await ask('ready');
     assert.equal(r.statusCode, 200);
-    assert.deepEqual(fleet.calls.touch, ['ready']);
+    assert.deepEqual(fleet.calls.touch, ['ready', 'ready']);
     assert.deepEqual(fleet.calls.demand, []);
   });
 

@@ -52,3 +52,18 @@ describe('serve config: --etcd and the election timings', () => {
     for (const [flags, re] of bad) assert.throws(() => resolveConfig(sources(flags)), (e) => e instanceof UsageError && re.test(e.message), JSON.stringify(flags));
   });
 });
+
+describe('serve config: --shutdown-grace', () => {
+  test('a duration from flag, env or file; 30 s by default', () => {
+    assert.equal(resolveConfig(sources({})).shutdownGraceMs, 30_000);
+    assert.equal(resolveConfig(sources({ shutdownGrace: '2m' })).shutdownGraceMs, 120_000);
+    assert.equal(resolveConfig(sources({}, { LLMGW_SHUTDOWN_GRACE: '500ms' })).shutdownGraceMs, 500);
+    assert.equal(resolveConfig({ ...sources({}), file: { shutdown_grace: '45s' } }).shutdownGraceMs, 45_000);
+  });
+
+  test('anything else is a usage error naming the setting', () => {
+    for (const bad of ['soon', '0', '-1s']) {
+      assert.throws(() => resolveConfig(sources({ shutdownGrace: bad })), (e) => e instanceof UsageError && /--shutdown-grace/.test(e.message), bad);
+    }
+  });
+});
