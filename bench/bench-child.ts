@@ -19,7 +19,7 @@ import { Pool } from 'undici';
 import { createRouterMetrics } from '../src/metrics/router.js';
 import type { DemandResult, FleetView, ModelView, ReplicaView } from '../src/reconciler/view.js';
 import { buildRouter } from '../src/router/app.js';
-import type { FleetSpec } from '../src/fleet-spec/types.js';
+import type { FleetSpec, KeyLimits } from '../src/fleet-spec/types.js';
 import { fakeSpec } from '../test/harness/fake-fleet-view.js';
 import { startUpstreamStub, type UpstreamStub } from './upstream-stub.js';
 
@@ -34,11 +34,13 @@ export class StaticFleetView implements FleetView {
   constructor(
     upstream: string,
     readonly engineApiKey: string,
+    /** The bench key's limits (access/keys.yaml), to measure the limit check; none by default. */
+    limits?: KeyLimits,
   ) {
     this.s = fakeSpec({
       models: { [BENCH_MODEL]: { aliases: [BENCH_ALIAS] }, other: {} },
       keys: [
-        { name: 'bench', key: BENCH_CLIENT_KEY, models: [BENCH_MODEL] },
+        { name: 'bench', key: BENCH_CLIENT_KEY, models: [BENCH_MODEL], ...(limits ? { limits, modelLimits: { [BENCH_MODEL]: limits } } : {}) },
         { name: 'someone-else', key: 'another-key', models: ['other'] },
       ],
     });

@@ -51,6 +51,7 @@ class FakeRes extends EventEmitter {
   }
   end(): this {
     this.writableFinished = this.writableEnded = true;
+    this.emit('close');
     return this;
   }
   cork(): void {}
@@ -100,9 +101,12 @@ const bare: Handler = (req, res) => {
   });
 };
 
-function routerHandler(): Handler {
+/** Limits that never refuse, so every request goes through the limit check (key and key × model) and its bookkeeping. */
+const NEVER_REACHED = { requestsPerMinute: 100_000_000, tokensPerMinute: 1_000_000_000, concurrency: 100_000 };
+
+function routerHandler(limited = false): Handler {
   const core = new RouterCore(
-    new StaticFleetView('http://127.0.0.1:9', 'bench-engine-key'),
+    new StaticFleetView('http://127.0.0.1:9', 'bench-engine-key', limited ? NEVER_REACHED : undefined),
     createRouterMetrics(new Registry()),
     { bodyBytes: 8 << 20, connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000, maxInFlight: 1 << 20, maxBufferedBytes: 1 << 40 },
     true,
@@ -135,6 +139,7 @@ function run(h: Handler, n: number): number {
 const targets: [string, Handler][] = [
   ['bare passthrough work', bare],
   ['llmgw RouterCore', routerHandler()],
+  ['llmgw, key with limits', routerHandler(true)],
 ];
 for (const [, h] of targets) run(h, 50_000); // warm up
 const best = new Map<string, number>();
@@ -146,3 +151,5 @@ for (const [name] of targets) console.log(`  ${name.padEnd(24)} ${best.get(name)
 const b = best.get('bare passthrough work')!;
 const r = best.get('llmgw RouterCore')!;
 console.log(`  llmgw adds ${(r - b).toFixed(2)} µs per request in its own code (auth, parse, routing, metrics, header filtering)`);
+const l = best.get('llmgw, key with limits')!;
+console.log(`  the limit check (key and key × model: rpm, tpm, concurrency) adds ${(l - r).toFixed(2)} µs per request: ${(((l - r) / r) * 100).toFixed(1)} % of the router's own code`);

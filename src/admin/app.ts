@@ -10,6 +10,7 @@
  *   GET  /replicas                   every replica
  *   GET  /replicas/:id/logs?lines=N  a replica's log tail
  *   GET  /nodes                      nodes: reachable, memory, engines
+ *   GET  /usage?since=&key=&model=   requests, errors, tokens, p50 latency per key × model (usage-route.ts)
  *   POST /restart[?wait=true&timeout=S]  body {replicas}|{model}|{all:true}: surge-first replacement
  *   GET  /restart?ids=a,b[&wait=true&timeout=S]  whether a restart is done (200 done, 202 not yet)
  *   POST /webhook                    git push webhook, authenticated by its signature (webhook.ts)
@@ -36,6 +37,7 @@ import {
   type RestartJson,
   type RetryJson,
 } from '../wire/shape.js';
+import { registerUsageRoute, type UsageSource } from './usage-route.js';
 import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
@@ -50,6 +52,8 @@ export interface AdminAppDeps {
   /** For TLS: a factory returning an https server (see fastify's serverFactory). */
   readonly serverFactory?: FastifyServerFactory;
   readonly limits?: Partial<AdminLimits>;
+  /** The router's usage per key × model (GET /admin/v1/usage); none: the route answers no rows. */
+  readonly usage?: UsageSource;
 }
 
 export interface AdminLimits {
@@ -190,6 +194,8 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
       api.addHook('onRequest', checkAuth);
 
       api.get('/status', async (_req, reply) => noStore(reply).send(statusJson(backend.snapshot())));
+
+      registerUsageRoute(api, deps.usage ?? null);
 
       api.get<{ Querystring: { phase?: string; name?: string; limit?: number; after?: string } }>(
         '/models',

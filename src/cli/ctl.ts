@@ -8,6 +8,8 @@ import { oneOf, parse, UsageError } from './args.js';
 import { AdminClient, CtlFailure, DEFAULT_SERVER, resolveTarget } from './ctl-client.js';
 import { ATTENTION_PHASES, renderModels, renderNodes, renderReplicas, renderStatus, STATUS_ATTENTION_LIMIT, STATUS_HEALTHY_LIMIT } from './ctl-format.js';
 import type { Io } from './io.js';
+import type { UsageJson } from '../admin/usage-route.js';
+import { renderUsage } from './usage-format.js';
 
 export const ctlUsage = `usage: llmgw ctl <command> [options]
 
@@ -21,6 +23,9 @@ commands:
   restart REPLICA... | --model M | --all
                                   replace replicas surge-first; waits until done
   logs REPLICA [-n|--lines N]     the replica's log tail (default 100 lines)
+  usage [--since T] [--key K] [--model M]
+                                  per API key × model: requests, errors, prompt/cached/
+                                  completion tokens, p50 latency (T: 15m, 24h or ISO time)
 
 options:
   --server URL        the admin API (env LLMGW_SERVER; default ${DEFAULT_SERVER})
@@ -62,6 +67,8 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
     model: { type: 'string' },
     phase: { type: 'string' },
     name: { type: 'string' },
+    since: { type: 'string' },
+    key: { type: 'string' },
     all: { type: 'boolean' },
     timeout: { type: 'string' },
     'no-wait': { type: 'boolean' },
@@ -85,7 +92,9 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
   };
   only(['lines'], 'logs');
   only(['phase', 'name'], 'models');
-  only(['model', 'all', 'timeout', 'no-wait'], 'restart');
+  only(['all', 'timeout', 'no-wait'], 'restart');
+  if (values.model !== undefined && sub !== 'restart' && sub !== 'usage') throw new UsageError('--model only applies to `llmgw ctl restart` and `llmgw ctl usage`');
+  only(['since', 'key'], 'usage');
   const noArgs = (): void => {
     if (args.length) throw new UsageError(`\`llmgw ctl ${sub}\` takes no arguments (got ${args.join(' ')})`);
   };
@@ -133,6 +142,18 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
       run = async (c) => {
         const r = await c.call<NodesJson>('GET', '/nodes');
         io.out(output === 'json' ? json(r.body) : renderNodes(r.body));
+        return 0;
+      };
+      break;
+    case 'usage':
+      noArgs();
+      run = async (c) => {
+        const query: Record<string, string> = {};
+        if (values.since !== undefined) query.since = values.since;
+        if (values.key !== undefined) query.key = values.key;
+        if (values.model !== undefined) query.model = values.model;
+        const r = await c.call<UsageJson>('GET', '/usage', { query });
+        io.out(output === 'json' ? json(r.body) : renderUsage(r.body));
         return 0;
       };
       break;

@@ -35,6 +35,8 @@ export function definitionDigest(source: string, sha256: string, profile: Profil
       parallel: profile.parallel,
       batchSize: profile.batchSize,
       embeddings: profile.embeddings,
+      // only when set, so the digests of every model that does not rerank stay as they were
+      ...(profile.reranking ? { reranking: true } : {}),
       extraArgs: profile.extraArgs,
       cacheRamMiB: cacheRamMiB(profile.cacheRamBytes),
       // device settings only where set: a profile without them keeps the digest it had

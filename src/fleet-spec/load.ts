@@ -13,6 +13,7 @@ import {
   normalizeEngine,
   normalizeFleet,
   normalizeKeys,
+  normalizeModelLimits,
   normalizeModel,
   normalizeNode,
   normalizeProfile,
@@ -168,7 +169,8 @@ export async function loadFleetSpec(files: FleetFiles, revision: string | null):
   const keys = keysObj ? normalizeKeys(keysObj.raw) : [];
   const settings = normalizeFleet(fleetObj?.raw ?? (validateDefaults() as Record<string, unknown>));
 
-  const checked = checkSpec({ settings, nodes, engines, profiles, models, keys, objects });
+  const modelLimits = keysObj ? normalizeModelLimits(keysObj.raw) : {};
+  const checked = checkSpec({ settings, nodes, engines, profiles, models, keys, modelLimits, objects });
   problems.push(...checked.problems);
   if (problems.length > 0) return { ok: false, problems: sortProblems(problems), warnings: checked.warnings };
 
@@ -179,7 +181,7 @@ export async function loadFleetSpec(files: FleetFiles, revision: string | null):
     engines: Object.fromEntries(engines.map((e) => [e.name, e])),
     profiles: Object.fromEntries(profiles.map((p) => [p.name, p])),
     models: Object.fromEntries(checked.models.map((m) => [m.name, m])),
-    access: { keys: checked.keys, file: keysObj?.parsed.file ?? null },
+    access: { keys: checked.keys, file: keysObj?.parsed.file ?? null, modelLimits: checked.modelLimits },
     modelNames: checked.modelNames,
   });
   return { ok: true, spec, warnings: checked.warnings };

@@ -7,6 +7,7 @@ import type {
   EngineSpec,
   EngineVersionSpec,
   FleetSettings,
+  KeyLimits,
   ModelScaling,
   NodeSpec,
   ProfileSpec,
@@ -94,6 +95,7 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
     parallel: num(raw.parallel) ?? 1,
     batchSize: num(raw.batch_size),
     embeddings: raw.embeddings === true,
+    reranking: raw.reranking === true,
     extraArgs: (raw.extra_args as string[] | undefined) ?? [],
     memoryOverheadBytes: size(raw.memory_overhead) ?? 0,
     cacheRamBytes: size(raw.cache_ram) ?? 0,
@@ -162,5 +164,16 @@ export function normalizeKeys(raw: Raw): AccessKeySpec[] {
     name: str(k.name),
     sha256: str(k.sha256).toLowerCase(),
     models: (k.models as string[] | undefined) ?? ['*'],
+    limits: k.limits === undefined ? null : normalizeLimits(obj(k.limits)),
+    modelLimits: Object.fromEntries(Object.entries(obj(k.model_limits)).map(([m, l]) => [m, normalizeLimits(obj(l))])),
   }));
+}
+
+export function normalizeLimits(raw: Raw): KeyLimits {
+  return { requestsPerMinute: num(raw.requests_per_minute), tokensPerMinute: num(raw.tokens_per_minute), concurrency: num(raw.concurrency) };
+}
+
+/** access/keys.yaml's top-level `models: {MODEL: {limits: …}}` (names or aliases as written). */
+export function normalizeModelLimits(raw: Raw): Record<string, KeyLimits> {
+  return Object.fromEntries(Object.entries(obj(raw.models)).map(([m, v]) => [m, normalizeLimits(obj(obj(v).limits))]));
 }

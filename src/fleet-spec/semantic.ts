@@ -6,7 +6,7 @@ import type { SchemaKind } from './schemas.js';
 import { formatBytes } from './units.js';
 import { problem } from './yaml.js';
 import { cronProblem, isTimeZone } from './cron.js';
-import type { AccessKeySpec, EngineSpec, FleetSettings, ModelSpec, NodeSpec, ProfileSpec, Problem } from './types.js';
+import type { AccessKeySpec, EngineSpec, FleetSettings, KeyLimits, ModelSpec, NodeSpec, ProfileSpec, Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 
 export interface SpecParts {
@@ -16,6 +16,8 @@ export interface SpecParts {
   readonly profiles: readonly ProfileSpec[];
   readonly models: readonly ModelDraft[];
   readonly keys: readonly AccessKeySpec[];
+  /** access/keys.yaml's per-model limits, by name or alias as written. */
+  readonly modelLimits?: Readonly<Record<string, KeyLimits>>;
   readonly objects: readonly ParsedObject[];
 }
 
@@ -26,10 +28,12 @@ export interface CheckResult {
   readonly modelNames: Record<string, string>;
   /** Keys with their model references resolved to canonical model names. */
   readonly keys: AccessKeySpec[];
+  /** access/keys.yaml's per-model limits by canonical model name. */
+  readonly modelLimits: Record<string, KeyLimits>;
 }
 
 /** llama-server arguments llmgw sets itself; a profile may not set them in extra_args. */
-const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file', '-cram', '--cache-ram']);
+const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '--reranking', '--rerank', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file', '-cram', '--cache-ram']);
 
 const MIN_MODEL_MEMORY = 1024 * 1024;
 const MAX_MODEL_MEMORY = 16 * 2 ** 40;
@@ -80,7 +84,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     pr.extraArgs.forEach((a, i) => {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
-        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings, cache_ram) instead; the port, host, model and API key are set by llmgw');
+        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings, reranking, cache_ram) instead; the port, host, model and API key are set by llmgw');
       }
     });
   }
@@ -148,10 +152,30 @@ export function checkSpec(p: SpecParts): CheckResult {
     k.models.forEach((ref, j) => {
       if (ref !== '*' && !names.has(ref)) add('keys', 'keys', ['keys', i, 'models', j], 'SPEC_DANGLING_REF', `key "${k.name}" names model "${ref}", which does not exist`, listHint('models', p.models.map((m) => m.name), 'models/<model>.yaml'));
     });
+    const seen = new Map<string, string>();
+    for (const ref of Object.keys(k.modelLimits)) {
+      const canonical = names.get(ref);
+      if (canonical === undefined) {
+        add('keys', 'keys', ['keys', i, 'model_limits', ref], 'SPEC_DANGLING_REF', `key "${k.name}" has limits for model "${ref}", which does not exist`, listHint('models', p.models.map((m) => m.name), 'models/<model>.yaml'));
+      } else if (seen.has(canonical)) {
+        add('keys', 'keys', ['keys', i, 'model_limits', ref], 'SPEC_DUPLICATE_NAME', `key "${k.name}" has limits for model "${canonical}" twice ("${seen.get(canonical)}" and "${ref}")`, 'keep one entry per model');
+      } else seen.set(canonical, ref);
+    }
   });
+  const modelLimits: Record<string, KeyLimits> = {};
+  for (const [ref, l] of Object.entries(p.modelLimits ?? {})) {
+    const canonical = names.get(ref);
+    if (canonical === undefined) add('keys', 'keys', ['models', ref], 'SPEC_DANGLING_REF', `limits for model "${ref}", which does not exist`, listHint('models', p.models.map((m) => m.name), 'models/<model>.yaml'));
+    else if (Object.hasOwn(modelLimits, canonical)) add('keys', 'keys', ['models', ref], 'SPEC_DUPLICATE_NAME', `limits for model "${canonical}" appear twice (by name and alias)`, 'keep one entry per model');
+    else modelLimits[canonical] = l;
+  }
 
-  const keys = p.keys.map((k) => ({ ...k, models: [...new Set(k.models.map((ref) => (ref === '*' ? ref : (names.get(ref) ?? ref))))] }));
-  return { problems, warnings, models, modelNames: Object.fromEntries(names), keys };
+  const keys = p.keys.map((k) => ({
+    ...k,
+    models: [...new Set(k.models.map((ref) => (ref === '*' ? ref : (names.get(ref) ?? ref))))],
+    modelLimits: Object.fromEntries(Object.entries(k.modelLimits).map(([ref, l]) => [names.get(ref) ?? ref, l])),
+  }));
+  return { problems, warnings, models, modelNames: Object.fromEntries(names), keys, modelLimits };
 }
 
 const CRON_FIELD_RANGES: Readonly<Record<string, string>> = {

@@ -82,6 +82,8 @@ export interface ProfileSpec {
   readonly parallel: number;
   readonly batchSize: number | null;
   readonly embeddings: boolean;
+  /** Serve /v1/rerank (llama-server --reranking); absent: false. */
+  readonly reranking?: boolean;
   readonly extraArgs: readonly string[];
   readonly memoryOverheadBytes: number;
   /** llama-server's host-RAM prompt cache (--cache-ram), part of the replica's memory need; 0 disables it. */
@@ -153,6 +155,17 @@ export interface AccessKeySpec {
   readonly sha256: string;
   /** Model names (canonical) the key may use, or ['*'] for all. */
   readonly models: readonly string[];
+  /** The key's limits over all its models (null: none). */
+  readonly limits: KeyLimits | null;
+  /** The key's limits per model (canonical name → limits). */
+  readonly modelLimits: Readonly<Record<string, KeyLimits>>;
+}
+
+/** Limits of access/keys.yaml (`limits: {requests_per_minute, tokens_per_minute, concurrency}`); null: no limit. */
+export interface KeyLimits {
+  readonly requestsPerMinute: number | null;
+  readonly tokensPerMinute: number | null;
+  readonly concurrency: number | null;
 }
 
 export interface FleetSpec {
@@ -163,7 +176,12 @@ export interface FleetSpec {
   readonly engines: Readonly<Record<string, EngineSpec>>;
   readonly profiles: Readonly<Record<string, ProfileSpec>>;
   readonly models: Readonly<Record<string, ModelSpec>>;
-  readonly access: { readonly keys: readonly AccessKeySpec[]; readonly file: string | null };
+  readonly access: {
+    readonly keys: readonly AccessKeySpec[];
+    readonly file: string | null;
+    /** access/keys.yaml's `models: {MODEL: {limits}}`: caps every key on that model (canonical name → limits). */
+    readonly modelLimits: Readonly<Record<string, KeyLimits>>;
+  };
   /** alias or canonical name -> canonical model name */
   readonly modelNames: Readonly<Record<string, string>>;
 }

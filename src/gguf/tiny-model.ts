@@ -307,6 +307,12 @@ export interface TinyModelOptions {
   name?: string;
   /** Include `tokenizer.chat_template` (ChatML). Default true. */
   chatTemplate?: boolean;
+  /**
+   * A reranker for llama-server --reranking: rank pooling and a one-output classifier head
+   * (`cls.output`). Needs `architecture: 'qwen3'` (whose blocks also get q/k norms here): llama.cpp
+   * loads a classifier head for qwen3, not for llama. Default false.
+   */
+  reranker?: boolean;
 }
 
 export interface TinyModelFile {
@@ -389,6 +395,7 @@ export function buildTinyModel(opts: TinyModelOptions = {}): Buffer {
   w.u32(`${arch}.rope.dimension_count`, headDim);
   w.f32(`${arch}.rope.freq_base`, 10000);
   w.f32(`${arch}.attention.layer_norm_rms_epsilon`, 1e-5);
+  if (opts.reranker) w.u32(`${arch}.pooling_type`, 4); // LLAMA_POOLING_TYPE_RANK
   w.string('tokenizer.ggml.model', 'llama');
   w.string('tokenizer.ggml.pre', 'default');
   w.array('tokenizer.ggml.tokens', GGUF_TYPE.STRING, tokens);
@@ -421,6 +428,10 @@ export function buildTinyModel(opts: TinyModelOptions = {}): Buffer {
     w.tensor(`${p}attn_q.weight`, [nEmbd, nEmbd], uniform(nEmbd * nEmbd, s), wType);
     w.tensor(`${p}attn_k.weight`, [nEmbd, nEmbd], uniform(nEmbd * nEmbd, s), wType);
     w.tensor(`${p}attn_v.weight`, [nEmbd, nEmbd], uniform(nEmbd * nEmbd, s), wType);
+    if (arch === 'qwen3') {
+      w.tensor(`${p}attn_q_norm.weight`, [headDim], ones(headDim));
+      w.tensor(`${p}attn_k_norm.weight`, [headDim], ones(headDim));
+    }
     const wo = uniform(nEmbd * nEmbd, 0.5 * s);
     wo.fill(0, 0, nEmbd); // output row 0: nothing writes to residual dimension 0
     w.tensor(`${p}attn_output.weight`, [nEmbd, nEmbd], wo, wType);
@@ -439,6 +450,9 @@ export function buildTinyModel(opts: TinyModelOptions = {}): Buffer {
     else out.fill(0, t * nEmbd, (t + 1) * nEmbd).fill(-4, t * nEmbd, t * nEmbd + 1);
   }
   w.tensor('output.weight', [nEmbd, nVocab], out, wType);
+  if (opts.reranker) {
+    w.tensor('cls.output.weight', [nEmbd, 1], uniform(nEmbd, s));
+  }
   return w.toBuffer();
 }
 

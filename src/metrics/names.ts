@@ -56,6 +56,10 @@ export const MetricNames = Object.freeze({
   routerAffinityTotal: 'llmgw_router_affinity_total',
   routerEjectedReplicas: 'llmgw_router_ejected_replicas',
   routerReplicaEjectionsTotal: 'llmgw_router_replica_ejections_total',
+
+  // --- per API key (label key: the key's name in access/keys.yaml, never its value) ---
+  keyRequestsTotal: 'llmgw_key_requests_total',
+  keyTokensTotal: 'llmgw_key_tokens_total',
 } as const);
 
 export type MetricName = (typeof MetricNames)[keyof typeof MetricNames];

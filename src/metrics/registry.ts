@@ -9,6 +9,8 @@ import type { RouterMetrics } from './ports.js';
 import { registerCertificateMetrics } from './certificates.js';
 import { FleetMetrics } from './fleet.js';
 import { createRouterMetrics } from './router.js';
+import { createKeyMetrics } from './keys.js';
+import type { UsageSink } from '../router/usage.js';
 import { registerScheduleMetrics } from './schedule.js';
 
 export interface MetricsOptions {
@@ -25,6 +27,8 @@ export interface LlmgwMetrics {
   /** Applies the snapshot the reconciler publishes after every pass. */
   applySnapshot(s: FleetSnapshot): void;
   readonly router: RouterMetrics;
+  /** Usage per API key (llmgw_key_*); a UsageSink for the router. */
+  readonly keys: UsageSink;
   /**
    * A reconcile pass finished. Optional: without calls, passes are counted from the snapshots'
    * `lastPass`; after the first call, only from here (never both).
@@ -53,6 +57,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: live });
   const fleet = new FleetMetrics(fleetRegistry, opts.clock ?? Date.now);
   const router = createRouterMetrics(live);
+  const keys = createKeyMetrics(live);
   registerCertificateMetrics(live, opts.certificates ?? (() => []));
   const schedules = registerScheduleMetrics(live, opts.clock ?? Date.now);
   const registry = Registry.merge([fleetRegistry, live]);
@@ -65,6 +70,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   return {
     registry,
     router,
+    keys,
     applySnapshot: (s) => {
       changed(fleet.applySnapshot(s));
       schedules.setModels(s.models.map((m) => m.spec));

@@ -555,6 +555,7 @@ export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: numb
     ...(p.threads !== null ? ['-t', n(p.threads)] : []),
     ...(p.batchSize !== null ? ['-b', n(p.batchSize)] : []),
     ...(p.embeddings ? ['--embeddings'] : []),
+    ...(p.reranking ? ['--reranking'] : []),
     '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
     ...deviceArgv(spec, n),
     ...p.extraArgs,

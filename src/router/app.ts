@@ -27,6 +27,7 @@ import { RouterCore, isProxyRequest, type Admission } from './core.js';
 import { SLOTS_REFRESH_MS, SlotWatcher } from './slots.js';
 import { RouterError, modelNotFound, renderError, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
+import type { UsageSink } from './usage.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -87,6 +88,12 @@ export interface RouterDeps {
   readonly slotsRefreshMs?: number;
   /** How often models with requests in flight count as active (FleetView.touch). Default ACTIVITY_TOUCH_MS. */
   readonly activityTouchMs?: number;
+  /** Where each request's usage (key name, model, replica, tokens, status, duration) goes. */
+  readonly usage?: UsageSink;
+  /** The per-key limits' clock (ms); Date.now by default. */
+  readonly clock?: () => number;
+  /** How many routers share the per-key limits (instances on etcd: ha/router-shares.ts); 1 by default. */
+  readonly routers?: () => number;
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -122,7 +129,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   const metrics = deps.metrics ?? noRouterMetrics;
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
-  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null);
+  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1));
 
   // POST /v1/* goes straight to the core; the rest to fastify
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;
@@ -165,6 +172,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   });
   const sweepTimer = setInterval(() => {
     for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
+    core.keyLimiter.sweep();
   }, 60_000);
   sweepTimer.unref();
   const activityTimer = setInterval(() => core.touchActive(), deps.activityTouchMs ?? ACTIVITY_TOUCH_MS);

@@ -10,8 +10,9 @@
  */
 import * as crypto from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import type { FleetSpec } from '../fleet-spec/types.js';
+import type { FleetSpec, KeyLimits } from '../fleet-spec/types.js';
 import { RouterError } from './errors.js';
+import { tighter } from './limits.js';
 
 /** What a key may do. */
 export interface KeyGrant {
@@ -21,10 +22,16 @@ export interface KeyGrant {
   readonly all: boolean;
   /** Canonical model names the key may use (empty when `all`). */
   readonly models: ReadonlySet<string>;
+  /** True when the key has any limit (its own, per model, or a model's cap): the limiter is asked. */
+  readonly limited: boolean;
+  /** The key's limits over all its models. */
+  readonly limits: KeyLimits | null;
+  /** Per canonical model: the key's model_limits and the model's cap (access/keys.yaml `models:`), the tighter of each. */
+  readonly modelLimits: ReadonlyMap<string, KeyLimits>;
 }
 
 /** The grant when auth is explicitly turned off (local single-user setups). */
-export const OPEN_GRANT: KeyGrant = Object.freeze({ name: '(auth disabled)', all: true, models: new Set<string>() });
+export const OPEN_GRANT: KeyGrant = Object.freeze({ name: '(auth disabled)', all: true, models: new Set<string>(), limited: false, limits: null, modelLimits: new Map<string, KeyLimits>() });
 
 export function grantAllows(grant: KeyGrant, canonicalModel: string): boolean {
   return grant.all || grant.models.has(canonicalModel);
@@ -51,7 +58,11 @@ export function compileSpec(spec: FleetSpec): CompiledSpec {
     const all = k.models.includes('*');
     const models = new Set<string>();
     if (!all) for (const m of k.models) models.add(names.get(m) ?? m);
-    keys.set(k.sha256.toLowerCase(), Object.freeze({ name: k.name, all, models }));
+    const modelLimits = new Map<string, KeyLimits>();
+    for (const [m, l] of Object.entries(spec.access.modelLimits ?? {})) modelLimits.set(m, l);
+    for (const [m, l] of Object.entries(k.modelLimits ?? {})) modelLimits.set(m, tighter(l, modelLimits.get(m))!);
+    const limits = k.limits ?? null;
+    keys.set(k.sha256.toLowerCase(), Object.freeze({ name: k.name, all, models, limited: limits !== null || modelLimits.size > 0, limits, modelLimits }));
   }
   c = Object.freeze({ names, keys });
   compiled.set(spec, c);

@@ -18,7 +18,9 @@ import type { FleetView, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { affinityKey, isPromptPath } from './affinity.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
-import { RouterError, modelNotFound, renderError, routeNotFound, writeRendered } from './errors.js';
+import { RouterError, modelNotFound, renderFor, routeNotFound, writeRendered } from './errors.js';
+import { KeyLimiter, Ticket, refusalMessage, type Refusal } from './limits.js';
+import { NO_TOKENS, usageOf, type TokenUsage, type UsageSink } from './usage.js';
 import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ModelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
 import { WaitQueue, retryAfterSeconds, type QueueEntry } from './queue.js';
 import { Activator, LOADING_RETRY_AFTER_SECONDS } from './resolve.js';
@@ -86,6 +88,31 @@ function slotsOf(spec: FleetSpec, m: ModelSpec): number {
   return spec.profiles[m.profile]?.parallel ?? Infinity;
 }
 
+/**
+ * A limit refused with a longer wait than this is answered `x-should-retry: false`: an SDK at its
+ * default retries would hold the request (the openai client honours Retry-After up to 60 s) only to
+ * be refused again or to time out; the caller sees the 429 and its Retry-After at once.
+ */
+export const KEY_RETRY_WITHIN_S = 10;
+
+/** A refused limit as the 429 the client gets. */
+export function limitError(r: Refusal, model: string): RouterError {
+  return new RouterError(r.code, refusalMessage(r), { model, retryAfterSeconds: r.retryAfterSeconds, shouldRetry: r.retryAfterSeconds <= KEY_RETRY_WITHIN_S });
+}
+
+/** A request's key, model, replica and tokens, recorded when its response closes (usage, limits). */
+interface Tracked {
+  readonly key: string;
+  model: string;
+  replica: string;
+  reason: string;
+  tokens: TokenUsage;
+  ticket: Ticket | null;
+}
+
+const TRACKED = Symbol('llmgw.usage');
+type TrackedResponse = ServerResponse & { [TRACKED]?: Tracked };
+
 export class RouterCore {
   readonly upstreams: Upstreams;
   readonly ctx: ProxyContext;
@@ -106,6 +133,8 @@ export class RouterCore {
   private buffered = 0;
   private headersKey: string | null = null;
   private upstreamHeaders: Record<string, string> = {};
+  /** Per-key limits of access/keys.yaml. */
+  readonly keyLimiter: KeyLimiter;
 
   constructor(
     private readonly fleet: FleetView,
@@ -113,7 +142,11 @@ export class RouterCore {
     private readonly limits: CoreLimits,
     private readonly authRequired: boolean,
     private readonly log: CoreLog | null,
+    private readonly usage: UsageSink | null = null,
+    clock: () => number = Date.now,
+    routers: () => number = () => 1,
   ) {
+    this.keyLimiter = new KeyLimiter(clock, routers);
     this.upstreams = new Upstreams(limits);
     const warn = (obj: object, msg: string): void => log?.warn(obj, msg);
     this.ejections = new Ejections(this.upstreams, metrics, { warn }, () => this.engineHeaders());
@@ -130,6 +163,12 @@ export class RouterCore {
       health: this.ejections,
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
+      onUsage: (res, replica, tail) => {
+        const t = (res as TrackedResponse)[TRACKED];
+        if (t === undefined) return;
+        t.replica = replica;
+        if (tail !== null) t.tokens = usageOf(tail) ?? NO_TOKENS;
+      },
     };
     this.activator = new Activator(fleet);
   }
@@ -173,6 +212,7 @@ export class RouterCore {
       this.fail(res, '', t0, e);
       return;
     }
+    this.track(res, adm.grant.name, t0);
     const limit = this.limits.bodyBytes;
     const declared = req.headers['content-length'];
     if (declared !== undefined && Number(declared) > limit) {
@@ -251,9 +291,21 @@ export class RouterCore {
     if (model === undefined) {
       throw modelNotFound(name);
     }
+    const tracked = (res as TrackedResponse)[TRACKED];
+    if (tracked !== undefined) tracked.model = model;
     if (!grantAllows(adm.grant, model)) {
       this.fail(res, model, t0, new RouterError('MODEL_FORBIDDEN', `This API key may not use model '${model}'.`, { param: 'model' }));
       return;
+    }
+    if (adm.grant.limited) {
+      const g = adm.grant;
+      const t = this.keyLimiter.admit(g.name, model, g.limits, g.modelLimits.get(model) ?? null);
+      if (!(t instanceof Ticket)) {
+        this.fail(res, model, t0, limitError(t, model));
+        return;
+      }
+      if (tracked !== undefined) tracked.ticket = t;
+      else t.end(0);
     }
     this.fleet.touch(model);
     const replicas = this.fleet.readyReplicas(model);
@@ -469,10 +521,35 @@ export class RouterCore {
 
   /** The error envelope for a request that is not proxied, and its metrics. `close` ends the connection. */
   fail(res: ServerResponse, model: string, t0: number, e: unknown, close = false): void {
-    const r = renderError(e);
+    const r = renderFor(res, e);
+    const tracked = (res as TrackedResponse)[TRACKED];
+    if (tracked !== undefined) tracked.reason = r.code;
     if (r.code === 'INTERNAL') this.log?.error({ err: e }, 'router: internal error');
     this.metrics.request(model, r.status, (performance.now() - t0) / 1000, r.code);
     writeRendered(res, r, close || this.ctx.shuttingDown ? { connection: 'close' } : undefined);
+  }
+
+  /**
+   * Follows a request of key `key` to its response's close: then its limits' hold ends (charged the
+   * tokens the replica reported) and its usage is recorded.
+   */
+  private track(res: ServerResponse, key: string, t0: number): void {
+    const t: Tracked = { key, model: '', replica: '', reason: '', tokens: NO_TOKENS, ticket: null };
+    (res as TrackedResponse)[TRACKED] = t;
+    res.once('close', () => {
+      const tokens = t.tokens;
+      t.ticket?.end(tokens.prompt + tokens.cached + tokens.completion);
+      this.usage?.record({
+        time: Date.now(),
+        key: t.key,
+        model: t.model,
+        replica: t.replica,
+        status: res.writableFinished ? res.statusCode : CLIENT_CLOSED_STATUS,
+        reason: t.reason,
+        durationSeconds: (performance.now() - t0) / 1000,
+        tokens,
+      });
+    });
   }
 
   private overloaded(why: string): RouterError {

@@ -1,7 +1,13 @@
 /**
- * The router's errors: catalogue reasons (src/errors/catalogue.ts, section "router") rendered as the
- * OpenAI error envelope `{error:{message,type,code,param}}` with the headers OpenAI SDKs act on:
- * `x-should-retry` (the official SDKs obey it before looking at the status) and `Retry-After`.
+ * The router's errors: catalogue reasons (src/errors/catalogue.ts, section "router") rendered in the
+ * envelope of the API the request was made to, with the headers the official SDKs act on:
+ * `x-should-retry` (both the openai and @anthropic-ai/sdk clients obey it before looking at the
+ * status) and `Retry-After`.
+ *
+ * - OpenAI paths: `{error:{message,type,code,param}}`, mid-stream `data: {"error":…}`;
+ * - Anthropic paths (/v1/messages, /v1/messages/count_tokens): `{"type":"error","error":{"type",
+ *   "message"}}` with the Anthropic type of the status (anthropicType), mid-stream an
+ *   `event: error` SSE event with the same body.
  */
 import type { ServerResponse } from 'node:http';
 import { LlmgwError, Reasons, type ReasonCode } from '../errors/catalogue.js';
@@ -21,6 +27,9 @@ export type RouterReasonCode =
   | 'BODY_TOO_LARGE'
   | 'ROUTE_NOT_FOUND'
   | 'CONCURRENCY_LIMIT'
+  | 'KEY_RATE_LIMITED'
+  | 'KEY_TOKENS_LIMITED'
+  | 'KEY_CONCURRENCY_LIMITED'
   | 'MODEL_OVERLOADED'
   | 'UPSTREAM_CONNECT'
   | 'UPSTREAM_FIRST_BYTE_TIMEOUT'
@@ -40,6 +49,8 @@ export interface RouterErrorDetail {
   readonly retryAfterSeconds?: number;
   /** The request field at fault (OpenAI `param`). */
   readonly param?: string;
+  /** Overrides the reason's `retryable` in `x-should-retry` (a wait longer than a client should hold a request). */
+  readonly shouldRetry?: boolean;
   readonly [k: string]: unknown;
 }
 
@@ -47,11 +58,13 @@ export interface RouterErrorDetail {
 export class RouterError extends LlmgwError {
   readonly retryAfterSeconds: number | undefined;
   readonly param: string | null;
+  readonly shouldRetry: boolean | undefined;
   constructor(code: RouterReasonCode, message: string, detail: RouterErrorDetail = {}, options?: { cause?: unknown }) {
     super(code as ReasonCode, message, { ...detail }, options);
     this.name = 'RouterError';
     this.retryAfterSeconds = detail.retryAfterSeconds;
     this.param = detail.param ?? null;
+    this.shouldRetry = detail.shouldRetry;
   }
 }
 
@@ -63,37 +76,90 @@ function isRouterCode(code: string): code is RouterReasonCode {
   return Object.hasOwn(Reasons, code) && Reasons[code as ReasonCode].openai !== null;
 }
 
+/** The API whose envelope an answer is in. */
+export type Api = 'openai' | 'anthropic';
+
+/** The API of a request path: Anthropic's Messages API for /v1/messages and below, else OpenAI. */
+export function apiOf(url: string | undefined): Api {
+  return url !== undefined && url.startsWith('/v1/messages') && (url.length === 12 || url[12] === '/' || url[12] === '?') ? 'anthropic' : 'openai';
+}
+
+/** Anthropic's error `type` for an HTTP status (https://docs.anthropic.com/en/api/errors). */
+export function anthropicType(status: number): string {
+  switch (status) {
+    case 400:
+    case 408:
+    case 431:
+      return 'invalid_request_error';
+    case 401:
+      return 'authentication_error';
+    case 403:
+      return 'permission_error';
+    case 404:
+      return 'not_found_error';
+    case 413:
+      return 'request_too_large';
+    case 429:
+      return 'rate_limit_error';
+    case 503:
+    case 529:
+      return 'overloaded_error';
+    default:
+      return status < 500 ? 'invalid_request_error' : 'api_error';
+  }
+}
+
+export interface AnthropicEnvelope {
+  readonly type: 'error';
+  readonly error: { readonly type: string; readonly message: string };
+}
+
 export interface RenderedError {
   readonly status: number;
   readonly headers: Record<string, string>;
   readonly body: string;
   readonly code: RouterReasonCode;
+  readonly api: Api;
 }
 
-/** Any error → status, headers and the JSON envelope. Unknown errors become 500 internal_error (message kept generic). */
-export function renderError(e: unknown): RenderedError {
+/**
+ * Any error → status, headers and the JSON envelope of `api`. Unknown errors become 500
+ * internal_error (message kept generic).
+ */
+export function renderError(e: unknown, api: Api = 'openai'): RenderedError {
   let code: RouterReasonCode = 'INTERNAL';
   let message = 'Internal error in the llmgw router.';
   let param: string | null = null;
   let retryAfter: number | undefined;
+  let shouldRetry: boolean | undefined;
   if (e instanceof LlmgwError && isRouterCode(e.code)) {
     code = e.code;
     message = e.message;
     if (e instanceof RouterError) {
       param = e.param;
       retryAfter = e.retryAfterSeconds;
+      shouldRetry = e.shouldRetry;
     }
   }
   const reason = Reasons[code];
   const oa = reason.openai!;
   const headers: Record<string, string> = {
     'content-type': 'application/json; charset=utf-8',
-    'x-should-retry': reason.retryable ? 'true' : 'false',
+    'x-should-retry': (shouldRetry ?? reason.retryable) ? 'true' : 'false',
     'x-llmgw-reason': code,
   };
   if (retryAfter !== undefined) headers['retry-after'] = String(Math.max(1, Math.ceil(retryAfter)));
+  if (api === 'anthropic') {
+    const env: AnthropicEnvelope = { type: 'error', error: { type: anthropicType(reason.http), message } };
+    return { status: reason.http, headers, body: JSON.stringify(env), code, api };
+  }
   const env: Envelope = { error: { message, type: oa.type, code: oa.code, param } };
-  return { status: reason.http, headers, body: JSON.stringify(env), code };
+  return { status: reason.http, headers, body: JSON.stringify(env), code, api };
+}
+
+/** An error in the envelope of the API the response's request was made to (its URL). */
+export function renderFor(res: ServerResponse, e: unknown): RenderedError {
+  return renderError(e, apiOf((res as { req?: { url?: string } }).req?.url));
 }
 
 /** Writes a rendered error to a raw response. Returns the status written, or 0 if it could not. */
@@ -129,7 +195,7 @@ export function sseErrorEvent(e: unknown): string {
   return sseEvent(renderError(e));
 }
 
-/** A rendered error as one SSE event. */
+/** A rendered error as one SSE event: Anthropic's `event: error`, or OpenAI's bare `data:` event. */
 export function sseEvent(r: RenderedError): string {
-  return `data: ${r.body}\n\n`;
+  return r.api === 'anthropic' ? `event: error\ndata: ${r.body}\n\n` : `data: ${r.body}\n\n`;
 }

@@ -22,7 +22,7 @@ import type { Dispatcher } from 'undici';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
 import type { StickyEntry } from './affinity.js';
-import { RouterError, renderError, writeRendered } from './errors.js';
+import { RouterError, renderFor, writeRendered } from './errors.js';
 import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamReason, type UpstreamFailure } from './failover.js';
 import type { WaitQueue } from './queue.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
@@ -104,6 +104,12 @@ export interface ProxyContext {
   /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
   readonly health: ReplicaHealth;
   readonly log: { warn(obj: object, msg: string): void };
+  /**
+   * keys hook (usage and per-key limits, core.ts): called once per call as it ends, with the
+   * replica that answered and the last bytes of a 200 response (null: none kept), where the
+   * replica reported its token usage.
+   */
+  readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null) => void) | null;
 }
 
 /** A proxied call at its end, for what follows a response (the model's activity; accounting). */
@@ -212,6 +218,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   /** The last chunks of a response whose prompt tokens are counted (null: not counted). */
   private tail: Buffer[] | null = null;
   private tailBytes = 0;
+  /** keys hook: the response's last bytes for onUsage. */
+  private usageTail: string | null = null;
   /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
   sticky: StickyEntry | null = null;
   private readonly resumeFn = (): void => {
@@ -310,7 +318,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     }
     this.status = statusCode;
     this.resumeUpstream = resume;
-    if (this.countTokens && statusCode === 200) this.tail = [];
+    if ((this.countTokens || this.ctx.onUsage) && statusCode === 200) this.tail = [];
     const out: Record<string, string> = { 'x-llmgw-replica': this.replica!.id };
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
@@ -358,7 +366,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
       const t = this.tail.length === 1 ? this.tail[0]! : Buffer.concat(this.tail, this.tailBytes);
       const start = t.length > USAGE_TAIL_BYTES ? t.length - USAGE_TAIL_BYTES : 0;
       const text = t.toString('latin1', start);
-      const tokens = promptTokensOf(text);
+      this.usageTail = text; // keys hook
+      const tokens = this.countTokens ? promptTokensOf(text) : null;
       if (tokens !== null) {
         this.ctx.metrics.promptTokens(this.model, tokens.evaluated, tokens.cached);
         // what this replica's cache now holds of the key's prompt
@@ -464,7 +473,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
   /** Ends the client response with an error: an envelope before the first byte, a stream's error event or a cut after. */
   private fail(e: Error, _kind: string | null): void {
     const res = this.res;
-    const r = renderError(e);
+    const r = renderFor(res, e);
     let status: number;
     this.head = null;
     if (!res.headersSent) {
@@ -498,6 +507,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     }
     ctx.metrics.inFlight(this.model, -1);
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
+    ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail); // keys hook
     ctx.active.delete(this);
     if (ctx.onEnd !== null) ctx.onEnd({ model: this.model, status, reason, replica: this.replica });
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();

@@ -73,3 +73,74 @@ export function promptTokensOf(tail: string): PromptTokens | null {
   }
   return null;
 }
+
+/** Tokens of one response, as the replica reported them: prompt (evaluated), cached (from the prompt cache), completion. */
+export interface TokenUsage {
+  readonly prompt: number;
+  readonly cached: number;
+  readonly completion: number;
+}
+
+export const NO_TOKENS: TokenUsage = Object.freeze({ prompt: 0, cached: 0, completion: 0 });
+
+const USAGE_FIELDS = {
+  predicted_n: /"predicted_n"\s*:\s*(\d+)/,
+  completion_tokens: /"completion_tokens"\s*:\s*(\d+)/,
+  input_tokens: /"input_tokens"\s*:\s*(\d+)/,
+  output_tokens: /"output_tokens"\s*:\s*(\d+)/,
+  cache_read_input_tokens: /"cache_read_input_tokens"\s*:\s*(\d+)/,
+} as const;
+
+const unum = (s: string, name: keyof typeof USAGE_FIELDS): number | null => {
+  const m = USAGE_FIELDS[name].exec(s);
+  return m ? Number(m[1]) : null;
+};
+
+/**
+ * The tokens in a response's last bytes (a JSON body, or a stream's last events): llama-server's
+ * `timings` (prompt_n, cache_n, predicted_n) first, then OpenAI `usage` (prompt_tokens with
+ * prompt_tokens_details.cached_tokens, completion_tokens; embeddings have only prompt_tokens), then
+ * Anthropic `usage` (input_tokens, cache_read_input_tokens, output_tokens). Null when none. Pure.
+ */
+export function usageOf(tail: string): TokenUsage | null {
+  const timings = timingsIn(tail);
+  if (timings !== null) {
+    const prompt = num(timings, 'prompt_n');
+    const predicted = unum(timings, 'predicted_n');
+    if (prompt !== null && predicted !== null) return { prompt, cached: num(timings, 'cache_n') ?? 0, completion: predicted };
+  }
+  const u = tail.lastIndexOf('"usage"');
+  if (u < 0) return null;
+  const usage = tail.slice(u);
+  const promptTokens = num(usage, 'prompt_tokens');
+  if (promptTokens !== null) {
+    const cached = Math.min(num(usage, 'cached_tokens') ?? 0, promptTokens);
+    return { prompt: promptTokens - cached, cached, completion: unum(usage, 'completion_tokens') ?? 0 };
+  }
+  const input = unum(usage, 'input_tokens');
+  const output = unum(usage, 'output_tokens');
+  if (input === null && output === null) return null;
+  return { prompt: input ?? 0, cached: unum(usage, 'cache_read_input_tokens') ?? 0, completion: output ?? 0 };
+}
+
+/** One request's usage, recorded when its response closes. Nothing of the prompt or completion. */
+export interface UsageRecord {
+  /** Date.now() at the end. */
+  readonly time: number;
+  /** The key's name (never its value). */
+  readonly key: string;
+  /** Canonical model name; "" when the request named none that exists. */
+  readonly model: string;
+  /** Replica id that answered; "" when none did. */
+  readonly replica: string;
+  readonly status: number;
+  /** The catalogue code the router answered with; "" for a replica's own answer. */
+  readonly reason: string;
+  readonly durationSeconds: number;
+  readonly tokens: TokenUsage;
+}
+
+/** Where usage records go (metrics, the usage book behind GET /admin/v1/usage, the usage log). */
+export interface UsageSink {
+  record(r: UsageRecord): void;
+}

@@ -35,6 +35,8 @@ export interface ServeConfig {
   readonly shutdownGraceMs: number;
   /** Several instances as one controller on etcd (leader election, shared state); null = one instance, state file. */
   readonly etcd: EtcdConfig | null;
+  /** The usage log: one JSON line per router request (src/router/usage-log.ts); null = none. */
+  readonly usageLog: { readonly path: string; readonly maxBytes: number } | null;
 }
 
 /** --etcd and its settings: what the etcd layer opens a client and an election with. */
@@ -70,6 +72,8 @@ export const SETTINGS = {
   leaseTtl: { flag: 'lease-ttl', env: 'LLMGW_LEASE_TTL', key: 'lease_ttl', help: 'leader lease: a dead leader is replaced after it (default 15s)' },
   renewDeadline: { flag: 'renew-deadline', env: 'LLMGW_RENEW_DEADLINE', key: 'renew_deadline', help: 'the leader stops acting when it has not renewed its lease for this long; below --lease-ttl (default 10s)' },
   retryPeriod: { flag: 'retry-period', env: 'LLMGW_RETRY_PERIOD', key: 'retry_period', help: 'how often the leader renews its lease and standbys try to take it (default 2s)' },
+  usageLog: { flag: 'usage-log', env: 'LLMGW_USAGE_LOG', key: 'usage_log', help: 'append one JSON line per router request to this file (time, key name, model, replica, status, tokens, duration; never prompt or completion text), fsynced at least every second' },
+  usageLogMaxSize: { flag: 'usage-log-max-size', env: 'LLMGW_USAGE_LOG_MAX_SIZE', key: 'usage_log_max_size', help: 'rotate the usage log to FILE.1 … FILE.5 at this size (default 64MiB)' },
   logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
   logFormat: { flag: 'log-format', env: 'LLMGW_LOG_FORMAT', key: 'log_format', help: 'json, pretty (readable lines) or auto: pretty when stdout is a terminal (default auto)' },
 } as const;
@@ -135,6 +139,11 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
   const routerMaxInFlight = maxInFlightRaw === null ? null : Number(maxInFlightRaw);
   if (routerMaxInFlight !== null && (!Number.isSafeInteger(routerMaxInFlight) || routerMaxInFlight < 1)) throw new UsageError(`--router-max-in-flight must be a whole number of at least 1 (got ${JSON.stringify(maxInFlightRaw)})`);
   const truthy = (v: unknown): boolean => v === true || v === 'true' || v === '1';
+  const usageLogPath = abs(get('usageLog'));
+  const usageMax = get('usageLogMaxSize');
+  const usageMaxBytes = usageMax === null ? 64 * 1024 * 1024 : parseSize(usageMax);
+  if (usageMax !== null && (!usageMaxBytes || usageMaxBytes < 4096)) throw new UsageError(`--usage-log-max-size must be a size of at least 4KiB, such as 64MiB (got ${JSON.stringify(usageMax)})`);
+  if (usageMax !== null && usageLogPath === null) throw new UsageError('--usage-log-max-size needs --usage-log FILE');
   return {
     etcd: etcdConfig(get, duration, abs),
     fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
@@ -159,6 +168,7 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
     routerMaxInFlight,
     sourceTimeoutMs: duration('sourceTimeout', 5_000),
     shutdownGraceMs: duration('shutdownGrace', 30_000),
+    usageLog: usageLogPath === null ? null : { path: usageLogPath, maxBytes: usageMaxBytes! },
   };
 }
 

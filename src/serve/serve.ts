@@ -2,6 +2,9 @@
  * `llmgw serve`: one process running git sync, the reconciler, the router and the admin API
  * (router and admin on separate ports), with metrics on the admin port.
  */
+import { UsageBook, fanOut } from '../router/usage-book.js';
+import { UsageLog } from '../router/usage-log.js';
+import { RouterShares } from '../ha/router-shares.js';
 import { mkdirSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -108,12 +111,14 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   };
   let controller: Reconciler | HaController;
   let etcdClient: Etcd3 | null = null;
+  let routerShares: RouterShares | null = null;
   if (cfg.etcd) {
     // Several instances as one controller: the leader's reconciler is made per term from the record in etcd.
     const e = cfg.etcd;
     etcdClient = openEtcd(e);
     const client = etcdClient;
     const shared = await sharedValues(client, e.prefix, engineApiKey);
+    routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, log.child({ component: 'router-shares' }));
     const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, logger: log.child({ component: 'election' }) });
     const stateStore = new EtcdStateStore(election, client, e.prefix);
     const owner = clusterOwner(shared.clusterId, e.prefix);
@@ -175,9 +180,13 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         return server as unknown as Server;
       }
     : null;
+  const usageBook = new UsageBook();
+  const usageLog = cfg.usageLog ? new UsageLog({ path: cfg.usageLog.path, maxBytes: cfg.usageLog.maxBytes, log: log.child({ component: 'usage-log' }) }) : null;
   const router = buildRouter({
     fleet: controller,
     metrics: metrics.router,
+    ...(routerShares ? { routers: () => routerShares.routers() } : {}),
+    usage: fanOut(usageLog ? [metrics.keys, usageBook, usageLog] : [metrics.keys, usageBook]),
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
     limits: {
@@ -192,6 +201,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const admin = buildAdminApp({
     backend: controller,
     token: adminToken,
+    usage: usageBook,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),
     limits: { headersTimeoutMs: cfg.clientTimeouts.headersMs, requestTimeoutMs: cfg.clientTimeouts.requestMs },
@@ -212,6 +222,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const adminUrl = url(admin);
   log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth, instance: instance.id, etcd: cfg.etcd ? cfg.etcd.hosts : null }, 'llmgw serving');
   controller.start().catch((err: unknown) => log.error({ err }, 'the controller failed to start'));
+  routerShares?.start();
 
   let closed: Promise<void> | null = null;
   return {
@@ -235,6 +246,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         const resigned = controller instanceof HaController ? controller.stop() : null;
         await Promise.allSettled([routed, admin.close(), ...(resigned ? [resigned] : [])]);
         if (!resigned) await controller.stop();
+        usageLog?.close();
+        await routerShares?.stop();
         etcdClient?.close();
         log.info({ ms: Date.now() - t0 }, 'shut down');
       })();

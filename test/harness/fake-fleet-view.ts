@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { ReasonRef } from '../../src/errors/catalogue.js';
 import type { Unplaceable } from '../../src/reconciler/placement.js';
 import type { DemandResult, FleetView, ModelPhase, ModelView, ReplicaView } from '../../src/reconciler/view.js';
-import type { AccessKeySpec, FleetSettings, FleetSpec, ModelScaling, ModelSpec, ProfileSpec, QueueSpec, Routing } from '../../src/fleet-spec/types.js';
+import type { AccessKeySpec, FleetSettings, KeyLimits, FleetSpec, ModelScaling, ModelSpec, ProfileSpec, QueueSpec, Routing } from '../../src/fleet-spec/types.js';
 
 export const DEFAULT_SETTINGS: FleetSettings = Object.freeze({
   pollIntervalMs: 30_000,
@@ -46,12 +46,15 @@ export interface FakeKey {
   readonly key: string;
   /** Names or aliases, or '*'. */
   readonly models: readonly string[];
+  readonly limits?: KeyLimits;
+  /** Per model (name or alias). */
+  readonly modelLimits?: Readonly<Record<string, KeyLimits>>;
 }
 
 export const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 
 /** A FleetSpec holding just what the router reads: models (with aliases), keys and settings. */
-export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: readonly FakeKey[]; settings?: Partial<FleetSettings> }): FleetSpec {
+export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: readonly FakeKey[]; settings?: Partial<FleetSettings>; modelLimits?: Readonly<Record<string, KeyLimits>> }): FleetSpec {
   const models: Record<string, ModelSpec> = {};
   const modelNames: Record<string, string> = {};
   const profiles: Record<string, ProfileSpec> = {};
@@ -86,7 +89,10 @@ export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: r
     name: k.name,
     sha256: sha256(k.key),
     models: k.models.map((m) => (m === '*' ? m : (modelNames[m] ?? m))),
+    limits: k.limits ?? null,
+    modelLimits: Object.fromEntries(Object.entries(k.modelLimits ?? {}).map(([m, l]) => [modelNames[m] ?? m, l])),
   }));
+  const modelLimits = Object.fromEntries(Object.entries(opts.modelLimits ?? {}).map(([m, l]) => [modelNames[m] ?? m, l]));
   return Object.freeze({
     revision: 'fake',
     settings,
@@ -94,7 +100,7 @@ export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: r
     engines: {},
     profiles,
     models,
-    access: { keys, file: 'access/keys.yaml' },
+    access: { keys, file: 'access/keys.yaml', modelLimits },
     modelNames,
   });
 }

@@ -28,7 +28,7 @@ export interface ServeProc {
   restart(): void;
 }
 
-export async function spawnServe(o: { name: string; fleet: TestFleet; args?: readonly string[]; env?: Record<string, string> }): Promise<ServeProc> {
+export async function spawnServe(o: { name: string; fleet: TestFleet; args?: readonly string[]; env?: Record<string, string>; routerAuth?: boolean }): Promise<ServeProc> {
   const stateDir = join(o.fleet.stateDir, o.name);
   mkdirSync(stateDir, { recursive: true });
   const [routerPort, adminPort] = [await freePort(), await freePort()];
@@ -45,7 +45,7 @@ export async function spawnServe(o: { name: string; fleet: TestFleet; args?: rea
         '--state-dir', stateDir,
         '--router-listen', `127.0.0.1:${routerPort}`,
         '--admin-listen', `127.0.0.1:${adminPort}`,
-        '--no-router-auth',
+        ...(o.routerAuth ? [] : ['--no-router-auth']),
         '--no-admin-auth',
         '--log-format', 'json',
         ...(o.args ?? []),

@@ -1,4 +1,5 @@
 /** Admin API via inject(): auth, every route's answer and error shape, restart validation and waiting, the push webhook. */
+import { UsageBook } from '../../src/router/usage-book.js';
 import { strict as assert } from 'node:assert';
 import { createHmac } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
@@ -190,6 +191,7 @@ describe('admin API: authentication', () => {
       ['GET', '/admin/v1/replicas'],
       ['GET', '/admin/v1/replicas/good-a/logs'],
       ['GET', '/admin/v1/nodes'],
+      ['GET', '/admin/v1/usage'],
       ['POST', '/admin/v1/restart'],
       ['GET', '/admin/v1/restart?ids=good-a'],
       ['GET', '/admin/v1/no-such-route'],
@@ -596,5 +598,26 @@ describe('admin API: push webhook', () => {
     const none = buildAdminApp({ backend: new FakeBackend(), token: TOKEN });
     assertError(await none.inject({ method: 'POST', url: '/admin/v1/webhook', headers: { 'content-type': 'application/json' }, payload: body }), 404, 'WEBHOOK_NOT_CONFIGURED');
     await none.close();
+  });
+});
+
+describe('admin API: GET /admin/v1/usage', () => {
+  test('rows of the usage book, filtered; a bad since is ADMIN_BAD_REQUEST; no book: no rows', async () => {
+    const book = new UsageBook(() => Date.now());
+    book.record({ time: Date.now(), key: 'team-a', model: 'good', replica: 'good-a', status: 200, reason: '', durationSeconds: 0.5, tokens: { prompt: 3, cached: 4, completion: 5 } });
+    book.record({ time: Date.now(), key: 'team-b', model: 'good', replica: 'good-a', status: 429, reason: 'KEY_RATE_LIMITED', durationSeconds: 0.001, tokens: { prompt: 0, cached: 0, completion: 0 } });
+    const { app: a } = app({ usage: book });
+    const auth = { authorization: `Bearer ${TOKEN}` };
+    const all = await a.inject({ method: 'GET', url: '/admin/v1/usage', headers: auth });
+    assert.equal(all.statusCode, 200);
+    assert.deepEqual(all.json().rows.map((r: { key: string; requests: number; errors: number }) => [r.key, r.requests, r.errors]), [['team-a', 1, 0], ['team-b', 1, 1]]);
+    const one = await a.inject({ method: 'GET', url: '/admin/v1/usage?key=team-a&since=1h', headers: auth });
+    assert.equal(one.json().rows.length, 1);
+    assert.match(one.json().since, /^\d{4}-/);
+    assertError(await a.inject({ method: 'GET', url: '/admin/v1/usage?since=soon', headers: auth }), 400, 'ADMIN_BAD_REQUEST');
+    await a.close();
+    const { app: b } = app();
+    assert.deepEqual((await b.inject({ method: 'GET', url: '/admin/v1/usage', headers: auth })).json().rows, []);
+    await b.close();
   });
 });

@@ -55,6 +55,8 @@ describe('node scripts', () => {
       '-t', '2', '-b', '64', '--embeddings', '--cache-ram', '0', '--no-webui', '; touch /tmp/pwned',
     ]);
     assert.ok(!argv.includes('k'), 'the api key is never an argument');
+    const rr = replicaArgv({ id: 'r', model: 'm', digest: 'd', modelPath: '/m/x.gguf', binary: '/e/llama-server', profile: { ...profile, embeddings: false, reranking: true }, apiKey: 'k' }, '127.0.0.1', 10001);
+    assert.ok(rr.includes('--reranking') && !rr.includes('--embeddings'), rr.join(' '));
   });
 
   test('scriptError maps llmgw-error lines, ENOSPC and plain failures', () => {

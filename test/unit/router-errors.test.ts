@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { buildRouter } from '../../src/router/app.js';
-import { RouterError, renderError, sseErrorEvent, type RouterReasonCode } from '../../src/router/errors.js';
+import { RouterError, anthropicType, apiOf, renderError, sseErrorEvent, type RouterReasonCode } from '../../src/router/errors.js';
 import { FakeFleetView, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
 
 function assertEnvelope(body: unknown, code: string, type?: string): { message: string; type: string; code: string; param: string | null } {
@@ -232,5 +232,62 @@ describe('router errors (real socket: the server hands POST /v1/* to the core di
     const head = await fetch(`${url}/v1/chat/completions`, { method: 'PUT', headers, body: '{}' });
     assert.equal(head.status, 404);
     assertEnvelope(await head.json(), 'unknown_url');
+  });
+});
+
+describe('Anthropic envelope on /v1/messages', () => {
+  test('apiOf: /v1/messages and below are Anthropic, everything else OpenAI', () => {
+    const cases: [string | undefined, string][] = [
+      ['/v1/messages', 'anthropic'],
+      ['/v1/messages/count_tokens', 'anthropic'],
+      ['/v1/messages?beta=true', 'anthropic'],
+      ['/v1/messagesx', 'openai'],
+      ['/v1/chat/completions', 'openai'],
+      [undefined, 'openai'],
+    ];
+    for (const [url, api] of cases) assert.equal(apiOf(url), api, String(url));
+  });
+
+  test('every router reason renders as {"type":"error","error":{type,message}} with the same status and headers as its OpenAI form', () => {
+    for (const code of Object.keys(Reasons) as RouterReasonCode[]) {
+      if (Reasons[code].openai === null) continue;
+      const e = new RouterError(code, `m ${code}`, { retryAfterSeconds: 3 });
+      const a = renderError(e, 'anthropic');
+      const o = renderError(e);
+      assert.equal(a.status, o.status);
+      assert.deepEqual(a.headers, o.headers);
+      assert.deepEqual(JSON.parse(a.body), { type: 'error', error: { type: anthropicType(o.status), message: `m ${code}` } });
+    }
+    assert.equal(anthropicType(429), 'rate_limit_error');
+    assert.equal(anthropicType(503), 'overloaded_error');
+    assert.equal(anthropicType(502), 'api_error');
+    assert.equal(anthropicType(404), 'not_found_error');
+  });
+
+  test('shouldRetry overrides the reason\'s x-should-retry (a limit whose wait is long)', () => {
+    assert.equal(renderError(new RouterError('KEY_RATE_LIMITED', 'x', { retryAfterSeconds: 50, shouldRetry: false })).headers['x-should-retry'], 'false');
+    assert.equal(renderError(new RouterError('KEY_RATE_LIMITED', 'x', { retryAfterSeconds: 2 })).headers['x-should-retry'], 'true');
+  });
+
+  test('a stream cut mid-way on /v1/messages ends with an Anthropic `event: error`; on OpenAI paths with `data: {"error":…}`', async () => {
+    const stub = await startStubUpstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('event: message_start\ndata: {"type":"message_start"}\n\n');
+      // then nothing: the router's stream idle timeout ends it
+    });
+    const f = new FakeFleetView(fakeSpec({ models: { m: {} }, keys: [{ name: 'k', key: 'kk', models: ['*'] }] }), '');
+    f.setReady('m', [replica('m', stub.url, 'm-a')]);
+    const app = buildRouter({ fleet: f, auth: { required: true }, limits: { streamIdleTimeoutMs: 200 }, slotsRefreshMs: 0 });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    try {
+      const a = await (await fetch(`${url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': 'kk', 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', max_tokens: 5, stream: true, messages: [] }) })).text();
+      assert.match(a, /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"The replica of model 'm' stopped sending[^"]*"\}\}\n\n$/);
+      const o = await (await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: 'Bearer kk', 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', stream: true, messages: [] }) })).text();
+      assert.match(o, /\ndata: \{"error":\{"message":"The replica of model 'm' stopped sending[^"]*","type":"server_error","code":"upstream_stalled","param":null\}\}\n\n$/);
+    } finally {
+      await app.close();
+      await stub.close();
+    }
   });
 });

@@ -43,6 +43,7 @@ describe('fleet spec loading', () => {
     files['models/alpha.yaml'] += 'routing: least_busy\nqueue: { timeout: 2m }\n';
     files['models/beta.yaml'] += 'queue: { max: 0 }\n';
     files['profiles/chat.yaml'] += 'cache_ram: 256MiB\n';
+    files['profiles/chat.yaml'] += 'reranking: true\n';
     const f = tempFleet(files);
     try {
       const r = await loadFleetSpec(dirFiles(f.dir), null);
@@ -51,6 +52,7 @@ describe('fleet spec loading', () => {
       assert.deepEqual(r.spec.models.alpha!.queue, { max: 10, timeoutMs: 120_000 });
       assert.deepEqual(r.spec.models.beta!.queue, { max: 0, timeoutMs: 5_000 });
       assert.equal(r.spec.profiles.chat!.cacheRamBytes, 256 * 2 ** 20);
+      assert.equal(r.spec.profiles.chat!.reranking, true);
     } finally {
       f.cleanup();
     }
@@ -68,6 +70,31 @@ describe('fleet spec loading', () => {
       assert.ok(paths.includes('models/alpha.yaml:/routing'), paths.join(' '));
       assert.ok(paths.includes('models/alpha.yaml:/queue/max'), paths.join(' '));
       assert.ok(paths.includes('profiles/chat.yaml:/extra_args/0'), paths.join(' '));
+    } finally {
+      f.cleanup();
+    }
+  });
+
+  it('reads access/keys.yaml limits: per key, per key × model (by alias too) and the models: caps', async () => {
+    const files = minimalFleet();
+    files['access/keys.yaml'] += [
+      '    limits: { requests_per_minute: 60, tokens_per_minute: 10000 }',
+      '    model_limits:',
+      '      gpt-alpha: { concurrency: 2, requests_per_minute: 10 }',
+      'models:',
+      '  alpha:',
+      '    limits: { requests_per_minute: 5 }',
+      '',
+    ].join('\n');
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+      const key = r.spec.access.keys[0]!;
+      assert.deepEqual(key.limits, { requestsPerMinute: 60, tokensPerMinute: 10000, concurrency: null });
+      assert.deepEqual(key.modelLimits, { alpha: { requestsPerMinute: 10, tokensPerMinute: null, concurrency: 2 } });
+      assert.deepEqual(r.spec.access.modelLimits, { alpha: { requestsPerMinute: 5, tokensPerMinute: null, concurrency: null } });
+      assert.equal(r.spec.profiles.chat!.reranking, false);
     } finally {
       f.cleanup();
     }

@@ -1,0 +1,76 @@
+/**
+ * A per-key limit across several instances on etcd: three real `llmgw serve` on one etcd over a
+ * one-node sshd fleet running one model on the real llama-server; access/keys.yaml gives a key
+ * 60 requests per minute; 200 requests spread over the three routers within a minute: 54–66 succeed
+ * (each router enforces its share of the limit, ha/router-shares.ts), the rest get 429 KEY_RATE_LIMITED.
+ */
+import { strict as assert } from 'node:assert';
+import { createHash } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { startTestFleet, type TestFleet } from '../harness/controller.js';
+import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
+import { spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+
+const KEY = 'ha-limited-key-0001';
+const HA = (endpoint: string): string[] => ['--etcd', endpoint, '--lease-ttl', '4s', '--renew-deadline', '3s', '--retry-period', '1s'];
+
+let etcd: EtcdInstance;
+let fleet: TestFleet;
+let procs: ServeProc[] = [];
+const diag = (): string => procs.map((p) => `--- ${p.name} ---\n${p.out().slice(-2500)}`).join('\n');
+
+before(async () => {
+  [etcd, fleet] = await Promise.all([startEtcd(), startTestFleet({ nodes: 1 })]);
+  const files = fleet.baseFiles();
+  for (const f of Object.keys(files)) if (f.startsWith('models/') && f !== 'models/good.yaml') delete files[f];
+  files['access/keys.yaml'] = ['keys:', '  - name: limited', `    sha256: ${createHash('sha256').update(KEY).digest('hex')}`, '    models: ["*"]', '    limits: { requests_per_minute: 60 }', ''].join('\n');
+  await fleet.push(files, 'fleet: one model, a key with 60 rpm');
+  procs = await Promise.all(['a', 'b', 'c'].map((name) => spawnServe({ name, fleet, args: HA(etcd.endpoint), routerAuth: true })));
+});
+
+after(async () => {
+  await Promise.all(procs.map((p) => p.sigkill()));
+  await fleet?.cleanup();
+  await etcd?.stop();
+});
+
+async function chat(p: ServeProc): Promise<{ status: number; reason: string }> {
+  const r = await fetch(`http://127.0.0.1:${p.routerPort}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ model: 'good', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
+    signal: AbortSignal.timeout(60_000),
+  });
+  await r.arrayBuffer();
+  return { status: r.status, reason: r.headers.get('x-llmgw-reason') ?? '' };
+}
+
+describe('a per-key limit over three instances on etcd', () => {
+  it('60 requests/minute, 200 requests spread over the three routers in a minute: 54–66 succeed', async () => {
+    // every router serves the model (a probe without the key: 401 means the router is up and has the spec)
+    for (const p of procs) {
+      await until(`${p.name} serving good`, 180_000, async () => {
+        const ms = await p.admin<{ models: { name: string; phase: string }[] }>('/models');
+        return ms.models.find((m) => m.name === 'good')?.phase === 'ready';
+      }, diag);
+    }
+    await sleep(3000); // each router has counted the three (refresh every retry period, 1 s)
+    const t0 = Date.now();
+    const results: { status: number; reason: string }[] = [];
+    for (let batch = 0; batch < 20; batch++) {
+      results.push(...(await Promise.all(Array.from({ length: 10 }, (_, i) => chat(procs[(batch * 10 + i) % 3]!)))));
+    }
+    const took = Date.now() - t0;
+    assert.ok(took < 50_000, `the 200 requests took ${took} ms`);
+    const ok = results.filter((r) => r.status === 200).length;
+    const limited = results.filter((r) => r.status === 429 && r.reason === 'KEY_RATE_LIMITED').length;
+    assert.equal(ok + limited, 200, JSON.stringify(results.filter((r) => r.status !== 200 && r.status !== 429)));
+    assert.ok(ok >= 54 && ok <= 66, `${ok} of 200 succeeded`);
+    // each router refuses with its share named
+    const r = await fetch(`http://127.0.0.1:${procs[0]!.routerPort}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model: 'good', messages: [], max_tokens: 1 }) });
+    assert.equal(r.status, 429);
+    assert.match(((await r.json()) as { error: { message: string } }).error.message, /allows 20 requests per minute \(access\/keys.yaml, this router's share of 60 over 3 routers\)/);
+    console.log(`ha-key-limits: ${ok} of 200 succeeded in ${took} ms`);
+  });
+});
