@@ -217,6 +217,7 @@ export class Reconciler implements FleetView {
       await this.nodes.observe(spec, log);
       if (!this.mayAct(spec, log)) return;
       await this.estimateMemory(spec);
+      const busy = await this.busyOnDemand(spec);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.clock();
       const d = decide({
@@ -227,6 +228,7 @@ export class Reconciler implements FleetView {
         memoryErrors: this.memoryErrors,
         running: new Set(this.running.keys()),
         stopping: new Set(this.stopOps.keys()),
+        busy,
         keyFingerprint: this.keyFingerprint,
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
@@ -248,6 +250,27 @@ export class Reconciler implements FleetView {
       this.o.onPass?.(error ? 'error' : 'ok', durationMs / 1000);
       this.scheduleWake();
     }
+  }
+
+  /**
+   * On-demand replicas with requests in flight (their /slots): never stopped as idle or evicted. Only
+   * on-demand models are asked (only they are stopped for idleness or room), and only their ready
+   * replicas not being stopped.
+   */
+  private async busyOnDemand(spec: FleetSpec): Promise<ReadonlySet<string>> {
+    const stopping = new Set(Object.keys(this.state.stops));
+    const asks = this.nodes
+      .observed(spec)
+      .flatMap((n) => (n.reachable ? n.replicas : []))
+      .filter((r) => r.state === 'ready' && !stopping.has(r.id) && spec.models[r.model]?.scaling.mode === 'on_demand');
+    const busy = new Set<string>();
+    await Promise.all(
+      asks.map(async (r) => {
+        const n = await this.inFlight(r.endpoint);
+        if (typeof n === 'number' && n > 0) busy.add(r.id);
+      }),
+    );
+    return busy;
   }
 
   /** The nodes' owner records decide whether this controller acts at all this pass (ownership.ts). */
