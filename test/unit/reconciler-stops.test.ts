@@ -10,6 +10,10 @@ import type { ObservedNode } from '../../src/reconciler/planner.js';
 import { clockStepped, emptyState, stateFromJson, type ControllerState, type StopRecord } from '../../src/reconciler/state.js';
 import { drainStep, mayBeServing, stopFinished, stopsRequested, type InFlight } from '../../src/reconciler/stops.js';
 import { buildSnapshot, stopPhase } from '../../src/reconciler/summarize.js';
+import { readyReplicasOf } from '../../src/reconciler/availability.js';
+import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/published.js';
+import { drainingText } from '../../src/cli/ctl-format.js';
+import { modelJson } from '../../src/wire/shape.js';
 import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
 const spec = await specOf((f) => {
@@ -112,5 +116,13 @@ describe('the stop sequence', () => {
     assert.equal(m.ready, 0);
     assert.equal(m.replacing, true);
     assert.equal(m.phase, 'starting', 'a router holds requests for the replacement rather than refusing them');
+    // a standby routes from the published snapshot: draining there too, not offered
+    const standby = standbySnapshot(parsePublished(publishedJson(snap)), spec, snap.control, 1);
+    assert.deepEqual(readyReplicasOf(standby.models.find((x) => x.name === 'alpha')!), []);
+    assert.equal(standby.models.find((x) => x.name === 'alpha')!.replicas[0]!.phase, 'draining');
+    // the admin API and ctl show it with its in-flight count
+    const mj = modelJson(m, null, 0);
+    assert.equal(mj.replicas[0]!.inFlight, 2);
+    assert.equal(drainingText(mj), 'draining 1 replica (2 in flight)');
   });
 });
