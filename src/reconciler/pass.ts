@@ -103,19 +103,25 @@ export function decide(i: DecideInput): Decision {
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
-  return { state: pruned(state, live.nodes, i.stopping), actions: out.actions, desired: out.desired, unplaceable, nodes: live.nodes, notes };
+  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, nodes: live.nodes, notes };
 }
+
+/** How long a counted failure is remembered after its replica is out of sight. */
+export const ACCOUNTED_KEEP_MS = 10 * 60_000;
 
 /**
  * Bookkeeping of replicas no node shows any more (and no start runs) is dropped; so is a stop whose
  * replica is gone while no stop of this process runs for it (it finished under a previous leader).
  */
-export function pruned(s: ControllerState, nodes: readonly ObservedNode[], stopsRunning: ReadonlySet<string> = new Set()): ControllerState {
+export function pruned(s: ControllerState, nodes: readonly ObservedNode[], stopsRunning: ReadonlySet<string> = new Set(), now = Infinity): ControllerState {
   const seen = new Set(nodes.flatMap((n) => n.replicas.map((r) => r.id)));
   const gone = (rec: Readonly<Record<string, unknown>>): string[] => Object.keys(rec).filter((id) => !seen.has(id) && s.starts[id] === undefined);
   const d = gone(s.draining);
   const r = gone(s.restarts);
-  const a = gone(s.accounted);
+  // A counted failure is remembered a while after its replica is out of sight: an observation that
+  // began before the replica was removed can still show it (failed, maybe with its log gone), and it
+  // must never be counted again — with a reason that is not its own.
+  const a = gone(s.accounted).filter((id) => now - s.accounted[id]! >= ACCOUNTED_KEEP_MS);
   const st = gone(s.stops).filter((id) => !stopsRunning.has(id));
   if (d.length + r.length + a.length + st.length === 0) return s;
   return { ...s, draining: omit(s.draining, d), restarts: omit(s.restarts, r), accounted: omit(s.accounted, a), stops: omit(s.stops, st) };
