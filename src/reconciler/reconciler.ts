@@ -349,9 +349,9 @@ export class Reconciler implements FleetView {
   private warnUnplaceable(spec: FleetSpec, log: Logger): void {
     const now = this.clock();
     for (const [model, u] of Object.entries(this.unplaceable)) {
-      if (!shouldWarn(this.unplaceableWarned.get(model), u.reason, now, spec.settings.unplaceableLogIntervalMs)) continue;
+      if (!shouldWarn(this.unplaceableWarned.get(model), u.code, now, spec.settings.unplaceableLogIntervalMs)) continue;
       log.warn({ model, code: u.code, reason: u.reason }, 'model unplaceable');
-      this.unplaceableWarned.set(model, { reason: u.reason, at: now });
+      this.unplaceableWarned.set(model, { code: u.code, at: now });
     }
     for (const model of [...this.unplaceableWarned.keys()]) if (!this.unplaceable[model]) this.unplaceableWarned.delete(model);
   }
