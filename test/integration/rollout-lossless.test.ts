@@ -20,6 +20,7 @@ import { buildRouter } from '../../src/router/app.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
+import { streamLoad, sampleProcesses, type Tally } from '../harness/stream-load.js';
 
 const CONCURRENCY = 6;
 
@@ -44,79 +45,6 @@ function files(over: { replicas?: number; cacheRam?: string; extra?: string[]; f
   return f;
 }
 
-interface Tally {
-  sent: number;
-  ok: number;
-  cut: number;
-  failed: number;
-  errors: string[];
-  /** [start, end, outcome] of every request (performance.now ms). */
-  spans: [number, number, 'ok' | 'cut' | 'failed'][];
-}
-
-/** Six workers streaming chat completions until stopped; every outcome counted. */
-function load(): { stop: () => Promise<Tally>; tally: Tally } {
-  const tally: Tally = { sent: 0, ok: 0, cut: 0, failed: 0, errors: [], spans: [] };
-  let running = true;
-  const worker = async (w: number): Promise<void> => {
-    for (let i = 0; running; i++) {
-      tally.sent++;
-      const t0 = performance.now();
-      let chunks = 0;
-      let finished = false;
-      try {
-        const stream = await client.chat.completions.create({
-          model: 'chat',
-          messages: [{ role: 'user', content: `worker ${w} request ${i}: tell me about fleets` }],
-          stream: true,
-          max_tokens: 150 + ((w * 37 + i * 53) % 200),
-        });
-        for await (const c of stream) {
-          chunks++;
-          if (c.choices[0]?.finish_reason) finished = true;
-        }
-        if (finished) {
-          tally.ok++;
-          tally.spans.push([t0, performance.now(), 'ok']);
-        } else {
-          tally.cut++;
-          tally.errors.push(`worker ${w} #${i}: stream ended after ${chunks} chunks without a finish_reason`);
-          tally.spans.push([t0, performance.now(), 'cut']);
-        }
-      } catch (e) {
-        const outcome = chunks > 0 ? 'cut' : 'failed';
-        tally[outcome]++;
-        tally.errors.push(`worker ${w} #${i} (${outcome} after ${chunks} chunks, ${Math.round(performance.now() - t0)} ms): ${(e as Error).message}`);
-        tally.spans.push([t0, performance.now(), outcome]);
-      }
-    }
-  };
-  const workers = Array.from({ length: CONCURRENCY }, (_, w) => worker(w));
-  return {
-    tally,
-    stop: async () => {
-      running = false;
-      await Promise.all(workers);
-      return tally;
-    },
-  };
-}
-
-/** Samples the llama-server processes of every node every 200 ms; the highest count seen. */
-function sampleProcesses(): { stop: () => number } {
-  let max = 0;
-  const t = setInterval(() => {
-    const n = fleet.nodes.reduce((s, node) => s + replicaProcesses(node.dataDir).length, 0);
-    max = Math.max(max, n);
-  }, 200);
-  return {
-    stop: () => {
-      clearInterval(t);
-      return max;
-    },
-  };
-}
-
 const chatView = () => ctl.reconciler.model('chat');
 /** Settled: `n` ready replicas on the definition in force, nothing starting or stopping, `n` processes. */
 const settled = (n: number) => (): boolean => {
@@ -127,8 +55,8 @@ const settled = (n: number) => (): boolean => {
 
 /** Runs an operation under load until the fleet settles again; the tally and the most processes seen. */
 async function underLoad(what: string, op: () => Promise<unknown>, done: () => boolean, timeoutMs = 180_000): Promise<{ tally: Tally; maxProcs: number; ms: number }> {
-  const l = load();
-  const procs = sampleProcesses();
+  const l = streamLoad(client, 'chat', CONCURRENCY);
+  const procs = sampleProcesses(fleet.nodes.map((n) => n.dataDir));
   await sleep(2500); // streams in flight on every replica before the operation
   const t0 = performance.now();
   await op();
@@ -193,7 +121,7 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     await fleet.push(f, 'chat: one replica, no room to surge');
     await ctl.reconciler.requestPass('webhook');
     await ctl.until(settled(1), 'one chat replica on the small node', 120_000);
-    const l = load();
+    const l = streamLoad(client, 'chat', CONCURRENCY);
     await sleep(2500);
     const [old] = ctl.reconciler.readyReplicas('chat');
     await ctl.reconciler.restart({ model: 'chat' });
