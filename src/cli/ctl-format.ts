@@ -70,10 +70,27 @@ export function modelDetail(m: ModelJson, at: string): string {
     const next = m.nextAttemptAt ? `next attempt ${relative(m.nextAttemptAt, at)}` : 'backing off';
     return m.lastError ? `${next}: ${reasonText(m.lastError)}` : next;
   }
-  if (m.phase === 'pending') return m.scaling.mode === 'on_demand' ? 'asked for; not placed yet' : 'not placed yet';
-  if (m.phase === 'starting') return `starting ${plural(m.replicas.filter((r) => r.phase === 'starting').length, 'replica')}`;
-  if (m.replicas.some((r) => r.outdated)) return 'replicas on an older definition are being replaced';
-  return '-';
+  const drain = drainingText(m);
+  const withDrain = (s: string): string => (drain ? `${s}; ${drain}` : s);
+  if (m.phase === 'pending') return withDrain(m.scaling.mode === 'on_demand' ? 'asked for; not placed yet' : 'not placed yet');
+  if (m.phase === 'starting') {
+    const starting = m.replicas.filter((r) => r.phase === 'starting').length;
+    return starting === 0 && drain ? `replacing: ${drain}` : withDrain(`starting ${plural(starting, 'replica')}`);
+  }
+  if (m.replicas.some((r) => r.outdated)) return withDrain('replicas on an older definition are being replaced');
+  return drain ?? '-';
+}
+
+/** "draining 1 replica (2 in flight)": replicas being stopped, with what they still serve; null for none. */
+export function drainingText(m: Pick<ModelJson, 'replicas'>): string | null {
+  const leaving = m.replicas.filter((r) => r.phase === 'draining' || r.phase === 'stopping');
+  if (leaving.length === 0) return null;
+  const draining = leaving.filter((r) => r.phase === 'draining');
+  const inFlight = draining.reduce((n, r) => n + (r.inFlight ?? 0), 0);
+  const parts: string[] = [];
+  if (draining.length) parts.push(`draining ${plural(draining.length, 'replica')} (${inFlight} in flight)`);
+  if (leaving.length > draining.length) parts.push(`stopping ${plural(leaving.length - draining.length, 'replica')}`);
+  return parts.join(', ');
 }
 
 /** Who this instance is, who leads and since when, and why this one does not act. */
@@ -213,7 +230,11 @@ export function renderModels(ms: ModelsJson): string {
 
 export function renderReplicas(rs: ReplicasJson): string {
   if (rs.replicas.length === 0) return 'no replicas';
-  const rows = rs.replicas.map((r) => [r.id, r.model, r.node, r.outdated ? `${r.phase} (outdated)` : r.phase, shortDuration(Date.parse(rs.at) - Date.parse(r.startedAt)), r.endpoint || '-']);
+  const phase = (r: ReplicasJson['replicas'][number]): string => {
+    const p = r.phase === 'draining' && r.inFlight != null ? `draining (${r.inFlight} in flight)` : r.phase;
+    return r.outdated ? `${p} (outdated)` : p;
+  };
+  const rows = rs.replicas.map((r) => [r.id, r.model, r.node, phase(r), shortDuration(Date.parse(rs.at) - Date.parse(r.startedAt)), r.endpoint || '-']);
   return table(['REPLICA', 'MODEL', 'NODE', 'PHASE', 'AGE', 'ENDPOINT'], rows);
 }
 

@@ -59,6 +59,8 @@ export class FleetMetrics {
   private readonly reconcileLastSuccess: Gauge;
   private readonly revisionInfo: GaugeSeries<'revision'>;
   private readonly specValid: Gauge;
+  private readonly draining: GaugeSeries<'model'>;
+  private readonly drainingInFlight: GaugeSeries<'model'>;
   private readonly rejectedInfo: GaugeSeries<'revision'>;
   private readonly gitSyncLastSuccess: Gauge;
   private readonly statusWriteLastSuccess: Gauge;
@@ -78,6 +80,8 @@ export class FleetMetrics {
 
     this.desired = gauge(N.modelDesiredReplicas, 'Replicas the model should have now (on-demand models: only while asked for).', ['model']);
     this.ready = gauge(N.modelReadyReplicas, 'Replicas of the model that are ready and serving.', ['model']);
+    this.draining = gauge(N.modelDrainingReplicas, 'Replicas of the model being stopped: out of routing, draining their in-flight requests or signalled (SIGTERM, stop_grace, SIGKILL).', ['model']);
+    this.drainingInFlight = gauge(N.modelDrainingInFlight, 'Requests in flight on replicas of the model that are draining, as llama-server reports them (GET /slots).', ['model']);
     this.failures = gauge(N.modelConsecutiveStartFailures, 'Failed starts of the model in a row since its last ready replica (or definition change / retry).', ['model']);
     this.parked = gauge(N.modelParked, '1 while the model is parked after repeated start failures (not placed until its definition changes or a retry).', ['model']);
     this.unplaceable = gauge(N.modelUnplaceable, '1 while the model fits on no node.', ['model']);
@@ -133,6 +137,9 @@ export class FleetMetrics {
     const one = <L>(labels: L, value: number | boolean): [L, number] => [labels, typeof value === 'boolean' ? (value ? 1 : 0) : value];
     this.desired.replace(s.models.map((m) => one({ model: m.name }, m.desired)));
     this.ready.replace(s.models.map((m) => one({ model: m.name }, m.ready)));
+    const leaving = (m: (typeof s.models)[number]) => m.replicas.filter((r) => r.phase === 'draining' || r.phase === 'stopping');
+    this.draining.replace(s.models.map((m) => one({ model: m.name }, leaving(m).length)));
+    this.drainingInFlight.replace(s.models.map((m) => one({ model: m.name }, leaving(m).reduce((n, r) => n + (r.inFlight ?? 0), 0))));
     this.failures.replace(s.models.map((m) => one({ model: m.name }, m.consecutiveFailures)));
     this.parked.replace(s.models.map((m) => one({ model: m.name }, m.parked !== null)));
     this.unplaceable.replace(s.models.map((m) => one({ model: m.name }, m.unplaceable !== null)));

@@ -6,6 +6,8 @@ export const MetricNames = Object.freeze({
   // --- per model (label model) ---
   modelDesiredReplicas: 'llmgw_model_desired_replicas',
   modelReadyReplicas: 'llmgw_model_ready_replicas',
+  modelDrainingReplicas: 'llmgw_model_draining_replicas',
+  modelDrainingInFlight: 'llmgw_model_draining_in_flight_requests',
   modelConsecutiveStartFailures: 'llmgw_model_consecutive_start_failures',
   modelParked: 'llmgw_model_parked',
   modelUnplaceable: 'llmgw_model_unplaceable',

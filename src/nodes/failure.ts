@@ -66,3 +66,18 @@ export function classifyFailure(logTail: string, exit?: string): ClassifiedFailu
   if (last === undefined) return { code: 'REPLICA_EXITED', message: `llama-server exited with an empty log${suffix}` };
   return { code: 'REPLICA_EXITED', message: `llama-server exited${suffix}: ${last}` };
 }
+
+/** How long apart, and how many times, a dead replica's log is read again before it is classified. */
+export const LOG_SETTLE_MS = 200;
+export const LOG_SETTLE_READS = 5;
+
+/**
+ * Whether a dead replica's log tail can be classified now (pure): when it names an engine reason
+ * (a catalogue rule matched), or after `reads` further reads. A log that names none — empty, or
+ * only the lines llama-server prints before loading — may not have its last lines yet (the
+ * engine's own error is what the operator needs, never "exited with an empty log"), so it is read
+ * again first.
+ */
+export function logSettled(logTail: string, reads: number): boolean {
+  return reads >= LOG_SETTLE_READS || classifyFailure(logTail).code !== 'REPLICA_EXITED';
+}

@@ -267,7 +267,10 @@ ${fenceAct(fence, true)}if llmgw_alive "$r"; then
   while llmgw_alive "$r" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
   llmgw_alive "$r" && llmgw_fail NODE_COMMAND_FAILED "replica process $pid survived SIGKILL"
 fi
-rm -rf "$r"
+# Out of sight in one step, then removed: an observation never sees a half-removed replica (its
+# state.json still there, its pid and log gone: "dead, empty log").
+g="\${r%/*}/.gone-\${r##*/}-$$"
+if mv "$r" "$g" 2>/dev/null; then rm -rf "$g"; else rm -rf "$r"; fi
 `;
 }
 

@@ -22,7 +22,7 @@ import type {
   ReplicaObservation, ReplicaStartSpec,
 } from './driver.js';
 import { engineKeyFingerprint } from './driver.js';
-import { classifyFailure } from './failure.js';
+import { classifyFailure, LOG_SETTLE_MS, logSettled } from './failure.js';
 import { mergeDevices, parseListDevices, replicaDeviceSetup } from './devices.js';
 import { checkFence, EXIT_FENCE_REFUSED, fenceError, parseFenceSection, refusalOf } from './fence.js';
 import { parseProcNetTcp, pickPort } from './ports.js';
@@ -414,14 +414,14 @@ export class ShellNodeDriver implements NodeDriver {
         const ins = await this.inspect(id, opts.signal);
         if (ins.state === null) throw new LlmgwError('REPLICA_NOT_FOUND', `node ${this.node}: no replica ${id}`, { node: this.node, replica: id });
         port = ins.state.port;
-        if (!ins.alive) throw this.failureError(id, ins.logTail);
+        if (!ins.alive) throw await this.settledFailure(id, ins.logTail, opts.signal);
         nextCheck = Date.now() + 1_000;
       }
       if ((await this.health(port, opts.signal)) === 200) {
         // make sure the 200 came from our process, not from whatever else answers on the port
         const ins = await this.inspect(id, opts.signal);
         if (ins.alive) return;
-        throw this.failureError(id, ins.logTail);
+        throw await this.settledFailure(id, ins.logTail, opts.signal);
       }
       if (Date.now() >= deadline) {
         const logTail = await this.logTail(id, this.logLines).catch(() => '');
@@ -494,6 +494,21 @@ export class ShellNodeDriver implements NodeDriver {
     const stateText = sections.find((s) => s.name === 'state')?.lines.join('\n') ?? '';
     const dead = sections.find((s) => s.name === 'dead');
     return { state: parseState(stateText), alive: sections.some((s) => s.name === 'alive'), logTail: dead?.lines.join('\n') ?? '' };
+  }
+
+  /**
+   * The failure of a start from its own log: a log that names no engine reason yet (empty, or only
+   * startup lines — its last writes may still be on their way) is read again, up to LOG_SETTLE_READS
+   * times LOG_SETTLE_MS apart, before the failure is classified (failure.ts logSettled).
+   */
+  private async settledFailure(id: string, logTail: string, signal?: AbortSignal): Promise<LlmgwError> {
+    let tail = logTail;
+    for (let i = 0; !logSettled(tail, i); i++) {
+      await sleep(LOG_SETTLE_MS, undefined, signal ? { signal } : undefined).catch(() => undefined);
+      if (signal?.aborted) break;
+      tail = await this.logTail(id, this.logLines).catch(() => tail);
+    }
+    return this.failureError(id, tail);
   }
 
   private failureError(id: string, logTail: string): LlmgwError {

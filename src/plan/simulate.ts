@@ -149,6 +149,14 @@ export function simulateMerge(input: SimulationInput): Simulation {
 
   const starts = out.actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start');
   const stops = out.actions.filter((a): a is Extract<Action, { kind: 'stop' }> => a.kind === 'stop');
+  // An eviction's newcomer starts in the pass after its victims are gone (their memory is in use
+  // until then): the pass after is simulated too.
+  const evicted = new Set(stops.filter((a) => a.reason === 'evicted').map((a) => a.replicaId));
+  if (evicted.size > 0) {
+    const after = pass(head, nodes.map((n) => ({ ...n, replicas: n.replicas.filter((r) => !evicted.has(r.id)) })), health, demand, input.memory, now);
+    const started = new Set(starts.map((a) => a.model));
+    starts.push(...after.actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start' && !started.has(a.model)));
+  }
   const drained = new Set(out.drainStarted);
   const models: Record<string, ModelOutcome> = {};
   for (const m of Object.values(head.models)) {

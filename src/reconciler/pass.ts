@@ -13,6 +13,7 @@ import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
 import { avoidanceAt, drainStarted, omit, type ControllerState, type Note } from './state.js';
+import { stopsRequested } from './stops.js';
 
 export interface DecideInput {
   readonly state: ControllerState;
@@ -26,8 +27,10 @@ export interface DecideInput {
   readonly memoryErrors: Readonly<Record<string, string>>;
   /** Starts this process is running right now. */
   readonly running: ReadonlySet<string>;
-  /** Replicas being stopped right now. */
+  /** Stops this process runs right now (the record's `stops` are being stopped too). */
   readonly stopping: ReadonlySet<string>;
+  /** Replicas with requests in flight (llama-server's /slots): never stopped as idle or evicted. */
+  readonly busy?: ReadonlySet<string>;
   /** The fingerprint of this controller's engine key (replicas started with another are replaced). */
   readonly keyFingerprint?: string | null;
   readonly now: number;
@@ -50,14 +53,20 @@ export function inflightStarts(s: ControllerState): InflightStart[] {
 }
 
 /** The planner's input from the state record and one observation. */
-export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
+/** Every replica being stopped: the record's stops and those this process runs. */
+export function stoppingOf(s: ControllerState, running: ReadonlySet<string>): ReadonlySet<string> {
+  return new Set([...Object.keys(s.stops), ...running]);
+}
+
+export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
   const s = i.state;
   return {
     spec: i.spec,
     nodes: i.nodes,
     health: s.models,
     inflightStarts: inflightStarts(s),
-    stopping: i.stopping,
+    stopping: stoppingOf(s, i.stopping),
+    ...(i.busy ? { busy: i.busy } : {}),
     demand: Object.fromEntries(Object.entries(s.demand).map(([m, t]) => [m, { lastRequestAt: t }])),
     restarts: new Set(Object.keys(s.restarts)),
     draining: s.draining,
@@ -79,7 +88,7 @@ export function withMemoryError(u: Unplaceable, errors: Readonly<Record<string, 
 
 export function decide(i: DecideInput): Decision {
   const { spec, now } = i;
-  const live = liveness({ state: avoidanceAt(i.state, now).state, spec, nodes: i.nodes, running: i.running, stopping: i.stopping, now });
+  const live = liveness({ state: avoidanceAt(i.state, now).state, spec, nodes: i.nodes, running: i.running, stopping: stoppingOf(i.state, i.stopping), now });
   const notes: Note[] = [...live.notes];
   let state = live.state;
   // Failures the nodes show are counted before planning, so the replacement waits out its backoff.
@@ -94,21 +103,32 @@ export function decide(i: DecideInput): Decision {
     if (a.kind === 'stop' && mismatched.has(a.replicaId)) notes.push({ level: 'warn', msg: 'replica started with another engine key (it refuses the router): replaced', fields: { model: a.model, node: a.node, replica: a.replicaId } });
   }
   state = drainStarted(state, out.drainStarted, now);
+  state = stopsRequested(state, out.actions, now).state;
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
-  return { state: pruned(state, live.nodes), actions: out.actions, desired: out.desired, unplaceable, nodes: live.nodes, notes };
+  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, nodes: live.nodes, notes };
 }
 
-/** Bookkeeping of replicas no node shows any more (and no start runs) is dropped. */
-export function pruned(s: ControllerState, nodes: readonly ObservedNode[]): ControllerState {
+/** How long a counted failure is remembered after its replica is out of sight. */
+export const ACCOUNTED_KEEP_MS = 10 * 60_000;
+
+/**
+ * Bookkeeping of replicas no node shows any more (and no start runs) is dropped; so is a stop whose
+ * replica is gone while no stop of this process runs for it (it finished under a previous leader).
+ */
+export function pruned(s: ControllerState, nodes: readonly ObservedNode[], stopsRunning: ReadonlySet<string> = new Set(), now = Infinity): ControllerState {
   const seen = new Set(nodes.flatMap((n) => n.replicas.map((r) => r.id)));
-  const gone = (rec: Readonly<Record<string, number>>): string[] => Object.keys(rec).filter((id) => !seen.has(id) && s.starts[id] === undefined);
+  const gone = (rec: Readonly<Record<string, unknown>>): string[] => Object.keys(rec).filter((id) => !seen.has(id) && s.starts[id] === undefined);
   const d = gone(s.draining);
   const r = gone(s.restarts);
-  const a = gone(s.accounted);
-  if (d.length + r.length + a.length === 0) return s;
-  return { ...s, draining: omit(s.draining, d), restarts: omit(s.restarts, r), accounted: omit(s.accounted, a) };
+  // A counted failure is remembered a while after its replica is out of sight: an observation that
+  // began before the replica was removed can still show it (failed, maybe with its log gone), and it
+  // must never be counted again — with a reason that is not its own.
+  const a = gone(s.accounted).filter((id) => now - s.accounted[id]! >= ACCOUNTED_KEEP_MS);
+  const st = gone(s.stops).filter((id) => !stopsRunning.has(id));
+  if (d.length + r.length + a.length + st.length === 0) return s;
+  return { ...s, draining: omit(s.draining, d), restarts: omit(s.restarts, r), accounted: omit(s.accounted, a), stops: omit(s.stops, st) };
 }
 
 /**
@@ -117,7 +137,7 @@ export function pruned(s: ControllerState, nodes: readonly ObservedNode[]): Cont
  * something should start (or the memory need is not known yet), the reason when it fits nowhere,
  * null when there is nothing to do now (parked, already starting, backing off).
  */
-export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'memoryErrors' | 'stopping' | 'keyFingerprint' | 'now'>, model: string): 'pass' | Unplaceable | null {
+export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'memoryErrors' | 'stopping' | 'busy' | 'keyFingerprint' | 'now'>, model: string): 'pass' | Unplaceable | null {
   if (i.memory[model] === undefined) return 'pass';
   if (i.state.models[model]?.parked) return null;
   const out = planPass(planInputOf({ ...i, newReplicaId: () => 'preview' }));

@@ -7,7 +7,7 @@
 import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
-import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type Unplaceable } from './placement.js';
+import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
 import { avoidKey } from './state.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 // --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
@@ -42,8 +42,14 @@ export interface PlanInput {
   readonly nodes: readonly ObservedNode[];
   readonly health: Readonly<Record<string, ModelHealth>>;
   readonly inflightStarts: readonly InflightStart[];
-  /** Replica ids being stopped right now (not counted, not stopped again). */
+  /**
+   * Replica ids being stopped (stops.ts): not counted as serving, not stopped again — but their
+   * memory is in use until their process is gone, and a rolling model starts its next replacement
+   * only once its previous stop has finished.
+   */
   readonly stopping: ReadonlySet<string>;
+  /** Replica ids with requests in flight (llama-server's /slots): never stopped as idle, never evicted. */
+  readonly busy?: ReadonlySet<string>;
   /** On-demand activity per model. */
   readonly demand: Readonly<Record<string, Demand>>;
   /** Replica ids an operator asked to restart (replaced surge-first, like an outdated digest). */
@@ -137,11 +143,15 @@ export function planPass(input: PlanInput): PlanOutput {
   const unplaceable: Record<string, Unplaceable> = {};
   const drainStarted: string[] = [];
 
-  // Every replica we know of, by model.
+  // Every replica we know of, by model (those being stopped apart: they only hold memory).
   const byModel = new Map<string, Located[]>();
+  const stoppingByModel = new Map<string, Located[]>();
   for (const n of input.nodes) {
     for (const r of n.replicas) {
-      if (input.stopping.has(r.id)) continue;
+      if (input.stopping.has(r.id)) {
+        if (r.state !== 'failed') stoppingByModel.set(r.model, [...(stoppingByModel.get(r.model) ?? []), { node: n.name, reachable: n.reachable, r }]);
+        continue;
+      }
       const list = byModel.get(r.model) ?? [];
       list.push({ node: n.name, reachable: n.reachable, r });
       byModel.set(r.model, list);
@@ -174,10 +184,12 @@ export function planPass(input: PlanInput): PlanOutput {
     for (const l of list) if (l.reachable && l.r.state !== 'failed') stop(model, l, 'removed');
   }
 
-  // Memory in use per node: every replica we keep counting (including in-flight starts).
+  // Memory in use per node: every replica whose process lives (including in-flight starts, and
+  // replicas being stopped: their memory is free only once their process is gone).
   const used = new Map<string, number>();
   const mem = (model: string): number => input.memory[model] ?? 0;
   for (const [model, list] of byModel) for (const l of list) if (l.r.state !== 'failed') used.set(l.node, (used.get(l.node) ?? 0) + mem(model));
+  for (const [model, list] of stoppingByModel) for (const l of list) used.set(l.node, (used.get(l.node) ?? 0) + mem(model));
   for (const [model, list] of inflightByModel) for (const s of list) used.set(s.node, (used.get(s.node) ?? 0) + mem(model));
 
   interface Want {
@@ -186,7 +198,10 @@ export function planPass(input: PlanInput): PlanOutput {
     existingOn: string[];
     surge: boolean;
     outdated: Located[];
+    /** A replica of the model is being stopped: room comes when it is gone (wait, not unplaceable). */
+    roomComing: boolean;
   }
+  const busy = input.busy ?? new Set<string>();
   const wants: Want[] = [];
   const models = Object.values(spec.models).sort((a, b) => a.name.localeCompare(b.name));
   for (const m of models) {
@@ -209,7 +224,8 @@ export function planPass(input: PlanInput): PlanOutput {
         .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || b.r.startedAt - a.r.startedAt)
         .slice(0, haveCurrent - want);
       const reason: StopReason = m.scaling.mode === 'on_demand' && want === 0 ? 'idle' : 'surplus';
-      for (const l of extra) stop(m.name, l, reason);
+      // A request in flight is activity: an idle replica serving one is not stopped yet.
+      for (const l of extra) if (!(reason === 'idle' && busy.has(l.r.id))) stop(m.name, l, reason);
     }
 
     // Outdated replicas (new digest or a restart): keep as many as still needed to serve.
@@ -227,27 +243,33 @@ export function planPass(input: PlanInput): PlanOutput {
 
     const missing = want - haveCurrent;
     if (missing <= 0 || !h || !mayStart(h, now)) continue;
-    // One start at a time while failing or rolling; all at once otherwise.
-    const rolling = outdated.length > 0;
+    // One start at a time while failing or rolling; all at once otherwise. A rolling model's next
+    // replacement waits for the previous replaced replica's stop to finish (never more than
+    // replicas + 1 processes): a stop of this pass or one still running holds it.
+    const stoppingHere = (stoppingByModel.get(m.name) ?? []).length > 0 || actions.some((a) => a.kind === 'stop' && a.model === m.name && a.reason !== 'failed');
+    const rolling = outdated.length > 0 || stoppingHere;
     if ((h.consecutiveFailures > 0 || rolling) && currentStarting > 0) continue;
+    if (stoppingHere) continue;
     const count = h.consecutiveFailures > 0 || rolling ? 1 : missing;
     wants.push({
       model: m,
       count,
       existingOn: [...current.map((l) => l.node), ...pending.map((p) => p.node)],
-      surge: rolling,
+      surge: outdated.length > 0,
       outdated,
+      roomComing: stoppingHere,
     });
   }
 
+  // This pass's stops free no room for its placement: a replica's memory is in use until its
+  // process is gone (the stop finishes in the background, and the pass after it places).
   const stoppedIds = new Set(actions.filter((a) => a.kind === 'stop').map((a) => a.replicaId));
-  // Stops free their room for this pass's placement.
-  for (const [model, list] of byModel) for (const l of list) if (stoppedIds.has(l.r.id) && l.r.state !== 'failed') used.set(l.node, (used.get(l.node) ?? 0) - mem(model));
+  const evictionsRunning = [...stoppingByModel.values()].flat().length > 0;
 
-  // devices (#24): device room of the replicas that stay (stops of this pass free theirs)
+  // devices (#24): device room of the replicas on the node — a stopping one's until its process is gone, like its RAM
   const devices = placementDevices({
     spec, needs: input.deviceNeeds, pending: [...inflightByModel.values()].flat(),
-    nodes: input.nodes.map((n) => ({ name: n.name, devices: n.devices ?? [], replicas: n.replicas.filter((r) => r.state !== 'failed' && !stoppedIds.has(r.id) && !input.stopping.has(r.id)).map((r) => ({ model: r.model, r })) })),
+    nodes: input.nodes.map((n) => ({ name: n.name, devices: n.devices ?? [], replicas: n.replicas.filter((r) => r.state !== 'failed').map((r) => ({ model: r.model, r })) })),
   });
   const devicesPlaced: DeviceDelta = new Map(); // devices (#24): what this pass's placements take
   const placementNodes = (extraFree: ReadonlyMap<string, number> = new Map(), devicesFreed: DeviceDelta = new Map()): PlacementNode[] =>
@@ -272,21 +294,39 @@ export function planPass(input: PlanInput): PlanOutput {
     avoidNodes: avoided(w.model.name),
     ...optionalDevice(deviceRequestOf(spec, w.model.name, input.deviceNeeds)),
   }));
-  const results = place({ nodes: placementNodes(), requests, reserveBytes: spec.settings.placementReserveBytes });
   // What this pass's placements take, so an eviction below places against it, not against the room before them.
   const placedUse = new Map<string, number>();
   const take = (model: string, nodes: readonly string[]): void => {
     for (const n of nodes) placedUse.set(n, (placedUse.get(n) ?? 0) + mem(model));
   };
-  for (const r of results) take(r.model, r.nodes);
-  for (const r of results) r.nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, r.model, input.deviceNeeds, r.devices?.[k]), 1)); // devices (#24)
+  // Always-on models are placed together; then on-demand ones one by one, most recently asked for
+  // first, against the room left: a model that evicted another gets the room once the victim is
+  // gone, never the victim.
+  const results: PlacementResult[] = new Array<PlacementResult>(wants.length);
+  // devices (#24): what each placement takes on its devices
+  const placeDevices = (r: PlacementResult): void =>
+    r.nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, r.model, input.deviceNeeds, r.devices?.[k]), 1));
+  const always = wants.flatMap((w, i) => (w.model.scaling.mode === 'on_demand' ? [] : [i]));
+  const placedAlways = place({ nodes: placementNodes(), requests: always.map((i) => requests[i]!), reserveBytes: spec.settings.placementReserveBytes });
+  for (const [k, i] of always.entries()) {
+    results[i] = placedAlways[k]!;
+    take(placedAlways[k]!.model, placedAlways[k]!.nodes);
+    placeDevices(placedAlways[k]!); // devices (#24)
+  }
+  const recency = (i: number): number => input.demand[wants[i]!.model.name]?.lastRequestAt ?? 0;
+  const onDemand = wants.flatMap((w, i) => (w.model.scaling.mode === 'on_demand' ? [i] : [])).sort((a, b) => recency(b) - recency(a) || a - b);
+  for (const i of onDemand) {
+    const [r] = place({ nodes: placementNodes(new Map([...placedUse].map(([n, b]) => [n, -b]))), requests: [requests[i]!], reserveBytes: spec.settings.placementReserveBytes });
+    results[i] = r!;
+    take(r!.model, r!.nodes);
+    placeDevices(r!); // devices (#24)
+  }
   const roomAfterPlacements = (freed: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta): PlacementNode[] =>
     placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])), devicesFreed);
 
   for (const [i, r] of results.entries()) {
     const w = wants[i]!;
-    let nodes = r.nodes;
-    let evictedDevices: readonly DevicePlacement[] | undefined;
+    const nodes = r.nodes;
     if (r.unplaceable && nodes.length === 0) {
       // Surge restart without room: drain the oldest outdated replica, then take its place.
       if (w.surge) {
@@ -294,19 +334,20 @@ export function planPass(input: PlanInput): PlanOutput {
         if (oldest && input.draining[oldest.r.id] === undefined && !stoppedIds.has(oldest.r.id)) drainStarted.push(oldest.r.id);
         continue;
       }
-      // An on-demand model may take the room of idle on-demand replicas, least recently used first.
+      if (w.roomComing) continue;
+      // An on-demand model may take the room of idle on-demand replicas (nothing in flight), least
+      // recently used first. The victims drain and stop; the newcomer starts in the pass after
+      // (their memory is in use until then), and waits meanwhile — so does any model while some
+      // replica's stop is still running (its room may be the one it needs).
       if (w.model.scaling.mode === 'on_demand') {
+        if (evictionsRunning) continue;
         const evicted = evictFor({ ...w, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements);
         if (evicted) {
           for (const l of evicted.stop) {
             stop(l.model, l.located, 'evicted');
             stoppedIds.add(l.located.r.id);
           }
-          nodes = evicted.nodes;
-          evictedDevices = evicted.devices; // devices (#24)
-          take(w.model.name, nodes);
-          nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, w.model.name, input.deviceNeeds, evictedDevices?.[k]), 1));
-          for (const l of evicted.stop) addDeviceUse(devicesPlaced, l.located.node, replicaDeviceBytes(l.located.r, input.deviceNeeds?.[l.model], []), -1);
+          continue;
         }
       }
       if (nodes.length === 0) {
@@ -315,7 +356,7 @@ export function planPass(input: PlanInput): PlanOutput {
       }
     }
     for (const [k, node] of nodes.entries()) {
-      const dev = (nodes === r.nodes ? r.devices : evictedDevices)?.[k]; // devices (#24)
+      const dev = r.devices?.[k]; // devices (#24)
       const onDevice = dev && dev.devices.length > 0 ? { devices: dev.devices, gpuLayers: dev.gpuLayers } : {};
       actions.push({ kind: 'start', model: w.model.name, node, replicaId: input.newReplicaId(w.model.name, w.model.digest), digest: w.model.digest, ...onDevice });
     }
@@ -344,7 +385,7 @@ function evictFor(
     if (!m || m.scaling.mode !== 'on_demand' || model === w.model.name) continue;
     if ((input.demand[model]?.lastRequestAt ?? 0) >= mine) continue;
     for (const l of list) {
-      if (!l.reachable || l.r.state === 'failed' || stoppedIds.has(l.r.id)) continue;
+      if (!l.reachable || l.r.state === 'failed' || stoppedIds.has(l.r.id) || input.busy?.has(l.r.id)) continue;
       victims.push({ model, located: l, lastRequestAt: input.demand[model]?.lastRequestAt ?? 0 });
     }
   }

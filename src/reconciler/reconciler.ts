@@ -29,6 +29,10 @@ import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
 import type { Action } from './planner.js';
 import { runStart } from './start-op.js';
+import { slotsProbe } from './slots-probe.js';
+import { drainStep, stopFinished, type InFlight } from './stops.js';
+import { nodeTimers } from './loop.js';
+import type { StopProgress } from './summarize.js';
 import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied, specApplied, startLaunched, type ControllerState, type Note } from './state.js';
 import type { StateStore } from './state-store.js';
 import { buildSnapshot } from './summarize.js';
@@ -80,7 +84,12 @@ export interface ReconcilerOptions {
   /** Called after every pass with its result (metrics). */
   readonly onPass?: (result: 'ok' | 'error', durationSeconds: number) => void;
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
+  /** What a replica has in flight (default: its GET /slots with the engine key). */
+  readonly inFlight?: (endpoint: string) => Promise<InFlight>;
 }
+
+/** How often a draining replica is asked what it has in flight. */
+export const DRAIN_PROBE_MS = 250;
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
@@ -112,7 +121,10 @@ export class Reconciler implements FleetView {
   private readonly nodes: NodeFleet;
   /** Starts this process runs (the background operations), awaited by stop(). */
   private readonly running = new Map<string, Promise<void>>();
-  private readonly stopping = new Set<string>();
+  /** Stops this process runs (stops.ts: drain, then SIGTERM…), in the background. */
+  private readonly stopOps = new Map<string, Promise<void>>();
+  private readonly stopProgress = new Map<string, StopProgress>();
+  private readonly inFlight: (endpoint: string) => Promise<InFlight>;
   private stopSignal = new AbortController();
   private memoryNeeds: Record<string, number | null> = {};
   private memoryErrors: Record<string, string> = {};
@@ -140,6 +152,7 @@ export class Reconciler implements FleetView {
     this.leader = o.leader ?? (() => true);
     this.memory = o.memory ?? new MemoryEstimator();
     this.state = o.initialState;
+    this.inFlight = o.inFlight ?? slotsProbe(o.engineApiKey);
     this.saver = new StateSaver(o.stateStore, this.log, o.initialStateProblem ?? null);
     this.status = o.status;
     this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000 });
@@ -175,7 +188,7 @@ export class Reconciler implements FleetView {
     if (this.running.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const waited = await Promise.race([
-        Promise.allSettled([...this.running.values()]).then(() => true),
+        Promise.allSettled([...this.running.values(), ...this.stopOps.values()]).then(() => true),
         new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), STOP_WAIT_MS))),
       ]);
       clearTimeout(timer);
@@ -207,6 +220,7 @@ export class Reconciler implements FleetView {
       if (!this.mayAct(spec, log)) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
+      const busy = await this.busyOnDemand(spec);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.clock();
       const d = decide({
@@ -217,7 +231,8 @@ export class Reconciler implements FleetView {
         deviceNeeds: this.deviceNeeds, // devices (#24)
         memoryErrors: this.memoryErrors,
         running: new Set(this.running.keys()),
-        stopping: this.stopping,
+        stopping: new Set(this.stopOps.keys()),
+        busy,
         keyFingerprint: this.keyFingerprint,
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
@@ -239,6 +254,27 @@ export class Reconciler implements FleetView {
       this.o.onPass?.(error ? 'error' : 'ok', durationMs / 1000);
       this.scheduleWake();
     }
+  }
+
+  /**
+   * On-demand replicas with requests in flight (their /slots): never stopped as idle or evicted. Only
+   * on-demand models are asked (only they are stopped for idleness or room), and only their ready
+   * replicas not being stopped.
+   */
+  private async busyOnDemand(spec: FleetSpec): Promise<ReadonlySet<string>> {
+    const stopping = new Set(Object.keys(this.state.stops));
+    const asks = this.nodes
+      .observed(spec)
+      .flatMap((n) => (n.reachable ? n.replicas : []))
+      .filter((r) => r.state === 'ready' && !stopping.has(r.id) && spec.models[r.model]?.scaling.mode === 'on_demand');
+    const busy = new Set<string>();
+    await Promise.all(
+      asks.map(async (r) => {
+        const n = await this.inFlight(r.endpoint);
+        if (typeof n === 'number' && n > 0) busy.add(r.id);
+      }),
+    );
+    return busy;
   }
 
   /** The nodes' owner records decide whether this controller acts at all this pass (ownership.ts). */
@@ -320,15 +356,14 @@ export class Reconciler implements FleetView {
   private warnUnplaceable(spec: FleetSpec, log: Logger): void {
     const now = this.clock();
     for (const [model, u] of Object.entries(this.unplaceable)) {
-      if (!shouldWarn(this.unplaceableWarned.get(model), u.reason, now, spec.settings.unplaceableLogIntervalMs)) continue;
+      if (!shouldWarn(this.unplaceableWarned.get(model), u.code, now, spec.settings.unplaceableLogIntervalMs)) continue;
       log.warn({ model, code: u.code, reason: u.reason }, 'model unplaceable');
-      this.unplaceableWarned.set(model, { reason: u.reason, at: now });
+      this.unplaceableWarned.set(model, { code: u.code, at: now });
     }
     for (const model of [...this.unplaceableWarned.keys()]) if (!this.unplaceable[model]) this.unplaceableWarned.delete(model);
   }
 
   private async apply(spec: FleetSpec, actions: readonly Action[], log: Logger): Promise<void> {
-    const stops = actions.filter((a): a is Extract<Action, { kind: 'stop' }> => a.kind === 'stop');
     for (const [i, a] of actions.entries()) {
       // Fencing, first layer: a leader whose lease renewal is overdue stops acting, mid-pass included.
       if (!this.leader()) {
@@ -337,25 +372,86 @@ export class Reconciler implements FleetView {
       }
       if (a.kind === 'start') this.launchStart(spec, a, log);
     }
-    if (stops.length === 0) return;
-    // Stopping replicas leave the router's view at once, before their grace runs.
-    for (const a of stops) this.stopping.add(a.replicaId);
-    this.publish(this.summarize());
-    await mapLimit(stops, this.o.concurrency ?? 8, async (a) => {
-      const n = spec.nodes[a.node];
-      try {
-        if (!n || !this.leader()) return;
-        log.info({ model: a.model, node: a.node, replica: a.replicaId, reason: a.reason }, 'stopping replica');
-        await this.nodes.driver(n).stopReplica(a.replicaId, a.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
-        this.nodes.forgetReplica(a.node, a.replicaId);
-      } catch (e) {
-        log.warn({ replica: a.replicaId, node: a.node, code: reasonOf(e).code, err: reasonOf(e).message }, 'stopping replica failed; retried next pass');
-      } finally {
-        this.stopping.delete(a.replicaId);
-      }
+    // Every stop in the record runs in the background (this pass's, and those a previous leader or
+    // run left unfinished): stopping replicas leave the router's view at once, and no stop holds up
+    // the pass or the publication of what it started.
+    let launched = false;
+    for (const [id, rec] of Object.entries(this.state.stops)) {
+      if (this.stopOps.has(id) || !this.leader()) continue;
+      log.info({ model: rec.model, node: rec.node, replica: id, reason: rec.reason, drain: rec.drain }, 'stopping replica: out of routing');
+      this.launchStop(id, log);
+      launched = true;
+    }
+    if (launched) this.publish(this.summarize());
+  }
+
+  /** Sleeps on the loop's timers (fake ones in tests); resolves early when the controller stops. */
+  private sleep(ms: number): Promise<void> {
+    const timers = this.o.timers ?? nodeTimers;
+    const signal = this.stopSignal.signal;
+    return new Promise((resolve) => {
+      const done = (): void => {
+        timers.clearTimeout(t);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const t = timers.setTimeout(done, ms);
+      signal.addEventListener('abort', done, { once: true });
     });
-    // The world changed under the stops: look again (restarts finish, freed room gets used).
-    void this.requestPass('stops-finished');
+  }
+
+  private endpointOf(node: string, id: string): string {
+    return this.nodes.states.get(node)?.obs?.replicas.find((r) => r.id === id)?.endpoint ?? '';
+  }
+
+  private setStopProgress(id: string, p: StopProgress): void {
+    const was = this.stopProgress.get(id);
+    this.stopProgress.set(id, p);
+    if (was?.phase !== p.phase || was?.inFlight !== p.inFlight) this.publish(this.summarize());
+  }
+
+  /**
+   * One stop (stops.ts): out of routing already (the record), then wait for the replica's in-flight
+   * requests (bounded by drain_grace from the record's start), then SIGTERM, stop_grace, SIGKILL. It
+   * gives up, leaving the record, when this controller stops or stops leading: the next leader
+   * continues it.
+   */
+  private launchStop(id: string, log: Logger): void {
+    const signal = this.stopSignal.signal;
+    const op = (async () => {
+      for (;;) {
+        const rec = this.state.stops[id];
+        const spec = this.spec();
+        if (!rec || !spec || signal.aborted || !this.leader()) return;
+        const inFlight: InFlight = rec.drain ? await this.inFlight(this.endpointOf(rec.node, id)) : 'gone';
+        const count = typeof inFlight === 'number' ? inFlight : null;
+        const step = drainStep(id, rec, inFlight, this.clock(), spec.settings.drainGraceMs);
+        if (step.kind === 'wait') {
+          this.setStopProgress(id, { phase: 'draining', inFlight: count });
+          await this.sleep(DRAIN_PROBE_MS);
+          continue;
+        }
+        if (signal.aborted || !this.leader()) return;
+        this.logNotes(log, [step.note]);
+        this.setStopProgress(id, { phase: 'stopping', inFlight: count });
+        const n = spec.nodes[rec.node];
+        try {
+          if (n) await this.nodes.driver(n).stopReplica(id, rec.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
+          this.nodes.forgetReplica(rec.node, id);
+          this.state = stopFinished(this.state, id);
+          await this.saveState();
+        } catch (e) {
+          log.warn({ replica: id, node: rec.node, code: reasonOf(e).code, err: reasonOf(e).message }, 'stopping replica failed; retried next pass');
+        }
+        return;
+      }
+    })().finally(() => {
+      this.stopOps.delete(id);
+      this.stopProgress.delete(id);
+      // The world changed under the stop: look again (restarts go on, freed room gets used).
+      if (!signal.aborted) void this.requestPass('stop-finished');
+    });
+    this.stopOps.set(id, op);
   }
 
   private scheduleWake(): void {
@@ -431,7 +527,8 @@ export class Reconciler implements FleetView {
       desired: this.desired,
       unplaceable: this.unplaceable,
       starts: this.state.starts,
-      stopping: this.stopping,
+      stops: this.state.stops,
+      stopProgress: this.stopProgress,
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)
       lastPass: this.lastPass,
@@ -571,7 +668,7 @@ export class Reconciler implements FleetView {
   private placeNow(model: string): 'pass' | Unplaceable | null {
     const spec = this.spec();
     if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
-    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: this.stopping, keyFingerprint: this.keyFingerprint, now: this.clock() }, model);
+    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: new Set(this.stopOps.keys()), keyFingerprint: this.keyFingerprint, now: this.clock() }, model);
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {

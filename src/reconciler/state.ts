@@ -10,6 +10,9 @@
  * - demand: the last request time per on-demand model (idle timeouts survive a restart);
  * - restarts: replicas an operator asked to replace, and when;
  * - draining: replicas draining because a restart had no room to surge, and since when;
+ * - stops: replicas being stopped (stops.ts): out of routing from the record's `since`, waiting for
+ *   their in-flight requests (bounded by drain_grace), then SIGTERM, stop_grace, SIGKILL. In the
+ *   record so a controller restart or a failover continues a stop, never forgets or restarts it;
  * - readySince / unresponsiveSince: liveness bookkeeping per replica;
  * - accounted: replicas whose failure was counted already (never counted twice);
  * - avoid: "model@node" → until when a model is placed elsewhere after the node failed it (a full
@@ -30,6 +33,17 @@ export interface StartRecord {
   readonly startedAt: number;
 }
 
+export interface StopRecord {
+  readonly model: string;
+  readonly node: string;
+  /** Why (planner StopReason); 'failed' replicas skip the drain. */
+  readonly reason: string;
+  /** Epoch ms when the replica left routing (the drain's start). */
+  readonly since: number;
+  /** Whether the replica drains (waits for its in-flight requests) before SIGTERM. */
+  readonly drain: boolean;
+}
+
 export interface ControllerState {
   readonly version: typeof STATE_VERSION;
   readonly appliedRevision: string | null;
@@ -38,6 +52,7 @@ export interface ControllerState {
   readonly demand: Readonly<Record<string, number>>;
   readonly restarts: Readonly<Record<string, number>>;
   readonly draining: Readonly<Record<string, number>>;
+  readonly stops: Readonly<Record<string, StopRecord>>;
   readonly readySince: Readonly<Record<string, number>>;
   readonly unresponsiveSince: Readonly<Record<string, number>>;
   readonly accounted: Readonly<Record<string, number>>;
@@ -53,6 +68,7 @@ export const emptyState: ControllerState = Object.freeze({
   demand: {},
   restarts: {},
   draining: {},
+  stops: {},
   readySince: {},
   unresponsiveSince: {},
   accounted: {},
@@ -98,6 +114,14 @@ export function stateFromJson(v: unknown): ControllerState {
       }
     }
   }
+  const stops: Record<string, StopRecord> = {};
+  if (isRecord(v.stops)) {
+    for (const [id, s] of Object.entries(v.stops)) {
+      if (isRecord(s) && typeof s.model === 'string' && typeof s.node === 'string' && typeof s.reason === 'string' && typeof s.since === 'number' && typeof s.drain === 'boolean') {
+        stops[id] = { model: s.model, node: s.node, reason: s.reason, since: s.since, drain: s.drain };
+      }
+    }
+  }
   return {
     version: STATE_VERSION,
     appliedRevision: typeof v.appliedRevision === 'string' ? v.appliedRevision : null,
@@ -106,6 +130,7 @@ export function stateFromJson(v: unknown): ControllerState {
     demand: numbers(v.demand),
     restarts: numbers(v.restarts),
     draining: numbers(v.draining),
+    stops,
     readySince: numbers(v.readySince),
     unresponsiveSince: numbers(v.unresponsiveSince),
     accounted: numbers(v.accounted),
@@ -209,10 +234,13 @@ export function clockStepped(s: ControllerState, by: number): ControllerState {
   for (const [m, h] of Object.entries(s.models)) models[m] = h.nextAttemptAt === null ? h : { ...h, nextAttemptAt: h.nextAttemptAt + by };
   const starts: Record<string, StartRecord> = {};
   for (const [id, st] of Object.entries(s.starts)) starts[id] = { ...st, startedAt: st.startedAt + by };
+  const stops: Record<string, StopRecord> = {};
+  for (const [id, st] of Object.entries(s.stops)) stops[id] = { ...st, since: st.since + by };
   return {
     ...s,
     models,
     starts,
+    stops,
     demand: shift(s.demand, by),
     restarts: shift(s.restarts, by),
     draining: shift(s.draining, by),

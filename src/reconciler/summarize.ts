@@ -7,7 +7,7 @@ import type { ModelHealth } from './health.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
-import type { StartRecord } from './state.js';
+import type { StartRecord, StopRecord } from './state.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
 export interface NodeState {
@@ -16,6 +16,18 @@ export interface NodeState {
   /** The last good observation (kept while the node is unreachable: unknown, never empty). */
   readonly obs: NodeObservation | null;
   readonly installFailures: Readonly<Record<string, number>>;
+}
+
+/** Where a stop is: waiting for its in-flight requests, or signalled (SIGTERM, stop_grace, SIGKILL). */
+export interface StopProgress {
+  readonly phase: 'draining' | 'stopping';
+  readonly inFlight: number | null;
+}
+
+/** A replica being stopped: 'draining' until it is signalled, then 'stopping'; never routable. */
+export function stopPhase(rec: StopRecord, p: StopProgress | undefined): { phase: 'draining' | 'stopping'; inFlight: number | null } {
+  if (!rec.drain) return { phase: 'stopping', inFlight: null };
+  return { phase: p?.phase ?? 'draining', inFlight: p?.inFlight ?? null };
 }
 
 export interface SummaryInput {
@@ -35,12 +47,17 @@ export interface SummaryInput {
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
   /** Starts in flight by replica id. */
   readonly starts: Readonly<Record<string, StartRecord>>;
-  readonly stopping: ReadonlySet<string>;
+  /** Stops in the record (out of routing from their start). */
+  readonly stops: Readonly<Record<string, StopRecord>>;
+  /** Where each running stop is (its drain's last in-flight reading). */
+  readonly stopProgress: ReadonlyMap<string, StopProgress>;
   readonly memory: Readonly<Record<string, number | null>>;
   /** The device need of models whose profile offloads layers (#24). */
   readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   readonly lastPass: PassSummary | null;
 }
+
+const desiredOf = (i: SummaryInput, model: string): number => i.desired[model] ?? 0;
 
 export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   const replicas: ReplicaView[] = [];
@@ -48,7 +65,13 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   for (const [node, ns] of [...i.nodes.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     for (const r of ns.obs?.replicas ?? []) {
       seen.add(r.id);
-      const phase = i.stopping.has(r.id) ? 'stopping' : !ns.reachable && r.state === 'ready' ? 'starting' : r.state;
+      const stop = i.stops[r.id];
+      if (stop) {
+        const sp = stopPhase(stop, i.stopProgress.get(r.id));
+        replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight });
+        continue;
+      }
+      const phase = !ns.reachable && r.state === 'ready' ? 'starting' : r.state;
       replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt });
     }
   }
@@ -61,13 +84,17 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
       const mine = replicas.filter((r) => r.model === m.name);
       const ready = mine.filter((r) => r.phase === 'ready').length;
       const starting = mine.filter((r) => r.phase === 'starting').length;
+      // A replica of it is being stopped while it has fewer ready than desired: its replacement
+      // comes once the stop is done (no room to surge) — a router waits for it, never refuses.
+      const replacing = ready < desiredOf(i, m.name) && mine.some((r) => r.phase === 'draining' || r.phase === 'stopping');
       const h = i.health[m.name];
       const desired = i.desired[m.name] ?? 0;
       const unplaceable = i.unplaceable[m.name] ?? null;
       return {
         name: m.name,
         spec: m,
-        phase: phaseOf(desired, ready, starting, h, unplaceable !== null),
+        phase: phaseOf(desired, ready, starting + (replacing ? 1 : 0), h, unplaceable !== null),
+        replacing,
         desired,
         ready,
         replicas: mine,

@@ -7,7 +7,11 @@ import type { ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec, ModelSpec, Problem } from '../fleet-spec/types.js';
 import type { Unplaceable } from './placement.js';
 
-export type ReplicaPhase = 'starting' | 'ready' | 'failed' | 'stopping';
+/**
+ * draining: being stopped, out of routing, waiting for its in-flight requests (`inFlight`, as
+ * llama-server reports them); stopping: signalled (SIGTERM, stop_grace, SIGKILL). Neither is routable.
+ */
+export type ReplicaPhase = 'starting' | 'ready' | 'failed' | 'draining' | 'stopping';
 
 export interface ReplicaView {
   readonly id: string;
@@ -19,6 +23,8 @@ export interface ReplicaView {
   readonly digest: string;
   /** Epoch ms. */
   readonly startedAt: number;
+  /** Requests in flight as the replica last reported them (draining/stopping replicas; null = unknown). */
+  readonly inFlight?: number | null;
 }
 
 /** See availability.ts for what each phase means. */
@@ -31,6 +37,12 @@ export interface ModelView {
   /** Replicas the model should have now (on-demand: only while asked for). */
   readonly desired: number;
   readonly ready: number;
+  /**
+   * A replica is being stopped while the model has fewer ready than desired (a replacement without
+   * room to surge, a restart): its new replica comes once the stop is done. Phase says 'starting'
+   * then; a router holds requests in the queue rather than refusing them.
+   */
+  readonly replacing?: boolean;
   readonly replicas: readonly ReplicaView[];
   readonly consecutiveFailures: number;
   readonly lastError: ReasonRef | null;

@@ -1,20 +1,14 @@
 /**
- * When to log an unplaceable model's warning (pure): when its reason changes, or when the last
- * warning is older than the interval — never on every pass.
+ * When to log an unplaceable model's warning (pure): when its reason code changes (PLACEMENT_NO_ROOM
+ * → PLACEMENT_MEMORY_UNKNOWN …), or when the last warning is older than unplaceable_log_interval —
+ * never on every pass, and never because a figure in the text moved (free memory changes as
+ * replicas come and go; the code does not).
  */
 export interface LastWarning {
-  readonly reason: string;
+  readonly code: string;
   readonly at: number;
 }
 
-/**
- * Numbers in a reason (free memory, node counts) move as replicas come and go; a warning repeats
- * only when the kind of reason changes, not each time a figure does.
- */
-export function reasonKey(reason: string): string {
-  return reason.replace(/\d+(\.\d+)?/g, '#');
-}
-
-export function shouldWarn(last: LastWarning | undefined, reason: string, now: number, intervalMs: number): boolean {
-  return last === undefined || reasonKey(last.reason) !== reasonKey(reason) || now - last.at >= intervalMs;
+export function shouldWarn(last: LastWarning | undefined, code: string, now: number, intervalMs: number): boolean {
+  return last === undefined || last.code !== code || now - last.at >= intervalMs;
 }

@@ -29,6 +29,8 @@ export interface ReplicaJson {
   /** The replica runs an older definition of its model than the one in force. */
   readonly outdated: boolean;
   readonly startedAt: string;
+  /** Requests in flight on a draining/stopping replica as it last reported them (null: unknown; absent otherwise). */
+  readonly inFlight?: number | null;
 }
 
 export interface ModelJson {
@@ -184,6 +186,7 @@ export function replicaJson(r: ReplicaView, modelDigest: string | null): Replica
     digest: r.digest,
     outdated: modelDigest !== null && r.digest !== modelDigest,
     startedAt: isoNow(r.startedAt),
+    ...(r.phase === 'draining' || r.phase === 'stopping' ? { inFlight: r.inFlight ?? null } : {}),
   };
 }
 

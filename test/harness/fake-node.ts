@@ -141,7 +141,7 @@ export class FakeNode implements NodeDriver {
       port: 20000 + this.replicas.size,
       pid: 1000 + this.log.starts.length,
       startedAt: this.clock.t,
-      endpoint: `http://${this.node}:20000`,
+      endpoint: `http://${this.node}:20000/${spec.id}`,
       state: fails ? 'failed' : 'starting',
       ...(fails ? { failure: { code: 'REPLICA_UNKNOWN_ARCHITECTURE' as const, message: "unknown model architecture: 'kev'", logTail: '' } } : {}),
     });
@@ -157,7 +157,13 @@ export class FakeNode implements NodeDriver {
     }
     this.replicas.set(id, { ...r, state: 'ready' });
   }
+  /** Every stopReplica call: the replica, and when (fake clock). */
+  readonly stopped: { id: string; at: number }[] = [];
+  /** While set, a stop waits for it (a slow SIGTERM → SIGKILL). */
+  stopGate: Promise<void> | null = null;
   async stopReplica(id: string): Promise<void> {
+    this.stopped.push({ id, at: this.clock.t });
+    if (this.stopGate) await this.stopGate;
     await ticks(1);
     this.clock.advance(this.observeMs);
     this.replicas.delete(id);

@@ -157,8 +157,12 @@ describe('out of device memory', () => {
       f['models/beta.yaml'] = f['models/beta.yaml']!.replace('on_demand: { idle_timeout: 10m }', 'replicas: 1');
     });
     const a1old = { ...a1, digest: 'old' };
-    const freed = decide({ ...base, spec: without, state: stateFor(without), nodes: [gpu('cpu-01', [a1old]), { ...gpu('cpu-02'), reachable: false }], memory: { beta: 1 * GiB }, deviceNeeds: { alpha: need, beta: need } });
-    assert.deepEqual(freed.actions.map((a) => `${a.kind} ${a.model}@${a.node}${a.kind === 'start' ? ` ${(a.devices ?? []).join(',')}` : ''}`), ['stop alpha@cpu-01', 'start beta@cpu-01 Vulkan0']);
+    // A stopping replica holds its device room until its process is gone (#23): the stop first …
+    const stopping = decide({ ...base, spec: without, state: stateFor(without), nodes: [gpu('cpu-01', [a1old]), { ...gpu('cpu-02'), reachable: false }], memory: { beta: 1 * GiB }, deviceNeeds: { alpha: need, beta: need } });
+    assert.deepEqual(stopping.actions.map((a) => `${a.kind} ${a.model}@${a.node}`), ['stop alpha@cpu-01']);
+    // … then, with alpha gone from the node, beta takes its device room.
+    const freed = decide({ ...base, spec: without, state: stateFor(without), nodes: [gpu('cpu-01'), { ...gpu('cpu-02'), reachable: false }], memory: { beta: 1 * GiB }, deviceNeeds: { alpha: need, beta: need } });
+    assert.deepEqual(freed.actions.map((a) => `${a.kind} ${a.model}@${a.node}${a.kind === 'start' ? ` ${(a.devices ?? []).join(',')}` : ''}`), ['start beta@cpu-01 Vulkan0']);
   });
 });
 
@@ -222,6 +226,13 @@ describe('eviction frees device room', () => {
       memory: { alpha: 1 * GiB, beta: 1 * GiB }, deviceNeeds: { alpha: need, beta: need }, memoryErrors: {},
       running: new Set(), stopping: new Set(), now: 200, newReplicaId: () => 'a1',
     });
-    assert.deepEqual(d.actions.map((a) => `${a.kind} ${a.model}@${a.node}${a.kind === 'stop' ? ` ${a.reason}` : ` ${(a.devices ?? []).join(',')}`}`), ['stop beta@cpu-01 evicted', 'start alpha@cpu-01 Vulkan0']);
+    // The victim drains and stops first; the newcomer starts in the pass after it is gone (#23).
+    assert.deepEqual(d.actions.map((a) => `${a.kind} ${a.model}@${a.node}${a.kind === 'stop' ? ` ${a.reason}` : ` ${(a.devices ?? []).join(',')}`}`), ['stop beta@cpu-01 evicted']);
+    const after = decide({
+      state: stateFor(spec, { demand: { alpha: 100, beta: 10 } }), spec, nodes: [{ ...gpu, replicas: [] }, { ...node('cpu-02'), reachable: false }],
+      memory: { alpha: 1 * GiB, beta: 1 * GiB }, deviceNeeds: { alpha: need, beta: need }, memoryErrors: {},
+      running: new Set(), stopping: new Set(), now: 300, newReplicaId: () => 'a1',
+    });
+    assert.deepEqual(after.actions.map((a) => `${a.kind} ${a.model}@${a.node} ${a.kind === 'start' ? (a.devices ?? []).join(',') : ''}`), ['start alpha@cpu-01 Vulkan0']);
   });
 });

@@ -90,7 +90,7 @@ describe('action planner', () => {
 
   it('on demand: a request makes it desired; the idle timeout stops it', () => {
     const asked = planPass(input({ demand: { beta: { lastRequestAt: 999_000 } } }));
-    assert.ok(summary(asked).includes('start beta on cpu-01'));
+    assert.ok(summary(asked).some((a) => a.startsWith('start beta on ')), 'placed after the always-on models, against the room they leave');
     assert.equal(asked.desired.beta, 1);
     const world = [node('cpu-01', [replica('alpha-1', 'alpha', 'ready'), replica('beta-1', 'beta', 'ready')]), node('cpu-02', [replica('gamma-1', 'gamma', 'ready')])];
     assert.deepEqual(planPass(input({ nodes: world, demand: { beta: { lastRequestAt: 999_000 } } })).actions, []);
@@ -134,7 +134,47 @@ describe('action planner', () => {
     const during = planPass({ ...base, draining: { 'alpha-old': 1_000_000 - 60_000 } });
     assert.deepEqual(during.actions, [], 'still serving during the drain grace');
     const after = planPass({ ...base, draining: { 'alpha-old': 1_000_000 - 5 * 60_000 } });
-    assert.deepEqual(summary(after), ['start alpha on cpu-01', 'stop alpha-old (drained)']);
+    assert.deepEqual(summary(after), ['stop alpha-old (drained)'], 'its room is not free before its process is gone');
+    const stopping = planPass({ ...after.actions.length ? base : base, stopping: new Set(['alpha-old']), draining: {} });
+    assert.deepEqual(stopping.actions, [], 'no start while the old one is being stopped');
+    assert.deepEqual(stopping.unplaceable, {}, 'waiting for the room, not unplaceable');
+    const gone = planPass({ ...base, nodes: [node('cpu-01')], restarts: new Set() });
+    assert.deepEqual(summary(gone), ['start alpha on cpu-01'], 'the new one starts in its place');
+  });
+
+  it('a rolling model with 2 replicas: one replacement at a time, never more than replicas + 1 processes', async () => {
+    const two = await specOf((f) => (f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 2').replace('alpha-q4.gguf', 'alpha-q5.gguf')));
+    const d2 = two.models.alpha!.digest;
+    const oldA = { ...replica('alpha-a', 'alpha', 'ready'), startedAt: 1 };
+    const oldB = { ...replica('alpha-b', 'alpha', 'ready'), startedAt: 2 };
+    const newC = { ...replica('alpha-c', 'alpha', 'ready'), digest: d2, startedAt: 3 };
+    const world = (rs: ReplicaObservation[]) => [node('cpu-01', rs), node('cpu-02')];
+    const gammaOnly = { ...two, models: { alpha: two.models.alpha! } } as FleetSpec;
+    const table: [string, ReplicaObservation[], string[], string[]][] = [
+      ['both outdated: one surge start', [oldA, oldB], [], ['start alpha on cpu-02']],
+      ['new one ready: the oldest is stopped, the next replacement waits for that stop', [oldA, oldB, newC], [], ['stop alpha-a (replaced)']],
+      ['the oldest still stopping: nothing (its process still lives)', [oldA, oldB, newC], ['alpha-a'], []],
+      ['its stop finished: the next replacement', [oldB, newC], [], ['start alpha on cpu-02']],
+    ];
+    for (const [what, rs, stopping, want] of table) {
+      const out = planPass(input({ spec: gammaOnly, nodes: world(rs), stopping: new Set(stopping) }));
+      assert.deepEqual(summary(out), want, what);
+      const processes = rs.length + out.actions.filter((a) => a.kind === 'start').length;
+      assert.ok(processes <= 3, `${what}: ${processes} processes`);
+    }
+  });
+
+  it('a replica being stopped keeps its memory until its process is gone', async () => {
+    const tight = await specOf((f) => {
+      f['nodes/cpu-01.yaml'] = f['nodes/cpu-01.yaml']!.replace('memory: 16GiB', 'memory: 8GiB');
+      delete f['nodes/cpu-02.yaml'];
+      f['models/gamma.yaml'] = f['models/gamma.yaml']!.replace('replicas: 1', 'replicas: 0');
+    });
+    const leaving = replica('gamma-1', 'gamma', 'ready');
+    const memory = { ...input({ spec: tight }).memory, gamma: 4 * GiB };
+    const out = planPass(input({ spec: tight, nodes: [node('cpu-01', [leaving])], stopping: new Set(['gamma-1']), memory }));
+    assert.deepEqual(summary(out), [], 'alpha (4 GiB) does not fit beside a 4 GiB replica still stopping on an 8 GiB node');
+    assert.deepEqual(summary(planPass(input({ spec: tight, nodes: [node('cpu-01')], memory }))), ['start alpha on cpu-01'], 'once it is gone, it does');
   });
 
   it('a model that fits nowhere is unplaceable with need and largest free', async () => {
@@ -159,8 +199,27 @@ describe('action planner', () => {
     const s2 = await twoOnDemandOnOneSmallNode();
     const betaRunning = { ...replica('beta-1', 'beta', 'ready'), digest: s2.models.beta!.digest };
     const out = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
-    assert.deepEqual(summary(out), ['start delta on cpu-01', 'stop beta-1 (evicted)']);
+    assert.deepEqual(summary(out), ['stop beta-1 (evicted)'], 'the newcomer starts once the victim is gone');
     assert.deepEqual(out.unplaceable, {});
+    const demand = { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } };
+    const during = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], stopping: new Set(['beta-1']), demand }));
+    assert.deepEqual(summary(during), [], 'waits while the victim stops: no second eviction, no start');
+    assert.deepEqual(during.unplaceable, {});
+    const after = planPass(input({ spec: s2, nodes: [node('cpu-01')], demand }));
+    assert.deepEqual(summary(after), ['start delta on cpu-01']);
+  });
+
+  it('a replica with a request in flight is never evicted and never stopped as idle', async () => {
+    const s2 = await twoOnDemandOnOneSmallNode();
+    const betaRunning = { ...replica('beta-1', 'beta', 'ready'), digest: s2.models.beta!.digest };
+    const busy = new Set(['beta-1']);
+    const evict = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], busy, demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
+    assert.deepEqual(summary(evict), [], 'the newcomer waits');
+    assert.equal(evict.unplaceable.delta?.code, 'PLACEMENT_NO_ROOM');
+    const idleFor = s2.models.beta!.scaling.mode === 'on_demand' ? s2.models.beta!.scaling.idleTimeoutMs : 0;
+    const idle = { beta: { lastRequestAt: 1_000_000 - idleFor - 1 } };
+    assert.deepEqual(summary(planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], demand: idle }))), ['stop beta-1 (idle)']);
+    assert.deepEqual(summary(planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], busy, demand: idle }))), [], 'a stream longer than idle_timeout is not cut');
   });
 
   it('an evicted on-demand model does not evict the one that took its room (no ping-pong)', async () => {

@@ -223,3 +223,177 @@ describe('the reconciler shell with fake nodes and a fake clock', () => {
     }
   });
 });
+
+// ------------------------------------------------------------------ the stop sequence in the shell
+
+const rollSpec = await specOf((f) => {
+  f['fleet.yaml'] = 'placement_reserve: 1GiB\npoll_interval: 1h\ndrain_grace: 30s\nstop_grace: 10s\n';
+  f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 2');
+  delete f['models/beta.yaml'];
+  delete f['models/gamma.yaml'];
+});
+const rolled = await specOf((f) => {
+  f['fleet.yaml'] = 'placement_reserve: 1GiB\npoll_interval: 1h\ndrain_grace: 30s\nstop_grace: 10s\n';
+  f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 2').replace('alpha-q4.gguf', 'alpha-q5.gguf');
+  delete f['models/beta.yaml'];
+  delete f['models/gamma.yaml'];
+});
+
+class SwappableSpec implements FleetSource {
+  applied: { spec: typeof rollSpec; revision: string; warnings: never[]; at: Date } = { spec: rollSpec, revision: 'rev1', warnings: [], at: new Date(0) };
+  rejected = null;
+  lastSyncOk = null;
+  lastSyncError = null;
+  async refresh(): Promise<RefreshResult> {
+    await ticks(1);
+    return { outcome: 'unchanged', head: this.applied.revision, retries: [], error: null };
+  }
+}
+
+/** A world of fake nodes whose replicas report in-flight requests that end at random. */
+function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }) {
+  const random = rng(seed);
+  const clock = shared?.clock ?? new FakeClock();
+  const timers = shared?.timers ?? new FakeTimers(clock);
+  const log = shared?.log ?? new FakeFleetLog();
+  const nodes = shared?.nodes ?? new Map(Object.keys(rollSpec.nodes).map((n) => [n, new FakeNode(n, clock, log, new Set(), 1 + Math.floor(random() * 4))]));
+  const busy = shared?.busy ?? new Map<string, number>();
+  const tracker = new SwappableSpec();
+  let saved = initial;
+  let n = 0;
+  const r = new Reconciler({
+    tracker,
+    status: null,
+    driverFor: (node) => nodes.get(node.name)!,
+    stateStore: { path: 'memory', save: async (s) => ((saved = s), true) },
+    initialState: initial,
+    engineApiKey: 'k',
+    logger: pino({ level: 'silent' }),
+    clock: clock.now,
+    monotonic: clock.monotonic,
+    timers,
+    newReplicaId: (model) => `${model}-${seed}-${++n}`,
+    inFlight: async (endpoint) => {
+      await ticks(1);
+      const id = endpoint.split('/').pop()!;
+      return busy.get(id) ?? 0;
+    },
+  });
+  const alive = (model: string): string[] => [...nodes.values()].flatMap((x) => [...x.replicas.values()].filter((rep) => rep.model === model).map((rep) => rep.id));
+  const cuts: string[] = [];
+  /** Every stopReplica so far of a replica with requests in flight, before its drain grace ended. */
+  const checkCuts = (): void => {
+    for (const x of nodes.values()) {
+      for (const s of x.stopped.splice(0)) {
+        const since = saved.stops[s.id]?.since ?? r.record().stops[s.id]?.since;
+        if ((busy.get(s.id) ?? 0) > 0 && (since === undefined || s.at - since < rollSpec.settings.drainGraceMs)) cuts.push(`${s.id} with ${busy.get(s.id)} in flight`);
+      }
+    }
+  };
+  return {
+    r, clock, timers, nodes, busy, log, tracker, cuts, alive, saved: () => saved,
+    /** One step: some triggers, requests end at random, time passes, timers fire; the invariants hold. */
+    async drive(done: () => boolean, maxSteps = 2000, invariant: () => void = () => undefined): Promise<void> {
+      for (let step = 0; step < maxSteps && !done(); step++) {
+        if (random() < 0.3) void r.requestPass('demand');
+        for (const [id, k] of busy) if (k > 0 && random() < 0.2) busy.set(id, k - 1);
+        // the router sends new requests only to replicas it is offered (ready in the snapshot)
+        for (const rep of r.readyReplicas('alpha')) if (random() < 0.15) busy.set(rep.id, (busy.get(rep.id) ?? 0) + 1);
+        await ticks(1 + Math.floor(random() * 6));
+        clock.advance(50 + Math.floor(random() * 400));
+        timers.fire();
+        checkCuts();
+        invariant();
+      }
+    },
+  };
+}
+
+describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
+  it('a rolling definition change under load: no stop cuts a request, never more than replicas + 1 processes, a draining replica is never offered (100 interleavings)', async () => {
+    for (let seed = 1; seed <= 100; seed++) {
+      const w = rollSetup(seed);
+      try {
+        await w.r.start();
+        await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+        w.tracker.applied = { spec: rolled, revision: 'rev2', warnings: [], at: new Date(0) };
+        void w.r.requestPass('webhook');
+        let maxProcs = 0;
+        const done = (): boolean => {
+          const m = w.r.model('alpha');
+          return m !== null && m.replicas.length === 2 && m.replicas.every((x) => x.phase === 'ready' && x.digest === rolled.models.alpha!.digest) && w.alive('alpha').length === 2;
+        };
+        await w.drive(done, 4000, () => {
+          maxProcs = Math.max(maxProcs, w.alive('alpha').length);
+          const stops = w.r.record().stops;
+          for (const rep of w.r.readyReplicas('alpha')) assert.ok(!stops[rep.id], `seed ${seed}: ${rep.id} is being stopped and still offered to routers`);
+        });
+        assert.ok(done(), `seed ${seed}: the rollout did not finish: ${JSON.stringify(w.r.model('alpha')?.replicas.map((x) => [x.id, x.phase]))}`);
+        assert.deepEqual(w.cuts, [], `seed ${seed}: requests cut`);
+        assert.ok(maxProcs <= 3, `seed ${seed}: ${maxProcs} alpha processes at once`);
+        assert.deepEqual(w.r.record().stops, {}, `seed ${seed}: stops left in the record`);
+      } finally {
+        await w.r.stop();
+      }
+    }
+  });
+
+  it('a stop that takes long (stop_grace) holds up neither a pass nor the publication of the replacement it started', async () => {
+    const w = rollSetup(3);
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      const originals = w.r.readyReplicas('alpha').map((x) => x.id);
+      let release!: () => void;
+      for (const x of w.nodes.values()) x.stopGate = new Promise((res) => (release = res));
+      await w.r.restart({ model: 'alpha' });
+      // first replacement ready → an old one drains (nothing in flight) and hangs in its SIGTERM
+      await w.drive(() => [...w.nodes.values()].some((x) => x.stopped.length > 0) || w.r.model('alpha')!.replicas.some((x) => x.phase === 'stopping'), 2000);
+      const stopping = w.r.model('alpha')!.replicas.filter((x) => x.phase === 'stopping');
+      assert.equal(stopping.length, 1, JSON.stringify(w.r.model('alpha')!.replicas.map((x) => [x.id, x.phase])));
+      const before = w.r.snapshot().lastPass!.startedAt;
+      await w.r.requestPass('test');
+      assert.ok(w.r.snapshot().lastPass!.startedAt > before, 'a pass ran and published while the stop hangs');
+      assert.ok(w.r.readyReplicas('alpha').some((x) => !originals.includes(x.id)), 'the new replica is offered while the old one stops');
+      assert.equal(w.r.readyReplicas('alpha').length, 2, 'the new one and the other old one serve');
+      release();
+      for (const x of w.nodes.values()) x.stopGate = null;
+      await w.drive(() => w.r.restartDone(stopping.map((x) => x.id)) && w.r.readyReplicas('alpha').length === 2, 2000);
+      assert.equal(w.r.readyReplicas('alpha').length, 2);
+    } finally {
+      await w.r.stop();
+    }
+  });
+
+  it('a controller restart in the middle of a drain continues it from the record: never restarts or forgets it, never cuts', async () => {
+    const w = rollSetup(5);
+    await w.r.start();
+    await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+    const [first] = w.r.readyReplicas('alpha');
+    w.busy.set(first!.id, 2);
+    const ids = await w.r.restart({ replicas: [first!.id] });
+    // the replacement is ready and the old one drains with 2 in flight
+    for (let i = 0; i < 400 && !w.r.record().stops[first!.id]; i++) {
+      w.busy.set(first!.id, 2);
+      await ticks(3);
+      w.clock.advance(200);
+      w.timers.fire();
+    }
+    const rec = w.r.record().stops[first!.id];
+    assert.ok(rec, 'draining');
+    await w.r.stop();
+    assert.deepEqual(w.saved().stops[first!.id], rec, 'the drain is in the record on disk');
+    const w2 = rollSetup(5, w.saved(), { nodes: w.nodes, clock: w.clock, timers: w.timers, busy: w.busy, log: w.log });
+    try {
+      await w2.r.start();
+      assert.equal(w2.r.model('alpha')!.replicas.find((x) => x.id === first!.id)?.phase, 'draining', 'the new controller shows it draining, not routable');
+      assert.equal(w2.r.record().stops[first!.id]!.since, rec.since, 'the same drain (its start kept)');
+      await w2.drive(() => !w2.alive('alpha').includes(first!.id), 2000);
+      assert.ok(!w2.alive('alpha').includes(first!.id));
+      assert.deepEqual(w2.cuts, []);
+      assert.ok(w2.r.restartDone(ids));
+    } finally {
+      await w2.r.stop();
+    }
+  });
+});

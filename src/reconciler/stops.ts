@@ -1,0 +1,59 @@
+/**
+ * The one stop sequence (pure): every stop of a replica that may be serving — replaced, surplus,
+ * schedule, drained, idle, evicted, restart, key mismatch, removed — goes
+ *
+ *   out of routing (the record's `since`; the snapshot shows it 'draining', so no router instance
+ *   offers it) → wait until llama-server reports nothing in flight (GET /slots), bounded by
+ *   drain_grace from `since` → SIGTERM, stop_grace, SIGKILL (the node driver's stopReplica).
+ *
+ * A replica that failed or is unhealthy skips the wait (it serves nothing). The record is the
+ * state's `stops`, so a controller restart or a failover continues a stop where it was. The shell
+ * (reconciler.ts) runs each stop in the background: a stop never holds up a pass or its publication.
+ */
+import type { Action, StopReason } from './planner.js';
+import { omit, type ControllerState, type Note, type StopRecord } from './state.js';
+
+/** Reasons whose replica serves nothing: no drain. */
+const NO_DRAIN: ReadonlySet<StopReason> = new Set(['failed', 'orphan']);
+
+export const mayBeServing = (reason: string): boolean => !NO_DRAIN.has(reason as StopReason);
+
+/** The planner's stops enter the record (a stop already recorded keeps its start of drain). */
+export function stopsRequested(s: ControllerState, actions: readonly Action[], now: number): { state: ControllerState; added: string[] } {
+  const stops: Record<string, StopRecord> = { ...s.stops };
+  const added: string[] = [];
+  for (const a of actions) {
+    if (a.kind !== 'stop' || stops[a.replicaId]) continue;
+    stops[a.replicaId] = { model: a.model, node: a.node, reason: a.reason, since: now, drain: mayBeServing(a.reason) };
+    added.push(a.replicaId);
+  }
+  return added.length ? { state: { ...s, stops }, added } : { state: s, added };
+}
+
+/** A stop's process is gone (or was never there): it leaves the record. */
+export function stopFinished(s: ControllerState, id: string): ControllerState {
+  return s.stops[id] ? { ...s, stops: omit(s.stops, [id]) } : s;
+}
+
+/**
+ * In-flight requests as llama-server reports them: a count, 'gone' (nothing listens: nothing in
+ * flight), or 'unknown' (slots disabled, a timeout, an odd answer).
+ */
+export type InFlight = number | 'gone' | 'unknown';
+
+export type DrainStep = { readonly kind: 'wait'; readonly note: Note | null } | { readonly kind: 'terminate'; readonly note: Note };
+
+/**
+ * One look at a draining replica: wait, or go on to SIGTERM. It goes on when nothing is in flight,
+ * when the replica is gone, or when drain_grace from the stop's start has passed (whatever is still
+ * in flight is then cut, and said so). Unknown in-flight waits out the grace.
+ */
+export function drainStep(id: string, rec: StopRecord, inFlight: InFlight, now: number, drainGraceMs: number): DrainStep {
+  const fields = { model: rec.model, node: rec.node, replica: id, reason: rec.reason };
+  if (!rec.drain) return { kind: 'terminate', note: { level: 'info', msg: 'stopping replica', fields } };
+  if (inFlight === 0 || inFlight === 'gone') return { kind: 'terminate', note: { level: 'info', msg: 'replica drained: stopping it', fields: { ...fields, drainedMs: now - rec.since } } };
+  if (now - rec.since >= drainGraceMs) {
+    return { kind: 'terminate', note: { level: 'warn', msg: 'drain grace over with requests still in flight: stopping the replica', fields: { ...fields, inFlight, graceMs: drainGraceMs } } };
+  }
+  return { kind: 'wait', note: null };
+}

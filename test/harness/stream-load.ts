@@ -1,0 +1,82 @@
+/**
+ * Continuous streaming load through the official `openai` client (maxRetries: 0 on the caller's
+ * client): `concurrency` workers each streaming one chat completion after another, every outcome
+ * counted — ok (a finish_reason arrived), cut (the stream broke or ended without one after data),
+ * failed (no data at all) — and llama-server processes sampled from /proc every 200 ms.
+ */
+import type OpenAI from 'openai';
+import { replicaProcesses } from './replica-procs.js';
+
+export interface Tally {
+  sent: number;
+  ok: number;
+  cut: number;
+  failed: number;
+  errors: string[];
+  /** [start, end, outcome] of every request (performance.now ms). */
+  spans: [number, number, 'ok' | 'cut' | 'failed'][];
+}
+
+/** Six workers streaming chat completions until stopped; every outcome counted. */
+export function streamLoad(client: OpenAI, model: string, concurrency: number): { stop: () => Promise<Tally>; tally: Tally } {
+  const tally: Tally = { sent: 0, ok: 0, cut: 0, failed: 0, errors: [], spans: [] };
+  let running = true;
+  const worker = async (w: number): Promise<void> => {
+    for (let i = 0; running; i++) {
+      tally.sent++;
+      const t0 = performance.now();
+      let chunks = 0;
+      let finished = false;
+      try {
+        const stream = await client.chat.completions.create({
+          model,
+          messages: [{ role: 'user', content: `worker ${w} request ${i}: tell me about fleets` }],
+          stream: true,
+          max_tokens: 80 + ((w * 37 + i * 53) % 120),
+        });
+        for await (const c of stream) {
+          chunks++;
+          if (c.choices[0]?.finish_reason) finished = true;
+        }
+        if (finished) {
+          tally.ok++;
+          tally.spans.push([t0, performance.now(), 'ok']);
+        } else {
+          tally.cut++;
+          tally.errors.push(`worker ${w} #${i}: stream ended after ${chunks} chunks without a finish_reason`);
+          tally.spans.push([t0, performance.now(), 'cut']);
+        }
+      } catch (e) {
+        const outcome = chunks > 0 ? 'cut' : 'failed';
+        tally[outcome]++;
+        tally.errors.push(`worker ${w} #${i} (${outcome} after ${chunks} chunks, ${Math.round(performance.now() - t0)} ms): ${(e as Error).message}`);
+        tally.spans.push([t0, performance.now(), outcome]);
+      }
+    }
+  };
+  const workers = Array.from({ length: concurrency }, (_, w) => worker(w));
+  return {
+    tally,
+    stop: async () => {
+      running = false;
+      await Promise.all(workers);
+      return tally;
+    },
+  };
+}
+
+/** Samples the llama-server processes of every node every 200 ms; the highest count seen. */
+export function sampleProcesses(dataDirs: readonly string[]): { stop: () => number } {
+  let max = 0;
+  const t = setInterval(() => {
+    const n = dataDirs.reduce((s, d) => s + replicaProcesses(d).length, 0);
+    max = Math.max(max, n);
+  }, 200);
+  return {
+    stop: () => {
+      clearInterval(t);
+      return max;
+    },
+  };
+}
+

@@ -1,0 +1,128 @@
+/**
+ * The stop sequence (pure): the record a stop leaves, each look at a draining replica, and a pass
+ * that decides stops — a stop is in the record from its decision until its process is gone, so a
+ * controller restart or a failover continues it; a rolling model's next replacement waits for it.
+ */
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { decide, pruned, type DecideInput } from '../../src/reconciler/pass.js';
+import type { ObservedNode } from '../../src/reconciler/planner.js';
+import { clockStepped, emptyState, stateFromJson, type ControllerState, type StopRecord } from '../../src/reconciler/state.js';
+import { drainStep, mayBeServing, stopFinished, stopsRequested, type InFlight } from '../../src/reconciler/stops.js';
+import { buildSnapshot, stopPhase } from '../../src/reconciler/summarize.js';
+import { readyReplicasOf } from '../../src/reconciler/availability.js';
+import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/published.js';
+import { drainingText } from '../../src/cli/ctl-format.js';
+import { modelJson } from '../../src/wire/shape.js';
+import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+
+const spec = await specOf((f) => {
+  f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 2');
+  delete f['models/beta.yaml'];
+  delete f['models/gamma.yaml'];
+});
+const GRACE = spec.settings.drainGraceMs;
+const rec = (over: Partial<StopRecord> = {}): StopRecord => ({ model: 'alpha', node: 'cpu-01', reason: 'replaced', since: 1000, drain: true, ...over });
+
+function run(state: ControllerState, nodes: readonly ObservedNode[], over: Partial<DecideInput> = {}): ReturnType<typeof decide> {
+  let n = 0;
+  return decide({ state, spec, nodes, memory: memoryOf(spec), memoryErrors: {}, running: new Set(), stopping: new Set(), now: 100_000, newReplicaId: (m) => `${m}-new${++n}`, ...over });
+}
+
+describe('the stop sequence', () => {
+  it('each look at a draining replica: wait while it has requests in flight, within drain_grace; otherwise SIGTERM', () => {
+    const table: [string, StopRecord, InFlight, number, 'wait' | 'terminate', string | null][] = [
+      ['two in flight, just begun', rec(), 2, 1000, 'wait', null],
+      ['one in flight, grace nearly over', rec(), 1, 1000 + GRACE - 1, 'wait', null],
+      ['nothing in flight', rec(), 0, 1001, 'terminate', 'replica drained: stopping it'],
+      ['nothing listens any more', rec(), 'gone', 1001, 'terminate', 'replica drained: stopping it'],
+      ['slots unknown: waits out the grace', rec(), 'unknown', 1000 + GRACE - 1, 'wait', null],
+      ['slots unknown, grace over', rec(), 'unknown', 1000 + GRACE, 'terminate', 'drain grace over with requests still in flight: stopping the replica'],
+      ['still busy when the grace ends: cut, and said so (warn)', rec(), 3, 1000 + GRACE, 'terminate', 'drain grace over with requests still in flight: stopping the replica'],
+      ['a failed replica does not drain', rec({ reason: 'failed', drain: false }), 3, 1000, 'terminate', 'stopping replica'],
+    ];
+    for (const [what, r, inFlight, now, want, msg] of table) {
+      const step = drainStep('alpha-1', r, inFlight, now, GRACE);
+      assert.equal(step.kind, want, what);
+      assert.equal(step.note?.msg ?? null, msg, what);
+    }
+    assert.equal(drainStep('a', rec(), 3, 1000 + GRACE, GRACE).note?.level, 'warn');
+  });
+
+  it('which stops drain: every reason a serving replica is stopped for, not failed or orphan replicas', () => {
+    for (const r of ['replaced', 'surplus', 'idle', 'drained', 'evicted', 'removed']) assert.ok(mayBeServing(r), r);
+    for (const r of ['failed', 'orphan']) assert.ok(!mayBeServing(r), r);
+  });
+
+  it('a stop enters the record once (a second decision keeps its start), and leaves it when its process is gone', () => {
+    const a = { kind: 'stop' as const, model: 'alpha', node: 'cpu-01', replicaId: 'alpha-1', reason: 'replaced' as const };
+    const s1 = stopsRequested(emptyState, [a], 1000);
+    assert.deepEqual(s1.added, ['alpha-1']);
+    assert.deepEqual(s1.state.stops['alpha-1'], rec());
+    const s2 = stopsRequested(s1.state, [a], 5000);
+    assert.equal(s2.state, s1.state, 'a stop decided again is the same stop');
+    assert.equal(stopFinished(s2.state, 'alpha-1').stops['alpha-1'], undefined);
+    const failed = stopsRequested(emptyState, [{ ...a, reason: 'failed' }], 1000).state.stops['alpha-1']!;
+    assert.equal(failed.drain, false);
+  });
+
+  it('the record survives a restart (JSON) and a wall-clock step moves its start with the clock', () => {
+    const s = { ...emptyState, stops: { 'alpha-1': rec() } };
+    assert.deepEqual(stateFromJson(JSON.parse(JSON.stringify(s))).stops, s.stops);
+    assert.deepEqual(stateFromJson({ ...JSON.parse(JSON.stringify(s)), stops: { bad: { model: 1 } } }).stops, {});
+    assert.equal(clockStepped(s, 7_200_000).stops['alpha-1']!.since, 1000 + 7_200_000);
+  });
+
+  it('a stop in the record outlives the controller: a new one (nothing running) keeps it while the replica is there, drops it once it is gone', () => {
+    const s = { ...stateFor(spec), stops: { 'alpha-1': rec() } };
+    const there = [node('cpu-01', [observed(spec, 'alpha-1', 'alpha', 'ready')])];
+    assert.deepEqual(pruned(s, there).stops, s.stops);
+    assert.deepEqual(pruned(s, [node('cpu-01')]).stops, {});
+    assert.deepEqual(pruned(s, [node('cpu-01')], new Set(['alpha-1'])).stops, s.stops, 'a stop this process runs stays until it concludes');
+  });
+
+  it('a pass records its stops, and the replica being stopped counts as neither serving nor free room', () => {
+    const changed = { ...spec, models: { alpha: { ...spec.models.alpha!, digest: 'new-digest' } } };
+    const old = (id: string, startedAt: number) => observed(spec, id, 'alpha', 'ready', { startedAt });
+    const fresh = observed(spec, 'alpha-c', 'alpha', 'ready', { digest: 'new-digest', startedAt: 3 });
+    const d1 = run(stateFor(changed), [node('cpu-01', [old('alpha-a', 1), old('alpha-b', 2), fresh])], { spec: changed });
+    assert.deepEqual(d1.actions.map((a) => `${a.kind} ${a.replicaId}`), ['stop alpha-a']);
+    assert.deepEqual(Object.keys(d1.state.stops), ['alpha-a']);
+    // the next pass (the stop still running, or a new controller that inherited the record): nothing more
+    const d2 = run(d1.state, [node('cpu-01', [old('alpha-a', 1), old('alpha-b', 2), fresh])], { spec: changed });
+    assert.deepEqual(d2.actions, [], 'no second replacement while the first stop runs');
+    assert.deepEqual(Object.keys(d2.state.stops), ['alpha-a']);
+    // gone: the record is pruned and the next replacement starts
+    const d3 = run(d2.state, [node('cpu-01', [old('alpha-b', 2), fresh])], { spec: changed });
+    assert.deepEqual(d3.state.stops, {});
+    assert.deepEqual(d3.actions.map((a) => a.kind), ['start']);
+  });
+
+  it('the snapshot shows a replica being stopped as draining with its in-flight count, then stopping — never ready; the model is replacing', () => {
+    assert.deepEqual(stopPhase(rec(), undefined), { phase: 'draining', inFlight: null });
+    assert.deepEqual(stopPhase(rec(), { phase: 'draining', inFlight: 2 }), { phase: 'draining', inFlight: 2 });
+    assert.deepEqual(stopPhase(rec(), { phase: 'stopping', inFlight: 0 }), { phase: 'stopping', inFlight: 0 });
+    assert.deepEqual(stopPhase(rec({ drain: false }), undefined), { phase: 'stopping', inFlight: null });
+    const obs = { node: 'cpu-01', at: 0, memory: { totalBytes: 1, availableBytes: 1 }, cpus: 1, cpuFlags: [], arch: 'x86_64', diskFreeBytes: 1, engines: [], models: [], replicas: [observed(spec, 'alpha-1', 'alpha', 'ready')] };
+    const snap = buildSnapshot({
+      spec, now: 0, leader: true, control: { mode: 'standalone', instance: { id: 'l', label: 'l' }, leader: null, notActing: null, etcd: null }, appliedRevision: null, rejected: null,
+      lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null,
+      nodes: new Map([['cpu-01', { reachable: true, error: null, obs, installFailures: {} }]]),
+      health: stateFor(spec).models, desired: { alpha: 1 }, unplaceable: {}, starts: {},
+      stops: { 'alpha-1': rec() }, stopProgress: new Map([['alpha-1', { phase: 'draining', inFlight: 2 }]]), memory: {}, lastPass: null,
+    });
+    const m = snap.models.find((x) => x.name === 'alpha')!;
+    assert.deepEqual(m.replicas.map((r) => [r.phase, r.inFlight]), [['draining', 2]]);
+    assert.equal(m.ready, 0);
+    assert.equal(m.replacing, true);
+    assert.equal(m.phase, 'starting', 'a router holds requests for the replacement rather than refusing them');
+    // a standby routes from the published snapshot: draining there too, not offered
+    const standby = standbySnapshot(parsePublished(publishedJson(snap)), spec, snap.control, 1);
+    assert.deepEqual(readyReplicasOf(standby.models.find((x) => x.name === 'alpha')!), []);
+    assert.equal(standby.models.find((x) => x.name === 'alpha')!.replicas[0]!.phase, 'draining');
+    // the admin API and ctl show it with its in-flight count
+    const mj = modelJson(m, null, 0);
+    assert.equal(mj.replicas[0]!.inFlight, 2);
+    assert.equal(drainingText(mj), 'draining 1 replica (2 in flight)');
+  });
+});
