@@ -1,0 +1,83 @@
+/**
+ * Idle respects work in flight (#23 item 3), on the real stack: an on-demand model with a 2 s idle
+ * timeout and a 1 s drain grace (an idle stop would cut) serves one stream far longer than its idle
+ * timeout through the router and the official `openai` client; passes run all along. The replica is
+ * never stopped as idle while llama-server reports the stream in flight (GET /slots), the stream
+ * completes, and once it has ended the replica is stopped as idle.
+ */
+import { strict as assert } from 'node:assert';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import OpenAI from 'openai';
+import { buildRouter } from '../../src/router/app.js';
+import { writeTinyModel } from '../fixtures/gguf.js';
+import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+
+let fleet: TestFleet;
+let ctl: TestController;
+let router: FastifyInstance;
+let client: OpenAI;
+
+before(async () => {
+  fleet = await startTestFleet({ nodes: 1 });
+  const chat = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'od.gguf'), { seed: 12, embeddingLength: 512, layers: 8, tensorType: 'f16' });
+  const f = fleet.baseFiles();
+  delete f['models/kev.yaml'];
+  delete f['models/huge.yaml'];
+  delete f['models/good.yaml'];
+  f['fleet.yaml'] = ['poll_interval: 1h', 'placement_reserve: 256MiB', 'stop_grace: 1s', 'drain_grace: 1s', ''].join('\n');
+  f['profiles/stream.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 2048', 'threads: 1', 'parallel: 2', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
+  f['models/od.yaml'] = modelYaml(chat, ['on_demand: { idle_timeout: 2s }']).replace('profile: tiny', 'profile: stream');
+  await fleet.push(f, 'an on-demand model with a short idle timeout');
+  ctl = await fleet.startController();
+  router = buildRouter({ fleet: ctl.reconciler, auth: { required: false } });
+  await router.listen({ port: 0, host: '127.0.0.1' });
+  client = new OpenAI({ baseURL: `http://127.0.0.1:${(router.server.address() as AddressInfo).port}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
+});
+
+after(async () => {
+  await router?.close();
+  await fleet?.cleanup();
+});
+
+describe('on-demand: a stream longer than idle_timeout', { timeout: 5 * 60_000 }, () => {
+  it('is never stopped as idle while in flight, completes, and the replica is stopped as idle after it', async () => {
+    // warm: the first request starts the replica
+    await client.chat.completions.create({ model: 'od', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+    let ended = 0;
+    let finished = false;
+    let chunks = 0;
+    const t0 = Date.now();
+    const streaming = (async () => {
+      const stream = await client.chat.completions.create({ model: 'od', messages: [{ role: 'user', content: 'a long answer please' }], stream: true, max_tokens: 900 });
+      for await (const c of stream) {
+        chunks++;
+        if (c.choices[0]?.finish_reason) finished = true;
+      }
+      ended = Date.now();
+    })();
+    // passes all along the stream (a busy router's triggers)
+    let passes = 0;
+    let idleByDemand = 0;
+    while (ended === 0) {
+      await ctl.reconciler.requestPass('test');
+      passes++;
+      const last = ctl.reconciler.record().demand.od ?? 0;
+      if (ended === 0 && Date.now() - last > 2500) idleByDemand++;
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    await streaming;
+    const lasted = ended - t0;
+    assert.ok(lasted > 2000 + 3000, `the stream lasted ${lasted} ms, not longer than idle_timeout + drain_grace: the test proves nothing`);
+    assert.ok(finished, `the stream was cut after ${chunks} chunks`);
+    assert.ok(passes >= 3, `only ${passes} passes during the stream`);
+    assert.ok(idleByDemand >= 2, `${idleByDemand} passes saw the model idle by its last request while the stream ran: the test proves nothing`);
+    const idleStops = ctl.logs.filter((l) => l.msg === 'stopping replica: out of routing' && l.reason === 'idle');
+    assert.deepEqual(idleStops.filter((l) => Number(l.time) < ended), [], 'stopped as idle while the stream was in flight');
+    // once it has ended, idleness stops it
+    await ctl.until(() => (ctl.reconciler.model('od')?.replicas.length ?? 1) === 0, 'the idle replica stopped', 30_000);
+    assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica: out of routing' && l.reason === 'idle'));
+  });
+});
