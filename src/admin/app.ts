@@ -13,6 +13,8 @@
  *   POST /restart[?wait=true&timeout=S]  body {replicas}|{model}|{all:true}: surge-first replacement
  *   GET  /restart?ids=a,b[&wait=true&timeout=S]  whether a restart is done (200 done, 202 not yet)
  *   POST /webhook                    git push webhook, authenticated by its signature (webhook.ts)
+ *   GET  /events, /events/stream, /view, /view/stream   the status page's feeds (src/ui/routes.ts)
+ * and, without a token, the status page itself at /ui/ (/ redirects there).
  * Routes the embedding process adds at the root (e.g. /metrics) are outside the token scope.
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
@@ -36,6 +38,7 @@ import {
   type RestartJson,
   type RetryJson,
 } from '../wire/shape.js';
+import { registerUi } from '../ui/routes.js';
 import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
@@ -331,6 +334,9 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
     },
     { prefix: ADMIN_PREFIX },
   );
+
+  // ------------------------------------------------------------------ the status page and its feeds (src/ui)
+  registerUi(app, { backend, checkAuth, prefix: ADMIN_PREFIX, authEnabled: auth.enabled });
 
   // ------------------------------------------------------------------ webhook (signature-authenticated)
   void app.register(
