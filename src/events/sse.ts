@@ -20,7 +20,7 @@ export const DEFAULT_SSE: SseOptions = Object.freeze({ maxBufferedBytes: 256 * 1
 export type SseEnd = 'gone' | 'slow' | 'closed';
 
 /** A frame: `event:` and optional `id:`, the data as one JSON line. */
-export function sseFrame(event: string, data: unknown, id?: number): string {
+export function sseFrame(event: string, data: unknown, id?: number | string): string {
   return `${id !== undefined ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 }
 

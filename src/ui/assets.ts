@@ -15,6 +15,7 @@ const HTML = `<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <title>llmgw status</title>
+<link rel="icon" href="/ui/icon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="/ui/app.css">
 <script type="module" src="/ui/app.js"></script>
 </head>
@@ -110,10 +111,14 @@ button[disabled] { opacity: .6; cursor: progress; }
 @media (max-width: 40rem) { .facts, .kv { grid-template-columns: 1fr; } .facts dd, .kv dd { margin-bottom: .3rem; } main { padding: 0 .5rem 2rem; } }
 `;
 
+/** A plain mark for the tab (a browser asks for one; without it, /favicon.ico would be refused). */
+const ICON = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#3b6ea5"/><path d="M4 4v8h3M9 4v8h3" stroke="#fff" stroke-width="2" fill="none"/></svg>\n';
+
 export interface PageAssets {
   readonly html: string;
   readonly css: string;
   readonly js: string;
+  readonly icon: string;
 }
 
 const MISSING_JS = `document.getElementById('conn').textContent = 'The status page script was not built: run npm run build in the llmgw package.';\n`;
@@ -128,6 +133,6 @@ export function pageAssets(): PageAssets {
   } catch {
     js = MISSING_JS;
   }
-  cached = { html: HTML, css: CSS, js };
+  cached = { html: HTML, css: CSS, js, icon: ICON };
   return cached;
 }

@@ -3,12 +3,13 @@
  *   GET /  → /ui/                    the page (HTML, CSS, JS, config.json {auth}: no token needed to load them)
  *   GET /admin/v1/events[?model=M&limit=N&after=SEQ]   recent events, newest first (JSON)
  *   GET /admin/v1/events/stream[?model=M]             the same as Server-Sent Events (`event: fleet-event`);
- *                                                     Last-Event-ID replays what the ring still holds
+ *                                                     Last-Event-ID (BOOT:SEQ) replays what the ring still holds
  *   GET /admin/v1/view                                the page's view of the fleet (JSON)
  *   GET /admin/v1/view/stream                         that view again on every snapshot change (SSE `event: view`)
  * The API routes take the admin token like every other; the streams drop a client that does not
  * read (see sse.ts) and end when the app closes.
  */
+import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { EventFeed, type SnapshotSource } from '../events/feed.js';
@@ -37,15 +38,32 @@ export interface EventsJson {
   readonly last: number;
   /** The oldest number the ring still holds. */
   readonly first: number;
+  /** Which process numbered them (numbers start again at 1 when the controller restarts). */
+  readonly boot: string;
 }
 
 export const eventJson = (e: FleetEvent): EventJson => ({ ...e, at: new Date(e.at).toISOString() });
 
 const MAX_NAME = 256;
 
+/**
+ * Where a reconnecting stream goes on from: its Last-Event-ID is `BOOT:SEQ` (the ids this stream
+ * sends) or a bare SEQ. Another process's id (the controller restarted) or a number above the
+ * newest means every event this process holds is new to it; no id means only what comes next.
+ */
+export function resumeAfter(header: string | string[] | undefined, boot: string, last: number): number | null {
+  if (typeof header !== 'string' || header === '') return null;
+  const m = /^(?:(.+):)?(\d+)$/.exec(header.trim());
+  if (!m) return 0;
+  if (m[1] !== undefined && m[1] !== boot) return 0;
+  const seq = Number(m[2]);
+  return seq > last ? 0 : seq;
+}
+
 /** Registers the page and its feeds on the admin app; returns the feed (its ring) for the caller. */
 export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
   const feed = new EventFeed(deps.backend, deps.ringSize !== undefined ? { ringSize: deps.ringSize } : {});
+  const boot = randomUUID();
   const sseOpts: SseOptions = { ...DEFAULT_SSE, ...(deps.sse ?? {}) };
   const clients = new Set<SseClient>();
   const assets = pageAssets();
@@ -92,6 +110,8 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
   app.get('/ui/', page('text/html; charset=utf-8', assets.html));
   app.get('/ui/app.css', page('text/css; charset=utf-8', assets.css));
   app.get('/ui/app.js', page('text/javascript; charset=utf-8', assets.js));
+  app.get('/ui/icon.svg', page('image/svg+xml', assets.icon));
+  app.get('/favicon.ico', async (_req, reply) => reply.redirect('/ui/icon.svg', 301));
   // whether to show the token form before asking for anything (a refused request is noise in the console)
   app.get('/ui/config.json', page('application/json; charset=utf-8', JSON.stringify({ auth: deps.authEnabled })));
 
@@ -118,7 +138,7 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
         async (req, reply) => {
           const model = req.query.model === undefined ? undefined : (deps.backend.spec()?.modelNames[req.query.model] ?? req.query.model);
           const events = feed.ring.list({ ...(model !== undefined ? { model } : {}), ...(req.query.limit !== undefined ? { limit: req.query.limit } : {}), ...(req.query.after !== undefined ? { after: req.query.after } : {}) });
-          const body: EventsJson = { events: events.map(eventJson), last: feed.ring.last, first: feed.ring.first };
+          const body: EventsJson = { events: events.map(eventJson), last: feed.ring.last, first: feed.ring.first, boot };
           return reply.header('cache-control', 'no-store').send(body);
         },
       );
@@ -128,13 +148,14 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
         { schema: { querystring: { type: 'object', additionalProperties: false, properties: { model: { type: 'string', minLength: 1, maxLength: MAX_NAME } } } } },
         async (req, reply) => {
           const model = req.query.model === undefined ? undefined : (deps.backend.spec()?.modelNames[req.query.model] ?? req.query.model);
-          const lastId = Number(req.headers['last-event-id']);
+          const lastId = resumeAfter(req.headers['last-event-id'], boot, feed.ring.last);
           const c = open(reply);
+          c.send(sseFrame('hello', { boot, last: feed.ring.last, first: feed.ring.first }));
           const matches = (e: FleetEvent): boolean => model === undefined || e.model === model;
           // what it missed while away (as far as the ring still holds it), oldest first
-          if (Number.isInteger(lastId) && lastId >= 0) for (const e of feed.ring.list({ after: lastId }).reverse()) if (matches(e)) c.send(sseFrame('fleet-event', eventJson(e), e.seq));
+          if (lastId !== null) for (const e of feed.ring.list({ after: lastId }).reverse()) if (matches(e)) c.send(sseFrame('fleet-event', eventJson(e), `${boot}:${e.seq}`));
           const off = feed.ring.subscribe((e) => {
-            if (matches(e)) c.send(sseFrame('fleet-event', eventJson(e), e.seq));
+            if (matches(e)) c.send(sseFrame('fleet-event', eventJson(e), `${boot}:${e.seq}`));
           });
           c.whenEnded(off);
         },

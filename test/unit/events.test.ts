@@ -12,7 +12,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { deriveEvents, type FleetEventDraft, type FleetEventKind } from '../../src/events/derive.js';
 import { EventRing } from '../../src/events/ring.js';
 import type { EventFeed } from '../../src/events/feed.js';
-import { registerUi, type EventsJson } from '../../src/ui/routes.js';
+import { registerUi, resumeAfter, type EventsJson } from '../../src/ui/routes.js';
 import { pageView } from '../../src/ui/view.js';
 import { CSP } from '../../src/ui/assets.js';
 import { adminAuth } from '../../src/admin/auth.js';
@@ -21,6 +21,7 @@ import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from
 import type { FleetSpec } from '../../src/fleet-spec/types.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
 import { until } from '../harness/wait.js';
+import { run as runCtl } from '../../src/cli/main.js';
 
 const GiB = 2 ** 30;
 const SPEC: FleetSpec = fakeSpec({ models: { good: {}, kev: {}, huge: {} }, settings: { placementReserveBytes: GiB } });
@@ -174,6 +175,19 @@ describe('EventRing', () => {
   test('a ring of no size is refused', () => assert.throws(() => new EventRing(0)));
 });
 
+describe('resumeAfter (Last-Event-ID)', () => {
+  const cases: [string | undefined, number | null][] = [
+    [undefined, null],
+    ['', null],
+    ['B:3', 3],
+    ['3', 3],
+    ['B:9', 0], // above the newest: numbered by an earlier process
+    ['A:2', 0], // another process's id (a restart): all of this one's are new
+    ['junk', 0],
+  ];
+  for (const [header, want] of cases) test(`${JSON.stringify(header)} → ${want}`, () => assert.equal(resumeAfter(header, 'B', 5), want));
+});
+
 describe('pageView', () => {
   test('groups in ctl status order with its words; node bars count what placement counts', () => {
     const s = snap(10_000, [
@@ -316,10 +330,11 @@ describe('the events API and streams', () => {
 
   test('the stream replays what came after Last-Event-ID, then goes on live', async () => {
     const s = await rawGet(port, '/admin/v1/events/stream', { 'last-event-id': '1' });
-    const first = await readUntil(s, /id: 3\n/);
+    const first = await readUntil(s, /id: [0-9a-f-]+:3\n/);
     assert.match(first, /text\/event-stream/);
-    assert.doesNotMatch(first, /id: 1\n/);
-    assert.match(first, /id: 2\nevent: fleet-event\ndata: \{.*"kind":"replica-ready"/);
+    assert.match(first, /event: hello\ndata: \{"boot":"[0-9a-f-]+","last":3,"first":1\}/);
+    assert.doesNotMatch(first, /id: [0-9a-f-]+:1\n/);
+    assert.match(first, /id: [0-9a-f-]+:2\nevent: fleet-event\ndata: \{.*"kind":"replica-ready"/);
     source.publish(snap(4, [model('good', { replicas: [replica('g1', 'good', 'ready')] }), model('kev', { consecutiveFailures: 1, lastError: ARCH })]));
     const live = await readUntil(s, /"kind":"start-failed"/);
     assert.match(live, /REPLICA_UNKNOWN_ARCHITECTURE/);
@@ -362,6 +377,25 @@ describe('the events API and streams', () => {
     source.publish(snap(5, [model('kev', { phase: 'parked', consecutiveFailures: 5, lastError: ARCH, parked: { since: 5, lastError: ARCH } })]));
     await readUntil(s, /"phase":"parked"/);
     s.destroy();
+  });
+
+  test('llmgw ctl events prints them oldest first; --follow goes on with new ones until stopped', async () => {
+    const out: string[] = [];
+    const ac = new AbortController();
+    const io = { out: (l: string) => void out.push(l), err: (l: string) => void out.push(`ERR ${l}`), cwd: process.cwd(), env: {}, signal: ac.signal };
+    const once = await runCtl(['ctl', '--server', `http://127.0.0.1:${port}`, '--token', TOKEN, 'events', '--model', 'kev'], io);
+    assert.equal(once, 0, out.join('\n'));
+    const kevLines = out.splice(0);
+    assert.ok(kevLines.length >= 2, kevLines.join('\n'));
+    assert.ok(kevLines.every((l) => /  kev  /.test(l)), kevLines.join('\n'));
+    assert.match(kevLines.at(-1)!, /parked .*REPLICA_UNKNOWN_ARCHITECTURE/);
+    const following = runCtl(['ctl', '--server', `http://127.0.0.1:${port}`, '--token', TOKEN, 'events', '--follow', '-n', '1'], io);
+    await until(() => out.length >= 1, 'the last event printed', 5000);
+    source.publish(snap(6, [model('kev', { lastHandledRetry: 'api-7' })]));
+    await until(() => out.some((l) => /retry api-7 handled/.test(l)), 'the new event followed', 5000);
+    ac.abort();
+    assert.equal(await following, 0);
+    assert.ok(out.some((l) => /unparked/.test(l)), out.join('\n'));
   });
 
   test('the app closes with streams open, ending them', async () => {

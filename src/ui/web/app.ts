@@ -102,6 +102,8 @@ let view: PageView | null = null;
 let skew = 0;
 let events: FleetEvent[] = [];
 let lastSeq = 0;
+/** Which controller process numbered the events (a restart numbers from 1 again). */
+let boot = '';
 let generation = 0;
 const knownModels = new Set<string>();
 
@@ -280,6 +282,13 @@ function renderEvents(): void {
   if (shown.length === 0) byId('events').append(h('li', {}, 'no events yet'));
 }
 
+/** The controller restarted: its events are numbered afresh (the ones shown stay, the new ones go on top). */
+function newBoot(b: string): void {
+  if (b === boot) return;
+  boot = b;
+  lastSeq = 0;
+}
+
 function addEvent(e: FleetEvent): void {
   if (e.seq <= lastSeq) return;
   lastSeq = e.seq;
@@ -313,9 +322,9 @@ async function retry(model: string, b: HTMLButtonElement): Promise<void> {
 
 // ------------------------------------------------------------------ streams
 /** Reads a Server-Sent Events response with fetch (headers, no token in the URL) until it ends. */
-async function readStream(path: string, gen: number, lastId: () => number | null, onFrame: (event: string, data: string) => void): Promise<void> {
+async function readStream(path: string, gen: number, lastId: () => string | null, onFrame: (event: string, data: string) => void): Promise<void> {
   const id = lastId();
-  const r = await fetch(API + path, { headers: headers({ accept: 'text/event-stream', ...(id !== null ? { 'last-event-id': String(id) } : {}) }), cache: 'no-store', credentials: 'omit' });
+  const r = await fetch(API + path, { headers: headers({ accept: 'text/event-stream', ...(id !== null ? { 'last-event-id': id } : {}) }), cache: 'no-store', credentials: 'omit' });
   if (r.status === 401) throw new AuthNeeded();
   if (!r.ok || !r.body) throw new Error(`HTTP ${r.status}`);
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -343,7 +352,7 @@ async function readStream(path: string, gen: number, lastId: () => number | null
 }
 
 /** Keeps a stream open: when it ends or fails, waits a little and opens it again (a restart, a failover). */
-async function keepReading(path: string, gen: number, lastId: () => number | null, onFrame: (event: string, data: string) => void, onOpen: () => void): Promise<void> {
+async function keepReading(path: string, gen: number, lastId: () => string | null, onFrame: (event: string, data: string) => void, onOpen: () => void): Promise<void> {
   let wait = 500;
   while (gen === generation) {
     try {
@@ -382,11 +391,8 @@ function startStreams(): void {
     // the events so far, then the stream from the newest of them (after a restart the numbers start again)
     for (;;) {
       try {
-        const first = await api<{ events: FleetEvent[]; last: number }>(`/events?limit=${MAX_EVENTS}`);
-        if (first.last < lastSeq) {
-          events = [];
-          lastSeq = 0;
-        }
+        const first = await api<{ events: FleetEvent[]; last: number; boot: string }>(`/events?limit=${MAX_EVENTS}`);
+        newBoot(first.boot);
         for (const e of [...first.events].reverse()) addEvent(e);
         renderEvents();
         break;
@@ -399,8 +405,9 @@ function startStreams(): void {
     await keepReading(
       '/events/stream',
       gen,
-      () => lastSeq,
+      () => (boot ? `${boot}:${lastSeq}` : null),
       (event, data) => {
+        if (event === 'hello') newBoot((JSON.parse(data) as { boot: string }).boot);
         if (event === 'fleet-event') addEvent(JSON.parse(data) as FleetEvent);
       },
       () => undefined,
