@@ -326,6 +326,16 @@ describe('the events API and streams', () => {
     assert.equal(html.headers['content-security-policy'], CSP);
     assert.doesNotMatch(html.body, /<script>|style=/);
     assert.equal((await app.inject({ url: '/' })).headers.location, '/ui/');
+    // small: everything the page loads, well under 150 kB
+    let bytes = 0;
+    for (const u of ['/ui/', '/ui/app.css', '/ui/app.js', '/ui/icon.svg', '/ui/config.json']) {
+      const r = await app.inject({ url: u });
+      assert.equal(r.statusCode, 200, u);
+      assert.equal(r.headers['content-security-policy'], CSP, u);
+      bytes += r.rawPayload.length;
+    }
+    assert.ok(bytes < 150_000, `the page is ${bytes} bytes`);
+    assert.doesNotMatch((await app.inject({ url: '/ui/app.js' })).body, /not built/);
   });
 
   test('the stream replays what came after Last-Event-ID, then goes on live', async () => {

@@ -165,7 +165,8 @@ function renderHeader(v: PageView): void {
 function modelCard(m: PageModel): HTMLElement {
   const kv = h('dl', { class: 'kv' });
   const row = (k: string, v: Child): void => void kv.append(h('dt', {}, k), h('dd', {}, v));
-  if (m.detail !== '-') row('detail', m.detail);
+  // parked and unplaceable: the detail is the reason below
+  if (m.detail !== '-' && !(m.reason && (m.phase === 'parked' || m.phase === 'unplaceable'))) row('detail', m.detail);
   if (m.reason) {
     row(m.phase === 'parked' ? 'last error' : m.phase === 'unplaceable' ? 'reason' : 'last error', h('span', { class: 'reason' }, reasonText(m.reason)));
     row('fix', m.reason.hint);
