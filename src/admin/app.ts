@@ -18,6 +18,7 @@
  * Routes the embedding process adds at the root (e.g. /metrics) are outside the token scope.
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
+import type { Registry } from 'prom-client';
 import { LlmgwError } from '../errors/catalogue.js';
 import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
 import { adminAuth } from './auth.js';
@@ -53,6 +54,8 @@ export interface AdminAppDeps {
   /** For TLS: a factory returning an https server (see fastify's serverFactory). */
   readonly serverFactory?: FastifyServerFactory;
   readonly limits?: Partial<AdminLimits>;
+  /** The controller's metrics registry: the status page shows the router's figures from it. */
+  readonly metricsRegistry?: Registry;
 }
 
 export interface AdminLimits {
@@ -336,7 +339,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
   );
 
   // ------------------------------------------------------------------ the status page and its feeds (src/ui)
-  registerUi(app, { backend, checkAuth, prefix: ADMIN_PREFIX, authEnabled: auth.enabled });
+  registerUi(app, { backend, checkAuth, prefix: ADMIN_PREFIX, authEnabled: auth.enabled, ...(deps.metricsRegistry ? { registry: deps.metricsRegistry } : {}) });
 
   // ------------------------------------------------------------------ webhook (signature-authenticated)
   void app.register(

@@ -193,6 +193,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     token: adminToken,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),
+    metricsRegistry: metrics.registry,
     limits: { headersTimeoutMs: cfg.clientTimeouts.headersMs, requestTimeoutMs: cfg.clientTimeouts.requestMs },
     ...(serverFactory ? { serverFactory } : {}),
   });

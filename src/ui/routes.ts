@@ -10,6 +10,7 @@
  * read (see sse.ts) and end when the app closes.
  */
 import { randomUUID } from 'node:crypto';
+import type { Registry } from 'prom-client';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { EventFeed, type SnapshotSource } from '../events/feed.js';
@@ -17,6 +18,7 @@ import type { FleetEvent } from '../events/ring.js';
 import { DEFAULT_SSE, SseClient, sseFrame, type SseOptions } from '../events/sse.js';
 import { pageAssets, CSP } from './assets.js';
 import { pageView, type PageView } from './view.js';
+import { readRouterCounters, routerFigures, type RouterCounters, type RouterFigures } from './figures.js';
 
 export interface UiDeps {
   readonly backend: SnapshotSource & { spec(): FleetSpec | null };
@@ -26,6 +28,10 @@ export interface UiDeps {
   readonly ringSize?: number;
   /** Whether the feeds ask for the admin token (the page asks for it only then). */
   readonly authEnabled: boolean;
+  /** The controller's metrics: the models' router figures come from its counters. */
+  readonly registry?: Registry;
+  /** How often the router figures are read (and the window they cover). */
+  readonly figuresEveryMs?: number;
 }
 
 export interface EventJson extends Omit<FleetEvent, 'at'> {
@@ -68,21 +74,42 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
   const clients = new Set<SseClient>();
   const assets = pageAssets();
 
-  let view: { for: unknown; value: PageView } | null = null;
+  let figures: Map<string, RouterFigures> | null = null;
+  let view: { for: unknown; figures: unknown; value: PageView } | null = null;
   const currentView = (): PageView => {
     const s = feed.current;
-    if (view?.for !== s) view = { for: s, value: pageView(s, deps.backend.spec()) };
+    if (view?.for !== s || view.figures !== figures) view = { for: s, figures, value: pageView(s, deps.backend.spec(), figures) };
     return view.value;
   };
 
   const viewClients = new Set<SseClient>();
-  feed.onSnapshot(() => {
+  const broadcast = (): void => {
     if (viewClients.size === 0) return;
     const frame = sseFrame('view', currentView());
     for (const c of viewClients) c.latest(frame);
-  });
+  };
+  feed.onSnapshot(broadcast);
+
+  // the router's figures: read every few seconds while a page looks (a window of that length)
+  let reading: RouterCounters | null = null;
+  const registry = deps.registry;
+  const figuresTimer = registry
+    ? setInterval(() => {
+        if (viewClients.size === 0) return;
+        void readRouterCounters(registry, Date.now())
+          .then((next) => {
+            const f = routerFigures(reading, next);
+            reading = next;
+            figures = f;
+            broadcast();
+          })
+          .catch(() => undefined);
+      }, deps.figuresEveryMs ?? 5000)
+    : null;
+  figuresTimer?.unref();
 
   app.addHook('preClose', async () => {
+    if (figuresTimer) clearInterval(figuresTimer);
     feed.stop();
     for (const c of clients) c.close();
   });

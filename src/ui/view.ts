@@ -10,6 +10,7 @@ import type { FleetSpec } from '../fleet-spec/types.js';
 import { formatBytes } from '../fleet-spec/units.js';
 import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
 import { ATTENTION_ORDER, controlLines, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../cli/ctl-format.js';
+import type { RouterFigures } from './figures.js';
 import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
 
 export interface PageReplica {
@@ -37,6 +38,8 @@ export interface PageModel {
   readonly retry: boolean;
   readonly memory: string | null;
   readonly replicas: readonly PageReplica[];
+  /** The router's figures for it (from this controller's counters), in words; null before a reading. */
+  readonly router: string | null;
 }
 
 export interface PageGroup {
@@ -82,7 +85,16 @@ function portOf(endpoint: string): string {
   return m ? m[1]! : '-';
 }
 
-function pageModel(m: ModelJson, at: string): PageModel {
+/** "0.4 req/s, p50 ≤ 250 ms, queue 0, 35% of prompt tokens from cache". */
+export function figuresText(f: RouterFigures): string {
+  const rps = f.requestsPerSecond >= 10 ? f.requestsPerSecond.toFixed(0) : f.requestsPerSecond.toFixed(1);
+  const p50 = f.p50Seconds === null ? 'p50 -' : f.p50Seconds === Infinity ? 'p50 > 600 s' : `p50 ≤ ${f.p50Seconds < 1 ? `${Math.round(f.p50Seconds * 1000)} ms` : `${f.p50Seconds} s`}`;
+  const cache = f.cacheShare === null ? 'no prompt tokens' : `${Math.round(f.cacheShare * 100)}% of prompt tokens from cache`;
+  return `${rps} req/s, ${p50}, queue ${f.queueDepth}, ${cache}`;
+}
+
+function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, RouterFigures> | null): PageModel {
+  const f = figures?.get(m.name) ?? null;
   const reason = m.parked ? m.parked.lastError : m.unplaceable ? { code: m.unplaceable.code, message: m.unplaceable.reason, hint: m.unplaceable.hint } : m.consecutiveFailures > 0 ? m.lastError : null;
   return {
     name: m.name,
@@ -99,17 +111,18 @@ function pageModel(m: ModelJson, at: string): PageModel {
     retry: m.parked !== null || m.consecutiveFailures > 0,
     memory: m.memoryBytes === null ? null : formatBytes(m.memoryBytes),
     replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: r.outdated ? `${r.phase} (outdated)` : r.phase, since: r.startedAt })),
+    router: f ? figuresText(f) : figures ? figuresText({ requestsPerSecond: 0, p50Seconds: null, queueDepth: 0, cacheShare: null }) : null,
   };
 }
 
-export function pageView(s: FleetSnapshot, spec: FleetSpec | null): PageView {
+export function pageView(s: FleetSnapshot, spec: FleetSpec | null, figures: ReadonlyMap<string, RouterFigures> | null = null): PageView {
   const status = statusJson(s);
   const at = status.at;
   const models = s.models.map((m) => modelJson(m, s.appliedRevision, s.at));
   const groups: PageGroup[] = ATTENTION_ORDER.map((phase) => ({
     phase,
     blurb: GROUP_BLURBS[phase] ?? null,
-    models: models.filter((m) => m.phase === phase).map((m) => pageModel(m, at)),
+    models: models.filter((m) => m.phase === phase).map((m) => pageModel(m, at, figures)),
   })).filter((g) => g.models.length > 0);
 
   const memOf = new Map(s.models.map((m) => [m.name, m.memoryBytes]));

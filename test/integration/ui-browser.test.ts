@@ -157,6 +157,13 @@ describe('the status page in Chromium, admin auth on', () => {
     assert.match(await node.innerText(), /taken by llmgw replicas/);
     assert.match(await node.locator(`li[data-replica="${r.id}"]`).innerText(), /good \(ready, /);
     assert.match((await node.locator('.bar').getAttribute('aria-label')) ?? '', /reserve/);
+    // the router's figures, from the controller's own counters
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`http://127.0.0.1:${serve.routerPort}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'good', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });
+      assert.equal(r.status, 200, await r.text());
+    }
+    await good.locator('.figures').filter({ hasText: /^[1-9][\d.]* req\/s|^0\.[1-9] req\/s/ }).waitFor({ timeout: 20_000 });
+    assert.match(await good.locator('.figures').innerText(), /req\/s, p50 ≤ [\d.]+ m?s, queue 0, /);
     mkdirSync(join(repoRoot, 'dist', 'screenshots'), { recursive: true });
     await page.screenshot({ path: SCREENSHOT, fullPage: true });
   });

@@ -13,7 +13,8 @@ import { deriveEvents, type FleetEventDraft, type FleetEventKind } from '../../s
 import { EventRing } from '../../src/events/ring.js';
 import type { EventFeed } from '../../src/events/feed.js';
 import { registerUi, resumeAfter, type EventsJson } from '../../src/ui/routes.js';
-import { pageView } from '../../src/ui/view.js';
+import { figuresText, pageView } from '../../src/ui/view.js';
+import { routerFigures } from '../../src/ui/figures.js';
 import { CSP } from '../../src/ui/assets.js';
 import { adminAuth } from '../../src/admin/auth.js';
 import { renderAdminError } from '../../src/admin/errors.js';
@@ -186,6 +187,34 @@ describe('resumeAfter (Last-Event-ID)', () => {
     ['junk', 0],
   ];
   for (const [header, want] of cases) test(`${JSON.stringify(header)} → ${want}`, () => assert.equal(resumeAfter(header, 'B', 5), want));
+});
+
+describe('routerFigures', () => {
+  const reading = (at: number, req: number, b: [number, number][], cached: number, evaluated: number, queue = 0) => ({
+    at,
+    requests: new Map([['good', req]]),
+    buckets: new Map([['good', new Map(b)]]),
+    queue: new Map([['good', queue]]),
+    promptEvaluated: new Map([['good', evaluated]]),
+    promptCached: new Map([['good', cached]]),
+  });
+  test('rate, median and cache share over the window between two readings', () => {
+    const a = reading(0, 10, [[0.1, 5], [0.5, 10], [Infinity, 10]], 0, 100);
+    const b = reading(5000, 20, [[0.1, 5], [0.5, 18], [Infinity, 20]], 300, 200, 2);
+    const f = routerFigures(a, b).get('good')!;
+    assert.equal(f.requestsPerSecond, 2);
+    assert.equal(f.p50Seconds, 0.5); // 10 new: 0 ≤ 0.1 s, 8 ≤ 0.5 s
+    assert.equal(f.queueDepth, 2);
+    assert.equal(f.cacheShare, 0.75);
+    assert.equal(figuresText(f), '2.0 req/s, p50 ≤ 500 ms, queue 2, 75% of prompt tokens from cache');
+  });
+  test('the first reading has no rate; counters that went down count from 0', () => {
+    assert.equal(routerFigures(null, reading(0, 10, [[Infinity, 10]], 0, 0)).get('good')!.requestsPerSecond, 0);
+    const f = routerFigures(reading(0, 50, [], 0, 0), reading(1000, 4, [[1, 4], [Infinity, 4]], 0, 0)).get('good')!;
+    assert.equal(f.requestsPerSecond, 4);
+    assert.equal(f.p50Seconds, 1);
+    assert.equal(f.cacheShare, null);
+  });
 });
 
 describe('pageView', () => {

@@ -24,6 +24,7 @@ interface PageModel {
   unpark: string | null;
   retry: boolean;
   memory: string | null;
+  router: string | null;
   replicas: { id: string; node: string; port: string; phase: string; since: string }[];
 }
 interface Sized {
@@ -180,6 +181,7 @@ function modelCard(m: PageModel): HTMLElement {
   if (m.unpark) row('unpark', h('code', {}, m.unpark));
   row('scaling', m.scaling);
   if (m.memory) row('memory', `${m.memory} per replica`);
+  if (m.router) row('router', h('span', { class: 'figures' }, m.router));
   const card = h('article', { class: 'card model', 'data-model': m.name, 'data-phase': m.phase }, h('h4', {}, h('span', { class: `tag ${tagClass(m.phase)}` }, m.phase), m.name, ` — ${m.ready} ready`), kv);
   if (m.retry) {
     const b = h('button', { type: 'button', id: `retry-${m.name}`, 'aria-describedby': `retry-msg-${m.name}` }, m.phase === 'parked' ? `Retry ${m.name}` : `Retry ${m.name} now`) as HTMLButtonElement;
