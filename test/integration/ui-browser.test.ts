@@ -171,7 +171,14 @@ describe('the status page in Chromium, admin auth on', () => {
   it('Retry unparks the model; the page shows the new starts and the park again, without a reload', async () => {
     await page.evaluate(() => ((globalThis as unknown as { marker: number }).marker = 42));
     const before = Math.max(0, ...(await page.locator('#events li[data-seq]').evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-seq'))))));
-    await card('kev').getByRole('button', { name: 'Retry kev' }).click();
+    // by keyboard: Tab to the button, Enter
+    await page.locator('body').focus();
+    let tabs = 0;
+    while ((await page.evaluate(() => (globalThis as unknown as { document: { activeElement: { id: string } | null } }).document.activeElement?.id)) !== 'retry-kev') {
+      assert.ok(++tabs < 40, 'Retry kev is reachable with Tab');
+      await page.keyboard.press('Tab');
+    }
+    await page.keyboard.press('Enter');
     await page.locator('#retry-msg-kev').filter({ hasText: 'kev: unparked' }).waitFor({ timeout: 60_000 });
     const newer = (kind: string) => page.locator(`#events li[data-kind="${kind}"]`).filter({ hasText: 'kev' }).evaluateAll((els, b) => els.some((e) => Number(e.getAttribute('data-seq')) > b), before);
     await until('an unparked event', 30_000, () => newer('unparked'));
@@ -213,6 +220,18 @@ describe('the status page in Chromium, admin auth on', () => {
       });
     await page.locator('#rejected-card').waitFor({ timeout: 60_000 });
     assert.equal(await page.locator('#login').isVisible(), false, 'the token was kept for the tab');
+  });
+
+  it('reads on a phone: nothing wider than the screen', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.locator('#app').waitFor();
+    const [scroll, width] = await page.evaluate(() => {
+      const d = (globalThis as unknown as { document: { documentElement: { scrollWidth: number; clientWidth: number } } }).document.documentElement;
+      return [d.scrollWidth, d.clientWidth];
+    });
+    assert.ok(scroll <= width, `the page is ${scroll} px wide on a ${width} px screen`);
+    await page.screenshot({ path: join(repoRoot, 'dist', 'screenshots', 'status-page-phone.png') });
+    await page.setViewportSize({ width: 1200, height: 900 });
   });
 
   it('the token is in no URL, log line or page HTML; no request left the admin origin; no console errors', async () => {
