@@ -14,9 +14,12 @@
  *   POST /restart[?wait=true&timeout=S]  body {replicas}|{model}|{all:true}: surge-first replacement
  *   GET  /restart?ids=a,b[&wait=true&timeout=S]  whether a restart is done (200 done, 202 not yet)
  *   POST /webhook                    git push webhook, authenticated by its signature (webhook.ts)
+ *   GET  /events, /events/stream, /view, /view/stream   the status page's feeds (src/ui/routes.ts)
+ * and, without a token, the status page itself at /ui/ (/ redirects there).
  * Routes the embedding process adds at the root (e.g. /metrics) are outside the token scope.
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
+import type { Registry } from 'prom-client';
 import { LlmgwError } from '../errors/catalogue.js';
 import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
 import { adminAuth } from './auth.js';
@@ -38,6 +41,7 @@ import {
   type RetryJson,
 } from '../wire/shape.js';
 import { registerUsageRoute, type UsageSource } from './usage-route.js';
+import { registerUi } from '../ui/routes.js';
 import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
@@ -54,6 +58,8 @@ export interface AdminAppDeps {
   readonly limits?: Partial<AdminLimits>;
   /** The router's usage per key × model (GET /admin/v1/usage); none: the route answers no rows. */
   readonly usage?: UsageSource;
+  /** The controller's metrics registry: the status page shows the router's figures from it. */
+  readonly metricsRegistry?: Registry;
 }
 
 export interface AdminLimits {
@@ -337,6 +343,9 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
     },
     { prefix: ADMIN_PREFIX },
   );
+
+  // ------------------------------------------------------------------ the status page and its feeds (src/ui)
+  registerUi(app, { backend, checkAuth, prefix: ADMIN_PREFIX, authEnabled: auth.enabled, ...(deps.metricsRegistry ? { registry: deps.metricsRegistry } : {}) });
 
   // ------------------------------------------------------------------ webhook (signature-authenticated)
   void app.register(

@@ -28,4 +28,6 @@ export interface AdminBackend {
   logs(replicaId: string, lines: number): Promise<string>;
   /** Asks for a pass; resolves when a pass begun after the call has finished. */
   requestPass(trigger: string): Promise<void>;
+  /** Hears every new snapshot (the status page's streams and events); without it they look every 500 ms. */
+  onSnapshot?(listener: (s: FleetSnapshot) => void): () => void;
 }

@@ -169,6 +169,11 @@ export class AdminClient {
     await this.agent.close();
   }
 
+  /** For streams read beside call() (ctl events --follow). */
+  get dispatcher(): Dispatcher {
+    return this.agent;
+  }
+
   /** GET/POST under /admin/v1; throws CtlFailure for transport failures and error answers. */
   async call<T>(method: 'GET' | 'POST', path: string, opts: { query?: Record<string, string>; body?: unknown; timeoutMs?: number } = {}): Promise<Answer<T>> {
     const qs = opts.query && Object.keys(opts.query).length ? `?${new URLSearchParams(opts.query).toString()}` : '';

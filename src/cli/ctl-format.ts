@@ -58,7 +58,8 @@ const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n =
 /** Models by what needs attention: parked, unplaceable, not ready, then ready and idle. */
 export const ATTENTION_ORDER: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
 
-function unparkLine(name: string): string {
+/** How to unpark a model, in words an operator types. */
+export function unparkLine(name: string): string {
   return `llmgw ctl retry ${name}   (or push a commit with the trailer "Llmgw-Retry: ${name}")`;
 }
 
@@ -94,7 +95,7 @@ export function drainingText(m: Pick<ModelJson, 'replicas'>): string | null {
 }
 
 /** Who this instance is, who leads and since when, and why this one does not act. */
-function controlLines(s: StatusJson, at: string): [string, string][] {
+export function controlLines(s: StatusJson, at: string): [string, string][] {
   const c = s.control;
   const lines: [string, string][] = [];
   const since = c.leader?.since ? ` since ${c.leader.since} (${relative(c.leader.since, at)})` : '';
@@ -109,6 +110,12 @@ function controlLines(s: StatusJson, at: string): [string, string][] {
   if (c.etcd && !c.etcd.reachable) lines.push(['etcd', `UNREACHABLE${c.etcd.error ? `: ${reasonText(c.etcd.error)}` : ''}`]);
   return lines;
 }
+
+/** What a group of models means, as `ctl status` and the status page say it. */
+export const GROUP_BLURBS: Readonly<Partial<Record<ModelPhase, string>>> = {
+  parked: 'not started again until the cause is fixed and a retry is handled',
+  unplaceable: 'fits on no node',
+};
 
 /** Phases `ctl status` lists model by model; ready and idle models are a page, then counted. */
 export const ATTENTION_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded'];
@@ -164,7 +171,7 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
 
   const parked = byPhase('parked');
   if (parked.length) {
-    out.push('', `PARKED (${parked.length}): not started again until the cause is fixed and a retry is handled`);
+    out.push('', `PARKED (${parked.length}): ${GROUP_BLURBS.parked}`);
     const w2 = Math.max(...parked.map((m) => m.name.length));
     for (const m of parked) {
       const p = m.parked!;
@@ -177,7 +184,7 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
 
   const unplaceable = byPhase('unplaceable');
   if (unplaceable.length) {
-    out.push('', `UNPLACEABLE (${unplaceable.length}): fits on no node`);
+    out.push('', `UNPLACEABLE (${unplaceable.length}): ${GROUP_BLURBS.unplaceable}`);
     out.push(table(['MODEL', 'READY', 'REASON'], unplaceable.map((m) => [m.name, readyCount(m), m.unplaceable?.reason ?? '-']), '  '));
     out.push(`  hint: ${unplaceable[0]!.unplaceable?.hint ?? ''}`.trimEnd());
   }

@@ -10,6 +10,7 @@ import { ATTENTION_PHASES, renderModels, renderNodes, renderReplicas, renderStat
 import type { Io } from './io.js';
 import type { UsageJson } from '../admin/usage-route.js';
 import { renderUsage } from './usage-format.js';
+import { ctlEvents } from './ctl-events.js';
 
 export const ctlUsage = `usage: llmgw ctl <command> [options]
 
@@ -26,6 +27,9 @@ commands:
   usage [--since T] [--key K] [--model M]
                                   per API key × model: requests, errors, prompt/cached/
                                   completion tokens, p50 latency (T: 15m, 24h or ISO time)
+  events [--model M] [-f|--follow] [-n|--lines N]
+                                  recent events (starts, failures, parks, retries, rejected
+                                  commits, leader changes), oldest first; --follow goes on live
 
 options:
   --server URL        the admin API (env LLMGW_SERVER; default ${DEFAULT_SERVER})
@@ -72,6 +76,7 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
     all: { type: 'boolean' },
     timeout: { type: 'string' },
     'no-wait': { type: 'boolean' },
+    follow: { type: 'boolean', short: 'f' },
     help: { type: 'boolean', short: 'h' },
   });
   const [sub, ...args] = positionals;
@@ -86,15 +91,16 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
   const output = oneOf('output', values.output, ['text', 'json'] as const, 'text');
 
   // options that belong to one command only
-  const only = (names: readonly (keyof typeof values)[], cmd: string): void => {
-    if (sub === cmd) return;
-    for (const n of names) if (values[n] !== undefined) throw new UsageError(`--${String(n)} only applies to \`llmgw ctl ${cmd}\``);
+  const only = (names: readonly (keyof typeof values)[], ...cmds: string[]): void => {
+    if (sub !== undefined && cmds.includes(sub)) return;
+    for (const n of names) if (values[n] !== undefined) throw new UsageError(`--${String(n)} only applies to ${cmds.map((c) => `\`llmgw ctl ${c}\``).join(' and ')}`);
   };
-  only(['lines'], 'logs');
+  only(['lines'], 'logs', 'events');
   only(['phase', 'name'], 'models');
+  only(['model'], 'restart', 'usage', 'events');
   only(['all', 'timeout', 'no-wait'], 'restart');
-  if (values.model !== undefined && sub !== 'restart' && sub !== 'usage') throw new UsageError('--model only applies to `llmgw ctl restart` and `llmgw ctl usage`');
   only(['since', 'key'], 'usage');
+  only(['follow'], 'events');
   const noArgs = (): void => {
     if (args.length) throw new UsageError(`\`llmgw ctl ${sub}\` takes no arguments (got ${args.join(' ')})`);
   };
@@ -177,6 +183,13 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
         io.out(output === 'json' ? json(r.body) : r.body.log.replace(/\n$/, ''));
         return 0;
       };
+      break;
+    }
+    case 'events': {
+      noArgs();
+      const limit = values.lines === undefined ? 50 : Number(values.lines);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 100_000) throw new UsageError(`--lines must be a whole number from 1 to 100000 (got ${JSON.stringify(values.lines)})`);
+      run = (c) => ctlEvents(c, io, { ...(values.model !== undefined ? { model: values.model } : {}), limit, follow: values.follow === true, output, ...(io.signal ? { signal: io.signal } : {}) });
       break;
     }
     case 'restart': {

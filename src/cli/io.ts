@@ -4,6 +4,8 @@ export interface Io {
   err(line: string): void;
   readonly cwd: string;
   readonly env: NodeJS.ProcessEnv;
+  /** Ends a command that runs until stopped (`ctl events --follow`); the process's SIGINT otherwise. */
+  readonly signal?: AbortSignal;
 }
 
 export const processIo: Io = {

@@ -104,6 +104,21 @@ export class SpecTracker {
     }
   }
 
+  /**
+   * Restarted on a rejected head: the revision applied before the restart stays in force, so it is
+   * loaded again (else the controller would have no spec at all until a valid commit came).
+   */
+  private async loadResumed(head: string): Promise<void> {
+    const rev = this.lastApplied;
+    if (this.applied !== null || rev === null || rev === head) return;
+    try {
+      const r = await this.load(this.repo.files(rev), rev);
+      if (r.ok) this.applied = { spec: r.spec, revision: rev, warnings: r.warnings, at: this.now() };
+    } catch {
+      // the resumed revision is gone from the repo: nothing is in force until a valid head comes
+    }
+  }
+
   private async doRefresh(): Promise<RefreshResult> {
     let head: string;
     try {
@@ -130,6 +145,7 @@ export class SpecTracker {
     this.lastSeen = head;
     if (!result.ok) {
       this.rejected = { revision: head, problems: result.problems, at };
+      await this.loadResumed(head);
       return { outcome: 'rejected', head, retries: [], error: null };
     }
     this.applied = { spec: result.spec, revision: head, warnings: result.warnings, at };

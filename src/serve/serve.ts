@@ -204,6 +204,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     usage: usageBook,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),
+    metricsRegistry: metrics.registry,
     limits: { headersTimeoutMs: cfg.clientTimeouts.headersMs, requestTimeoutMs: cfg.clientTimeouts.requestMs },
     ...(serverFactory ? { serverFactory } : {}),
   });

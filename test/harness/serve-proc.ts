@@ -28,7 +28,8 @@ export interface ServeProc {
   restart(): void;
 }
 
-export async function spawnServe(o: { name: string; fleet: TestFleet; args?: readonly string[]; env?: Record<string, string>; routerAuth?: boolean }): Promise<ServeProc> {
+/** `routerAuth` / `adminAuth`: leave router / admin authentication on (the test passes the key or token files in `args`). */
+export async function spawnServe(o: { name: string; fleet: TestFleet; args?: readonly string[]; env?: Record<string, string>; routerAuth?: boolean; adminAuth?: boolean }): Promise<ServeProc> {
   const stateDir = join(o.fleet.stateDir, o.name);
   mkdirSync(stateDir, { recursive: true });
   const [routerPort, adminPort] = [await freePort(), await freePort()];
@@ -46,7 +47,7 @@ export async function spawnServe(o: { name: string; fleet: TestFleet; args?: rea
         '--router-listen', `127.0.0.1:${routerPort}`,
         '--admin-listen', `127.0.0.1:${adminPort}`,
         ...(o.routerAuth ? [] : ['--no-router-auth']),
-        '--no-admin-auth',
+        ...(o.adminAuth ? [] : ['--no-admin-auth']),
         '--log-format', 'json',
         ...(o.args ?? []),
       ],

@@ -159,6 +159,17 @@ describe('SpecTracker', () => {
     assert.deepEqual((await t.refresh()).retries.map((r) => r.model), ['a', 'b']);
   });
 
+  it('restarted on a rejected head, the revision applied before the restart is in force again', async () => {
+    const repo = new FakeRepo();
+    const c1 = repo.commit({ valid: true });
+    const c2 = repo.commit({ valid: false });
+    const t = new SpecTracker(repo, { load: loaderFor(repo), resumeFrom: c1 });
+    assert.equal((await t.refresh()).outcome, 'rejected');
+    assert.equal(t.rejected?.revision, c2);
+    assert.equal(t.applied?.revision, c1);
+    assert.equal((t.applied?.spec as unknown as { revision: string }).revision, c1);
+  });
+
   it('resumeFrom a revision the repo does not have falls back to the head commit only', async () => {
     const repo = new FakeRepo();
     repo.commit({ valid: true, retry: ['a'] });

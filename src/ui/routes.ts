@@ -1,0 +1,203 @@
+/**
+ * The status page and its feeds, added to the admin app (registered from admin/app.ts):
+ *   GET /  → /ui/                    the page (HTML, CSS, JS, config.json {auth}: no token needed to load them)
+ *   GET /admin/v1/events[?model=M&limit=N&after=SEQ]   recent events, newest first (JSON)
+ *   GET /admin/v1/events/stream[?model=M]             the same as Server-Sent Events (`event: fleet-event`);
+ *                                                     Last-Event-ID (BOOT:SEQ) replays what the ring still holds
+ *   GET /admin/v1/view                                the page's view of the fleet (JSON)
+ *   GET /admin/v1/view/stream                         that view again on every snapshot change (SSE `event: view`)
+ * The API routes take the admin token like every other; the streams drop a client that does not
+ * read (see sse.ts) and end when the app closes.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Registry } from 'prom-client';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FleetSpec } from '../fleet-spec/types.js';
+import { EventFeed, type SnapshotSource } from '../events/feed.js';
+import type { FleetEvent } from '../events/ring.js';
+import { DEFAULT_SSE, SseClient, sseFrame, type SseOptions } from '../events/sse.js';
+import { pageAssets, CSP } from './assets.js';
+import { pageView, type PageView } from './view.js';
+import { readRouterCounters, routerFigures, type RouterCounters, type RouterFigures } from './figures.js';
+
+export interface UiDeps {
+  readonly backend: SnapshotSource & { spec(): FleetSpec | null };
+  readonly checkAuth: (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => void;
+  readonly prefix: string;
+  readonly sse?: Partial<SseOptions>;
+  readonly ringSize?: number;
+  /** Whether the feeds ask for the admin token (the page asks for it only then). */
+  readonly authEnabled: boolean;
+  /** The controller's metrics: the models' router figures come from its counters. */
+  readonly registry?: Registry;
+  /** How often the router figures are read (and the window they cover). */
+  readonly figuresEveryMs?: number;
+}
+
+export interface EventJson extends Omit<FleetEvent, 'at'> {
+  readonly at: string;
+}
+
+export interface EventsJson {
+  readonly events: readonly EventJson[];
+  /** The newest event's number (0 before any): `after` for the next look. */
+  readonly last: number;
+  /** The oldest number the ring still holds. */
+  readonly first: number;
+  /** Which process numbered them (numbers start again at 1 when the controller restarts). */
+  readonly boot: string;
+}
+
+export const eventJson = (e: FleetEvent): EventJson => ({ ...e, at: new Date(e.at).toISOString() });
+
+const MAX_NAME = 256;
+
+/**
+ * Where a reconnecting stream goes on from: its Last-Event-ID is `BOOT:SEQ` (the ids this stream
+ * sends) or a bare SEQ. Another process's id (the controller restarted) or a number above the
+ * newest means every event this process holds is new to it; no id means only what comes next.
+ */
+export function resumeAfter(header: string | string[] | undefined, boot: string, last: number): number | null {
+  if (typeof header !== 'string' || header === '') return null;
+  const m = /^(?:(.+):)?(\d+)$/.exec(header.trim());
+  if (!m) return 0;
+  if (m[1] !== undefined && m[1] !== boot) return 0;
+  const seq = Number(m[2]);
+  return seq > last ? 0 : seq;
+}
+
+/** Registers the page and its feeds on the admin app; returns the feed (its ring) for the caller. */
+export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
+  const feed = new EventFeed(deps.backend, deps.ringSize !== undefined ? { ringSize: deps.ringSize } : {});
+  const boot = randomUUID();
+  const sseOpts: SseOptions = { ...DEFAULT_SSE, ...(deps.sse ?? {}) };
+  const clients = new Set<SseClient>();
+  const assets = pageAssets();
+
+  let figures: Map<string, RouterFigures> | null = null;
+  let view: { for: unknown; figures: unknown; value: PageView } | null = null;
+  const currentView = (): PageView => {
+    const s = feed.current;
+    if (view?.for !== s || view.figures !== figures) view = { for: s, figures, value: pageView(s, deps.backend.spec(), figures) };
+    return view.value;
+  };
+
+  const viewClients = new Set<SseClient>();
+  const broadcast = (): void => {
+    if (viewClients.size === 0) return;
+    const frame = sseFrame('view', currentView());
+    for (const c of viewClients) c.latest(frame);
+  };
+  feed.onSnapshot(broadcast);
+
+  // the router's figures: read every few seconds while a page looks (a window of that length)
+  let reading: RouterCounters | null = null;
+  const registry = deps.registry;
+  const figuresTimer = registry
+    ? setInterval(() => {
+        if (viewClients.size === 0) return;
+        void readRouterCounters(registry, Date.now())
+          .then((next) => {
+            const f = routerFigures(reading, next);
+            reading = next;
+            figures = f;
+            broadcast();
+          })
+          .catch(() => undefined);
+      }, deps.figuresEveryMs ?? 5000)
+    : null;
+  figuresTimer?.unref();
+
+  app.addHook('preClose', async () => {
+    if (figuresTimer) clearInterval(figuresTimer);
+    feed.stop();
+    for (const c of clients) c.close();
+  });
+
+  const open = (reply: FastifyReply): SseClient => {
+    void reply.hijack();
+    const c = new SseClient(reply.raw, sseOpts);
+    clients.add(c);
+    c.whenEnded(() => clients.delete(c));
+    return c;
+  };
+
+  // ------------------------------------------------------------------ the page (static, no token)
+  const page = (type: string, body: string) => async (_req: FastifyRequest, reply: FastifyReply) =>
+    reply
+      .header('content-type', type)
+      .header('content-security-policy', CSP)
+      .header('x-content-type-options', 'nosniff')
+      .header('referrer-policy', 'no-referrer')
+      .header('x-frame-options', 'DENY')
+      .header('cache-control', 'no-cache')
+      .send(body);
+  app.get('/', async (_req, reply) => reply.redirect('/ui/', 302));
+  app.get('/ui', async (_req, reply) => reply.redirect('/ui/', 301));
+  app.get('/ui/', page('text/html; charset=utf-8', assets.html));
+  app.get('/ui/app.css', page('text/css; charset=utf-8', assets.css));
+  app.get('/ui/app.js', page('text/javascript; charset=utf-8', assets.js));
+  app.get('/ui/icon.svg', page('image/svg+xml', assets.icon));
+  app.get('/favicon.ico', async (_req, reply) => reply.redirect('/ui/icon.svg', 301));
+  // whether to show the token form before asking for anything (a refused request is noise in the console)
+  app.get('/ui/config.json', page('application/json; charset=utf-8', JSON.stringify({ auth: deps.authEnabled })));
+
+  // ------------------------------------------------------------------ the feeds (admin token)
+  void app.register(
+    async (api) => {
+      api.addHook('onRequest', deps.checkAuth);
+
+      api.get<{ Querystring: { model?: string; limit?: number; after?: number } }>(
+        '/events',
+        {
+          schema: {
+            querystring: {
+              type: 'object',
+              additionalProperties: false,
+              properties: {
+                model: { type: 'string', minLength: 1, maxLength: MAX_NAME },
+                limit: { type: 'integer', minimum: 1, maximum: 100_000 },
+                after: { type: 'integer', minimum: 0 },
+              },
+            },
+          },
+        },
+        async (req, reply) => {
+          const model = req.query.model === undefined ? undefined : (deps.backend.spec()?.modelNames[req.query.model] ?? req.query.model);
+          const events = feed.ring.list({ ...(model !== undefined ? { model } : {}), ...(req.query.limit !== undefined ? { limit: req.query.limit } : {}), ...(req.query.after !== undefined ? { after: req.query.after } : {}) });
+          const body: EventsJson = { events: events.map(eventJson), last: feed.ring.last, first: feed.ring.first, boot };
+          return reply.header('cache-control', 'no-store').send(body);
+        },
+      );
+
+      api.get<{ Querystring: { model?: string } }>(
+        '/events/stream',
+        { schema: { querystring: { type: 'object', additionalProperties: false, properties: { model: { type: 'string', minLength: 1, maxLength: MAX_NAME } } } } },
+        async (req, reply) => {
+          const model = req.query.model === undefined ? undefined : (deps.backend.spec()?.modelNames[req.query.model] ?? req.query.model);
+          const lastId = resumeAfter(req.headers['last-event-id'], boot, feed.ring.last);
+          const c = open(reply);
+          c.send(sseFrame('hello', { boot, last: feed.ring.last, first: feed.ring.first }));
+          const matches = (e: FleetEvent): boolean => model === undefined || e.model === model;
+          // what it missed while away (as far as the ring still holds it), oldest first
+          if (lastId !== null) for (const e of feed.ring.list({ after: lastId }).reverse()) if (matches(e)) c.send(sseFrame('fleet-event', eventJson(e), `${boot}:${e.seq}`));
+          const off = feed.ring.subscribe((e) => {
+            if (matches(e)) c.send(sseFrame('fleet-event', eventJson(e), `${boot}:${e.seq}`));
+          });
+          c.whenEnded(off);
+        },
+      );
+
+      api.get('/view', async (_req, reply) => reply.header('cache-control', 'no-store').send(currentView()));
+
+      api.get('/view/stream', async (_req, reply) => {
+        const c = open(reply);
+        viewClients.add(c);
+        c.whenEnded(() => viewClients.delete(c));
+        c.latest(sseFrame('view', currentView()));
+      });
+    },
+    { prefix: deps.prefix },
+  );
+  return feed;
+}

@@ -1,0 +1,162 @@
+/**
+ * The status page's view (pure): one snapshot shaped for the page — the header, the models grouped
+ * by what needs attention (the same order, words and details as `llmgw ctl status`, from
+ * ctl-format.ts), and the nodes as memory bars with the number placement uses (the declared
+ * capacity where a node sets one, else the observed total; minus placement_reserve; minus what
+ * llmgw's replicas take by the models' estimates).
+ */
+import { Reasons } from '../errors/catalogue.js';
+import type { FleetSpec } from '../fleet-spec/types.js';
+import { formatBytes } from '../fleet-spec/units.js';
+import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
+import { ATTENTION_ORDER, controlLines, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../cli/ctl-format.js';
+import type { RouterFigures } from './figures.js';
+import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
+
+export interface PageReplica {
+  readonly id: string;
+  readonly node: string;
+  readonly port: string;
+  readonly phase: string;
+  readonly since: string;
+}
+
+export interface PageModel {
+  readonly name: string;
+  readonly phase: ModelPhase;
+  /** "1/1", "0/0 idle". */
+  readonly ready: string;
+  readonly detail: string;
+  readonly scaling: string;
+  readonly consecutiveFailures: number;
+  /** Why it needs attention (the park's last error, the unplaceable reason, the last failure). */
+  readonly reason: ReasonJson | null;
+  readonly unplaceable: (UnplaceableJson & { readonly needText: string | null; readonly largestFreeText: string | null }) | null;
+  /** The command that unparks it (parked models). */
+  readonly unpark: string | null;
+  /** Whether the page offers Retry (parked, or backing off after failures). */
+  readonly retry: boolean;
+  readonly memory: string | null;
+  readonly replicas: readonly PageReplica[];
+  /** The router's figures for it (from this controller's counters), in words; null before a reading. */
+  readonly router: string | null;
+}
+
+export interface PageGroup {
+  readonly phase: ModelPhase;
+  readonly blurb: string | null;
+  readonly models: readonly PageModel[];
+}
+
+export interface PageNodeReplica {
+  readonly id: string;
+  readonly model: string;
+  readonly phase: string;
+  readonly bytes: number | null;
+  readonly text: string;
+}
+
+export interface PageNode {
+  readonly name: string;
+  readonly reachable: boolean;
+  readonly error: ReasonJson | null;
+  /** What placement counts as the node's memory, and where that number comes from; null when unknown. */
+  readonly capacity: { readonly bytes: number; readonly source: 'declared' | 'observed'; readonly text: string } | null;
+  readonly reserve: { readonly bytes: number; readonly text: string };
+  readonly taken: { readonly bytes: number; readonly text: string };
+  readonly free: { readonly bytes: number; readonly text: string } | null;
+  readonly replicas: readonly PageNodeReplica[];
+}
+
+export interface PageView {
+  readonly at: string;
+  readonly status: StatusJson;
+  /** The header's lines (label, text), in `ctl status`'s words. */
+  readonly control: readonly (readonly [string, string])[];
+  readonly rejected: { readonly revision: string; readonly problems: readonly { readonly where: string; readonly message: string; readonly code: string }[]; readonly hint: string } | null;
+  readonly groups: readonly PageGroup[];
+  readonly nodes: readonly PageNode[];
+}
+
+const sized = (bytes: number): { bytes: number; text: string } => ({ bytes, text: formatBytes(bytes) });
+
+function portOf(endpoint: string): string {
+  const m = /:(\d+)\/?$/.exec(endpoint);
+  return m ? m[1]! : '-';
+}
+
+/** "0.4 req/s, p50 ≤ 250 ms, queue 0, 35% of prompt tokens from cache". */
+export function figuresText(f: RouterFigures): string {
+  const rps = f.requestsPerSecond >= 10 ? f.requestsPerSecond.toFixed(0) : f.requestsPerSecond.toFixed(1);
+  const p50 = f.p50Seconds === null ? 'p50 -' : f.p50Seconds === Infinity ? 'p50 > 600 s' : `p50 ≤ ${f.p50Seconds < 1 ? `${Math.round(f.p50Seconds * 1000)} ms` : `${f.p50Seconds} s`}`;
+  const cache = f.cacheShare === null ? 'no prompt tokens' : `${Math.round(f.cacheShare * 100)}% of prompt tokens from cache`;
+  return `${rps} req/s, ${p50}, queue ${f.queueDepth}, ${cache}`;
+}
+
+function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, RouterFigures> | null): PageModel {
+  const f = figures?.get(m.name) ?? null;
+  const reason = m.parked ? m.parked.lastError : m.unplaceable ? { code: m.unplaceable.code, message: m.unplaceable.reason, hint: m.unplaceable.hint } : m.consecutiveFailures > 0 ? m.lastError : null;
+  return {
+    name: m.name,
+    phase: m.phase,
+    ready: readyCount(m),
+    detail: modelDetail(m, at),
+    scaling: scalingText(m, at),
+    consecutiveFailures: m.consecutiveFailures,
+    reason,
+    unplaceable: m.unplaceable
+      ? { ...m.unplaceable, needText: m.unplaceable.needBytes === null ? null : formatBytes(m.unplaceable.needBytes), largestFreeText: m.unplaceable.largestFree ? `${formatBytes(m.unplaceable.largestFree.bytes)} on ${m.unplaceable.largestFree.node}` : null }
+      : null,
+    unpark: m.parked ? unparkLine(m.name) : null,
+    retry: m.parked !== null || m.consecutiveFailures > 0,
+    memory: m.memoryBytes === null ? null : formatBytes(m.memoryBytes),
+    replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: r.outdated ? `${r.phase} (outdated)` : r.phase, since: r.startedAt })),
+    router: f ? figuresText(f) : figures ? figuresText({ requestsPerSecond: 0, p50Seconds: null, queueDepth: 0, cacheShare: null }) : null,
+  };
+}
+
+export function pageView(s: FleetSnapshot, spec: FleetSpec | null, figures: ReadonlyMap<string, RouterFigures> | null = null): PageView {
+  const status = statusJson(s);
+  const at = status.at;
+  const models = s.models.map((m) => modelJson(m, s.appliedRevision, s.at));
+  const groups: PageGroup[] = ATTENTION_ORDER.map((phase) => ({
+    phase,
+    blurb: GROUP_BLURBS[phase] ?? null,
+    models: models.filter((m) => m.phase === phase).map((m) => pageModel(m, at, figures)),
+  })).filter((g) => g.models.length > 0);
+
+  const memOf = new Map(s.models.map((m) => [m.name, m.memoryBytes]));
+  const reserveBytes = spec?.settings.placementReserveBytes ?? 0;
+  const nodes: PageNode[] = s.nodes.map((n) => {
+    const declared = spec?.nodes[n.name]?.capacity.memoryBytes ?? null;
+    const capacityBytes = declared ?? n.memory?.totalBytes ?? null;
+    const replicas: PageNodeReplica[] = s.models
+      .flatMap((m) => m.replicas.filter((r) => r.node === n.name))
+      .map((r) => {
+        const bytes = memOf.get(r.model) ?? null;
+        return { id: r.id, model: r.model, phase: r.phase, bytes, text: `${r.model} (${r.phase}${bytes === null ? '' : `, ${formatBytes(bytes)}`})` };
+      });
+    // as the planner counts them: every replica but a failed one takes its model's need
+    const taken = replicas.reduce((t, r) => t + (r.phase === 'failed' ? 0 : (r.bytes ?? 0)), 0);
+    return {
+      name: n.name,
+      reachable: n.reachable,
+      error: n.error ? { code: n.error.code, message: n.error.message, hint: (Reasons as Record<string, { hint: string } | undefined>)[n.error.code]?.hint ?? '' } : null,
+      capacity: capacityBytes === null ? null : { ...sized(capacityBytes), source: declared !== null ? 'declared' : 'observed' },
+      reserve: sized(reserveBytes),
+      taken: sized(taken),
+      free: capacityBytes === null ? null : sized(Math.max(0, capacityBytes - reserveBytes - taken)),
+      replicas,
+    };
+  });
+
+  const r = status.spec.rejected;
+  return {
+    at,
+    status,
+    control: controlLines(status, at),
+    rejected: r ? { revision: r.revision, hint: r.hint, problems: r.problems.map((p) => ({ where: `${p.file}${p.line !== null ? `:${p.line}` : ''}`, message: p.message, code: p.code })) } : null,
+    groups,
+    nodes,
+  };
+}
