@@ -69,6 +69,7 @@ export const Reasons = catalogue({
   NODE_AUTH_FAILED: { http: 502, retryable: false, counts: false, hint: 'Check the node\'s user and that the identity key named in nodes/<node>.yaml exists in the secrets dir and is authorized on the node.' },
   SECRET_NOT_FOUND: { http: 500, retryable: false, counts: false, hint: 'Put the named secret (file) into the controller\'s secrets dir; secrets never live in the fleet repo.' },
   SECRET_INVALID: { http: 500, retryable: false, counts: false, hint: 'The named secret in the controller\'s secrets dir is not in the form expected (a bearer token is one line of visible ASCII without spaces); fix the file.' },
+  SECRET_TOO_SHORT: { http: 500, retryable: false, counts: false, hint: 'An operator secret (admin token, webhook secret, engine key) must be at least 16 characters; put a longer random one in place (e.g. `openssl rand -base64 24`).' },
   NODE_TIMEOUT: { http: 504, retryable: true, counts: false, hint: 'The operation on the node took longer than its timeout; check the node\'s load and network.' },
   NODE_COMMAND_FAILED: { http: 500, retryable: true, counts: false, hint: 'A command on the node failed; see the detail (stderr) for why.' },
   NODE_NO_FREE_PORT: { http: 503, retryable: true, counts: false, avoidsNode: true, hint: 'Every port in the node\'s port range is in use; widen ports in nodes/<node>.yaml or stop replicas.' },

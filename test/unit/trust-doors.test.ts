@@ -1,6 +1,11 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { decodeUtf8 } from '../../src/fleet-spec/yaml.js';
+import { Reasons } from '../../src/errors/catalogue.js';
+import { operatorSecretEnv, operatorSecretFile, SecretFileError } from '../../src/serve/state-secrets.js';
 
 describe('trust: the smaller doors', () => {
   it('the UTF-8 check is not quadratic: a bad byte near the end of a 256 KiB file is found at once', () => {
@@ -39,6 +44,30 @@ describe('trust: the smaller doors', () => {
       const r = decodeUtf8('models/a.yaml', b);
       if ('text' in r) continue;
       assert.match(r.problem.message, new RegExp(`offset ${scan(b)}\\)`), `bytes ${[...b].join(',')}`);
+    }
+  });
+
+  it('operator secrets shorter than 16 characters are refused with SECRET_TOO_SHORT naming the secret and its source', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-secret-'));
+    try {
+      const file = join(dir, 'admin-token');
+      writeFileSync(file, 'x\n');
+      assert.throws(
+        () => operatorSecretFile(file, 'admin token'),
+        (e: unknown) => e instanceof SecretFileError && e.code === 'SECRET_TOO_SHORT' && e.path === file && /admin token/.test(e.message) && e.message.includes(file) && /at least 16/.test(e.message),
+      );
+      writeFileSync(file, '123456789012345\n');
+      assert.throws(() => operatorSecretFile(file, 'webhook secret'), (e: unknown) => e instanceof SecretFileError && e.code === 'SECRET_TOO_SHORT' && /webhook secret/.test(e.message) && /15 characters/.test(e.message));
+      writeFileSync(file, '1234567890123456\n');
+      assert.equal(operatorSecretFile(file, 'webhook secret'), '1234567890123456');
+      assert.throws(
+        () => operatorSecretEnv('LLMGW_ADMIN_TOKEN', 'short', 'admin token'),
+        (e: unknown) => e instanceof SecretFileError && e.code === 'SECRET_TOO_SHORT' && e.message.includes('$LLMGW_ADMIN_TOKEN'),
+      );
+      assert.equal(operatorSecretEnv('LLMGW_ADMIN_TOKEN', ' abcdefghijklmnopq ', 'admin token'), 'abcdefghijklmnopq');
+      assert.ok(Reasons.SECRET_TOO_SHORT.hint.includes('16'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
