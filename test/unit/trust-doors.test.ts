@@ -1,10 +1,12 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decodeUtf8 } from '../../src/fleet-spec/yaml.js';
 import { Reasons } from '../../src/errors/catalogue.js';
+import { startReplicaScript } from '../../src/nodes/scripts.js';
 import { operatorSecretEnv, operatorSecretFile, SecretFileError } from '../../src/serve/state-secrets.js';
 
 describe('trust: the smaller doors', () => {
@@ -66,6 +68,28 @@ describe('trust: the smaller doors', () => {
       );
       assert.equal(operatorSecretEnv('LLMGW_ADMIN_TOKEN', ' abcdefghijklmnopq ', 'admin token'), 'abcdefghijklmnopq');
       assert.ok(Reasons.SECRET_TOO_SHORT.hint.includes('16'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the start script refuses an empty engine key: nothing is launched, the replica dir is gone', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-start-'));
+    try {
+      const marker = join(dir, 'launched');
+      const script = startReplicaScript({ dataDir: dir, id: 'r1', port: 39_517, argv: ['/bin/sh', '-c', `touch ${marker}`], stateHead: '{}' });
+      for (const stdin of ['\n', '']) {
+        const r = spawnSync('sh', ['-c', script], { input: stdin, encoding: 'utf8' });
+        assert.equal(r.status, 3, r.stderr);
+        assert.match(r.stderr, /llmgw-error: SECRET_INVALID no engine API key/);
+        assert.equal(existsSync(marker), false, 'a replica was launched without a key');
+        assert.deepEqual(readdirSync(join(dir, 'replicas')).filter((n) => !n.startsWith('.')), []);
+      }
+      // with a key it launches (the same script, so the refusal above is the key's doing)
+      const ok = spawnSync('sh', ['-c', script], { input: 'k'.repeat(32) + '\n', encoding: 'utf8' });
+      assert.equal(ok.status, 0, ok.stderr);
+      for (let i = 0; i < 100 && !existsSync(marker); i++) spawnSync('sleep', ['0.05']);
+      assert.ok(existsSync(marker));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
