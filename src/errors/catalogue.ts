@@ -157,7 +157,8 @@ export const Reasons = catalogue({
   WEBHOOK_NOT_CONFIGURED: { http: 404, retryable: false, counts: false, hint: 'The controller has no webhook secret configured; set one in the controller config to accept git push webhooks (polling still picks up commits).' },
   NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'Nothing of that name exists in the fleet in force; `llmgw ctl models`, `llmgw ctl replicas` and `llmgw ctl nodes` list what does.' },
   ADMIN_ROUTE_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The admin API serves /admin/v1/status, /models, /models/NAME, /models/NAME/retry, /replicas, /replicas/ID/logs, /nodes, /restart and /webhook; check the URL and method.' },
-  ADMIN_BODY_TOO_LARGE: { http: 413, retryable: false, counts: false, hint: 'The request body is larger than the admin API accepts (a webhook delivery: 1 MiB, read before its signature is checked); a push whose delivery is bigger is still picked up by polling.' },
+  ADMIN_BODY_TOO_LARGE: { http: 413, retryable: false, counts: false, hint: 'The request body is larger than the admin API accepts (a webhook delivery: 64 KiB, read before its signature is checked); a push whose delivery is bigger is still picked up by polling.' },
+  ADMIN_OVERLOADED: { http: 503, retryable: true, counts: false, hint: 'The admin port is at its limit of requests in progress (or of webhook bodies read before their signature is checked); retry after Retry-After seconds. Many clients at once here is unusual: look for a flood.' },
   ADMIN_BAD_REQUEST: { http: 400, retryable: false, counts: false, hint: 'Fix the request as the message says: JSON bodies and query parameters as the admin API documents them (`llmgw ctl --help` shows what the CLI sends).' },
 
   // --- CLI usage ---
