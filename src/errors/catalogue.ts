@@ -6,6 +6,8 @@
  * error `type`/`code` the router answers it with, and a hint an operator can act on. The core
  * matches on `code`, never on text.
  */
+import { redactUrls } from '../util/redact-url.js';
+
 export interface Reason {
   readonly code: string;
   readonly http: number;
@@ -172,10 +174,11 @@ export class LlmgwError extends Error {
   readonly reason: Reason;
   readonly detail: Readonly<Record<string, unknown>>;
   constructor(code: ReasonCode, message: string, detail: Record<string, unknown> = {}, options?: { cause?: unknown }) {
-    super(message, options);
+    // a presigned source's query or a URL's user info never leaves in a message or its detail
+    super(redactUrls(message), options);
     this.name = 'LlmgwError';
     this.reason = Reasons[code];
-    this.detail = Object.freeze({ ...detail });
+    this.detail = Object.freeze(Object.fromEntries(Object.entries(detail).map(([k, v]) => [k, typeof v === 'string' ? redactUrls(v) : v])));
   }
   get code(): ReasonCode {
     return this.reason.code as ReasonCode;
@@ -191,7 +194,7 @@ export interface ReasonRef {
 /** The reason of any error: its catalogue code, or INTERNAL for an error no adapter translated. */
 export function reasonOf(e: unknown): ReasonRef {
   if (e instanceof LlmgwError) return { code: e.code, message: e.message };
-  return { code: 'INTERNAL', message: e instanceof Error ? e.message : String(e) };
+  return { code: 'INTERNAL', message: redactUrls(e instanceof Error ? e.message : String(e)) };
 }
 
 export function isLlmgwError(e: unknown, code?: ReasonCode): e is LlmgwError {

@@ -7,6 +7,15 @@ import { join } from 'node:path';
 import { decodeUtf8 } from '../../src/fleet-spec/yaml.js';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { startReplicaScript } from '../../src/nodes/scripts.js';
+import { LlmgwError, reasonOf } from '../../src/errors/catalogue.js';
+import { redactUrls } from '../../src/util/redact-url.js';
+import { modelJson, statusFiles } from '../../src/wire/shape.js';
+import { publishedJson } from '../../src/ha/published.js';
+import { STANDALONE, type FleetSnapshot, type ModelView } from '../../src/reconciler/view.js';
+import { fakeSpec } from '../harness/fake-fleet-view.js';
+import { dirFiles } from '../../src/fleet-spec/dir-files.js';
+import { loadFleetSpec } from '../../src/fleet-spec/load.js';
+import { minimalFleet, tempFleet } from '../harness/fleet.js';
 import { operatorSecretEnv, operatorSecretFile, SecretFileError } from '../../src/serve/state-secrets.js';
 
 describe('trust: the smaller doors', () => {
@@ -92,6 +101,53 @@ describe('trust: the smaller doors', () => {
       assert.ok(existsSync(marker));
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('URL credentials are redacted in text: query values and user info, every URL in a message', () => {
+    assert.equal(redactUrls('download of https://b.s3.amazonaws.com/m.gguf?X-Amz-Credential=AKIA1234&X-Amz-Signature=deadbeef failed (exit 22)'), 'download of https://b.s3.amazonaws.com/m.gguf?X-Amz-Credential=REDACTED&X-Amz-Signature=REDACTED failed (exit 22)');
+    assert.equal(redactUrls('HEAD http://u:p@h:8/x?sig=1 and https://a/b'), 'HEAD http://REDACTED@h:8/x?sig=REDACTED and https://a/b');
+    assert.equal(redactUrls('hf://org/repo/x.gguf and file:///a?b'), 'hf://org/repo/x.gguf and file:///a?b');
+  });
+
+  it('a presigned source never shows in the admin API / status branch / etcd snapshot / error messages', () => {
+    const SIG = 'Zm9yZ2VkLXNpZ25hdHVyZS0xMjM0';
+    const source = `https://cdn.example.com/m.gguf?X-Amz-Signature=${SIG}&X-Amz-Expires=3600`;
+    const base = fakeSpec({ models: { alpha: {} } });
+    const spec = { ...base.models.alpha!, source };
+    const err = new LlmgwError('MODEL_DOWNLOAD_FAILED', `node n1: download of ${source} failed (exit 22): 403`, { node: 'n1', source });
+    assert.ok(!err.message.includes(SIG) && !JSON.stringify(err.detail).includes(SIG));
+    assert.ok(!reasonOf(new Error(`HEAD ${source} answered 403`)).message.includes(SIG));
+    const m: ModelView = { name: 'alpha', spec, phase: 'failing', desired: 1, ready: 0, replicas: [], consecutiveFailures: 1, lastError: reasonOf(err), parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null };
+    const snap: FleetSnapshot = { at: 0, leader: true, control: STANDALONE, appliedRevision: 'r1', specValid: true, rejected: null, lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null, models: [m], nodes: [], lastPass: null };
+    const outputs = { admin: JSON.stringify(modelJson(m, 'r1', 0)), status: JSON.stringify(statusFiles(snap, null)), etcd: publishedJson(snap) };
+    for (const [where, text] of Object.entries(outputs)) {
+      assert.ok(!text.includes(SIG), `${where} carries the signature: ${text}`);
+    }
+    assert.match(outputs.admin, /X-Amz-Signature=REDACTED/);
+  });
+
+  it('validate refuses credentials in a source URL without echoing them, and token: on http:// (not on loopback)', async () => {
+    const files = minimalFleet();
+    files['models/alpha.yaml'] = files['models/alpha.yaml']!.replace(/^source: .*$/m, 'source: https://bob:hunter2-secret@example.com/a.gguf');
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.ok(!r.ok);
+      const p = r.problems.find((q) => q.path === '/source');
+      assert.ok(p && p.code === 'SPEC_INVALID_VALUE' && p.file === 'models/alpha.yaml' && p.line !== null, JSON.stringify(r.problems));
+      assert.ok(!JSON.stringify(r.problems).includes('hunter2'));
+    } finally {
+      f.cleanup();
+    }
+    const loop = minimalFleet();
+    loop['models/alpha.yaml'] = loop['models/alpha.yaml']!.replace(/^source: .*$/m, 'source: http://127.0.0.1:9/a.gguf') + 'token: hf-token\n';
+    const g = tempFleet(loop);
+    try {
+      const r = await loadFleetSpec(dirFiles(g.dir), null);
+      assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+    } finally {
+      g.cleanup();
     }
   });
 });
