@@ -13,6 +13,8 @@
  * trailer, and before every swap attempt reads the epoch of the tip it builds on; a tip written by
  * a newer epoch is refused (STATUS_EPOCH_STALE), never built on or retried over. Since the swap
  * only succeeds on that same tip, epochs along the branch's first-parent history never decrease.
+ * The fence is the highest epoch anywhere on that history, not the tip's: a commit pushed without
+ * the trailer (or with a lower one) on top of a newer epoch resets nothing.
  */
 import * as fs from 'node:fs';
 import { open, readFile, readdir, rename, unlink, mkdir, type FileHandle } from 'node:fs/promises';
@@ -34,8 +36,8 @@ export interface StatusBranchOptions {
   readonly message: string;
   /**
    * The HA leader's fencing epoch (a non-negative integer). Given: the commit carries
-   * `Llmgw-Epoch: <epoch>`, and a branch whose tip carries a higher epoch is refused with
-   * STATUS_EPOCH_STALE. Absent: no trailer, no check.
+   * `Llmgw-Epoch: <epoch>`, and a branch whose first-parent history carries a higher epoch is
+   * refused with STATUS_EPOCH_STALE. Absent: no trailer, no check.
    */
   readonly epoch?: number;
   readonly author?: { readonly name: string; readonly email: string };
@@ -169,16 +171,46 @@ function checkEpoch(opts: StatusBranchOptions): void {
   }
 }
 
-/** Refuse to build on a tip that a newer epoch wrote (a tip without the trailer is epoch 0). */
+/**
+ * The fence: the highest epoch on the tip's first-parent history, so a commit without the trailer
+ * (anyone who can push the branch) resets nothing. Remembered per commit (a writer's next tip is
+ * its own last commit: one step), at most FENCE_CACHE commits.
+ */
+const FENCE_CACHE = 4096;
+const fenceCache = new Map<string, { epoch: number; commit: string }>();
+
+async function historyFence(repo: FleetRepo, tip: string): Promise<{ epoch: number; commit: string }> {
+  const walked: Array<{ oid: string; epoch: number | null }> = [];
+  let found: { epoch: number; commit: string } = { epoch: 0, commit: tip };
+  for (let oid: string | undefined = tip; oid !== undefined; ) {
+    const cached = fenceCache.get(`${repo.gitdir}\0${oid}`);
+    if (cached) {
+      found = cached;
+      break;
+    }
+    const { commit } = await git.readCommit({ fs, gitdir: repo.gitdir, oid, cache: repo.cache });
+    walked.push({ oid, epoch: epochOf(commit.message) });
+    oid = commit.parent[0];
+  }
+  for (let i = walked.length - 1; i >= 0; i--) {
+    const w = walked[i]!;
+    if (w.epoch !== null && w.epoch >= found.epoch) found = { epoch: w.epoch, commit: w.oid };
+    fenceCache.set(`${repo.gitdir}\0${w.oid}`, found);
+  }
+  while (fenceCache.size > FENCE_CACHE) fenceCache.delete(fenceCache.keys().next().value as string);
+  return found;
+}
+
+/** Refuse to build on a branch whose first-parent history holds a newer epoch than this writer's. */
 async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined): Promise<void> {
   if (epoch === undefined || tip === null) return;
-  const { message } = (await git.readCommit({ fs, gitdir: repo.gitdir, oid: tip, cache: repo.cache })).commit;
-  const headEpoch = epochOf(message) ?? 0;
-  if (headEpoch > epoch) {
+  const fence = await historyFence(repo, tip);
+  if (fence.epoch > epoch) {
+    const where = fence.commit === tip ? `its head ${tip.slice(0, 12)} was written` : `its history holds ${fence.commit.slice(0, 12)} (head ${tip.slice(0, 12)}), written`;
     throw new LlmgwError(
       'STATUS_EPOCH_STALE',
-      `status branch ${branch} (${repo.label}): its head ${tip.slice(0, 12)} was written by epoch ${headEpoch}, newer than this writer's epoch ${epoch}; not written`,
-      { branch, epoch, headEpoch, head: tip },
+      `status branch ${branch} (${repo.label}): ${where} by epoch ${fence.epoch}, newer than this writer's epoch ${epoch}; not written`,
+      { branch, epoch, headEpoch: fence.epoch, head: tip, ...(fence.commit === tip ? {} : { fencedBy: fence.commit }) },
     );
   }
 }

@@ -88,10 +88,34 @@ describe('status branch epoch fencing on a remote', () => {
     const w = await writeStatusBranch(repo, { branch, files: files('plain', 1), message: 'llmgw status at eee' });
     assert.equal(w.changed, true);
     assert.equal(await git(served.bare, ['log', '-1', '--format=%B', branch]), 'llmgw status at eee');
-    // A head without the trailer counts as epoch 0.
-    const w1 = await writeStatusBranch(repo, { branch, files: files('e', 2), message: 'epoch 1', epoch: 1 });
-    assert.equal(w1.changed, true);
-    assert.deepEqual(await firstParentEpochs(served.bare, branch), [9, null, 1]);
+    // A head without the trailer resets nothing: the fence is the highest epoch on first-parent history.
+    const stale = await rejectsWith(writeStatusBranch(repo, { branch, files: files('e', 2), message: 'epoch 1', epoch: 1 }), 'STATUS_EPOCH_STALE');
+    assert.equal((stale.detail as { headEpoch: number }).headEpoch, 9);
+    const w9 = await writeStatusBranch(repo, { branch, files: files('e', 2), message: 'epoch 9 again', epoch: 9 });
+    assert.equal(w9.changed, true);
+    assert.deepEqual(await firstParentEpochs(served.bare, branch), [9, null, 9]);
+  });
+
+  it('an unsigned commit pushed by hand over a newer epoch resets nothing (F8); a fresh writer (no cache) sees it too', async () => {
+    const branch = 'llmgw/status-unsigned';
+    const leader7 = await served.remote();
+    await writeStatusBranch(leader7, { branch, files: files('7', 1), message: 'llmgw status', epoch: 7 });
+    // anyone who can push llmgw/status: a commit without the trailer (and one with a lower epoch) on top
+    const work = await WorkRepo.clone(served.url);
+    await work.git(['-c', 'credential.helper=', 'fetch', '-q', served.url, `${branch}:${branch}`]);
+    await work.checkout(branch);
+    await work.write({ 'fleet.json': '{"forged":true}\n' });
+    await work.commit('reset the fence');
+    await work.write({ 'fleet.json': '{"forged":2}\n' });
+    await work.commit('lower\n\nLlmgw-Epoch: 2');
+    await work.push(served.url, branch);
+    for (const writer of [leader7, await served.remote()]) {
+      const err = await rejectsWith(writeStatusBranch(writer, { branch, files: files('3', 1), message: 'llmgw status', epoch: 3 }), 'STATUS_EPOCH_STALE');
+      assert.equal((err.detail as { headEpoch: number }).headEpoch, 7);
+      assert.match(err.message, /its history holds [0-9a-f]{12} \(head [0-9a-f]{12}\), written by epoch 7/);
+    }
+    const w8 = await writeStatusBranch(leader7, { branch, files: files('8', 1), message: 'llmgw status', epoch: 8 });
+    assert.equal(w8.changed, true);
   });
 
   it('bad epochs and a message that already names one are USAGE, before anything is written', async () => {
