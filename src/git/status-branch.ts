@@ -40,6 +40,13 @@ export interface StatusBranchOptions {
    * refused with STATUS_EPOCH_STALE. Absent: no trailer, no check.
    */
   readonly epoch?: number;
+  /**
+   * The highest epoch that can be real (HA: etcd's current revision, read after the branch was
+   * fetched). An epoch above it on the branch was not made by this etcd — a forged
+   * `Llmgw-Epoch`, or a commit from before an etcd restore — and fences nothing: the write goes
+   * on and the result names it (`forged`). Asked only when the history's fence is above `epoch`.
+   */
+  readonly epochBound?: () => Promise<number>;
   readonly author?: { readonly name: string; readonly email: string };
   /**
    * Remembers the blobs and trees of earlier writes (one per writer of the branch): a write that
@@ -58,6 +65,8 @@ export interface StatusWriteResult {
   /** The branch tip after the call. */
   readonly oid: string;
   readonly attempts: number;
+  /** The highest epoch on the branch above `epochBound`, ignored as a forgery (null: none). */
+  readonly forged?: { readonly epoch: number; readonly commit: string; readonly bound: number } | null;
 }
 
 function checkBranchName(branch: string, fleetBranch: string): void {
@@ -179,6 +188,18 @@ function checkEpoch(opts: StatusBranchOptions): void {
 const FENCE_CACHE = 4096;
 const fenceCache = new Map<string, { epoch: number; commit: string }>();
 
+/** The fence counting only epochs ≤ bound (no cache: walked only while a forgery is on the branch). */
+async function boundedFence(repo: FleetRepo, tip: string, bound: number): Promise<{ epoch: number; commit: string }> {
+  let found = { epoch: 0, commit: tip };
+  for (let oid: string | undefined = tip; oid !== undefined; ) {
+    const { commit } = await git.readCommit({ fs, gitdir: repo.gitdir, oid, cache: repo.cache });
+    const e = epochOf(commit.message);
+    if (e !== null && e <= bound && e > found.epoch) found = { epoch: e, commit: oid };
+    oid = commit.parent[0];
+  }
+  return found;
+}
+
 async function historyFence(repo: FleetRepo, tip: string): Promise<{ epoch: number; commit: string }> {
   const walked: Array<{ oid: string; epoch: number | null }> = [];
   let found: { epoch: number; commit: string } = { epoch: 0, commit: tip };
@@ -201,10 +222,21 @@ async function historyFence(repo: FleetRepo, tip: string): Promise<{ epoch: numb
   return found;
 }
 
-/** Refuse to build on a branch whose first-parent history holds a newer epoch than this writer's. */
-async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined): Promise<void> {
-  if (epoch === undefined || tip === null) return;
-  const fence = await historyFence(repo, tip);
+/**
+ * Refuse to build on a branch whose first-parent history holds a newer epoch than this writer's;
+ * an epoch above `epochBound` is not real and fences nothing (returned as `forged`).
+ */
+async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined, epochBound?: () => Promise<number>): Promise<StatusWriteResult['forged']> {
+  if (epoch === undefined || tip === null) return null;
+  let fence = await historyFence(repo, tip);
+  let forged: StatusWriteResult['forged'] = null;
+  if (fence.epoch > epoch && epochBound) {
+    const bound = await epochBound();
+    if (fence.epoch > bound) {
+      forged = { epoch: fence.epoch, commit: fence.commit, bound };
+      fence = await boundedFence(repo, tip, bound);
+    }
+  }
   if (fence.epoch > epoch) {
     const where = fence.commit === tip ? `its head ${tip.slice(0, 12)} was written` : `its history holds ${fence.commit.slice(0, 12)} (head ${tip.slice(0, 12)}), written`;
     throw new LlmgwError(
@@ -213,6 +245,7 @@ async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | 
       { branch, epoch, headEpoch: fence.epoch, head: tip, ...(fence.commit === tip ? {} : { fencedBy: fence.commit }) },
     );
   }
+  return forged;
 }
 
 // --- local repos: git's ref lock protocol ---
@@ -314,18 +347,19 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
   const maxAttempts = Math.max(1, opts.maxAttempts ?? 5);
   let token: string | null = null;
   let heldLock: string | null = null;
+  let forged: StatusWriteResult['forged'] = null;
   try {
     const tree = await writeFilesTree(repo.gitdir, opts.files, opts.treeCache);
     if (repo.kind === 'local') {
       await assertNotCheckedOut(repo.gitdir, ref);
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
         const tip = await readLocalRef(repo.gitdir, ref);
-        await assertTipNotNewer(repo, branch, tip, opts.epoch);
-        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
+        forged = await assertTipNotNewer(repo, branch, tip, opts.epoch, opts.epochBound);
+        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         const commit = await makeCommit(repo, tree, tip, opts);
         await opts.beforeUpdate?.(attempt);
         const swap = await casLocalRef(repo.gitdir, ref, tip, commit);
-        if (swap === 'swapped') return { changed: true, oid: commit, attempts: attempt + 1 };
+        if (swap === 'swapped') return { changed: true, oid: commit, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         heldLock = swap === 'locked' ? join(repo.gitdir, `${ref}.lock`) : null;
       }
     } else {
@@ -333,8 +367,8 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       token = a.token;
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
         const tip = await repo.fetchBranch(branch, a.onAuth);
-        await assertTipNotNewer(repo, branch, tip, opts.epoch);
-        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
+        forged = await assertTipNotNewer(repo, branch, tip, opts.epoch, opts.epochBound);
+        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         const commit = await makeCommit(repo, tree, tip, opts);
         // The mirror's own branch ref is what push sends; the mirror has no working tree.
         await git.writeRef({ fs, gitdir: repo.gitdir, ref, value: commit, force: true });
@@ -354,7 +388,7 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
             onPrePush: ({ remoteRef }) => remoteRef.oid === (tip ?? ZERO_OID),
             ...(a.onAuth ? { onAuth: a.onAuth } : {}),
           });
-          return { changed: true, oid: commit, attempts: attempt + 1 };
+          return { changed: true, oid: commit, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         } catch (e) {
           if (!MOVED.has((e as { code?: string }).code ?? '')) throw e;
         }

@@ -157,7 +157,12 @@ export class HaController implements FleetView, AdminBackend {
       epoch,
       leader: leading,
       control: () => this.control(true),
-      onDeposed: (reason) => void this.transition(() => this.endTerm(reason)),
+      // refused by a node or the status branch: resign in etcd too (the lease goes now), so another
+      // instance can be elected at once and 'elected' fires again; the term ends either way
+      onDeposed: (reason) => {
+        if (this.o.election.epoch === epoch) this.o.election.resignTerm(reason);
+        void this.transition(() => this.endTerm(reason));
+      },
     });
     const off = reconciler.onSnapshot((s) => {
       this.setCurrent(s);

@@ -118,6 +118,30 @@ describe('status branch epoch fencing on a remote', () => {
     assert.equal(w8.changed, true);
   });
 
+  it('a forged Llmgw-Epoch above the bound (etcd\'s revision) fences nothing: the write goes on and names the forgery (F1)', async () => {
+    const branch = 'llmgw/status-forged';
+    const leader = await served.remote();
+    await writeStatusBranch(leader, { branch, files: files('5', 1), message: 'llmgw status', epoch: 5 });
+    const work = await WorkRepo.clone(served.url);
+    await work.git(['-c', 'credential.helper=', 'fetch', '-q', served.url, `${branch}:${branch}`]);
+    await work.checkout(branch);
+    await work.write({ 'fleet.json': '{"forged":true}\n' });
+    const forgedOid = await work.commit('forged\n\nLlmgw-Epoch: 999999999999');
+    await work.push(served.url, branch);
+    // without a bound the forgery fences (as before); with one it is named and passed over
+    await rejectsWith(writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: 6 }), 'STATUS_EPOCH_STALE');
+    let asked = 0;
+    const w = await writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: 6, epochBound: async () => (asked++, 1000) });
+    assert.equal(w.changed, true);
+    assert.equal(asked, 1);
+    assert.deepEqual(w.forged, { epoch: 999999999999, commit: forgedOid, bound: 1000 });
+    // the real epochs below the bound still fence: 5 < 6 written, 4 refused
+    await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 1), message: 'llmgw status', epoch: 4, epochBound: async () => 1000 }), 'STATUS_EPOCH_STALE');
+    // an unforged write asks no bound
+    const again = await writeStatusBranch(leader, { branch, files: files('6', 2), message: 'llmgw status', epoch: 999999999999, epochBound: async () => assert.fail('asked') });
+    assert.equal(again.changed, true);
+  });
+
   it('bad epochs and a message that already names one are USAGE, before anything is written', async () => {
     const branch = 'llmgw/status-usage';
     const repo = await served.remote();
