@@ -62,6 +62,7 @@ export const Reasons = catalogue({
   GIT_PUSH_REJECTED: { http: 409, retryable: true, counts: false, hint: 'Someone else moved the branch; llmgw retries with the new tip.' },
   STATUS_EPOCH_STALE: { http: 409, retryable: false, counts: false, hint: 'A newer leader writes the status branch; this instance was deposed.' },
   STATUS_EPOCH_FORGED: { http: 409, retryable: false, counts: false, hint: 'A status-branch commit carries an Llmgw-Epoch above etcd\'s own revision: no leader of this etcd wrote it (someone who can push llmgw/status, or a commit from before an etcd restore). It fences nothing; find who pushed it and restrict push access to the status branch.' },
+  ETCD_ENDPOINT_REFUSED: { http: 502, retryable: false, counts: false, hint: 'The snapshot published in etcd names a replica endpoint that is not its node\'s host and a port in that node\'s ports range; a standby does not route there. Someone other than the leader may be writing the etcd prefix: restrict write access to it.' },
   GIT_FAILED: { http: 500, retryable: true, counts: false, hint: 'See the error detail; the git operation failed.' },
   GIT_PATH_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The file does not exist (or is not a regular file) at that revision of the fleet repo.' },
   SPEC_REJECTED: { http: 422, retryable: false, counts: false, hint: 'The fleet revision failed validation and was not applied; run `llmgw validate --rev REV` and fix the problems listed. The last valid revision stays in force.' },

@@ -22,7 +22,7 @@ import { waitSettled } from '../reconciler/wait-ready.js';
 import type { Published, Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
 import type { EtcdStateStore } from './etcd-state.js';
-import { parsePublished, publishedJson, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
 
 /** What a term's reconciler is made with (serve builds it: tracker, drivers with the epoch's fence, status repo). */
 export interface TermOptions {
@@ -120,6 +120,9 @@ export class HaController implements FleetView, AdminBackend {
   private onPublished(json: string | null): void {
     this.publishedValue = json === null ? null : parsePublished(json);
     if (json !== null && !this.publishedValue) this.log.error({ key: 'snapshot' }, 'the published snapshot in etcd is not one this version reads; standby answers wait for the next one');
+    for (const r of refusedEndpoints(this.publishedValue, this.o.tracker.applied?.spec ?? null)) {
+      this.log.error({ code: 'ETCD_ENDPOINT_REFUSED', ...r }, 'standby: a published endpoint the spec does not allow; not routed to');
+    }
     if (this.publishedValue && this.publishedValue.appliedRevision !== this.o.tracker.applied?.revision) void this.syncSpec();
     this.refreshStandby();
   }
