@@ -186,7 +186,11 @@ export class HaController implements FleetView, AdminBackend {
   private async serveRequests(term: Term, log: Logger): Promise<void> {
     while (this.term === term && !term.stopServing) {
       try {
-        term.stopServing = await this.o.requests.serve(this.o.election, (m) => this.handle(term.reconciler, m));
+        term.stopServing = await this.o.requests.serve(
+          this.o.election,
+          (m) => this.handle(term.reconciler, m),
+          (r) => log.error({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request in etcd was refused, not run'),
+        );
       } catch (err) {
         log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'cannot serve forwarded requests yet; trying again');
         await new Promise((r) => setTimeout(r, 2000).unref());
