@@ -22,7 +22,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import type { Registry } from 'prom-client';
 import { LlmgwError } from '../errors/catalogue.js';
 import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
-import { adminAuth } from './auth.js';
+import { adminAuth, constantTimeEqual } from './auth.js';
 import type { AdminBackend } from './backend.js';
 import type { ModelPhase } from '../reconciler/view.js';
 import { renderAdminError } from './errors.js';
@@ -43,6 +43,7 @@ import {
 import { registerUsageRoute, type UsageSource } from './usage-route.js';
 import { registerUi } from '../ui/routes.js';
 import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
+import { bodyDeadline, declaredTooLarge, Gate, gateHook } from './guard.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
 
@@ -77,6 +78,12 @@ export interface AdminLimits {
   readonly headersTimeoutMs: number;
   /** A client's whole request, body included, must arrive within this (408 and closed after). */
   readonly requestTimeoutMs: number;
+  /** Most requests in progress on the admin port at once (503 ADMIN_OVERLOADED above; guard.ts). */
+  readonly maxInFlight: number;
+  /** Most webhook bodies read at once before their signature is checked (503 above). */
+  readonly webhookUnverified: number;
+  /** A webhook body must be in within this, or its connection is closed. */
+  readonly webhookBodyMs: number;
 }
 
 export const DEFAULT_ADMIN_LIMITS: AdminLimits = Object.freeze({
@@ -85,10 +92,13 @@ export const DEFAULT_ADMIN_LIMITS: AdminLimits = Object.freeze({
   pollMs: 200,
   // read before the signature is checked, so kept small: a push event's JSON is a few KiB per
   // commit; a bigger delivery is refused (413) and the poll picks the push up
-  webhookBodyBytes: 1024 * 1024,
+  webhookBodyBytes: 64 * 1024,
   maxLogLines: 10_000,
   headersTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.headersMs,
   requestTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.requestMs,
+  maxInFlight: 256,
+  webhookUnverified: 4,
+  webhookBodyMs: 5_000,
 });
 
 const MAX_NAME = 256;
@@ -153,6 +163,7 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
     }),
   }) as unknown as FastifyInstance;
   applyClientTimeouts(app.server, timeouts);
+  app.addHook('onRequest', gateHook(new Gate(limits.maxInFlight), 'requests'));
 
   app.setErrorHandler((err, request, reply) => {
     const r = renderAdminError(err);
@@ -364,6 +375,24 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
           log?.warn({ code: 'WEBHOOK_SIGNATURE_INVALID', ip: req.ip }, 'admin: webhook refused');
           done(new LlmgwError('WEBHOOK_SIGNATURE_INVALID', why));
         } else done();
+      });
+      // the budget of what an unverified body may hold (guard.ts)
+      const unverified = new Gate(limits.webhookUnverified);
+      const admitBody = gateHook(unverified, 'webhook bodies read before their signature is checked');
+      hook.addHook('onRequest', (req, reply, done) => {
+        if (reply.sent) return done();
+        if (declaredTooLarge(req, limits.webhookBodyBytes)) {
+          void reply.header('connection', 'close');
+          return done(new LlmgwError('ADMIN_BODY_TOO_LARGE', `The webhook delivery declares more than ${limits.webhookBodyBytes} bytes; the poll picks the push up.`));
+        }
+        const gitlab = req.headers['x-gitlab-token'];
+        if (typeof gitlab === 'string' && deps.webhook && !constantTimeEqual(gitlab, deps.webhook.secret)) {
+          void reply.header('connection', 'close');
+          log?.warn({ code: 'WEBHOOK_SIGNATURE_INVALID', ip: req.ip }, 'admin: webhook refused');
+          return done(new LlmgwError('WEBHOOK_SIGNATURE_INVALID', 'The X-Gitlab-Token does not match the webhook secret.'));
+        }
+        bodyDeadline(req, reply, limits.webhookBodyMs, () => log?.warn({ code: 'REQUEST_TIMEOUT', ip: req.ip }, 'admin: webhook body not in time; closed'));
+        admitBody(req, reply, done);
       });
 
       hook.post('/webhook', { bodyLimit: limits.webhookBodyBytes }, async (req, reply) => {

@@ -6,6 +6,8 @@
  * error `type`/`code` the router answers it with, and a hint an operator can act on. The core
  * matches on `code`, never on text.
  */
+import { redactUrls } from '../util/redact-url.js';
+
 export interface Reason {
   readonly code: string;
   readonly http: number;
@@ -59,6 +61,9 @@ export const Reasons = catalogue({
   GIT_REF_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'Check the branch or revision name; it does not exist in the fleet repo.' },
   GIT_PUSH_REJECTED: { http: 409, retryable: true, counts: false, hint: 'Someone else moved the branch; llmgw retries with the new tip.' },
   STATUS_EPOCH_STALE: { http: 409, retryable: false, counts: false, hint: 'A newer leader writes the status branch; this instance was deposed.' },
+  STATUS_EPOCH_FORGED: { http: 409, retryable: false, counts: false, hint: 'A status-branch commit carries an Llmgw-Epoch above etcd\'s own revision: no leader of this etcd wrote it (someone who can push llmgw/status, or a commit from before an etcd restore). It fences nothing; find who pushed it and restrict push access to the status branch.' },
+  ETCD_ENDPOINT_REFUSED: { http: 502, retryable: false, counts: false, hint: 'The snapshot published in etcd names a replica endpoint that is not its node\'s host and a port in that node\'s ports range; a standby does not route there. Someone other than the leader may be writing the etcd prefix: restrict write access to it.' },
+  FORWARDED_REQUEST_REFUSED: { http: 400, retryable: false, counts: false, hint: 'A request under the etcd prefix\'s requests/ was unknown, malformed, or not attached to its sender\'s lease; the leader refused it without running it. Someone other than an llmgw instance may be writing the etcd prefix: restrict write access to it.' },
   GIT_FAILED: { http: 500, retryable: true, counts: false, hint: 'See the error detail; the git operation failed.' },
   GIT_PATH_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The file does not exist (or is not a regular file) at that revision of the fleet repo.' },
   SPEC_REJECTED: { http: 422, retryable: false, counts: false, hint: 'The fleet revision failed validation and was not applied; run `llmgw validate --rev REV` and fix the problems listed. The last valid revision stays in force.' },
@@ -69,6 +74,7 @@ export const Reasons = catalogue({
   NODE_AUTH_FAILED: { http: 502, retryable: false, counts: false, hint: 'Check the node\'s user and that the identity key named in nodes/<node>.yaml exists in the secrets dir and is authorized on the node.' },
   SECRET_NOT_FOUND: { http: 500, retryable: false, counts: false, hint: 'Put the named secret (file) into the controller\'s secrets dir; secrets never live in the fleet repo.' },
   SECRET_INVALID: { http: 500, retryable: false, counts: false, hint: 'The named secret in the controller\'s secrets dir is not in the form expected (a bearer token is one line of visible ASCII without spaces); fix the file.' },
+  SECRET_TOO_SHORT: { http: 500, retryable: false, counts: false, hint: 'An operator secret (admin token, webhook secret, engine key) must be at least 16 characters; put a longer random one in place (e.g. `openssl rand -base64 24`).' },
   NODE_TIMEOUT: { http: 504, retryable: true, counts: false, hint: 'The operation on the node took longer than its timeout; check the node\'s load and network.' },
   NODE_COMMAND_FAILED: { http: 500, retryable: true, counts: false, hint: 'A command on the node failed; see the detail (stderr) for why.' },
   NODE_NO_FREE_PORT: { http: 503, retryable: true, counts: false, avoidsNode: true, hint: 'Every port in the node\'s port range is in use; widen ports in nodes/<node>.yaml or stop replicas.' },
@@ -161,7 +167,8 @@ export const Reasons = catalogue({
   WEBHOOK_NOT_CONFIGURED: { http: 404, retryable: false, counts: false, hint: 'The controller has no webhook secret configured; set one in the controller config to accept git push webhooks (polling still picks up commits).' },
   NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'Nothing of that name exists in the fleet in force; `llmgw ctl models`, `llmgw ctl replicas` and `llmgw ctl nodes` list what does.' },
   ADMIN_ROUTE_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The admin API serves /admin/v1/status, /models, /models/NAME, /models/NAME/retry, /replicas, /replicas/ID/logs, /nodes, /restart and /webhook; check the URL and method.' },
-  ADMIN_BODY_TOO_LARGE: { http: 413, retryable: false, counts: false, hint: 'The request body is larger than the admin API accepts (a webhook delivery: 1 MiB, read before its signature is checked); a push whose delivery is bigger is still picked up by polling.' },
+  ADMIN_BODY_TOO_LARGE: { http: 413, retryable: false, counts: false, hint: 'The request body is larger than the admin API accepts (a webhook delivery: 64 KiB, read before its signature is checked); a push whose delivery is bigger is still picked up by polling.' },
+  ADMIN_OVERLOADED: { http: 503, retryable: true, counts: false, hint: 'The admin port is at its limit of requests in progress (or of webhook bodies read before their signature is checked); retry after Retry-After seconds. Many clients at once here is unusual: look for a flood.' },
   ADMIN_BAD_REQUEST: { http: 400, retryable: false, counts: false, hint: 'Fix the request as the message says: JSON bodies and query parameters as the admin API documents them (`llmgw ctl --help` shows what the CLI sends).' },
 
   // --- CLI usage ---
@@ -175,10 +182,11 @@ export class LlmgwError extends Error {
   readonly reason: Reason;
   readonly detail: Readonly<Record<string, unknown>>;
   constructor(code: ReasonCode, message: string, detail: Record<string, unknown> = {}, options?: { cause?: unknown }) {
-    super(message, options);
+    // a presigned source's query or a URL's user info never leaves in a message or its detail
+    super(redactUrls(message), options);
     this.name = 'LlmgwError';
     this.reason = Reasons[code];
-    this.detail = Object.freeze({ ...detail });
+    this.detail = Object.freeze(Object.fromEntries(Object.entries(detail).map(([k, v]) => [k, typeof v === 'string' ? redactUrls(v) : v])));
   }
   get code(): ReasonCode {
     return this.reason.code as ReasonCode;
@@ -194,7 +202,7 @@ export interface ReasonRef {
 /** The reason of any error: its catalogue code, or INTERNAL for an error no adapter translated. */
 export function reasonOf(e: unknown): ReasonRef {
   if (e instanceof LlmgwError) return { code: e.code, message: e.message };
-  return { code: 'INTERNAL', message: e instanceof Error ? e.message : String(e) };
+  return { code: 'INTERNAL', message: redactUrls(e instanceof Error ? e.message : String(e)) };
 }
 
 export function isLlmgwError(e: unknown, code?: ReasonCode): e is LlmgwError {

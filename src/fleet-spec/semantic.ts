@@ -113,6 +113,22 @@ export function checkSpec(p: SpecParts): CheckResult {
     if (selector.length > 0 && !p.nodes.some((n) => selector.every(([k, v]) => n.labels[k] === v))) {
       add('model', m.name, ['node_selector'], 'SPEC_DANGLING_REF', `node_selector ${selector.map(([k, v]) => `${k}=${v}`).join(',')} matches no node`, 'label a node with these labels in nodes/<node>.yaml, or change the selector');
     }
+    if (/^https?:\/\//i.test(m.source)) {
+      let u: URL | null = null;
+      try {
+        u = new URL(m.source);
+      } catch {
+        /* the schema reports a malformed URL */
+      }
+      // never echoed: the message names the part, not its value
+      if (u && (u.username !== '' || u.password !== '')) {
+        add('model', m.name, ['source'], 'SPEC_INVALID_VALUE', 'the source URL carries credentials (user info before "@"), which would be shown in status, logs and the node\'s process list', 'remove them from the URL; put the credential in a file in the controller\'s secrets dir and name it with token:');
+      }
+      // (loopback excepted: the token does not leave the node)
+      if (u && u.protocol === 'http:' && m.token !== null && !/^(localhost|127(\.\d{1,3}){3}|\[::1\])$/i.test(u.hostname)) {
+        add('model', m.name, ['token'], 'SPEC_INVALID_VALUE', 'token: with an http:// source would send the bearer token in cleartext', 'use an https:// source, or remove token:');
+      }
+    }
     if (m.token !== null && m.source.startsWith('file://')) {
       add('model', m.name, ['token'], 'SPEC_INVALID_VALUE', 'token is sent only when a source is downloaded, and a file:// source is not', 'remove token:, or use an https:// or hf:// source');
     }

@@ -13,6 +13,8 @@
  * trailer, and before every swap attempt reads the epoch of the tip it builds on; a tip written by
  * a newer epoch is refused (STATUS_EPOCH_STALE), never built on or retried over. Since the swap
  * only succeeds on that same tip, epochs along the branch's first-parent history never decrease.
+ * The fence is the highest epoch anywhere on that history, not the tip's: a commit pushed without
+ * the trailer (or with a lower one) on top of a newer epoch resets nothing.
  */
 import * as fs from 'node:fs';
 import { open, readFile, readdir, rename, unlink, mkdir, type FileHandle } from 'node:fs/promises';
@@ -34,10 +36,17 @@ export interface StatusBranchOptions {
   readonly message: string;
   /**
    * The HA leader's fencing epoch (a non-negative integer). Given: the commit carries
-   * `Llmgw-Epoch: <epoch>`, and a branch whose tip carries a higher epoch is refused with
-   * STATUS_EPOCH_STALE. Absent: no trailer, no check.
+   * `Llmgw-Epoch: <epoch>`, and a branch whose first-parent history carries a higher epoch is
+   * refused with STATUS_EPOCH_STALE. Absent: no trailer, no check.
    */
   readonly epoch?: number;
+  /**
+   * The highest epoch that can be real (HA: etcd's current revision, read after the branch was
+   * fetched). An epoch above it on the branch was not made by this etcd — a forged
+   * `Llmgw-Epoch`, or a commit from before an etcd restore — and fences nothing: the write goes
+   * on and the result names it (`forged`). Asked only when the history's fence is above `epoch`.
+   */
+  readonly epochBound?: () => Promise<number>;
   readonly author?: { readonly name: string; readonly email: string };
   /**
    * Remembers the blobs and trees of earlier writes (one per writer of the branch): a write that
@@ -56,6 +65,8 @@ export interface StatusWriteResult {
   /** The branch tip after the call. */
   readonly oid: string;
   readonly attempts: number;
+  /** The highest epoch on the branch above `epochBound`, ignored as a forgery (null: none). */
+  readonly forged?: { readonly epoch: number; readonly commit: string; readonly bound: number } | null;
 }
 
 function checkBranchName(branch: string, fleetBranch: string): void {
@@ -169,18 +180,72 @@ function checkEpoch(opts: StatusBranchOptions): void {
   }
 }
 
-/** Refuse to build on a tip that a newer epoch wrote (a tip without the trailer is epoch 0). */
-async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined): Promise<void> {
-  if (epoch === undefined || tip === null) return;
-  const { message } = (await git.readCommit({ fs, gitdir: repo.gitdir, oid: tip, cache: repo.cache })).commit;
-  const headEpoch = epochOf(message) ?? 0;
-  if (headEpoch > epoch) {
+/**
+ * The fence: the highest epoch on the tip's first-parent history, so a commit without the trailer
+ * (anyone who can push the branch) resets nothing. Remembered per commit (a writer's next tip is
+ * its own last commit: one step), at most FENCE_CACHE commits.
+ */
+const FENCE_CACHE = 4096;
+const fenceCache = new Map<string, { epoch: number; commit: string }>();
+
+/** The fence counting only epochs ≤ bound (no cache: walked only while a forgery is on the branch). */
+async function boundedFence(repo: FleetRepo, tip: string, bound: number): Promise<{ epoch: number; commit: string }> {
+  let found = { epoch: 0, commit: tip };
+  for (let oid: string | undefined = tip; oid !== undefined; ) {
+    const { commit } = await git.readCommit({ fs, gitdir: repo.gitdir, oid, cache: repo.cache });
+    const e = epochOf(commit.message);
+    if (e !== null && e <= bound && e > found.epoch) found = { epoch: e, commit: oid };
+    oid = commit.parent[0];
+  }
+  return found;
+}
+
+async function historyFence(repo: FleetRepo, tip: string): Promise<{ epoch: number; commit: string }> {
+  const walked: Array<{ oid: string; epoch: number | null }> = [];
+  let found: { epoch: number; commit: string } = { epoch: 0, commit: tip };
+  for (let oid: string | undefined = tip; oid !== undefined; ) {
+    const cached = fenceCache.get(`${repo.gitdir}\0${oid}`);
+    if (cached) {
+      found = cached;
+      break;
+    }
+    const { commit } = await git.readCommit({ fs, gitdir: repo.gitdir, oid, cache: repo.cache });
+    walked.push({ oid, epoch: epochOf(commit.message) });
+    oid = commit.parent[0];
+  }
+  for (let i = walked.length - 1; i >= 0; i--) {
+    const w = walked[i]!;
+    if (w.epoch !== null && w.epoch >= found.epoch) found = { epoch: w.epoch, commit: w.oid };
+    fenceCache.set(`${repo.gitdir}\0${w.oid}`, found);
+  }
+  while (fenceCache.size > FENCE_CACHE) fenceCache.delete(fenceCache.keys().next().value as string);
+  return found;
+}
+
+/**
+ * Refuse to build on a branch whose first-parent history holds a newer epoch than this writer's;
+ * an epoch above `epochBound` is not real and fences nothing (returned as `forged`).
+ */
+async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined, epochBound?: () => Promise<number>): Promise<StatusWriteResult['forged']> {
+  if (epoch === undefined || tip === null) return null;
+  let fence = await historyFence(repo, tip);
+  let forged: StatusWriteResult['forged'] = null;
+  if (fence.epoch > epoch && epochBound) {
+    const bound = await epochBound();
+    if (fence.epoch > bound) {
+      forged = { epoch: fence.epoch, commit: fence.commit, bound };
+      fence = await boundedFence(repo, tip, bound);
+    }
+  }
+  if (fence.epoch > epoch) {
+    const where = fence.commit === tip ? `its head ${tip.slice(0, 12)} was written` : `its history holds ${fence.commit.slice(0, 12)} (head ${tip.slice(0, 12)}), written`;
     throw new LlmgwError(
       'STATUS_EPOCH_STALE',
-      `status branch ${branch} (${repo.label}): its head ${tip.slice(0, 12)} was written by epoch ${headEpoch}, newer than this writer's epoch ${epoch}; not written`,
-      { branch, epoch, headEpoch, head: tip },
+      `status branch ${branch} (${repo.label}): ${where} by epoch ${fence.epoch}, newer than this writer's epoch ${epoch}; not written`,
+      { branch, epoch, headEpoch: fence.epoch, head: tip, ...(fence.commit === tip ? {} : { fencedBy: fence.commit }) },
     );
   }
+  return forged;
 }
 
 // --- local repos: git's ref lock protocol ---
@@ -282,18 +347,19 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
   const maxAttempts = Math.max(1, opts.maxAttempts ?? 5);
   let token: string | null = null;
   let heldLock: string | null = null;
+  let forged: StatusWriteResult['forged'] = null;
   try {
     const tree = await writeFilesTree(repo.gitdir, opts.files, opts.treeCache);
     if (repo.kind === 'local') {
       await assertNotCheckedOut(repo.gitdir, ref);
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
         const tip = await readLocalRef(repo.gitdir, ref);
-        await assertTipNotNewer(repo, branch, tip, opts.epoch);
-        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
+        forged = await assertTipNotNewer(repo, branch, tip, opts.epoch, opts.epochBound);
+        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         const commit = await makeCommit(repo, tree, tip, opts);
         await opts.beforeUpdate?.(attempt);
         const swap = await casLocalRef(repo.gitdir, ref, tip, commit);
-        if (swap === 'swapped') return { changed: true, oid: commit, attempts: attempt + 1 };
+        if (swap === 'swapped') return { changed: true, oid: commit, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         heldLock = swap === 'locked' ? join(repo.gitdir, `${ref}.lock`) : null;
       }
     } else {
@@ -301,8 +367,8 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       token = a.token;
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
         const tip = await repo.fetchBranch(branch, a.onAuth);
-        await assertTipNotNewer(repo, branch, tip, opts.epoch);
-        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1 };
+        forged = await assertTipNotNewer(repo, branch, tip, opts.epoch, opts.epochBound);
+        if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         const commit = await makeCommit(repo, tree, tip, opts);
         // The mirror's own branch ref is what push sends; the mirror has no working tree.
         await git.writeRef({ fs, gitdir: repo.gitdir, ref, value: commit, force: true });
@@ -322,7 +388,7 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
             onPrePush: ({ remoteRef }) => remoteRef.oid === (tip ?? ZERO_OID),
             ...(a.onAuth ? { onAuth: a.onAuth } : {}),
           });
-          return { changed: true, oid: commit, attempts: attempt + 1 };
+          return { changed: true, oid: commit, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         } catch (e) {
           if (!MOVED.has((e as { code?: string }).code ?? '')) throw e;
         }

@@ -124,14 +124,54 @@ function isReasonCode(code: string): code is ReasonCode {
   return Object.hasOwn(Reasons, code);
 }
 
-function parseRequest(kv: IKeyValue): WireRequest | null {
+/** The kinds a standby forwards, and what each body must be (a typed union, checked on receipt). */
+export type ForwardedRequest =
+  | { readonly kind: 'demand'; readonly body: { readonly model: string } }
+  | { readonly kind: 'touch'; readonly body: { readonly models: readonly string[] } }
+  | { readonly kind: 'retry'; readonly body: { readonly model: string } }
+  | { readonly kind: 'restart'; readonly body: { readonly all?: boolean; readonly model?: string; readonly replicas?: readonly string[] } }
+  | { readonly kind: 'restart-done'; readonly body: { readonly ids: readonly string[] } }
+  | { readonly kind: 'logs'; readonly body: { readonly replica: string; readonly lines?: number } }
+  | { readonly kind: 'pass'; readonly body: { readonly trigger: string } };
+
+const NAME = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 256;
+const NAMES = (v: unknown): v is string[] => Array.isArray(v) && v.length <= 10_000 && v.every(NAME);
+const SHAPES: Record<ForwardedRequest['kind'], { readonly keys: readonly string[]; readonly ok: (b: Record<string, unknown>) => boolean }> = {
+  demand: { keys: ['model'], ok: (b) => NAME(b.model) },
+  touch: { keys: ['models'], ok: (b) => NAMES(b.models) },
+  retry: { keys: ['model'], ok: (b) => NAME(b.model) },
+  restart: { keys: ['all', 'model', 'replicas'], ok: (b) => (b.all === undefined || typeof b.all === 'boolean') && (b.model === undefined || NAME(b.model)) && (b.replicas === undefined || NAMES(b.replicas)) },
+  'restart-done': { keys: ['ids'], ok: (b) => NAMES(b.ids) },
+  logs: { keys: ['replica', 'lines'], ok: (b) => NAME(b.replica) && (b.lines === undefined || (Number.isSafeInteger(b.lines) && (b.lines as number) > 0 && (b.lines as number) <= 100_000)) },
+  pass: { keys: ['trigger'], ok: (b) => NAME(b.trigger) },
+};
+
+/**
+ * A request as etcd holds it, checked before anything runs: its fields, its kind and body (the
+ * ForwardedRequest union, no unknown keys), its id the key's, and attached to the very lease it
+ * names (etcd attaches a put only to a live lease: a request written without one — by hand, or by
+ * anyone but a sending instance — is refused). Else why not.
+ */
+export function checkRequest(key: string, value: string, kvLease: string): { readonly req: WireRequest } | { readonly why: string } {
+  let v: Partial<WireRequest>;
   try {
-    const v = JSON.parse(kv.value.toString('utf8')) as Partial<WireRequest>;
-    if (typeof v.id !== 'string' || typeof v.kind !== 'string' || typeof v.from !== 'string' || typeof v.lease !== 'string') return null;
-    return { id: v.id, kind: v.kind, body: v.body, from: v.from, lease: v.lease };
+    v = JSON.parse(value) as Partial<WireRequest>;
   } catch {
-    return null;
+    return { why: 'not JSON' };
   }
+  if (typeof v !== 'object' || v === null) return { why: 'not an object' };
+  if (typeof v.id !== 'string' || !/^[0-9a-f-]{36}$/.test(v.id) || !key.endsWith(`/${v.id}`)) return { why: 'its id is not a request id, or not its key\'s' };
+  if (!NAME(v.from)) return { why: 'no sender instance id' };
+  if (typeof v.lease !== 'string' || !/^[1-9][0-9]{0,19}$/.test(v.lease)) return { why: 'no sender lease' };
+  if (kvLease !== v.lease) return { why: `not attached to the sender's lease ${v.lease} (attached to ${kvLease === '0' ? 'none' : kvLease})` };
+  if (typeof v.kind !== 'string' || !Object.hasOwn(SHAPES, v.kind)) return { why: `unknown kind ${JSON.stringify(String(v.kind).slice(0, 40))}` };
+  const shape = SHAPES[v.kind as ForwardedRequest['kind']];
+  const body = v.body;
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return { why: `${v.kind}: the body is not an object` };
+  const extra = Object.keys(body).filter((k) => !shape.keys.includes(k));
+  if (extra.length > 0) return { why: `${v.kind}: unknown body fields ${extra.slice(0, 5).join(', ')}` };
+  if (!shape.ok(body as Record<string, unknown>)) return { why: `${v.kind}: a malformed body` };
+  return { req: { id: v.id, kind: v.kind, body, from: v.from, lease: v.lease } };
 }
 
 export class Requests {
@@ -206,7 +246,7 @@ export class Requests {
    * order. Call it when elected; close it when deposed. A request that arrives while this instance
    * does not lead is left for the next leader. Resolves to a closer once watching.
    */
-  async serve(election: Election, handle: (m: RequestMsg) => Promise<unknown>): Promise<() => Promise<void>> {
+  async serve(election: Election, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: { key: string; why: string }) => void = () => undefined): Promise<() => Promise<void>> {
     let closed = false;
     let chain: Promise<void> = Promise.resolve();
     const seen = new Set<string>();
@@ -214,7 +254,7 @@ export class Requests {
       const key = kv.key.toString('utf8');
       if (seen.has(key)) return;
       seen.add(key);
-      chain = chain.then(() => (closed ? undefined : this.handleOne(election, kv, handle))).finally(() => seen.delete(key));
+      chain = chain.then(() => (closed ? undefined : this.handleOne(election, kv, handle, onRefused))).finally(() => seen.delete(key));
     };
     // Pending requests first (a compacted watch lists them again), then new ones.
     const close = await lookAndWatch('reading pending requests', async (isClosed) => {
@@ -232,14 +272,17 @@ export class Requests {
     };
   }
 
-  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>): Promise<void> {
+  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: { key: string; why: string }) => void): Promise<void> {
     const requestKey = kv.key.toString('utf8');
-    const req = parseRequest(kv);
+    const checked = checkRequest(requestKey, kv.value.toString('utf8'), String(kv.lease ?? '0'));
     if (!election.isLeader()) return;
-    if (req === null) {
+    if ('why' in checked) {
+      // refused, never run: unknown, malformed, or not sent by an instance holding its lease
+      onRefused({ key: requestKey, why: checked.why });
       await election.guardedDelete(requestKey).catch(() => undefined);
       return;
     }
+    const req = checked.req;
     let response: WireResponse;
     try {
       response = { ok: (await handle({ id: req.id, kind: req.kind, body: req.body, from: req.from })) ?? null };

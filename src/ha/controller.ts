@@ -22,7 +22,7 @@ import { waitSettled } from '../reconciler/wait-ready.js';
 import type { Published, Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
 import type { EtcdStateStore } from './etcd-state.js';
-import { parsePublished, publishedJson, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
 
 /** What a term's reconciler is made with (serve builds it: tracker, drivers with the epoch's fence, status repo). */
 export interface TermOptions {
@@ -120,6 +120,9 @@ export class HaController implements FleetView, AdminBackend {
   private onPublished(json: string | null): void {
     this.publishedValue = json === null ? null : parsePublished(json);
     if (json !== null && !this.publishedValue) this.log.error({ key: 'snapshot' }, 'the published snapshot in etcd is not one this version reads; standby answers wait for the next one');
+    for (const r of refusedEndpoints(this.publishedValue, this.o.tracker.applied?.spec ?? null)) {
+      this.log.error({ code: 'ETCD_ENDPOINT_REFUSED', ...r }, 'standby: a published endpoint the spec does not allow; not routed to');
+    }
     if (this.publishedValue && this.publishedValue.appliedRevision !== this.o.tracker.applied?.revision) void this.syncSpec();
     this.refreshStandby();
   }
@@ -157,7 +160,12 @@ export class HaController implements FleetView, AdminBackend {
       epoch,
       leader: leading,
       control: () => this.control(true),
-      onDeposed: (reason) => void this.transition(() => this.endTerm(reason)),
+      // refused by a node or the status branch: resign in etcd too (the lease goes now), so another
+      // instance can be elected at once and 'elected' fires again; the term ends either way
+      onDeposed: (reason) => {
+        if (this.o.election.epoch === epoch) this.o.election.resignTerm(reason);
+        void this.transition(() => this.endTerm(reason));
+      },
     });
     const off = reconciler.onSnapshot((s) => {
       this.setCurrent(s);
@@ -178,7 +186,11 @@ export class HaController implements FleetView, AdminBackend {
   private async serveRequests(term: Term, log: Logger): Promise<void> {
     while (this.term === term && !term.stopServing) {
       try {
-        term.stopServing = await this.o.requests.serve(this.o.election, (m) => this.handle(term.reconciler, m));
+        term.stopServing = await this.o.requests.serve(
+          this.o.election,
+          (m) => this.handle(term.reconciler, m),
+          (r) => log.error({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request in etcd was refused, not run'),
+        );
       } catch (err) {
         log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'cannot serve forwarded requests yet; trying again');
         await new Promise((r) => setTimeout(r, 2000).unref());

@@ -185,6 +185,29 @@ export class Election extends EventEmitter {
     return this.info;
   }
 
+  /**
+   * Ends this term at once, for a reason found outside the election (the reconciler refused by a
+   * node or the status branch): the lease is revoked, so the key goes now and any instance may be
+   * elected without waiting for the TTL; 'deposed' is emitted and this instance campaigns again.
+   */
+  resignTerm(reason: ReasonRef): void {
+    this.stepDown(reason);
+  }
+
+  /**
+   * etcd's current revision: no leader epoch (a create revision) can be above it, so an epoch that
+   * is was not made by this etcd (a forgery, or a record from before a restore).
+   */
+  async revision(): Promise<number> {
+    try {
+      const res = await this.client.get(this.key).options(this.callOptions()).exec();
+      this.noteOk();
+      return Number(res.header.revision);
+    } catch (e) {
+      throw this.noteError(e, 'reading the etcd revision');
+    }
+  }
+
   stop(): Promise<void> {
     this.stopping ??= this.doStop();
     return this.stopping;

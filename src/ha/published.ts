@@ -6,7 +6,7 @@
  * reads the same fleet repo and attaches its own.
  */
 import type { FleetSpec } from '../fleet-spec/types.js';
-import type { ControlView, FleetSnapshot, ModelView, NodeView } from '../reconciler/view.js';
+import type { ControlView, FleetSnapshot, ModelView, NodeView, ReplicaView } from '../reconciler/view.js';
 
 type PublishedModel = Omit<ModelView, 'spec'>;
 type PublishedNode = Omit<NodeView, 'memory' | 'diskFreeBytes'>;
@@ -50,14 +50,54 @@ export function parsePublished(json: string): PublishedSnapshot | null {
 }
 
 /**
+ * Why a published replica's endpoint is not one the fleet's spec allows, or null. Whoever can write
+ * the etcd prefix could otherwise point routers (and the engine key they send) anywhere: an
+ * endpoint is used only when it is http://<its node's host>:<a port in that node's ports range>
+ * (a local node's replicas listen on 127.0.0.1).
+ */
+export function endpointProblem(r: Pick<ReplicaView, 'node' | 'endpoint'>, spec: FleetSpec): string | null {
+  const node = Object.hasOwn(spec.nodes, r.node) ? spec.nodes[r.node] : undefined;
+  if (!node) return `names node ${JSON.stringify(r.node)}, which the spec does not hold`;
+  let u: URL;
+  try {
+    u = new URL(r.endpoint);
+  } catch {
+    return 'is not a URL';
+  }
+  const hosts = new Set([node.host.toLowerCase(), node.host.includes(':') ? `[${node.host.toLowerCase()}]` : '', node.transport === 'local' ? '127.0.0.1' : ''].filter(Boolean));
+  if (u.protocol !== 'http:' || u.username !== '' || u.password !== '' || (u.pathname !== '/' && u.pathname !== '') || u.search !== '' || u.hash !== '') return 'is not http://host:port';
+  if (!hosts.has(u.hostname.toLowerCase())) return `is not on node ${node.name}'s host`;
+  const port = Number(u.port);
+  if (!Number.isInteger(port) || u.port === '' || port < node.ports.from || port > node.ports.to) return `is outside node ${node.name}'s ports ${node.ports.from}-${node.ports.to}`;
+  return null;
+}
+
+/** The published replicas whose endpoints the spec does not allow, with why (for the standby's log). */
+export function refusedEndpoints(p: PublishedSnapshot | null, spec: FleetSpec | null): Array<{ model: string; replica: string; endpoint: string; why: string }> {
+  if (!p || !spec) return [];
+  const out: Array<{ model: string; replica: string; endpoint: string; why: string }> = [];
+  for (const m of p.models) {
+    for (const r of Array.isArray(m.replicas) ? m.replicas : []) {
+      const why = endpointProblem(r, spec);
+      if (why) out.push({ model: m.name, replica: String(r.id), endpoint: String(r.endpoint), why });
+    }
+  }
+  return out;
+}
+
+/**
  * A standby's snapshot: the leader's published one with this instance's spec attached (a model the
- * standby's spec does not hold yet is left out until its fleet repo catches up).
+ * standby's spec does not hold yet is left out until its fleet repo catches up), and only the
+ * replicas whose endpoints the spec allows (endpointProblem).
  */
 export function standbySnapshot(p: PublishedSnapshot | null, spec: FleetSpec | null, control: ControlView, now: number): FleetSnapshot {
   const models: ModelView[] = [];
   for (const m of p?.models ?? []) {
     const ms = spec?.models[m.name];
-    if (ms) models.push({ ...m, spec: ms });
+    if (ms && spec) {
+      const replicas = (Array.isArray(m.replicas) ? m.replicas : []).filter((r) => endpointProblem(r, spec) === null);
+      models.push({ ...m, replicas, ready: Math.min(m.ready, replicas.filter((r) => r.phase === 'ready').length), spec: ms });
+    }
   }
   return {
     at: now,

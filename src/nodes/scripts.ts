@@ -220,7 +220,9 @@ printf '%s\\n' "$port" >"$r/port"
 key=
 IFS= read -r key || true
 for v in $(env | sed -n 's/^\\(LLAMA_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset "$v" 2>/dev/null || true; done
-if [ -n "$key" ]; then LLAMA_API_KEY=$key; export LLAMA_API_KEY; fi
+# never a replica without a key: llama-server started with no --api-key / LLAMA_API_KEY serves anyone
+[ -n "$key" ] || { rm -rf "$r"; llmgw_fail SECRET_INVALID "no engine API key on stdin: a replica is never started without one"; }
+LLAMA_API_KEY=$key; export LLAMA_API_KEY
 key=
 ${envExports(s.env ?? {})}
 cd "$r" || exit 1

@@ -11,6 +11,7 @@ import { estimateOf, shapeOfHeader, type DeviceNeed, type GgufShape } from '../r
 import { resolveModelSource } from '../nodes/sources.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { formatDuration } from '../fleet-spec/units.js';
+import { redactUrls } from '../util/redact-url.js';
 
 export type Need = { readonly bytes: number; readonly from: 'override' | 'header' | 'status'; readonly device?: DeviceNeed } | { readonly error: string };
 
@@ -55,7 +56,7 @@ export async function needOf(spec: FleetSpec, m: ModelSpec, timeoutMs: number = 
     return { ...estimateOf(await readHeader(m.source, signal), profile), from: 'header' };
   } catch (e) {
     const why = signal.aborted ? `timed out after ${formatDuration(timeoutMs)}` : e instanceof Error ? e.message : String(e);
-    return { error: `memory need unknown: could not read the GGUF header of ${m.source} (${why}); set memory: in ${m.file}` };
+    return { error: redactUrls(`memory need unknown: could not read the GGUF header of ${m.source} (${why}); set memory: in ${m.file}`) };
   }
 }
 

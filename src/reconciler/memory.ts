@@ -16,6 +16,7 @@ import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
 import { resolveModelSource } from '../nodes/sources.js';
 import type { ModelSpec, ProfileSpec } from '../fleet-spec/types.js';
+import { redactUrls } from '../util/redact-url.js';
 
 export interface GgufShape {
   readonly fileBytes: number;
@@ -335,11 +336,11 @@ export class MemoryEstimator {
       const e = estimateOf(shape, profile);
       return model.memoryBytes !== null ? { ...e, bytes: model.memoryBytes } : e;
     } catch (e) {
-      const why = e instanceof Error ? e.message : String(e);
+      const why = redactUrls(e instanceof Error ? e.message : String(e));
       // file:// sources are read on the controller or over the nodes' shells (which have their own
       // timeouts, and whose set changes as nodes come and go): tried again on the next pass
-      if (resolveModelSource(model.source).kind === 'file') return { error: `memory need unknown: could not read the GGUF header of ${model.source} (${why}); set memory: in ${model.file}` };
-      const error = `memory need unknown: could not read the GGUF header of ${model.source} (${why}); next try in ${Math.round(this.retryAfterMs / 1000)} s; set memory: in ${model.file}`;
+      if (resolveModelSource(model.source).kind === 'file') return { error: `memory need unknown: could not read the GGUF header of ${redactUrls(model.source)} (${why}); set memory: in ${model.file}` };
+      const error = `memory need unknown: could not read the GGUF header of ${redactUrls(model.source)} (${why}); next try in ${Math.round(this.retryAfterMs / 1000)} s; set memory: in ${model.file}`;
       this.failed.set(key, { error, retryAt: this.clock() + this.retryAfterMs });
       return { error };
     }

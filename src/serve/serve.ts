@@ -136,7 +136,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       makeReconciler: (t) =>
         new Reconciler({
           ...common,
-          status: new StatusWriter(repo),
+          // a status-branch epoch above etcd's own revision is a forgery (or from before a restore): it fences nothing
+          status: new StatusWriter(repo, () => election.revision()),
           tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
           driverFor: (n) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }))),
           stateStore,

@@ -16,10 +16,15 @@ export const STATE_SECRET_RE = /^[A-Za-z0-9_-]{32,256}$/;
 /** An operator-supplied token: one line of visible ASCII, no spaces. */
 export const OPERATOR_SECRET_RE = /^[\x21-\x7e]{1,4096}$/;
 
+/** Operator secrets (admin token, webhook secret, engine key from any source) shorter than this are refused at start. */
+export const MIN_SECRET_LENGTH = 16;
+
 export class SecretFileError extends Error {
   constructor(
     readonly path: string,
     message: string,
+    /** The catalogue code (SECRET_INVALID unless a more precise one applies). */
+    readonly code: 'SECRET_INVALID' | 'SECRET_TOO_SHORT' = 'SECRET_INVALID',
   ) {
     super(message);
     this.name = 'SecretFileError';
@@ -101,12 +106,22 @@ export function operatorSecretFile(path: string, what: string): string {
   const value = text.trim();
   if (value === '') throw new SecretFileError(path, `the ${what} file ${path} is empty; put the ${what} in it (one line)`);
   if (!OPERATOR_SECRET_RE.test(value)) throw new SecretFileError(path, `the ${what} file ${path} does not hold one token (one line of visible ASCII, no spaces)`);
-  return value;
+  return longEnough(value, what, `the file ${path}`, path);
 }
 
 /** An operator's secret from an env var: same rules, the variable named. */
 export function operatorSecretEnv(name: string, raw: string, what: string): string {
   const value = raw.trim();
   if (!OPERATOR_SECRET_RE.test(value)) throw new SecretFileError(`$${name}`, `the ${what} in $${name} is not one token (one line of visible ASCII, no spaces)`);
-  return value;
+  return longEnough(value, what, `$${name}`, `$${name}`);
+}
+
+/** `value` when it has at least MIN_SECRET_LENGTH characters, else SECRET_TOO_SHORT naming the secret and where it came from. */
+export function longEnough(value: string, what: string, where: string, path: string): string {
+  if (value.length >= MIN_SECRET_LENGTH) return value;
+  throw new SecretFileError(
+    path,
+    `SECRET_TOO_SHORT: the ${what} in ${where} is ${value.length} characters; operator secrets need at least ${MIN_SECRET_LENGTH} (e.g. \`openssl rand -base64 24\`)`,
+    'SECRET_TOO_SHORT',
+  );
 }

@@ -19,7 +19,14 @@ export class StatusWriter implements StatusSink {
 
   private readonly treeCache: TreeCache;
 
-  constructor(private readonly repo: FleetRepo) {
+  /** A forged epoch on the branch, passed over (STATUS_EPOCH_FORGED), while it is there. */
+  forged: ReasonRef | null = null;
+
+  /** `epochBound`: HA, etcd's current revision — an epoch above it on the branch is a forgery and fences nothing. */
+  constructor(
+    private readonly repo: FleetRepo,
+    private readonly epochBound?: () => Promise<number>,
+  ) {
     this.treeCache = new TreeCache(repo.gitdir);
   }
 
@@ -32,8 +39,16 @@ export class StatusWriter implements StatusSink {
     const key = JSON.stringify(files);
     try {
       if (key !== this.lastFiles) {
-        const r = await writeStatusBranch(this.repo, { branch: spec.settings.statusBranch, files, message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}`, ...(epoch ? { epoch } : {}), treeCache: this.treeCache });
+        const r = await writeStatusBranch(this.repo, {
+          branch: spec.settings.statusBranch,
+          files,
+          message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}`,
+          ...(epoch ? { epoch } : {}),
+          ...(epoch && this.epochBound ? { epochBound: this.epochBound } : {}),
+          treeCache: this.treeCache,
+        });
         this.lastFiles = key;
+        this.noteForged(r.forged ?? null, log);
         if (r.changed) log.debug({ oid: r.oid }, 'status branch written');
       }
       // Written, or nothing new to write: the branch is confirmed up to date as of now.
@@ -45,5 +60,15 @@ export class StatusWriter implements StatusSink {
       log.warn({ code: r.code, err: r.message }, 'writing the status branch failed; retried next pass');
     }
     return null;
+  }
+
+  private noteForged(f: { epoch: number; commit: string; bound: number } | null, log: Logger): void {
+    if (f === null) {
+      this.forged = null;
+      return;
+    }
+    const message = `status branch commit ${f.commit.slice(0, 12)} carries Llmgw-Epoch ${f.epoch}, above etcd's revision ${f.bound}: not an epoch this etcd made (forged, or from before an etcd restore); it fences nothing and this leader writes on`;
+    if (this.forged?.message !== message) log.error({ code: 'STATUS_EPOCH_FORGED', commit: f.commit, epoch: f.epoch, bound: f.bound }, 'status branch: a forged epoch, passed over');
+    this.forged = { code: 'STATUS_EPOCH_FORGED', message };
   }
 }

@@ -5,6 +5,7 @@
  * Every reason an operator sees carries its stable code and a hint.
  */
 import { Reasons, type ReasonRef } from '../errors/catalogue.js';
+import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
@@ -200,7 +201,7 @@ export function modelJson(m: ModelView, revision: string | null, at?: number): M
     scaling: m.spec.scaling,
     schedule: at === undefined ? null : scheduleJson(m.spec.scaling, at),
     profile: m.spec.profile,
-    source: m.spec.source,
+    source: redactUrls(m.spec.source),
     aliases: m.spec.aliases,
     digest: m.spec.digest,
     revision,

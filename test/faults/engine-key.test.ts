@@ -123,6 +123,22 @@ describe('fault 1: an empty or malformed engine key file is never used', () => {
     recordFault({ fault: '1 engine key fails open', injected: 'a malformed (9-character) engine-api-key', held: 'serve exits 2 naming the file and the fix; the file is untouched' });
   });
 
+  it('a 1-character admin token, webhook secret or $LLMGW_ADMIN_TOKEN is refused at start with SECRET_TOO_SHORT naming it', () => {
+    for (const [flag, what] of [['--admin-token-file', 'admin token'], ['--webhook-secret-file', 'webhook secret'], ['env', 'admin token']] as const) {
+      const h = home();
+      const f = join(h, 'short-secret');
+      writeFileSync(f, 'x\n', { mode: 0o600 });
+      const args = ['serve', '--fleet', join(h, 'no-fleet'), '--state-dir', join(h, 'state'), '--router-listen', '127.0.0.1:0', '--admin-listen', '127.0.0.1:0'];
+      if (flag !== 'env') args.push(flag, f);
+      if (flag === '--webhook-secret-file') args.push('--no-admin-auth');
+      const r = spawnCli(args, undefined, flag === 'env' ? { ...process.env, LLMGW_ADMIN_TOKEN: 'x' } : process.env);
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, /SECRET_TOO_SHORT/);
+      assert.ok(r.stderr.includes(`the ${what} in ${flag === 'env' ? '$LLMGW_ADMIN_TOKEN' : `the file ${f}`} is 1 characters`), r.stderr);
+    }
+    recordFault({ fault: '1 engine key fails open', injected: 'a 1-character admin token (file and env) and webhook secret', held: 'serve exits 2 with SECRET_TOO_SHORT naming the secret' });
+  });
+
   it('an empty --admin-token-file or webhook secret file is refused with the file named', () => {
     for (const [flag, what] of [['--admin-token-file', 'admin token'], ['--webhook-secret-file', 'webhook secret']] as const) {
       const h = home();

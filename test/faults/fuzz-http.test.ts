@@ -3,7 +3,9 @@
  * bytes over real sockets. Router: built over a fake fleet view whose one ready replica is a stub
  * upstream recording every path it gets. Admin API: the real `llmgw serve` child (real reconciler
  * behind it). Must hold: never a 5xx with INTERNAL; never a request reaching a replica with a path
- * outside /v1/<plain segments>[?query]; every JSON error has a catalogue code.
+ * outside /v1/<plain segments>[?query]; every JSON error has a catalogue code; a request without a
+ * valid grant (no key, a wrong one, one not granted the model) gets no 2xx and reaches no replica,
+ * and a well-formed one gets 401/403.
  */
 import { strict as assert } from 'node:assert';
 import { writeFileSync } from 'node:fs';
@@ -69,7 +71,22 @@ const json = fc.oneof(
 /** Well-formed requests to the known routes (so the fuzz also reaches the proxy and the handlers). */
 let KNOWN: readonly string[] = [];
 
-function request(auth: readonly string[], prefixes: readonly string[], known: readonly string[]) {
+/**
+ * One fuzz request: its bytes, what it is, the credential it carries (`auth`, undefined = none), and
+ * for a well-formed request with a credential that grants nothing for it, the answers it may get.
+ */
+interface FuzzRequest {
+  readonly desc: string;
+  readonly bytes: Buffer;
+  readonly auth: string | undefined;
+  readonly mustRefuse?: readonly number[];
+}
+
+/**
+ * `auth[0]` is the good credential; `refused`: well-formed requests to `refusedPaths` with one of
+ * these credentials must be answered 401 or 403 (the auth oracle).
+ */
+function request(auth: readonly string[], prefixes: readonly string[], known: readonly string[], refused: readonly string[] = [], refusedPaths: readonly string[] = []): fc.Arbitrary<FuzzRequest> {
   KNOWN = known;
   // well-formed requests to the known routes with the good credential and a body naming a model
   const wellFormed = fc
@@ -80,12 +97,30 @@ function request(auth: readonly string[], prefixes: readonly string[], known: re
     })
     .map(({ path: p, method: m, body }) => ({
       desc: `${m} ${p} (well-formed)`,
+      auth: auth[0],
       bytes: Buffer.from(`${m} ${p} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\nauthorization: ${auth[0]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`),
     }));
-  return fc.oneof({ weight: 3, arbitrary: randomRequest(auth, prefixes, known) }, { weight: 1, arbitrary: wellFormed });
+  const arbitraries: { weight: number; arbitrary: fc.Arbitrary<FuzzRequest> }[] = [{ weight: 3, arbitrary: randomRequest(auth, prefixes, known) }, { weight: 1, arbitrary: wellFormed }];
+  if (refused.length > 0 && refusedPaths.length > 0) {
+    // the same well-formed requests with no credential, a wrong one, or one not granted the model
+    const wellFormedRefused = fc
+      .record({
+        path: fc.constantFrom(...refusedPaths),
+        auth: fc.option(fc.constantFrom(...refused), { nil: undefined }),
+        body: fc.record({ model: fc.constantFrom('alpha', 'alias-a'), messages: fc.constant([{ role: 'user', content: 'hi' }]), stream: fc.boolean() }).map((b) => JSON.stringify(b)),
+      })
+      .map(({ path: p, auth: a, body }) => ({
+        desc: `POST ${p} with ${a === undefined ? 'no credential' : JSON.stringify(a)} (well-formed, not granted)`,
+        auth: a,
+        mustRefuse: [401, 403],
+        bytes: Buffer.from(`POST ${p} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n${a === undefined ? '' : `authorization: ${a}\r\n`}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`),
+      }));
+    arbitraries.push({ weight: 1, arbitrary: wellFormedRefused });
+  }
+  return fc.oneof(...arbitraries);
 }
 
-function randomRequest(auth: readonly string[], prefixes: readonly string[], known: readonly string[]) {
+function randomRequest(auth: readonly string[], prefixes: readonly string[], known: readonly string[]): fc.Arbitrary<FuzzRequest> {
   return fc
     .record({
       method: fc.oneof({ weight: 1, arbitrary: method }, { weight: 1, arbitrary: fc.constant(known.length ? 'POST' : 'GET') }),
@@ -107,7 +142,7 @@ function randomRequest(auth: readonly string[], prefixes: readonly string[], kno
         lines.push('transfer-encoding: chunked');
         payload = Buffer.concat([Buffer.from(body.length ? `${body.length.toString(16)}\r\n` : ''), body, Buffer.from(body.length ? '\r\n0\r\n\r\n' : '0\r\n\r\n')]);
       } else payload = Buffer.alloc(0);
-      return { desc: `${r.method} ${r.path} (${r.lengthMode}, ${r.extra.length} extra headers)`, bytes: Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), payload]) };
+      return { desc: `${r.method} ${r.path} (${r.lengthMode}, ${r.extra.length} extra headers)`, auth: r.auth, bytes: Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), payload]) };
     });
 }
 
@@ -153,13 +188,37 @@ describe('fault 11: fuzzing the router over real sockets', () => {
     await stub.close();
   });
 
-  it(`${RUNS} random requests: no INTERNAL, nothing outside /v1/<segments> reaches the replica`, async () => {
+  it(`${RUNS} random requests: no INTERNAL, nothing outside /v1/<segments> reaches the replica, nothing without a grant reaches it at all`, async () => {
     const statuses = new Map<string, number>();
+    const upstreamCalls = (): number => stub.requests.filter((r) => r.url !== '/slots').length;
+    let refusedChecked = 0;
     await fc.assert(
-      fc.asyncProperty(request([`Bearer ${ROUTER_KEY}`, `Bearer ${ROUTER_KEY}`, 'Bearer fuzz-beta-only-key-1234', 'Bearer wrong', 'Basic abc', ''], ['/v1/', '/v1/', '/v1//', '/', '/v1/../', '/admin/v1/'], ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/rerank', '/v1/models', '/v1/models/alpha']), async (req) => {
-        const s = checkAnswer(await raw(port, req.bytes), req.desc, 'openai');
-        statuses.set(s, (statuses.get(s) ?? 0) + 1);
-      }),
+      fc.asyncProperty(
+        request(
+          [`Bearer ${ROUTER_KEY}`, `Bearer ${ROUTER_KEY}`, 'Bearer fuzz-beta-only-key-1234', 'Bearer wrong', 'Basic abc', ''],
+          ['/v1/', '/v1/', '/v1//', '/', '/v1/../', '/admin/v1/'],
+          ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/rerank', '/v1/models', '/v1/models/alpha'],
+          ['Bearer fuzz-beta-only-key-1234', 'Bearer wrong', `Bearer ${ROUTER_KEY}x`, `bearer  ${ROUTER_KEY.slice(0, -1)}`, `Basic ${Buffer.from(`x:${ROUTER_KEY}`).toString('base64')}`, ROUTER_KEY, ''],
+          ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'],
+        ),
+        async (req) => {
+          // the auth oracle: requests run one at a time, so what reached the replica during this one is its doing
+          const before = upstreamCalls();
+          const res = await raw(port, req.bytes);
+          const s = checkAnswer(res, req.desc, 'openai');
+          statuses.set(s, (statuses.get(s) ?? 0) + 1);
+          const granted = req.auth === `Bearer ${ROUTER_KEY}`;
+          if (!granted) {
+            assert.equal(upstreamCalls(), before, `${req.desc}: reached the replica without a grant for alpha`);
+            if (req.auth !== 'Bearer fuzz-beta-only-key-1234') assert.ok(res.status < 200 || res.status >= 300, `${req.desc}: ${res.status} without a valid key`);
+            else refusedChecked++;
+          }
+          if (req.mustRefuse) {
+            assert.ok(req.mustRefuse.includes(res.status), `${req.desc}: answered ${res.status}, not 401/403`);
+            refusedChecked++;
+          }
+        },
+      ),
       { numRuns: RUNS },
     );
     // The router's own background look at the replica's slots (router/slots.ts) is GET /slots, every
@@ -167,10 +226,11 @@ describe('fault 11: fuzzing the router over real sockets', () => {
     for (const r of stub.requests) if (r.url !== '/slots') assert.match(r.url, ALLOWED_UPSTREAM_PATH, `the replica got ${r.url}`);
     for (const r of stub.requests) assert.equal(r.headers.authorization, 'Bearer fuzz-engine-key-5d2a9c41', 'the replica gets the engine key, not the client key');
     assert.ok(stub.requests.length > 0, 'some requests were proxied (the fuzz reaches the proxy)');
+    assert.ok(refusedChecked > RUNS / 20, `the auth oracle checked only ${refusedChecked} requests`);
     const scan = new SecretsScan().secret('router key', ROUTER_KEY);
     scan.collect('upstream requests', JSON.stringify(stub.requests.map((r) => ({ ...r, headers: { ...r.headers, authorization: undefined } }))));
     scan.assertClean();
-    recordFault({ fault: '11 fuzzing: router HTTP', injected: `${RUNS} raw requests (random methods, paths with ../%2e/empty/unicode segments, headers, JSON and binary bodies, exact/short/chunked/no length)`, held: `no INTERNAL; ${stub.requests.length} proxied, all to /v1/<plain segments>, all with the engine key and not the client's; statuses ${JSON.stringify(Object.fromEntries(statuses))}` });
+    recordFault({ fault: '11 fuzzing: router HTTP', injected: `${RUNS} raw requests (random methods, paths with ../%2e/empty/unicode segments, headers, JSON and binary bodies, exact/short/chunked/no length)`, held: `no INTERNAL; none without a grant reached the replica (${refusedChecked} checked 401/403 or not proxied); ${stub.requests.length} proxied, all to /v1/<plain segments>, all with the engine key and not the client's; statuses ${JSON.stringify(Object.fromEntries(statuses))}` });
   });
 });
 
@@ -190,21 +250,42 @@ describe('fault 11: fuzzing the admin API of a real llmgw serve over real socket
     await serve?.stop();
   });
 
-  it(`${RUNS} random requests: no INTERNAL, every error from the catalogue`, async () => {
+  it(`${RUNS} random requests: no INTERNAL, every error from the catalogue, nothing answered without the token`, async () => {
     const statuses = new Map<string, number>();
+    let refusedChecked = 0;
     await fc.assert(
-      fc.asyncProperty(request([`Bearer ${ADMIN_TOKEN}`, `Bearer ${ADMIN_TOKEN}`, 'Bearer wrong', ''], ['/admin/v1/', '/admin/v1/models/', '/admin/v1/replicas/', '/admin/v1/restart', '/admin/v1/webhook', '/metrics', '/'], ['/admin/v1/status', '/admin/v1/models', '/admin/v1/nodes', '/admin/v1/replicas', '/admin/v1/restart', '/admin/v1/restart?ids=a,b', '/admin/v1/webhook', '/admin/v1/models/x/retry', '/metrics']), async (req) => {
-        const s = checkAnswer(await raw(serve.adminPort, req.bytes), req.desc, 'admin');
-        statuses.set(s, (statuses.get(s) ?? 0) + 1);
-      }),
+      fc.asyncProperty(
+        request(
+          [`Bearer ${ADMIN_TOKEN}`, `Bearer ${ADMIN_TOKEN}`, 'Bearer wrong', ''],
+          ['/admin/v1/', '/admin/v1/models/', '/admin/v1/replicas/', '/admin/v1/restart', '/admin/v1/webhook', '/metrics', '/'],
+          ['/admin/v1/status', '/admin/v1/models', '/admin/v1/nodes', '/admin/v1/replicas', '/admin/v1/restart', '/admin/v1/restart?ids=a,b', '/admin/v1/webhook', '/admin/v1/models/x/retry', '/metrics'],
+          ['Bearer wrong', `Bearer ${ADMIN_TOKEN}x`, `Bearer ${ADMIN_TOKEN.slice(0, -1)}`, ADMIN_TOKEN, `Basic ${Buffer.from(`x:${ADMIN_TOKEN}`).toString('base64')}`, ''],
+          ['/admin/v1/restart', '/admin/v1/models/x/retry', '/admin/v1/status'],
+        ),
+        async (req) => {
+          const res = await raw(serve.adminPort, req.bytes);
+          const s = checkAnswer(res, req.desc, 'admin');
+          statuses.set(s, (statuses.get(s) ?? 0) + 1);
+          // the auth oracle: only /metrics (by design) and the webhook (its own signature) answer without the token
+          const path = req.bytes.toString('latin1').split(' ')[1] ?? '';
+          if (req.auth !== `Bearer ${ADMIN_TOKEN}` && path.startsWith('/admin/v1/') && !path.startsWith('/admin/v1/webhook')) {
+            assert.ok(res.status < 200 || res.status >= 300, `${req.desc}: ${res.status} without the admin token`);
+          }
+          if (req.mustRefuse) {
+            assert.ok(req.mustRefuse.includes(res.status), `${req.desc}: answered ${res.status}, not 401/403`);
+            refusedChecked++;
+          }
+        },
+      ),
       { numRuns: RUNS },
     );
     assert.ok(serve.child.exitCode === null, 'the controller is still up');
+    assert.ok(refusedChecked > RUNS / 20, `the auth oracle checked only ${refusedChecked} requests`);
     assert.ok(!/"level":50/.test(serve.out), `an error was logged: ${serve.out.split('\n').filter((l) => l.includes('"level":50')).slice(0, 2).join('\n')}`);
     const scan = new SecretsScan().secret('admin token', ADMIN_TOKEN).secret('webhook secret', 'fuzz-webhook-secret-91ab');
     scan.collect('llmgw stdout', serve.out);
     scan.collect('llmgw stderr', serve.err);
     scan.assertClean();
-    recordFault({ fault: '11 fuzzing: admin HTTP', injected: `${RUNS} raw requests to a real llmgw serve's admin port (random methods, paths, tokens, headers, bodies)`, held: `no INTERNAL, no error logged, every error code in the catalogue; statuses ${JSON.stringify(Object.fromEntries(statuses))}; ${scan.summary}` });
+    recordFault({ fault: '11 fuzzing: admin HTTP', injected: `${RUNS} raw requests to a real llmgw serve's admin port (random methods, paths, tokens, headers, bodies)`, held: `no INTERNAL, no error logged, every error code in the catalogue, ${refusedChecked} well-formed requests without the token all 401; statuses ${JSON.stringify(Object.fromEntries(statuses))}; ${scan.summary}` });
   });
 });

@@ -235,4 +235,27 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     assert.equal(reason2.code, 'LEADER_DEPOSED', reason2.message);
     assert.ok((await third).election.epoch! > epoch2);
   });
+
+  it('resignTerm (a term the reconciler ended): deposed at once, the key gone, a new epoch leads long before the lease could expire; revision() bounds every epoch', async () => {
+    const prefix = freshPrefix();
+    const slow = { leaseTtlSeconds: 30, renewDeadlineMs: 20_000, retryPeriodMs: 300 };
+    const all = ['a', 'b'].map((id) => make(etcd.endpoint, prefix, id, slow));
+    for (const i of all) i.election.start();
+    await until(() => all.filter((i) => i.election.isLeader()).length === 1, 'one leader', 10_000);
+    const leader = all.find((i) => i.election.isLeader())!;
+    const epoch = leader.election.epoch!;
+    assert.ok((await leader.election.revision()) >= epoch);
+    const deposed = once(leader.election, 'deposed') as Promise<[ReasonRef]>;
+    const next = electedAbove(all, epoch);
+    const t0 = mono();
+    leader.election.resignTerm({ code: 'STATUS_EPOCH_STALE', message: 'the status branch holds a newer epoch' });
+    const [reason] = await deposed;
+    assert.equal(reason.code, 'STATUS_EPOCH_STALE');
+    assert.equal(leader.election.isLeader(), false);
+    const successor = await next;
+    const took = mono() - t0;
+    assert.ok(took < 5_000, `a new leader after ${Math.round(took)} ms (lease ${slow.leaseTtlSeconds} s)`);
+    assert.ok(successor.election.epoch! > epoch);
+    assert.ok((await successor.election.revision()) >= successor.election.epoch!);
+  });
 });

@@ -150,7 +150,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     try {
       assert.deepEqual(await early, { done: 'm1' });
       assert.deepEqual(await requests.send('retry', { model: 'm2' }, 5_000), { done: 'm2' });
-      const err = await rejectsWith(requests.send('restart', { ids: ['r9'] }, 5_000), 'NOT_FOUND');
+      const err = await rejectsWith(requests.send('restart', { replicas: ['r9'] }, 5_000), 'NOT_FOUND');
       assert.equal(err.message, 'no replica r9');
       assert.deepEqual(
         handled.map((m) => [m.kind, m.from]),
@@ -182,15 +182,15 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       await elected(leader.election);
       const handled: string[] = [];
       const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, async (m) => {
-        handled.push(m.kind);
+        handled.push((m.body as { trigger: string }).trigger);
         return 'ok';
       });
       const sender = make(prefix, 'standby');
       const requests = new Requests(sender.client, prefix, 'standby');
       try {
-        assert.equal(await requests.send('before', null, 5_000), 'ok');
+        assert.equal(await requests.send('pass', { trigger: 'before' }, 5_000), 'ok');
         fwd.cut();
-        const pending = requests.send('during', null, 10_000);
+        const pending = requests.send('pass', { trigger: 'during' }, 10_000);
         await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the request in etcd', 5_000, 10);
         // Compact past the leader's watch revision while it cannot see: its watch is cancelled on reconnect.
         await sender.client.kv.compact({ revision: String(await revision(sender)), physical: true });
@@ -203,6 +203,52 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       }
     } finally {
       await fwd.close();
+    }
+  });
+
+  it('Requests: a forged request (no lease, a bogus lease, an unknown kind, a malformed body) is refused with a reason and never run; a real one is', async () => {
+    const prefix = freshPrefix();
+    const leader = make(prefix, 'leader');
+    leader.election.start();
+    await elected(leader.election);
+    const handled: RequestMsg[] = [];
+    const refused: string[] = [];
+    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(
+      leader.election,
+      async (m) => {
+        handled.push(m);
+        return 'ran';
+      },
+      (r) => refused.push(r.why),
+    );
+    try {
+      const forger = make(prefix, 'forger');
+      const id = (n: number): string => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
+      const put = (n: number, msg: Record<string, unknown>, lease?: string): Promise<unknown> => {
+        const p = forger.client.put(`${prefix}/requests/${id(n)}`).value(JSON.stringify({ id: id(n), ...msg }));
+        return lease ? p.lease(lease).exec() : p.exec();
+      };
+      const grant = forger.client.lease(30, { autoKeepAlive: false });
+      const realLease = await grant.grant();
+      await put(1, { kind: 'restart', body: { all: true }, from: 'standby', lease: '12345' });
+      await put(2, { kind: 'restart', body: { all: true }, from: 'standby', lease: realLease });
+      await put(3, { kind: 'exec', body: {}, from: 'standby', lease: realLease }, realLease);
+      await put(4, { kind: 'restart', body: { all: 'yes' }, from: 'standby', lease: realLease }, realLease);
+      await put(5, { kind: 'restart', body: { all: true, cmd: 'x' }, from: 'standby', lease: realLease }, realLease);
+      await until(() => refused.length === 5, 'five refusals', 5_000, 10);
+      assert.equal(handled.length, 0, 'a forged request ran');
+      assert.match(refused[0]!, /not attached to the sender's lease 12345 \(attached to none\)/);
+      assert.match(refused[1]!, /not attached to the sender's lease/);
+      assert.match(refused[2]!, /unknown kind "exec"/);
+      assert.match(refused[3]!, /malformed body/);
+      assert.match(refused[4]!, /unknown body fields cmd/);
+      await until(async () => (await forger.client.getAll().prefix(`${prefix}/requests/`).count()) === 0, 'the refused requests deleted', 5_000, 10);
+      // a request as an instance sends it is run
+      assert.equal(await new Requests(forger.client, prefix, 'standby').send('restart', { all: true }, 5_000), 'ran');
+      assert.equal(handled.length, 1);
+      await grant.revoke();
+    } finally {
+      await stopServing();
     }
   });
 });

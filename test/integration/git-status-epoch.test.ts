@@ -88,10 +88,58 @@ describe('status branch epoch fencing on a remote', () => {
     const w = await writeStatusBranch(repo, { branch, files: files('plain', 1), message: 'llmgw status at eee' });
     assert.equal(w.changed, true);
     assert.equal(await git(served.bare, ['log', '-1', '--format=%B', branch]), 'llmgw status at eee');
-    // A head without the trailer counts as epoch 0.
-    const w1 = await writeStatusBranch(repo, { branch, files: files('e', 2), message: 'epoch 1', epoch: 1 });
-    assert.equal(w1.changed, true);
-    assert.deepEqual(await firstParentEpochs(served.bare, branch), [9, null, 1]);
+    // A head without the trailer resets nothing: the fence is the highest epoch on first-parent history.
+    const stale = await rejectsWith(writeStatusBranch(repo, { branch, files: files('e', 2), message: 'epoch 1', epoch: 1 }), 'STATUS_EPOCH_STALE');
+    assert.equal((stale.detail as { headEpoch: number }).headEpoch, 9);
+    const w9 = await writeStatusBranch(repo, { branch, files: files('e', 2), message: 'epoch 9 again', epoch: 9 });
+    assert.equal(w9.changed, true);
+    assert.deepEqual(await firstParentEpochs(served.bare, branch), [9, null, 9]);
+  });
+
+  it('an unsigned commit pushed by hand over a newer epoch resets nothing (F8); a fresh writer (no cache) sees it too', async () => {
+    const branch = 'llmgw/status-unsigned';
+    const leader7 = await served.remote();
+    await writeStatusBranch(leader7, { branch, files: files('7', 1), message: 'llmgw status', epoch: 7 });
+    // anyone who can push llmgw/status: a commit without the trailer (and one with a lower epoch) on top
+    const work = await WorkRepo.clone(served.url);
+    await work.git(['-c', 'credential.helper=', 'fetch', '-q', served.url, `${branch}:${branch}`]);
+    await work.checkout(branch);
+    await work.write({ 'fleet.json': '{"forged":true}\n' });
+    await work.commit('reset the fence');
+    await work.write({ 'fleet.json': '{"forged":2}\n' });
+    await work.commit('lower\n\nLlmgw-Epoch: 2');
+    await work.push(served.url, branch);
+    for (const writer of [leader7, await served.remote()]) {
+      const err = await rejectsWith(writeStatusBranch(writer, { branch, files: files('3', 1), message: 'llmgw status', epoch: 3 }), 'STATUS_EPOCH_STALE');
+      assert.equal((err.detail as { headEpoch: number }).headEpoch, 7);
+      assert.match(err.message, /its history holds [0-9a-f]{12} \(head [0-9a-f]{12}\), written by epoch 7/);
+    }
+    const w8 = await writeStatusBranch(leader7, { branch, files: files('8', 1), message: 'llmgw status', epoch: 8 });
+    assert.equal(w8.changed, true);
+  });
+
+  it('a forged Llmgw-Epoch above the bound (etcd\'s revision) fences nothing: the write goes on and names the forgery (F1)', async () => {
+    const branch = 'llmgw/status-forged';
+    const leader = await served.remote();
+    await writeStatusBranch(leader, { branch, files: files('5', 1), message: 'llmgw status', epoch: 5 });
+    const work = await WorkRepo.clone(served.url);
+    await work.git(['-c', 'credential.helper=', 'fetch', '-q', served.url, `${branch}:${branch}`]);
+    await work.checkout(branch);
+    await work.write({ 'fleet.json': '{"forged":true}\n' });
+    const forgedOid = await work.commit('forged\n\nLlmgw-Epoch: 999999999999');
+    await work.push(served.url, branch);
+    // without a bound the forgery fences (as before); with one it is named and passed over
+    await rejectsWith(writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: 6 }), 'STATUS_EPOCH_STALE');
+    let asked = 0;
+    const w = await writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: 6, epochBound: async () => (asked++, 1000) });
+    assert.equal(w.changed, true);
+    assert.equal(asked, 1);
+    assert.deepEqual(w.forged, { epoch: 999999999999, commit: forgedOid, bound: 1000 });
+    // the real epochs below the bound still fence: 5 < 6 written, 4 refused
+    await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 1), message: 'llmgw status', epoch: 4, epochBound: async () => 1000 }), 'STATUS_EPOCH_STALE');
+    // an unforged write asks no bound
+    const again = await writeStatusBranch(leader, { branch, files: files('6', 2), message: 'llmgw status', epoch: 999999999999, epochBound: async () => assert.fail('asked') });
+    assert.equal(again.changed, true);
   });
 
   it('bad epochs and a message that already names one are USAGE, before anything is written', async () => {

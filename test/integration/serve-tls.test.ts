@@ -48,7 +48,7 @@ before(async () => {
   makeCert('second', 100);
   writeFileSync(join(dir, 'tls.pem'), readFileSync(join(dir, 'first.pem')));
   writeFileSync(join(dir, 'tls.key'), readFileSync(join(dir, 'first.key')));
-  writeFileSync(join(dir, 'admin-token'), 'admin-secret\n');
+  writeFileSync(join(dir, 'admin-token'), 'admin-secret-for-tls-tests\n');
   const repo = await WorkRepo.init();
   await repo.write({ 'fleet.yaml': 'poll_interval: 1h\n' });
   await repo.commit('an empty fleet');
@@ -81,7 +81,7 @@ describe('TLS', () => {
     assert.match(served.routerUrl, /^https:\/\/127\.0\.0\.1:\d+$/);
     const ca = readFileSync(join(dir, 'first.pem'));
     const dispatcher = new Agent({ connect: { ca } });
-    const admin = await request(`${served.adminUrl}/admin/v1/status`, { headers: { authorization: 'Bearer admin-secret' }, dispatcher });
+    const admin = await request(`${served.adminUrl}/admin/v1/status`, { headers: { authorization: 'Bearer admin-secret-for-tls-tests' }, dispatcher });
     assert.equal(admin.statusCode, 200, await admin.body.text());
     const router = await request(`${served.routerUrl}/v1/models`, { dispatcher });
     await router.body.dump();
@@ -94,7 +94,7 @@ describe('TLS', () => {
     const second = new X509Certificate(readFileSync(join(dir, 'second.pem')));
     assert.equal((await servedCert(served.adminUrl)).fingerprint256, first.fingerprint256);
     const scrape = async (): Promise<number | undefined> => {
-      const r = await request(`${served.adminUrl}/metrics`, { headers: { authorization: 'Bearer admin-secret' }, dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) });
+      const r = await request(`${served.adminUrl}/metrics`, { headers: { authorization: 'Bearer admin-secret-for-tls-tests' }, dispatcher: new Agent({ connect: { rejectUnauthorized: false } }) });
       return sampleValue(parseExposition(await r.body.text()), 'llmgw_certificate_expiry_timestamp_seconds', { path: join(dir, 'tls.pem') });
     };
     assert.equal(await scrape(), Math.floor(new Date(first.validTo).getTime() / 1000));

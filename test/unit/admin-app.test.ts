@@ -621,3 +621,81 @@ describe('admin API: GET /admin/v1/usage', () => {
     await b.close();
   });
 });
+
+describe('admin API: what an unauthenticated client can make the port hold', () => {
+  const forged = `sha256=${'ab'.repeat(32)}`;
+  /** A raw socket that sends `head` and keeps the connection open; records the answer's first line and its close. */
+  const raw = async (port: number, head: string): Promise<{ first: () => string; closed: () => boolean; sock: import('node:net').Socket }> => {
+    const { connect } = await import('node:net');
+    const sock = connect(port, '127.0.0.1');
+    let text = '';
+    let isClosed = false;
+    sock.on('data', (b: Buffer) => (text += b.toString('latin1')));
+    sock.on('error', () => undefined);
+    sock.on('close', () => (isClosed = true));
+    sock.write(head);
+    return { first: () => text.split('\r\n')[0] ?? '', closed: () => isClosed, sock };
+  };
+  const hookHead = (len: number, sig = `x-hub-signature-256: ${forged}`): string =>
+    `POST /admin/v1/webhook HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: push\r\n${sig}\r\ncontent-length: ${len}\r\n\r\n{`;
+
+  test('a forged well-formed signature declaring 1 MiB is refused from its headers (413), and a wrong GitLab token before its body (401)', async () => {
+    const { app: a } = app();
+    await a.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const port = (a.server.address() as import('node:net').AddressInfo).port;
+      const big = await raw(port, hookHead(1024 * 1024));
+      await until(() => big.first() !== '', 'an answer to the 1 MiB webhook', 3000);
+      assert.equal(big.first(), 'HTTP/1.1 413 Payload Too Large');
+      const lab = await raw(port, hookHead(60_000, 'x-gitlab-token: not-the-secret-at-all'));
+      await until(() => lab.first() !== '', 'an answer to the wrong GitLab token', 3000);
+      assert.equal(lab.first(), 'HTTP/1.1 401 Unauthorized');
+      for (const s of [big, lab]) s.sock.destroy();
+    } finally {
+      await a.close();
+    }
+  });
+
+  test('at most N webhook bodies are read before their signature is checked, each for at most webhookBodyMs; a signed one gets through after', async () => {
+    const { app: a, backend } = app({ limits: { pollMs: 5, webhookUnverified: 2, webhookBodyMs: 400 } });
+    await a.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const port = (a.server.address() as import('node:net').AddressInfo).port;
+      const held = [await raw(port, hookHead(50_000)), await raw(port, hookHead(50_000))];
+      await new Promise((r) => setTimeout(r, 100));
+      const third = await raw(port, hookHead(50_000));
+      await until(() => third.first() !== '', 'an answer to the third webhook', 3000);
+      assert.equal(third.first(), 'HTTP/1.1 503 Service Unavailable');
+      const t0 = Date.now();
+      await until(() => held.every((h) => h.closed()), 'the held webhook bodies closed by their deadline', 3000);
+      assert.ok(Date.now() - t0 < 1500, `held for ${Date.now() - t0} ms`);
+      await until(() => third.closed(), 'the refused socket closed', 3000);
+      const body = JSON.stringify({ ref: 'refs/heads/main', commits: [] });
+      const sig = createHmac('sha256', SECRET).update(body).digest('hex');
+      const ok = await fetch(`http://127.0.0.1:${port}/admin/v1/webhook`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-github-event': 'push', 'x-hub-signature-256': `sha256=${sig}` }, body });
+      assert.equal(ok.status, 202);
+      assert.equal(backend.calls.requestPass.at(-1), 'webhook');
+    } finally {
+      await a.close();
+    }
+  });
+
+  test('at most maxInFlight requests on the admin port: above it 503 ADMIN_OVERLOADED with Retry-After; below it again 200', async () => {
+    const { app: a } = app({ limits: { pollMs: 5, maxInFlight: 2 } });
+    await a.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const port = (a.server.address() as import('node:net').AddressInfo).port;
+      const head = `POST /admin/v1/restart HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${TOKEN}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`;
+      const held = [await raw(port, head), await raw(port, head)];
+      await new Promise((r) => setTimeout(r, 100));
+      const r = await fetch(`http://127.0.0.1:${port}/admin/v1/status`, { headers: auth });
+      assert.equal(r.status, 503);
+      assert.equal(r.headers.get('retry-after'), '1');
+      assert.equal(((await r.json()) as { error: { code: string } }).error.code, 'ADMIN_OVERLOADED');
+      for (const h of held) h.sock.destroy();
+      await until(async () => (await fetch(`http://127.0.0.1:${port}/admin/v1/status`, { headers: auth })).status === 200, 'status answers once the held requests are gone', 3000);
+    } finally {
+      await a.close();
+    }
+  });
+});

@@ -1,7 +1,14 @@
 /** Table tests of the pure pieces of running several controllers: who may act (node owner records), and the published snapshot. */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/published.js';
+import { endpointProblem, parsePublished, publishedJson, refusedEndpoints, standbySnapshot } from '../../src/ha/published.js';
+import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
+
+/** The spec with a local node n1 (ports 9000-9100) and an ssh node n2 on 10.0.0.2. */
+function withNode(spec: FleetSpec): FleetSpec {
+  const node = (name: string, transport: 'local' | 'ssh', host: string): NodeSpec => ({ name, file: `nodes/${name}.yaml`, transport, host, ports: { from: 9000, to: 9100 } }) as unknown as NodeSpec;
+  return { ...spec, nodes: { n1: node('n1', 'local', 'localhost'), n2: node('n2', 'ssh', '10.0.0.2') } };
+}
 import type { NodeFenceView } from '../../src/nodes/driver.js';
 import { ownershipOf } from '../../src/reconciler/ownership.js';
 import { STANDALONE, type FleetSnapshot } from '../../src/reconciler/view.js';
@@ -66,13 +73,40 @@ describe('the published snapshot', () => {
     const json = publishedJson(base());
     assert.ok(!json.includes('"spec"'), 'no spec in the published value');
     const control = { ...STANDALONE, mode: 'etcd' as const, notActing: { code: 'CONTROLLER_STANDBY', message: 'standby' } };
-    const own = fakeSpec({ models: { alpha: {} } });
+    const own = withNode(fakeSpec({ models: { alpha: {} } }));
     const s = standbySnapshot(parsePublished(json), own, control, 3000);
     assert.equal(s.leader, false);
     assert.deepEqual(s.models.map((m) => m.name), ['alpha']);
     assert.equal(s.models[0]!.spec, own.models.alpha);
     assert.equal(s.models[0]!.replicas[0]!.endpoint, 'http://127.0.0.1:9000');
     assert.equal(s.control.notActing?.code, 'CONTROLLER_STANDBY');
+  });
+
+  it('a published endpoint is used only on its node\'s host and in its ports range (a forged snapshot routes nowhere else)', () => {
+    const own = withNode(fakeSpec({ models: { alpha: {} } }));
+    const control = { ...STANDALONE, mode: 'etcd' as const };
+    const m0 = base().models[0]!;
+    const r0 = m0.replicas[0]!;
+    const forged = [
+      { ...r0, id: 'outside-range', endpoint: 'http://127.0.0.1:9999' },
+      { ...r0, id: 'other-host', endpoint: 'http://10.9.9.9:9000' },
+      { ...r0, id: 'no-node', node: 'ghost' },
+      { ...r0, id: 'https', endpoint: 'https://127.0.0.1:9001' },
+      { ...r0, id: 'path', endpoint: 'http://127.0.0.1:9001/x' },
+      { ...r0, id: 'userinfo', endpoint: 'http://u@127.0.0.1:9001' },
+      { ...r0, id: 'garbage', endpoint: 'not a url' },
+      { ...r0, id: 'proto', node: '__proto__' },
+    ];
+    const json = publishedJson(base({ models: [{ ...m0, ready: 9, replicas: [r0, ...forged] }] }));
+    const s = standbySnapshot(parsePublished(json), own, control, 1);
+    assert.deepEqual(s.models[0]!.replicas.map((r) => r.id), [r0.id]);
+    assert.equal(s.models[0]!.ready, 1);
+    const refused = refusedEndpoints(parsePublished(json), own);
+    assert.deepEqual(refused.map((r) => r.replica), forged.map((r) => r.id));
+    assert.match(refused[0]!.why, /outside node n1's ports 9000-9100/);
+    assert.equal(endpointProblem({ node: 'n1', endpoint: 'http://127.0.0.1:9100' }, own), null);
+    assert.equal(endpointProblem({ node: 'n2', endpoint: 'http://10.0.0.2:9000' }, own), null);
+    assert.match(endpointProblem({ node: 'n2', endpoint: 'http://127.0.0.1:9000' }, own)!, /not on node n2's host/);
   });
 
   it('a value this version does not read is no snapshot', () => {

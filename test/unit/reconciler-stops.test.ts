@@ -103,7 +103,7 @@ describe('the stop sequence', () => {
     assert.deepEqual(stopPhase(rec(), { phase: 'draining', inFlight: 2 }), { phase: 'draining', inFlight: 2 });
     assert.deepEqual(stopPhase(rec(), { phase: 'stopping', inFlight: 0 }), { phase: 'stopping', inFlight: 0 });
     assert.deepEqual(stopPhase(rec({ drain: false }), undefined), { phase: 'stopping', inFlight: null });
-    const obs = { node: 'cpu-01', at: 0, memory: { totalBytes: 1, availableBytes: 1 }, cpus: 1, cpuFlags: [], arch: 'x86_64', diskFreeBytes: 1, engines: [], models: [], replicas: [observed(spec, 'alpha-1', 'alpha', 'ready')] };
+    const obs = { node: 'cpu-01', at: 0, memory: { totalBytes: 1, availableBytes: 1 }, cpus: 1, cpuFlags: [], arch: 'x86_64', diskFreeBytes: 1, engines: [], models: [], replicas: [observed(spec, 'alpha-1', 'alpha', 'ready', { endpoint: 'http://10.0.0.1:20000' })] };
     const snap = buildSnapshot({
       spec, now: 0, leader: true, control: { mode: 'standalone', instance: { id: 'l', label: 'l' }, leader: null, notActing: null, etcd: null }, appliedRevision: null, rejected: null,
       lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null,
