@@ -15,7 +15,7 @@
  * `data: {"error":…}` on /v1/chat/completions and /v1/completions, Anthropic's `event: error` on
  * /v1/messages), any other body is cut (the client sees the connection close before the end).
  */
-import { sseEvent, type RenderedError, type RouterReasonCode } from './errors.js';
+import { anthropicType, sseEvent, type RenderedError, type RouterReasonCode } from './errors.js';
 
 /** How an attempt failed. See classifyUpstreamError (proxy.ts) for the mapping from undici's errors. */
 export type UpstreamFailure =
@@ -78,28 +78,6 @@ export type StreamApi = 'openai' | 'anthropic';
 
 export function streamApiOf(path: string): StreamApi {
   return path === '/v1/messages' || path.startsWith('/v1/messages?') ? 'anthropic' : 'openai';
-}
-
-/** Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors). */
-function anthropicType(status: number): string {
-  switch (status) {
-    case 400:
-      return 'invalid_request_error';
-    case 401:
-      return 'authentication_error';
-    case 403:
-      return 'permission_error';
-    case 404:
-      return 'not_found_error';
-    case 413:
-      return 'request_too_large';
-    case 429:
-      return 'rate_limit_error';
-    case 529:
-      return 'overloaded_error';
-    default:
-      return 'api_error';
-  }
 }
 
 /** A rendered error as the last event of a stream in the API's own shape. */
