@@ -87,11 +87,12 @@ for f in "$d"/engines/*/*/.complete; do
   [ -f "$f" ] || continue
   v=\${f%/.complete}; e=\${v%/*}
   echo ${shq(`${m} engine`)}; printf '%s\\n' "\${e##*/}" "\${v##*/}"; head -n 1 "$f"
-  # the devices this engine sees (its ggml backends, with the node's env), bounded in time
+  # the devices this engine sees (its ggml backends, with the node's env), bounded in time: an
+  # engine that ignores SIGTERM is killed 2 s after the 15 s bound, so a look never hangs on one
   b=$(head -n 1 "$f")
   if [ -x "$b" ]; then
     echo ${shq(`${m} devices`)}
-    ( ${envExports(env)}if command -v timeout >/dev/null 2>&1; then timeout 15 "$b" --list-devices; else "$b" --list-devices; fi ) </dev/null 2>&1 | grep -E '^[[:space:]]+[A-Za-z][A-Za-z_-]*[0-9]+: ' | head -n 64
+    ( ${envExports(env)}if command -v timeout >/dev/null 2>&1; then timeout -k 2 15 "$b" --list-devices; else "$b" --list-devices; fi ) </dev/null 2>&1 | grep -E '^[[:space:]]+[A-Za-z][A-Za-z_-]*[0-9]+: ' | head -n 64
   fi
 done
 for f in "$d"/models/*.gguf; do

@@ -44,7 +44,7 @@ before(async () => {
   // a "replica" that survives SIGTERM (and says it got one), for the stop's second check
   stubborn = join(work, 'stubborn-server');
   await writeFile(stubborn, `#!/bin/sh
-case "$1" in --version) echo "stubborn 1"; exit 0;; esac
+case "$1" in --version) echo "stubborn 1"; exit 0;; --list-devices) echo "Available devices:"; exit 0;; esac
 trap 'echo got-term' TERM
 while :; do sleep 1; done
 `);
