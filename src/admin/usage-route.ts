@@ -8,16 +8,13 @@ import type { FastifyInstance } from 'fastify';
 import { LlmgwError } from '../errors/catalogue.js';
 import { parseDuration } from '../fleet-spec/units.js';
 import type { UsageQuery, UsageRow } from '../router/usage-book.js';
+import type { UsageJson } from '../wire/usage.js';
 
 export interface UsageSource {
   query(q: UsageQuery): UsageRow[];
 }
 
-export interface UsageJson {
-  /** The start of the first minute counted (ISO 8601), null for everything the router kept. */
-  readonly since: string | null;
-  readonly rows: readonly UsageRow[];
-}
+export type { UsageJson } from '../wire/usage.js';
 
 /** `since` → Date.now() milliseconds; throws ADMIN_BAD_REQUEST. */
 export function parseSince(since: string, now: number): number {

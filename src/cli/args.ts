@@ -1,12 +1,7 @@
 /** Small helpers over node:util parseArgs so every command reports usage errors the same way. */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { usageError } from '../errors/catalogue.js';
 
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'UsageError';
-  }
-}
 
 export function parse<T extends NonNullable<ParseArgsConfig['options']>>(
   argv: readonly string[],
@@ -16,12 +11,12 @@ export function parse<T extends NonNullable<ParseArgsConfig['options']>>(
     const r = parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
     return r as unknown as ReturnType<typeof parse<T>>;
   } catch (e) {
-    throw new UsageError(e instanceof Error ? e.message : String(e));
+    throw usageError(e instanceof Error ? e.message : String(e));
   }
 }
 
 export function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], dflt: T): T {
   if (v === undefined) return dflt;
   if ((allowed as readonly string[]).includes(v)) return v as T;
-  throw new UsageError(`--${name} must be one of ${allowed.join(', ')} (got ${JSON.stringify(v)})`);
+  throw usageError(`--${name} must be one of ${allowed.join(', ')} (got ${JSON.stringify(v)})`);
 }

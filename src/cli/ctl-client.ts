@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { Agent, request, type Dispatcher } from 'undici';
-import { UsageError } from './args.js';
+import { usageError } from '../errors/catalogue.js';
 
 export const DEFAULT_SERVER = 'http://127.0.0.1:8081';
 export const ADMIN_PREFIX = '/admin/v1';
@@ -54,7 +54,7 @@ function readText(path: string, what: string): string {
   try {
     return readFileSync(path, 'utf8');
   } catch (e) {
-    throw new UsageError(`cannot read ${what} ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw usageError(`cannot read ${what} ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
 }
 
@@ -64,18 +64,18 @@ function readConfig(path: string, required: boolean): { file: ConfigFile; dir: s
     text = readFileSync(path, 'utf8');
   } catch (e) {
     if (!required && (e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw new UsageError(`cannot read the ctl config ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw usageError(`cannot read the ctl config ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (e) {
-    throw new UsageError(`the ctl config ${path} is not valid JSON: ${(e as Error).message}`);
+    throw usageError(`the ctl config ${path} is not valid JSON: ${(e as Error).message}`);
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new UsageError(`the ctl config ${path} must hold a JSON object {"server", "token" | "tokenFile", "ca"}`);
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw usageError(`the ctl config ${path} must hold a JSON object {"server", "token" | "tokenFile", "ca"}`);
   for (const [k, v] of Object.entries(parsed)) {
-    if (!CONFIG_KEYS.has(k)) throw new UsageError(`the ctl config ${path} has an unknown key "${k}" (allowed: server, token, tokenFile, ca)`);
-    if (typeof v !== 'string') throw new UsageError(`the ctl config ${path}: "${k}" must be a string`);
+    if (!CONFIG_KEYS.has(k)) throw usageError(`the ctl config ${path} has an unknown key "${k}" (allowed: server, token, tokenFile, ca)`);
+    if (typeof v !== 'string') throw usageError(`the ctl config ${path}: "${k}" must be a string`);
   }
   return { file: parsed as ConfigFile, dir: dirname(path) };
 }
@@ -95,9 +95,9 @@ export function resolveTarget(flags: CtlFlags, env: NodeJS.ProcessEnv, cwd: stri
   try {
     url = new URL(server);
   } catch {
-    throw new UsageError(`the server address "${server}" is not a URL; give it as http://HOST:PORT or https://HOST:PORT`);
+    throw usageError(`the server address "${server}" is not a URL; give it as http://HOST:PORT or https://HOST:PORT`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError(`the server address "${server}" must start with http:// or https://`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw usageError(`the server address "${server}" must start with http:// or https://`);
 
   const tokenText = (t: string): string => t.trim();
   let token: string | null = null;

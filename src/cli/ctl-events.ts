@@ -5,7 +5,7 @@
  * what it missed with Last-Event-ID.
  */
 import { request } from 'undici';
-import type { EventJson, EventsJson } from '../ui/routes.js';
+import type { EventJson, EventsJson } from '../wire/events.js';
 import { ADMIN_PREFIX, CtlFailure, type AdminClient } from './ctl-client.js';
 import type { Io } from './io.js';
 

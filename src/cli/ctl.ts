@@ -4,11 +4,12 @@
  */
 import { MODEL_PHASES, type ModelsJson, type NodesJson, type ReplicasJson, type RestartJson, type RetryJson, type StatusJson, type LogsJson } from '../wire/shape.js';
 import { formatDuration, parseDuration } from '../fleet-spec/units.js';
-import { oneOf, parse, UsageError } from './args.js';
+import { usageError } from '../errors/catalogue.js';
+import { oneOf, parse } from './args.js';
 import { AdminClient, CtlFailure, DEFAULT_SERVER, resolveTarget } from './ctl-client.js';
-import { ATTENTION_PHASES, renderModels, renderNodes, renderReplicas, renderStatus, STATUS_ATTENTION_LIMIT, STATUS_HEALTHY_LIMIT } from './ctl-format.js';
+import { ATTENTION_PHASES, renderModels, renderNodes, renderReplicas, renderStatus, STATUS_ATTENTION_LIMIT, STATUS_HEALTHY_LIMIT } from '../format/ctl-format.js';
 import type { Io } from './io.js';
-import type { UsageJson } from '../admin/usage-route.js';
+import type { UsageJson } from '../wire/usage.js';
 import { renderUsage } from './usage-format.js';
 import { ctlEvents } from './ctl-events.js';
 
@@ -93,7 +94,7 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
   // options that belong to one command only
   const only = (names: readonly (keyof typeof values)[], ...cmds: string[]): void => {
     if (sub !== undefined && cmds.includes(sub)) return;
-    for (const n of names) if (values[n] !== undefined) throw new UsageError(`--${String(n)} only applies to ${cmds.map((c) => `\`llmgw ctl ${c}\``).join(' and ')}`);
+    for (const n of names) if (values[n] !== undefined) throw usageError(`--${String(n)} only applies to ${cmds.map((c) => `\`llmgw ctl ${c}\``).join(' and ')}`);
   };
   only(['lines'], 'logs', 'events');
   only(['phase', 'name'], 'models');
@@ -102,7 +103,7 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
   only(['since', 'key'], 'usage');
   only(['follow'], 'events');
   const noArgs = (): void => {
-    if (args.length) throw new UsageError(`\`llmgw ctl ${sub}\` takes no arguments (got ${args.join(' ')})`);
+    if (args.length) throw usageError(`\`llmgw ctl ${sub}\` takes no arguments (got ${args.join(' ')})`);
   };
 
   // validate the command line completely before talking to anyone
@@ -164,7 +165,7 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
       };
       break;
     case 'retry': {
-      if (args.length !== 1) throw new UsageError('usage: llmgw ctl retry MODEL');
+      if (args.length !== 1) throw usageError('usage: llmgw ctl retry MODEL');
       const model = args[0]!;
       run = async (c) => {
         const r = await c.call<RetryJson>('POST', `/models/${encodeURIComponent(model)}/retry`, { timeoutMs: PASS_TIMEOUT_MS });
@@ -174,10 +175,10 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
       break;
     }
     case 'logs': {
-      if (args.length !== 1) throw new UsageError('usage: llmgw ctl logs REPLICA [--lines N]');
+      if (args.length !== 1) throw usageError('usage: llmgw ctl logs REPLICA [--lines N]');
       const replica = args[0]!;
       const lines = values.lines === undefined ? 100 : Number(values.lines);
-      if (!Number.isInteger(lines) || lines < 1 || lines > 10_000) throw new UsageError(`--lines must be a whole number from 1 to 10000 (got ${JSON.stringify(values.lines)})`);
+      if (!Number.isInteger(lines) || lines < 1 || lines > 10_000) throw usageError(`--lines must be a whole number from 1 to 10000 (got ${JSON.stringify(values.lines)})`);
       run = async (c) => {
         const r = await c.call<LogsJson>('GET', `/replicas/${encodeURIComponent(replica)}/logs`, { query: { lines: String(lines) } });
         io.out(output === 'json' ? json(r.body) : r.body.log.replace(/\n$/, ''));
@@ -188,22 +189,22 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
     case 'events': {
       noArgs();
       const limit = values.lines === undefined ? 50 : Number(values.lines);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 100_000) throw new UsageError(`--lines must be a whole number from 1 to 100000 (got ${JSON.stringify(values.lines)})`);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 100_000) throw usageError(`--lines must be a whole number from 1 to 100000 (got ${JSON.stringify(values.lines)})`);
       run = (c) => ctlEvents(c, io, { ...(values.model !== undefined ? { model: values.model } : {}), limit, follow: values.follow === true, output, ...(io.signal ? { signal: io.signal } : {}) });
       break;
     }
     case 'restart': {
       const forms = [args.length > 0, values.model !== undefined, values.all === true].filter(Boolean).length;
-      if (forms !== 1) throw new UsageError('name what to restart: replica ids, --model MODEL or --all (exactly one)');
+      if (forms !== 1) throw usageError('name what to restart: replica ids, --model MODEL or --all (exactly one)');
       const body = args.length ? { replicas: args } : values.model !== undefined ? { model: values.model } : { all: true };
       const timeoutMs = values.timeout === undefined ? DEFAULT_RESTART_TIMEOUT_MS : parseDuration(/^[0-9.]+$/.test(values.timeout) ? Number(values.timeout) : values.timeout);
-      if (timeoutMs === null) throw new UsageError(`--timeout must be a duration such as 90s or 15m (got ${JSON.stringify(values.timeout)})`);
+      if (timeoutMs === null) throw usageError(`--timeout must be a duration such as 90s or 15m (got ${JSON.stringify(values.timeout)})`);
       const wait = !values['no-wait'];
       run = (c) => restart(c, io, output, body, wait, timeoutMs);
       break;
     }
     default:
-      throw new UsageError(`unknown ctl command "${sub}"; run \`llmgw ctl --help\``);
+      throw usageError(`unknown ctl command "${sub}"; run \`llmgw ctl --help\``);
   }
 
   const target = resolveTarget({ server: values.server, token: values.token, tokenFile: values['token-file'], config: values.config, ca: values.ca }, io.env, io.cwd);

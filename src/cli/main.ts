@@ -1,9 +1,8 @@
 /** llmgw's command dispatcher. Each command returns its exit status. */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { isLlmgwError } from '../errors/catalogue.js';
+import { isLlmgwError, isUsageError } from '../errors/catalogue.js';
 import { packageRoot } from '../util/package-root.js';
-import { UsageError } from './args.js';
 import { processIo, type Io } from './io.js';
 
 const usage = `usage: llmgw <command> [options]
@@ -48,7 +47,7 @@ export async function run(argv: readonly string[], io: Io = processIo): Promise<
   try {
     return await (await load())(rest, io);
   } catch (e) {
-    if (e instanceof UsageError) {
+    if (isUsageError(e)) {
       io.err(`llmgw ${name}: ${e.message}`);
       return 2;
     }

@@ -11,7 +11,8 @@ import { readStatusBranch } from '../plan/status-branch.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { parseDuration } from '../fleet-spec/units.js';
 import { loadFleetSpec } from '../fleet-spec/load.js';
-import { oneOf, parse, UsageError } from './args.js';
+import { usageError } from '../errors/catalogue.js';
+import { oneOf, parse } from './args.js';
 import { localRepo } from './fleet-input.js';
 import { formatProblemText } from './problems-format.js';
 import type { Io } from './io.js';
@@ -54,8 +55,8 @@ async function readStatusPath(path: string): Promise<ObservedFleet> {
     const meta = documentMeta(doc);
     return observedFromPlanStatus(statusFromJson(doc, path), { source: `--status ${path}`, writtenAt: meta.writtenAt, appliedRevision: meta.revision });
   } catch (e) {
-    if (e instanceof StatusFormatError) throw new UsageError(`--status ${e.message}`);
-    throw new UsageError(`--status ${path}: cannot read llmgw status (${e instanceof Error ? e.message : String(e)})`);
+    if (e instanceof StatusFormatError) throw usageError(`--status ${e.message}`);
+    throw usageError(`--status ${path}: cannot read llmgw status (${e instanceof Error ? e.message : String(e)})`);
   }
 }
 
@@ -98,12 +99,12 @@ export async function planCommand(argv: readonly string[], io: Io): Promise<numb
     io.out(planUsage);
     return 0;
   }
-  if (positionals.length > 1) throw new UsageError('at most one DIR');
+  if (positionals.length > 1) throw usageError('at most one DIR');
   const format = oneOf('format', values.format as string | undefined, ['text', 'json', 'markdown', 'github'] as const, 'text');
   const timeoutMs = values['header-timeout'] === undefined ? DEFAULT_HEADER_TIMEOUT_MS : parseDuration(values['header-timeout'] as string);
-  if (timeoutMs === null || timeoutMs <= 0) throw new UsageError(`--header-timeout must be a duration such as 10s (got ${JSON.stringify(values['header-timeout'])})`);
+  if (timeoutMs === null || timeoutMs <= 0) throw usageError(`--header-timeout must be a duration such as 10s (got ${JSON.stringify(values['header-timeout'])})`);
   const now = values.at === undefined ? Date.now() : Date.parse(values.at as string);
-  if (!Number.isFinite(now)) throw new UsageError(`--at must be an ISO 8601 time such as 2026-03-30T08:00:00Z (got ${JSON.stringify(values.at)})`);
+  if (!Number.isFinite(now)) throw usageError(`--at must be an ISO 8601 time such as 2026-03-30T08:00:00Z (got ${JSON.stringify(values.at)})`);
   const { repo, prefix } = localRepo(positionals[0] ?? '.', io.cwd);
   const statusPaths = (values.status ?? []) as unknown as readonly string[];
 

@@ -1,7 +1,8 @@
 /** `llmgw serve` — the controller: git sync, reconciler, router and admin API in one process. */
 import { join, resolve } from 'node:path';
 import { prepareLocalFleet } from '../demo/prepare.js';
-import { parse, UsageError } from './args.js';
+import { usageError } from '../errors/catalogue.js';
+import { parse } from './args.js';
 import type { Io } from './io.js';
 import { readConfigFile, resolveConfig, SETTINGS, type SettingName } from '../serve/config.js';
 import { createLogger, serve } from '../serve/serve.js';
@@ -38,7 +39,7 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
     io.out(serveUsage);
     return 0;
   }
-  if (positionals.length) throw new UsageError(`unexpected argument ${positionals[0]}`);
+  if (positionals.length) throw usageError(`unexpected argument ${positionals[0]}`);
   const flags: Partial<Record<SettingName, string>> & { noRouterAuth?: boolean; noAdminAuth?: boolean } = {};
   for (const [name, s] of Object.entries(SETTINGS) as [SettingName, (typeof SETTINGS)[SettingName]][]) {
     const v = (values as Record<string, unknown>)[s.flag];
@@ -65,7 +66,7 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
     served = await serve(cfg, log);
   } catch (e) {
     // a secret file that is empty or malformed: the message names the file and the fix
-    if (e instanceof SecretFileError) throw new UsageError(e.message);
+    if (e instanceof SecretFileError) throw usageError(e.message);
     throw e;
   }
   if (values.local) {

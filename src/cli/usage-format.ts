@@ -1,6 +1,6 @@
 /** `llmgw ctl usage`'s table: one row per key × model. Pure. */
-import type { UsageJson } from '../admin/usage-route.js';
-import { table } from './ctl-format.js';
+import type { UsageJson } from '../wire/usage.js';
+import { table } from '../format/ctl-format.js';
 
 function latency(s: number | null): string {
   if (s === null) return '-';

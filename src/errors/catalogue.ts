@@ -193,6 +193,15 @@ export class LlmgwError extends Error {
   }
 }
 
+/** A bad command line or configuration (the catalogue's USAGE): the command exits 2 with the message. */
+export function usageError(message: string): LlmgwError {
+  return new LlmgwError('USAGE', message);
+}
+
+export function isUsageError(e: unknown): e is LlmgwError {
+  return e instanceof LlmgwError && e.code === 'USAGE';
+}
+
 /** A reason as status, logs and metrics carry it: the stable code and a message. */
 export interface ReasonRef {
   readonly code: string;

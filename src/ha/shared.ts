@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Etcd3 } from 'etcd3';
 import { LlmgwError } from '../errors/catalogue.js';
-import { longEnough } from '../serve/state-secrets.js';
+import { tooShort } from '../util/secret-length.js';
 import { etcdError } from './etcd.js';
 
 /** The key's value: created as `initial()` when absent. Never logs the value (it may be a secret). */
@@ -36,7 +36,8 @@ export async function sharedValues(client: Etcd3, prefix: string, localEngineKey
     sharedValue(client, `${prefix}/cluster-id`, () => randomBytes(6).toString('hex')),
   ]);
   // etcd may hold a key someone else wrote (a restore, a hand edit): as weak a key as any other source is refused
-  longEnough(engineApiKey, 'engine API key', `etcd key ${prefix}/engine-api-key`, `etcd:${prefix}/engine-api-key`);
+  const short = tooShort(engineApiKey, 'engine API key', `etcd key ${prefix}/engine-api-key`);
+  if (short !== null) throw new LlmgwError('SECRET_TOO_SHORT', short, { key: `${prefix}/engine-api-key` });
   return { engineApiKey, clusterId };
 }
 

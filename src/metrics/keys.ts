@@ -4,7 +4,7 @@
  * as the replicas reported them. The key label is the key's name in access/keys.yaml, never its value.
  */
 import type { Registry } from 'prom-client';
-import type { UsageRecord, UsageSink } from '../router/usage.js';
+import type { UsageRecord, UsageSink } from './ports.js';
 import { CellCounter } from './cells.js';
 import { MetricNames as N } from './names.js';
 

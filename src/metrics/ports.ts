@@ -38,3 +38,32 @@ export const noRouterMetrics: RouterMetrics = {
   affinity: () => undefined,
   replicaEjected: () => undefined,
 };
+
+/** Tokens of one response, as the replica reported them: prompt (evaluated), cached (from the prompt cache), completion. */
+export interface TokenUsage {
+  readonly prompt: number;
+  readonly cached: number;
+  readonly completion: number;
+}
+
+/** One request's usage, recorded when its response closes. Nothing of the prompt or completion. */
+export interface UsageRecord {
+  /** Date.now() at the end. */
+  readonly time: number;
+  /** The key's name (never its value). */
+  readonly key: string;
+  /** Canonical model name; "" when the request named none that exists. */
+  readonly model: string;
+  /** Replica id that answered; "" when none did. */
+  readonly replica: string;
+  readonly status: number;
+  /** The catalogue code the router answered with; "" for a replica's own answer. */
+  readonly reason: string;
+  readonly durationSeconds: number;
+  readonly tokens: TokenUsage;
+}
+
+/** Where usage records go (metrics, the usage book behind GET /admin/v1/usage, the usage log). */
+export interface UsageSink {
+  record(r: UsageRecord): void;
+}

@@ -10,7 +10,7 @@ import { registerCertificateMetrics } from './certificates.js';
 import { FleetMetrics } from './fleet.js';
 import { createRouterMetrics } from './router.js';
 import { createKeyMetrics } from './keys.js';
-import type { UsageSink } from '../router/usage.js';
+import type { UsageSink } from './ports.js';
 import { registerScheduleMetrics } from './schedule.js';
 
 export interface MetricsOptions {

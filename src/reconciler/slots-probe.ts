@@ -1,10 +1,10 @@
 /**
  * What a replica has in flight, as llama-server itself reports it (GET /slots, `is_processing`): so
  * requests proxied by any router instance — leader or standby — count. Read with the router's own
- * parser (router/slots.ts readSlots).
+ * parser (engine-api/slots.ts readSlots).
  */
 import { request } from 'undici';
-import { readSlots } from '../router/slots.js';
+import { readSlots } from '../engine-api/slots.js';
 import type { InFlight } from './stops.js';
 
 const PROBE_TIMEOUT_MS = 2000;

@@ -10,7 +10,10 @@
  * that is really there persists. A replica that answers /slots with 404 or 501 (disabled) is not asked
  * again for UNSUPPORTED_RETRY_MS; other failures count as no outside load.
  */
+import { readSlots } from '../engine-api/slots.js';
 import type { Upstream, Upstreams } from './proxy.js';
+
+export { readSlots } from '../engine-api/slots.js';
 
 export const SLOTS_REFRESH_MS = 1000;
 /** Replicas unused for this long are not asked (their outside load is dropped). */
@@ -46,13 +49,6 @@ interface Reading {
   pending: boolean;
 }
 
-/** Busy and total slots in a /slots answer (an array of slots with `is_processing`), or null when it is not one. */
-export function readSlots(json: unknown): { busy: number; total: number } | null {
-  if (!Array.isArray(json)) return null;
-  let busy = 0;
-  for (const s of json as unknown[]) if (typeof s === 'object' && s !== null && (s as { is_processing?: unknown }).is_processing === true) busy++;
-  return { busy, total: json.length };
-}
 
 export class SlotWatcher {
   private timer: NodeJS.Timeout | null = null;

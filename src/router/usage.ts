@@ -5,6 +5,7 @@
  * of a stream; without timings, OpenAI-style `usage` (`prompt_tokens`, with
  * `prompt_tokens_details.cached_tokens`) is used. Pure.
  */
+import type { TokenUsage } from '../metrics/ports.js';
 
 /** Bytes of the response's end kept for this (the last event of a stream included). */
 export const USAGE_TAIL_BYTES = 4096;
@@ -74,12 +75,8 @@ export function promptTokensOf(tail: string): PromptTokens | null {
   return null;
 }
 
-/** Tokens of one response, as the replica reported them: prompt (evaluated), cached (from the prompt cache), completion. */
-export interface TokenUsage {
-  readonly prompt: number;
-  readonly cached: number;
-  readonly completion: number;
-}
+
+export type { TokenUsage, UsageRecord, UsageSink } from '../metrics/ports.js';
 
 export const NO_TOKENS: TokenUsage = Object.freeze({ prompt: 0, cached: 0, completion: 0 });
 
@@ -123,24 +120,3 @@ export function usageOf(tail: string): TokenUsage | null {
   return { prompt: input ?? 0, cached: unum(usage, 'cache_read_input_tokens') ?? 0, completion: output ?? 0 };
 }
 
-/** One request's usage, recorded when its response closes. Nothing of the prompt or completion. */
-export interface UsageRecord {
-  /** Date.now() at the end. */
-  readonly time: number;
-  /** The key's name (never its value). */
-  readonly key: string;
-  /** Canonical model name; "" when the request named none that exists. */
-  readonly model: string;
-  /** Replica id that answered; "" when none did. */
-  readonly replica: string;
-  readonly status: number;
-  /** The catalogue code the router answered with; "" for a replica's own answer. */
-  readonly reason: string;
-  readonly durationSeconds: number;
-  readonly tokens: TokenUsage;
-}
-
-/** Where usage records go (metrics, the usage book behind GET /admin/v1/usage, the usage log). */
-export interface UsageSink {
-  record(r: UsageRecord): void;
-}

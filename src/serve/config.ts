@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { UsageError } from '../cli/args.js';
+import { usageError } from '../errors/catalogue.js';
 import { parseDuration, parseSize } from '../fleet-spec/units.js';
 import { isLogFormat, LOG_FORMATS, type LogFormat } from './log-format.js';
 import type { EtcdSettings } from '../ha/etcd.js';
@@ -83,7 +83,7 @@ export type SettingName = keyof typeof SETTINGS;
 export function parseListen(name: string, v: string): Listen {
   const m = /^(?:\[([0-9a-fA-F:]+)\]|([^:]+)):(\d{1,5})$/.exec(v.trim());
   const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) throw new UsageError(`${name} must be host:port (got ${JSON.stringify(v)})`);
+  if (!m || port > 65535) throw usageError(`${name} must be host:port (got ${JSON.stringify(v)})`);
   return { host: m[1] ?? m[2] ?? '127.0.0.1', port };
 }
 
@@ -92,12 +92,12 @@ export function readConfigFile(path: string): Record<string, unknown> {
   try {
     text = readFileSync(path, 'utf8');
   } catch (e) {
-    throw new UsageError(`--config ${path}: ${e instanceof Error ? e.message : String(e)}`);
+    throw usageError(`--config ${path}: ${e instanceof Error ? e.message : String(e)}`);
   }
   const v = parseYaml(text) as unknown;
-  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new UsageError(`--config ${path}: expected a mapping of settings`);
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw usageError(`--config ${path}: expected a mapping of settings`);
   const known = new Set(Object.values(SETTINGS).map((s) => s.key as string).concat(['no_router_auth', 'no_admin_auth']));
-  for (const k of Object.keys(v)) if (!known.has(k)) throw new UsageError(`--config ${path}: unknown setting "${k}" (known: ${[...known].sort().join(', ')})`);
+  for (const k of Object.keys(v)) if (!known.has(k)) throw usageError(`--config ${path}: unknown setting "${k}" (known: ${[...known].sort().join(', ')})`);
   return v as Record<string, unknown>;
 }
 
@@ -116,34 +116,34 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
   };
   const abs = (p: string | null): string | null => (p === null ? null : resolve(src.cwd, p));
   const fleet = get('fleet');
-  if (!fleet) throw new UsageError('no fleet repo: give --fleet URL|PATH (or LLMGW_FLEET, or fleet: in the config file)');
+  if (!fleet) throw usageError('no fleet repo: give --fleet URL|PATH (or LLMGW_FLEET, or fleet: in the config file)');
   const isUrl = /^https?:\/\//.test(fleet);
   const certPath = abs(get('tlsCert'));
   const keyPath = abs(get('tlsKey'));
-  if ((certPath === null) !== (keyPath === null)) throw new UsageError('--tls-cert and --tls-key go together');
+  if ((certPath === null) !== (keyPath === null)) throw usageError('--tls-cert and --tls-key go together');
   const body = get('bodyLimit');
   const bodyLimitBytes = body === null ? null : parseSize(body);
-  if (body !== null && !bodyLimitBytes) throw new UsageError(`--body-limit must be a size of at least 1 byte, such as 16MiB or 1048576 (got ${JSON.stringify(body)})`);
+  if (body !== null && !bodyLimitBytes) throw usageError(`--body-limit must be a size of at least 1 byte, such as 16MiB or 1048576 (got ${JSON.stringify(body)})`);
   const logFormat = get('logFormat') ?? 'auto';
-  if (!isLogFormat(logFormat)) throw new UsageError(`--log-format must be one of ${LOG_FORMATS.join(', ')} (got ${JSON.stringify(logFormat)})`);
+  if (!isLogFormat(logFormat)) throw usageError(`--log-format must be one of ${LOG_FORMATS.join(', ')} (got ${JSON.stringify(logFormat)})`);
   const duration = (name: SettingName, dflt: number): number => {
     const v = get(name);
     if (v === null) return dflt;
     const ms = parseDuration(v);
-    if (!ms || ms <= 0) throw new UsageError(`--${SETTINGS[name].flag} must be a duration such as 30s or 500ms (got ${JSON.stringify(v)})`);
+    if (!ms || ms <= 0) throw usageError(`--${SETTINGS[name].flag} must be a duration such as 30s or 500ms (got ${JSON.stringify(v)})`);
     return ms;
   };
   const requestMs = duration('clientTimeout', 30_000);
   const headersMs = Math.min(duration('headerTimeout', 10_000), requestMs);
   const maxInFlightRaw = get('routerMaxInFlight');
   const routerMaxInFlight = maxInFlightRaw === null ? null : Number(maxInFlightRaw);
-  if (routerMaxInFlight !== null && (!Number.isSafeInteger(routerMaxInFlight) || routerMaxInFlight < 1)) throw new UsageError(`--router-max-in-flight must be a whole number of at least 1 (got ${JSON.stringify(maxInFlightRaw)})`);
+  if (routerMaxInFlight !== null && (!Number.isSafeInteger(routerMaxInFlight) || routerMaxInFlight < 1)) throw usageError(`--router-max-in-flight must be a whole number of at least 1 (got ${JSON.stringify(maxInFlightRaw)})`);
   const truthy = (v: unknown): boolean => v === true || v === 'true' || v === '1';
   const usageLogPath = abs(get('usageLog'));
   const usageMax = get('usageLogMaxSize');
   const usageMaxBytes = usageMax === null ? 64 * 1024 * 1024 : parseSize(usageMax);
-  if (usageMax !== null && (!usageMaxBytes || usageMaxBytes < 4096)) throw new UsageError(`--usage-log-max-size must be a size of at least 4KiB, such as 64MiB (got ${JSON.stringify(usageMax)})`);
-  if (usageMax !== null && usageLogPath === null) throw new UsageError('--usage-log-max-size needs --usage-log FILE');
+  if (usageMax !== null && (!usageMaxBytes || usageMaxBytes < 4096)) throw usageError(`--usage-log-max-size must be a size of at least 4KiB, such as 64MiB (got ${JSON.stringify(usageMax)})`);
+  if (usageMax !== null && usageLogPath === null) throw usageError('--usage-log-max-size needs --usage-log FILE');
   return {
     etcd: etcdConfig(get, duration, abs),
     fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
@@ -177,25 +177,25 @@ function etcdConfig(get: (n: SettingName) => string | null, duration: (n: Settin
   const etcdOnly: SettingName[] = ['etcdPrefix', 'etcdCa', 'etcdCert', 'etcdKey', 'etcdUser', 'etcdPasswordFile', 'leaseTtl', 'renewDeadline', 'retryPeriod'];
   if (list === null) {
     const stray = etcdOnly.find((n) => get(n) !== null);
-    if (stray) throw new UsageError(`--${SETTINGS[stray].flag} needs --etcd (the etcd endpoints)`);
+    if (stray) throw usageError(`--${SETTINGS[stray].flag} needs --etcd (the etcd endpoints)`);
     return null;
   }
   const hosts = list.split(',').map((h) => h.trim()).filter((h) => h !== '');
-  for (const h of hosts) if (!/^https?:\/\/[^/\s]+$/.test(h)) throw new UsageError(`--etcd takes endpoints such as http://127.0.0.1:2379 or https://etcd-1:2379, comma-separated (got ${JSON.stringify(h)})`);
-  if (hosts.length === 0) throw new UsageError('--etcd is empty: give at least one endpoint such as http://127.0.0.1:2379');
+  for (const h of hosts) if (!/^https?:\/\/[^/\s]+$/.test(h)) throw usageError(`--etcd takes endpoints such as http://127.0.0.1:2379 or https://etcd-1:2379, comma-separated (got ${JSON.stringify(h)})`);
+  if (hosts.length === 0) throw usageError('--etcd is empty: give at least one endpoint such as http://127.0.0.1:2379');
   const prefix = (get('etcdPrefix') ?? '/llmgw').replace(/\/+$/, '');
-  if (!/^\/[A-Za-z0-9._/-]{0,127}$/.test(prefix) || prefix === '') throw new UsageError(`--etcd-prefix must start with /, hold letters, digits, . _ - / and be at most 128 characters (got ${JSON.stringify(get('etcdPrefix'))})`);
+  if (!/^\/[A-Za-z0-9._/-]{0,127}$/.test(prefix) || prefix === '') throw usageError(`--etcd-prefix must start with /, hold letters, digits, . _ - / and be at most 128 characters (got ${JSON.stringify(get('etcdPrefix'))})`);
   const [ca, cert, key] = [abs(get('etcdCa')), abs(get('etcdCert')), abs(get('etcdKey'))];
-  if ((cert === null) !== (key === null)) throw new UsageError('--etcd-cert-file and --etcd-key-file go together');
+  if ((cert === null) !== (key === null)) throw usageError('--etcd-cert-file and --etcd-key-file go together');
   const user = get('etcdUser');
   const passwordFile = abs(get('etcdPasswordFile'));
-  if ((user === null) !== (passwordFile === null)) throw new UsageError('--etcd-user and --etcd-password-file go together');
+  if ((user === null) !== (passwordFile === null)) throw usageError('--etcd-user and --etcd-password-file go together');
   const leaseTtlMs = duration('leaseTtl', 15_000);
   const renewDeadlineMs = duration('renewDeadline', 10_000);
   const retryPeriodMs = duration('retryPeriod', 2_000);
-  if (leaseTtlMs % 1000 !== 0 || leaseTtlMs < 2000) throw new UsageError(`--lease-ttl must be whole seconds, at least 2s (got ${get('leaseTtl')})`);
-  if (renewDeadlineMs >= leaseTtlMs) throw new UsageError(`--renew-deadline (${renewDeadlineMs} ms) must be below --lease-ttl (${leaseTtlMs} ms): the leader must stop acting before its lease can expire`);
-  if (retryPeriodMs >= renewDeadlineMs) throw new UsageError(`--retry-period (${retryPeriodMs} ms) must be below --renew-deadline (${renewDeadlineMs} ms): a renewal must get several tries`);
+  if (leaseTtlMs % 1000 !== 0 || leaseTtlMs < 2000) throw usageError(`--lease-ttl must be whole seconds, at least 2s (got ${get('leaseTtl')})`);
+  if (renewDeadlineMs >= leaseTtlMs) throw usageError(`--renew-deadline (${renewDeadlineMs} ms) must be below --lease-ttl (${leaseTtlMs} ms): the leader must stop acting before its lease can expire`);
+  if (retryPeriodMs >= renewDeadlineMs) throw usageError(`--retry-period (${retryPeriodMs} ms) must be below --renew-deadline (${renewDeadlineMs} ms): a renewal must get several tries`);
   return {
     hosts,
     prefix,

@@ -7,6 +7,7 @@
  *   the file named: replacing it silently would change a key that running replicas or ctl users hold;
  * - an operator's secret file that is empty or not one token is refused with the file named.
  */
+import { tooShort } from '../util/secret-length.js';
 import { randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -16,8 +17,7 @@ export const STATE_SECRET_RE = /^[A-Za-z0-9_-]{32,256}$/;
 /** An operator-supplied token: one line of visible ASCII, no spaces. */
 export const OPERATOR_SECRET_RE = /^[\x21-\x7e]{1,4096}$/;
 
-/** Operator secrets (admin token, webhook secret, engine key from any source) shorter than this are refused at start. */
-export const MIN_SECRET_LENGTH = 16;
+export { MIN_SECRET_LENGTH } from '../util/secret-length.js';
 
 export class SecretFileError extends Error {
   constructor(
@@ -118,10 +118,7 @@ export function operatorSecretEnv(name: string, raw: string, what: string): stri
 
 /** `value` when it has at least MIN_SECRET_LENGTH characters, else SECRET_TOO_SHORT naming the secret and where it came from. */
 export function longEnough(value: string, what: string, where: string, path: string): string {
-  if (value.length >= MIN_SECRET_LENGTH) return value;
-  throw new SecretFileError(
-    path,
-    `SECRET_TOO_SHORT: the ${what} in ${where} is ${value.length} characters; operator secrets need at least ${MIN_SECRET_LENGTH} (e.g. \`openssl rand -base64 24\`)`,
-    'SECRET_TOO_SHORT',
-  );
+  const short = tooShort(value, what, where);
+  if (short === null) return value;
+  throw new SecretFileError(path, `SECRET_TOO_SHORT: ${short}`, 'SECRET_TOO_SHORT');
 }

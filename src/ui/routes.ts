@@ -17,6 +17,8 @@ import { EventFeed, type SnapshotSource } from '../events/feed.js';
 import type { FleetEvent } from '../events/ring.js';
 import { DEFAULT_SSE, SseClient, sseFrame, type SseOptions } from '../events/sse.js';
 import { pageAssets, CSP } from './assets.js';
+import type { EventJson, EventsJson } from '../wire/events.js';
+export type { EventJson, EventsJson } from '../wire/events.js';
 import { pageView, type PageView } from './view.js';
 import { readRouterCounters, routerFigures, type RouterCounters, type RouterFigures } from './figures.js';
 
@@ -32,20 +34,6 @@ export interface UiDeps {
   readonly registry?: Registry;
   /** How often the router figures are read (and the window they cover). */
   readonly figuresEveryMs?: number;
-}
-
-export interface EventJson extends Omit<FleetEvent, 'at'> {
-  readonly at: string;
-}
-
-export interface EventsJson {
-  readonly events: readonly EventJson[];
-  /** The newest event's number (0 before any): `after` for the next look. */
-  readonly last: number;
-  /** The oldest number the ring still holds. */
-  readonly first: number;
-  /** Which process numbered them (numbers start again at 1 when the controller restarts). */
-  readonly boot: string;
 }
 
 export const eventJson = (e: FleetEvent): EventJson => ({ ...e, at: new Date(e.at).toISOString() });

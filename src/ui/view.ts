@@ -9,7 +9,7 @@ import { Reasons } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { formatBytes } from '../fleet-spec/units.js';
 import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
-import { ATTENTION_ORDER, controlLines, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../cli/ctl-format.js';
+import { ATTENTION_ORDER, controlLines, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../format/ctl-format.js';
 import type { RouterFigures } from './figures.js';
 import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
 

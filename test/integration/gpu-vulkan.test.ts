@@ -23,7 +23,7 @@ import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { buildRouter } from '../../src/router/app.js';
 import { nodesJson } from '../../src/wire/shape.js';
-import { renderNodes } from '../../src/cli/ctl-format.js';
+import { renderNodes } from '../../src/format/ctl-format.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { startThrottledOrigin, type ThrottledOrigin } from '../harness/throttled-origin.js';
 import { cudaUnavailable, vulkanEngineArtifact, vulkanUnavailable, type EngineArtifact } from '../harness/vulkan-engine.js';

@@ -3,7 +3,7 @@ import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
 import type { ModelJson, ModelsJson, NodesJson, StatusJson } from '../../src/wire/shape.js';
 import { Reasons } from '../../src/errors/catalogue.js';
-import { modelDetail, readyCount, relative, renderNodes, renderReplicas, renderStatus, shortDuration, table } from '../../src/cli/ctl-format.js';
+import { modelDetail, readyCount, relative, renderNodes, renderReplicas, renderStatus, shortDuration, table } from '../../src/format/ctl-format.js';
 import { assertGolden } from '../harness/golden.js';
 
 const AT = '2025-03-01T12:00:00.000Z';

@@ -12,7 +12,7 @@ import { drainStep, mayBeServing, stopFinished, stopsRequested, type InFlight } 
 import { buildSnapshot, stopPhase } from '../../src/reconciler/summarize.js';
 import { readyReplicasOf } from '../../src/reconciler/availability.js';
 import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/published.js';
-import { drainingText } from '../../src/cli/ctl-format.js';
+import { drainingText } from '../../src/format/ctl-format.js';
 import { modelJson } from '../../src/wire/shape.js';
 import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 

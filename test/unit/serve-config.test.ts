@@ -1,7 +1,7 @@
 /** `llmgw serve` settings: the router's body limit is a size, and a bad one is refused, not ignored. */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
-import { UsageError } from '../../src/cli/args.js';
+import { isUsageError } from '../../src/errors/catalogue.js';
 import { resolveConfig, type ConfigSources } from '../../src/serve/config.js';
 
 const sources = (flags: ConfigSources['flags'], env: NodeJS.ProcessEnv = {}): ConfigSources => ({ flags: { fleet: '/srv/fleet', ...flags }, env, file: {}, cwd: '/tmp' });
@@ -16,7 +16,7 @@ describe('serve config: --body-limit', () => {
 
   test('anything else is a usage error naming the setting (it used to turn the limit off)', () => {
     for (const bad of ['lots', '0', '-5', '12 parsecs']) {
-      assert.throws(() => resolveConfig(sources({ bodyLimit: bad })), (e) => e instanceof UsageError && /--body-limit/.test(e.message) && e.message.includes(JSON.stringify(bad)), bad);
+      assert.throws(() => resolveConfig(sources({ bodyLimit: bad })), (e) => isUsageError(e) && /--body-limit/.test(e.message) && e.message.includes(JSON.stringify(bad)), bad);
     }
   });
 });
@@ -24,7 +24,7 @@ describe('serve config: --body-limit', () => {
 describe('serve config: --etcd and the election timings', () => {
   test('without --etcd: one instance, and etcd-only settings are refused rather than ignored', () => {
     assert.equal(resolveConfig(sources({})).etcd, null);
-    assert.throws(() => resolveConfig(sources({ leaseTtl: '20s' })), (e) => e instanceof UsageError && /--lease-ttl needs --etcd/.test(e.message));
+    assert.throws(() => resolveConfig(sources({ leaseTtl: '20s' })), (e) => isUsageError(e) && /--lease-ttl needs --etcd/.test(e.message));
   });
 
   test('endpoints from flag or env; defaults in the range controller-runtime uses', () => {
@@ -49,7 +49,7 @@ describe('serve config: --etcd and the election timings', () => {
       [{ etcd: 'http://e:2379', retryPeriod: '10s' }, /--retry-period .* must be below --renew-deadline/],
       [{ etcd: 'http://e:2379', leaseTtl: '2500ms' }, /--lease-ttl must be whole seconds/],
     ];
-    for (const [flags, re] of bad) assert.throws(() => resolveConfig(sources(flags)), (e) => e instanceof UsageError && re.test(e.message), JSON.stringify(flags));
+    for (const [flags, re] of bad) assert.throws(() => resolveConfig(sources(flags)), (e) => isUsageError(e) && re.test(e.message), JSON.stringify(flags));
   });
 });
 
@@ -63,7 +63,7 @@ describe('serve config: --shutdown-grace', () => {
 
   test('anything else is a usage error naming the setting', () => {
     for (const bad of ['soon', '0', '-1s']) {
-      assert.throws(() => resolveConfig(sources({ shutdownGrace: bad })), (e) => e instanceof UsageError && /--shutdown-grace/.test(e.message), bad);
+      assert.throws(() => resolveConfig(sources({ shutdownGrace: bad })), (e) => isUsageError(e) && /--shutdown-grace/.test(e.message), bad);
     }
   });
 });

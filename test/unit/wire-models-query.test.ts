@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import type { ModelPhase, ModelView } from '../../src/reconciler/view.js';
 import { globRegExp, pickModels } from '../../src/wire/models-query.js';
 import type { ModelJson, ModelsJson, StatusJson } from '../../src/wire/shape.js';
-import { ATTENTION_PHASES, renderStatus, STATUS_ATTENTION_LIMIT, STATUS_HEALTHY_LIMIT } from '../../src/cli/ctl-format.js';
+import { ATTENTION_PHASES, renderStatus, STATUS_ATTENTION_LIMIT, STATUS_HEALTHY_LIMIT } from '../../src/format/ctl-format.js';
 
 const view = (name: string, phase: ModelPhase, aliases: string[] = []): ModelView => ({ name, phase, spec: { aliases } }) as unknown as ModelView;
 const names = (p: { models: readonly ModelView[] }): string[] => p.models.map((m) => m.name);
