@@ -141,7 +141,8 @@ export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' |
   if (i.memory[model] === undefined) return 'pass';
   if (i.state.models[model]?.parked) return null;
   const out = planPass(planInputOf({ ...i, newReplicaId: () => 'preview' }));
-  if (out.actions.some((a) => a.model === model && a.kind === 'start')) return 'pass';
+  // A start for it, or evictions that make room for it (it starts in the pass after they are gone).
+  if (out.actions.some((a) => (a.model === model && a.kind === 'start') || (a.kind === 'stop' && a.reason === 'evicted'))) return 'pass';
   const u = out.unplaceable[model];
   return u ? withMemoryError(u, i.memoryErrors, model) : null;
 }

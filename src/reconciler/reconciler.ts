@@ -378,7 +378,9 @@ export class Reconciler implements FleetView {
     let launched = false;
     for (const [id, rec] of Object.entries(this.state.stops)) {
       if (this.stopOps.has(id) || !this.leader()) continue;
-      log.info({ model: rec.model, node: rec.node, replica: id, reason: rec.reason, drain: rec.drain }, 'stopping replica: out of routing');
+      // One 'stopping replica' line a stop: here for one that drains first (out of routing now), from
+      // the stop's own first step for one that does not (stops.ts drainStep).
+      if (rec.drain) log.info({ model: rec.model, node: rec.node, replica: id, reason: rec.reason, drain: true }, 'stopping replica');
       this.launchStop(id, log);
       launched = true;
     }

@@ -369,7 +369,7 @@ describe('replicas', () => {
   test('not healthy in time → REPLICA_START_TIMEOUT with the log tail; stop then ends it (SIGTERM, SIGKILL after grace)', async () => {
     const fake = join(work, 'slow-engine.sh');
     await writeFile(fake, '#!/bin/sh\ntrap "" TERM\necho "slow engine starting"\nwhile :; do sleep 1; done\n', { mode: 0o755 });
-    const h = await l.startReplica({ id: 'slow-1', model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: '' });
+    const h = await l.startReplica({ id: 'slow-1', model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: API_KEY });
     startedPids.add(h.pid);
     await assert.rejects(l.waitReady('slow-1', { timeoutMs: 1_500 }), (e: unknown) => {
       isCode('REPLICA_START_TIMEOUT')(e);
@@ -382,7 +382,7 @@ describe('replicas', () => {
     assert.ok(Date.now() - t0 >= 500);
     assert.equal(pidAlive(h.pid), false);
     // an aborted wait rejects with the abort reason
-    const h2 = await l.startReplica({ id: 'slow-2', model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: '' });
+    const h2 = await l.startReplica({ id: 'slow-2', model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: API_KEY });
     startedPids.add(h2.pid);
     const ac = new AbortController();
     setTimeout(() => ac.abort(new Error('caller gave up')), 300);
@@ -393,7 +393,7 @@ describe('replicas', () => {
   test('a reused pid is not the replica: a start-time mismatch reports failed and stop does not kill the stranger', async () => {
     const fake = join(work, 'idle-engine.sh');
     await writeFile(fake, '#!/bin/sh\necho idle\nwhile :; do sleep 1; done\n', { mode: 0o755 });
-    const h = await l.startReplica({ id: 'reused-1', model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: '' });
+    const h = await l.startReplica({ id: 'reused-1', model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: API_KEY });
     startedPids.add(h.pid);
     assert.equal((await l.observe()).replicas.find((x) => x.id === 'reused-1')?.state, 'starting');
     // pretend the recorded process started at another time: the pid now belongs to "someone else"
@@ -414,7 +414,7 @@ describe('ports', () => {
     await listen(from + 1, '0.0.0.0');
     const fake = join(work, 'idle-engine-2.sh');
     await writeFile(fake, '#!/bin/sh\nwhile :; do sleep 1; done\n', { mode: 0o755 });
-    const spec = { model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: '' };
+    const spec = { model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: API_KEY };
     const h1 = await l.startReplica({ ...spec, id: 'port-1' });
     startedPids.add(h1.pid);
     assert.equal(h1.port, from + 2, 'skips the two listening ports');
@@ -438,7 +438,7 @@ describe('ports', () => {
   test('concurrent starts on one node get distinct ports', async () => {
     const fake = join(work, 'idle-engine-3.sh');
     await writeFile(fake, '#!/bin/sh\nwhile :; do sleep 1; done\n', { mode: 0o755 });
-    const spec = { model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: '' };
+    const spec = { model: 'm', digest: 'd', modelPath: good.path, binary: fake, profile: tinyProfile(), apiKey: API_KEY };
     const hs = await Promise.all([1, 2, 3].map((i) => b.startReplica({ ...spec, id: `cc-${i}` })));
     for (const h of hs) startedPids.add(h.pid);
     assert.equal(new Set(hs.map((h) => h.port)).size, 3);

@@ -46,7 +46,7 @@ describe('replica lifecycle, end to end', () => {
     const b = await ctl.reconciler.demand('od-b');
     assert.notEqual(b.kind, 'unplaceable', JSON.stringify(b));
     const ready = await ctl.reconciler.waitReady('od-b', { timeoutMs: 60_000 });
-    assert.equal(ready.length, 1, JSON.stringify(model('od-b')));
+    assert.equal(ready.length, 1, `${JSON.stringify(model('od-b'))}\n${ctl.logs.map((l) => `${l.msg} ${l.model ?? ''} ${l.reason ?? ''} ${l.code ?? ''}`).join('\n')}`);
     await ctl.until(() => model('od-a').ready === 0, 'od-a stopped');
     assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica' && l.reason === 'evicted' && l.model === 'od-a'));
   });
