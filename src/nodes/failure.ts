@@ -67,9 +67,9 @@ export function classifyFailure(logTail: string, exit?: string): ClassifiedFailu
   return { code: 'REPLICA_EXITED', message: `llama-server exited${suffix}: ${last}` };
 }
 
-/** How long apart, and how many times, a dead replica's log is read again before it is classified (up to 3 s: on a loaded node an engine's last lines can land late). */
+/** How long apart, and how many times, a dead replica's log is read again before it is classified. */
 export const LOG_SETTLE_MS = 200;
-export const LOG_SETTLE_READS = 15;
+export const LOG_SETTLE_READS = 5;
 
 /**
  * Whether a dead replica's log tail can be classified now (pure): when it names an engine reason
