@@ -610,9 +610,14 @@ export class Reconciler implements FleetView {
     return ids;
   }
 
-  /** Whether every replica of a restart request has been replaced. */
+  /**
+   * Whether every replica of a restart request has been replaced: out of the record and out of the
+   * published snapshot (so what `ctl status` shows next agrees: the record changes mid-pass, the
+   * snapshot at its end).
+   */
   restartDone(ids: readonly string[]): boolean {
-    return ids.every((id) => this.state.restarts[id] === undefined);
+    const shown = new Set(this.current.models.flatMap((m) => m.replicas.map((r) => r.id)));
+    return ids.every((id) => this.state.restarts[id] === undefined && !shown.has(id));
   }
 
   async logs(replicaId: string, lines: number): Promise<string> {

@@ -28,7 +28,7 @@ before(async () => {
   delete f['models/huge.yaml'];
   delete f['models/good.yaml'];
   f['fleet.yaml'] = ['poll_interval: 1h', 'placement_reserve: 256MiB', 'stop_grace: 1s', 'drain_grace: 1s', ''].join('\n');
-  f['profiles/stream.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 2048', 'threads: 1', 'parallel: 2', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
+  f['profiles/stream.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 8192', 'threads: 1', 'parallel: 2', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
   f['models/od.yaml'] = modelYaml(chat, ['on_demand: { idle_timeout: 2s }']).replace('profile: tiny', 'profile: stream');
   await fleet.push(f, 'an on-demand model with a short idle timeout');
   ctl = await fleet.startController();
@@ -51,7 +51,7 @@ describe('on-demand: a stream longer than idle_timeout', { timeout: 5 * 60_000 }
     let chunks = 0;
     const t0 = Date.now();
     const streaming = (async () => {
-      const stream = await client.chat.completions.create({ model: 'od', messages: [{ role: 'user', content: 'a long answer please' }], stream: true, max_tokens: 900 });
+      const stream = await client.chat.completions.create({ model: 'od', messages: [{ role: 'user', content: 'a long answer please' }], stream: true, max_tokens: 2000, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsStreaming);
       for await (const c of stream) {
         chunks++;
         if (c.choices[0]?.finish_reason) finished = true;
