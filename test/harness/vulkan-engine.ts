@@ -8,8 +8,7 @@
  *
  * It runs on Mesa's software Vulkan device (lavapipe, Debian `mesa-vulkan-drivers`), which ggml
  * lists only with GGML_VK_VISIBLE_DEVICES=0 (it skips CPU-type devices unless named).
- *
- * CUDA: the same with `@node-llama-cpp/linux-x64-cuda` where a CUDA device exists (cudaAvailable).
+
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -34,13 +33,6 @@ export function vulkanUnavailable(): string | null {
   if (!existsSync(LAVAPIPE_ICD)) return `no lavapipe Vulkan driver (${LAVAPIPE_ICD}; apt-get install mesa-vulkan-drivers)`;
   const loader = spawnSync('sh', ['-c', 'ldconfig -p | grep -q "libvulkan.so.1"']);
   if (loader.status !== 0) return 'no Vulkan loader (libvulkan.so.1; apt-get install libvulkan1)';
-  return null;
-}
-
-/** Why the CUDA variant cannot run here, or null when a CUDA device is present. */
-export function cudaUnavailable(): string | null {
-  const smi = spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8' });
-  if (smi.error || smi.status !== 0 || !/GPU \d+/.test(smi.stdout)) return 'no CUDA device on this machine (nvidia-smi -L lists none)';
   return null;
 }
 

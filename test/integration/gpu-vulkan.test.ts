@@ -26,7 +26,7 @@ import { nodesJson } from '../../src/wire/shape.js';
 import { renderNodes } from '../../src/format/ctl-format.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { startThrottledOrigin, type ThrottledOrigin } from '../harness/throttled-origin.js';
-import { cudaUnavailable, vulkanEngineArtifact, vulkanUnavailable, type EngineArtifact } from '../harness/vulkan-engine.js';
+import { vulkanEngineArtifact, vulkanUnavailable, type EngineArtifact } from '../harness/vulkan-engine.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 
 const MIB = 2 ** 20;
@@ -214,12 +214,5 @@ describe('out of device memory at start', { timeout: 10 * 60_000 }, () => {
     assert.equal(ctl.starts.get('oomy'), 2);
     assert.ok(ctl.logs.some((l) => l.msg === 'replica start set back by its node (not counted): placed elsewhere for a while' && l.model === 'oomy'));
     assert.match(replicaLog(r.node, r.id), /offloaded 9\/9 layers to GPU/);
-  });
-});
-
-describe('GPU nodes on CUDA', () => {
-  const why = cudaUnavailable();
-  test('the same with @node-llama-cpp/linux-x64-cuda', { skip: why ? `not run: ${why}` : false }, () => {
-    assert.fail('a CUDA device is present: run the Vulkan cases with cudaEngineArtifact() (not written yet)');
   });
 });
