@@ -8,7 +8,6 @@
  *
  * It runs on Mesa's software Vulkan device (lavapipe, Debian `mesa-vulkan-drivers`), which ggml
  * lists only with GGML_VK_VISIBLE_DEVICES=0 (it skips CPU-type devices unless named).
-
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
