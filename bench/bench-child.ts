@@ -67,6 +67,10 @@ export class StaticFleetView implements FleetView {
     return this.replicas;
   }
   private last = 0;
+  hold(): () => void {
+    this.touch();
+    return () => this.touch();
+  }
   touch(): void {
     this.last = Date.now();
   }

@@ -326,6 +326,13 @@ export class HaController implements FleetView, AdminBackend {
     return waitSettled(() => this.model(model), (l) => this.onSnapshot(l), opts);
   }
 
+  hold(model: string): () => void {
+    if (this.term) return this.term.reconciler.hold(model);
+    // a standby: the leader hears of it at both ends (and every ACTIVITY_TOUCH_MS while it is proxied)
+    this.touch(model);
+    return () => this.touch(model);
+  }
+
   touch(model: string): void {
     if (this.term) return this.term.reconciler.touch(model);
     if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;

@@ -12,7 +12,7 @@ import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
-import { avoidanceAt, drainStarted, omit, type ControllerState, type Note } from './state.js';
+import { avoidanceAt, demanded, drainStarted, omit, type ControllerState, type Note } from './state.js';
 import { stopsRequested } from './stops.js';
 
 export interface DecideInput {
@@ -31,6 +31,8 @@ export interface DecideInput {
   readonly stopping: ReadonlySet<string>;
   /** Replicas with requests in flight (llama-server's /slots): never stopped as idle or evicted. */
   readonly busy?: ReadonlySet<string>;
+  /** Models with requests in this process's router right now (waiting, queued or proxied): active now. */
+  readonly active?: ReadonlySet<string>;
   /** The fingerprint of this controller's engine key (replicas started with another are replaced). */
   readonly keyFingerprint?: string | null;
   readonly now: number;
@@ -90,7 +92,7 @@ export function decide(i: DecideInput): Decision {
   const { spec, now } = i;
   const live = liveness({ state: avoidanceAt(i.state, now).state, spec, nodes: i.nodes, running: i.running, stopping: stoppingOf(i.state, i.stopping), now });
   const notes: Note[] = [...live.notes];
-  let state = live.state;
+  let state = activityNow(live.state, spec, i.busy, i.active, live.nodes, now);
   // Failures the nodes show are counted before planning, so the replacement waits out its backoff.
   for (const f of observedFailures(planInputOf({ ...i, state, nodes: live.nodes }))) {
     const r = replicaFailed(state, { model: f.model, digest: f.digest, replicaId: f.replicaId, node: f.node, error: { code: f.failure.code, message: f.failure.message } }, now, spec.settings);
@@ -108,6 +110,21 @@ export function decide(i: DecideInput): Decision {
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
   return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, nodes: live.nodes, notes };
+}
+
+/**
+ * Activity now, for on-demand models: a request in this router (waiting for activation, queued or
+ * proxied), and a replica llama-server reports busy (GET /slots). An on-demand model's idle timeout
+ * counts from the last time work was seen, not only from the requests' touches — so it is never
+ * stopped as idle while a request waits for its replica, nor in the moment between a stream's last
+ * token (the slot free) and the router's touch at its end; requests another instance proxied count too.
+ */
+export function activityNow(s: ControllerState, spec: FleetSpec, busy: ReadonlySet<string> | undefined, active: ReadonlySet<string> | undefined, nodes: readonly ObservedNode[], now: number): ControllerState {
+  const models = new Set(active ?? []);
+  if (busy && busy.size > 0) for (const n of nodes) for (const r of n.replicas) if (busy.has(r.id)) models.add(r.model);
+  let out = s;
+  for (const m of models) if (spec.models[m]?.scaling.mode === 'on_demand' && (out.demand[m] ?? -Infinity) < now) out = demanded(out, m, now);
+  return out;
 }
 
 /** How long a counted failure is remembered after its replica is out of sight. */

@@ -142,6 +142,8 @@ export class Reconciler implements FleetView {
   private notActing: ReasonRef | null = null;
   private current: FleetSnapshot;
   private readonly models = new ModelIndex();
+  /** Requests in this process's router per model (FleetView.hold): activity until they end. */
+  private readonly held = new Map<string, number>();
 
   constructor(private readonly o: ReconcilerOptions) {
     this.engineApiKey = o.engineApiKey;
@@ -233,6 +235,7 @@ export class Reconciler implements FleetView {
         running: new Set(this.running.keys()),
         stopping: new Set(this.stopOps.keys()),
         busy,
+        active: new Set(this.held.keys()),
         keyFingerprint: this.keyFingerprint,
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
@@ -651,6 +654,20 @@ export class Reconciler implements FleetView {
       void this.saveState();
     }, DEMAND_SAVE_MS);
     this.demandSave.unref();
+  }
+
+  hold(model: string): () => void {
+    this.touch(model);
+    this.held.set(model, (this.held.get(model) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const n = (this.held.get(model) ?? 1) - 1;
+      if (n > 0) this.held.set(model, n);
+      else this.held.delete(model);
+      this.touch(model);
+    };
   }
 
   async demand(model: string): Promise<DemandResult> {

@@ -157,6 +157,12 @@ export interface FleetView {
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]>;
   /** Request activity, for on-demand idle timeouts and eviction order (least recently used first). */
   touch(model: string): void;
+  /**
+   * A request for the model is in this router from now (waiting for activation, queued or proxied)
+   * until the returned function is called at its end: activity lasts until a request ends, so an
+   * on-demand model is never stopped as idle while a request for it waits or runs. Touches at both ends.
+   */
+  hold(model: string): () => void;
   /** The key llmgw passes to every replica (LLAMA_API_KEY); the router adds it upstream. */
   readonly engineApiKey: string;
 }

@@ -158,8 +158,6 @@ export class RouterCore {
       shuttingDown: false,
       onIdle: null,
       onRelease: (model, counter) => this.drainQueue(model, counter),
-      // activity lasts until a request ends: an on-demand model streaming longer than its idle timeout is not idle
-      onEnd: (end) => this.fleet.touch(end.model),
       health: this.ejections,
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
@@ -307,7 +305,8 @@ export class RouterCore {
       if (tracked !== undefined) tracked.ticket = t;
       else t.end(0);
     }
-    this.fleet.touch(model);
+    // activity from here until the response closes: waiting for activation, queued or proxied
+    res.once('close', this.fleet.hold(model));
     const replicas = this.fleet.readyReplicas(model);
     if (replicas.length > 0) {
       this.proxy(req, res, t0, adm.spec, model, body, fields, replicas);

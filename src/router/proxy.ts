@@ -97,8 +97,6 @@ export interface ProxyContext {
   onIdle: (() => void) | null;
   /** Called when a call of the model ends (its slot is free): the queue's turn. */
   onRelease: ((model: string, counter: ModelCounter) => void) | null;
-  /** Called when any call ends, however it ended (success, error, client gone): see CallEnd. */
-  onEnd: ((end: CallEnd) => void) | null;
   /** The model's ready replicas now (FleetView.readyReplicas), for a retry elsewhere. */
   readonly readyReplicas: (model: string) => readonly ReplicaView[];
   /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
@@ -110,17 +108,6 @@ export interface ProxyContext {
    * replica reported its token usage.
    */
   readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null) => void) | null;
-}
-
-/** A proxied call at its end, for what follows a response (the model's activity; accounting). */
-export interface CallEnd {
-  readonly model: string;
-  /** The status the client got (CLIENT_CLOSED_STATUS when it went away). */
-  readonly status: number;
-  /** The catalogue code the router ended it with, NO_REASON for the replica's own answer. */
-  readonly reason: string;
-  /** The replica that answered last (null when none was tried). */
-  readonly replica: ReplicaView | null;
 }
 
 /** The breaker's port: an attempt that failed in a way that says the replica is not serving, or a response from it. */
@@ -509,7 +496,6 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
     ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail); // keys hook
     ctx.active.delete(this);
-    if (ctx.onEnd !== null) ctx.onEnd({ model: this.model, status, reason, replica: this.replica });
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }

@@ -135,6 +135,8 @@ export class FakeFleetView implements FleetView {
   private readonly states = new Map<string, ModelState>();
   private readonly waiters = new Map<string, Set<() => void>>();
   /** Every call, by method. */
+  /** Requests held per model (FleetView.hold), released at their end. */
+  readonly held = new Map<string, number>();
   readonly calls = { demand: [] as string[], touch: [] as string[], waitReady: [] as string[], readyReplicas: 0 };
   /**
    * What demand() answers (after `demandDelayMs`). Default: from the model's state — ready replicas →
@@ -285,6 +287,15 @@ export class FakeFleetView implements FleetView {
 
   touch(model: string): void {
     this.calls.touch.push(model);
+  }
+
+  hold(model: string): () => void {
+    this.touch(model);
+    this.held.set(model, (this.held.get(model) ?? 0) + 1);
+    return () => {
+      this.held.set(model, this.held.get(model)! - 1);
+      this.touch(model);
+    };
   }
 
   /** Requests waiting in waitReady for `model` right now. */

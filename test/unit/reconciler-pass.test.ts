@@ -176,3 +176,54 @@ describe('a pass decides (interleavings of a failing start)', () => {
     assert.deepEqual(run(stateFor(spec), [node('cpu-01', [legacy]), node('cpu-02')], { keyFingerprint: 'new-key-fp' }).actions, []);
   });
 });
+
+describe('requests in the router and busy replicas are activity (an on-demand model is not stopped as idle while a request waits for it or as its last stream ends)', async () => {
+  const full = await specOf();
+  const beta = full.models.beta!;
+  const idleMs = beta.scaling.mode === 'on_demand' ? beta.scaling.idleTimeoutMs : 0;
+  const T = 10_000_000;
+  const world = [node('cpu-01', [observed(full, 'beta-1', 'beta', 'ready')]), node('cpu-02')];
+  const pass = (state: ControllerState, now: number, busy: string[], active: string[] = []): ReturnType<typeof decide> =>
+    decide({ state, spec: full, nodes: world, memory: memoryOf(full), memoryErrors: {}, running: new Set(), stopping: new Set(), busy: new Set(busy), active: new Set(active), now, newReplicaId: (m) => `${m}-new` });
+  const idleStops = (d: ReturnType<typeof decide>): string[] => d.actions.filter((a) => a.kind === 'stop' && a.reason === 'idle').map((a) => a.replicaId);
+
+  // the router touched beta when the stream began (T); the stream runs past idle_timeout; passes see it busy
+  const table: { name: string; busyAt: number[]; lastPassAt: number; stopped: boolean }[] = [
+    { name: 'seen busy until just before the stream ended, a pass right after: kept (idle counts from the last busy look)', busyAt: [T + idleMs + 1000, T + 2 * idleMs], lastPassAt: T + 2 * idleMs + 50, stopped: false },
+    { name: 'seen busy last, a pass idle_timeout later: stopped as idle', busyAt: [T + idleMs + 1000], lastPassAt: T + 2 * idleMs + 1001, stopped: true },
+    { name: 'never seen busy after the request began (short request): idle_timeout from the request', busyAt: [], lastPassAt: T + idleMs + 1, stopped: true },
+    { name: 'busy at the pass itself: never stopped', busyAt: [], lastPassAt: T + 3 * idleMs, stopped: false },
+  ];
+  for (const c of table) {
+    it(c.name, () => {
+      let state: ControllerState = { ...stateFor(full), demand: { beta: T } };
+      for (const t of c.busyAt) {
+        const d = pass(state, t, ['beta-1']);
+        assert.deepEqual(idleStops(d), [], 'a busy replica is never stopped as idle');
+        assert.equal(d.state.demand.beta, t, 'a busy look is activity');
+        state = d.state;
+      }
+      const last = pass(state, c.lastPassAt, c.name.startsWith('busy at the pass') ? ['beta-1'] : []);
+      assert.deepEqual(idleStops(last), c.stopped ? ['beta-1'] : []);
+    });
+  }
+
+  it('a request waiting for the replica (activation longer than idle_timeout) keeps it: the pass that sees it ready does not stop it as idle', () => {
+    const state: ControllerState = { ...stateFor(full), demand: { beta: T } };
+    const waiting = pass(state, T + idleMs + 500, [], ['beta']);
+    assert.deepEqual(idleStops(waiting), []);
+    assert.equal(waiting.state.demand.beta, T + idleMs + 500);
+    assert.deepEqual(idleStops(pass(state, T + idleMs + 500, [], [])), ['beta-1'], 'without the request held, it would be');
+  });
+
+  it('an always-on model is not given demand by its activity', () => {
+    const alphaSpec = full.models.alpha!;
+    assert.equal(alphaSpec.scaling.mode, 'replicas');
+    assert.equal(pass(stateFor(full), T, [], ['alpha']).state.demand.alpha, undefined);
+  });
+
+  it('a pass that sees nothing busy leaves the record as it was (an unchanged world writes nothing)', () => {
+    const state: ControllerState = { ...stateFor(full), demand: { beta: T } };
+    assert.equal(pass(state, T + 1, []).state.demand, state.demand);
+  });
+});
