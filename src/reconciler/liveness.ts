@@ -1,5 +1,9 @@
 /**
  * Liveness (pure), from one observation of the nodes:
+ * - starts that concluded ready are settled once a look shows their replica (it counts from the
+ *   node from then on), or once a look that began after it was ready does not (it is gone). A look
+ *   that began before the replica was on its node settles nothing: until then the record counts it,
+ *   so a rolling model never starts a second replacement beside an unseen first one (#23);
  * - starts from before a restart (in the state record, but no start of this process runs them)
  *   are settled against what the node shows: adopted when the replica is there (alive or failed:
  *   the planner reaps and counts a failed one), forgotten when a reachable node does not have it;
@@ -39,9 +43,19 @@ export function liveness(i: LivenessInput): LivenessOutput {
   const notes: Note[] = [];
   const reachable = new Map(i.nodes.filter((n) => n.reachable).map((n) => [n.name, n]));
 
+  // Ready starts: settled by a look that shows them, or one begun after they were ready.
   // Inherited starts: settled on the first look at their (reachable) node.
   const settled: string[] = [];
   for (const [id, s] of Object.entries(i.state.starts)) {
+    if (s.readyAt !== undefined) {
+      const n = reachable.get(s.node);
+      if (!spec.nodes[s.node] || n?.replicas.some((x) => x.id === id)) settled.push(id);
+      else if (n?.lookedAt !== undefined && n.lookedAt > s.readyAt) {
+        settled.push(id);
+        notes.push({ level: 'warn', msg: 'replica ready at its start is gone from its node: forgotten', fields: { model: s.model, node: s.node, replica: id } });
+      }
+      continue;
+    }
     if (i.running.has(id)) continue;
     if (!spec.nodes[s.node]) settled.push(id);
     else if (reachable.has(s.node)) {

@@ -36,7 +36,8 @@ export class NodeFleet {
 
   constructor(
     private readonly driverFor: (node: NodeSpec) => NodeDriver,
-    private readonly opts: { readonly concurrency: number; readonly observeTimeoutMs: number },
+    /** clock: the controller's wall clock, for when each look began (the record's times are on it). */
+    private readonly opts: { readonly concurrency: number; readonly observeTimeoutMs: number; readonly clock: () => number },
   ) {}
 
   driver(n: NodeSpec): NodeDriver {
@@ -58,15 +59,17 @@ export class NodeFleet {
       this.states.delete(name);
     }
     await mapLimit(Object.values(spec.nodes), this.opts.concurrency, async (n) => {
+      // Before the look is asked for: whatever was on the node by then is in it (liveness.ts settles ready starts by it).
+      const lookedAt = this.opts.clock();
       const prev = this.states.get(n.name);
       try {
         const obs = await withTimeout(this.driver(n).observe(), this.opts.observeTimeoutMs, n.name);
         if (prev && !prev.reachable) log.info({ node: n.name }, 'node reachable again');
-        this.states.set(n.name, { reachable: true, error: null, obs, installFailures: prev?.installFailures ?? {} });
+        this.states.set(n.name, { reachable: true, error: null, obs, lookedAt, installFailures: prev?.installFailures ?? {} });
       } catch (e) {
         const error = reasonOf(e);
         if (!prev || prev.reachable || prev.error?.message !== error.message) log.warn({ node: n.name, code: error.code, reason: error.message }, 'node unreachable: its replicas are unknown');
-        this.states.set(n.name, { reachable: false, error, obs: prev?.obs ?? null, installFailures: prev?.installFailures ?? {} });
+        this.states.set(n.name, { reachable: false, error, obs: prev?.obs ?? null, lookedAt: prev?.lookedAt ?? null, installFailures: prev?.installFailures ?? {} });
       }
     });
   }
@@ -114,6 +117,7 @@ export class NodeFleet {
       return {
         name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [],
         devices: (ns?.obs?.devices ?? []).map((d) => ({ name: d.name, totalBytes: d.totalBytes })),
+        ...(ns?.lookedAt != null ? { lookedAt: ns.lookedAt } : {}),
       };
     });
   }

@@ -1,10 +1,13 @@
 /**
- * Replica outcomes → model health (pure). A start concludes (ready, failed, abandoned) and leaves the
- * in-flight set in the same transition that records its outcome, so no pass can see the start gone
- * and its failure not yet counted. A replica failure — a start's, or one seen on a node (a crash
- * after ready, a death while the controller was away, an unresponsive replica) — is counted once
- * per replica, against the definition the replica ran, and only when the catalogue says the reason
- * is the model's fault; otherwise it delays the model without counting.
+ * Replica outcomes → model health (pure). A start concludes (ready, failed, abandoned) in one
+ * transition that records its outcome: a failed or abandoned one leaves the in-flight set in it, so
+ * no pass can see the start gone and its failure not yet counted; a ready one stays in the record,
+ * marked ready, until a look at its node shows the replica (liveness.ts), so no pass whose look
+ * began before the replica was on its node sees the model without it and starts another (#23).
+ * A replica failure — a start's, or one seen on a node (a crash after ready, a death while the
+ * controller was away, an unresponsive replica) — is counted once per replica, against the
+ * definition the replica ran, and only when the catalogue says the reason is the model's fault;
+ * otherwise it delays the model without counting.
  */
 import { avoidsNode, countsTowardParking, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSettings } from '../fleet-spec/types.js';
@@ -50,15 +53,15 @@ export function replicaFailed(s: ControllerState, f: ReplicaFailure, now: number
   return { state: { ...s, accounted, models: { ...s.models, [f.model]: next } }, notes: [note] };
 }
 
-/** A start this controller launched has concluded. An unknown id (concluded already) changes nothing. */
+/** A start this controller launched has concluded. An unknown id, or one concluded already, changes nothing. */
 export function startConcluded(s: ControllerState, replicaId: string, outcome: StartOutcome, now: number, settings: Backoff): { state: ControllerState; notes: Note[] } {
   const rec = s.starts[replicaId];
-  if (!rec) return { state: s, notes: [] };
+  if (!rec || rec.readyAt !== undefined) return { state: s, notes: [] };
   const left: ControllerState = { ...s, starts: omit(s.starts, [replicaId]) };
   const fields = { model: rec.model, node: rec.node, replica: replicaId };
   switch (outcome.kind) {
     case 'ready':
-      return { state: left, notes: [{ level: 'info', msg: 'replica ready', fields }] };
+      return { state: { ...s, starts: { ...s.starts, [replicaId]: { ...rec, readyAt: now } } }, notes: [{ level: 'info', msg: 'replica ready', fields }] };
     case 'abandoned':
       return { state: left, notes: [{ level: 'debug', msg: 'start abandoned: not counted', fields }] };
     case 'failed':

@@ -23,6 +23,11 @@ export interface ObservedNode {
   readonly replicas: readonly ReplicaObservation[];
   /** devices (#24): the devices the node's engines list (absent: none known). */
   readonly devices?: readonly ObservedDevice[];
+  /**
+   * Epoch ms (controller clock) when the look these replicas come from began; absent: unknown (taken
+   * as older than any start's outcome). A replica that was ready before it is in it, unless gone.
+   */
+  readonly lookedAt?: number;
 }
 
 export interface InflightStart {
@@ -157,9 +162,10 @@ export function planPass(input: PlanInput): PlanOutput {
       byModel.set(r.model, list);
     }
   }
-  // A start in flight counts until its outcome is applied. Where the node shows its replica alive,
-  // that replica stands for it; where the node shows it failed (it died before the start reported),
-  // it is still one start in flight, never room for another.
+  // A start in flight counts until its outcome is applied, and a ready one until a look shows it
+  // (liveness.ts). Where the node shows its replica alive, that replica stands for it; where the node
+  // shows it failed (it died before the start reported), it is still one start in flight, never room
+  // for another.
   const aliveIds = new Set([...byModel.values()].flat().filter((l) => l.r.state !== 'failed').map((l) => l.r.id));
   const inflightByModel = new Map<string, InflightStart[]>();
   for (const s of input.inflightStarts) {

@@ -157,7 +157,7 @@ export class Reconciler implements FleetView {
     this.inFlight = o.inFlight ?? slotsProbe(o.engineApiKey);
     this.saver = new StateSaver(o.stateStore, this.log, o.initialStateProblem ?? null);
     this.status = o.status;
-    this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000 });
+    this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000, clock: this.clock });
     this.events.setMaxListeners(0);
     this.loop = new PassLoop((trigger) => this.pass(trigger), this.clock, o.timers);
     this.current = this.summarize();

@@ -4,9 +4,11 @@
  * survives a pass or a restart. The transitions here are pure: (state, event, now) → state.
  *
  * - models: per-model health (failures, backoff, parked, last error, digest, last handled retry);
- * - starts: replica starts launched and not yet concluded. A start counts as in flight until its
+ * - starts: replica starts launched and not yet settled. A start counts as in flight until its
  *   outcome is applied, whatever the node shows meanwhile (a replica that died on the node before
- *   its start reported is still one start, never a reason to launch another);
+ *   its start reported is still one start, never a reason to launch another); one that concluded
+ *   ready stays (with `readyAt`) until a look at its node shows the replica, or a look begun after
+ *   it was ready does not: a look taken before the replica was on its node never hides it (#23);
  * - demand: the last request time per on-demand model (idle timeouts survive a restart);
  * - restarts: replicas an operator asked to replace, and when;
  * - draining: replicas draining because a restart had no room to surge, and since when;
@@ -31,6 +33,11 @@ export interface StartRecord {
   readonly digest: string;
   /** Epoch ms (controller clock) when the start was launched. */
   readonly startedAt: number;
+  /**
+   * Epoch ms (controller clock) when the start concluded ready; absent while it runs. The replica
+   * counts as the model's from the record until a look shows it (liveness.ts).
+   */
+  readonly readyAt?: number;
 }
 
 export interface StopRecord {
@@ -110,7 +117,7 @@ export function stateFromJson(v: unknown): ControllerState {
   if (isRecord(v.starts)) {
     for (const [id, s] of Object.entries(v.starts)) {
       if (isRecord(s) && typeof s.model === 'string' && typeof s.node === 'string' && typeof s.digest === 'string' && typeof s.startedAt === 'number') {
-        starts[id] = { model: s.model, node: s.node, digest: s.digest, startedAt: s.startedAt };
+        starts[id] = { model: s.model, node: s.node, digest: s.digest, startedAt: s.startedAt, ...(typeof s.readyAt === 'number' && Number.isFinite(s.readyAt) ? { readyAt: s.readyAt } : {}) };
       }
     }
   }
@@ -233,7 +240,7 @@ export function clockStepped(s: ControllerState, by: number): ControllerState {
   const models: Record<string, ModelHealth> = {};
   for (const [m, h] of Object.entries(s.models)) models[m] = h.nextAttemptAt === null ? h : { ...h, nextAttemptAt: h.nextAttemptAt + by };
   const starts: Record<string, StartRecord> = {};
-  for (const [id, st] of Object.entries(s.starts)) starts[id] = { ...st, startedAt: st.startedAt + by };
+  for (const [id, st] of Object.entries(s.starts)) starts[id] = { ...st, startedAt: st.startedAt + by, ...(st.readyAt !== undefined ? { readyAt: st.readyAt + by } : {}) };
   const stops: Record<string, StopRecord> = {};
   for (const [id, st] of Object.entries(s.stops)) stops[id] = { ...st, since: st.since + by };
   return {

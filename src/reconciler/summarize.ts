@@ -15,6 +15,8 @@ export interface NodeState {
   readonly error: ReasonRef | null;
   /** The last good observation (kept while the node is unreachable: unknown, never empty). */
   readonly obs: NodeObservation | null;
+  /** When the look `obs` comes from began (controller clock); null before the first good one. */
+  readonly lookedAt: number | null;
   readonly installFailures: Readonly<Record<string, number>>;
 }
 

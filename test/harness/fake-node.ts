@@ -103,15 +103,23 @@ export class FakeNode implements NodeDriver {
     private readonly reportAfterTicks = 5,
     /** Time an observation or a stop takes (the clocks advance by it): due times can pass during a pass. */
     private readonly observeMs = 0,
+    /**
+     * Over ssh, a look and a launch take time. lookTicks: between a look reading the node's replicas
+     * and its answer arriving (what happens on the node meanwhile is not in it; 0: read on return).
+     * launchTicks: before a launched replica is on the node.
+     */
+    private readonly ssh: { readonly lookTicks: number; readonly launchTicks: number } = { lookTicks: 0, launchTicks: 0 },
   ) {}
 
   async observe(): Promise<NodeObservation> {
-    await ticks(1);
+    const at = this.clock.t;
+    const read = this.ssh.lookTicks > 0 ? [...this.replicas.values()] : null;
+    await ticks(1 + this.ssh.lookTicks);
     this.clock.advance(this.observeMs);
     if (this.unreachable) throw new LlmgwError('NODE_UNREACHABLE', `${this.node} is down`);
     return {
       node: this.node,
-      at: this.clock.t,
+      at: read ? at : this.clock.t,
       memory: { totalBytes: 64 * 2 ** 30, availableBytes: 32 * 2 ** 30 },
       cpus: 4,
       cpuFlags: [],
@@ -119,7 +127,7 @@ export class FakeNode implements NodeDriver {
       diskFreeBytes: 2 ** 40,
       engines: [],
       models: [],
-      replicas: [...this.replicas.values()],
+      replicas: read ?? [...this.replicas.values()],
     };
   }
   async ensureEngine(): Promise<{ binary: string }> {
@@ -129,6 +137,7 @@ export class FakeNode implements NodeDriver {
     return { path: `/data/models/${sha256}.gguf`, bytes: 1 };
   }
   async startReplica(spec: ReplicaStartSpec): Promise<{ id: string; port: number; pid: number; endpoint: string; startedAt: number }> {
+    await ticks(this.ssh.launchTicks);
     this.log.starts.push({ id: spec.id, model: spec.model, node: this.node, at: this.clock.t, mono: this.clock.mono });
     const n = (this.log.inFlight.get(spec.model) ?? 0) + 1;
     this.log.inFlight.set(spec.model, n);

@@ -9,7 +9,7 @@ import { initialHealth, startFailed } from '../../src/reconciler/health.js';
 import { startConcluded } from '../../src/reconciler/outcomes.js';
 import { decide, freshPlacement, pruned, type DecideInput } from '../../src/reconciler/pass.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
-import { startLaunched, type ControllerState } from '../../src/reconciler/state.js';
+import { clockStepped, startLaunched, stateFromJson, type ControllerState } from '../../src/reconciler/state.js';
 import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
 const spec = await specOf((f) => {
@@ -225,5 +225,116 @@ describe('requests in the router and busy replicas are activity (an on-demand mo
   it('a pass that sees nothing busy leaves the record as it was (an unchanged world writes nothing)', () => {
     const state: ControllerState = { ...stateFor(full), demand: { beta: T } };
     assert.equal(pass(state, T + 1, []).state.demand, state.demand);
+  });
+});
+
+/**
+ * #23, "two replacements at once": a definition-change rollout of 2 replicas ran 4 llama-server
+ * processes. The interleaving: the first replacement's start concludes ready while a pass is looking
+ * at the nodes, and that look began before the replacement's replica was on its node. The start has
+ * left the in-flight set and the look does not show its replica: the pass saw two outdated replicas,
+ * none current, stopped nothing (none ready to take over) and started a second replacement beside
+ * the first — old, old, new, new.
+ */
+describe('a pass decides (a rolling replacement concluded ready, and looks taken before and after)', async () => {
+  const rolled = await specOf((f) => {
+    f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 2').replace('alpha-q4.gguf', 'alpha-q5.gguf');
+    delete f['models/beta.yaml'];
+    delete f['models/gamma.yaml'];
+  });
+  const d2 = rolled.models.alpha!.digest;
+  const oldA = observed(rolled, 'alpha-a', 'alpha', 'ready', { digest: 'previous', startedAt: 1 });
+  const oldB = observed(rolled, 'alpha-b', 'alpha', 'ready', { digest: 'previous', startedAt: 2 });
+  const newC = (state: 'starting' | 'ready') => observed(rolled, 'alpha-c', 'alpha', state, { startedAt: 3 });
+  const T = 5_000_000;
+  const LAUNCHED = T;
+  const EARLY_LOOK = T + 100; // before alpha-c was on its node
+  const READY = T + 900; // the start concluded ready
+  const LATE_LOOK = T + 1000; // after it did
+  const NOW = T + 1200;
+  // the pass that launched alpha-c (surge-first, on the other node), then its outcome
+  const launched = startLaunched(stateFor(rolled), 'alpha-c', { model: 'alpha', node: 'cpu-02', digest: d2, startedAt: LAUNCHED });
+  const ready = startConcluded(launched, 'alpha-c', { kind: 'ready' }, READY, rolled.settings).state;
+  const look = (name: string, at: number, replicas: ReturnType<typeof observed>[] = [], reachable = true): ObservedNode => ({ ...node(name, replicas, reachable), lookedAt: at });
+
+  /** gone: alpha-c's process is no more (otherwise it lives, shown or not). */
+  const table: { name: string; state: ControllerState; nodes: ObservedNode[]; running?: string[]; gone?: true; starts: string[]; stops: string[]; counted: boolean }[] = [
+    {
+      name: 'concluded ready after a look that began before its replica was on the node: still the one replacement in progress — no second start, nothing stopped',
+      state: ready,
+      nodes: [look('cpu-01', EARLY_LOOK, [oldA, oldB]), look('cpu-02', EARLY_LOOK)],
+      starts: [],
+      stops: [],
+      counted: true,
+    },
+    {
+      name: 'the same, with the start not yet gone from the running set: the same',
+      state: ready,
+      nodes: [look('cpu-01', EARLY_LOOK, [oldA, oldB]), look('cpu-02', EARLY_LOOK)],
+      running: ['alpha-c'],
+      starts: [],
+      stops: [],
+      counted: true,
+    },
+    {
+      name: 'a look from before its outcome shows it starting: it stands for itself, nothing planned',
+      state: ready,
+      nodes: [look('cpu-01', EARLY_LOOK, [oldA, oldB]), look('cpu-02', EARLY_LOOK, [newC('starting')])],
+      starts: [],
+      stops: [],
+      counted: false,
+    },
+    {
+      name: 'a look begun after its outcome shows it ready: the oldest old replica is stopped, the next replacement waits for that stop',
+      state: ready,
+      nodes: [look('cpu-01', LATE_LOOK, [oldA, oldB]), look('cpu-02', LATE_LOOK, [newC('ready')])],
+      starts: [],
+      stops: ['alpha-a (replaced)'],
+      counted: false,
+    },
+    {
+      name: 'its node unreachable since a look from before: unknown, still counted, nothing planned',
+      state: ready,
+      nodes: [look('cpu-01', LATE_LOOK, [oldA, oldB]), look('cpu-02', EARLY_LOOK, [], false)],
+      starts: [],
+      stops: [],
+      counted: true,
+    },
+    {
+      name: 'a look begun after its outcome does not show it (gone from its node): forgotten, and replaced by one start',
+      state: ready,
+      nodes: [look('cpu-01', LATE_LOOK, [oldA, oldB]), look('cpu-02', LATE_LOOK)],
+      gone: true,
+      starts: ['alpha@cpu-02'],
+      stops: [],
+      counted: false,
+    },
+    {
+      name: 'still running (no outcome yet), a look from before its replica was there: in flight, nothing planned',
+      state: launched,
+      nodes: [look('cpu-01', EARLY_LOOK, [oldA, oldB]), look('cpu-02', EARLY_LOOK)],
+      running: ['alpha-c'],
+      starts: [],
+      stops: [],
+      counted: true,
+    },
+  ];
+  for (const c of table) {
+    it(c.name, () => {
+      const d = run(c.state, c.nodes, { spec: rolled, now: NOW, running: new Set(c.running ?? []) });
+      assert.deepEqual(starts(d), c.starts);
+      assert.deepEqual(stops(d), c.stops);
+      assert.equal(d.state.starts['alpha-c'] !== undefined, c.counted, 'the record of alpha-c');
+      // never more than replicas + 1 processes: those the looks show, alpha-c where they do not, this pass's starts
+      const shown = new Set(c.nodes.flatMap((n) => n.replicas.map((r) => r.id)));
+      const processes = shown.size + (shown.has('alpha-c') || c.gone ? 0 : 1) + starts(d).length;
+      assert.ok(processes <= 3, `${processes} alpha processes`);
+    });
+  }
+
+  it('the record of a ready start survives a restart and a clock step; a second outcome changes nothing', () => {
+    assert.deepEqual(stateFromJson(JSON.parse(JSON.stringify(ready))).starts, ready.starts);
+    assert.equal(clockStepped(ready, 7_200_000).starts['alpha-c']!.readyAt, READY + 7_200_000);
+    assert.equal(startConcluded(ready, 'alpha-c', { kind: 'failed', error: kev }, NOW, rolled.settings).state, ready);
   });
 });

@@ -250,13 +250,17 @@ class SwappableSpec implements FleetSource {
   }
 }
 
-/** A world of fake nodes whose replicas report in-flight requests that end at random. */
-function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }) {
+/**
+ * A world of fake nodes whose replicas report in-flight requests that end at random. slowLooks: a
+ * look reads a node's replicas some ticks before its answer arrives and a launch takes ticks (as over
+ * ssh), so a start can launch its replica and conclude ready while a look from before it runs.
+ */
+function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }, opts: { slowLooks?: boolean } = {}) {
   const random = rng(seed);
   const clock = shared?.clock ?? new FakeClock();
   const timers = shared?.timers ?? new FakeTimers(clock);
   const log = shared?.log ?? new FakeFleetLog();
-  const nodes = shared?.nodes ?? new Map(Object.keys(rollSpec.nodes).map((n) => [n, new FakeNode(n, clock, log, new Set(), 1 + Math.floor(random() * 4))]));
+  const nodes = shared?.nodes ?? new Map(Object.keys(rollSpec.nodes).map((n) => [n, new FakeNode(n, clock, log, new Set(), 1 + Math.floor(random() * 4), 0, opts.slowLooks ? { lookTicks: 1 + Math.floor(random() * 8), launchTicks: Math.floor(random() * 3) } : undefined)]));
   const busy = shared?.busy ?? new Map<string, number>();
   const tracker = new SwappableSpec();
   let saved = initial;
@@ -309,34 +313,54 @@ function rollSetup(seed: number, initial: ControllerState = emptyState, shared?:
   };
 }
 
+/** A rolling replacement of 2 replicas under load (a definition change, or ctl restart), to the end: the most alpha processes seen at once. */
+async function rollingChange(seed: number, opts: { slowLooks?: boolean; by?: 'definition' | 'restart' } = {}): Promise<number> {
+  const w = rollSetup(seed, emptyState, undefined, opts);
+  try {
+    await w.r.start();
+    await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+    let restarted: readonly string[] = [];
+    if (opts.by === 'restart') restarted = await w.r.restart({ model: 'alpha' });
+    else {
+      w.tracker.applied = { spec: rolled, revision: 'rev2', warnings: [], at: new Date(0) };
+      void w.r.requestPass('webhook');
+    }
+    const digest = opts.by === 'restart' ? rollSpec.models.alpha!.digest : rolled.models.alpha!.digest;
+    let maxProcs = 0;
+    const done = (): boolean => {
+      const m = w.r.model('alpha');
+      return m !== null && w.r.restartDone(restarted) && m.replicas.length === 2 && m.replicas.every((x) => x.phase === 'ready' && x.digest === digest) && w.alive('alpha').length === 2;
+    };
+    await w.drive(done, 4000, () => {
+      maxProcs = Math.max(maxProcs, w.alive('alpha').length);
+      const stops = w.r.record().stops;
+      for (const rep of w.r.readyReplicas('alpha')) assert.ok(!stops[rep.id], `seed ${seed}: ${rep.id} is being stopped and still offered to routers`);
+    });
+    assert.ok(done(), `seed ${seed}: the rollout did not finish: ${JSON.stringify(w.r.model('alpha')?.replicas.map((x) => [x.id, x.phase]))}`);
+    assert.deepEqual(w.cuts, [], `seed ${seed}: requests cut`);
+    assert.deepEqual(w.r.record().stops, {}, `seed ${seed}: stops left in the record`);
+    return maxProcs;
+  } finally {
+    await w.r.stop();
+  }
+}
+
 describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
   it('a rolling definition change under load: no stop cuts a request, never more than replicas + 1 processes, a draining replica is never offered (100 interleavings)', async () => {
     for (let seed = 1; seed <= 100; seed++) {
-      const w = rollSetup(seed);
-      try {
-        await w.r.start();
-        await w.drive(() => w.r.readyReplicas('alpha').length === 2);
-        w.tracker.applied = { spec: rolled, revision: 'rev2', warnings: [], at: new Date(0) };
-        void w.r.requestPass('webhook');
-        let maxProcs = 0;
-        const done = (): boolean => {
-          const m = w.r.model('alpha');
-          return m !== null && m.replicas.length === 2 && m.replicas.every((x) => x.phase === 'ready' && x.digest === rolled.models.alpha!.digest) && w.alive('alpha').length === 2;
-        };
-        await w.drive(done, 4000, () => {
-          maxProcs = Math.max(maxProcs, w.alive('alpha').length);
-          const stops = w.r.record().stops;
-          for (const rep of w.r.readyReplicas('alpha')) assert.ok(!stops[rep.id], `seed ${seed}: ${rep.id} is being stopped and still offered to routers`);
-        });
-        assert.ok(done(), `seed ${seed}: the rollout did not finish: ${JSON.stringify(w.r.model('alpha')?.replicas.map((x) => [x.id, x.phase]))}`);
-        assert.deepEqual(w.cuts, [], `seed ${seed}: requests cut`);
-        assert.ok(maxProcs <= 3, `seed ${seed}: ${maxProcs} alpha processes at once`);
-        assert.deepEqual(w.r.record().stops, {}, `seed ${seed}: stops left in the record`);
-      } finally {
-        await w.r.stop();
-      }
+      const maxProcs = await rollingChange(seed);
+      assert.ok(maxProcs <= 3, `seed ${seed}: ${maxProcs} alpha processes at once`);
     }
   });
+
+  for (const by of ['definition', 'restart'] as const) {
+    it(`${by === 'definition' ? 'the same' : 'a restart of the model'} with looks and launches that take time (#23: a replacement ready while a look from before it was on its node ran): one replacement at a time, never more than replicas + 1 processes (100 interleavings)`, async () => {
+      for (let seed = 1; seed <= 100; seed++) {
+        const maxProcs = await rollingChange(seed, { slowLooks: true, by });
+        assert.ok(maxProcs <= 3, `seed ${seed}, ${by}, looks that take time: ${maxProcs} alpha processes at once`);
+      }
+    });
+  }
 
   it('a stop that takes long (stop_grace) holds up neither a pass nor the publication of the replacement it started', async () => {
     const w = rollSetup(3);

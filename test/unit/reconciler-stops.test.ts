@@ -107,7 +107,7 @@ describe('the stop sequence', () => {
     const snap = buildSnapshot({
       spec, now: 0, leader: true, control: { mode: 'standalone', instance: { id: 'l', label: 'l' }, leader: null, notActing: null, etcd: null }, appliedRevision: null, rejected: null,
       lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null,
-      nodes: new Map([['cpu-01', { reachable: true, error: null, obs, installFailures: {} }]]),
+      nodes: new Map([['cpu-01', { reachable: true, error: null, obs, lookedAt: 0, installFailures: {} }]]),
       health: stateFor(spec).models, desired: { alpha: 1 }, unplaceable: {}, starts: {},
       stops: { 'alpha-1': rec() }, stopProgress: new Map([['alpha-1', { phase: 'draining', inFlight: 2 }]]), memory: {}, lastPass: null,
     });

@@ -115,7 +115,7 @@ describe('state record', () => {
 describe('start outcomes and replica failures', () => {
   const launched = startLaunched(stateFor(spec), 'a1', start());
   const table: { name: string; run: () => ControllerState; failures: number; parked?: boolean; nextAttemptAt?: number | null; inFlight: boolean; note?: string }[] = [
-    { name: 'ready: leaves the in-flight set, counts nothing', run: () => startConcluded(launched, 'a1', { kind: 'ready' }, 100, S).state, failures: 0, nextAttemptAt: null, inFlight: false, note: 'replica ready' },
+    { name: 'ready: counts nothing; stays in the record, marked ready, until a look shows its replica', run: () => startConcluded(launched, 'a1', { kind: 'ready' }, 100, S).state, failures: 0, nextAttemptAt: null, inFlight: true, note: 'replica ready' },
     { name: 'failed with a model reason: counted, backoff from the failure', run: () => startConcluded(launched, 'a1', { kind: 'failed', error: kev }, 100, S).state, failures: 1, nextAttemptAt: 100 + S.backoff.initialMs, inFlight: false },
     { name: "failed with the node's reason: not counted, delayed by the initial backoff", run: () => startConcluded(launched, 'a1', { kind: 'failed', error: unreachable }, 100, S).state, failures: 0, nextAttemptAt: 100 + S.backoff.initialMs, inFlight: false },
     { name: 'abandoned (controller stopping): nothing counted', run: () => startConcluded(launched, 'a1', { kind: 'abandoned' }, 100, S).state, failures: 0, nextAttemptAt: null, inFlight: false },
