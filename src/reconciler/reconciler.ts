@@ -619,7 +619,15 @@ export class Reconciler implements FleetView {
     const r = this.current.models.flatMap((m) => m.replicas).find((x) => x.id === replicaId);
     const node = r && this.spec()?.nodes[r.node];
     if (!r || !node) throw new LlmgwError('REPLICA_NOT_FOUND', `no replica "${replicaId}"`, { replica: replicaId });
-    return this.nodes.driver(node).logTail(replicaId, lines);
+    try {
+      return await this.nodes.driver(node).logTail(replicaId, lines);
+    } catch (e) {
+      // A stop removes the replica's directory, its log with it, before the next snapshot stops
+      // listing it: say that rather than only that the node has no such replica.
+      const stopping = r.phase === 'draining' || r.phase === 'stopping' || this.state.stops[replicaId] !== undefined || this.stopOps.has(replicaId);
+      if (!(e instanceof LlmgwError) || e.code !== 'REPLICA_NOT_FOUND' || !stopping) throw e;
+      throw new LlmgwError('REPLICA_NOT_FOUND', `replica ${replicaId} of ${r.model} was being stopped and is gone from node ${r.node}: a stopped replica's log goes with it`, { ...e.detail, replica: replicaId, model: r.model, node: r.node });
+    }
   }
 
   spec(): FleetSpec | null {

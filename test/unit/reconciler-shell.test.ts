@@ -11,6 +11,7 @@ import { describe, it } from 'node:test';
 import pino from 'pino';
 import type { RetryRequest } from '../../src/git/trailers.js';
 import type { RefreshResult } from '../../src/git/tracker.js';
+import { LlmgwError } from '../../src/errors/catalogue.js';
 import { backoffMs } from '../../src/reconciler/health.js';
 import { Reconciler, type FleetSource } from '../../src/reconciler/reconciler.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
@@ -360,6 +361,35 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
       for (const x of w.nodes.values()) x.stopGate = null;
       await w.drive(() => w.r.restartDone(stopping.map((x) => x.id)) && w.r.readyReplicas('alpha').length === 2, 2000);
       assert.equal(w.r.readyReplicas('alpha').length, 2);
+    } finally {
+      await w.r.stop();
+    }
+  });
+
+  it('the log of a replica being stopped: read while it is on its node; once its stop removed it, REPLICA_NOT_FOUND says it was being stopped', async () => {
+    const w = rollSetup(3);
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      let release!: () => void;
+      for (const x of w.nodes.values()) x.stopGate = new Promise((res) => (release = res));
+      await w.r.restart({ model: 'alpha' });
+      await w.drive(() => w.r.model('alpha')!.replicas.some((x) => x.phase === 'stopping'), 2000);
+      const old = w.r.model('alpha')!.replicas.find((x) => x.phase === 'stopping')!;
+      assert.equal(await w.r.logs(old.id, 10), `log of ${old.id}\n`, 'still on its node: its log is there');
+      // the stop's last step removes its directory; the snapshot lists it until the next pass
+      for (const x of w.nodes.values()) x.replicas.delete(old.id);
+      await assert.rejects(w.r.logs(old.id, 10), (e: unknown) => {
+        assert.ok(e instanceof LlmgwError, String(e));
+        assert.equal(e.code, 'REPLICA_NOT_FOUND');
+        assert.equal(e.message, `replica ${old.id} of alpha was being stopped and is gone from node ${old.node}: a stopped replica's log goes with it`);
+        return true;
+      });
+      await assert.rejects(w.r.logs('alpha-404', 10), (e: unknown) => e instanceof LlmgwError && e.code === 'REPLICA_NOT_FOUND' && e.message === 'no replica "alpha-404"');
+      release();
+      for (const x of w.nodes.values()) x.stopGate = null;
+      await w.drive(() => !w.r.model('alpha')!.replicas.some((x) => x.id === old.id), 2000);
+      await assert.rejects(w.r.logs(old.id, 10), (e: unknown) => e instanceof LlmgwError && e.code === 'REPLICA_NOT_FOUND' && e.message === `no replica "${old.id}"`);
     } finally {
       await w.r.stop();
     }
