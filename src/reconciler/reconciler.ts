@@ -442,6 +442,9 @@ export class Reconciler implements FleetView {
           this.nodes.forgetReplica(rec.node, id);
           this.state = stopFinished(this.state, id);
           await this.saveState();
+          // gone from the snapshot now, not when the next pass ends (it may wait behind a long one):
+          // what lists replicas (ctl, the admin API, the page) stops offering one that is gone
+          this.publish(this.summarize());
         } catch (e) {
           log.warn({ replica: id, node: rec.node, code: reasonOf(e).code, err: reasonOf(e).message }, 'stopping replica failed; retried next pass');
         }

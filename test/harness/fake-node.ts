@@ -105,7 +105,11 @@ export class FakeNode implements NodeDriver {
     private readonly observeMs = 0,
   ) {}
 
+  /** While set, an observation waits for it (a slow node: the pass stays in its look). */
+  observeGate: Promise<void> | null = null;
+
   async observe(): Promise<NodeObservation> {
+    if (this.observeGate) await this.observeGate;
     await ticks(1);
     this.clock.advance(this.observeMs);
     if (this.unreachable) throw new LlmgwError('NODE_UNREACHABLE', `${this.node} is down`);

@@ -366,13 +366,14 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     }
   });
 
-  it('the log of a replica being stopped: read while it is on its node; once its stop removed it, REPLICA_NOT_FOUND says it was being stopped', async () => {
+  it('the log of a replica being stopped: read while it is on its node; once its stop removed it, REPLICA_NOT_FOUND says it was being stopped; once the stop ends the snapshot drops it at once (not at the end of a pass)', async () => {
     const w = rollSetup(3);
+    const stops: (() => void)[] = [];
+    const looks: (() => void)[] = [];
     try {
       await w.r.start();
       await w.drive(() => w.r.readyReplicas('alpha').length === 2);
-      let release!: () => void;
-      for (const x of w.nodes.values()) x.stopGate = new Promise((res) => (release = res));
+      for (const x of w.nodes.values()) x.stopGate = new Promise((res) => stops.push(res));
       await w.r.restart({ model: 'alpha' });
       await w.drive(() => w.r.model('alpha')!.replicas.some((x) => x.phase === 'stopping'), 2000);
       const old = w.r.model('alpha')!.replicas.find((x) => x.phase === 'stopping')!;
@@ -386,11 +387,21 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
         return true;
       });
       await assert.rejects(w.r.logs('alpha-404', 10), (e: unknown) => e instanceof LlmgwError && e.code === 'REPLICA_NOT_FOUND' && e.message === 'no replica "alpha-404"');
-      release();
+      // the stop ends while a pass hangs in its look at the nodes: the snapshot drops the replica at once
+      const gate = new Promise<void>((res) => looks.push(res));
+      for (const x of w.nodes.values()) x.observeGate = gate;
+      const passBefore = w.r.snapshot().lastPass!.startedAt;
+      void w.r.requestPass('test');
+      for (const open of stops) open();
       for (const x of w.nodes.values()) x.stopGate = null;
-      await w.drive(() => !w.r.model('alpha')!.replicas.some((x) => x.id === old.id), 2000);
+      for (let i = 0; i < 100 && w.r.record().stops[old.id]; i++) await ticks(1);
+      assert.equal(w.r.record().stops[old.id], undefined, 'the stop finished');
+      assert.equal(w.r.snapshot().lastPass!.startedAt, passBefore, 'no pass ended meanwhile');
+      assert.deepEqual(w.r.model('alpha')!.replicas.filter((x) => x.id === old.id), [], 'the snapshot no longer lists it');
       await assert.rejects(w.r.logs(old.id, 10), (e: unknown) => e instanceof LlmgwError && e.code === 'REPLICA_NOT_FOUND' && e.message === `no replica "${old.id}"`);
     } finally {
+      for (const open of [...stops, ...looks]) open();
+      for (const x of w.nodes.values()) [x.stopGate, x.observeGate] = [null, null];
       await w.r.stop();
     }
   });
