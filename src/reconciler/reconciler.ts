@@ -141,6 +141,8 @@ export class Reconciler implements FleetView {
   /** Why this controller does not act on the fleet (a node owned by another controller, or a newer epoch), or null. */
   private notActing: ReasonRef | null = null;
   private current: FleetSnapshot;
+  /** Snapshots published so far: a pass publishes a newer one than it built if any came meanwhile. */
+  private publications = 0;
   private readonly models = new ModelIndex();
 
   constructor(private readonly o: ReconcilerOptions) {
@@ -546,6 +548,7 @@ export class Reconciler implements FleetView {
   }
 
   private publish(s: FleetSnapshot): void {
+    this.publications++;
     this.current = s;
     this.events.emit('snapshot', s);
   }
@@ -554,9 +557,15 @@ export class Reconciler implements FleetView {
     return this.saver.save(() => this.state);
   }
 
-  /** State file, then status branch, then the snapshot everyone reads (so it never lags the branch). */
+  /**
+   * State file, then status branch, then the snapshot everyone reads (so it never lags the branch).
+   * What was published while the branch was written (a stop's progress or end) is newer than what
+   * was written: then a snapshot built now is published, never the older one (it would list a
+   * replica whose stop ended as still stopping, until the next pass).
+   */
   private async summarizeAndPersist(log: Logger): Promise<void> {
     await this.saveState();
+    const built = this.publications;
     const snap = this.summarize();
     const spec = this.o.tracker.applied?.spec;
     if (this.status && spec && this.leader() && this.notActing === null) {
@@ -567,7 +576,8 @@ export class Reconciler implements FleetView {
         this.o.onDeposed?.(stale);
       }
     }
-    this.publish({ ...snap, lastStatusWriteOk: this.status?.lastOk ?? null });
+    const fresh = this.publications === built ? snap : this.summarize();
+    this.publish({ ...fresh, lastStatusWriteOk: this.status?.lastOk ?? null });
   }
 
   // ------------------------------------------------------------------ operator and router API

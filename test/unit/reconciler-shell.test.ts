@@ -15,6 +15,7 @@ import { LlmgwError } from '../../src/errors/catalogue.js';
 import { backoffMs } from '../../src/reconciler/health.js';
 import { Reconciler, type FleetSource } from '../../src/reconciler/reconciler.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
+import type { StatusSink } from '../../src/reconciler/persist.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness/fake-node.js';
 import { specOf } from '../harness/reconciler-core.js';
 import { recordFault } from '../faults/report.js';
@@ -252,7 +253,7 @@ class SwappableSpec implements FleetSource {
 }
 
 /** A world of fake nodes whose replicas report in-flight requests that end at random. */
-function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }) {
+function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }, status: StatusSink | null = null) {
   const random = rng(seed);
   const clock = shared?.clock ?? new FakeClock();
   const timers = shared?.timers ?? new FakeTimers(clock);
@@ -264,9 +265,9 @@ function rollSetup(seed: number, initial: ControllerState = emptyState, shared?:
   let n = 0;
   const r = new Reconciler({
     tracker,
-    status: null,
     driverFor: (node) => nodes.get(node.name)!,
     stateStore: { path: 'memory', save: async (s) => ((saved = s), true) },
+    status,
     initialState: initial,
     engineApiKey: 'k',
     logger: pino({ level: 'silent' }),
@@ -402,6 +403,52 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     } finally {
       for (const open of [...stops, ...looks]) open();
       for (const x of w.nodes.values()) [x.stopGate, x.observeGate] = [null, null];
+      await w.r.stop();
+    }
+  });
+
+  it('a stop that ends while a pass writes the status branch: the pass then publishes a snapshot without it, never the older one it wrote', async () => {
+    let hold: Promise<void> | null = null;
+    let writes = 0;
+    const written: string[][] = [];
+    const status: StatusSink = {
+      lastOk: null,
+      async write(snap) {
+        writes++;
+        written.push(snap.models.flatMap((m) => m.replicas.map((x) => `${x.id}:${x.phase}`)));
+        if (hold) await hold;
+        return null;
+      },
+    };
+    const w = rollSetup(4, emptyState, undefined, status);
+    const gates: (() => void)[] = [];
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      for (const x of w.nodes.values()) x.stopGate = new Promise((res) => gates.push(res));
+      await w.r.restart({ model: 'alpha' });
+      await w.drive(() => w.r.model('alpha')!.replicas.some((x) => x.phase === 'stopping'), 2000);
+      const old = w.r.model('alpha')!.replicas.find((x) => x.phase === 'stopping')!;
+      // a pass builds its snapshot (the old replica stopping) and hangs writing it to the branch
+      hold = new Promise((res) => gates.push(res));
+      const before = writes;
+      const pass = w.r.requestPass('test');
+      for (let i = 0; i < 200 && writes === before; i++) await ticks(1);
+      assert.ok(writes > before, 'the pass writes the status branch');
+      assert.ok(written.at(-1)!.includes(`${old.id}:stopping`), JSON.stringify(written.at(-1)));
+      // meanwhile the stop ends
+      for (const x of w.nodes.values()) x.stopGate = null;
+      for (const open of gates.splice(0, w.nodes.size)) open();
+      for (let i = 0; i < 200 && w.r.record().stops[old.id]; i++) await ticks(1);
+      assert.equal(w.r.record().stops[old.id], undefined, 'the stop ended');
+      hold = null;
+      for (const open of gates.splice(0)) open();
+      await pass;
+      assert.deepEqual(w.r.model('alpha')!.replicas.filter((x) => x.id === old.id), [], `the snapshot after the pass: ${JSON.stringify(w.r.model('alpha')!.replicas.map((x) => [x.id, x.phase]))}`);
+    } finally {
+      hold = null;
+      for (const open of gates) open();
+      for (const x of w.nodes.values()) x.stopGate = null;
       await w.r.stop();
     }
   });
