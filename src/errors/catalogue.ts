@@ -104,7 +104,7 @@ export const Reasons = catalogue({
   REPLICA_START_TIMEOUT: { http: 504, retryable: true, counts: true, hint: 'The replica was not healthy within the profile\'s start_timeout; raise start_timeout or check the node\'s load.' },
   REPLICA_EXITED: { http: 500, retryable: true, counts: true, hint: 'The replica process exited; see the log tail in the detail.' },
   REPLICA_UNHEALTHY: { http: 504, retryable: true, counts: true, hint: 'The replica\'s process is alive but has not answered /health for longer than the profile\'s start_timeout (hung, or the node is overloaded); llmgw stopped it and starts a new one. Check the node\'s load and the replica\'s log (`llmgw ctl logs`).' },
-  REPLICA_NOT_FOUND: { http: 404, retryable: false, counts: true, hint: 'No replica with that id exists on the node.' },
+  REPLICA_NOT_FOUND: { http: 404, retryable: false, counts: true, hint: 'No replica with that id exists on the node: there never was one, or it was stopped (replaced, surplus, idle, evicted, failed), and a stopped replica\'s directory goes with it, its log included. `llmgw ctl status` lists the replicas there are.' },
 
   // --- controller ---
   INTERNAL: { http: 500, retryable: true, counts: false, openai: { type: 'server_error', code: 'internal_error' }, hint: 'An unexpected error inside llmgw; see the controller log for the stack and report it.' },

@@ -141,6 +141,8 @@ export class Reconciler implements FleetView {
   /** Why this controller does not act on the fleet (a node owned by another controller, or a newer epoch), or null. */
   private notActing: ReasonRef | null = null;
   private current: FleetSnapshot;
+  /** Snapshots published so far: a pass publishes a newer one than it built if any came meanwhile. */
+  private publications = 0;
   private readonly models = new ModelIndex();
   /** Requests in this process's router per model (FleetView.hold): activity until they end. */
   private readonly held = new Map<string, number>();
@@ -445,6 +447,9 @@ export class Reconciler implements FleetView {
           this.nodes.forgetReplica(rec.node, id);
           this.state = stopFinished(this.state, id);
           await this.saveState();
+          // gone from the snapshot now, not when the next pass ends (it may wait behind a long one):
+          // what lists replicas (ctl, the admin API, the page) stops offering one that is gone
+          this.publish(this.summarize());
         } catch (e) {
           log.warn({ replica: id, node: rec.node, code: reasonOf(e).code, err: reasonOf(e).message }, 'stopping replica failed; retried next pass');
         }
@@ -546,6 +551,7 @@ export class Reconciler implements FleetView {
   }
 
   private publish(s: FleetSnapshot): void {
+    this.publications++;
     this.current = s;
     this.events.emit('snapshot', s);
   }
@@ -554,9 +560,15 @@ export class Reconciler implements FleetView {
     return this.saver.save(() => this.state);
   }
 
-  /** State file, then status branch, then the snapshot everyone reads (so it never lags the branch). */
+  /**
+   * State file, then status branch, then the snapshot everyone reads (so it never lags the branch).
+   * What was published while the branch was written (a stop's progress or end) is newer than what
+   * was written: then a snapshot built now is published, never the older one (it would list a
+   * replica whose stop ended as still stopping, until the next pass).
+   */
   private async summarizeAndPersist(log: Logger): Promise<void> {
     await this.saveState();
+    const built = this.publications;
     const snap = this.summarize();
     const spec = this.o.tracker.applied?.spec;
     if (this.status && spec && this.leader() && this.notActing === null) {
@@ -567,7 +579,8 @@ export class Reconciler implements FleetView {
         this.o.onDeposed?.(stale);
       }
     }
-    this.publish({ ...snap, lastStatusWriteOk: this.status?.lastOk ?? null });
+    const fresh = this.publications === built ? snap : this.summarize();
+    this.publish({ ...fresh, lastStatusWriteOk: this.status?.lastOk ?? null });
   }
 
   // ------------------------------------------------------------------ operator and router API
@@ -627,7 +640,15 @@ export class Reconciler implements FleetView {
     const r = this.current.models.flatMap((m) => m.replicas).find((x) => x.id === replicaId);
     const node = r && this.spec()?.nodes[r.node];
     if (!r || !node) throw new LlmgwError('REPLICA_NOT_FOUND', `no replica "${replicaId}"`, { replica: replicaId });
-    return this.nodes.driver(node).logTail(replicaId, lines);
+    try {
+      return await this.nodes.driver(node).logTail(replicaId, lines);
+    } catch (e) {
+      // A stop removes the replica's directory, its log with it, before the next snapshot stops
+      // listing it: say that rather than only that the node has no such replica.
+      const stopping = r.phase === 'draining' || r.phase === 'stopping' || this.state.stops[replicaId] !== undefined || this.stopOps.has(replicaId);
+      if (!(e instanceof LlmgwError) || e.code !== 'REPLICA_NOT_FOUND' || !stopping) throw e;
+      throw new LlmgwError('REPLICA_NOT_FOUND', `replica ${replicaId} of ${r.model} was being stopped and is gone from node ${r.node}: a stopped replica's log goes with it`, { ...e.detail, replica: replicaId, model: r.model, node: r.node });
+    }
   }
 
   spec(): FleetSpec | null {

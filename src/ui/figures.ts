@@ -2,7 +2,8 @@
  * The router's figures per model for the status page, from the controller's own counters (the
  * metrics registry /metrics exposes): requests per second and the median latency over the last
  * window, queue depth now, and the share of prompt tokens served from the replicas' prompt cache.
- * `routerFigures` is pure (two readings → figures); `readRouterCounters` reads the registry.
+ * `routerFigures` is pure (two readings → figures); `FiguresWindow` keeps the readings of the
+ * last window (pure); `readRouterCounters` reads the registry.
  */
 import type { Registry } from 'prom-client';
 import { MetricNames as N } from '../metrics/names.js';
@@ -80,4 +81,36 @@ export function routerFigures(prev: RouterCounters | null, next: RouterCounters)
     out.set(m, { requestsPerSecond: prev ? reqs / dt : 0, p50Seconds: p50, queueDepth: next.queue.get(m) ?? 0, cacheShare: ev + ca > 0 ? ca / (ev + ca) : null });
   }
   return out;
+}
+
+/**
+ * The readings of a sliding window, oldest first: each new reading gives the figures from the
+ * newest reading at least `windowMs` older than it (the window's start) to it; before a reading
+ * that old exists, from the first one (the window is as long as the readings go back). The first
+ * reading gives none: a rate needs two. `clear` forgets them all (nobody looks: a later window must
+ * not span the time nobody read).
+ */
+export class FiguresWindow {
+  private readings: RouterCounters[] = [];
+
+  constructor(readonly windowMs: number) {}
+
+  add(next: RouterCounters): Map<string, RouterFigures> | null {
+    const last = this.readings.at(-1);
+    // a reading older than the newest one (an earlier read that finished late) is not a window's end
+    if (last && next.at < last.at) return null;
+    this.readings.push(next);
+    let start = 0;
+    for (let i = 1; i < this.readings.length - 1; i++) if (this.readings[i]!.at <= next.at - this.windowMs) start = i;
+    if (start > 0) this.readings = this.readings.slice(start);
+    return this.readings.length < 2 ? null : routerFigures(this.readings[0]!, next);
+  }
+
+  clear(): void {
+    this.readings = [];
+  }
+
+  get size(): number {
+    return this.readings.length;
+  }
 }

@@ -5,7 +5,8 @@
  *   GET /admin/v1/events/stream[?model=M]             the same as Server-Sent Events (`event: fleet-event`);
  *                                                     Last-Event-ID (BOOT:SEQ) replays what the ring still holds
  *   GET /admin/v1/view                                the page's view of the fleet (JSON)
- *   GET /admin/v1/view/stream                         that view again on every snapshot change (SSE `event: view`)
+ *   GET /admin/v1/view/stream                         that view again on every snapshot change and each new
+ *                                                     router figure (SSE `event: view`)
  * The API routes take the admin token like every other; the streams drop a client that does not
  * read (see sse.ts) and end when the app closes.
  */
@@ -19,8 +20,8 @@ import { DEFAULT_SSE, SseClient, sseFrame, type SseOptions } from '../events/sse
 import { pageAssets, CSP } from './assets.js';
 import type { EventJson, EventsJson } from '../wire/events.js';
 export type { EventJson, EventsJson } from '../wire/events.js';
-import { pageView, type PageView } from './view.js';
-import { readRouterCounters, routerFigures, type RouterCounters, type RouterFigures } from './figures.js';
+import { figuresText, pageView, type PageView } from './view.js';
+import { FiguresWindow, readRouterCounters, type RouterFigures } from './figures.js';
 
 export interface UiDeps {
   readonly backend: SnapshotSource & { spec(): FleetSpec | null };
@@ -32,8 +33,10 @@ export interface UiDeps {
   readonly authEnabled: boolean;
   /** The controller's metrics: the models' router figures come from its counters. */
   readonly registry?: Registry;
-  /** How often the router figures are read (and the window they cover). */
+  /** How often the router's counters are read while a page looks (default 1 s). */
   readonly figuresEveryMs?: number;
+  /** The window the router figures cover (default 5 s). */
+  readonly figuresWindowMs?: number;
 }
 
 export const eventJson = (e: FleetEvent): EventJson => ({ ...e, at: new Date(e.at).toISOString() });
@@ -52,6 +55,16 @@ export function resumeAfter(header: string | string[] | undefined, boot: string,
   if (m[1] !== undefined && m[1] !== boot) return 0;
   const seq = Number(m[2]);
   return seq > last ? 0 : seq;
+}
+
+/** Whether two readings' figures read the same on the page (then nothing is pushed). */
+function sameFigures(a: ReadonlyMap<string, RouterFigures> | null, b: ReadonlyMap<string, RouterFigures>): boolean {
+  if (a === null || a.size !== b.size) return false;
+  for (const [m, f] of b) {
+    const was = a.get(m);
+    if (!was || figuresText(was) !== figuresText(f)) return false;
+  }
+  return true;
 }
 
 /** Registers the page and its feeds on the admin app; returns the feed (its ring) for the caller. */
@@ -78,26 +91,44 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
   };
   feed.onSnapshot(broadcast);
 
-  // the router's figures: read every few seconds while a page looks (a window of that length)
-  let reading: RouterCounters | null = null;
+  // The router's figures, read only while a page looks: the first page's subscription takes the
+  // window's first reading at once (what happens from then on counts), then one every second, each
+  // giving the figures over the last window (a change shows within a second). The last page gone,
+  // the readings are forgotten: a later page's window never spans the time nobody looked.
   const registry = deps.registry;
-  const figuresTimer = registry
-    ? setInterval(() => {
-        if (viewClients.size === 0) return;
-        void readRouterCounters(registry, Date.now())
-          .then((next) => {
-            const f = routerFigures(reading, next);
-            reading = next;
-            figures = f;
-            broadcast();
-          })
-          .catch(() => undefined);
-      }, deps.figuresEveryMs ?? 5000)
-    : null;
-  figuresTimer?.unref();
+  const readings = new FiguresWindow(deps.figuresWindowMs ?? 5000);
+  let figuresTimer: NodeJS.Timeout | null = null;
+  let sampling = 0; // which run of readings a read belongs to (a read that ends after a stop is dropped)
+  const sample = (run: number): void => {
+    if (!registry) return;
+    void readRouterCounters(registry, Date.now())
+      .then((next) => {
+        if (run !== sampling || figuresTimer === null) return;
+        const f = readings.add(next);
+        if (f === null || sameFigures(figures, f)) return;
+        figures = f;
+        broadcast();
+      })
+      .catch(() => undefined);
+  };
+  const startFigures = (): void => {
+    if (!registry || figuresTimer !== null) return;
+    const run = ++sampling;
+    figuresTimer = setInterval(() => sample(run), deps.figuresEveryMs ?? 1000);
+    figuresTimer.unref();
+    sample(run);
+  };
+  const stopFigures = (): void => {
+    if (figuresTimer === null) return;
+    clearInterval(figuresTimer);
+    figuresTimer = null;
+    sampling++;
+    readings.clear();
+    figures = null;
+  };
 
   app.addHook('preClose', async () => {
-    if (figuresTimer) clearInterval(figuresTimer);
+    stopFigures();
     feed.stop();
     for (const c of clients) c.close();
   });
@@ -181,7 +212,11 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
       api.get('/view/stream', async (_req, reply) => {
         const c = open(reply);
         viewClients.add(c);
-        c.whenEnded(() => viewClients.delete(c));
+        startFigures();
+        c.whenEnded(() => {
+          viewClients.delete(c);
+          if (viewClients.size === 0) stopFigures();
+        });
         c.latest(sseFrame('view', currentView()));
       });
     },

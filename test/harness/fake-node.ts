@@ -111,7 +111,11 @@ export class FakeNode implements NodeDriver {
     private readonly ssh: { readonly lookTicks: number; readonly launchTicks: number } = { lookTicks: 0, launchTicks: 0 },
   ) {}
 
+  /** While set, an observation waits for it (a slow node: the pass stays in its look). */
+  observeGate: Promise<void> | null = null;
+
   async observe(): Promise<NodeObservation> {
+    if (this.observeGate) await this.observeGate;
     const at = this.clock.t;
     const read = this.ssh.lookTicks > 0 ? [...this.replicas.values()] : null;
     await ticks(1 + this.ssh.lookTicks);
@@ -180,8 +184,11 @@ export class FakeNode implements NodeDriver {
   async readFileRange(): Promise<{ data: Buffer; size: number }> {
     throw new LlmgwError('MODEL_FILE_NOT_FOUND', 'no files on a fake node');
   }
-  async logTail(): Promise<string> {
-    return '';
+  /** A line naming the replica; REPLICA_NOT_FOUND once it is gone from the node (as the node script says). */
+  async logTail(id: string): Promise<string> {
+    await ticks(1);
+    if (!this.replicas.has(id)) throw new LlmgwError('REPLICA_NOT_FOUND', `node ${this.node}: log tail ${id}: no replica ${id} on this node`, { node: this.node });
+    return `log of ${id}\n`;
   }
   async close(): Promise<void> {}
 }

@@ -14,7 +14,10 @@ import { EventRing } from '../../src/events/ring.js';
 import type { EventFeed } from '../../src/events/feed.js';
 import { registerUi, resumeAfter, type EventsJson } from '../../src/ui/routes.js';
 import { figuresText, pageView } from '../../src/ui/view.js';
-import { routerFigures } from '../../src/ui/figures.js';
+import { FiguresWindow, routerFigures } from '../../src/ui/figures.js';
+import { Registry } from 'prom-client';
+import { createRouterMetrics } from '../../src/metrics/router.js';
+import { NO_REASON } from '../../src/metrics/ports.js';
 import { CSP } from '../../src/ui/assets.js';
 import { adminAuth } from '../../src/admin/auth.js';
 import { renderAdminError } from '../../src/admin/errors.js';
@@ -214,6 +217,22 @@ describe('routerFigures', () => {
     assert.equal(f.requestsPerSecond, 4);
     assert.equal(f.p50Seconds, 1);
     assert.equal(f.cacheShare, null);
+  });
+  test('a sliding window: from the newest reading a window old, else from the first; none before two, none after a clear', () => {
+    const w = new FiguresWindow(5000);
+    const at = (t: number, req: number) => reading(t, req, [[0.1, req], [Infinity, req]], 0, 0);
+    const rps = (f: Map<string, { requestsPerSecond: number }> | null): number | null => (f ? f.get('good')!.requestsPerSecond : null);
+    assert.equal(rps(w.add(at(0, 0))), null, 'one reading: no rate yet');
+    assert.equal(rps(w.add(at(1000, 2))), 2, 'the window is as long as the readings go back');
+    assert.equal(rps(w.add(at(2000, 2))), 1);
+    for (let t = 3000; t < 5000; t += 1000) w.add(at(t, 2));
+    assert.equal(rps(w.add(at(5000, 2))), 0.4, '2 requests over the last 5 s');
+    assert.equal(rps(w.add(at(6000, 2))), 0, 'they left the window');
+    assert.equal(w.size, 6, 'readings older than the window’s start are let go');
+    assert.equal(rps(w.add(at(5500, 3))), null, 'a reading older than the newest ends no window');
+    w.clear();
+    assert.equal(rps(w.add(at(60_000, 50))), null, 'after a clear it starts again: no window spans the gap');
+    assert.equal(rps(w.add(at(61_000, 51))), 1);
   });
 });
 
@@ -450,3 +469,23 @@ describe('the events API and streams', () => {
   });
 });
 
+describe('the router figures on the view stream', () => {
+  test('requests right after a page subscribes show in its figures (its window starts when it looks)', async () => {
+    const registry = new Registry();
+    const router = createRouterMetrics(registry);
+    router.setModels(['good']);
+    const app = Fastify();
+    registerUi(app, { backend: new Source(), authEnabled: false, prefix: '/admin/v1', checkAuth: (_r, _p, done) => done(), registry, figuresEveryMs: 200 });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const s = await rawGet((app.server.address() as { port: number }).port, '/admin/v1/view/stream');
+      await readUntil(s, /event: view\ndata: .*\n\n/);
+      for (let i = 0; i < 3; i++) router.request('good', 200, 0.04, NO_REASON);
+      const text = await readUntil(s, /"router":"(?:[1-9][\d.]*|0\.[1-9]) req\/s[^"]*"/, 10_000);
+      assert.match(text, /"router":"[\d.]+ req\/s, p50 ≤ 50 ms, queue 0, no prompt tokens"/);
+      s.destroy();
+    } finally {
+      await app.close();
+    }
+  });
+});

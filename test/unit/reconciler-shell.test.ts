@@ -11,9 +11,11 @@ import { describe, it } from 'node:test';
 import pino from 'pino';
 import type { RetryRequest } from '../../src/git/trailers.js';
 import type { RefreshResult } from '../../src/git/tracker.js';
+import { LlmgwError } from '../../src/errors/catalogue.js';
 import { backoffMs } from '../../src/reconciler/health.js';
 import { Reconciler, type FleetSource } from '../../src/reconciler/reconciler.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
+import type { StatusSink } from '../../src/reconciler/persist.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness/fake-node.js';
 import { specOf } from '../harness/reconciler-core.js';
 import { recordFault } from '../faults/report.js';
@@ -253,9 +255,10 @@ class SwappableSpec implements FleetSource {
 /**
  * A world of fake nodes whose replicas report in-flight requests that end at random. slowLooks: a
  * look reads a node's replicas some ticks before its answer arrives and a launch takes ticks (as over
- * ssh), so a start can launch its replica and conclude ready while a look from before it runs.
+ * ssh), so a start can launch its replica and conclude ready while a look from before it runs. status:
+ * where each pass's status goes (none by default).
  */
-function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }, opts: { slowLooks?: boolean } = {}) {
+function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }, opts: { slowLooks?: boolean; status?: StatusSink | null } = {}) {
   const random = rng(seed);
   const clock = shared?.clock ?? new FakeClock();
   const timers = shared?.timers ?? new FakeTimers(clock);
@@ -267,9 +270,9 @@ function rollSetup(seed: number, initial: ControllerState = emptyState, shared?:
   let n = 0;
   const r = new Reconciler({
     tracker,
-    status: null,
     driverFor: (node) => nodes.get(node.name)!,
     stateStore: { path: 'memory', save: async (s) => ((saved = s), true) },
+    status: opts.status ?? null,
     initialState: initial,
     engineApiKey: 'k',
     logger: pino({ level: 'silent' }),
@@ -385,6 +388,92 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
       await w.drive(() => w.r.restartDone(stopping.map((x) => x.id)) && w.r.readyReplicas('alpha').length === 2, 2000);
       assert.equal(w.r.readyReplicas('alpha').length, 2);
     } finally {
+      await w.r.stop();
+    }
+  });
+
+  it('the log of a replica being stopped: read while it is on its node; once its stop removed it, REPLICA_NOT_FOUND says it was being stopped; once the stop ends the snapshot drops it at once (not at the end of a pass)', async () => {
+    const w = rollSetup(3);
+    const stops: (() => void)[] = [];
+    const looks: (() => void)[] = [];
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      for (const x of w.nodes.values()) x.stopGate = new Promise((res) => stops.push(res));
+      await w.r.restart({ model: 'alpha' });
+      await w.drive(() => w.r.model('alpha')!.replicas.some((x) => x.phase === 'stopping'), 2000);
+      const old = w.r.model('alpha')!.replicas.find((x) => x.phase === 'stopping')!;
+      assert.equal(await w.r.logs(old.id, 10), `log of ${old.id}\n`, 'still on its node: its log is there');
+      // the stop's last step removes its directory; the snapshot lists it until the next pass
+      for (const x of w.nodes.values()) x.replicas.delete(old.id);
+      await assert.rejects(w.r.logs(old.id, 10), (e: unknown) => {
+        assert.ok(e instanceof LlmgwError, String(e));
+        assert.equal(e.code, 'REPLICA_NOT_FOUND');
+        assert.equal(e.message, `replica ${old.id} of alpha was being stopped and is gone from node ${old.node}: a stopped replica's log goes with it`);
+        return true;
+      });
+      await assert.rejects(w.r.logs('alpha-404', 10), (e: unknown) => e instanceof LlmgwError && e.code === 'REPLICA_NOT_FOUND' && e.message === 'no replica "alpha-404"');
+      // the stop ends while a pass hangs in its look at the nodes: the snapshot drops the replica at once
+      const gate = new Promise<void>((res) => looks.push(res));
+      for (const x of w.nodes.values()) x.observeGate = gate;
+      const passBefore = w.r.snapshot().lastPass!.startedAt;
+      void w.r.requestPass('test');
+      for (const open of stops) open();
+      for (const x of w.nodes.values()) x.stopGate = null;
+      for (let i = 0; i < 100 && w.r.record().stops[old.id]; i++) await ticks(1);
+      assert.equal(w.r.record().stops[old.id], undefined, 'the stop finished');
+      assert.equal(w.r.snapshot().lastPass!.startedAt, passBefore, 'no pass ended meanwhile');
+      assert.deepEqual(w.r.model('alpha')!.replicas.filter((x) => x.id === old.id), [], 'the snapshot no longer lists it');
+      await assert.rejects(w.r.logs(old.id, 10), (e: unknown) => e instanceof LlmgwError && e.code === 'REPLICA_NOT_FOUND' && e.message === `no replica "${old.id}"`);
+    } finally {
+      for (const open of [...stops, ...looks]) open();
+      for (const x of w.nodes.values()) [x.stopGate, x.observeGate] = [null, null];
+      await w.r.stop();
+    }
+  });
+
+  it('a stop that ends while a pass writes the status branch: the pass then publishes a snapshot without it, never the older one it wrote', async () => {
+    let hold: Promise<void> | null = null;
+    let writes = 0;
+    const written: string[][] = [];
+    const status: StatusSink = {
+      lastOk: null,
+      async write(snap) {
+        writes++;
+        written.push(snap.models.flatMap((m) => m.replicas.map((x) => `${x.id}:${x.phase}`)));
+        if (hold) await hold;
+        return null;
+      },
+    };
+    const w = rollSetup(4, emptyState, undefined, { status });
+    const gates: (() => void)[] = [];
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      for (const x of w.nodes.values()) x.stopGate = new Promise((res) => gates.push(res));
+      await w.r.restart({ model: 'alpha' });
+      await w.drive(() => w.r.model('alpha')!.replicas.some((x) => x.phase === 'stopping'), 2000);
+      const old = w.r.model('alpha')!.replicas.find((x) => x.phase === 'stopping')!;
+      // a pass builds its snapshot (the old replica stopping) and hangs writing it to the branch
+      hold = new Promise((res) => gates.push(res));
+      const before = writes;
+      const pass = w.r.requestPass('test');
+      for (let i = 0; i < 200 && writes === before; i++) await ticks(1);
+      assert.ok(writes > before, 'the pass writes the status branch');
+      assert.ok(written.at(-1)!.includes(`${old.id}:stopping`), JSON.stringify(written.at(-1)));
+      // meanwhile the stop ends
+      for (const x of w.nodes.values()) x.stopGate = null;
+      for (const open of gates.splice(0, w.nodes.size)) open();
+      for (let i = 0; i < 200 && w.r.record().stops[old.id]; i++) await ticks(1);
+      assert.equal(w.r.record().stops[old.id], undefined, 'the stop ended');
+      hold = null;
+      for (const open of gates.splice(0)) open();
+      await pass;
+      assert.deepEqual(w.r.model('alpha')!.replicas.filter((x) => x.id === old.id), [], `the snapshot after the pass: ${JSON.stringify(w.r.model('alpha')!.replicas.map((x) => [x.id, x.phase]))}`);
+    } finally {
+      hold = null;
+      for (const open of gates) open();
+      for (const x of w.nodes.values()) x.stopGate = null;
       await w.r.stop();
     }
   });
