@@ -1,41 +1,23 @@
 /**
- * A start's outcome comes from its own log (#23 item 6b), as table tests of the two interleavings
- * that parked the unknown-architecture model with "llama-server exited with an empty log (process
- * gone)" instead of the engine's line:
- * - the log of a dead replica read before it names the engine's reason: read again before classifying;
+ * A start's outcome comes from its own log (#23 item 6b). Two ways the unknown-architecture model
+ * was parked with "llama-server exited with an empty log (process gone)" instead of the engine's
+ * line, as table tests:
  * - a replica whose failure was counted, out of sight for one observation (one stop finished, its
  *   bookkeeping pruned), then seen again half removed by a second stop (state.json there, its pid
  *   and log gone): counted a second time with an empty log. A counted failure is remembered.
+ * - llama-server itself lost its output: its logger thread is not drained at exit, so a start that
+ *   fails within milliseconds on a busy machine can leave an empty log (or only its first lines),
+ *   for good — reading it again finds nothing more (failure.ts).
  */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { classifyFailure, LOG_SETTLE_READS, logSettled } from '../../src/nodes/failure.js';
 import { initialHealth, startFailed } from '../../src/reconciler/health.js';
 import { startConcluded } from '../../src/reconciler/outcomes.js';
 import { ACCOUNTED_KEEP_MS, decide, pruned } from '../../src/reconciler/pass.js';
 import { startLaunched } from '../../src/reconciler/state.js';
 import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
-const KEV_LOG = [
-  'build: 1 (abc) with cc for x86_64-linux-gnu',
-  'main: loading model',
-  "llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'kev'",
-  'main: exiting due to model loading error',
-].join('\n');
-
 describe("a start's outcome from its own log", () => {
-  it('a dead replica\'s log is classified once it names the engine\'s reason, else read again (bounded)', () => {
-    const table: [string, string, number, boolean][] = [
-      ['the engine said why', KEV_LOG, 0, true],
-      ['empty: its last lines may be on their way', '', 0, false],
-      ['only startup lines so far', 'build: 1 (abc)\nmain: loading model', 0, false],
-      ['still empty after every re-read: classified as it is', '', LOG_SETTLE_READS, true],
-    ];
-    for (const [what, log, reads, want] of table) assert.equal(logSettled(log, reads), want, what);
-    assert.equal(classifyFailure(KEV_LOG).code, 'REPLICA_UNKNOWN_ARCHITECTURE');
-    assert.match(classifyFailure(KEV_LOG).message, /unknown model architecture: 'kev'/);
-  });
-
   it('a counted failure is never counted again, however its replica comes and goes in observations', async () => {
     const spec = await specOf((f) => {
       delete f['models/beta.yaml'];
