@@ -29,6 +29,8 @@ export interface ReplicaFailure {
   /** From the engine's own output where possible, e.g. "… unknown model architecture: 'kev'". */
   readonly message: string;
   readonly logTail: string;
+  /** The log names no reason (failure.ts: llama-server can lose its last lines at exit). */
+  readonly silent?: boolean;
 }
 
 export interface ReplicaObservation {

@@ -22,7 +22,7 @@ import type {
   ReplicaObservation, ReplicaStartSpec,
 } from './driver.js';
 import { engineKeyFingerprint } from './driver.js';
-import { classifyFailure, LOG_SETTLE_MS, logSettled } from './failure.js';
+import { classifyFailure } from './failure.js';
 import { mergeDevices, parseListDevices, replicaDeviceSetup } from './devices.js';
 import { checkFence, EXIT_FENCE_REFUSED, fenceError, parseFenceSection, refusalOf } from './fence.js';
 import { parseProcNetTcp, pickPort } from './ports.js';
@@ -414,14 +414,14 @@ export class ShellNodeDriver implements NodeDriver {
         const ins = await this.inspect(id, opts.signal);
         if (ins.state === null) throw new LlmgwError('REPLICA_NOT_FOUND', `node ${this.node}: no replica ${id}`, { node: this.node, replica: id });
         port = ins.state.port;
-        if (!ins.alive) throw await this.settledFailure(id, ins.logTail, opts.signal);
+        if (!ins.alive) throw this.failureError(id, ins.logTail);
         nextCheck = Date.now() + 1_000;
       }
       if ((await this.health(port, opts.signal)) === 200) {
         // make sure the 200 came from our process, not from whatever else answers on the port
         const ins = await this.inspect(id, opts.signal);
         if (ins.alive) return;
-        throw await this.settledFailure(id, ins.logTail, opts.signal);
+        throw this.failureError(id, ins.logTail);
       }
       if (Date.now() >= deadline) {
         const logTail = await this.logTail(id, this.logLines).catch(() => '');
@@ -497,23 +497,13 @@ export class ShellNodeDriver implements NodeDriver {
   }
 
   /**
-   * The failure of a start from its own log: a log that names no engine reason yet (empty, or only
-   * startup lines — its last writes may still be on their way) is read again, up to LOG_SETTLE_READS
-   * times LOG_SETTLE_MS apart, before the failure is classified (failure.ts logSettled).
+   * The failure of a start from its own log, read once the process is dead: nothing is written to it
+   * after that (what a silent log lacks was lost inside llama-server, failure.ts), so it is not read
+   * again.
    */
-  private async settledFailure(id: string, logTail: string, signal?: AbortSignal): Promise<LlmgwError> {
-    let tail = logTail;
-    for (let i = 0; !logSettled(tail, i); i++) {
-      await sleep(LOG_SETTLE_MS, undefined, signal ? { signal } : undefined).catch(() => undefined);
-      if (signal?.aborted) break;
-      tail = await this.logTail(id, this.logLines).catch(() => tail);
-    }
-    return this.failureError(id, tail);
-  }
-
   private failureError(id: string, logTail: string): LlmgwError {
     const f = failureOf(logTail);
-    return new LlmgwError(f.code, `node ${this.node}: replica ${id}: ${f.message}`, { node: this.node, replica: id, logTail, engineMessage: f.message });
+    return new LlmgwError(f.code, `node ${this.node}: replica ${id}: ${f.message}`, { node: this.node, replica: id, logTail, engineMessage: f.message, silent: f.silent === true });
   }
 
   private async exec(
@@ -652,7 +642,7 @@ function parseState(text: string): ReplicaState | null {
 
 function failureOf(logTail: string): ReplicaFailure {
   const f = classifyFailure(logTail, 'process gone');
-  return { code: f.code, message: f.message, logTail };
+  return { code: f.code, message: f.message, logTail, ...(f.silent ? { silent: true } : {}) };
 }
 
 /** Turn a failed script into an LlmgwError: its `llmgw-error: CODE msg` line, ENOSPC, or NODE_COMMAND_FAILED. */

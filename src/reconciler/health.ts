@@ -4,7 +4,7 @@
  * once a replica has stayed ready long enough.
  */
 import type { FleetSettings } from '../fleet-spec/types.js';
-import type { ReasonRef } from '../errors/catalogue.js';
+import { countsTowardParking, type ReasonRef } from '../errors/catalogue.js';
 
 export interface ModelHealth {
   readonly digest: string;
@@ -37,11 +37,18 @@ export function backoffMs(failures: number, s: Backoff): number {
   return Math.min(exp, s.backoff.maxMs);
 }
 
-/** A start failed (the process exited before healthy, timed out, or could not be set up). */
-export function startFailed(h: ModelHealth, error: ReasonRef, now: number, s: Backoff): ModelHealth {
+/**
+ * A start failed (the process exited before healthy, timed out, or could not be set up). A `silent`
+ * failure — the engine's log named no reason (llama-server can lose its last lines at exit,
+ * nodes/failure.ts) — is counted like any other, but the last error stays the reason a failure of
+ * this definition gave before, when there is one that counts (a node's setback is no reason for the
+ * model's failures): the model is parked with what the engine said, not "exited with an empty log".
+ */
+export function startFailed(h: ModelHealth, error: ReasonRef, now: number, s: Backoff, silent = false): ModelHealth {
   const n = h.consecutiveFailures + 1;
-  const parked = n >= s.parkAfterFailures ? { since: now, lastError: error } : null;
-  return { ...h, consecutiveFailures: n, lastError: error, lastFailureAt: now, parked, nextAttemptAt: parked ? null : now + backoffMs(n, s) };
+  const reason = silent && h.lastError !== null && countsTowardParking(h.lastError.code) ? h.lastError : error;
+  const parked = n >= s.parkAfterFailures ? { since: now, lastError: reason } : null;
+  return { ...h, consecutiveFailures: n, lastError: reason, lastFailureAt: now, parked, nextAttemptAt: parked ? null : now + backoffMs(n, s) };
 }
 
 /**

@@ -18,7 +18,8 @@ type Backoff = Pick<FleetSettings, 'backoff' | 'parkAfterFailures' | 'readyReset
 
 export type StartOutcome =
   | { readonly kind: 'ready' }
-  | { readonly kind: 'failed'; readonly error: ReasonRef }
+  /** `silent`: the engine's log named no reason (nodes/failure.ts). */
+  | { readonly kind: 'failed'; readonly error: ReasonRef; readonly silent?: boolean }
   /** The controller is stopping: nothing is counted; a launched replica is adopted by the next one. */
   | { readonly kind: 'abandoned' };
 
@@ -29,6 +30,8 @@ export interface ReplicaFailure {
   readonly replicaId: string;
   readonly node: string;
   readonly error: ReasonRef;
+  /** The engine's log named no reason: counted, without replacing a reason it gave before. */
+  readonly silent?: boolean;
 }
 
 /** A replica failed. Counted at most once per replica id. */
@@ -36,7 +39,7 @@ export function replicaFailed(s: ControllerState, f: ReplicaFailure, now: number
   if (s.accounted[f.replicaId] !== undefined) return { state: s, notes: [] };
   const accounted = { ...s.accounted, [f.replicaId]: now };
   const h = s.models[f.model];
-  const fields = { model: f.model, node: f.node, replica: f.replicaId, code: f.error.code, reason: f.error.message };
+  const fields = { model: f.model, node: f.node, replica: f.replicaId, code: f.error.code, reason: f.error.message, ...(f.silent ? { silent: true } : {}) };
   if (!h || h.digest !== f.digest) return { state: { ...s, accounted }, notes: [{ level: 'info', msg: 'replica of an older definition failed: not counted', fields }] };
   if (h.parked) return { state: { ...s, accounted }, notes: [] };
   if (!countsTowardParking(f.error.code)) {
@@ -46,7 +49,7 @@ export function replicaFailed(s: ControllerState, f: ReplicaFailure, now: number
     const note: Note = { level: 'warn', msg: avoidsNode(f.error.code) ? 'replica start set back by its node (not counted): placed elsewhere for a while' : 'replica start set back (not counted)', fields };
     return { state: { ...s, accounted, avoid, models: { ...s.models, [f.model]: next } }, notes: [note] };
   }
-  const next = startFailed(h, f.error, now, settings);
+  const next = startFailed(h, f.error, now, settings, f.silent === true);
   const note: Note = next.parked
     ? { level: 'error', msg: 'model parked: not started again until its definition changes or a retry', fields: { ...fields, failures: next.consecutiveFailures, parkAfter: settings.parkAfterFailures } }
     : { level: 'warn', msg: 'replica start failed', fields: { ...fields, failures: next.consecutiveFailures, nextAttemptAt: new Date(next.nextAttemptAt ?? 0).toISOString() } };
@@ -65,6 +68,6 @@ export function startConcluded(s: ControllerState, replicaId: string, outcome: S
     case 'abandoned':
       return { state: left, notes: [{ level: 'debug', msg: 'start abandoned: not counted', fields }] };
     case 'failed':
-      return replicaFailed(left, { model: rec.model, digest: rec.digest, replicaId, node: rec.node, error: outcome.error }, now, settings);
+      return replicaFailed(left, { model: rec.model, digest: rec.digest, replicaId, node: rec.node, error: outcome.error, ...(outcome.silent ? { silent: true } : {}) }, now, settings);
   }
 }

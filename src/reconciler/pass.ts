@@ -95,7 +95,7 @@ export function decide(i: DecideInput): Decision {
   let state = activityNow(live.state, spec, i.busy, i.active, live.nodes, now);
   // Failures the nodes show are counted before planning, so the replacement waits out its backoff.
   for (const f of observedFailures(planInputOf({ ...i, state, nodes: live.nodes }))) {
-    const r = replicaFailed(state, { model: f.model, digest: f.digest, replicaId: f.replicaId, node: f.node, error: { code: f.failure.code, message: f.failure.message } }, now, spec.settings);
+    const r = replicaFailed(state, { model: f.model, digest: f.digest, replicaId: f.replicaId, node: f.node, error: { code: f.failure.code, message: f.failure.message }, ...(f.failure.silent ? { silent: true } : {}) }, now, spec.settings);
     state = r.state;
     notes.push(...r.notes);
   }

@@ -61,8 +61,10 @@ export async function runStart(op: StartOp): Promise<void> {
     }
     const error = reasonOf(e);
     const logTail = isLlmgwError(e) ? (e.detail.logTail as string | undefined) : undefined;
-    log.warn({ stage, code: error.code, reason: error.message, logTail: logTail?.slice(-2000) }, 'replica start failed');
-    op.conclude({ kind: 'failed', error });
+    // the engine's log named no reason (nodes/failure.ts: llama-server can lose its last lines at exit)
+    const silent = isLlmgwError(e) && e.detail.silent === true;
+    log.warn({ stage, code: error.code, reason: error.message, logTail: logTail?.slice(-2000), ...(silent ? { silent } : {}) }, 'replica start failed');
+    op.conclude(silent ? { kind: 'failed', error, silent } : { kind: 'failed', error });
     await op.persist();
     if (stage === 'start') await driver.stopReplica(a.replicaId, 0).catch(() => undefined);
   }

@@ -3,6 +3,11 @@
  * model on the local transport (the real llama-server, short backoff, `retry` through the admin
  * call between cycles) — every parked reason is REPLICA_UNKNOWN_ARCHITECTURE with the engine's own
  * line, never "llama-server exited with an empty log".
+ *
+ * llama-server itself loses the lines still queued in its logger when it exits (nodes/failure.ts):
+ * on a busy machine a few of the 100 starts leave an empty log (or only its first lines). Such a
+ * start is counted as failed and says so ('silent'), and the model keeps the reason the engine gave
+ * on another start. Only if no start before a park had said why could the park say nothing better.
  */
 import { strict as assert } from 'node:assert';
 import { mkdirSync } from 'node:fs';
@@ -36,22 +41,25 @@ after(async () => {
 });
 
 describe('park cycles of the unknown-architecture model (local transport, real llama-server)', { timeout: 15 * 60_000 }, () => {
-  // TODO (#23 6b, open): on CI 1–5 of 20 parks read an empty or one-line log; the start's outcome
-  // still races the removal of the failed replica's dir (or the engine's logger flush). Runs and
-  // reports every time; marked todo so a known race does not hide the rest of the suite.
-  it(`${CYCLES} cycles: every parked reason is REPLICA_UNKNOWN_ARCHITECTURE with the engine's line`, { todo: 'known race, #23 6b: a park with an empty log on CI (1-5 of 20)' }, async () => {
-    const reasons: string[] = [];
+  it(`${CYCLES} cycles: every parked reason is REPLICA_UNKNOWN_ARCHITECTURE with the engine's line`, async (t) => {
+    const failedStarts = () => ctl.logs.filter((l) => l.msg === 'replica start failed' && l.model === 'kev' && l.stage === 'start');
+    const wrong: string[] = [];
     for (let cycle = 0; cycle < CYCLES; cycle++) {
       if (cycle > 0) await ctl.reconciler.retry('kev');
       await ctl.until(() => ctl.reconciler.model('kev')?.parked != null, `kev parked (cycle ${cycle + 1})`, 120_000);
       const p = ctl.reconciler.model('kev')!.parked!;
-      reasons.push(`${p.lastError.code}: ${p.lastError.message}`);
+      const reason = `${p.lastError.code}: ${p.lastError.message}`;
+      // the engine's line, unless no start so far said why (every one silent)
+      const said = failedStarts().some((l) => l.code === 'REPLICA_UNKNOWN_ARCHITECTURE');
+      const engines = reason.startsWith('REPLICA_UNKNOWN_ARCHITECTURE: ') && /unknown model architecture: 'kev'/.test(reason);
+      if (said ? !engines : !reason.startsWith('REPLICA_EXITED: ')) wrong.push(`cycle ${cycle + 1}: ${reason}`);
     }
-    const wrong = reasons.filter((r) => !r.startsWith('REPLICA_UNKNOWN_ARCHITECTURE: ') || !/unknown model architecture: 'kev'/.test(r));
     assert.deepEqual(wrong, [], `parked with another reason in ${wrong.length} of ${CYCLES} cycles`);
-    // every failed start, not only the one that parked, said the engine's reason
-    const failed = ctl.logs.filter((l) => l.msg === 'replica start failed' && l.model === 'kev' && l.stage === 'start');
+    // every failed start said the engine's reason, or that its log named none (silent)
+    const failed = failedStarts();
     assert.equal(failed.length, CYCLES * 5, 'five counted starts per cycle');
-    assert.deepEqual(failed.filter((l) => l.code !== 'REPLICA_UNKNOWN_ARCHITECTURE').map((l) => `${String(l.code)}: ${String(l.reason)}`), []);
+    const silent = failed.filter((l) => l.code === 'REPLICA_EXITED' && l.silent === true);
+    assert.deepEqual(failed.filter((l) => l.code !== 'REPLICA_UNKNOWN_ARCHITECTURE' && !silent.includes(l)).map((l) => `${String(l.code)}: ${String(l.reason)}`), []);
+    t.diagnostic(`${silent.length} of ${failed.length} failed starts had a silent log (the engine lost its lines at exit)`);
   });
 });

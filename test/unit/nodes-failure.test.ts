@@ -55,6 +55,26 @@ describe('classifyFailure', () => {
     assert.match(f.message, /error: invalid argument: ; touch \/tmp\/pwned/);
     assert.match(f.message, /process gone/);
   });
+  test('silent: the log names no reason (empty, or only what a start prints before it fails)', () => {
+    // llama-server loses the lines still queued in its logger when it exits (failure.ts): the tail of
+    // the queue, so a log that has the reason keeps it, and one cut before it names none
+    const lines = UNKNOWN_ARCH.split('\n');
+    const table: [string, string, string, boolean][] = [
+      ['every line', UNKNOWN_ARCH, 'REPLICA_UNKNOWN_ARCHITECTURE', false],
+      ['the last lines lost', lines.slice(0, 3).join('\n'), 'REPLICA_UNKNOWN_ARCHITECTURE', false],
+      ['cut before the reason', lines.slice(0, 2).join('\n'), 'REPLICA_EXITED', true],
+      ['only the first line', lines[0]!, 'REPLICA_EXITED', true],
+      ['every line lost', '', 'REPLICA_EXITED', true],
+      ['an error line no rule knows', 'build: 1 (80fb11a)\nerror: invalid argument: --bogus', 'REPLICA_EXITED', false],
+    ];
+    for (const [what, log, code, silent] of table) {
+      const f = classifyFailure(log, 'process gone');
+      assert.equal(f.code, code, what);
+      assert.equal(f.silent, silent, what);
+    }
+    assert.equal(classifyFailure(lines.slice(0, 2).join('\n'), 'process gone').message, "llama-server exited (process gone) and its log names no reason; it ends with: srv    load_model: loading model '/data/models/32cf.gguf'");
+    assert.equal(classifyFailure('', 'process gone').message, 'llama-server exited with an empty log (process gone)');
+  });
   test('empty log and ANSI colours', () => {
     assert.equal(classifyFailure('').code, 'REPLICA_EXITED');
     assert.match(classifyFailure('').message, /empty log/);
