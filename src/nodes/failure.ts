@@ -14,10 +14,12 @@
  *
  * llama-server can exit without its reason: its logger is a background thread that is not drained
  * at exit (common/log.cpp leaks it on purpose), so the lines still queued when main() returns are
- * lost — on a busy machine every line of a start that fails within milliseconds (seen in ~7 of 100
- * runs of the unknown-architecture model on 2 cores: exit code 1, empty log). What is lost is the
- * tail of the queue, never lines in between. A dead process's log is final: reading it again later
- * finds nothing more. Such a failure is `silent`.
+ * lost — on a busy machine every line of a start that fails within milliseconds. The unknown-
+ * architecture model launched by hand as the start script does, on 2 cores: exit code 1 and no
+ * reason in the log in 8 of 100 and 2 of 300 runs while other work loaded them, in none of 400
+ * with the cores idle or only spinning. What is lost is the tail of the queue, never lines in
+ * between. A dead process's log is final: reading it again later finds nothing more. Such a
+ * failure is `silent`.
  */
 import type { ReasonCode } from '../errors/catalogue.js';
 
