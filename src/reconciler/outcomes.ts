@@ -17,7 +17,8 @@ import { avoidKey, omit, type ControllerState, type Note } from './state.js';
 type Backoff = Pick<FleetSettings, 'backoff' | 'parkAfterFailures' | 'readyResetMs'>;
 
 export type StartOutcome =
-  | { readonly kind: 'ready' }
+  /** `endpoint`: where the replica answers (the router may use it before a look shows it). */
+  | { readonly kind: 'ready'; readonly endpoint?: string }
   /** `silent`: the engine's log named no reason (nodes/failure.ts). */
   | { readonly kind: 'failed'; readonly error: ReasonRef; readonly silent?: boolean }
   /** The controller is stopping: nothing is counted; a launched replica is adopted by the next one. */
@@ -64,7 +65,7 @@ export function startConcluded(s: ControllerState, replicaId: string, outcome: S
   const fields = { model: rec.model, node: rec.node, replica: replicaId };
   switch (outcome.kind) {
     case 'ready':
-      return { state: { ...s, starts: { ...s.starts, [replicaId]: { ...rec, readyAt: now } } }, notes: [{ level: 'info', msg: 'replica ready', fields }] };
+      return { state: { ...s, starts: { ...s.starts, [replicaId]: { ...rec, readyAt: now, ...(outcome.endpoint ? { endpoint: outcome.endpoint } : {}) } } }, notes: [{ level: 'info', msg: 'replica ready', fields }] };
     case 'abandoned':
       return { state: left, notes: [{ level: 'debug', msg: 'start abandoned: not counted', fields }] };
     case 'failed':

@@ -508,6 +508,8 @@ export class Reconciler implements FleetView {
         const r = startConcluded(this.state, a.replicaId, outcome, this.clock(), (this.spec() ?? spec).settings);
         this.state = r.state;
         this.logNotes(log, r.notes);
+        // a ready replica is routed to now, not after the next pass's look and status write
+        if (outcome.kind === 'ready') this.publish(this.summarize());
       },
       persist: () => this.saveState(),
     }).finally(() => {

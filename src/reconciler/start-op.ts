@@ -48,12 +48,12 @@ export async function runStart(op: StartOp): Promise<void> {
       return op.conclude({ kind: 'abandoned' });
     }
     stage = 'start';
-    await driver.startReplica({
+    const handle = await driver.startReplica({
       id: a.replicaId, model: a.model, digest: a.digest, modelPath: file.path, binary, profile: op.profile, apiKey: op.engineApiKey,
       ...(a.devices && a.devices.length > 0 ? { devices: a.devices, gpuLayers: a.gpuLayers ?? 'all' } : {}),
     });
     await driver.waitReady(a.replicaId, { timeoutMs: op.profile.startTimeoutMs, signal: stopSignal });
-    op.conclude({ kind: 'ready' });
+    op.conclude({ kind: 'ready', endpoint: handle.endpoint });
   } catch (e) {
     if (stopSignal.aborted) {
       log.info({ stage }, 'controller stopping: replica start abandoned');

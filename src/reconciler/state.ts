@@ -38,6 +38,8 @@ export interface StartRecord {
    * counts as the model's from the record until a look shows it (liveness.ts).
    */
   readonly readyAt?: number;
+  /** Where a ready start's replica answers: the snapshot offers it to the router before a look shows it. */
+  readonly endpoint?: string;
 }
 
 export interface StopRecord {
@@ -117,7 +119,7 @@ export function stateFromJson(v: unknown): ControllerState {
   if (isRecord(v.starts)) {
     for (const [id, s] of Object.entries(v.starts)) {
       if (isRecord(s) && typeof s.model === 'string' && typeof s.node === 'string' && typeof s.digest === 'string' && typeof s.startedAt === 'number') {
-        starts[id] = { model: s.model, node: s.node, digest: s.digest, startedAt: s.startedAt, ...(typeof s.readyAt === 'number' && Number.isFinite(s.readyAt) ? { readyAt: s.readyAt } : {}) };
+        starts[id] = { model: s.model, node: s.node, digest: s.digest, startedAt: s.startedAt, ...(typeof s.readyAt === 'number' && Number.isFinite(s.readyAt) ? { readyAt: s.readyAt } : {}), ...(typeof s.endpoint === 'string' && s.endpoint !== '' ? { endpoint: s.endpoint } : {}) };
       }
     }
   }

@@ -78,7 +78,10 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     }
   }
   for (const [id, s] of Object.entries(i.starts)) {
-    if (!seen.has(id)) replicas.push({ id, model: s.model, node: s.node, endpoint: '', phase: 'starting', digest: s.digest, startedAt: s.startedAt });
+    if (seen.has(id)) continue;
+    // a start that concluded ready is served at once, before a look shows its replica
+    const ready = s.readyAt !== undefined && s.endpoint !== undefined;
+    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? s.endpoint! : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
   }
   const models: ModelView[] = Object.values(i.spec?.models ?? {})
     .sort((a, b) => a.name.localeCompare(b.name))

@@ -13,8 +13,8 @@ export interface Tally {
   cut: number;
   failed: number;
   errors: string[];
-  /** [start, end, outcome] of every request (performance.now ms). */
-  spans: [number, number, 'ok' | 'cut' | 'failed'][];
+  /** [start, end, outcome, first chunk (null: none)] of every request (performance.now ms). */
+  spans: [number, number, 'ok' | 'cut' | 'failed', number | null][];
 }
 
 /** Six workers streaming chat completions until stopped; every outcome counted. */
@@ -26,6 +26,7 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number): 
       tally.sent++;
       const t0 = performance.now();
       let chunks = 0;
+      let first: number | null = null;
       let finished = false;
       try {
         const stream = await client.chat.completions.create({
@@ -36,21 +37,22 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number): 
         });
         for await (const c of stream) {
           chunks++;
+          first ??= performance.now();
           if (c.choices[0]?.finish_reason) finished = true;
         }
         if (finished) {
           tally.ok++;
-          tally.spans.push([t0, performance.now(), 'ok']);
+          tally.spans.push([t0, performance.now(), 'ok', first]);
         } else {
           tally.cut++;
           tally.errors.push(`worker ${w} #${i}: stream ended after ${chunks} chunks without a finish_reason`);
-          tally.spans.push([t0, performance.now(), 'cut']);
+          tally.spans.push([t0, performance.now(), 'cut', first]);
         }
       } catch (e) {
         const outcome = chunks > 0 ? 'cut' : 'failed';
         tally[outcome]++;
         tally.errors.push(`worker ${w} #${i} (${outcome} after ${chunks} chunks, ${Math.round(performance.now() - t0)} ms): ${(e as Error).message}`);
-        tally.spans.push([t0, performance.now(), outcome]);
+        tally.spans.push([t0, performance.now(), outcome, first]);
       }
     }
   };

@@ -7,7 +7,8 @@
  * A definition-change rollout, a restart of the model (the admin call), a 2 → 1 scale-down commit
  * and a schedule change each end with 0 streams cut and 0 failed requests, and never more than
  * replicas + 1 llama-server processes (sampled every 200 ms from /proc). Then, with no room to
- * surge and drain_grace 15s: every stream in flight when the drain starts completes.
+ * surge and drain_grace 15s: every stream in flight when the drain starts completes, and no node ever
+ * runs more replicas than its memory fits.
  */
 import { strict as assert } from 'node:assert';
 import type { AddressInfo } from 'node:net';
@@ -122,6 +123,8 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     await ctl.reconciler.requestPass('webhook');
     await ctl.until(settled(1), 'one chat replica on the small node', 120_000);
     const l = streamLoad(client, 'chat', CONCURRENCY);
+    // each node on its own: node-1's memory fits one replica, node-2's none
+    const [on1, on2] = fleet.nodes.map((n) => sampleProcesses([n.dataDir]));
     await sleep(2500);
     const [old] = ctl.reconciler.readyReplicas('chat');
     await ctl.reconciler.restart({ model: 'chat' });
@@ -130,11 +133,27 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     await ctl.until(() => ctl.reconciler.restartDone([old!.id]) && settled(1)(), 'the replacement ready', 120_000);
     await sleep(1500);
     const tally = await l.stop();
+    const [max1, max2] = [on1!.stop(), on2!.stop()];
     const atDrain = tally.spans.filter(([s, e]) => s < drainAt && e > drainAt);
     // eslint-disable-next-line no-console
     console.log(`no room: sent ${tally.sent}, ok ${tally.ok}, cut ${tally.cut}, failed ${tally.failed}; in flight at drain start ${atDrain.length}; ${tally.errors.join(' | ')}`);
     assert.ok(atDrain.length >= 1, 'streams were in flight when the drain started');
     assert.deepEqual(atDrain.filter(([, , o]) => o !== 'ok'), [], 'a stream in flight at the drain start was cut');
     assert.equal(tally.cut, 0, `streams cut: ${tally.errors.join(' | ')}`);
+    // the router uses the new replica as soon as it is ready: of the requests sent after the old one
+    // left routing (only the new one can serve them), the first chunk came within a second of the new
+    // replica's 'replica ready'
+    const epoch = (t: number): number => performance.timeOrigin + t;
+    const outAt = Number(ctl.logs.find((l) => l.msg === 'stopping replica' && l.replica === old!.id)?.time);
+    const readyAt = Number(ctl.logs.find((l) => l.msg === 'replica ready' && l.model === 'chat' && Number(l.time) > outAt)?.time);
+    const firstUse = Math.min(...tally.spans.filter(([s0]) => epoch(s0) > outAt).map(([, , , f]) => (f === null ? Infinity : epoch(f))));
+    // eslint-disable-next-line no-console
+    console.log(`no room: out of routing → new replica ready ${Math.round(readyAt - outAt)} ms; ready → first chunk served by it ${Math.round(firstUse - readyAt)} ms`);
+    assert.ok(Number.isFinite(readyAt) && Number.isFinite(firstUse), 'the new replica served');
+    assert.ok(firstUse - readyAt < 1000, `the router first used the new replica ${Math.round(firstUse - readyAt)} ms after it was ready`);
+    assert.equal(tally.failed, 0, `requests in the gap failed: ${tally.errors.join(' | ')}`);
+    // a stopping replica's memory counts until its process is gone: never two on node-1
+    assert.ok(max1 <= 1, `node-1 (room for one replica) ran ${max1} llama-server processes at once`);
+    assert.equal(max2, 0, 'node-2 (room for none) ran a replica');
   });
 });

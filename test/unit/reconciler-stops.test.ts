@@ -125,4 +125,29 @@ describe('the stop sequence', () => {
     assert.equal(mj.replicas[0]!.inFlight, 2);
     assert.equal(drainingText(mj), 'draining 1 replica (2 in flight)');
   });
+
+  it('a start that concluded ready is offered to the router at once (with the endpoint it reported), before a look shows it', () => {
+    const obs = { node: 'cpu-01', at: 0, memory: { totalBytes: 1, availableBytes: 1 }, cpus: 1, cpuFlags: [], arch: 'x86_64', diskFreeBytes: 1, engines: [], models: [], replicas: [] };
+    const snapOf = (starts: ControllerState['starts']) =>
+      buildSnapshot({
+        spec, now: 0, leader: true, control: { mode: 'standalone', instance: { id: 'l', label: 'l' }, leader: null, notActing: null, etcd: null }, appliedRevision: null, rejected: null,
+        lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null,
+        nodes: new Map([['cpu-01', { reachable: true, error: null, obs, lookedAt: 0, installFailures: {} }]]),
+        health: stateFor(spec).models, desired: { alpha: 2 }, unplaceable: {}, starts, stops: {}, stopProgress: new Map(), memory: {}, lastPass: null,
+      }).models.find((x) => x.name === 'alpha')!;
+    const start = { model: 'alpha', node: 'cpu-01', digest: spec.models.alpha!.digest, startedAt: 10 };
+    const table: [string, ControllerState['starts'], [string, string][]][] = [
+      ['still starting', { 'alpha-a': start }, [['starting', '']]],
+      ['ready, endpoint known: served now', { 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } }, [['ready', 'http://10.0.0.1:20001']]],
+      ['ready, no endpoint recorded (a record from before it was kept): starting until a look', { 'alpha-a': { ...start, readyAt: 20 } }, [['starting', '']]],
+    ];
+    for (const [what, starts, want] of table) {
+      const m = snapOf(starts);
+      assert.deepEqual(m.replicas.map((r) => [r.phase, r.endpoint]), want, what);
+      assert.deepEqual(readyReplicasOf(m).map((r) => r.id), want[0]![0] === 'ready' ? ['alpha-a'] : [], what);
+    }
+    // the endpoint survives a restart of the controller with the record
+    const rt = stateFromJson(JSON.parse(JSON.stringify({ ...emptyState, starts: { 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } } })));
+    assert.equal(rt.starts['alpha-a']!.endpoint, 'http://10.0.0.1:20001');
+  });
 });
