@@ -23,6 +23,10 @@ import { startLaunched } from '../../src/reconciler/state.js';
 import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 import { spawnSync } from 'node:child_process';
 import { GiB, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+import { statusFiles, type StatusFleetJson } from '../../src/wire/shape.js';
+import { STANDALONE, type FleetSnapshot } from '../../src/reconciler/view.js';
+import { statusFromBranchFiles } from '../../src/plan/status.js';
+import { observedFromPlanStatus } from '../../src/plan/observed.js';
 
 const MiB = 2 ** 20;
 
@@ -284,6 +288,54 @@ describe('plan: device fit', () => {
     const roomy = simulateMerge({ ...input, observed: observedFleet(2048) });
     assert.deepEqual(roomy.models.alpha!.starts, ['cpu-01']);
     assert.equal(roomy.models.alpha!.unplaceable, null);
+  });
+});
+
+describe('status branch: device capacity', () => {
+  const snapshot = (vram: number, free: number, reserved: number): FleetSnapshot => ({
+    at: 1, leader: true, control: STANDALONE, appliedRevision: 'rev1', specValid: true, rejected: null, lastSyncOk: 1, lastSyncError: null,
+    lastStatusWriteOk: 1, stateError: null, models: [], lastPass: null,
+    nodes: [
+      { name: 'cpu-01', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 60 * GiB }, diskFreeBytes: 9 * GiB, engines: [], engineInstallFailures: {}, replicas: 0,
+        devices: [{ name: 'Vulkan0', description: 'llvmpipe (LLVM 15.0.6, 256 bits)', totalBytes: vram, freeBytes: free, capacityBytes: vram, reservedBytes: reserved }] },
+      { name: 'cpu-02', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 60 * GiB }, diskFreeBytes: 9 * GiB, engines: [], engineInstallFailures: {}, replicas: 0, devices: [] },
+    ],
+  });
+
+  it('fleet.json: each node\'s devices as capacity only (name, total, what placement offers); free and reserved never, so they move no commit', () => {
+    const files = statusFiles(snapshot(2048 * MiB, 2000 * MiB, 10 * MiB), null);
+    const fleet = JSON.parse(files['fleet.json']!) as StatusFleetJson;
+    assert.deepEqual(fleet.nodes.map((n) => [n.name, n.devices]), [
+      ['cpu-01', [{ name: 'Vulkan0', totalBytes: 2048 * MiB, capacityBytes: 2048 * MiB }]],
+      ['cpu-02', []],
+    ]);
+    assert.equal(statusFiles(snapshot(2048 * MiB, 1500 * MiB, 300 * MiB), null)['fleet.json'], files['fleet.json'], 'free and reserved device memory changed: the file did not');
+    assert.notEqual(statusFiles(snapshot(4096 * MiB, 1500 * MiB, 300 * MiB), null)['fleet.json'], files['fleet.json'], 'a different device: the file changed');
+  });
+
+  it('llmgw plan\'s device fit reads the devices from the status branch\'s fleet.json', async () => {
+    const { simulateMerge } = await import('../../src/plan/simulate.js');
+    const head = await specOf((f) => {
+      delete f['models/beta.yaml'];
+      delete f['models/gamma.yaml'];
+      f['profiles/chat.yaml'] = 'engine: llama-cpp@b6500\nctx_size: 4096\nparallel: 2\ngpu_layers: all\n';
+    });
+    const fromBranch = (vramMiB: number) => {
+      const status = statusFromBranchFiles(statusFiles(snapshot(vramMiB * MiB, vramMiB * MiB, 0), null), 'llmgw/status');
+      assert.deepEqual(status.nodes['cpu-01']!.devices, [{ name: 'Vulkan0', totalBytes: vramMiB * MiB }]);
+      return observedFromPlanStatus(status, { source: 'status branch llmgw/status', writtenAt: null, appliedRevision: 'rev1' });
+    };
+    const input = { base: null, head, memory: { alpha: 1 * GiB }, deviceNeeds: { alpha: need }, unparks: new Set<string>(), changed: new Set(['alpha']), now: 1 };
+    const tight = simulateMerge({ ...input, observed: fromBranch(30) });
+    assert.match(tight.models.alpha!.unplaceable ?? '', /^needs 36 MiB on a GPU; largest free 30 MiB on cpu-01\/Vulkan0; 2 nodes checked/);
+    const roomy = simulateMerge({ ...input, observed: fromBranch(2048) });
+    assert.deepEqual(roomy.models.alpha!.starts, ['cpu-01']);
+    assert.equal(roomy.models.alpha!.unplaceable, null);
+    // a status branch written before devices were known (no devices in fleet.json): no device to fit on
+    const old = JSON.parse(statusFiles(snapshot(2048 * MiB, 0, 0), null)['fleet.json']!) as { nodes: Record<string, unknown>[] };
+    for (const n of old.nodes) delete n['devices'];
+    const none = simulateMerge({ ...input, observed: observedFromPlanStatus(statusFromBranchFiles({ 'fleet.json': JSON.stringify(old) }, 'old'), { source: 'old', writtenAt: null, appliedRevision: null }) });
+    assert.match(none.models.alpha!.unplaceable ?? '', /no node with a usable device/);
   });
 });
 
