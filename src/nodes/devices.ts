@@ -94,3 +94,71 @@ export function replicaDeviceSetup(devices: readonly string[], nodeEnv: Readonly
   }
   return { env, deviceArgs };
 }
+
+/**
+ * One GPU as `nvidia-smi --query-gpu=index,name,memory.total,memory.used,memory.free
+ * --format=csv,noheader,nounits` reports it (MiB figures; "[N/A]" or "[Not Supported]" → null).
+ */
+export interface NvidiaGpu {
+  /** nvidia-smi's index (PCI bus order). */
+  readonly index: number;
+  readonly name: string;
+  readonly totalBytes: number | null;
+  readonly usedBytes: number | null;
+  readonly freeBytes: number | null;
+}
+
+/** The nvidia-smi query columns the node observation asks for, in order. */
+export const NVIDIA_SMI_QUERY = 'index,name,memory.total,memory.used,memory.free';
+
+const MIB_FIELD_RE = /^\d+$/;
+
+/**
+ * The GPUs in `nvidia-smi --query-gpu=${NVIDIA_SMI_QUERY} --format=csv,noheader,nounits` output.
+ * A line that is not `index, name, total, used, free` (nvidia-smi's "has failed because it couldn't
+ * communicate with the NVIDIA driver" message, anything else) is ignored; a memory field that is not
+ * a whole number of MiB is null. The name is every field between the index and the last three, so a
+ * comma in a name does not shift the figures.
+ */
+export function parseNvidiaSmiQuery(text: string): NvidiaGpu[] {
+  const out: NvidiaGpu[] = [];
+  for (const line of text.split('\n')) {
+    const f = line.split(',').map((s) => s.trim());
+    if (f.length < 5 || !/^\d+$/.test(f[0]!)) continue;
+    const mem = f.slice(-3);
+    const name = f.slice(1, -3).join(', ');
+    // a line with no figure at all and no name is not a GPU line
+    if (name === '' || !mem.every((m) => MIB_FIELD_RE.test(m) || /^\[[^\]]*\]$/.test(m))) continue;
+    const bytes = (m: string): number | null => (MIB_FIELD_RE.test(m) ? Number(m) * MIB : null);
+    out.push({ index: Number(f[0]), name, totalBytes: bytes(mem[0]!), usedBytes: bytes(mem[1]!), freeBytes: bytes(mem[2]!) });
+  }
+  return out;
+}
+
+/**
+ * The devices with each CUDA device's free memory taken from nvidia-smi (live: read at each
+ * observation without loading a backend), matched by index: CUDA<i> is nvidia-smi's GPU i, or the
+ * i-th entry of the node env's CUDA_VISIBLE_DEVICES when that restricts what llama-server sees. A
+ * device is only updated when the GPU's name is the one llama-server reported (its description), so
+ * a differing enumeration order (CUDA's default is fastest first, nvidia-smi's is PCI bus order)
+ * never lends one GPU's figure to another (nor does ggml's split of one GPU into virtual devices,
+ * whose descriptions carry a "(dev pX/vY)" suffix); free is capped at the device's total. Devices of other
+ * backends, CUDA devices with no matching GPU, and GPUs whose free memory is unknown ("[N/A]") keep
+ * what llama-server reported.
+ */
+export function withLiveCudaMemory(
+  devices: readonly DeviceObservation[],
+  gpus: readonly NvidiaGpu[],
+  nodeEnv: Readonly<Record<string, string>> = {},
+): DeviceObservation[] {
+  const visible = nodeEnv['CUDA_VISIBLE_DEVICES']?.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  return devices.map((d) => {
+    if (deviceBackend(d.name) !== 'CUDA') return d;
+    const i = deviceIndex(d.name);
+    const entry = visible && visible.length > 0 ? visible[i] : String(i);
+    if (entry === undefined || !/^\d+$/.test(entry)) return d;
+    const gpu = gpus.find((g) => g.index === Number(entry));
+    if (gpu === undefined || gpu.freeBytes === null || gpu.name !== d.description.trim()) return d;
+    return { ...d, freeBytes: Math.min(gpu.freeBytes, d.totalBytes) };
+  });
+}

@@ -13,6 +13,7 @@
  * Reads (inspect, ports, log tail, file ranges, "is it installed already") are not fenced.
  */
 import type { Fence } from './driver.js';
+import { NVIDIA_SMI_QUERY } from './devices.js';
 import { fenceShell } from './fence.js';
 import { shJoin, shq } from './shell.js';
 
@@ -83,6 +84,12 @@ echo ${shq(`${m} now`)}; date +%s
 # engine installs that were cut off (the controller or the node went down mid-install) leave their
 # staging and build dirs behind; no install runs for a day, so those older than that are removed
 find "$d/engines" -mindepth 2 -maxdepth 2 -type d \\( -name '.*.tmp-*' -o -name '.*.build-*' \\) -mmin +${STALE_INSTALL_MINUTES} -exec rm -rf {} + 2>/dev/null
+# NVIDIA GPUs' memory, live, where the node has nvidia-smi: bounded in time like --list-devices below;
+# no nvidia-smi: no section; its errors (no driver, a hung GPU) leave lines the parser ignores
+if command -v nvidia-smi >/dev/null 2>&1; then
+  echo ${shq(`${m} gpus`)}
+  if command -v timeout >/dev/null 2>&1; then timeout -k 2 15 nvidia-smi ${shq(`--query-gpu=${NVIDIA_SMI_QUERY}`)} --format=csv,noheader,nounits; else nvidia-smi ${shq(`--query-gpu=${NVIDIA_SMI_QUERY}`)} --format=csv,noheader,nounits; fi </dev/null 2>/dev/null | head -n 64
+fi
 for f in "$d"/engines/*/*/.complete; do
   [ -f "$f" ] || continue
   v=\${f%/.complete}; e=\${v%/*}

@@ -23,7 +23,7 @@ import type {
 } from './driver.js';
 import { engineKeyFingerprint } from './driver.js';
 import { classifyFailure } from './failure.js';
-import { mergeDevices, parseListDevices, replicaDeviceSetup } from './devices.js';
+import { mergeDevices, parseListDevices, parseNvidiaSmiQuery, replicaDeviceSetup, withLiveCudaMemory, type NvidiaGpu } from './devices.js';
 import { checkFence, EXIT_FENCE_REFUSED, fenceError, parseFenceSection, refusalOf } from './fence.js';
 import { parseProcNetTcp, pickPort } from './ports.js';
 import {
@@ -164,6 +164,7 @@ export class ShellNodeDriver implements NodeDriver {
     let diskFreeBytes = 0;
     const engines: EngineObservation[] = [];
     const models: ModelFileObservation[] = [];
+    let gpus: NvidiaGpu[] = [];
     let fenceView: NodeFenceView | null = null;
     const pending: { id: string; stateText: string; alive: boolean; logTail: string }[] = [];
     let cur: { id: string; stateText: string; alive: boolean; logTail: string } | null = null;
@@ -199,6 +200,9 @@ export class ShellNodeDriver implements NodeDriver {
           if (last && devices.length > 0) engines[engines.length - 1] = { ...last, devices };
           break;
         }
+        case 'gpus':
+          gpus = parseNvidiaSmiQuery(s.lines.join('\n'));
+          break;
         case 'model': {
           const [path, size] = s.lines;
           const m = path === undefined ? null : /\/([0-9a-f]{64})\.gguf$/.exec(path);
@@ -225,6 +229,10 @@ export class ShellNodeDriver implements NodeDriver {
         default:
           break;
       }
+    }
+    // CUDA devices' free memory from nvidia-smi where the node has it (live), else as the engine listed it
+    if (gpus.length > 0) {
+      engines.forEach((e, i) => { if (e.devices) engines[i] = { ...e, devices: withLiveCudaMemory(e.devices, gpus, this.spec.env ?? {}) }; });
     }
     const replicas = await Promise.all(pending.map((p) => this.replicaObservation(p.id, parseState(p.stateText), p.alive, p.logTail)));
     return {

@@ -5,9 +5,14 @@
  */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { mergeDevices, parseListDevices, replicaDeviceSetup } from '../../src/nodes/devices.js';
+import { mergeDevices, parseListDevices, parseNvidiaSmiQuery, replicaDeviceSetup, withLiveCudaMemory, type DeviceObservation, type NvidiaGpu } from '../../src/nodes/devices.js';
 import { classifyFailure } from '../../src/nodes/failure.js';
-import { replicaArgv } from '../../src/nodes/shell-driver.js';
+import { replicaArgv, ShellNodeDriver } from '../../src/nodes/shell-driver.js';
+import { LocalShell } from '../../src/nodes/transport.js';
+import { localNodeSpec } from '../harness/sshd.js';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { envExports, observeScript, startReplicaScript } from '../../src/nodes/scripts.js';
 import { allLayers, deviceBytesFor, hostSavedFor, layersFitting, type DeviceNeed } from '../../src/reconciler/memory.js';
 import { place, type PlacementNode, type PlacementRequest } from '../../src/reconciler/placement.js';
@@ -18,6 +23,10 @@ import { startLaunched } from '../../src/reconciler/state.js';
 import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 import { spawnSync } from 'node:child_process';
 import { GiB, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+import { statusFiles, type StatusFleetJson } from '../../src/wire/shape.js';
+import { STANDALONE, type FleetSnapshot } from '../../src/reconciler/view.js';
+import { statusFromBranchFiles } from '../../src/plan/status.js';
+import { observedFromPlanStatus } from '../../src/plan/observed.js';
 
 const MiB = 2 ** 20;
 
@@ -54,6 +63,77 @@ describe('--list-devices', () => {
       observeScript('/d', 'n', 10, null, { GGML_VK_VISIBLE_DEVICES: '0' }),
       startReplicaScript({ dataDir: '/d', id: 'r', port: 20000, argv: ['/e/llama-server'], stateHead: '{"a":1', env: { GGML_VK_VISIBLE_DEVICES: '0', CUDA_VISIBLE_DEVICES: '' } }),
     ]) assert.equal(spawnSync('sh', ['-n'], { input: script }).status, 0);
+  });
+});
+
+describe('nvidia-smi --query-gpu=index,name,memory.total,memory.used,memory.free --format=csv,noheader,nounits', () => {
+  const gpu = (index: number, name: string, total: number | null, used: number | null, free: number | null): NvidiaGpu => ({
+    index, name, totalBytes: total === null ? null : total * MiB, usedBytes: used === null ? null : used * MiB, freeBytes: free === null ? null : free * MiB,
+  });
+  const table: [string, string, NvidiaGpu[]][] = [
+    ['one GPU', '0, NVIDIA GeForce RTX 4090, 24564, 818, 23353\n', [gpu(0, 'NVIDIA GeForce RTX 4090', 24564, 818, 23353)]],
+    ['several GPUs, mixed models, CRLF and surrounding blanks', '0, NVIDIA A100-SXM4-80GB, 81920, 0, 81050\r\n1, NVIDIA A100-SXM4-80GB, 81920, 40960, 40090\r\n  2 , Tesla T4 , 15360 , 5 , 14923 \n\n', [
+      gpu(0, 'NVIDIA A100-SXM4-80GB', 81920, 0, 81050), gpu(1, 'NVIDIA A100-SXM4-80GB', 81920, 40960, 40090), gpu(2, 'Tesla T4', 15360, 5, 14923),
+    ]],
+    ['[N/A] and [Not Supported] fields are unknown, not zero', '0, NVIDIA GH200 480GB, [N/A], [N/A], [N/A]\n1, NVIDIA L4, 23034, [Not Supported], 22700\n', [
+      gpu(0, 'NVIDIA GH200 480GB', null, null, null), gpu(1, 'NVIDIA L4', 23034, null, 22700),
+    ]],
+    ['a comma in a name does not shift the figures', '3, Weird, Inc. GPU, 1024, 24, 1000\n', [gpu(3, 'Weird, Inc. GPU', 1024, 24, 1000)]],
+    ['no driver: nvidia-smi\'s message is not a GPU', "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n", []],
+    ['garbage', 'Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 550.54\nindex, name, memory.total [MiB], memory.used [MiB], memory.free [MiB]\nx, y, 1, 2, 3\n0, , 1, 2, 3\n0, A, 1, 2\n0, A, 1 MiB, 2, 3\n-1, A, 1, 2, 3\n', []],
+    ['empty', '', []],
+  ];
+  for (const [what, text, want] of table) it(what, () => assert.deepEqual(parseNvidiaSmiQuery(text), want));
+
+  const cuda = (name: string, description: string, total: number, free: number): DeviceObservation => ({ name, description, totalBytes: total * MiB, freeBytes: free * MiB });
+  it('CUDA<i> takes GPU i\'s free memory (live); other backends, unknown figures and other GPUs keep what llama-server listed', () => {
+    const listed = [cuda('CUDA0', 'NVIDIA GeForce RTX 4090', 24076, 23750), cuda('CUDA1', 'Tesla T4', 14930, 14800), cuda('Vulkan0', 'NVIDIA GeForce RTX 4090', 24076, 23750)];
+    const gpus = [gpu(0, 'NVIDIA GeForce RTX 4090', 24564, 10000, 14000), gpu(1, 'Tesla T4', 15360, null, null)];
+    assert.deepEqual(withLiveCudaMemory(listed, gpus).map((d) => d.freeBytes / MiB), [14000, 14800, 23750]);
+    assert.deepEqual(withLiveCudaMemory(listed, []), listed);
+  });
+  it('matched by index through the node env\'s CUDA_VISIBLE_DEVICES; a different name (enumeration order differs, a virtual device) is not matched; free capped at total', () => {
+    const gpus = [gpu(0, 'Tesla T4', 15360, 0, 15000), gpu(1, 'NVIDIA L4', 23034, 0, 22000), gpu(2, 'NVIDIA L4', 23034, 3000, 20000)];
+    const l4 = cuda('CUDA0', 'NVIDIA L4', 22478, 22400);
+    assert.equal(withLiveCudaMemory([l4], gpus, { CUDA_VISIBLE_DEVICES: '2' })[0]!.freeBytes, 20000 * MiB, 'CUDA0 is GPU 2 when only 2 is visible');
+    assert.equal(withLiveCudaMemory([l4], gpus)[0]!.freeBytes, 22400 * MiB, 'CUDA0 is not the T4 at index 0: kept');
+    assert.equal(withLiveCudaMemory([l4], gpus, { CUDA_VISIBLE_DEVICES: 'GPU-8f6e2c1a' })[0]!.freeBytes, 22400 * MiB, 'a UUID cannot be matched by index: kept');
+    assert.equal(withLiveCudaMemory([cuda('CUDA1', 'NVIDIA L4 (dev p1/v1)', 11239, 11000)], gpus)[0]!.freeBytes, 11000 * MiB, 'a virtual device: kept');
+    assert.equal(withLiveCudaMemory([cuda('CUDA1', 'NVIDIA L4', 20000, 19000)], gpus)[0]!.freeBytes, 20000 * MiB, 'capped at the listed total');
+  });
+
+  // The observation script on this machine (local transport), with stand-ins for the two binaries this
+  // machine has no GPU for: they print what a CUDA node's would. What is under test is the script's
+  // wiring (the section, the exact query, no section without nvidia-smi, errors ignored) and the parse.
+  it('the node observation runs nvidia-smi where present and takes CUDA0\'s free memory from it; absent or failing: the engine\'s figure', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-nvsmi-'));
+    const bin = join(dir, 'bin');
+    const data = join(dir, 'data');
+    const engineDir = join(data, 'engines', 'llama', 'b1');
+    mkdirSync(bin, { recursive: true });
+    mkdirSync(engineDir, { recursive: true });
+    const exe = (path: string, text: string) => { writeFileSync(path, text); chmodSync(path, 0o755); };
+    exe(join(engineDir, 'llama-server'), '#!/bin/sh\n[ "$1" = --list-devices ] || exit 2\nprintf \'Available devices:\\n  CUDA0: NVIDIA L4 (22478 MiB, 22400 MiB free)\\n\'\n');
+    writeFileSync(join(engineDir, '.complete'), `${join(engineDir, 'llama-server')}\n`);
+    const smiArgs = join(dir, 'smi-args');
+    const smi = (body: string) => exe(join(bin, 'nvidia-smi'), `#!/bin/sh\nprintf '%s\\n' "$@" > '${smiArgs}'\n${body}\n`);
+    const oldPath = process.env['PATH'];
+    process.env['PATH'] = `${bin}:${oldPath ?? '/usr/bin:/bin'}`;
+    const driver = new ShellNodeDriver(localNodeSpec(data, { name: 'gpu-local' }), new LocalShell('gpu-local'), {});
+    const free = async () => (await driver.observe()).devices?.map((d) => `${d.name} ${d.freeBytes / MiB}`);
+    try {
+      smi("printf '0, NVIDIA L4, 23034, 3000, 20000\\n'");
+      assert.deepEqual(await free(), ['CUDA0 20000'], 'live from nvidia-smi');
+      assert.deepEqual(readFileSync(smiArgs, 'utf8').trim().split('\n'), ['--query-gpu=index,name,memory.total,memory.used,memory.free', '--format=csv,noheader,nounits']);
+      smi("echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; echo boom >&2; exit 9");
+      assert.deepEqual(await free(), ['CUDA0 22400'], 'nvidia-smi failing: the engine\'s figure, no error');
+      rmSync(join(bin, 'nvidia-smi'));
+      assert.deepEqual(await free(), ['CUDA0 22400'], 'no nvidia-smi: the engine\'s figure');
+    } finally {
+      process.env['PATH'] = oldPath;
+      await driver.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
@@ -208,6 +288,54 @@ describe('plan: device fit', () => {
     const roomy = simulateMerge({ ...input, observed: observedFleet(2048) });
     assert.deepEqual(roomy.models.alpha!.starts, ['cpu-01']);
     assert.equal(roomy.models.alpha!.unplaceable, null);
+  });
+});
+
+describe('status branch: device capacity', () => {
+  const snapshot = (vram: number, free: number, reserved: number): FleetSnapshot => ({
+    at: 1, leader: true, control: STANDALONE, appliedRevision: 'rev1', specValid: true, rejected: null, lastSyncOk: 1, lastSyncError: null,
+    lastStatusWriteOk: 1, stateError: null, models: [], lastPass: null,
+    nodes: [
+      { name: 'cpu-01', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 60 * GiB }, diskFreeBytes: 9 * GiB, engines: [], engineInstallFailures: {}, replicas: 0,
+        devices: [{ name: 'Vulkan0', description: 'llvmpipe (LLVM 15.0.6, 256 bits)', totalBytes: vram, freeBytes: free, capacityBytes: vram, reservedBytes: reserved }] },
+      { name: 'cpu-02', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 60 * GiB }, diskFreeBytes: 9 * GiB, engines: [], engineInstallFailures: {}, replicas: 0, devices: [] },
+    ],
+  });
+
+  it('fleet.json: each node\'s devices as capacity only (name, total, what placement offers); free and reserved never, so they move no commit', () => {
+    const files = statusFiles(snapshot(2048 * MiB, 2000 * MiB, 10 * MiB), null);
+    const fleet = JSON.parse(files['fleet.json']!) as StatusFleetJson;
+    assert.deepEqual(fleet.nodes.map((n) => [n.name, n.devices]), [
+      ['cpu-01', [{ name: 'Vulkan0', totalBytes: 2048 * MiB, capacityBytes: 2048 * MiB }]],
+      ['cpu-02', []],
+    ]);
+    assert.equal(statusFiles(snapshot(2048 * MiB, 1500 * MiB, 300 * MiB), null)['fleet.json'], files['fleet.json'], 'free and reserved device memory changed: the file did not');
+    assert.notEqual(statusFiles(snapshot(4096 * MiB, 1500 * MiB, 300 * MiB), null)['fleet.json'], files['fleet.json'], 'a different device: the file changed');
+  });
+
+  it('llmgw plan\'s device fit reads the devices from the status branch\'s fleet.json', async () => {
+    const { simulateMerge } = await import('../../src/plan/simulate.js');
+    const head = await specOf((f) => {
+      delete f['models/beta.yaml'];
+      delete f['models/gamma.yaml'];
+      f['profiles/chat.yaml'] = 'engine: llama-cpp@b6500\nctx_size: 4096\nparallel: 2\ngpu_layers: all\n';
+    });
+    const fromBranch = (vramMiB: number) => {
+      const status = statusFromBranchFiles(statusFiles(snapshot(vramMiB * MiB, vramMiB * MiB, 0), null), 'llmgw/status');
+      assert.deepEqual(status.nodes['cpu-01']!.devices, [{ name: 'Vulkan0', totalBytes: vramMiB * MiB }]);
+      return observedFromPlanStatus(status, { source: 'status branch llmgw/status', writtenAt: null, appliedRevision: 'rev1' });
+    };
+    const input = { base: null, head, memory: { alpha: 1 * GiB }, deviceNeeds: { alpha: need }, unparks: new Set<string>(), changed: new Set(['alpha']), now: 1 };
+    const tight = simulateMerge({ ...input, observed: fromBranch(30) });
+    assert.match(tight.models.alpha!.unplaceable ?? '', /^needs 36 MiB on a GPU; largest free 30 MiB on cpu-01\/Vulkan0; 2 nodes checked/);
+    const roomy = simulateMerge({ ...input, observed: fromBranch(2048) });
+    assert.deepEqual(roomy.models.alpha!.starts, ['cpu-01']);
+    assert.equal(roomy.models.alpha!.unplaceable, null);
+    // a status branch written before devices were known (no devices in fleet.json): no device to fit on
+    const old = JSON.parse(statusFiles(snapshot(2048 * MiB, 0, 0), null)['fleet.json']!) as { nodes: Record<string, unknown>[] };
+    for (const n of old.nodes) delete n['devices'];
+    const none = simulateMerge({ ...input, observed: observedFromPlanStatus(statusFromBranchFiles({ 'fleet.json': JSON.stringify(old) }, 'old'), { source: 'old', writtenAt: null, appliedRevision: null }) });
+    assert.match(none.models.alpha!.unplaceable ?? '', /no node with a usable device/);
   });
 });
 
