@@ -44,13 +44,22 @@ export type InFlight = number | 'gone' | 'unknown';
 export type DrainStep = { readonly kind: 'wait'; readonly note: Note | null } | { readonly kind: 'terminate'; readonly note: Note };
 
 /**
- * One look at a draining replica: wait, or go on to SIGTERM. It goes on when nothing is in flight,
- * when the replica is gone, or when drain_grace from the stop's start has passed (whatever is still
- * in flight is then cut, and said so). Unknown in-flight waits out the grace.
+ * How long a drained replica's "nothing in flight" waits for every router to have taken it out of
+ * routing: a standby hears of it through the published snapshot (an etcd put and a watch), and a
+ * request it dispatched just before is on its way to the replica, not yet in its /slots.
+ */
+export const ROUTING_SETTLE_MS = 1000;
+
+/**
+ * One look at a draining replica: wait, or go on to SIGTERM. It goes on when the replica is gone,
+ * when nothing is in flight once ROUTING_SETTLE_MS have passed since it left routing, or when
+ * drain_grace from the stop's start has passed (whatever is still in flight is then cut, and said
+ * so). Unknown in-flight waits out the grace.
  */
 export function drainStep(id: string, rec: StopRecord, inFlight: InFlight, now: number, drainGraceMs: number): DrainStep {
   const fields = { model: rec.model, node: rec.node, replica: id, reason: rec.reason };
   if (!rec.drain) return { kind: 'terminate', note: { level: 'info', msg: 'stopping replica', fields } };
+  if (inFlight === 0 && now - rec.since < Math.min(ROUTING_SETTLE_MS, drainGraceMs)) return { kind: 'wait', note: null };
   if (inFlight === 0 || inFlight === 'gone') return { kind: 'terminate', note: { level: 'info', msg: 'replica drained: stopping it', fields: { ...fields, drainedMs: now - rec.since } } };
   if (now - rec.since >= drainGraceMs) {
     return { kind: 'terminate', note: { level: 'warn', msg: 'drain grace over with requests still in flight: stopping the replica', fields: { ...fields, inFlight, graceMs: drainGraceMs } } };

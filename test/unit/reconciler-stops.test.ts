@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import { decide, pruned, type DecideInput } from '../../src/reconciler/pass.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
 import { clockStepped, emptyState, stateFromJson, type ControllerState, type StopRecord } from '../../src/reconciler/state.js';
-import { drainStep, mayBeServing, stopFinished, stopsRequested, type InFlight } from '../../src/reconciler/stops.js';
+import { drainStep, mayBeServing, ROUTING_SETTLE_MS, stopFinished, stopsRequested, type InFlight } from '../../src/reconciler/stops.js';
 import { buildSnapshot, stopPhase } from '../../src/reconciler/summarize.js';
 import { readyReplicasOf } from '../../src/reconciler/availability.js';
 import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/published.js';
@@ -34,7 +34,8 @@ describe('the stop sequence', () => {
     const table: [string, StopRecord, InFlight, number, 'wait' | 'terminate', string | null][] = [
       ['two in flight, just begun', rec(), 2, 1000, 'wait', null],
       ['one in flight, grace nearly over', rec(), 1, 1000 + GRACE - 1, 'wait', null],
-      ['nothing in flight', rec(), 0, 1001, 'terminate', 'replica drained: stopping it'],
+      ['nothing in flight the moment it left routing: waits for every router to see it out (a standby may just have sent it one)', rec(), 0, 1001, 'wait', null],
+      ['nothing in flight once routing settled', rec(), 0, 1000 + ROUTING_SETTLE_MS, 'terminate', 'replica drained: stopping it'],
       ['nothing listens any more', rec(), 'gone', 1001, 'terminate', 'replica drained: stopping it'],
       ['slots unknown: waits out the grace', rec(), 'unknown', 1000 + GRACE - 1, 'wait', null],
       ['slots unknown, grace over', rec(), 'unknown', 1000 + GRACE, 'terminate', 'drain grace over with requests still in flight: stopping the replica'],
