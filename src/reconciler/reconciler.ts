@@ -380,9 +380,15 @@ export class Reconciler implements FleetView {
     // Every stop in the record runs in the background (this pass's, and those a previous leader or
     // run left unfinished): stopping replicas leave the router's view at once, and no stop holds up
     // the pass or the publication of what it started.
+    const toLaunch = Object.keys(this.state.stops).filter((id) => !this.stopOps.has(id));
+    if (toLaunch.length === 0 || !this.leader()) return;
+    // The record first (the state file, or etcd): a failover right after continues these drains from
+    // their start instead of planning them anew.
+    await this.saveState();
     let launched = false;
-    for (const [id, rec] of Object.entries(this.state.stops)) {
-      if (this.stopOps.has(id) || !this.leader()) continue;
+    for (const id of toLaunch) {
+      const rec = this.state.stops[id];
+      if (!rec || this.stopOps.has(id) || !this.leader()) continue;
       // One 'stopping replica' line a stop: here for one that drains first (out of routing now), from
       // the stop's own first step for one that does not (stops.ts drainStep).
       if (rec.drain) log.info({ model: rec.model, node: rec.node, replica: id, reason: rec.reason, drain: true }, 'stopping replica');

@@ -479,6 +479,25 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     }
   });
 
+  it('a replica is shown draining only once its stop is in the saved record (a failover right after continues the same drain)', async () => {
+    const w = rollSetup(6);
+    const early: string[] = [];
+    const off = w.r.onSnapshot((snap) => {
+      for (const rep of snap.models.flatMap((m) => m.replicas)) if ((rep.phase === 'draining' || rep.phase === 'stopping') && !w.saved()?.stops[rep.id]) early.push(rep.id);
+    });
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      const ids = await w.r.restart({ model: 'alpha' });
+      await w.drive(() => w.r.restartDone(ids) && w.r.readyReplicas('alpha').length === 2, 4000);
+      assert.ok(w.r.restartDone(ids), 'the restart finished');
+      assert.deepEqual(early, [], 'shown leaving routing before the record held its stop');
+    } finally {
+      off();
+      await w.r.stop();
+    }
+  });
+
   it('a controller restart in the middle of a drain continues it from the record: never restarts or forgets it, never cuts', async () => {
     const w = rollSetup(5);
     await w.r.start();
