@@ -22,7 +22,7 @@ import { waitSettled } from '../reconciler/wait-ready.js';
 import type { Published, Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
 import type { EtcdStateStore } from './etcd-state.js';
-import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { allowedDemand, parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
 
 /** What a term's reconciler is made with (serve builds it: tracker, drivers with the epoch's fence, status repo). */
 export interface TermOptions {
@@ -319,7 +319,8 @@ export class HaController implements FleetView, AdminBackend {
   }
 
   demand(model: string): Promise<DemandResult> {
-    return this.term ? this.term.reconciler.demand(model) : this.forward<DemandResult>('demand', { model });
+    if (this.term) return this.term.reconciler.demand(model);
+    return this.forward<DemandResult>('demand', { model }).then((r) => allowedDemand(r, this.spec()));
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {

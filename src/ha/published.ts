@@ -6,7 +6,7 @@
  * reads the same fleet repo and attaches its own.
  */
 import type { FleetSpec } from '../fleet-spec/types.js';
-import type { ControlView, FleetSnapshot, ModelView, NodeView, ReplicaView } from '../reconciler/view.js';
+import type { ControlView, DemandResult, FleetSnapshot, ModelView, NodeView, ReplicaView } from '../reconciler/view.js';
 
 type PublishedModel = Omit<ModelView, 'spec'>;
 type PublishedNode = Omit<NodeView, 'memory' | 'diskFreeBytes'>;
@@ -70,6 +70,17 @@ export function endpointProblem(r: Pick<ReplicaView, 'node' | 'endpoint'>, spec:
   const port = Number(u.port);
   if (!Number.isInteger(port) || u.port === '' || port < node.ports.from || port > node.ports.to) return `is outside node ${node.name}'s ports ${node.ports.from}-${node.ports.to}`;
   return null;
+}
+
+/**
+ * The leader's answer to a standby's forwarded demand, held to the same rule as the published
+ * snapshot: only replicas whose endpoints the spec allows (a forged `responses/` entry names no
+ * listener of its own); none left is 'starting' (the router then waits on the filtered snapshot).
+ */
+export function allowedDemand(r: DemandResult, spec: FleetSpec | null): DemandResult {
+  if (r.kind !== 'ready') return r;
+  const replicas = spec ? r.replicas.filter((x) => endpointProblem(x, spec) === null) : [];
+  return replicas.length > 0 ? { kind: 'ready', replicas } : { kind: 'starting' };
 }
 
 /** The published replicas whose endpoints the spec does not allow, with why (for the standby's log). */

@@ -1,7 +1,7 @@
 /** Table tests of the pure pieces of running several controllers: who may act (node owner records), and the published snapshot. */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { endpointProblem, parsePublished, publishedJson, refusedEndpoints, standbySnapshot } from '../../src/ha/published.js';
+import { allowedDemand, endpointProblem, parsePublished, publishedJson, refusedEndpoints, standbySnapshot } from '../../src/ha/published.js';
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 
 /** The spec with a local node n1 (ports 9000-9100) and an ssh node n2 on 10.0.0.2. */
@@ -107,6 +107,11 @@ describe('the published snapshot', () => {
     assert.equal(endpointProblem({ node: 'n1', endpoint: 'http://127.0.0.1:9100' }, own), null);
     assert.equal(endpointProblem({ node: 'n2', endpoint: 'http://10.0.0.2:9000' }, own), null);
     assert.match(endpointProblem({ node: 'n2', endpoint: 'http://127.0.0.1:9000' }, own)!, /not on node n2's host/);
+    // a forwarded demand's answer is held to the same rule (a forged responses/ entry)
+    assert.deepEqual(allowedDemand({ kind: 'ready', replicas: [r0, ...forged] }, own), { kind: 'ready', replicas: [r0] });
+    assert.deepEqual(allowedDemand({ kind: 'ready', replicas: forged }, own), { kind: 'starting' });
+    assert.deepEqual(allowedDemand({ kind: 'ready', replicas: [r0] }, null), { kind: 'starting' });
+    assert.deepEqual(allowedDemand({ kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'x' }, own), { kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'x' });
   });
 
   it('a value this version does not read is no snapshot', () => {
