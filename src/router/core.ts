@@ -10,7 +10,8 @@
  * request and response, so tests of the HTTP surface exercise this same code.
  *
  * A proxied request: the body is buffered as bytes (up to the body limit) and parsed once only to read
- * `model`; the original bytes are forwarded. No per-request logging.
+ * `model` and its affinity key; the original bytes are forwarded, and a request that waits holds only
+ * them. No per-request logging.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
@@ -71,7 +72,12 @@ interface Pending {
   readonly spec: ModelSpec;
   readonly path: string;
   readonly body: Buffer;
-  readonly parsed: Readonly<Record<string, unknown>>;
+  /**
+   * The request's affinity key (affinity.ts), read from the parsed body once, at arrival: a request
+   * waiting for activation or in the queue holds only its bytes (counted by maxBufferedBytes), never
+   * the parsed object, which can be many times their size.
+   */
+  readonly key: number | null;
   /** Slots per replica: the profile's parallel (Infinity when the spec has no such profile). */
   readonly slots: number;
 }
@@ -305,21 +311,23 @@ export class RouterCore {
       if (tracked !== undefined) tracked.ticket = t;
       else t.end(0);
     }
+    // the only thing read from the parsed body after this point: `fields` is not held past here
+    const key = adm.spec.models[model]?.routing === 'affinity' ? affinityKey(req.url ?? '/', fields) : null;
     // activity from here until the response closes: waiting for activation, queued or proxied
     res.once('close', this.fleet.hold(model));
     const replicas = this.fleet.readyReplicas(model);
     if (replicas.length > 0) {
-      this.proxy(req, res, t0, adm.spec, model, body, fields, replicas);
+      this.proxy(req, res, t0, adm.spec, model, body, key, replicas);
       return;
     }
-    void this.activateThenProxy(req, res, t0, adm.spec, model, body, fields);
+    void this.activateThenProxy(req, res, t0, adm.spec, model, body, key);
   }
 
   /**
    * Sends the request to a replica, or, when every slot of the model's ready replicas is busy (or
    * others are already waiting), into the model's queue.
    */
-  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, parsed: Readonly<Record<string, unknown>>, replicas: readonly ReplicaView[]): void {
+  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, replicas: readonly ReplicaView[]): void {
     const ms = spec.models[model]!;
     const counter = modelCounter(this.ctx, model);
     const max = ms.maxConcurrency;
@@ -327,7 +335,7 @@ export class RouterCore {
       this.fail(res, model, t0, new RouterError('CONCURRENCY_LIMIT', `Model '${model}' is at its concurrency limit of ${max} requests; retry shortly.`, { model, retryAfterSeconds: 1 }));
       return;
     }
-    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, parsed, slots: slotsOf(spec, ms) };
+    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, key, slots: slotsOf(spec, ms) };
     const q = counter.queue;
     if ((q !== null && q.length > 0) || !this.upstreams.hasFreeSlot(replicas, p.slots, performance.now())) {
       this.enqueue(p, counter, replicas.length);
@@ -345,7 +353,7 @@ export class RouterCore {
    */
   private dispatch(p: Pending, replicas: readonly ReplicaView[], fromQueue = false): void {
     const now = performance.now();
-    const key = p.spec.routing === 'affinity' && replicas.length > 1 ? affinityKey(p.path, p.parsed) : null;
+    const key = replicas.length > 1 ? p.key : null;
     let first: ReplicaView | null = null;
     const call = new ProxyCall(this.ctx, p.model, p.path, this.headersFor(this.fleet.engineApiKey), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     if (key !== null) {
@@ -477,7 +485,7 @@ export class RouterCore {
     for (const [model, counter] of this.ctx.modelInFlight) if (counter.queue !== null && counter.queue.length > 0) this.drainQueue(model, counter);
   }
 
-  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, parsed: Readonly<Record<string, unknown>>): Promise<void> {
+  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null): Promise<void> {
     const gone = new AbortController();
     const onClose = (): void => {
       if (!res.writableFinished) gone.abort(new ClientGoneDuringActivation('client went away'));
@@ -501,7 +509,7 @@ export class RouterCore {
     }
     if (replicas !== null) {
       try {
-        this.proxy(req, res, t0, spec, model, body, parsed, replicas);
+        this.proxy(req, res, t0, spec, model, body, key, replicas);
       } catch (e) {
         this.fail(res, model, t0, e);
       }
