@@ -161,5 +161,8 @@ export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' |
   // A start for it, or evictions that make room for it (it starts in the pass after they are gone).
   if (out.actions.some((a) => (a.model === model && a.kind === 'start') || (a.kind === 'stop' && a.reason === 'evicted'))) return 'pass';
   const u = out.unplaceable[model];
+  // A replica became ready since the last look (a start the record still holds): it may be evictable
+  // once looked at, so look again rather than refuse on a view that does not show it yet.
+  if (u && Object.values(i.state.starts).some((s) => s.readyAt !== undefined)) return 'pass';
   return u ? withMemoryError(u, i.memoryErrors, model) : null;
 }

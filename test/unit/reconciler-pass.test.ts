@@ -158,6 +158,9 @@ describe('a pass decides (interleavings of a failing start)', () => {
     const u = freshPlacement({ ...base, spec: { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: null, cpus: null } }, 'cpu-02': spec.nodes['cpu-02']! } }, state: stateFor(spec), nodes: full }, 'alpha');
     assert.ok(u && u !== 'pass', `want unplaceable, got ${JSON.stringify(u)}`);
     assert.equal(u.code, 'PLACEMENT_NO_ROOM');
+    // a replica ready since the last look (its start still in the record) may be evictable once seen: look again, do not refuse
+    const readySince = { ...stateFor(spec), starts: { 'beta-r': { model: 'beta', node: 'cpu-01', digest: 'd', startedAt: 0, readyAt: NOW - 1 } } };
+    assert.equal(freshPlacement({ ...base, spec: { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: null, cpus: null } }, 'cpu-02': spec.nodes['cpu-02']! } }, state: readySince, nodes: full }, 'alpha'), 'pass');
     const unknown = freshPlacement({ ...base, memory: { alpha: null }, memoryErrors: { alpha: 'memory need unknown: could not read the GGUF header (timed out)' }, state: stateFor(spec), nodes: free }, 'alpha');
     assert.deepEqual(unknown && unknown !== 'pass' ? [unknown.code, unknown.reason] : unknown, ['PLACEMENT_MEMORY_UNKNOWN', 'memory need unknown: could not read the GGUF header (timed out)']);
   });
