@@ -44,6 +44,8 @@ export interface Decision {
   readonly actions: readonly Action[];
   readonly desired: Readonly<Record<string, number>>;
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
+  /** On-demand models waiting for a busy replica's room (planner.ts): look again soon. */
+  readonly waitingForRoom: readonly string[];
   /** The observation after liveness (unresponsive replicas marked failed). */
   readonly nodes: readonly ObservedNode[];
   readonly notes: readonly Note[];
@@ -109,7 +111,7 @@ export function decide(i: DecideInput): Decision {
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
-  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, nodes: live.nodes, notes };
+  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, nodes: live.nodes, notes };
 }
 
 /**

@@ -104,6 +104,11 @@ export interface PlanOutput {
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
   /** Replicas that started draining in this pass (no room to surge). */
   readonly drainStarted: readonly string[];
+  /**
+   * On-demand models that fit once a busy on-demand replica of another model is done (an eviction
+   * never takes a replica with work in flight): they wait — not unplaceable — and a pass soon looks again.
+   */
+  readonly waitingForRoom: readonly string[];
 }
 
 interface Located {
@@ -147,6 +152,7 @@ export function planPass(input: PlanInput): PlanOutput {
   const desired: Record<string, number> = {};
   const unplaceable: Record<string, Unplaceable> = {};
   const drainStarted: string[] = [];
+  const waitingForRoom: string[] = [];
 
   // Every replica we know of, by model (those being stopped apart: they only hold memory).
   const byModel = new Map<string, Located[]>();
@@ -355,6 +361,11 @@ export function planPass(input: PlanInput): PlanOutput {
           }
           continue;
         }
+        // room held by replicas with work in flight: the newcomer waits for it to end
+        if (evictFor({ ...w, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements, true)) {
+          waitingForRoom.push(w.model.name);
+          continue;
+        }
       }
       if (nodes.length === 0) {
         unplaceable[w.model.name] = r.unplaceable;
@@ -367,7 +378,7 @@ export function planPass(input: PlanInput): PlanOutput {
       actions.push({ kind: 'start', model: w.model.name, node, replicaId: input.newReplicaId(w.model.name, w.model.digest), digest: w.model.digest, ...onDevice });
     }
   }
-  return { actions, failures, desired, unplaceable, drainStarted };
+  return { actions, failures, desired, unplaceable, drainStarted, waitingForRoom };
 }
 
 /** devices (#24) */
@@ -381,6 +392,8 @@ function evictFor(
   byModel: ReadonlyMap<string, readonly Located[]>,
   stoppedIds: ReadonlySet<string>,
   placementNodes: (extraFree: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta) => PlacementNode[],
+  /** Whether room would come once the busy replicas are done (they count as victims, whatever their last request). */
+  busyLater = false,
 ): { stop: { model: string; located: Located }[]; nodes: readonly string[]; devices?: readonly DevicePlacement[] } | null {
   const victims: { model: string; located: Located; lastRequestAt: number }[] = [];
   // Only replicas used less recently than the model asking for room: two busy on-demand models
@@ -389,9 +402,11 @@ function evictFor(
   for (const [model, list] of byModel) {
     const m = input.spec.models[model];
     if (!m || m.scaling.mode !== 'on_demand' || model === w.model.name) continue;
-    if ((input.demand[model]?.lastRequestAt ?? 0) >= mine) continue;
+    const recent = (input.demand[model]?.lastRequestAt ?? 0) >= mine;
     for (const l of list) {
-      if (!l.reachable || l.r.state === 'failed' || stoppedIds.has(l.r.id) || input.busy?.has(l.r.id)) continue;
+      const busy = input.busy?.has(l.r.id) ?? false;
+      if (busy ? !busyLater : recent) continue;
+      if (!l.reachable || l.r.state === 'failed' || stoppedIds.has(l.r.id)) continue;
       victims.push({ model, located: l, lastRequestAt: input.demand[model]?.lastRequestAt ?? 0 });
     }
   }

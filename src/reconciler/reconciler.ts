@@ -90,6 +90,8 @@ export interface ReconcilerOptions {
 
 /** How often a draining replica is asked what it has in flight. */
 export const DRAIN_PROBE_MS = 250;
+/** How soon a model waiting for a busy replica's room is looked at again (its work may have ended). */
+export const ROOM_RECHECK_MS = 1000;
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
@@ -132,6 +134,7 @@ export class Reconciler implements FleetView {
   private deviceNeeds: Record<string, DeviceNeed> = {};
   private desired: Readonly<Record<string, number>> = {};
   private unplaceable: Readonly<Record<string, Unplaceable>> = {};
+  private waitingForRoom: readonly string[] = [];
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
   /** A write of the record that a request's demand asked for, pending. */
@@ -245,6 +248,7 @@ export class Reconciler implements FleetView {
       this.state = d.state;
       this.desired = d.desired;
       this.unplaceable = d.unplaceable;
+      this.waitingForRoom = d.waitingForRoom;
       this.logNotes(log, d.notes);
       this.warnUnplaceable(spec, log);
       actions = d.actions.length;
@@ -482,7 +486,7 @@ export class Reconciler implements FleetView {
         desired: this.desired,
         readyReplicas: (model) => this.readyReplicas(model).map((r) => r.id),
         modelOf: (id) => modelOf.get(id),
-        extra: scheduled === null ? [] : [scheduled],
+        extra: [...(scheduled === null ? [] : [scheduled]), ...(this.waitingForRoom.length > 0 ? [(this.decidedAt ?? this.clock()) + ROOM_RECHECK_MS] : [])],
         now: this.decidedAt ?? this.clock(),
       }),
     );

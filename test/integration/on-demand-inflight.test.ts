@@ -86,3 +86,45 @@ describe('on-demand: a stream longer than idle_timeout', { timeout: 5 * 60_000 }
     assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica' && l.reason === 'idle'));
   });
 });
+
+describe('on-demand: an eviction waits for the stream on its victim', { timeout: 5 * 60_000 }, () => {
+  it('a request for another model while the only replica room streams: the stream completes, then the newcomer takes the room and is answered', async () => {
+    // room for one replica: od (a long stream) and od2 share it
+    const f = fleet.baseFiles();
+    delete f['models/kev.yaml'];
+    delete f['models/huge.yaml'];
+    delete f['models/good.yaml'];
+    const od = ctl.reconciler.spec()!.models.od!;
+    f['fleet.yaml'] = ['poll_interval: 1h', 'placement_reserve: 256MiB', 'stop_grace: 1s', 'drain_grace: 1s', ''].join('\n');
+    f['profiles/stream.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 4096', 'threads: 1', 'parallel: 2', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
+    f['models/od.yaml'] = [`source: ${od.source}`, `sha256: ${od.sha256}`, 'profile: stream', 'on_demand: { idle_timeout: 10m }', 'memory: 300MiB', ''].join('\n');
+    f['models/od2.yaml'] = modelYaml(fleet.models.good, ['on_demand: { idle_timeout: 10m }', 'memory: 300MiB']);
+    f['nodes/node-1.yaml'] = f['nodes/node-1.yaml']!.replace('transport: ssh', 'transport: ssh\ncapacity: { memory: 700MiB }');
+    await fleet.push(f, 'od and od2 on demand, room for one');
+    await ctl.until(() => ctl.reconciler.spec()?.models.od2 !== undefined, 'od2 in the spec');
+    await client.chat.completions.create({ model: 'od', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+    let ended = 0;
+    let finished = false;
+    let firstChunk = false;
+    const streaming = (async () => {
+      const stream = await client.chat.completions.create({ model: 'od', messages: [{ role: 'user', content: 'a long answer please' }], stream: true, max_tokens: 1400, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsStreaming);
+      for await (const c of stream) {
+        firstChunk = true;
+        if (c.choices[0]?.finish_reason) finished = true;
+      }
+      ended = Date.now();
+    })();
+    while (!firstChunk) await new Promise((r) => setTimeout(r, 50));
+    const asked = Date.now();
+    const answer = await client.chat.completions.create({ model: 'od2', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    const answered = Date.now();
+    await streaming;
+    assert.ok(finished, 'the stream on the replica an eviction wanted was cut');
+    assert.ok(ended - asked > 2000, `the stream ended ${ended - asked} ms after od2 was asked for: the test proves nothing`);
+    assert.equal(answer.object, 'chat.completion');
+    const evicted = ctl.logs.filter((l) => l.msg === 'stopping replica' && l.reason === 'evicted' && l.model === 'od');
+    assert.equal(evicted.length, 1, 'od was evicted for od2');
+    assert.ok(Number(evicted[0]!.time) >= ended - 50, `od was taken out of routing ${ended - Number(evicted[0]!.time)} ms before its stream ended`);
+    assert.ok(answered >= ended, 'od2 answered once the room was free');
+  });
+});

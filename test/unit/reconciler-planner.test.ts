@@ -215,7 +215,16 @@ describe('action planner', () => {
     const busy = new Set(['beta-1']);
     const evict = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], busy, demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
     assert.deepEqual(summary(evict), [], 'the newcomer waits');
-    assert.equal(evict.unplaceable.delta?.code, 'PLACEMENT_NO_ROOM');
+    assert.deepEqual(evict.unplaceable, {}, 'waiting for the room a busy replica holds, not refused');
+    assert.deepEqual(evict.waitingForRoom, ['delta']);
+    // once beta's work is done, the eviction comes (delta's waiting request keeps it the more recent)
+    const done = planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
+    assert.deepEqual(summary(done), ['stop beta-1 (evicted)']);
+    // a model that would not fit even with the busy replica gone is unplaceable, not waiting
+    const s3 = { ...s2, models: { ...s2.models, delta: { ...s2.models.delta!, memoryBytes: 100 * 2 ** 30 } } };
+    const never = planPass(input({ spec: s3, nodes: [node('cpu-01', [betaRunning])], busy, demand: { beta: { lastRequestAt: 990_000 }, delta: { lastRequestAt: 999_999 } } }));
+    assert.equal(never.unplaceable.delta?.code, 'PLACEMENT_NO_ROOM');
+    assert.deepEqual(never.waitingForRoom, []);
     const idleFor = s2.models.beta!.scaling.mode === 'on_demand' ? s2.models.beta!.scaling.idleTimeoutMs : 0;
     const idle = { beta: { lastRequestAt: 1_000_000 - idleFor - 1 } };
     assert.deepEqual(summary(planPass(input({ spec: s2, nodes: [node('cpu-01', [betaRunning])], demand: idle }))), ['stop beta-1 (idle)']);
