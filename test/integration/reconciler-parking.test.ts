@@ -4,6 +4,10 @@
  */
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
+import type { AddressInfo } from 'node:net';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { buildRouter } from '../../src/router/app.js';
 import { after, before, describe, it } from 'node:test';
 import { parseExposition, sampleValue } from '../../src/metrics/index.js';
 import { git } from '../harness/git.js';
@@ -40,6 +44,34 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
     const parkedLog = ctl.logs.filter((l) => l.msg.startsWith('model parked') && l.model === 'kev');
     assert.equal(parkedLog.length, 1);
     assert.match(String(parkedLog[0]!.reason), /unknown model architecture/);
+  });
+
+  it('the official clients at their default retries, on the parked model: one HTTP request each, the parked reason in each API\'s envelope', async () => {
+    const router = buildRouter({ fleet: ctl.reconciler, auth: { required: false } });
+    await router.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const origin = `http://127.0.0.1:${(router.server.address() as AddressInfo).port}`;
+      let requests = 0;
+      const counting = ((input: Parameters<typeof fetch>[0], init?: Parameters<typeof fetch>[1]) => {
+        requests++;
+        return fetch(input, init);
+      }) as typeof fetch;
+      const messages = [{ role: 'user' as const, content: 'hi' }];
+      const a = await new Anthropic({ apiKey: 'unused', baseURL: origin, fetch: counting }).messages.create({ model: 'kev', max_tokens: 2, messages }).then(() => null, (e: unknown) => e);
+      assert.ok(a instanceof Anthropic.APIError, String(a));
+      assert.equal(requests, 1, 'x-should-retry: false stops the Anthropic SDK\'s retries of a 503');
+      const body = a.error as { type: string; error: { type: string; message: string } };
+      assert.deepEqual([a.status, body.type, body.error.type], [503, 'error', 'overloaded_error']);
+      assert.match(body.error.message, /parked/);
+      assert.match(body.error.message, /unknown model architecture: 'kev'/);
+      const o = await new OpenAI({ apiKey: 'unused', baseURL: `${origin}/v1`, fetch: counting }).chat.completions.create({ model: 'kev', max_tokens: 2, messages }).then(() => null, (e: unknown) => e);
+      assert.ok(o instanceof OpenAI.APIError, String(o));
+      assert.equal(requests, 2, 'one request for the openai client too');
+      assert.equal(o.code, 'model_parked');
+      assert.match(o.message, /unknown model architecture: 'kev'/);
+    } finally {
+      await router.close();
+    }
   });
 
   it('a model bigger than every node is unplaceable with need and largest free, warned once', async () => {
