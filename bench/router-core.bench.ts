@@ -18,7 +18,7 @@ import { Registry } from 'prom-client';
 import type { Dispatcher } from 'undici';
 import { createRouterMetrics } from '../src/metrics/router.js';
 import { RouterCore } from '../src/router/core.js';
-import { BENCH_ALIAS, BENCH_CLIENT_KEY, StaticFleetView } from './bench-child.js';
+import { BENCH_ALIAS, BENCH_CLIENT_KEY, NEVER_REACHED, StaticFleetView } from './bench-child.js';
 
 const N = Number(process.env['BENCH_N'] ?? 200_000);
 const ROUNDS = 5;
@@ -100,9 +100,6 @@ const bare: Handler = (req, res) => {
     void b;
   });
 };
-
-/** Limits that never refuse, so every request goes through the limit check (key and key × model) and its bookkeeping. */
-const NEVER_REACHED = { requestsPerMinute: 100_000_000, tokensPerMinute: 1_000_000_000, concurrency: 100_000 };
 
 function routerHandler(limited = false): Handler {
   const core = new RouterCore(

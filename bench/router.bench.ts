@@ -4,6 +4,7 @@
  *   node --import tsx bench/router.bench.ts          (or compiled: node dist/bench/router.bench.js)
  *   BENCH_QUICK=1 …                                   shorter runs (smoke)
  *   BENCH_NO_LLAMA=1 …                                skip the llama-server run
+ *   BENCH_ONLY=limits …                               only the per-key limit check's measure (benchLimits)
  *
  * Against the same fast upstream stub (bench/upstream-stub.ts: OpenAI-shaped JSON and SSE), each in
  * its own process:
@@ -18,6 +19,10 @@
  * fresh processes each; see measureStreams): time to first chunk on the second ramp after start (the
  * first printed as "cold") and the proxy's memory per open stream on the first (RSS after GC with the
  * streams open, minus before, / streams). See benchStub and saturateRound on why rounds and slices.
+ * Then the per-key limit check's cost (issue 26, see benchLimits): one router process, a key whose
+ * limits never refuse against a key without limits and a control key, in interleaved bursts; the
+ * router's CPU time per request and throughput as medians of paired per-round ratios, and the check's
+ * own time timed inside the router.
  * Then the same throughput/latency, fewer requests, against a real llama-server (if built).
  *
  * The load generator is Node + undici in this process. The machine's cores are shared by the load
@@ -30,7 +35,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
-import { BENCH_ALIAS, BENCH_CLIENT_KEY } from './bench-child.js';
+import { BENCH_ALIAS, BENCH_CLIENT_KEY, BENCH_CONTROL_KEY, BENCH_LIMITED_KEY } from './bench-child.js';
 
 const QUICK = process.env['BENCH_QUICK'] === '1';
 const HERE = fileURLToPath(new URL('.', import.meta.url));
@@ -79,8 +84,10 @@ interface Child {
   url: string;
   /** RSS in bytes after a GC (node children) or summed over the processes (nginx). */
   rss(): Promise<number>;
-  /** CPU time used so far (ms), summed over the processes. */
+  /** CPU time used so far (ms), summed over the processes (/proc, in clock ticks of 10 ms). */
   cpuMs(): number;
+  /** CPU time used so far (µs): a Node child's process.cpuUsage() over IPC; /proc's ticks for nginx. */
+  cpuUs(): Promise<number>;
   /** Three full GCs in a Node child (see settle()); nothing for nginx. */
   settle(): Promise<void>;
   /** The stub closes its idle connections; nothing for the others. */
@@ -143,6 +150,11 @@ async function forkChild(args: string[], cpu: string | null): Promise<Child> {
         proc.send({ mem: true });
       }),
     cpuMs: () => procCpuMs(proc.pid!),
+    cpuUs: () =>
+      new Promise((resolve) => {
+        proc.once('message', (m: { cpuUs: number }) => resolve(m.cpuUs));
+        proc.send({ cpu: true });
+      }),
     settle: () =>
       new Promise((resolve) => {
         proc.once('message', () => resolve());
@@ -225,6 +237,7 @@ async function startNginx(upstreamUrl: string, pinned: boolean): Promise<Child |
     url: `http://127.0.0.1:${port}`,
     rss: async () => procRss(proc.pid!) + childPids(proc.pid!).reduce((s, p) => s + procRss(p), 0),
     cpuMs: () => procCpuMs(proc.pid!) + childPids(proc.pid!).reduce((s, p) => s + procCpuMs(p), 0),
+    cpuUs: async () => (procCpuMs(proc.pid!) + childPids(proc.pid!).reduce((s, p) => s + procCpuMs(p), 0)) * 1000,
     settle: async () => undefined,
     closeIdle: async () => undefined,
     connections: async () => ({ accepted: 0, open: 0 }),
@@ -284,13 +297,13 @@ async function saturate(
   };
   const workers = Array.from({ length: conns }, worker);
   await sleep(warmMs);
+  const c0 = t.proc ? await t.proc.cpuUs() : 0;
   counting = true;
   const t0 = performance.now();
-  const c0 = t.proc?.cpuMs() ?? 0;
   await sleep(ms);
   counting = false;
   const elapsed = performance.now() - t0;
-  const cpu = (t.proc?.cpuMs() ?? 0) - c0;
+  const cpu = t.proc ? ((await t.proc.cpuUs()) - c0) / 1000 : 0;
   stop = true;
   await Promise.all(workers);
   await pool.close();
@@ -746,6 +759,136 @@ async function benchStub(): Promise<void> {
   if (n) console.log(`  info  nginx throughput vs bare node: JSON ${f((n.sat.json / b.sat.json) * 100)}%, SSE ${f((n.sat.sse / b.sat.sse) * 100)}%; router vs nginx: JSON ${f((r.sat.json / n.sat.json) * 100)}%, SSE ${f((r.sat.sse / n.sat.sse) * 100)}%`);
 }
 
+/** Rounds of the limit check's measure, bursts per key and round, and a burst's length (see benchLimits). */
+const LIMIT_ROUNDS = QUICK ? 3 : 20;
+const LIMIT_BURSTS = 10;
+const LIMIT_BURST_MS = 100;
+
+/**
+ * A burst of closed-loop load on keep-alive connections already open (`pool`): `conns` workers back to
+ * back for `ms`, then until every request in flight has ended. The proxy's CPU time is read before and
+ * after, so it covers exactly the requests counted (every request the burst sent) and nothing of the
+ * neighbouring bursts.
+ */
+async function burst(t: Target, pool: Pool, body: Buffer, conns: number, ms: number): Promise<{ done: number; errors: number; cpuUs: number; ms: number }> {
+  const headers = reqHeaders(t);
+  const c0 = await t.proc!.cpuUs();
+  const t0 = performance.now();
+  let stop = false;
+  let done = 0;
+  let errors = 0;
+  const worker = async (): Promise<void> => {
+    while (!stop) {
+      const r = await pool.request({ path: '/v1/chat/completions', method: 'POST', headers, body });
+      await r.body.dump({ limit: 1 << 20 });
+      if (r.statusCode === 200) done++;
+      else errors++;
+    }
+  };
+  const workers = Array.from({ length: conns }, worker);
+  await sleep(ms);
+  stop = true;
+  await Promise.all(workers);
+  const elapsed = performance.now() - t0;
+  return { done, errors, cpuUs: (await t.proc!.cpuUs()) - c0, ms: elapsed };
+}
+
+async function benchLimits(): Promise<void> {
+  const stub = await forkChild(['stub'], LOADGEN_CPU);
+  const router = await forkChild(['router', stub.url, ENGINE_KEY], PROXY_CPU);
+  const targets: Target[] = [
+    { name: 'without limits', url: router.url, auth: `Bearer ${BENCH_CLIENT_KEY}`, proc: router },
+    { name: 'with limits', url: router.url, auth: `Bearer ${BENCH_LIMITED_KEY}`, proc: router },
+    { name: 'control', url: router.url, auth: `Bearer ${BENCH_CONTROL_KEY}`, proc: router },
+  ];
+  const json = chatBody();
+  await sanity(targets, json);
+  const pools = new Map(targets.map((t) => [t.name, new Pool(t.url, { connections: SAT_CONNS, pipelining: 1 })]));
+  for (const t of targets) await burst(t, pools.get(t.name)!, json, SAT_CONNS, 500);
+  await sleep(20);
+  await router.settle();
+  for (const t of targets) await burst(t, pools.get(t.name)!, json, SAT_CONNS, 200);
+  type Fig = { rps: number; cpuUsPerReq: number };
+  const rounds: Map<string, Fig>[] = [];
+  let errors = 0;
+  for (let round = 0; round < LIMIT_ROUNDS; round++) {
+    const acc = new Map(targets.map((t) => [t.name, { done: 0, cpuUs: 0, ms: 0 }]));
+    for (let i = 0; i < LIMIT_BURSTS; i++) {
+      // the order turns every burst (a, b, c; b, c, a; c, a, b; …) and runs backwards in odd rounds
+      const turn = (round % 2 === 0 ? i : LIMIT_BURSTS - 1 - i) % targets.length;
+      const order = [...targets.slice(turn), ...targets.slice(0, turn)];
+      for (const t of round % 2 === 0 ? order : order.reverse()) {
+        const b = await burst(t, pools.get(t.name)!, json, SAT_CONNS, LIMIT_BURST_MS);
+        const a = acc.get(t.name)!;
+        a.done += b.done;
+        a.cpuUs += b.cpuUs;
+        a.ms += b.ms;
+        errors += b.errors;
+      }
+    }
+    rounds.push(new Map([...acc].map(([name, a]) => [name, { rps: a.done / (a.ms / 1000), cpuUsPerReq: a.cpuUs / Math.max(1, a.done) }])));
+  }
+  // then, on the same process, the limit check's own time: each call of KeyLimiter.admit and Ticket.end
+  // timed (bench-child.ts timeLimitCheck) over bursts of the limited key
+  await new Promise<void>((resolve) => {
+    router.proc.once('message', () => resolve());
+    router.proc.send({ timeLimits: true });
+  });
+  const limited = targets.find((t) => t.name === 'with limits')!;
+  let timedRequests = 0;
+  for (let i = 0; i < LIMIT_BURSTS; i++) timedRequests += (await burst(limited, pools.get(limited.name)!, json, SAT_CONNS, LIMIT_BURST_MS)).done;
+  const times = await new Promise<{ admits: number[]; ends: number[]; timerMs: number }>((resolve) => {
+    router.proc.once('message', (m: { limitTimes: { admits: number[]; ends: number[]; timerMs: number } }) => resolve(m.limitTimes));
+    router.proc.send({ limitTimes: true });
+  });
+  for (const p of pools.values()) await p.close();
+  router.proc.kill('SIGTERM');
+  stub.proc.kill('SIGTERM');
+  const at = (r: Map<string, Fig>, name: string): Fig => r.get(name)!;
+  console.log(
+    `\n== the per-key limit check through the real router (fastify + undici to the stub), one router process: a key without limits, a key with limits on the key and the key × model that never refuse, and another key without limits (control); ` +
+      `${SAT_CONNS} keep-alive connections per key at saturation, ${LIMIT_BURSTS} interleaved bursts of ${LIMIT_BURST_MS} ms per key and round, ${LIMIT_ROUNDS} rounds; CPU = the router process's user+system time (process.cpuUsage) per request ==`,
+  );
+  table([
+    ['round', 'req/s without', 'with', 'control', 'CPU/req without', 'with', 'control', 'thr with / without', 'control', 'CPU with / without', 'control'],
+    ...rounds.map((r, i) => {
+      const p = at(r, 'without limits');
+      const l = at(r, 'with limits');
+      const c = at(r, 'control');
+      return [String(i + 1), f(p.rps), f(l.rps), f(c.rps), `${f(p.cpuUsPerReq, 1)} µs`, `${f(l.cpuUsPerReq, 1)} µs`, `${f(c.cpuUsPerReq, 1)} µs`, f(l.rps / p.rps, 3), f(c.rps / p.rps, 3), f(l.cpuUsPerReq / p.cpuUsPerReq, 3), f(c.cpuUsPerReq / p.cpuUsPerReq, 3)];
+    }),
+  ]);
+  const thr = (name: string): number => median(rounds.map((r) => at(r, name).rps / at(r, 'without limits').rps));
+  const cpu = (name: string): number => median(rounds.map((r) => at(r, name).cpuUsPerReq / at(r, 'without limits').cpuUsPerReq));
+  const least = (name: string): number => Math.min(...rounds.map((r) => at(r, name).cpuUsPerReq));
+  const pctOf = (ratio: number): string => `${ratio >= 1 ? '+' : ''}${f((ratio - 1) * 100, 1)} %`;
+  console.log(
+    `  medians over rounds of the paired ratios to "without limits": with limits: CPU per request ${pctOf(cpu('with limits'))}, throughput ${f(thr('with limits'), 3)} (${pctOf(1 / thr('with limits'))} time per request); ` +
+      `control: CPU ${pctOf(cpu('control'))}, throughput ${f(thr('control'), 3)}`,
+  );
+  console.log(
+    `  least CPU per request over the rounds: without limits ${f(least('without limits'), 1)} µs, with limits ${f(least('with limits'), 1)} µs (${pctOf(least('with limits') / least('without limits'))}), control ${f(least('control'), 1)} µs (${pctOf(least('control') / least('without limits'))})`,
+  );
+  // per call: the median (a call the machine's other tenants preempted or a GC paused is as long as the
+  // pause; the median leaves those out) and the mean
+  const mean = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const perReqUs = (median(times.admits) + median(times.ends)) * 1000;
+  const meanUs = (mean(times.admits) + mean(times.ends)) * 1000;
+  const timerUs = 2 * times.timerMs * 1000;
+  const base = median(rounds.map((r) => at(r, 'without limits').cpuUsPerReq));
+  const share = (us: number): string => `${f((us / base) * 100, 2)} %`;
+  console.log(
+    `  timed inside the router (performance.now() around each KeyLimiter.admit and Ticket.end, over ${timedRequests} requests of the limited key: ${times.admits.length} admitted, ${times.ends.length} ended): ` +
+      `median admit + median end ${f(perReqUs, 3)} µs per request (mean ${f(meanUs, 3)} µs), of which about ${f(timerUs, 3)} µs is the timer itself (two pairs); ` +
+      `of the median CPU per request without limits (${f(base, 1)} µs): ${share(perReqUs)} (${share(Math.max(0, perReqUs - timerUs))} without the timer; mean ${share(meanUs)})`,
+  );
+  const cost = cpu('with limits') - 1;
+  console.log(
+    `  ${check(cost <= 0.02 && errors === 0)}  the limit check adds ≤ 2 % to the router's work per request (median of the paired CPU ratios): ${pctOf(1 + cost)}; ` +
+      `the same method reads ${pctOf(cpu('control'))} between two keys without limits; errors ${errors}`,
+  );
+}
+
 async function benchLlama(): Promise<void> {
   const { llamaServerCacheDir, startLlamaServer } = await import('../test/harness/llama-server.js');
   const dir = llamaServerCacheDir();
@@ -801,7 +944,14 @@ async function main(): Promise<void> {
   if (IS_TS) console.log('  (running through tsx: for production-like figures run the compiled bench, `npx tsc -p . && node dist/bench/router.bench.js`)');
   console.log(PIN ? `  pinned: each proxy on CPU ${PROXY_CPU}; load generator and stub on CPU ${LOADGEN_CPU}, except the stub beside the proxy for the checked fixed-rate latency (BENCH_NO_PIN=1: unpinned)` : '  not pinned to CPUs (so the two placements of the stub are the same)');
   pin(process.pid, LOADGEN_CPU);
+  // BENCH_ONLY=limits: only the limit check's measure (about a minute)
+  if (process.env['BENCH_ONLY'] === 'limits') {
+    await benchLimits();
+    console.log(`\n(total ${((Date.now() - t0) / 1000).toFixed(0)} s; load avg at end ${(await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ')})`);
+    return;
+  }
   await benchStub();
+  await benchLimits();
   // llama-server uses every core: unpin the load generator again
   pin(process.pid, cpus().map((_, i) => i).join(','));
   if (process.env['BENCH_NO_LLAMA'] !== '1') await benchLlama();
