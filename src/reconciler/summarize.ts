@@ -79,8 +79,9 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   }
   for (const [id, s] of Object.entries(i.starts)) {
     if (seen.has(id)) continue;
-    // a start that concluded ready is served at once, before a look shows its replica
-    const ready = s.readyAt !== undefined && s.endpoint !== undefined;
+    // a start that concluded ready is served at once, before a look shows its replica (not while its
+    // node is out of reach: an observed ready replica there is shown starting too)
+    const ready = s.readyAt !== undefined && s.endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false;
     replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? s.endpoint! : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
   }
   const models: ModelView[] = Object.values(i.spec?.models ?? {})

@@ -129,11 +129,11 @@ describe('the stop sequence', () => {
 
   it('a start that concluded ready is offered to the router at once (with the endpoint it reported), before a look shows it', () => {
     const obs = { node: 'cpu-01', at: 0, memory: { totalBytes: 1, availableBytes: 1 }, cpus: 1, cpuFlags: [], arch: 'x86_64', diskFreeBytes: 1, engines: [], models: [], replicas: [] };
-    const snapOf = (starts: ControllerState['starts']) =>
+    const snapOf = (starts: ControllerState['starts'], reachable = true) =>
       buildSnapshot({
         spec, now: 0, leader: true, control: { mode: 'standalone', instance: { id: 'l', label: 'l' }, leader: null, notActing: null, etcd: null }, appliedRevision: null, rejected: null,
         lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null,
-        nodes: new Map([['cpu-01', { reachable: true, error: null, obs, lookedAt: 0, installFailures: {} }]]),
+        nodes: new Map([['cpu-01', { reachable, error: null, obs, lookedAt: 0, installFailures: {} }]]),
         health: stateFor(spec).models, desired: { alpha: 2 }, unplaceable: {}, starts, stops: {}, stopProgress: new Map(), memory: {}, lastPass: null,
       }).models.find((x) => x.name === 'alpha')!;
     const start = { model: 'alpha', node: 'cpu-01', digest: spec.models.alpha!.digest, startedAt: 10 };
@@ -147,6 +147,8 @@ describe('the stop sequence', () => {
       assert.deepEqual(m.replicas.map((r) => [r.phase, r.endpoint]), want, what);
       assert.deepEqual(readyReplicasOf(m).map((r) => r.id), want[0]![0] === 'ready' ? ['alpha-a'] : [], what);
     }
+    // its node out of reach: starting, as an observed ready replica there is
+    assert.deepEqual(snapOf({ 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } }, false).replicas.map((r) => r.phase), ['starting']);
     // the endpoint survives a restart of the controller with the record
     const rt = stateFromJson(JSON.parse(JSON.stringify({ ...emptyState, starts: { 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } } })));
     assert.equal(rt.starts['alpha-a']!.endpoint, 'http://10.0.0.1:20001');
