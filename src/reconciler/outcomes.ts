@@ -17,8 +17,11 @@ import { avoidKey, omit, type ControllerState, type Note } from './state.js';
 type Backoff = Pick<FleetSettings, 'backoff' | 'parkAfterFailures' | 'readyResetMs'>;
 
 export type StartOutcome =
-  /** `endpoint`: where the replica answers (the router may use it before a look shows it). */
-  | { readonly kind: 'ready'; readonly endpoint?: string }
+  /**
+   * `endpoint`: where the replica answers (the router may use it before a look shows it);
+   * `startedAt`: when the node launched it, as a look at the node will show it.
+   */
+  | { readonly kind: 'ready'; readonly endpoint?: string; readonly startedAt?: number }
   /** `silent`: the engine's log named no reason (nodes/failure.ts). */
   | { readonly kind: 'failed'; readonly error: ReasonRef; readonly silent?: boolean }
   /** The controller is stopping: nothing is counted; a launched replica is adopted by the next one. */
@@ -65,7 +68,7 @@ export function startConcluded(s: ControllerState, replicaId: string, outcome: S
   const fields = { model: rec.model, node: rec.node, replica: replicaId };
   switch (outcome.kind) {
     case 'ready':
-      return { state: { ...s, starts: { ...s.starts, [replicaId]: { ...rec, readyAt: now, ...(outcome.endpoint ? { endpoint: outcome.endpoint } : {}) } } }, notes: [{ level: 'info', msg: 'replica ready', fields }] };
+      return { state: { ...s, starts: { ...s.starts, [replicaId]: { ...rec, readyAt: now, ...(outcome.endpoint ? { endpoint: outcome.endpoint } : {}), ...(outcome.startedAt ? { startedAt: outcome.startedAt } : {}) } } }, notes: [{ level: 'info', msg: 'replica ready', fields }] };
     case 'abandoned':
       return { state: left, notes: [{ level: 'debug', msg: 'start abandoned: not counted', fields }] };
     case 'failed':

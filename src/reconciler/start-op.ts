@@ -53,7 +53,7 @@ export async function runStart(op: StartOp): Promise<void> {
       ...(a.devices && a.devices.length > 0 ? { devices: a.devices, gpuLayers: a.gpuLayers ?? 'all' } : {}),
     });
     await driver.waitReady(a.replicaId, { timeoutMs: op.profile.startTimeoutMs, signal: stopSignal });
-    op.conclude({ kind: 'ready', endpoint: handle.endpoint });
+    op.conclude({ kind: 'ready', endpoint: handle.endpoint, startedAt: handle.startedAt });
   } catch (e) {
     if (stopSignal.aborted) {
       log.info({ stage }, 'controller stopping: replica start abandoned');

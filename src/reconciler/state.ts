@@ -31,7 +31,10 @@ export interface StartRecord {
   readonly model: string;
   readonly node: string;
   readonly digest: string;
-  /** Epoch ms (controller clock) when the start was launched. */
+  /**
+   * Epoch ms (controller clock) when the start was launched; once it is ready, when the node
+   * launched the replica (as a look at the node shows it).
+   */
   readonly startedAt: number;
   /**
    * Epoch ms (controller clock) when the start concluded ready; absent while it runs. The replica

@@ -10,6 +10,7 @@ import type { ObservedNode } from '../../src/reconciler/planner.js';
 import { clockStepped, emptyState, stateFromJson, type ControllerState, type StopRecord } from '../../src/reconciler/state.js';
 import { drainStep, mayBeServing, ROUTING_SETTLE_MS, stopFinished, stopsRequested, type InFlight } from '../../src/reconciler/stops.js';
 import { buildSnapshot, stopPhase } from '../../src/reconciler/summarize.js';
+import { startConcluded } from '../../src/reconciler/outcomes.js';
 import { readyReplicasOf } from '../../src/reconciler/availability.js';
 import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/published.js';
 import { drainingText } from '../../src/format/ctl-format.js';
@@ -149,6 +150,10 @@ describe('the stop sequence', () => {
     }
     // its node out of reach: starting, as an observed ready replica there is
     assert.deepEqual(snapOf({ 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } }, false).replicas.map((r) => r.phase), ['starting']);
+    // the start's outcome brings them: where the replica answers and when the node launched it (as a look shows it)
+    const launched = { ...emptyState, starts: { 'alpha-a': start } };
+    const concluded = startConcluded(launched, 'alpha-a', { kind: 'ready', endpoint: 'http://10.0.0.1:20001', startedAt: 15_000 }, 20, spec.settings).state.starts['alpha-a']!;
+    assert.deepEqual([concluded.readyAt, concluded.endpoint, concluded.startedAt], [20, 'http://10.0.0.1:20001', 15_000]);
     // the endpoint survives a restart of the controller with the record
     const rt = stateFromJson(JSON.parse(JSON.stringify({ ...emptyState, starts: { 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } } })));
     assert.equal(rt.starts['alpha-a']!.endpoint, 'http://10.0.0.1:20001');
