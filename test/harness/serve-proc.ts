@@ -116,3 +116,25 @@ export function logLines(out: string): Record<string, unknown>[] {
   }
   return lines;
 }
+
+/** What the HA tests read of `/admin/v1/status`. */
+export interface HaStatusJson {
+  leader: boolean;
+  control: { instance: { id: string }; leader: { id: string; epoch: number | null } | null; notActing: { code: string } | null };
+  lastPass: { startedAt: string } | null;
+}
+
+/**
+ * The one instance every live instance agrees leads (and that says so itself), or null; with
+ * `after`, only at an epoch above `epochAbove` and with a pass begun after `passAfter`.
+ */
+export async function agreedLeader(live: readonly ServeProc[], after?: { epochAbove: number; passAfter: number }): Promise<{ proc: ServeProc; epoch: number } | null> {
+  const statuses = await Promise.all(live.map((p) => p.admin<HaStatusJson>('/status')));
+  const leading = statuses.map((s, i) => ({ s, p: live[i]! })).filter((x) => x.s.leader);
+  if (leading.length !== 1) return null;
+  const { s, p } = leading[0]!;
+  if (!statuses.every((o) => o.control.leader?.id === s.control.instance.id)) return null;
+  const epoch = s.control.leader!.epoch!;
+  if (after && (epoch <= after.epochAbove || !s.lastPass || Date.parse(s.lastPass.startedAt) < after.passAfter)) return null;
+  return { proc: p, epoch };
+}

@@ -16,16 +16,11 @@ import { runCli } from '../harness/cli.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, spawnServe, until, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
 
 const LEASE_S = 4;
 const HA = (endpoint: string): string[] => ['--etcd', endpoint, '--lease-ttl', `${LEASE_S}s`, '--renew-deadline', '3s', '--retry-period', '1s'];
 
-interface StatusJson {
-  leader: boolean;
-  control: { instance: { id: string }; leader: { id: string; epoch: number | null } | null; notActing: { code: string } | null };
-  lastPass: { startedAt: string } | null;
-}
 interface ModelJson {
   name: string;
   phase: string;
@@ -64,18 +59,6 @@ async function chat(p: ServeProc, model: string): Promise<number> {
   }
 }
 
-/** The one instance every live instance agrees leads (and that says so itself). */
-async function agreedLeader(live: readonly ServeProc[], after?: { epochAbove: number; passAfter: number }): Promise<{ proc: ServeProc; epoch: number } | null> {
-  const statuses = await Promise.all(live.map((p) => p.admin<StatusJson>('/status')));
-  const leading = statuses.map((s, i) => ({ s, p: live[i]! })).filter((x) => x.s.leader);
-  if (leading.length !== 1) return null;
-  const { s, p } = leading[0]!;
-  if (!statuses.every((o) => o.control.leader?.id === s.control.instance.id)) return null;
-  const epoch = s.control.leader!.epoch!;
-  if (after && (epoch <= after.epochAbove || !s.lastPass || Date.parse(s.lastPass.startedAt) < after.passAfter)) return null;
-  return { proc: p, epoch };
-}
-
 const modelOf = (replicaId: string): string => replicaId.replace(/-[0-9a-f]{8}$/, '');
 
 before(async () => {
@@ -100,7 +83,7 @@ describe('three instances on etcd', () => {
   it('one leads, and a standby serves the router and activates an on-demand model through the leader', async () => {
     leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), diag);
     const standbys = procs.filter((p) => p !== leader.proc);
-    const st = await standbys[0]!.admin<StatusJson>('/status');
+    const st = await standbys[0]!.admin<HaStatusJson>('/status');
     assert.equal(st.control.notActing?.code, 'CONTROLLER_STANDBY');
     await until('good ready and kev parked', 120_000, async () => {
       const m = await models(leader.proc);

@@ -26,7 +26,7 @@ import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { logLines, spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, logLines, spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
 import { sampleProcesses, streamLoad } from '../harness/stream-load.js';
 
 const LEASE_S = 4;
@@ -36,11 +36,6 @@ const CONCURRENCY = 6;
 const LONG_TOKENS = 4000;
 const DRAIN_GRACE_S = 180;
 
-interface StatusJson {
-  leader: boolean;
-  control: { instance: { id: string }; leader: { id: string; epoch: number | null } | null };
-  lastPass: { startedAt: string } | null;
-}
 interface ReplicaJson {
   id: string;
   model: string;
@@ -97,18 +92,6 @@ async function settled(p: ServeProc, n: number, notDigest?: string): Promise<Mod
   if (!m || m.digest === notDigest || m.replicas.length !== n) return null;
   if (!m.replicas.every((r) => r.phase === 'ready' && r.digest === m.digest)) return null;
   return processes().length === n ? m : null;
-}
-
-/** The one instance every live instance agrees leads (and that says so itself), with a pass begun after `passAfter`. */
-async function agreedLeader(live: readonly ServeProc[], after?: { epochAbove: number; passAfter: number }): Promise<{ proc: ServeProc; epoch: number } | null> {
-  const statuses = await Promise.all(live.map((p) => p.admin<StatusJson>('/status')));
-  const leading = statuses.map((s, i) => ({ s, p: live[i]! })).filter((x) => x.s.leader);
-  if (leading.length !== 1) return null;
-  const { s, p } = leading[0]!;
-  if (!statuses.every((o) => o.control.leader?.id === s.control.instance.id)) return null;
-  const epoch = s.control.leader!.epoch!;
-  if (after && (epoch <= after.epochAbove || !s.lastPass || Date.parse(s.lastPass.startedAt) < after.passAfter)) return null;
-  return { proc: p, epoch };
 }
 
 /** A git server's push webhook (GitLab's form) to an instance's admin port: a standby forwards the pass to the leader. */
