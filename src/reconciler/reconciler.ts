@@ -229,7 +229,7 @@ export class Reconciler implements FleetView {
       await this.estimateMemory(spec);
       const busy = await this.busyOnDemand(spec);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
-      this.decidedAt = this.clock();
+      this.decidedAt = this.now(log);
       const d = decide({
         state: this.state,
         spec,
@@ -298,6 +298,16 @@ export class Reconciler implements FleetView {
     if (was?.message !== o.reason.message) log.error({ code: o.reason.code, reason: o.reason.message }, o.deposed ? 'a newer leader acts on the fleet: stepping down' : 'not acting on the fleet: another controller owns it');
     if (o.deposed) this.o.onDeposed?.(o.reason);
     return false;
+  }
+
+  /**
+   * The wall clock for a time the record keeps or compares with: a step since the last reading is
+   * applied to the record first, so a time taken after a step is never shifted by it again (a stop
+   * recorded in the pass the step happened in had its drain start moved 12 h ahead by the next pass).
+   */
+  private now(log: Logger = this.log): number {
+    this.followClockSteps(log);
+    return this.clock();
   }
 
   /** A wall-clock step larger than a second moves the record's timers with it (state.ts clockStepped). */
@@ -442,7 +452,7 @@ export class Reconciler implements FleetView {
         if (!rec || !spec || signal.aborted || !this.leader()) return;
         const inFlight: InFlight = rec.drain ? await this.inFlight(this.endpointOf(rec.node, id)) : 'gone';
         const count = typeof inFlight === 'number' ? inFlight : null;
-        const step = drainStep(id, rec, inFlight, this.clock(), spec.settings.drainGraceMs);
+        const step = drainStep(id, rec, inFlight, this.now(log), spec.settings.drainGraceMs);
         if (step.kind === 'wait') {
           this.setStopProgress(id, { phase: 'draining', inFlight: count });
           await this.sleep(DRAIN_PROBE_MS);
@@ -498,7 +508,7 @@ export class Reconciler implements FleetView {
     const profile = spec.profiles[m.profile]!;
     const engine = spec.engines[profile.engine]!.versions[profile.engineVersion]!;
     const rlog = log.child({ model: a.model, node: a.node, replica: a.replicaId });
-    this.state = startLaunched(this.state, a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt: this.clock() });
+    this.state = startLaunched(this.state, a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt: this.now(log) });
     rlog.info('starting replica');
     const op = runStart({
       action: a,
@@ -515,7 +525,7 @@ export class Reconciler implements FleetView {
         this.o.onEngineInstall?.(a.node, engine.engine, engine.version, result);
       },
       conclude: (outcome) => {
-        const r = startConcluded(this.state, a.replicaId, outcome, this.clock(), (this.spec() ?? spec).settings);
+        const r = startConcluded(this.state, a.replicaId, outcome, this.now(log), (this.spec() ?? spec).settings);
         this.state = r.state;
         this.logNotes(log, r.notes);
         // a ready replica is routed to now, not after the next pass's look and status write
@@ -616,7 +626,7 @@ export class Reconciler implements FleetView {
   /** `llmgw ctl retry MODEL`: unparks a parked model, or clears the backoff of one that is not. */
   async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
     const m = this.specModel(name);
-    const h = retryHandled(this.state, m, `admin:${this.clock()}:${randomBytes(3).toString('hex')}`);
+    const h = retryHandled(this.state, m, `admin:${this.now()}:${randomBytes(3).toString('hex')}`);
     this.state = h.state;
     this.logNotes(this.log, [h.note]);
     await this.requestPass('admin-retry');
@@ -632,7 +642,7 @@ export class Reconciler implements FleetView {
       if (req.all || (model && r.model === model) || req.replicas?.includes(r.id)) ids.push(r.id);
     }
     for (const id of req.replicas ?? []) if (!ids.includes(id)) throw new LlmgwError('REPLICA_NOT_FOUND', `no running replica "${id}"`, { replica: id });
-    this.state = restartRequested(this.state, ids, this.clock());
+    this.state = restartRequested(this.state, ids, this.now());
     await this.saveState();
     await this.requestPass('admin-restart');
     return ids;
@@ -678,7 +688,7 @@ export class Reconciler implements FleetView {
   touch(model: string): void {
     // Only an on-demand model's idle timeout and eviction order read demand.
     if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;
-    this.state = demanded(this.state, model, this.clock());
+    this.state = demanded(this.state, model, this.now());
     // Demand survives a restart: the record is written at most once a second while requests come
     // (the write after the last one carries the last request's time).
     if (this.demandSave) return;
@@ -725,7 +735,7 @@ export class Reconciler implements FleetView {
   private placeNow(model: string): 'pass' | Unplaceable | null {
     const spec = this.spec();
     if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
-    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: new Set(this.stopOps.keys()), keyFingerprint: this.keyFingerprint, now: this.clock() }, model);
+    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: new Set(this.stopOps.keys()), keyFingerprint: this.keyFingerprint, now: this.now() }, model);
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {

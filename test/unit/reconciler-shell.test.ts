@@ -234,6 +234,11 @@ const rollSpec = await specOf((f) => {
   delete f['models/beta.yaml'];
   delete f['models/gamma.yaml'];
 });
+const scaledDown = await specOf((f) => {
+  f['fleet.yaml'] = 'placement_reserve: 1GiB\npoll_interval: 1h\ndrain_grace: 30s\nstop_grace: 10s\n';
+  delete f['models/beta.yaml'];
+  delete f['models/gamma.yaml'];
+});
 const rolled = await specOf((f) => {
   f['fleet.yaml'] = 'placement_reserve: 1GiB\npoll_interval: 1h\ndrain_grace: 30s\nstop_grace: 10s\n';
   f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 2').replace('alpha-q4.gguf', 'alpha-q5.gguf');
@@ -494,6 +499,34 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
       assert.deepEqual(early, [], 'shown leaving routing before the record held its stop');
     } finally {
       off();
+      await w.r.stop();
+    }
+  });
+
+  it('a wall-clock step during a pass that records a stop: its drain starts at the stepped time, once (not moved again by the next pass), and ends', async () => {
+    const w = rollSetup(8);
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      // a 2 → 1 scale-down; the pass's look is held while the wall clock steps 2 h ahead
+      let open = (): void => undefined;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      for (const n of w.nodes.values()) n.observeGate = gate;
+      w.tracker.applied = { spec: scaledDown, revision: 'rev2', warnings: [], at: new Date(0) };
+      const pass = w.r.requestPass('webhook');
+      await ticks(3);
+      w.clock.step(2 * 3600_000);
+      for (const n of w.nodes.values()) n.observeGate = null;
+      open();
+      await pass;
+      const [id, rec] = Object.entries(w.r.record().stops)[0] ?? [];
+      assert.ok(id && rec, 'the surplus replica is being stopped');
+      assert.ok(Math.abs(rec.since - w.clock.t) < 60_000, `its drain started at the stepped time (${rec.since - w.clock.t} ms off)`);
+      await w.r.requestPass('test');
+      assert.equal(w.r.record().stops[id]?.since, rec.since, 'the next pass does not move it again');
+      await w.drive(() => !w.alive('alpha').includes(id), 400);
+      assert.ok(!w.alive('alpha').includes(id), 'the drain ended and the replica was stopped');
+    } finally {
       await w.r.stop();
     }
   });
