@@ -488,7 +488,9 @@ export class Reconciler implements FleetView {
     const spec = this.spec();
     if (!spec) return;
     const modelOf = this.nodes.modelOf();
-    const scheduled = nextScheduleChange(spec, this.decidedAt ?? this.clock());
+    const now = this.decidedAt ?? this.clock();
+    const scheduled = nextScheduleChange(spec, now);
+    const extra = [...(scheduled === null ? [] : [scheduled]), ...(this.waitingForRoom.length > 0 ? [now + ROOM_RECHECK_MS] : [])];
     this.loop.wakeAt(
       nextWake({
         state: this.state,
@@ -496,8 +498,8 @@ export class Reconciler implements FleetView {
         desired: this.desired,
         readyReplicas: (model) => this.readyReplicas(model).map((r) => r.id),
         modelOf: (id) => modelOf.get(id),
-        extra: [...(scheduled === null ? [] : [scheduled]), ...(this.waitingForRoom.length > 0 ? [(this.decidedAt ?? this.clock()) + ROOM_RECHECK_MS] : [])],
-        now: this.decidedAt ?? this.clock(),
+        extra,
+        now,
       }),
     );
   }
