@@ -71,6 +71,9 @@ describe('fault 2: a lost engine key', () => {
     const t0 = Date.now();
     await until('the router answering 200 with the new key', 120_000, async () => (await chat(routerPort)) === 200);
     const took = Date.now() - t0;
+    // the router answers through the new replica once it is ready; the old one is stopped after its
+    // drain (routing settles first), so its stop and the reason logged with it come a little later
+    await until('the old-key replica stopped, with the reason', 60_000, async () => /"msg":"replica started with another engine key \(it refuses the router\): replaced"/.test(out) && /"reason":"replaced"/.test(out));
     const scan = new SecretsScan().secret('new engine key', readFileSync(join(home, 'state', 'engine-api-key'), 'utf8').trim()).secret('old engine key', oldKey);
     scan.collect('llmgw serve output (both runs)', `${first}\n${out}`);
     scan.assertClean();

@@ -103,11 +103,15 @@ function tree(dir: string): Map<string, string> {
 function openers(file: string): number {
   let n = 0;
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let fds: string[];
     try {
-      if (readdirSync(`/proc/${pid}/fd`).some((fd) => readlinkSync(`/proc/${pid}/fd/${fd}`) === file)) n++;
+      fds = readdirSync(`/proc/${pid}/fd`);
     } catch {
-      /* gone meanwhile, or not ours to read */
+      continue; // gone meanwhile, or not ours to read
     }
+    // each descriptor on its own: one closed between the listing and its read (dash saves and
+    // restores fds around every builtin with a redirection) must not hide the lock held on fd 8
+    if (fds.some((fd) => { try { return readlinkSync(`/proc/${pid}/fd/${fd}`) === file; } catch { return false; } })) n++;
   }
   return n;
 }
