@@ -2,11 +2,17 @@
 import { strict as assert } from 'node:assert';
 import { after, describe, test } from 'node:test';
 import { Reasons, type ReasonCode } from '../../src/errors/catalogue.js';
-import { ActiveCalls, classifyUpstreamError, forwardedHeaders, isRetryableBeforeResponse, ProxyCall, Upstreams, upstreamReason, type UpstreamFailure } from '../../src/router/proxy.js';
+import { ReplicaChoice } from '../../src/router/choose.js';
+import { classifyUpstreamError, isRetryableBeforeResponse, upstreamReason, type UpstreamFailure } from '../../src/router/failover.js';
+import { forwardedHeaders } from '../../src/router/forward-headers.js';
+import { ProxyCall } from '../../src/router/proxy.js';
+import { ActiveCalls } from '../../src/router/proxy-context.js';
+import { Upstreams } from '../../src/router/upstreams.js';
 import { replica } from '../harness/fake-fleet-view.js';
 
-describe('Upstreams.pick', () => {
+describe('ReplicaChoice.pick over the pool', () => {
   const ups = new Upstreams({ connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000 });
+  const choice = new ReplicaChoice(ups);
   after(() => ups.close());
   const a = replica('m', 'http://127.0.0.1:1', 'a');
   const b = replica('m', 'http://127.0.0.1:2', 'b');
@@ -16,22 +22,22 @@ describe('Upstreams.pick', () => {
     ups.get(a.endpoint).inFlight = 2;
     ups.get(b.endpoint).inFlight = 1;
     ups.get(c.endpoint).inFlight = 3;
-    assert.equal(ups.pick([a, b, c], null, performance.now())?.id, 'b');
+    assert.equal(choice.pick([a, b, c], null, performance.now())?.id, 'b');
     ups.get(a.endpoint).inFlight = 0;
     ups.get(b.endpoint).inFlight = 0;
     ups.get(c.endpoint).inFlight = 0;
     const seen = new Set<string>();
-    for (let i = 0; i < 9; i++) seen.add(ups.pick([a, b, c], null, performance.now())!.id);
+    for (let i = 0; i < 9; i++) seen.add(choice.pick([a, b, c], null, performance.now())!.id);
     assert.deepEqual([...seen].sort(), ['a', 'b', 'c']);
   });
 
   test('excluded replicas are skipped; a replica marked down loses to any other but is still used alone', () => {
-    assert.equal(ups.pick([a, b], new Set([a.endpoint]), performance.now())?.id, 'b');
-    assert.equal(ups.pick([a], new Set([a.endpoint]), performance.now()), null);
+    assert.equal(choice.pick([a, b], new Set([a.endpoint]), performance.now())?.id, 'b');
+    assert.equal(choice.pick([a], new Set([a.endpoint]), performance.now()), null);
     ups.get(a.endpoint).downUntil = performance.now() + 10_000;
     ups.get(b.endpoint).inFlight = 50;
-    assert.equal(ups.pick([a, b], null, performance.now())?.id, 'b');
-    assert.equal(ups.pick([a], null, performance.now())?.id, 'a');
+    assert.equal(choice.pick([a, b], null, performance.now())?.id, 'b');
+    assert.equal(choice.pick([a], null, performance.now())?.id, 'a');
     ups.get(a.endpoint).downUntil = 0;
     ups.get(b.endpoint).inFlight = 0;
   });
