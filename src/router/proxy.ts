@@ -24,7 +24,7 @@ import { NO_REASON } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
 import type { StickyEntry } from './affinity.js';
 import { RouterError, renderFor, writeRendered } from './errors.js';
-import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamReason } from './failover.js';
+import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
 import { forwardedHeaders } from './forward-headers.js';
 import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type ModelCounter, type ProxyContext } from './proxy-context.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
@@ -168,7 +168,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.responded = true;
     if (statusCode === 401 || statusCode === 403) {
       // the replica refused the engine key: never hand its "invalid API key" to the client as if it were theirs
-      this.abortUpstream?.(new RouterError('UPSTREAM_AUTH', `The replica of model '${this.model}' refused llmgw's engine API key (HTTP ${statusCode}).`, { model: this.model }));
+      this.abortUpstream?.(upstreamError('auth', true, { model: this.model, status: statusCode }));
       return false;
     }
     if (statusCode === 503 && failoverOf({ failure: 'unavailable', clientGotByte: false, replicaResponded: true, retriedSame: this.retriedSame, moves: this.moves }) === 'other' && this.nextReplica(false) !== null) {
@@ -254,13 +254,13 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     if (reason) {
       // shutdown past its grace
-      this.fail(reason, 'aborted');
+      this.fail(reason);
       return;
     }
     if (err instanceof RouterError) {
       this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.gotByte));
-      this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint }, err.message);
-      this.fail(err, null);
+      this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint, code: err.code, err: err.message }, "replica refused llmgw's engine API key");
+      this.fail(err);
       return;
     }
     const kind = classifyUpstreamError(err);
@@ -284,22 +284,11 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
         this.attempt(next);
         return;
       }
-      this.fail(
-        new RouterError('UPSTREAM_CONNECT', `No ready replica of model '${this.model}' accepted the request (${this.tried?.size ?? 1} tried; last: ${err.message}).`, { model: this.model }),
-        kind,
-      );
+      this.fail(upstreamError(kind, false, { model: this.model, tried: this.tried?.size ?? 1, detail: err.message }));
       return;
     }
     this.ctx.log.warn({ model: this.model, replica: failed.id, err: err.message, kind, afterFirstByte: this.gotByte }, 'upstream request failed');
-    let e: RouterError;
-    if (kind === 'first_byte_timeout') {
-      e = new RouterError('UPSTREAM_FIRST_BYTE_TIMEOUT', `The replica of model '${this.model}' sent no response within the first-byte timeout.`, { model: this.model });
-    } else if (kind === 'stall_timeout') {
-      e = new RouterError('UPSTREAM_STALLED', `The replica of model '${this.model}' stopped sending for longer than the stream idle timeout.`, { model: this.model });
-    } else {
-      e = new RouterError('UPSTREAM_FAILED', `The connection to the replica of model '${this.model}' failed${this.gotByte ? ' mid-response' : ''}: ${err.message}`, { model: this.model });
-    }
-    this.fail(e, kind);
+    this.fail(upstreamError(kind, true, { model: this.model, midResponse: this.gotByte, detail: err.message }));
   }
 
   /**
@@ -331,7 +320,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   }
 
   /** Ends the client response with an error: an envelope before the first byte, a stream's error event or a cut after. */
-  private fail(e: Error, _kind: string | null): void {
+  private fail(e: Error): void {
     const res = this.res;
     const r = renderFor(res, e);
     let status: number;

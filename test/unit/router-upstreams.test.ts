@@ -3,7 +3,7 @@ import { strict as assert } from 'node:assert';
 import { after, describe, test } from 'node:test';
 import { Reasons, type ReasonCode } from '../../src/errors/catalogue.js';
 import { ReplicaChoice } from '../../src/router/choose.js';
-import { classifyUpstreamError, isRetryableBeforeResponse, upstreamReason, type UpstreamFailure } from '../../src/router/failover.js';
+import { classifyUpstreamError, isRetryableBeforeResponse, upstreamError, upstreamReason, type UpstreamFailure } from '../../src/router/failover.js';
 import { forwardedHeaders } from '../../src/router/forward-headers.js';
 import { ProxyCall } from '../../src/router/proxy.js';
 import { ActiveCalls } from '../../src/router/proxy-context.js';
@@ -112,8 +112,19 @@ describe('upstreamReason (the UPSTREAM_* code an attempt is counted as)', () => 
       assert.equal(upstreamReason(kind, responded), code);
       const r = Reasons[code as ReasonCode];
       assert.ok(r.openai, `${code} is a router reason`);
+      // the error the request ends with carries the same code (one table), and names the model
+      const e = upstreamError(kind, responded, { model: 'chat-7b', detail: 'connect ECONNREFUSED', tried: 2, status: 403 });
+      assert.equal(e.code, code);
+      assert.match(e.message, /model 'chat-7b'/);
     });
   }
+
+  test('the messages carry what each code needs: replicas tried, mid-response, the status', () => {
+    assert.match(upstreamError('connect', false, { model: 'm', tried: 3, detail: 'connect ECONNREFUSED' }).message, /\(3 tried; last: connect ECONNREFUSED\)/);
+    assert.match(upstreamError('reset', true, { model: 'm', midResponse: true, detail: 'other side closed' }).message, /failed mid-response: other side closed$/);
+    assert.doesNotMatch(upstreamError('error', true, { model: 'm', midResponse: false, detail: 'x' }).message, /mid-response/);
+    assert.match(upstreamError('auth', true, { model: 'm', status: 403 }).message, /\(HTTP 403\)/);
+  });
 });
 
 describe('forwardedHeaders', () => {
