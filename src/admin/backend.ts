@@ -4,8 +4,9 @@
  */
 import type { FleetSnapshot } from '../reconciler/view.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
+import type { RetryOutcome } from '../reconciler/state.js';
 
-export type RetryOutcome = 'unparked' | 'backoff-cleared';
+export type { RetryOutcome } from '../reconciler/state.js';
 
 export interface RestartRequest {
   readonly replicas?: readonly string[];

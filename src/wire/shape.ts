@@ -7,6 +7,7 @@
 import { Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
+import type { RetryOutcome } from '../reconciler/state.js';
 import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
@@ -143,7 +144,7 @@ export interface NodesJson {
 }
 export interface RetryJson {
   readonly model: string;
-  readonly outcome: 'unparked' | 'backoff-cleared';
+  readonly outcome: RetryOutcome;
   /** What the model looks like after the pass that handled the retry (null if it left the spec). */
   readonly phase: ModelPhase | null;
   readonly message: string;
