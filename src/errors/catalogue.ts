@@ -214,6 +214,15 @@ export function reasonOf(e: unknown): ReasonRef {
   return { code: 'INTERNAL', message: redactUrls(e instanceof Error ? e.message : String(e)) };
 }
 
+/**
+ * A code's hint for an operator, naming the model where the hint says MODEL (MODEL_PARKED's is how to
+ * unpark it); without a model, the hint as the catalogue has it. The one place a hint's text is taken from.
+ */
+export function hintFor(code: ReasonCode, model?: string): string {
+  const hint = Reasons[code].hint;
+  return model === undefined ? hint : hint.replaceAll('MODEL', model);
+}
+
 export function isLlmgwError(e: unknown, code?: ReasonCode): e is LlmgwError {
   return e instanceof LlmgwError && (code === undefined || e.code === code);
 }

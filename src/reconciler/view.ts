@@ -27,8 +27,13 @@ export interface ReplicaView {
   readonly inFlight?: number | null;
 }
 
-/** See availability.ts for what each phase means. */
-export type ModelPhase = 'ready' | 'degraded' | 'starting' | 'failing' | 'parked' | 'unplaceable' | 'idle' | 'pending';
+/**
+ * A model's phases, the one list (the wire format, `ctl`, the status page and the admin API's filter
+ * use it), in the order an operator attends to them: parked, unplaceable, not ready, then ready and
+ * idle. See availability.ts for what each phase means.
+ */
+export const MODEL_PHASES = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'] as const;
+export type ModelPhase = (typeof MODEL_PHASES)[number];
 
 export interface ModelView {
   readonly name: string;

@@ -4,16 +4,16 @@
  * minus what changes on every pass — the status branch's files, which `llmgw plan` reads back.
  * Every reason an operator sees carries its stable code and a hint.
  */
-import { Reasons, type ReasonRef } from '../errors/catalogue.js';
+import { hintFor, Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { RetryOutcome } from '../reconciler/state.js';
-import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
+import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaPhase, type ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
 import { pickModels, type ModelsQuery } from './models-query.js';
 
-export const MODEL_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
+export { MODEL_PHASES } from '../reconciler/view.js';
 
 export interface ReasonJson {
   readonly code: string;
@@ -173,11 +173,6 @@ export function reasonJson(r: ReasonRef): ReasonJson {
 
 const reasonOrNull = (r: ReasonRef | null): ReasonJson | null => (r ? reasonJson(r) : null);
 
-/** The un-parking hint, naming the model. */
-export function parkedHint(model: string): string {
-  return Reasons.MODEL_PARKED.hint.replaceAll('MODEL', model);
-}
-
 export function replicaJson(r: ReplicaView, modelDigest: string | null): ReplicaJson {
   return {
     id: r.id,
@@ -208,7 +203,7 @@ export function modelJson(m: ModelView, revision: string | null, at?: number): M
     revision,
     consecutiveFailures: m.consecutiveFailures,
     lastError: reasonOrNull(m.lastError),
-    parked: m.parked ? { since: isoNow(m.parked.since), lastError: reasonJson(m.parked.lastError), hint: parkedHint(m.name) } : null,
+    parked: m.parked ? { since: isoNow(m.parked.since), lastError: reasonJson(m.parked.lastError), hint: hintFor('MODEL_PARKED', m.name) } : null,
     unplaceable: m.unplaceable
       ? {
           code: m.unplaceable.code,
