@@ -16,7 +16,7 @@ interface CachedRing {
 }
 
 export class ReplicaChoice {
-  /** @internal the pool's map (upstreams.ts), read per request. */
+  /** The pool's map (upstreams.ts), read per request. */
   private readonly byEndpoint: Map<string, Upstream>;
   private rr = 0;
   private readonly rings = new Map<string, CachedRing>();
