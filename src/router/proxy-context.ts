@@ -58,9 +58,9 @@ export interface ModelCounter {
   n: number;
   /** Moving average of a request's time on a replica (dispatch to end), in seconds; 0 before the first. */
   serviceSeconds: number;
-  /** Requests waiting for a free slot (core.ts), created on first use. */
+  /** Requests waiting for a free slot (slot-queues.ts), created on first use. */
   queue: WaitQueue<unknown> | null;
-  /** True while the queue waits for a replica to become ready (none was; core.ts wakeOnReady). */
+  /** True while the queue waits for a replica to become ready (none was; slot-queues.ts wakeOnReady). */
   waking: boolean;
 }
 
@@ -89,7 +89,7 @@ export interface ProxyContext {
   readonly health: ReplicaHealth;
   readonly log: { warn(obj: object, msg: string): void };
   /**
-   * keys hook (usage and per-key limits, core.ts): called once per call as it ends, with the
+   * keys hook (usage and per-key limits, key-usage.ts): called once per call as it ends, with the
    * replica that answered and the last bytes of a 200 response (null: none kept), where the
    * replica reported its token usage.
    */
