@@ -210,7 +210,7 @@ describe('catalogue ↔ src/', () => {
   const srcDir = join(repoRoot, 'src');
   const files = (dir: string): string[] =>
     readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
-  /** The node scripts' way of failing with a reason: `llmgw_fail CODE "message"` (src/nodes/scripts.ts). */
+  /** The node scripts' way of failing with a reason: `llmgw_fail CODE "message"` (src/nodes/ops/). */
   const SHELL_FAIL = /\bllmgw_(?:build_)?fail\s+([A-Za-z][A-Za-z0-9_]*)/g;
 
   /** Per code, the src/ files that use it as a string literal (not a comment), and the codes shell scripts raise. */
