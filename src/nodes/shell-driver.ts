@@ -125,8 +125,8 @@ export class ShellNodeDriver implements NodeDriver {
     const at = Date.now();
     const nonce = randomBytes(8).toString('hex');
     const fence = this.fence();
-    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence, this.spec.env ?? {}), 'observe', { timeoutMs: this.timeouts.observeMs });
     const env = this.spec.env ?? {};
+    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence, env), 'observe', { timeoutMs: this.timeouts.observeMs });
     const o = parseObservation(res.stdout, res.stderr, nonce, this.node, env);
     const replicas = await Promise.all(o.replicas.map((r) => this.replicaObservation(r.id, r.state, r.alive, r.logTail)));
     return {

@@ -29,18 +29,10 @@ let repo: string;
 
 before(() => {
   fx = makeDataDir('engine');
-  const src = join(fx.root, 'src');
-  mkdirSync(join(src, 'bin'), { recursive: true });
-  writeExe(join(src, 'bin', 'llama-server'), '[ "$1" = --version ] && { echo "version: 1 (stand-in)"; exit 0; }\nexit 2\n');
-  tgz = join(fx.root, 'engine.tar.gz');
-  execFileSync('tar', ['-czf', tgz, '-C', src, 'bin']);
+  tgz = archive('src', '[ "$1" = --version ] && { echo "version: 1 (stand-in)"; exit 0; }\nexit 2\n');
   zip = join(fx.root, 'engine.zip');
-  execFileSync('zip', ['-qr', zip, 'bin'], { cwd: src });
-  const bad = join(fx.root, 'bad');
-  mkdirSync(join(bad, 'bin'), { recursive: true });
-  writeExe(join(bad, 'bin', 'llama-server'), 'echo "cannot run here" >&2\nexit 1\n');
-  broken = join(fx.root, 'broken.tar.gz');
-  execFileSync('tar', ['-czf', broken, '-C', bad, 'bin']);
+  execFileSync('zip', ['-qr', zip, 'bin'], { cwd: join(fx.root, 'src') });
+  broken = archive('bad', 'echo "cannot run here" >&2\nexit 1\n');
   // a git repo with a cmake project whose target prints a version
   repo = join(fx.root, 'repo');
   mkdirSync(repo);
@@ -53,6 +45,16 @@ before(() => {
 });
 
 after(() => fx.remove());
+
+/** A tar.gz of bin/llama-server (a stand-in script with this body), built in <root>/<name>. */
+function archive(name: string, body: string): string {
+  const dir = join(fx.root, name);
+  mkdirSync(join(dir, 'bin'), { recursive: true });
+  writeExe(join(dir, 'bin', 'llama-server'), body);
+  const out = join(fx.root, `${name}.tar.gz`);
+  execFileSync('tar', ['-czf', out, '-C', dir, 'bin']);
+  return out;
+}
 
 for (const shell of SHELLS) {
   describe(`ops/engine*: ${shell}`, () => {
