@@ -64,7 +64,7 @@ describe('documentation links', () => {
       for (const { target } of links(readPage(page))) {
         if (EXTERNAL.test(target)) continue;
         const { file } = resolveLink(page, target);
-        if (file.endsWith('.md') && file.startsWith('docs') && !reached.has(file)) {
+        if (file.endsWith('.md') && file.startsWith('docs') && !reached.has(file) && existsSync(join(repoRoot, file))) {
           reached.add(file);
           queue.push(file);
         }

@@ -20,7 +20,7 @@ import ts from 'typescript';
 import { parse } from 'yaml';
 import { Reasons, type Reason } from '../../src/errors/catalogue.js';
 import { createMetrics } from '../../src/metrics/registry.js';
-import { HISTOGRAM_NAMES, METRIC_NAMES, baseMetricName } from '../../src/metrics/names.js';
+import { HISTOGRAM_NAMES, METRIC_NAMES, MetricNames, baseMetricName } from '../../src/metrics/names.js';
 import { codeCell as code, markdownPages, readPage, section, tableRows } from '../harness/markdown.js';
 import { repoRoot } from '../harness/paths.js';
 import { selectors, templateQueries, type Selector } from '../harness/promql.js';
@@ -64,18 +64,8 @@ function documentedOnce(what: string, names: readonly string[], home: { page: st
   return problems;
 }
 
-/** The row after which a new name's row goes: the last documented name before it in `order`, or the documented name sharing the longest prefix. */
-function after(name: string, order: readonly string[], documented: ReadonlySet<string>, byPrefix = false): string {
-  if (byPrefix) {
-    let best = '';
-    let len = -1;
-    for (const d of documented) {
-      let i = 0;
-      while (i < d.length && d[i] === name[i]) i++;
-      if (i > len) [best, len] = [d, i];
-    }
-    return best ? ` after the \`${best}\` row` : '';
-  }
+/** Where a new name's row goes: after the last documented name before it in `order` (the order its source declares them in). */
+function after(name: string, order: readonly string[], documented: ReadonlySet<string>): string {
   const before = order.slice(0, order.indexOf(name)).filter((n) => documented.has(n));
   return before.length > 0 ? ` after the \`${before[before.length - 1]}\` row` : ' as the first row';
 }
@@ -139,7 +129,7 @@ describe('docs/metrics.md ↔ exported metrics ↔ names.ts ↔ alerts', () => {
       const labels = (m.labelNames ?? []).map((l) => `\`${l}\``).join(', ') || '–';
       const want = `| \`${name}\` | ${type} | ${labels} | ${mdText(help)} |`;
       const cells = documented.get(name);
-      if (!cells) problems.push(`${name} is missing: add this row to ${at(METRICS)}${after(name, METRIC_NAMES, have, true)}:\n${want}`);
+      if (!cells) problems.push(`${name} is missing: add this row to ${at(METRICS)}${after(name, Object.values(MetricNames), have)}:\n${want}`);
       // the description is the reader's; name, type and labels must match
       else if (cells[1] !== type || cells[2] !== labels) problems.push(`${name} differs from the code: in ${at(METRICS)} its type and labels are | ${cells[1]} | ${cells[2]} |, the code's: | ${type} | ${labels} |`);
     }
