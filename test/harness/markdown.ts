@@ -36,17 +36,17 @@ export function proseLines(md: string): string[] {
 }
 
 /**
- * The text under a heading (`## Every metric`), up to the next heading of the same or a higher
- * level; `page` names the file in the failure.
+ * The text under a heading (`## Every metric`), code blocks included, up to the next heading of
+ * the same or a higher level; `page` names the file in the failure.
  */
 export function section(md: string, heading: string, page: string): string {
-  const lines = proseLines(md);
+  const lines = proseLines(md); // headings are found outside code blocks; the text returned keeps them
   const level = /^#+/.exec(heading)![0].length;
   const start = lines.findIndex((l) => l.trim() === heading);
   assert.ok(start >= 0, `${page} has a "${heading}" section`);
   let end = start + 1;
   while (end < lines.length && !(/^#+ /.test(lines[end]!) && /^#+/.exec(lines[end]!)![0].length <= level)) end++;
-  return lines.slice(start + 1, end).join('\n');
+  return md.split('\n').slice(start + 1, end).join('\n');
 }
 
 /** The data rows of the markdown tables in `text`: cells split on unescaped pipes, trimmed. */
