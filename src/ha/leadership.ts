@@ -79,7 +79,7 @@ export interface LeadershipState {
   readonly lastRenewalSent: number | null;
   /** The highest etcd revision answered, and when: an answer to a later call below it means etcd went back. */
   readonly highWater: { readonly revision: number; readonly at: number } | null;
-  /** Mod revision of the last key value reported as forged or stale (reported once). */
+  /** Mod revision of the last key value reported as forged or abandoned (reported once, removed on every sight). */
   readonly reportedKey: number | null;
   readonly started: boolean;
 }
@@ -232,9 +232,10 @@ export function step(s0: LeadershipState, ev: LeadershipEvent, now: number, wall
     const abandoned = !forged && record !== null && record.id === c.id && s.phase.kind === 'standby';
     if (forged || abandoned || record === null) {
       if (s.info && (fresh || forged || s.info.epoch === kv.createRevision)) setInfo(null);
+      // Removed on every sight (a delete that failed is tried again at the next look); reported once.
+      fx.push({ kind: 'deleteKey', epoch: guard, mod: kv.modRevision });
       if (s.reportedKey === kv.modRevision) return;
       set({ reportedKey: kv.modRevision });
-      fx.push({ kind: 'deleteKey', epoch: guard, mod: kv.modRevision });
       if (forged) {
         const why = record === null ? 'not an llmgw leader record' : kv.lease === '0' ? 'attached to no lease (it would never expire)' : kv.createRevision === guard ? `overwritten in place (lease ${kv.lease}, naming ${record.id})` : `its create revision ${kv.createRevision} is above etcd's revision ${Math.min(bound, kv.modRevision)}`;
         fx.push({ kind: 'note', level: 'error', msg: 'the leader key was not written by a leader of this etcd: removed, not followed', fields: { code: 'LEADER_KEY_FORGED', revision: kv.modRevision, why } });

@@ -208,6 +208,9 @@ export class FakeEtcdClient implements LeaderIO {
   private cutOff = false;
   private held: (() => void)[] = [];
 
+  /** Ticks each call takes to be answered (varied per call in tests of interleavings). */
+  latency: () => number = () => 1;
+
   constructor(
     readonly etcd: FakeEtcd,
     readonly name: string,
@@ -235,7 +238,8 @@ export class FakeEtcdClient implements LeaderIO {
 
   private async call<T>(what: string, f: () => T): Promise<T> {
     this.etcd.calls.push({ client: this.name, call: what });
-    await tick();
+    const n = Math.max(1, this.latency());
+    for (let i = 0; i < n; i++) await tick();
     if (this.cutOff) throw new GRPCUnavailableError(`fake etcd: ${this.name} is cut off`);
     return f();
   }
