@@ -236,6 +236,30 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     assert.ok((await third).election.epoch! > epoch2);
   });
 
+  it('the leader key overwritten by hand (a put naming another instance, on no lease): the leader steps down (LEADER_KEY_FORGED), the key is removed, nobody follows it, a new epoch leads', async () => {
+    const prefix = freshPrefix();
+    const a = make(etcd.endpoint, prefix, 'a');
+    const b = make(etcd.endpoint, prefix, 'b');
+    a.election.start();
+    const epoch1 = await elected(a.election);
+    b.election.start();
+    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+    const followed: string[] = [];
+    for (const i of [a, b]) i.election.on('leader', (l) => l && followed.push(`${l.id}@${l.epoch}`));
+
+    const deposed = once(a.election, 'deposed') as Promise<[ReasonRef]>;
+    const next = electedAbove([a, b], epoch1);
+    await a.client.put(`${prefix}/leader`).value(JSON.stringify({ id: 'b', label: 'forged', since: 1 }));
+    const [reason] = await deposed;
+    assert.equal(reason.code, 'LEADER_KEY_FORGED', reason.message);
+    const second = await next;
+    assert.ok(second.election.epoch! > epoch1);
+    const kv = (await a.client.get(`${prefix}/leader`).exec()).kvs[0]!;
+    assert.equal(Number(kv.create_revision), second.election.epoch, 'the key is the new leader\'s');
+    assert.notEqual(kv.lease, '0');
+    assert.ok(!followed.includes(`b@${epoch1}`), `an instance followed the forged record: ${followed.join(', ')}`);
+  });
+
   it('resignTerm (a term the reconciler ended): deposed at once, the key gone, a new epoch leads long before the lease could expire; revision() bounds every epoch', async () => {
     const prefix = freshPrefix();
     const slow = { leaseTtlSeconds: 30, renewDeadlineMs: 20_000, retryPeriodMs: 300 };
