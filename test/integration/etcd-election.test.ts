@@ -38,6 +38,18 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     return i;
   };
 
+  /** a leads (epoch1), b is a standby that sees it. */
+  const leaderAndStandby = async (): Promise<{ prefix: string; a: Instance; b: Instance; epoch1: number }> => {
+    const prefix = freshPrefix();
+    const a = make(etcd.endpoint, prefix, 'a');
+    const b = make(etcd.endpoint, prefix, 'b');
+    a.election.start();
+    const epoch1 = await elected(a.election);
+    b.election.start();
+    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+    return { prefix, a, b, epoch1 };
+  };
+
   before(async () => {
     etcd = await startEtcd();
   });
@@ -210,13 +222,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     }
   });
   it('a leader whose key is deleted by hand, or whose lease is revoked, steps down (LEADER_DEPOSED) and a new epoch leads', async () => {
-    const prefix = freshPrefix();
-    const a = make(etcd.endpoint, prefix, 'a');
-    const b = make(etcd.endpoint, prefix, 'b');
-    a.election.start();
-    const epoch1 = await elected(a.election);
-    b.election.start();
-    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+    const { prefix, a, b, epoch1 } = await leaderAndStandby();
 
     const deposed = once(a.election, 'deposed') as Promise<[ReasonRef]>;
     const next = electedAbove([a, b], epoch1);
@@ -237,13 +243,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
   });
 
   it('the leader key overwritten by hand (a put naming another instance, on no lease): the leader steps down (LEADER_KEY_FORGED), the key is removed, nobody follows it, a new epoch leads', async () => {
-    const prefix = freshPrefix();
-    const a = make(etcd.endpoint, prefix, 'a');
-    const b = make(etcd.endpoint, prefix, 'b');
-    a.election.start();
-    const epoch1 = await elected(a.election);
-    b.election.start();
-    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+    const { prefix, a, b, epoch1 } = await leaderAndStandby();
     const followed: string[] = [];
     for (const i of [a, b]) i.election.on('leader', (l) => l && followed.push(`${l.id}@${l.epoch}`));
 
