@@ -128,6 +128,14 @@ export class Election extends EventEmitter {
   get lastRenewalSent(): number | null {
     return this.s.lastRenewalSent;
   }
+  /**
+   * The last thing about the leader key an operator must act on (LEADER_KEY_FORGED: someone else
+   * writes the etcd prefix; ETCD_REVISION_WENT_BACK: etcd was restored), with its wall-clock time, or null.
+   */
+  get keyProblem(): (ReasonRef & { readonly at: number }) | null {
+    const p = this.s.problem;
+    return p ? { ...p.reason, at: this.clock() - (this.mono() - p.at) } : null;
+  }
   /** The machine's state (tests, diagnostics). */
   get state(): LeadershipState {
     return this.s;

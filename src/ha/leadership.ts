@@ -82,9 +82,11 @@ export interface LeadershipState {
   /** Mod revision of the last key value reported as forged or abandoned (reported once, removed on every sight). */
   readonly reportedKey: number | null;
   readonly started: boolean;
+  /** The last forged leader key or backwards revision seen, and when (for status; never cleared by itself). */
+  readonly problem: { readonly reason: ReasonRef; readonly at: number } | null;
 }
 
-export const initialLeadership: LeadershipState = { phase: { kind: 'stopped' }, info: null, infoAt: Number.NEGATIVE_INFINITY, looking: null, nextLook: null, lastRenewalSent: null, highWater: null, reportedKey: null, started: false };
+export const initialLeadership: LeadershipState = { phase: { kind: 'stopped' }, info: null, infoAt: Number.NEGATIVE_INFINITY, looking: null, nextLook: null, lastRenewalSent: null, highWater: null, reportedKey: null, started: false, problem: null };
 
 export type LeadershipEvent =
   | { readonly kind: 'start' }
@@ -201,6 +203,7 @@ export function step(s0: LeadershipState, ev: LeadershipEvent, now: number, wall
     const hw = s.highWater;
     if (hw && sent > hw.at && revision < hw.revision) {
       fx.push({ kind: 'note', level: 'error', msg: 'etcd revision went back: etcd was restored from a backup (or another cluster answers)', fields: { code: 'ETCD_REVISION_WENT_BACK', from: hw.revision, to: revision } });
+      set({ problem: { reason: { code: 'ETCD_REVISION_WENT_BACK', message: `etcd's revision went back from ${hw.revision} to ${revision}: etcd was restored from a backup (or another cluster answers)` }, at: now } });
     }
     if (!hw || revision >= hw.revision || sent > hw.at) set({ highWater: { revision, at: now } });
     if (s.phase.kind === 'leading' && sent >= s.phase.term.electedAt && revision < s.phase.term.epoch) {
@@ -239,6 +242,7 @@ export function step(s0: LeadershipState, ev: LeadershipEvent, now: number, wall
       if (forged) {
         const why = record === null ? 'not an llmgw leader record' : kv.lease === '0' ? 'attached to no lease (it would never expire)' : kv.createRevision === guard ? `overwritten in place (lease ${kv.lease}, naming ${record.id})` : `its create revision ${kv.createRevision} is above etcd's revision ${Math.min(bound, kv.modRevision)}`;
         fx.push({ kind: 'note', level: 'error', msg: 'the leader key was not written by a leader of this etcd: removed, not followed', fields: { code: 'LEADER_KEY_FORGED', revision: kv.modRevision, why } });
+        set({ problem: { reason: { code: 'LEADER_KEY_FORGED', message: `the leader key at revision ${kv.modRevision} was not written by a leader of this etcd (${why}): removed, not followed` }, at: now } });
       } else {
         fx.push({ kind: 'note', level: 'info', msg: 'the leader key names this instance, which does not hold it (an abandoned term, or a record from before an etcd restore): removed', fields: { epoch: kv.createRevision } });
       }

@@ -279,6 +279,7 @@ describe('Election over a fake etcd, with a fake clock', () => {
       const next = await w.oneLeader();
       assert.ok(next.e.epoch! < forgedEpoch);
       for (const m of w.members) assert.ok(m.leaders.every((l) => !l?.startsWith('mallory')), `${m.id} followed the forged key`);
+      assert.ok(w.members.some((m) => m.e.keyProblem?.code === 'LEADER_KEY_FORGED'), 'the forgery is there for status to show');
     });
   });
 
@@ -305,6 +306,7 @@ describe('Election over a fake etcd, with a fake clock', () => {
         return l.length === 1 && l[0]!.elected.length > terms.get(l[0]!)! && w.members.every((m) => m.e.current()?.epoch === l[0]!.e.epoch && m.e.current()?.id === l[0]!.id);
       }, 'one new leader after the restore');
       assert.ok(second.deposed.length > 0, 'the leader of the lost future was deposed');
+      assert.ok(w.members.some((m) => m.e.keyProblem?.code === 'ETCD_REVISION_WENT_BACK'), 'the restore is there for status to show');
       assert.ok(['LEADER_DEPOSED', 'ETCD_REVISION_WENT_BACK'].includes(second.deposed.at(-1)!.code), second.deposed.at(-1)!.message);
       assert.ok(took < T.leaseTtlSeconds * 1000, `a leader ${took} ms after the restore: the restored record's lease (${T.leaseTtlSeconds} s, renewed by nobody) was not waited out`);
     });
