@@ -115,7 +115,7 @@ export const Reasons = catalogue({
   NO_VALID_SPEC: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'fleet_not_ready' }, hint: 'No valid fleet revision has been applied yet; check `llmgw ctl status` for the sync error or the rejected revision.' },
 
   // --- HA on etcd (--etcd) ---
-  ETCD_UNAVAILABLE: { http: 503, retryable: true, counts: false, hint: 'No etcd endpoint answered in time (refused, timed out or partitioned); check that the --etcd URLs are right and etcd is up and reachable from this instance. A leader that cannot reach etcd stops acting before its lease can expire.' },
+  ETCD_UNAVAILABLE: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'etcd_unavailable' }, hint: 'No etcd endpoint answered in time (refused, timed out or partitioned); check that the --etcd URLs are right and etcd is up and reachable from this instance. A leader that cannot reach etcd stops acting before its lease can expire.' },
   ETCD_AUTH_FAILED: { http: 502, retryable: false, counts: false, hint: 'etcd refused the credentials or the permission: check the etcd user and its password file, the client certificate, and that the user\'s role may read and write the keys under the --etcd prefix.' },
   ETCD_TLS_FAILED: { http: 502, retryable: false, counts: false, hint: 'The TLS handshake with etcd failed: check that the CA file signed etcd\'s server certificate and that the certificate names the endpoint\'s host, and that etcd trusts the client certificate and key given (etcd --client-cert-auth --trusted-ca-file).' },
   ETCD_FAILED: { http: 500, retryable: true, counts: false, hint: 'An etcd request failed for another reason than reachability or credentials; see the message (etcd\'s own error).' },

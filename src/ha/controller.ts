@@ -19,7 +19,7 @@ import type { ControllerState } from '../reconciler/state.js';
 import { readyReplicasOf } from '../reconciler/availability.js';
 import type { ControlView, DemandResult, FleetSnapshot, FleetView, ModelView, ReplicaView } from '../reconciler/view.js';
 import { waitSettled } from '../reconciler/wait-ready.js';
-import type { Published, Requests, RequestMsg } from './channel.js';
+import type { ForwardedRequest, Published, Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
 import type { EtcdStateStore } from './etcd-state.js';
 import { allowedDemand, parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
@@ -290,8 +290,10 @@ export class HaController implements FleetView, AdminBackend {
     return this.syncing;
   }
 
-  private forward<T>(kind: string, body: unknown): Promise<T> {
-    return this.o.requests.send(kind, body, this.o.forwardTimeoutMs ?? 60_000) as Promise<T>;
+  /** Sends a request to the leader: its answer within `timeoutMs` (at most the forward timeout), or LEADER_UNAVAILABLE / ETCD_*. */
+  private forward<T>(kind: ForwardedRequest['kind'], body: unknown, timeoutMs?: number): Promise<T> {
+    const most = this.o.forwardTimeoutMs ?? 60_000;
+    return this.o.requests.send(kind, body, Math.min(most, timeoutMs ?? most)) as Promise<T>;
   }
 
   // ------------------------------------------------------------------ FleetView and AdminBackend
@@ -318,9 +320,9 @@ export class HaController implements FleetView, AdminBackend {
     return readyReplicasOf(this.model(model));
   }
 
-  demand(model: string): Promise<DemandResult> {
+  demand(model: string, opts?: { readonly timeoutMs?: number }): Promise<DemandResult> {
     if (this.term) return this.term.reconciler.demand(model);
-    return this.forward<DemandResult>('demand', { model }).then((r) => allowedDemand(r, this.spec()));
+    return this.forward<DemandResult>('demand', { model }, opts?.timeoutMs).then((r) => allowedDemand(r, this.spec()));
   }
 
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {
