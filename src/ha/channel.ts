@@ -188,6 +188,13 @@ export function leaseProblem(ttl: { readonly TTL: string; readonly keys: readonl
   return null;
 }
 
+/** A request the leader did not run: its key and why; `live`: it passed checkRequest and its lease failed the live check (most often its sender gave up waiting). */
+export interface Refusal {
+  readonly key: string;
+  readonly why: string;
+  readonly live?: boolean;
+}
+
 export class Requests {
   private readonly requestsPrefix: string;
   private readonly responsesPrefix: string;
@@ -273,7 +280,7 @@ export class Requests {
    * order. Call it when elected; close it when deposed. A request that arrives while this instance
    * does not lead is left for the next leader. Resolves to a closer once watching.
    */
-  async serve(election: Election, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: { key: string; why: string }) => void = () => undefined): Promise<() => Promise<void>> {
+  async serve(election: Election, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: Refusal) => void = () => undefined): Promise<() => Promise<void>> {
     let closed = false;
     let chain: Promise<void> = Promise.resolve();
     const seen = new Set<string>();
@@ -299,7 +306,7 @@ export class Requests {
     };
   }
 
-  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: { key: string; why: string }) => void): Promise<void> {
+  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: Refusal) => void): Promise<void> {
     const requestKey = kv.key.toString('utf8');
     const checked = checkRequest(requestKey, kv.value.toString('utf8'), String(kv.lease ?? '0'));
     if (!election.isLeader()) return;
@@ -318,7 +325,7 @@ export class Requests {
       return; // etcd did not answer: the request stays (for this leader's next look, or the next leader)
     }
     if (live !== null) {
-      onRefused({ key: requestKey, why: live });
+      onRefused({ key: requestKey, why: live, live: true });
       await election.guardedDelete(requestKey).catch(() => undefined);
       return;
     }

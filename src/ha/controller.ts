@@ -189,7 +189,10 @@ export class HaController implements FleetView, AdminBackend {
         term.stopServing = await this.o.requests.serve(
           this.o.election,
           (m) => this.handle(term.reconciler, m),
-          (r) => log.error({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request in etcd was refused, not run'),
+          (r) =>
+            r.live
+              ? log.info({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request whose sender is gone (it gave up waiting) was not run')
+              : log.error({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request in etcd was refused, not run'),
         );
       } catch (err) {
         log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'cannot serve forwarded requests yet; trying again');
