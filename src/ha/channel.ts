@@ -109,18 +109,6 @@ export class Published {
   }
 }
 
-export interface RequestMsg {
-  readonly id: string;
-  readonly kind: string;
-  readonly body: unknown;
-  /** The sending instance's id. */
-  readonly from: string;
-}
-
-interface WireRequest extends RequestMsg {
-  /** The sender's lease the answer is attached to. */
-  readonly lease: string;
-}
 
 type WireResponse = { readonly ok: unknown } | { readonly error: ReasonRef };
 
@@ -137,6 +125,15 @@ export type ForwardedRequest =
   | { readonly kind: 'restart-done'; readonly body: { readonly ids: readonly string[] } }
   | { readonly kind: 'logs'; readonly body: { readonly replica: string; readonly lines?: number } }
   | { readonly kind: 'pass'; readonly body: { readonly trigger: string } };
+
+/** A forwarded request as the leader runs it: checked (checkRequest), with its id and the sending instance's id. */
+export type RequestMsg = ForwardedRequest & { readonly id: string; readonly from: string };
+
+/** As etcd holds it: with the sender's lease, the one the request and its answer are attached to. */
+type WireRequest = RequestMsg & { readonly lease: string };
+
+/** The body of a kind of request. */
+export type RequestBody<K extends ForwardedRequest['kind']> = Extract<ForwardedRequest, { kind: K }>['body'];
 
 const NAME = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 256;
 const NAMES = (v: unknown): v is string[] => Array.isArray(v) && v.length <= 10_000 && v.every(NAME);
@@ -175,7 +172,8 @@ export function checkRequest(key: string, value: string, kvLease: string): { rea
   const extra = Object.keys(body).filter((k) => !shape.keys.includes(k));
   if (extra.length > 0) return { why: `${v.kind}: unknown body fields ${extra.slice(0, 5).join(', ')}` };
   if (!shape.ok(body as Record<string, unknown>)) return { why: `${v.kind}: a malformed body` };
-  return { req: { id: v.id, kind: v.kind, body, from: v.from, lease: v.lease } };
+  // the shape just checked is the union's member for this kind
+  return { req: { id: v.id, kind: v.kind, body, from: v.from, lease: v.lease } as WireRequest };
 }
 
 /**
@@ -213,7 +211,7 @@ export class Requests {
    * the LlmgwError the leader's handler failed with; ETCD_* when etcd did not take the request in
    * time (the lease, the watch for the answer, the put), LEADER_UNAVAILABLE when no leader answered.
    */
-  async send(kind: ForwardedRequest['kind'], body: unknown, timeoutMs: number): Promise<unknown> {
+  async send<K extends ForwardedRequest['kind']>(kind: K, body: RequestBody<K>, timeoutMs: number): Promise<unknown> {
     const id = randomUUID();
     const responseKey = this.responsesPrefix + id;
     const lease: Lease = this.client.lease(Math.max(2, Math.ceil(timeoutMs / 1000) + 1), { autoKeepAlive: false });
@@ -244,7 +242,7 @@ export class Requests {
       w.on('put', (kv: IKeyValue) => answered(kv.value.toString('utf8')));
       // Wait until the watch is in place before the request can be answered.
       await within(new Promise<void>((resolve) => w.once('connected', () => resolve())));
-      const msg: WireRequest = { id, kind, body, from: this.from, lease: leaseId };
+      const msg = { id, kind, body, from: this.from, lease: leaseId } as WireRequest;
       await within(
         this.client
           .put(this.requestsPrefix + id)
@@ -331,7 +329,8 @@ export class Requests {
     }
     let response: WireResponse;
     try {
-      response = { ok: (await handle({ id: req.id, kind: req.kind, body: req.body, from: req.from })) ?? null };
+      const { lease: _lease, ...msg } = req;
+      response = { ok: (await handle(msg)) ?? null };
     } catch (e) {
       response = { error: reasonOf(e) };
     }
