@@ -38,10 +38,20 @@ function reordered(s: ControllerState): ControllerState {
 describe('state record, snapshot and requests in a real etcd', { timeout: 60_000 }, () => {
   let etcd: EtcdInstance;
   const open: Instance[] = [];
-  const make = (prefix: string, id: string): Instance => {
-    const i = instance(etcd.endpoint, prefix, id);
+  /** An instance on etcd, or through a forwarder listening on `viaPort`. */
+  const make = (prefix: string, id: string, viaPort?: number): Instance => {
+    const i = instance(viaPort === undefined ? etcd.endpoint : `http://127.0.0.1:${viaPort}`, prefix, id);
     open.push(i);
     return i;
+  };
+  /** An elected instance serving requests with `handle`; the reasons of those it refused. */
+  const servingLeader = async (prefix: string, handle: (m: RequestMsg) => Promise<unknown>): Promise<{ refused: string[]; stopServing: () => Promise<void> }> => {
+    const leader = make(prefix, 'leader');
+    leader.election.start();
+    await elected(leader.election);
+    const refused: string[] = [];
+    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, handle, (r) => refused.push(r.why));
+    return { refused, stopServing };
   };
   const revision = async (i: Instance): Promise<number> => Number((await i.client.get('/nothing').exec()).header.revision);
 
@@ -177,8 +187,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const prefix = freshPrefix();
     const fwd = await startTcpForwarder(etcd.clientPort);
     try {
-      const leader = instance(`http://127.0.0.1:${fwd.port}`, prefix, 'leader');
-      open.push(leader);
+      const leader = make(prefix, 'leader', fwd.port);
       leader.election.start();
       await elected(leader.election);
       const handled: string[] = [];
@@ -209,23 +218,15 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
 
   it('Requests: a request whose sender gave up while it waited behind another is refused when its turn comes (its lease is checked live), never run', async () => {
     const prefix = freshPrefix();
-    const leader = make(prefix, 'leader');
-    leader.election.start();
-    await elected(leader.election);
     const handled: string[] = [];
-    const refused: string[] = [];
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
-    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(
-      leader.election,
-      async (m) => {
-        const trigger = (m.body as { trigger: string }).trigger;
-        handled.push(trigger);
-        if (trigger === 'slow') await gate;
-        return 'ok';
-      },
-      (r) => refused.push(r.why),
-    );
+    const { refused, stopServing } = await servingLeader(prefix, async (m) => {
+      const trigger = (m.body as { trigger: string }).trigger;
+      handled.push(trigger);
+      if (trigger === 'slow') await gate;
+      return 'ok';
+    });
     try {
       const sender = make(prefix, 'standby');
       const requests = new Requests(sender.client, prefix, 'standby');
@@ -249,8 +250,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const prefix = freshPrefix();
     const fwd = await startTcpForwarder(etcd.clientPort);
     try {
-      const sender = instance(`http://127.0.0.1:${fwd.port}`, prefix, 'standby');
-      open.push(sender);
+      const sender = make(prefix, 'standby', fwd.port);
       const requests = new Requests(sender.client, prefix, 'standby');
       fwd.stall();
       for (const timeout of [700, 1_500]) {
@@ -282,19 +282,11 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
 
   it('Requests: a forged request (no lease, a bogus lease, an unknown kind, a malformed body) is refused with a reason and never run; a real one is', async () => {
     const prefix = freshPrefix();
-    const leader = make(prefix, 'leader');
-    leader.election.start();
-    await elected(leader.election);
     const handled: RequestMsg[] = [];
-    const refused: string[] = [];
-    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(
-      leader.election,
-      async (m) => {
-        handled.push(m);
-        return 'ran';
-      },
-      (r) => refused.push(r.why),
-    );
+    const { refused, stopServing } = await servingLeader(prefix, async (m) => {
+      handled.push(m);
+      return 'ran';
+    });
     try {
       const forger = make(prefix, 'forger');
       const id = (n: number): string => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
