@@ -5,6 +5,10 @@
  * stopped. The leader publishes its snapshot; a standby answers from the published one and carries
  * demand, retries, restarts, log reads and webhook passes to the leader through etcd.
  *
+ * What the router and the admin API ask of it is the one ControllerShell (reconciler/controller-shell.ts):
+ * its view is the snapshot it publishes (the term reconciler's, or the standby's look at the published
+ * one), and who acts is the term's reconciler while it leads, else StandbyActs (standby.ts).
+ *
  * Terms begin on 'elected' and end on 'deposed' (an overdue renewal, a lost key, a refused guarded
  * write, or a node that has seen a newer epoch), one transition at a time.
  */
