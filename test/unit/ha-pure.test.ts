@@ -115,6 +115,18 @@ describe('the published snapshot', () => {
     assert.deepEqual(allowedDemand({ kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'x' }, own), { kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'x' });
   });
 
+  it('a starting replica without an endpoint yet is shown, not refused; a ready one without an endpoint is refused', () => {
+    const own = withNode(fakeSpec({ models: { alpha: {} } }));
+    const m0 = base().models[0]!;
+    const r0 = m0.replicas[0]!;
+    const starting = { ...r0, id: 'starting', endpoint: '', phase: 'starting' as const };
+    const bare = { ...r0, id: 'ready-no-endpoint', endpoint: '' };
+    const json = publishedJson(base({ models: [{ ...m0, replicas: [r0, starting, bare] }] }));
+    const s = standbySnapshot(parsePublished(json), own, { ...STANDALONE, mode: 'etcd' as const }, 1);
+    assert.deepEqual(s.models[0]!.replicas.map((r) => r.id), [r0.id, 'starting']);
+    assert.deepEqual(refusedEndpoints(parsePublished(json), own).map((r) => [r.replica, r.why]), [['ready-no-endpoint', 'is not a URL']]);
+  });
+
   it('a value this version does not read is no snapshot', () => {
     assert.equal(parsePublished('{"v":2}'), null);
     assert.equal(parsePublished('not json'), null);
