@@ -240,6 +240,7 @@ export class Requests {
       const w = this.client.watch().key(responseKey).only('put').watcher();
       watcher = w;
       w.on('put', (kv: IKeyValue) => answered(kv.value.toString('utf8')));
+      w.on('error', () => undefined); // a watch etcd ends: the timer answers (an unheard 'error' would throw)
       // Wait until the watch is in place before the request can be answered.
       await within(new Promise<void>((resolve) => w.once('connected', () => resolve())));
       const msg = { id, kind, body, from: this.from, lease: leaseId } as WireRequest;
