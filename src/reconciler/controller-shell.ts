@@ -20,32 +20,33 @@ import { waitSettled } from './wait-ready.js';
 
 /** The view part of FleetView / AdminBackend over the snapshots published into it. */
 export abstract class SnapshotHub {
-  private current: FleetSnapshot | null = null;
-  private readonly events = new EventEmitter();
-  private readonly models = new ModelIndex();
+  // #-private: a subclass's own fields (a Reconciler's, an HA controller's) cannot collide with these
+  #current: FleetSnapshot | null = null;
+  readonly #events = new EventEmitter();
+  readonly #models = new ModelIndex();
 
   constructor() {
-    this.events.setMaxListeners(0);
+    this.#events.setMaxListeners(0);
   }
 
   /** Makes `s` the snapshot everyone reads, and tells those listening. */
   protected setSnapshot(s: FleetSnapshot): void {
-    this.current = s;
-    this.events.emit('snapshot', s);
+    this.#current = s;
+    this.#events.emit('snapshot', s);
   }
 
   snapshot(): FleetSnapshot {
-    if (this.current === null) throw new Error('no snapshot published yet (a controller publishes one when it is made)');
-    return this.current;
+    if (this.#current === null) throw new Error('no snapshot published yet (a controller publishes one when it is made)');
+    return this.#current;
   }
 
   onSnapshot(listener: (s: FleetSnapshot) => void): () => void {
-    this.events.on('snapshot', listener);
-    return () => this.events.off('snapshot', listener);
+    this.#events.on('snapshot', listener);
+    return () => this.#events.off('snapshot', listener);
   }
 
   model(name: string): ModelView | null {
-    return this.models.get(this.snapshot(), name);
+    return this.#models.get(this.snapshot(), name);
   }
 
   readyReplicas(model: string): readonly ReplicaView[] {
