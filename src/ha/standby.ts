@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import { reasonOf } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
-import type { RestartRequest, RetryOutcome } from '../admin/backend.js';
+import type { RestartRequest, RetryOutcome } from '../reconciler/controller-api.js';
 import type { ControllerActs } from '../reconciler/controller-shell.js';
 import type { DemandResult, FleetSnapshot } from '../reconciler/view.js';
 import type { ForwardedRequest, RequestBody, Requests } from './channel.js';

@@ -11,7 +11,7 @@
  *   instance: its term's reconciler while it leads, else its standby over the published view).
  */
 import { EventEmitter } from 'node:events';
-import type { AdminBackend, RestartRequest, RetryOutcome } from '../admin/backend.js';
+import type { AdminBackend, RestartRequest, RetryOutcome } from './controller-api.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { readyReplicasOf } from './availability.js';
 import { ModelIndex } from './model-index.js';
