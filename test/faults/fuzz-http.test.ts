@@ -16,9 +16,13 @@ import fc from 'fast-check';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { buildRouter } from '../../src/router/app.js';
 import { FakeFleetView, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
+import { replicaPortRange } from '../harness/ports.js';
 import { recordFault } from './report.js';
 import { SecretsScan } from './secrets-scan.js';
 import { startServeChild, type ServeChild } from './serve-child.js';
+
+/** The replica ports of this file's node (its own range: files run side by side). */
+const PORTS = replicaPortRange();
 
 const RUNS = Number(process.env.LLMGW_FUZZ_RUNS ?? 150);
 const ROUTER_KEY = 'fuzz-router-key-77c1d0e4';
@@ -242,7 +246,7 @@ describe('fault 11: fuzzing the admin API of a real llmgw serve over real socket
       files: (home) => {
         writeFileSync(`${home}/admin-token`, `${ADMIN_TOKEN}\n`, { mode: 0o600 });
         writeFileSync(`${home}/webhook-secret`, 'fuzz-webhook-secret-91ab\n', { mode: 0o600 });
-        return { 'fleet.yaml': 'poll_interval: 1h\n', 'nodes/local.yaml': `transport: local\ndata_dir: ${home}/node\nports: { from: 29200, to: 29299 }\n` };
+        return { 'fleet.yaml': 'poll_interval: 1h\n', 'nodes/local.yaml': `transport: local\ndata_dir: ${home}/node\nports: { from: ${PORTS.from}, to: ${PORTS.to} }\n` };
       },
     });
   });

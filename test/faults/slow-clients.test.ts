@@ -16,9 +16,13 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
+import { replicaPortRange } from '../harness/ports.js';
 import { recordFault } from './report.js';
 import { SecretsScan } from './secrets-scan.js';
 import { startServeChild, type ServeChild } from './serve-child.js';
+
+/** The replica ports of this file's node (its own range: files run side by side). */
+const PORTS = replicaPortRange();
 
 const ROUTER_KEY = 'fault-router-key-5f1c0a9e7d';
 const ADMIN_TOKEN = 'fault-admin-token-8e2b4c6d1a';
@@ -44,7 +48,7 @@ before(async () => {
       chmodSync(engine, 0o755);
       return {
         'fleet.yaml': 'poll_interval: 5s\nactivation_window: 15s\nbackoff: { initial: 1s, max: 5s }\n',
-        'nodes/local.yaml': `transport: local\ndata_dir: ${join(home, 'node')}\nports: { from: 29100, to: 29199 }\n`,
+        'nodes/local.yaml': `transport: local\ndata_dir: ${join(home, 'node')}\nports: { from: ${PORTS.from}, to: ${PORTS.to} }\n`,
         'engines/llama-cpp.yaml': `versions:\n  sleepy:\n    path: ${engine}\n`,
         'profiles/tiny.yaml': 'engine: llama-cpp@sleepy\nctx_size: 256\nthreads: 1\nparallel: 1\nmemory_overhead: 64MiB\nstart_timeout: 300s\n',
         'access/keys.yaml': `keys:\n  - name: tester\n    sha256: ${createHash('sha256').update(ROUTER_KEY).digest('hex')}\n    models: ["*"]\n`,
