@@ -42,7 +42,7 @@ const settled = (n: number) => (): boolean => {
   const procs = dirs.reduce((s, d) => s + replicaProcesses(d).length, 0);
   return !!m && m.replicas.length === n && m.replicas.every((r) => r.phase === 'ready' && r.digest === m.spec.digest) && procs === n && Object.keys(ctl.reconciler.record().stops).length === 0;
 };
-await ctl.until(settled(2), 'two replicas', 120_000);
+await ctl.until('two replicas', 120_000, settled(2));
 
 const rows: string[] = [];
 async function measure(what: string, op: () => Promise<unknown>, n: number): Promise<void> {
@@ -52,8 +52,8 @@ async function measure(what: string, op: () => Promise<unknown>, n: number): Pro
   const t0 = performance.now();
   await op();
   await ctl.reconciler.requestPass('webhook');
-  await ctl.until(() => !settled(n)(), `${what} begins`, 30_000).catch(() => undefined);
-  await ctl.until(settled(n), `${what} settles`, 180_000);
+  await ctl.until(`${what} begins`, 30_000, () => !settled(n)()).catch(() => undefined);
+  await ctl.until(`${what} settles`, 180_000, settled(n));
   const ms = performance.now() - t0;
   await sleep(1500);
   const t = await l.stop();
@@ -66,11 +66,11 @@ await measure('restart --model (2 replicas)', () => ctl.reconciler.restart({ mod
 await measure('scale-down 2 → 1', () => fleet.push(files({ cacheRam: '17MiB', replicas: 1 }), 'one replica'), 1);
 await fleet.push(files({ cacheRam: '17MiB', replicas: 2 }), 'two again');
 await ctl.reconciler.requestPass('webhook');
-await ctl.until(settled(2), 'two again', 120_000);
+await ctl.until('two again', 120_000, settled(2));
 await measure('schedule change 2 → 1', () => fleet.push(files({ cacheRam: '17MiB', replicas: 2, extra: ['timezone: UTC', 'schedule:', '  - { cron: "* * * * *", replicas: 1 }'] }), 'schedule'), 1);
 await fleet.push(files({ replicas: 1, drainGrace: '15s', extra: ['memory: 512MiB'], capacity: ['1GiB', '300MiB'] }), 'no room');
 await ctl.reconciler.requestPass('webhook');
-await ctl.until(settled(1), 'one replica, no room', 120_000);
+await ctl.until('one replica, no room', 120_000, settled(1));
 await measure('restart, no room to surge (drain_grace 15s)', () => ctl.reconciler.restart({ model: 'chat' }), 1);
 
 console.log('| operation | requests sent | cut | failed | duration | max llama-server processes | stream durations |');

@@ -54,7 +54,7 @@ after(async () => {
 
 describe('a node whose disk is full', () => {
   it('fails the download as NODE_DISK_FULL, not counted, and the model is placed on the other node', async () => {
-    await ctl.until(() => ctl.reconciler.model('roams')?.phase === 'ready', 'roams ready', 120_000);
+    await ctl.until('roams ready', 120_000, () => ctl.reconciler.model('roams')?.phase === 'ready');
     const roams = ctl.reconciler.model('roams')!;
     assert.deepEqual(roams.replicas.map((r) => r.node), ['node-2']);
     assert.equal(roams.consecutiveFailures, 0);
@@ -64,7 +64,7 @@ describe('a node whose disk is full', () => {
 
   it('a model pinned to that node is set back again and again, never counted, never parked; the node shows its free disk', async () => {
     await fleet.push({ 'models/pinned.yaml': model(['node_selector: { disk: small }']) }, 'fleet: a model pinned to the node with the small disk');
-    await ctl.until(() => ctl.logs.filter((l) => l.model === 'pinned' && l.code === 'NODE_DISK_FULL' && l.msg.startsWith('replica start set back')).length >= 6, 'pinned set back six times', 120_000);
+    await ctl.until('pinned set back six times', 120_000, () => ctl.logs.filter((l) => l.model === 'pinned' && l.code === 'NODE_DISK_FULL' && l.msg.startsWith('replica start set back')).length >= 6);
     const pinned = ctl.reconciler.model('pinned')!;
     assert.equal(pinned.consecutiveFailures, 0);
     assert.equal(pinned.parked, null);
@@ -78,7 +78,7 @@ describe('a node whose disk is full', () => {
 
   it('once the disk has room, the pinned model starts on its own (no retry) and nothing is left half-downloaded', async () => {
     mount('64m', true);
-    await ctl.until(() => ctl.reconciler.model('pinned')?.phase === 'ready', 'pinned ready after the disk grew', 120_000);
+    await ctl.until('pinned ready after the disk grew', 120_000, () => ctl.reconciler.model('pinned')?.phase === 'ready');
     assert.deepEqual(ctl.reconciler.model('pinned')!.replicas.map((r) => r.node), ['node-1']);
     assert.equal(ctl.logs.filter((l) => l.msg === 'retry handled').length, 0);
     const parts = spawnSync('find', [small, '-name', '*.part'], { encoding: 'utf8' }).stdout.trim();

@@ -29,11 +29,11 @@ after(async () => {
 
 describe('fault 9: a force-push replaying Llmgw-Retry trailers', () => {
   it('the rewritten history applies; the replayed retry does not unpark kev again; a new retry does', async () => {
-    await ctl.until(() => model('kev').phase === 'parked', 'kev parked');
+    await ctl.until('kev parked', 90_000, () => model('kev').phase === 'parked');
     const op = fleet.operator;
     const beforeRetry = await op.head();
     const retryCommit = await fleet.push({}, 'retry kev\n\nLlmgw-Retry: kev\n');
-    await ctl.until(() => handled() === 1 && model('kev').phase === 'parked' && (ctl.starts.get('kev') ?? 0) >= 10, 'the retry handled and kev parked again');
+    await ctl.until('the retry handled and kev parked again', 90_000, () => handled() === 1 && model('kev').phase === 'parked' && (ctl.starts.get('kev') ?? 0) >= 10);
     const starts = ctl.starts.get('kev') ?? 0;
 
     // rewrite: a new commit under the retry, the retry cherry-picked on top (new id, same content)
@@ -46,7 +46,7 @@ describe('fault 9: a force-push replaying Llmgw-Retry trailers', () => {
     assert.equal(await op.git(['log', '-1', '--format=%B', rewritten]), await op.git(['log', '-1', '--format=%B', retryCommit]));
     await op.git(['-c', 'credential.helper=', 'push', '-q', '--force', fleet.git.authUrl('fleet.git'), 'HEAD:main']);
 
-    await ctl.until(() => ctl.reconciler.snapshot().appliedRevision === rewritten, 'the rewritten head applied');
+    await ctl.until('the rewritten head applied', 90_000, () => ctl.reconciler.snapshot().appliedRevision === rewritten);
     for (let i = 0; i < 5; i++) await ctl.reconciler.requestPass('test');
     assert.equal(model('kev').phase, 'parked', 'still parked');
     assert.equal(model('kev').consecutiveFailures, 5);
@@ -55,7 +55,7 @@ describe('fault 9: a force-push replaying Llmgw-Retry trailers', () => {
 
     // a genuinely new retry still works
     await fleet.push({}, 'retry kev once more\n\nLlmgw-Retry: kev\n');
-    await ctl.until(() => handled() === 2 && (ctl.starts.get('kev') ?? 0) > starts, 'the new retry handled');
+    await ctl.until('the new retry handled', 90_000, () => handled() === 2 && (ctl.starts.get('kev') ?? 0) > starts);
 
     const scan = new SecretsScan().secret('engine key', 'test-engine-key').secret('git token', fleet.git.token);
     scan.collect('controller log', ctl.logs.map((l) => JSON.stringify(l)).join('\n'));

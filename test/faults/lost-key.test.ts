@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { freePort, llamaServerDir } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
+import { until } from '../harness/wait.js';
 import { recordFault } from './report.js';
 import { SecretsScan } from './secrets-scan.js';
 
@@ -46,19 +47,13 @@ async function chat(routerPort: number): Promise<number> {
   return r?.status ?? 0;
 }
 
-async function until(what: string, timeoutMs: number, fn: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${out.slice(-5000)}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
+const logTail = (): string => out.slice(-5000);
 
 describe('fault 2: a lost engine key', () => {
   it('replicas started with the old key are replaced surge-first and the router answers 200 again', async () => {
     const [routerPort, adminPort] = [await freePort(), await freePort()];
     child = await serve(routerPort, adminPort);
-    await until('the demo model served', 300_000, async () => (await chat(routerPort)) === 200);
+    await until('the demo model served', 300_000, async () => (await chat(routerPort)) === 200, { diag: logTail });
     const exited = new Promise((r) => child!.once('exit', r));
     child.kill('SIGTERM'); // replicas keep running, as after any controller stop
     await exited;
@@ -69,11 +64,11 @@ describe('fault 2: a lost engine key', () => {
 
     child = await serve(routerPort, adminPort);
     const t0 = Date.now();
-    await until('the router answering 200 with the new key', 120_000, async () => (await chat(routerPort)) === 200);
+    await until('the router answering 200 with the new key', 120_000, async () => (await chat(routerPort)) === 200, { diag: logTail });
     const took = Date.now() - t0;
     // the router answers through the new replica once it is ready; the old one is stopped after its
     // drain (routing settles first), so its stop and the reason logged with it come a little later
-    await until('the old-key replica stopped, with the reason', 60_000, async () => /"msg":"replica started with another engine key \(it refuses the router\): replaced"/.test(out) && /"reason":"replaced"/.test(out));
+    await until('the old-key replica stopped, with the reason', 60_000, async () => /"msg":"replica started with another engine key \(it refuses the router\): replaced"/.test(out) && /"reason":"replaced"/.test(out), { diag: logTail });
     const scan = new SecretsScan().secret('new engine key', readFileSync(join(home, 'state', 'engine-api-key'), 'utf8').trim()).secret('old engine key', oldKey);
     scan.collect('llmgw serve output (both runs)', `${first}\n${out}`);
     scan.assertClean();

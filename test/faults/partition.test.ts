@@ -241,7 +241,7 @@ describe('fault 3: a partition mid-download', () => {
     fwd.cut();
     await sleep(2000);
     fwd.restore();
-    await ctl.until(() => ctl.reconciler.model('slowdl')?.phase === 'ready', 'slowdl ready after the partition', 120_000);
+    await ctl.until('slowdl ready after the partition', 120_000, () => ctl.reconciler.model('slowdl')?.phase === 'ready');
     sampling = false;
     await sampler;
 
@@ -285,13 +285,13 @@ describe('fault 3: a partition mid-download', () => {
     fwd.cut();
     await sleep(2000);
     fwd.restore();
-    await ctl.until(() => ctl.reconciler.model('good')?.phase === 'ready', 'good ready after the partition', 120_000);
+    await ctl.until('good ready after the partition', 120_000, () => ctl.reconciler.model('good')?.phase === 'ready');
     // settled: every llama-server of good on the node is a replica the controller reports
-    await ctl.until(() => {
+    await ctl.until('one llama-server of good, the one the controller reports', 60_000, () => {
       const known = new Set(ctl.reconciler.model('good')!.replicas.map((r) => r.id));
       const running = replicaProcesses(fleet.nodes[0]!.dataDir).filter((id) => id.startsWith('good-'));
       return running.length === 1 && running.every((id) => known.has(id));
-    }, 'one llama-server of good, the one the controller reports', 60_000);
+    });
     const m = ctl.reconciler.model('good')!;
     assert.equal(m.consecutiveFailures, 0, JSON.stringify(m.lastError));
     assert.equal(m.replicas.length, 1);
@@ -306,7 +306,7 @@ describe('fault 3: a partition mid-download', () => {
     const c = await engineInstallCase('art', 12);
     // held at 40 % until the controller's retry is seen waiting on the node's install lock, so the
     // retry meets the first install's curl still running on the node, whatever the machine's speed
-    await ctl.until(() => c.origin.holding, 'the artifact download held at 40 %', 60_000);
+    await ctl.until('the artifact download held at 40 %', 60_000, () => c.origin.holding);
     const sentAtCut = c.origin.gets[0]!.sent;
     fwd.cut();
     await sleep(2000);
@@ -314,9 +314,9 @@ describe('fault 3: a partition mid-download', () => {
     fwd.restore();
     // the retry reaches the node and waits on the install lock (were the lock broken, it would start
     // a second download instead: the sampler counts both)
-    await ctl.until(() => c.seen.waiters > 0 || c.seen.curls > 1, "the controller's retry waiting on the node's install lock", 60_000);
+    await ctl.until("the controller's retry waiting on the node's install lock", 60_000, () => c.seen.waiters > 0 || c.seen.curls > 1);
     c.origin.release();
-    await ctl.until(() => ctl.reconciler.model(c.model)?.phase === 'ready', `${c.model} ready after the partition`, 120_000);
+    await ctl.until(`${c.model} ready after the partition`, 120_000, () => ctl.reconciler.model(c.model)?.phase === 'ready');
     await c.stop();
 
     assert.ok(sentAtCut > 0 && sentAtCut < c.art.bytes, `cut after ${sentAtCut} of ${c.art.bytes} bytes`);
@@ -335,7 +335,7 @@ describe('fault 3: a partition mid-download', () => {
 
   it('cut halfway through an engine artifact download that then fails on the node: the cut-off install leaves no staging dir; the retry installs; nothing counted', async () => {
     const c = await engineInstallCase('art2', 13);
-    await ctl.until(() => c.origin.holding, 'the artifact download held at 40 %', 60_000);
+    await ctl.until('the artifact download held at 40 %', 60_000, () => c.origin.holding);
     const sentAtCut = c.origin.gets[0]!.sent;
     const cutAt = Date.now();
     fwd.cut();
@@ -351,7 +351,7 @@ describe('fault 3: a partition mid-download', () => {
     await sleep(Math.max(0, cutAt + 2000 - Date.now()));
     c.origin.release();
     fwd.restore();
-    await ctl.until(() => ctl.reconciler.model(c.model)?.phase === 'ready', `${c.model} ready after the partition`, 120_000);
+    await ctl.until(`${c.model} ready after the partition`, 120_000, () => ctl.reconciler.model(c.model)?.phase === 'ready');
     await c.stop();
 
     assert.ok(sentAtCut > 0 && sentAtCut < c.art.bytes, `cut after ${sentAtCut} of ${c.art.bytes} bytes`);

@@ -22,6 +22,7 @@ import { cleanupTempDirs, makeTempDir, WorkRepo } from './git.js';
 import { llamaServerDir } from './llama-server.js';
 import { replicaPortRange } from './ports.js';
 import { startSshd, type SshdInstance } from './sshd.js';
+import { until } from './wait.js';
 
 export interface LogLine {
   readonly level: number;
@@ -52,8 +53,8 @@ export interface TestController {
   readonly logs: LogLine[];
   /** startReplica calls per model, through every driver this controller made. */
   readonly starts: Map<string, number>;
-  /** Passes until `check` holds (each pass waits for the previous), or fails after timeoutMs. */
-  until(check: () => boolean, what: string, timeoutMs?: number): Promise<void>;
+  /** Runs passes until `check` holds (each pass waits for the previous), or fails after `timeoutMs` naming each model's phase. */
+  until(what: string, timeoutMs: number, check: () => boolean): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -173,16 +174,12 @@ export async function startTestFleet(opts: { nodes?: number } = {}): Promise<Tes
       metricsApp,
       logs,
       starts,
-      async until(check, what, timeoutMs = 90_000) {
-        const deadline = Date.now() + timeoutMs;
-        while (!check()) {
-          if (Date.now() > deadline) {
-            const s = reconciler.snapshot();
-            throw new Error(`timed out waiting for ${what}; models: ${JSON.stringify(s.models.map((m) => ({ m: m.name, phase: m.phase, f: m.consecutiveFailures, err: m.lastError, un: m.unplaceable, r: m.replicas.map((r) => r.phase) })))}; last pass: ${JSON.stringify(s.lastPass)}`);
-          }
-          await reconciler.requestPass('test');
-          if (!check()) await new Promise((r) => setTimeout(r, 100));
-        }
+      async until(what, timeoutMs, check) {
+        const models = (): string => {
+          const s = reconciler.snapshot();
+          return `models: ${JSON.stringify(s.models.map((m) => ({ m: m.name, phase: m.phase, f: m.consecutiveFailures, err: m.lastError, un: m.unplaceable, r: m.replicas.map((r) => r.phase) })))}; last pass: ${JSON.stringify(s.lastPass)}`;
+        };
+        await until(what, timeoutMs, async () => check() || (await reconciler.requestPass('test'), check()), { diag: models });
       },
       async stop() {
         await reconciler.stop();

@@ -87,22 +87,6 @@ export async function spawnServe(o: { name: string; fleet: TestFleet; args?: rea
   return p;
 }
 
-/** Polls `fn` every 200 ms until it returns something truthy; errors count as "not yet". */
-export async function until<T>(what: string, timeoutMs: number, fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, diag: () => string = () => ''): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown = null;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}\n${diag()}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 /** pino JSON lines of a process's output, parsed (lines that are not JSON are skipped). */
 export function logLines(out: string): Record<string, unknown>[] {
   const lines: Record<string, unknown>[] = [];

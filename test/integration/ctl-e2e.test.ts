@@ -50,7 +50,7 @@ after(async () => {
 
 describe('llmgw ctl against the real stack', () => {
   it('status shows the parked model with the engine’s reason', async () => {
-    await ctl.until(() => model('lazy').phase === 'parked' && model('good').phase === 'ready', 'lazy parked, good ready');
+    await ctl.until('lazy parked, good ready', 90_000, () => model('lazy').phase === 'parked' && model('good').phase === 'ready');
     assert.equal(model('lazy').parked?.lastError.code, 'ENGINE_NOT_FOUND');
     const r = await ctlRun('status');
     assert.equal(r.code, 0, r.stderr);
@@ -64,7 +64,7 @@ describe('llmgw ctl against the real stack', () => {
     const r = await ctlRun('retry', 'lazy');
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /lazy: unparked/);
-    await ctl.until(() => model('lazy').phase === 'ready', 'lazy ready after the retry');
+    await ctl.until('lazy ready after the retry', 90_000, () => model('lazy').phase === 'ready');
     assert.equal(model('lazy').consecutiveFailures, 0);
   });
 
@@ -94,10 +94,10 @@ describe('llmgw ctl against the real stack', () => {
     // The restart above returns once its old replica is gone from its node; the snapshot may still
     // list it (stopping) until the next pass, and its log went with its directory. The replica whose
     // log is read is the one that stays: the fleet settled, good's one replica ready, none stopping.
-    await ctl.until(() => {
+    await ctl.until('good settled: its replica ready, none being stopped', 90_000, () => {
       const m = model('good');
       return m.phase === 'ready' && m.replicas.length === m.desired && m.replicas.every((x) => x.phase === 'ready') && Object.keys(ctl.reconciler.record().stops).length === 0;
-    }, 'good settled: its replica ready, none being stopped');
+    });
     const [replica] = model('good').replicas;
     assert.ok(replica && !replaced.includes(replica.id), `the new replica, not one of ${replaced.join(', ')}`);
     const r = await ctlRun('logs', replica.id, '--lines', '20');

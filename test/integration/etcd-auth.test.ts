@@ -74,7 +74,7 @@ describe('etcd with authentication', { timeout: 60_000 }, () => {
   ] as const) {
     it(`${what}: ETCD_AUTH_FAILED, not reachable, never leads`, async () => {
       const e = start(`bad-${user}`, user, pw);
-      await until(() => e.lastError !== null, 'a failed etcd call', 10_000);
+      await until('a failed etcd call', 10_000, () => e.lastError !== null);
       assert.equal(e.lastError?.code, 'ETCD_AUTH_FAILED', e.lastError?.message);
       assert.equal(e.reachable, false);
       assert.equal(e.isLeader(), false);

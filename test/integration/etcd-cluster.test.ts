@@ -50,14 +50,14 @@ describe('Election on a three-member etcd cluster', { timeout: 90_000 }, () => {
     const a = start(prefix, 'a');
     const epoch = await elected(a);
     const b = start(prefix, 'b');
-    await until(() => b.current()?.epoch === epoch, 'the standby seeing the leader', 5_000);
+    await until('the standby seeing the leader', 5_000, () => b.current()?.epoch === epoch);
     const deposed: ReasonRef[] = [];
     a.on('deposed', (r) => deposed.push(r));
 
     cluster.members[0]!.kill();
     const killedAt = mono();
     // Renewed well past the point where a lapse would have deposed it, and writing, with no deposition.
-    await until(() => deposed.length > 0 || (a.lastRenewalSent ?? 0) > killedAt + T.renewDeadlineMs, 'renewals past the renew deadline after the kill', 15_000, 20);
+    await until('renewals past the renew deadline after the kill', 15_000, () => deposed.length > 0 || (a.lastRenewalSent ?? 0) > killedAt + T.renewDeadlineMs);
     for (let i = 0; i < 10; i++) await a.guardedPut(`${prefix}/probe`, `write ${i}`);
     assert.deepEqual(deposed, []);
     assert.equal(a.isLeader(), true);

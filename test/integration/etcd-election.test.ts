@@ -46,7 +46,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     a.election.start();
     const epoch1 = await elected(a.election);
     b.election.start();
-    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+    await until('the standby seeing the leader', 5_000, () => b.election.current()?.epoch === epoch1);
     return { prefix, a, b, epoch1 };
   };
 
@@ -63,7 +63,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     const all = ['a', 'b', 'c'].map((id) => make(etcd.endpoint, prefix, id));
     for (const i of all) i.election.start();
     const leaders = (): Instance[] => all.filter((i) => i.election.isLeader());
-    await until(() => leaders().length === 1 && all.every((i) => i.election.current()?.id === leaders()[0]!.election.id), 'one leader that every instance sees', 10_000);
+    await until('one leader that every instance sees', 10_000, () => leaders().length === 1 && all.every((i) => i.election.current()?.id === leaders()[0]!.election.id));
 
     const epochs: number[] = [];
     let lastWriter = '';
@@ -106,7 +106,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
       const epochA = await elected(a.election);
       const b = make(etcd.endpoint, prefix, 'b');
       b.election.start();
-      await until(() => b.election.current()?.epoch === epochA, 'the standby seeing the leader', 5_000);
+      await until('the standby seeing the leader', 5_000, () => b.election.current()?.epoch === epochA);
 
       // Every time isLeader() says yes, the last good renewal was sent less than the renew deadline ago.
       let samples = 0;
@@ -141,7 +141,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
       await rejectsWith(a.election.guardedPut(`${prefix}/probe`, 'from the deposed leader'), 'LEADER_DEPOSED');
       assert.equal(await b.client.get(`${prefix}/probe`).string(), null);
       // Once etcd answers again, A follows B.
-      await until(() => a.election.current()?.epoch === epochB && a.election.reachable, 'the old leader seeing the new one', 10_000);
+      await until('the old leader seeing the new one', 10_000, () => a.election.current()?.epoch === epochB && a.election.reachable);
       assert.equal(a.election.isLeader(), false);
       assert.ok(b.election.isLeader());
     } finally {
@@ -159,7 +159,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
       const epochA = await elected(a.election);
       const b = make(etcd.endpoint, prefix, 'b');
       b.election.start();
-      await until(() => b.election.current()?.epoch === epochA, 'the standby seeing the leader', 5_000);
+      await until('the standby seeing the leader', 5_000, () => b.election.current()?.epoch === epochA);
       const deposed: ReasonRef[] = [];
       a.election.on('deposed', (r) => deposed.push(r));
 
@@ -175,7 +175,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
       // The first attempts may find gRPC still backing off from the cut (ETCD_UNAVAILABLE, nothing
       // written); the first one etcd answers is refused.
       let refused: unknown = null;
-      await until(async () => {
+      await until('a write that etcd answers', 10_000, async () => {
         try {
           await a.election.guardedPut(`${prefix}/probe`, 'from the deposed leader');
           assert.fail('etcd accepted a write of the deposed leader');
@@ -184,7 +184,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
           refused = e;
           return true;
         }
-      }, 'a write that etcd answers', 10_000, 100);
+      });
       isCode('LEADER_DEPOSED')(refused);
       assert.equal(a.election.isLeader(), false);
       assert.equal(deposed.length, 1);
@@ -265,7 +265,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     const slow = { leaseTtlSeconds: 30, renewDeadlineMs: 20_000, retryPeriodMs: 300 };
     const all = ['a', 'b'].map((id) => make(etcd.endpoint, prefix, id, slow));
     for (const i of all) i.election.start();
-    await until(() => all.filter((i) => i.election.isLeader()).length === 1, 'one leader', 10_000);
+    await until('one leader', 10_000, () => all.filter((i) => i.election.isLeader()).length === 1);
     const leader = all.find((i) => i.election.isLeader())!;
     const epoch = leader.election.epoch!;
     assert.ok((await leader.election.revision()) >= epoch);

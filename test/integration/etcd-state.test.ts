@@ -132,7 +132,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       await pub.publish('{"n":2}');
       await pub.publish('{"n":2}');
       await pub.publish('{"n":3}');
-      await until(() => seen.length === 3, 'two changes seen');
+      await until('two changes seen', 5_000, () => seen.length === 3);
       assert.deepEqual(seen, ['{"n":1}', '{"n":2}', '{"n":3}']);
       assert.equal(pub.writes, 3);
       // A standby cannot publish.
@@ -147,7 +147,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const sender = make(prefix, 'standby');
     const requests = new Requests(sender.client, prefix, 'standby');
     const early = requests.send('retry', { model: 'm1' }, 15_000);
-    await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the request in etcd', 5_000, 20);
+    await until('the request in etcd', 5_000, async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1);
 
     const leader = make(prefix, 'leader');
     leader.election.start();
@@ -169,7 +169,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       );
       assert.equal(new Set(handled.map((m) => m.id)).size, 3);
       // Answered requests are gone; answers go with the sender's lease.
-      await until(async () => (await sender.client.getAll().prefix(`${prefix}/re`).count()) === 0, 'requests and answers removed', 5_000, 20);
+      await until('requests and answers removed', 5_000, async () => (await sender.client.getAll().prefix(`${prefix}/re`).count()) === 0);
     } finally {
       await stopServing();
     }
@@ -181,7 +181,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const t0 = Date.now();
     await rejectsWith(new Requests(sender.client, prefix, 'standby').send('demand', { model: 'm' }, 800), 'LEADER_UNAVAILABLE');
     assert.ok(Date.now() - t0 >= 800);
-    await until(async () => (await sender.client.getAll().prefix(`${prefix}/`).count()) === 0, 'the request removed with its lease', 5_000, 20);
+    await until('the request removed with its lease', 5_000, async () => (await sender.client.getAll().prefix(`${prefix}/`).count()) === 0);
   });
   it('Requests: a leader whose watch was compacted away while it was cut off lists the pending requests again and answers them', async () => {
     const prefix = freshPrefix();
@@ -201,7 +201,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
         assert.equal(await requests.send('pass', { trigger: 'before' }, 5_000), 'ok');
         fwd.cut();
         const pending = requests.send('pass', { trigger: 'during' }, 10_000);
-        await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the request in etcd', 5_000, 10);
+        await until('the request in etcd', 5_000, async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1);
         // Compact past the leader's watch revision while it cannot see: its watch is cancelled on reconnect.
         await sender.client.kv.compact({ revision: String(await revision(sender)), physical: true });
         fwd.restore();
@@ -231,13 +231,13 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       const sender = make(prefix, 'standby');
       const requests = new Requests(sender.client, prefix, 'standby');
       const slow = requests.send('pass', { trigger: 'slow' }, 10_000);
-      await until(() => handled.length === 1, 'the slow request running', 5_000, 10);
+      await until('the slow request running', 5_000, () => handled.length === 1);
       // queued behind it; its sender gives up (revokes its lease) before its turn
       await rejectsWith(requests.send('pass', { trigger: 'given-up' }, 600), 'LEADER_UNAVAILABLE');
-      await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the given-up request gone with its lease', 5_000, 10);
+      await until('the given-up request gone with its lease', 5_000, async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1);
       release();
       assert.equal(await slow, 'ok');
-      await until(() => refused.length === 1, 'the given-up request refused', 5_000, 10);
+      await until('the given-up request refused', 5_000, () => refused.length === 1);
       assert.deepEqual(handled, ['slow'], 'a request whose sender gave up ran');
       assert.match(refused[0]!, /lease no longer exists/);
     } finally {
@@ -301,14 +301,14 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       await put(3, { kind: 'exec', body: {}, from: 'standby', lease: realLease }, realLease);
       await put(4, { kind: 'restart', body: { all: 'yes' }, from: 'standby', lease: realLease }, realLease);
       await put(5, { kind: 'restart', body: { all: true, cmd: 'x' }, from: 'standby', lease: realLease }, realLease);
-      await until(() => refused.length === 5, 'five refusals', 5_000, 10);
+      await until('five refusals', 5_000, () => refused.length === 5);
       assert.equal(handled.length, 0, 'a forged request ran');
       assert.match(refused[0]!, /not attached to the sender's lease 12345 \(attached to none\)/);
       assert.match(refused[1]!, /not attached to the sender's lease/);
       assert.match(refused[2]!, /unknown kind "exec"/);
       assert.match(refused[3]!, /malformed body/);
       assert.match(refused[4]!, /unknown body fields cmd/);
-      await until(async () => (await forger.client.getAll().prefix(`${prefix}/requests/`).count()) === 0, 'the refused requests deleted', 5_000, 10);
+      await until('the refused requests deleted', 5_000, async () => (await forger.client.getAll().prefix(`${prefix}/requests/`).count()) === 0);
       // a request as an instance sends it is run
       assert.equal(await new Requests(forger.client, prefix, 'standby').send('restart', { all: true }, 5_000), 'ran');
       assert.equal(handled.length, 1);

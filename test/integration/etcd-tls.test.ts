@@ -81,7 +81,7 @@ describe('etcd over TLS with client certificates', { timeout: 60_000 }, () => {
   ] as const) {
     it(`${what}: ETCD_TLS_FAILED, not reachable, never leads`, async () => {
       const e = start(`bad-${what.replaceAll(' ', '-')}`, tls());
-      await until(() => e.lastError !== null, 'a failed etcd call', 10_000);
+      await until('a failed etcd call', 10_000, () => e.lastError !== null);
       assert.equal(e.lastError?.code, 'ETCD_TLS_FAILED', e.lastError?.message);
       assert.equal(e.reachable, false);
       assert.equal(e.isLeader(), false);

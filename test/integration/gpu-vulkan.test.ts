@@ -155,7 +155,7 @@ function gpuSuite(backend: GpuBackend): void {
     describe(`GPU nodes on ${backend.label}`, { timeout: 15 * 60_000 }, () => {
       test(`gpu_layers: all: the inventory shows ${dev} and its memory, every layer is offloaded (its own log), it answers through the router`, opts, async () => {
         await fleet.push(files([], { narrow: modelFile(narrow, 'gpu', ['node_selector: {}']) }), 'narrow on the GPU');
-        await ctl.until(() => readyReplica('narrow') !== undefined, 'narrow ready', 5 * 60_000);
+        await ctl.until('narrow ready', 5 * 60_000, () => readyReplica('narrow') !== undefined);
         const r = readyReplica('narrow')!;
         const log = replicaLog(r.node, r.id);
         assert.match(log, /offloaded 4\/4 layers to GPU/, 'all 3 blocks and the output layer on the device');
@@ -167,7 +167,7 @@ function gpuSuite(backend: GpuBackend): void {
         assert.match(argv, new RegExp(`--device ${dev} -ngl all`));
 
         // the inventory: both nodes list the device the engine sees, with its memory
-        await ctl.until(() => ctl.reconciler.snapshot().nodes.every((n) => (n.devices ?? []).some((d) => d.name === dev)), 'devices observed');
+        await ctl.until('devices observed', 90_000, () => ctl.reconciler.snapshot().nodes.every((n) => (n.devices ?? []).some((d) => d.name === dev)));
         const nodes = nodesJson(ctl.reconciler.snapshot(), ctl.reconciler.spec());
         const total = totalBytes();
         const description = c.expect?.description ?? new RegExp(`^${esc(listed.description)}$`);
@@ -196,7 +196,7 @@ function gpuSuite(backend: GpuBackend): void {
         // offloaded); a device larger than 2 GiB (not lavapipe's) is given a 2 GiB budget for this case
         const budget = totalBytes() > 2 * GIB ? [`capacity: { devices: { ${dev}: 2GiB } }`] : [];
         await fleet.push(files([budget, budget], { narrow: null, huge: modelFile(narrow, 'gpu-huge-ctx') }), 'a context too big for the device');
-        await ctl.until(() => model('huge')?.unplaceable !== null && model('huge')?.unplaceable !== undefined, 'huge unplaceable');
+        await ctl.until('huge unplaceable', 90_000, () => model('huge')?.unplaceable !== null && model('huge')?.unplaceable !== undefined);
         const u = model('huge')!.unplaceable!;
         assert.equal(u.code, 'PLACEMENT_NO_DEVICE_ROOM');
         assert.match(u.reason, new RegExp(`^needs [\\d.]+ GiB on a GPU; largest free 2 GiB on node-[12]/${dev}; 2 nodes checked`));
@@ -207,7 +207,7 @@ function gpuSuite(backend: GpuBackend): void {
         // wide: 8 blocks of ~2.8 MiB each (weights + KV at ctx 256) + ~2.4 MiB output and compute; 12 MiB holds 3 blocks
         const small = `capacity: { devices: { ${dev}: 12MiB } }`;
         await fleet.push(files([[small], [small]], { huge: null, partial: modelFile(wide, 'gpu-auto') }), 'auto on a 12 MiB budget');
-        await ctl.until(() => readyReplica('partial') !== undefined, 'partial ready', 5 * 60_000);
+        await ctl.until('partial ready', 5 * 60_000, () => readyReplica('partial') !== undefined);
         const r = readyReplica('partial')!;
         const st = replicaState(r.node, r.id);
         assert.equal(typeof st.gpuLayers, 'number');
@@ -227,16 +227,16 @@ function gpuSuite(backend: GpuBackend): void {
         const budget = [[`capacity: { devices: { ${dev}: 40MiB } }`, 'labels: { gpu: "yes" }'], []];
         const sel = ['node_selector: { gpu: "yes" }'];
         await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel) }), 'first on node-1');
-        await ctl.until(() => readyReplica('first') !== undefined, 'first ready', 5 * 60_000);
+        await ctl.until('first ready', 5 * 60_000, () => readyReplica('first') !== undefined);
         await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel), second: modelFile(wide2, 'gpu', sel) }), 'second beside it');
-        await ctl.until(() => model('second')?.unplaceable != null, 'second unplaceable while first holds the device');
+        await ctl.until('second unplaceable while first holds the device', 90_000, () => model('second')?.unplaceable != null);
         const u = model('second')!.unplaceable!;
         assert.equal(u.code, 'PLACEMENT_NO_DEVICE_ROOM');
         assert.match(u.reason, new RegExp(`^needs 2[45](\\.\\d)? MiB on a GPU; largest free 1[456](\\.\\d)? MiB on node-1/${dev}; 2 nodes checked, 1 excluded by selector`));
         assert.equal(ctl.starts.get('second') ?? 0, 0);
         // stop the first: its device memory is free for the next pass, which places the second
         await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', [...sel]).replace('replicas: 1', 'replicas: 0'), second: modelFile(wide2, 'gpu', sel) }), 'first to 0');
-        await ctl.until(() => readyReplica('second') !== undefined, 'second ready once the first stopped', 5 * 60_000);
+        await ctl.until('second ready once the first stopped', 5 * 60_000, () => readyReplica('second') !== undefined);
         assert.equal(model('first')!.replicas.filter((r) => r.phase !== 'stopping').length, 0);
         const r = readyReplica('second')!;
         assert.match(replicaLog(r.node, r.id), /offloaded 9\/9 layers to GPU/);
@@ -259,7 +259,7 @@ function gpuSuite(backend: GpuBackend): void {
         f['fleet.yaml'] = f['fleet.yaml']!.replace('backoff: { initial: 100ms, max: 400ms }', 'backoff: { initial: 100ms, max: 60s }');
         assert.match(f['fleet.yaml']!, /max: 60s/);
         await fleet.push(f, 'oomy: node-1 refuses device memory');
-        await ctl.until(() => readyReplica('oomy') !== undefined, 'oomy ready elsewhere', 5 * 60_000);
+        await ctl.until('oomy ready elsewhere', 5 * 60_000, () => readyReplica('oomy') !== undefined);
         const r = readyReplica('oomy')!;
         assert.equal(r.node, 'node-2', 'placed on the other GPU node');
         const failed = ctl.logs.filter((l) => l.msg === 'replica start failed' && l.model === 'oomy');

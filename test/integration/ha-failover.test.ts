@@ -16,7 +16,8 @@ import { runCli } from '../harness/cli.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { agreedLeader, spawnServe, until, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, spawnServe, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 const LEASE_S = 4;
 const HA = (endpoint: string): string[] => ['--etcd', endpoint, '--lease-ttl', `${LEASE_S}s`, '--renew-deadline', '3s', '--retry-period', '1s'];
@@ -81,14 +82,14 @@ describe('three instances on etcd', () => {
   let survivors: ServeProc[];
 
   it('one leads, and a standby serves the router and activates an on-demand model through the leader', async () => {
-    leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), diag);
+    leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), { diag });
     const standbys = procs.filter((p) => p !== leader.proc);
     const st = await standbys[0]!.admin<HaStatusJson>('/status');
     assert.equal(st.control.notActing?.code, 'CONTROLLER_STANDBY');
     await until('good ready and kev parked', 120_000, async () => {
       const m = await models(leader.proc);
       return m.good?.phase === 'ready' && m.kev?.phase === 'parked';
-    }, diag);
+    }, { diag });
     // a standby routes from the published snapshot, and its on-demand request reaches the leader
     assert.equal(await chat(standbys[0]!, 'good'), 200);
     assert.equal(await chat(standbys[1]!, 'od'), 200, diag());
@@ -136,7 +137,7 @@ describe('three instances on etcd', () => {
 
     const killedAt = Date.now();
     await leader.proc.sigkill();
-    const next = await until('a new leader with a pass after the kill', (LEASE_S + 60) * 1000, () => agreedLeader(survivors, { epochAbove: leader.epoch, passAfter: killedAt }), diag);
+    const next = await until('a new leader with a pass after the kill', (LEASE_S + 60) * 1000, () => agreedLeader(survivors, { epochAbove: leader.epoch, passAfter: killedAt }), { diag });
     const failoverMs = Date.now() - killedAt;
     // the new leader's passes go on while the requests do (a webhook-less fleet: ask for two more)
     for (let i = 0; i < 2; i++) await next.proc.admin('/models/good/retry', { method: 'POST' });
@@ -167,15 +168,15 @@ describe('three instances on etcd', () => {
     const r = await runCli(['ctl', 'retry', 'kev', '--server', `http://127.0.0.1:${standby.adminPort}`]);
     assert.equal(r.code, 0, r.stdout + r.stderr);
     assert.match(r.stdout, /unparked/);
-    await until('the leader starting kev again', 60_000, () => /"model":"kev"[^\n]*"msg":"starting replica"/.test(leader.proc.out().slice(mark)), diag);
-    await until('kev parked again after 5 more failures', 120_000, async () => (await models(leader.proc)).kev?.phase === 'parked', diag);
+    await until('the leader starting kev again', 60_000, () => /"model":"kev"[^\n]*"msg":"starting replica"/.test(leader.proc.out().slice(mark)), { diag });
+    await until('kev parked again after 5 more failures', 120_000, async () => (await models(leader.proc)).kev?.phase === 'parked', { diag });
     // the status branch: commits of the new epoch, and epochs never decrease along its history
     const gitDir = join(fleet.git.root, 'fleet.git');
     const status = await until('a status commit of the new epoch', 30_000, () => {
       const log = spawnSync('git', ['--git-dir', gitDir, 'log', '--first-parent', '--format=%B%x00', 'llmgw/status'], { encoding: 'utf8' });
       const epochs = log.stdout.split('\0').map((b) => b.trim()).filter((b) => b !== '').map((b) => epochOf(b));
       return epochs[0] === leader.epoch ? epochs : null;
-    }, diag);
+    }, { diag });
     const ordered = status.filter((e): e is number => e !== null).reverse();
     for (let i = 1; i < ordered.length; i++) assert.ok(ordered[i]! >= ordered[i - 1]!, `epochs along the status branch: ${ordered.join(' ')}`);
     assert.ok(ordered.some((e) => e < leader.epoch), 'the old leader wrote status too (with its lower epoch)');
@@ -189,7 +190,7 @@ describe('three instances on etcd', () => {
     const after = await until('the standby shows the new replica', 30_000, async () => {
       const g = (await models(standby)).good!;
       return g.replicas.length === 1 && g.replicas[0]!.id !== old && g.replicas[0]!.phase === 'ready' ? g : null;
-    }, diag);
+    }, { diag });
     assert.notEqual(after.replicas[0]!.id, old);
     assert.ok(!fleet.nodes.some((n) => replicaProcesses(n.dataDir).includes(old)), 'the old replica was stopped');
   });

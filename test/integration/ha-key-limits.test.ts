@@ -10,7 +10,8 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
-import { spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 const KEY = 'ha-limited-key-0001';
 const HA = (endpoint: string): string[] => ['--etcd', endpoint, '--lease-ttl', '4s', '--renew-deadline', '3s', '--retry-period', '1s'];
@@ -53,7 +54,7 @@ describe('a per-key limit over three instances on etcd', () => {
       await until(`${p.name} serving good`, 180_000, async () => {
         const ms = await p.admin<{ models: { name: string; phase: string }[] }>('/models');
         return ms.models.find((m) => m.name === 'good')?.phase === 'ready';
-      }, diag);
+      }, { diag });
     }
     await sleep(3000); // each router has counted the three (refresh every retry period, 1 s)
     const t0 = Date.now();

@@ -24,7 +24,8 @@ import { writeTinyModel } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { logLines, spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 import { sshdNodeSpec } from '../harness/sshd.js';
 import { startTcpForwarder, type TcpForwarder } from '../harness/tcp-forwarder.js';
 import { startThrottledOrigin, type ThrottledOrigin } from '../harness/throttled-origin.js';
@@ -68,9 +69,9 @@ before(async () => {
   // the leader-to-be reaches etcd through the forwarder; the others directly
   const a = await spawnServe({ name: 'a', fleet, args: HA(`http://127.0.0.1:${fwd.port}`) });
   procs = [a];
-  await until('a leads', 60_000, async () => (await a.admin<StatusJson>('/status')).leader, diag);
+  await until('a leads', 60_000, async () => (await a.admin<StatusJson>('/status')).leader, { diag });
   procs.push(...(await Promise.all(['b', 'c'].map((name) => spawnServe({ name, fleet, args: HA(etcd.endpoint) })))));
-  await until('good ready', 120_000, async () => (await a.admin<{ models: ModelJson[] }>('/models')).models.find((m) => m.name === 'good')?.phase === 'ready', diag);
+  await until('good ready', 120_000, async () => (await a.admin<{ models: ModelJson[] }>('/models')).models.find((m) => m.name === 'good')?.phase === 'ready', { diag });
   // a start that takes a while: its model file comes slowly
   await fleet.push({ 'models/slow.yaml': modelYaml(slow, ['replicas: 1']).replace(`source: file://${slow.path}`, `source: ${origin.url}`) }, 'fleet: a model downloaded slowly');
 });
@@ -89,31 +90,31 @@ describe('the leader cut off from etcd mid-start', () => {
     const aStatus = await a.admin<StatusJson>('/status');
     const aEpoch = aStatus.control.leader!.epoch!;
     await a.admin('/models/good/retry', { method: 'POST' }); // a pass picks up the commit
-    await until('the slow download in progress', 60_000, () => /"model":"slow"[^\n]*"msg":"starting replica"/.test(a.out()) && origin.gets.some((g) => !g.done && g.sent > 0 && (g.range === '' || /^bytes=\d+-$/.test(g.range))), diag);
+    await until('the slow download in progress', 60_000, () => /"model":"slow"[^\n]*"msg":"starting replica"/.test(a.out()) && origin.gets.some((g) => !g.done && g.sent > 0 && (g.range === '' || /^bytes=\d+-$/.test(g.range))), { diag });
 
     const cutAt = Date.now();
     fwd.stall();
-    const deposedAt = await until('a deposed', RENEW_MS + 10_000, () => timeOf(a, 'deposed: stopped acting as leader'), diag);
+    const deposedAt = await until('a deposed', RENEW_MS + 10_000, () => timeOf(a, 'deposed: stopped acting as leader'), { diag });
     const next = await until('b or c leads', (LEASE_S + 30) * 1000, async () => {
       for (const p of [b, c]) {
         const s = await p.admin<StatusJson>('/status');
         if (s.leader && s.control.leader!.epoch! > aEpoch) return { p, epoch: s.control.leader!.epoch! };
       }
       return null;
-    }, diag);
+    }, { diag });
     const electedAt = timeOf(next.p, 'elected leader')!;
     assert.ok(deposedAt - cutAt <= RENEW_MS + 1500, `a stopped acting ${deposedAt - cutAt} ms after the cut (renew deadline ${RENEW_MS} ms)`);
     assert.ok(deposedAt < electedAt, `a stopped acting (${deposedAt}) before ${next.p.name} was elected (${electedAt}): never two acting leaders`);
 
     // the new leader's first action on the node records its epoch there
     const node = fleet.nodes[0]!;
-    await until("the node records the new leader's epoch", 30_000, () => ownerEpoch(node.dataDir) === next.epoch, diag);
+    await until("the node records the new leader's epoch", 30_000, () => ownerEpoch(node.dataDir) === next.epoch, { diag });
 
     // an SSH action the old leader still sends, with its owner and epoch: refused by the node
     const client = new Etcd3({ hosts: etcd.endpoint });
     const clusterId = (await client.get(`${PREFIX}/cluster-id`).string())!;
     client.close();
-    const goodId = await until("the new leader's first snapshot", 30_000, async () => (await next.p.admin<{ models: ModelJson[] }>('/models')).models.find((m) => m.name === 'good')?.replicas.find((r) => r.phase === 'ready')?.id, diag);
+    const goodId = await until("the new leader's first snapshot", 30_000, async () => (await next.p.admin<{ models: ModelJson[] }>('/models')).models.find((m) => m.name === 'good')?.replicas.find((r) => r.phase === 'ready')?.id, { diag });
     const spec = sshdNodeSpec(node, { name: 'node-1', dataDir: node.dataDir });
     const stale = openNodeDriver(spec, { secretsDir: node.secretsDir, fence: () => ({ owner: clusterOwner(clusterId, PREFIX), label: `llmgw HA cluster ${PREFIX} (leader: ${aStatus.control.instance.label})`, epoch: aEpoch, ttlSeconds: 60 }) });
     try {
@@ -131,15 +132,15 @@ describe('the leader cut off from etcd mid-start', () => {
       if (headEpoch() === next.epoch) return true;
       await next.p.admin('/models/good/retry', { method: 'POST' });
       return false;
-    }, diag);
+    }, { diag });
     const repo = new FleetRepo({ url: fleet.git.url('fleet.git'), token: { file: join(fleet.secretsDir, 'git-token') }, cacheDir: join(fleet.stateDir, 'stale-status.git') });
     await assert.rejects(writeStatusBranch(repo, { branch: 'llmgw/status', files: { 'fleet.json': '{}' }, message: 'llmgw status (the deposed leader)', epoch: aEpoch }), (e: unknown) => e instanceof LlmgwError && e.code === 'STATUS_EPOCH_STALE');
     assert.equal(headEpoch(), next.epoch, "the branch still ends with the new leader's commit");
 
     // back on etcd, the old leader is a standby; every llama-server is one the leader reports
     fwd.restore();
-    await until('a a standby', 60_000, async () => (await a.admin<StatusJson>('/status')).control.notActing?.code === 'CONTROLLER_STANDBY', diag);
-    await until('slow ready under the new leader', 120_000, async () => (await next.p.admin<{ models: ModelJson[] }>('/models')).models.find((m) => m.name === 'slow')?.phase === 'ready', diag);
+    await until('a a standby', 60_000, async () => (await a.admin<StatusJson>('/status')).control.notActing?.code === 'CONTROLLER_STANDBY', { diag });
+    await until('slow ready under the new leader', 120_000, async () => (await next.p.admin<{ models: ModelJson[] }>('/models')).models.find((m) => m.name === 'slow')?.phase === 'ready', { diag });
     const reported = (await next.p.admin<{ models: ModelJson[] }>('/models')).models.flatMap((m) => m.replicas.map((r) => r.id)).sort();
     assert.deepEqual(replicaProcesses(node.dataDir), reported, 'every llama-server on the node is a replica the leader reports');
     assert.ok(!/"msg":"starting replica"/.test(a.out().slice(a.out().indexOf('deposed: stopped acting as leader'))), 'the deposed leader started nothing after it stopped acting');

@@ -26,7 +26,8 @@ import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { agreedLeader, logLines, spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 import { sampleProcesses, streamLoad } from '../harness/stream-load.js';
 
 const LEASE_S = 4;
@@ -127,9 +128,9 @@ before(async () => {
   writeFileSync(secret, WEBHOOK_SECRET, { mode: 0o600 });
   const args = ['--etcd', etcd.endpoint, '--lease-ttl', `${LEASE_S}s`, '--renew-deadline', '3s', '--retry-period', '1s', '--webhook-secret-file', secret];
   procs = await Promise.all(['a', 'b', 'c'].map((name) => spawnServe({ name, fleet, args })));
-  leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), diag);
-  await until('two chat replicas ready', 180_000, () => settled(leader.proc, 2), diag);
-  await until('every standby routing both replicas', 30_000, async () => (await Promise.all(standbys().map((p) => settled(p, 2)))).every(Boolean), diag);
+  leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), { diag });
+  await until('two chat replicas ready', 180_000, () => settled(leader.proc, 2), { diag });
+  await until('every standby routing both replicas', 30_000, async () => (await Promise.all(standbys().map((p) => settled(p, 2)))).every(Boolean), { diag });
 });
 
 after(async () => {
@@ -161,7 +162,7 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     const t0 = performance.now();
     await fleet.push(files({ cacheRam: '17MiB' }), 'chat: new definition');
     await pushWebhook(standby);
-    const done = await until('the rollout to finish (two ready replicas on the new definition)', 240_000, () => settled(leader.proc, 2, before.digest), diag);
+    const done = await until('the rollout to finish (two ready replicas on the new definition)', 240_000, () => settled(leader.proc, 2, before.digest), { diag });
     const ms = performance.now() - t0;
     await sleep(1500); // more streams after it, on the new replicas (through the standby's view of them)
     const tally = await load.stop();
@@ -187,8 +188,8 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     const standby = standbys()[0]!;
     await fleet.push(files({ cacheRam: '17MiB', replicas: 1 }), 'chat: one replica');
     await pushWebhook(standby);
-    const one = await until('one chat replica', 120_000, () => settled(leader.proc, 1), diag);
-    await until('the standby routing the one replica', 30_000, () => settled(standby, 1), diag);
+    const one = await until('one chat replica', 120_000, () => settled(leader.proc, 1), { diag });
+    await until('the standby routing the one replica', 30_000, () => settled(standby, 1), { diag });
     const old = one.replicas[0]!.id;
 
     // a long stream through the standby, on the one replica
@@ -232,7 +233,7 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
       const draining = reps.replicas.find((x) => x.id === old)?.phase === 'draining';
       const rec = (await etcdStops())[old];
       return draining && rec ? rec : null;
-    }, diag);
+    }, { diag });
     assert.equal(stop.drain, true);
     const replacement = (await chatModel(leader.proc))!.replicas.find((x) => x.id !== old && x.phase === 'ready');
     assert.ok(replacement, 'the replacement was ready before the drain began (surge first)');
@@ -242,14 +243,14 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     const oldLeader = leader;
     await leader.proc.sigkill();
     const survivors = procs.filter((p) => p.alive());
-    leader = await until('a new leader with a pass after the kill', (LEASE_S + 60) * 1000, () => agreedLeader(survivors, { epochAbove: oldLeader.epoch, passAfter: killedAt }), diag);
+    leader = await until('a new leader with a pass after the kill', (LEASE_S + 60) * 1000, () => agreedLeader(survivors, { epochAbove: oldLeader.epoch, passAfter: killedAt }), { diag });
     const failoverMs = Date.now() - killedAt;
 
     // the new leader shows the same replica draining, with the stream in flight on it, from the same start
     const continued = await until(`the new leader draining ${old}`, 60_000, async () => {
       const x = (await leader.proc.admin<{ replicas: ReplicaJson[] }>('/replicas')).replicas.find((y) => y.id === old);
       return x?.phase === 'draining' && x.inFlight === 1 ? x : null;
-    }, diag);
+    }, { diag });
     assert.equal(finish, null, `the long stream ended before the new leader looked at the drain (${chunks} chunks, failover ${failoverMs} ms): make it longer`);
     assert.deepEqual((await etcdStops())[old], stop, 'the stop record in etcd is the same drain (same start), not a new one');
     assert.ok(processes().includes(old), 'the replica still runs under the new leader');
@@ -258,7 +259,7 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     clearInterval(watch);
     assert.equal(err, null, `the long stream through the standby failed: ${String(err)}\n${diag()}`);
     assert.equal(finish, 'length', `the long stream ended with finish_reason ${String(finish)} after ${chunks} chunks`);
-    await until(`${old} stopped once drained`, 60_000, () => !processes().includes(old), diag);
+    await until(`${old} stopped once drained`, 60_000, () => !processes().includes(old), { diag });
     t.diagnostic(`failover ${failoverMs} ms; stream of ${chunks} chunks ended ${streamEnd - killedAt} ms after the kill; draining on the new leader with ${String(continued.inFlight)} in flight; ${old} last seen ${lastSeen.get(old)! - streamEnd} ms after the stream ended`);
 
     // it ran until the stream ended (sampled every 200 ms), not stopped at the kill or the new term
@@ -270,7 +271,7 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     // nothing restarted or forgotten: the replacement serves, nothing else was started
     assert.deepEqual(logsOf(leader.proc, 'starting replica'), [], 'the new leader started nothing');
     assert.deepEqual([...seen].filter((id) => id !== old && id !== replacement.id), [], 'no other replica ran');
-    const final = await until('one ready replica, the replacement', 60_000, () => settled(leader.proc, 1), diag);
+    const final = await until('one ready replica, the replacement', 60_000, () => settled(leader.proc, 1), { diag });
     assert.deepEqual(final.replicas.map((x) => x.id), [replacement.id]);
     assert.deepEqual(await etcdStops(), {}, 'the stop left the record once done');
   });

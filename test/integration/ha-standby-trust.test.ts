@@ -20,7 +20,8 @@ import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { freePort } from '../harness/ports.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { agreedLeader, logLines, spawnServe, until, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, logLines, spawnServe, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 const PREFIX = '/llmgw-trust';
 const WINDOW_MS = 6_000;
@@ -85,9 +86,9 @@ before(async () => {
   files['models/od.yaml'] = modelYaml(fleet.models.good2, ['on_demand: { idle_timeout: 10m }']);
   await fleet.push(files, 'fleet: an always-on model and an on-demand one, a 6 s activation window');
   procs = await Promise.all(['a', 'b'].map((name) => spawnServe({ name, fleet, args: HA(etcd.endpoint) })));
-  leader = (await until('one agreed leader', 90_000, () => agreedLeader(procs), diag)).proc;
+  leader = (await until('one agreed leader', 90_000, () => agreedLeader(procs), { diag })).proc;
   standby = procs.find((p) => p !== leader)!;
-  await until('good ready on the standby', 120_000, async () => (await models(standby)).good?.phase === 'ready', diag);
+  await until('good ready on the standby', 120_000, async () => (await models(standby)).good?.phase === 'ready', { diag });
 });
 
 after(async () => {
@@ -115,7 +116,7 @@ describe('a standby and the leader hold etcd to what the spec allows; activation
       const v = (await client.get(key).string()) ?? '';
       if (v !== seen.value) seen = { value: v, since: Date.now() };
       return v !== '' && Date.now() - seen.since >= 3_000 ? v : null;
-    }, diag);
+    }, { diag });
     try {
       const snap = JSON.parse(original) as { models: Array<{ name: string; replicas: ReplicaJson[] }> };
       const good = snap.models.find((m) => m.name === 'good')!;
@@ -124,7 +125,7 @@ describe('a standby and the leader hold etcd to what the spec allows; activation
       good.replicas = [{ ...real, endpoint: `http://127.0.0.1:${port}` }, { ...real, id: `${real.id}x`, node: 'node-9', endpoint: `http://127.0.0.1:${port}` }];
       const forged = JSON.stringify(snap);
       await client.put(key).value(forged);
-      await until('the standby refusing both forged endpoints', 10_000, () => logLines(standby.out()).filter((l) => l.code === 'ETCD_ENDPOINT_REFUSED' && l.endpoint === `http://127.0.0.1:${port}`).length >= 2, diag);
+      await until('the standby refusing both forged endpoints', 10_000, () => logLines(standby.out()).filter((l) => l.code === 'ETCD_ENDPOINT_REFUSED' && l.endpoint === `http://127.0.0.1:${port}`).length >= 2, { diag });
       const refused = logLines(standby.out()).filter((l) => l.code === 'ETCD_ENDPOINT_REFUSED');
       assert.ok(refused.some((l) => /outside node node-1's ports|outside node node-2's ports/.test(String(l.why))), JSON.stringify(refused));
       assert.ok(refused.some((l) => /node-9/.test(String(l.why))), JSON.stringify(refused));
@@ -159,7 +160,7 @@ describe('a standby and the leader hold etcd to what the spec allows; activation
     const refusals = await until('both refusals in the leader\'s log', 15_000, () => {
       const r = logLines(leader.out()).filter((l) => l.code === 'FORWARDED_REQUEST_REFUSED' && ids.some((id) => String(l.key).endsWith(id)));
       return r.length === 2 ? r : null;
-    }, diag);
+    }, { diag });
     for (const r of refusals) assert.match(String(r.why), /not attached to the sender's lease/);
     await lease.revoke();
     assert.equal(await client.getAll().prefix(`${PREFIX}/requests/`).count(), 0, 'a refused request was left in etcd');
@@ -168,7 +169,7 @@ describe('a standby and the leader hold etcd to what the spec allows; activation
     await until('a pass begun after the forgery and finished', 30_000, async () => {
       const s = await leader.admin<HaStatusJson>('/status');
       return s.lastPass !== null && Date.parse(s.lastPass.startedAt) > forgedAt;
-    }, diag);
+    }, { diag });
     const afterModels = await models(leader);
     assert.deepEqual(afterModels.good!.replicas.map((r) => r.id).sort(), goodIds, 'a replica was replaced');
     assert.ok(afterModels.good!.replicas.every((r) => r.phase === 'ready'));

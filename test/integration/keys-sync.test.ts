@@ -59,7 +59,7 @@ async function chat(key: string, model: string): Promise<{ status: number; reaso
 describe('access/keys.yaml changed in git', { timeout: 5 * 60_000 }, () => {
   it('takes effect at the next sync: the new limit refuses with KEY_RATE_LIMITED, the new model is reachable, and no replica is started or stopped', async () => {
     const model = (name: string) => ctl.reconciler.model(name);
-    await ctl.until(() => model('good')?.phase === 'ready' && model('good2')?.phase === 'ready', 'good and good2 ready');
+    await ctl.until('good and good2 ready', 90_000, () => model('good')?.phase === 'ready' && model('good2')?.phase === 'ready');
 
     // before: team may use good only, without limits
     for (let i = 0; i < 3; i++) assert.equal((await chat(TEAM_KEY, 'good')).status, 200);
@@ -81,7 +81,7 @@ describe('access/keys.yaml changed in git', { timeout: 5 * 60_000 }, () => {
 
     const oid = await fleet.push({ 'access/keys.yaml': keysYaml(['models: [good, good2]', 'limits: { requests_per_minute: 2 }']) }, 'key team: good2 too, 2 requests a minute');
     assert.notEqual(oid, revisionBefore);
-    await ctl.until(() => ctl.reconciler.snapshot().appliedRevision === oid, 'the keys.yaml revision applied', 60_000);
+    await ctl.until('the keys.yaml revision applied', 60_000, () => ctl.reconciler.snapshot().appliedRevision === oid);
 
     // the next pass applied it: team reaches good2 now, and its third request in the minute is refused
     assert.equal((await chat(TEAM_KEY, 'good2')).status, 200);

@@ -180,12 +180,12 @@ for (const transport of ['ssh', 'local'] as const) {
       const renewedBy = Date.now();
       assert.equal((await a.observe()).fence?.state, 'mine');
       let took: NodeFenceView | undefined;
-      await until(async () => {
+      await until('the second owner to take the node over', 30_000, async () => {
         const f = (await b.observe()).fence;
         if (f?.state === 'mine') { took = f; return true; }
         assert.equal(f?.state, 'other');
         return false;
-      }, 'the second owner to take the node over', 30_000, 100);
+      });
       assert.ok(Date.now() - renewedBy >= 1_000, 'not before the ttl passed');
       assert.equal(took?.owner, fb.f.owner);
       assert.equal(took?.label, fb.f.label, 'the free-text label round-trips exactly');
@@ -255,7 +255,7 @@ for (const transport of ['ssh', 'local'] as const) {
         const hold = await holdOwnerLock(node);
         const p5 = d5.startReplica(startSpec(`r5-${k}`, m.path, binary));
         const p7 = d7.startReplica(startSpec(`r7-${k}`, m.path, binary));
-        await until(async () => (await lockWaiters(node)) === 2, 'both starts waiting on the owner lock', 30_000, 20);
+        await until('both starts waiting on the owner lock', 30_000, async () => (await lockWaiters(node)) === 2);
         await hold.release();
         const [s5, s7] = await Promise.allSettled([p5, p7]);
         assert.equal(s7.status, 'fulfilled', s7.status === 'rejected' ? String(s7.reason) : '');
@@ -275,7 +275,7 @@ for (const transport of ['ssh', 'local'] as const) {
           seen.push('7 then 5 (refused)');
         }
         const expected = [`r7-${k}`, ...(s5.status === 'fulfilled' ? [`r5-${k}`] : [])].sort();
-        await until(() => replicaProcesses(node.dataDir).length === expected.length, 'the launched replicas to exec llama-server', 30_000, 20);
+        await until('the launched replicas to exec llama-server', 30_000, () => replicaProcesses(node.dataDir).length === expected.length);
         assert.deepEqual(replicaProcesses(node.dataDir), expected);
         for (const id of expected) await d7.stopReplica(id, 5_000);
         assert.deepEqual(replicaProcesses(node.dataDir), []);
@@ -299,13 +299,13 @@ for (const transport of ['ssh', 'local'] as const) {
       const seq0 = await seqOf();
       const p5 = d5.startReplica(startSpec('h5', m.path, binary));
       p5.catch(() => {});
-      await until(async () => (await seqOf()) > seq0, 'the 5-start to pass its fence check', 30_000, 20);
+      await until('the 5-start to pass its fence check', 30_000, async () => (await seqOf()) > seq0);
       const p7 = d7.startReplica(startSpec('h7', m.path, binary));
       p7.catch(() => {});
-      await until(async () => {
+      await until('the 7-start to wait on the owner lock', 30_000, async () => {
         assert.equal((await record(node)).split(' ')[2], '5', 'epoch 7 is not recorded while the 5-start is launching');
         return (await lockWaiters(node)) === 1;
-      }, 'the 7-start to wait on the owner lock', 30_000, 20);
+      });
       assert.equal((await record(node)).split(' ')[2], '5', 'epoch 7 is not recorded while the 5-start is launching');
       await rm(replicasLock, { recursive: true });
       const [h5, h7] = await Promise.all([p5, p7]);
@@ -332,7 +332,7 @@ for (const transport of ['ssh', 'local'] as const) {
       const GRACE = 8_000;
       const stopping = d5.stopReplica('s-1', GRACE);
       stopping.catch(() => {});
-      await until(async () => (await readFile(log, 'utf8').catch(() => '')).includes('got-term'), 'the replica to get SIGTERM', 30_000, 20);
+      await until('the replica to get SIGTERM', 30_000, async () => (await readFile(log, 'utf8').catch(() => '')).includes('got-term'));
       const termSeen = Date.now();
       assert.equal((await d7.observe()).fence?.epoch, 7, 'the newer epoch is recorded by its look');
       assert.ok(Date.now() - termSeen < GRACE - 1_000, 'the newer epoch was recorded within the grace');

@@ -117,7 +117,7 @@ test('a SIGKILLed controller\'s replicas are adopted by the next one: both ready
   const victim = replicas.find((r) => r.node === nodes[0]!.name)!;
   const survivor = replicas.find((r) => r.node === nodes[1]!.name)!;
   process.kill(victim.pid, 'SIGKILL');
-  await until(() => !pidAlive(victim.pid), 'the killed replica to exit', 5_000, 20);
+  await until('the killed replica to exit', 5_000, () => !pidAlive(victim.pid));
   const o0 = await drivers[0]!.observe();
   const dead = o0.replicas.find((r) => r.id === victim.id);
   assert.equal(dead?.state, 'failed');

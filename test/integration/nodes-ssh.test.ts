@@ -52,13 +52,13 @@ async function processArgs(): Promise<string> {
 
 /** Resolves once no process on the node has `token` in its command line (fails after `ms`). */
 async function waitGone(token: string, ms = 3_000): Promise<true> {
-  await until(async () => !(await processArgs()).includes(token), `"${token}" gone from ps`, ms, 50);
+  await until(`"${token}" gone from ps`, ms, async () => !(await processArgs()).includes(token));
   return true;
 }
 
 /** Resolves once `count` processes on the node run exactly `command` (e.g. `sleep 4123456.5`). */
 async function waitRunning(command: string, count = 1, ms = 10_000): Promise<void> {
-  await until(async () => (await processArgs()).split('\n').filter((l) => l.trim() === command).length >= count, `${count} × "${command}" in ps`, ms, 20);
+  await until(`${count} × "${command}" in ps`, ms, async () => (await processArgs()).split('\n').filter((l) => l.trim() === command).length >= count);
 }
 
 /** A unique sleep duration, findable in `ps`: about 49 days, or `seconds` and a unique fraction. */

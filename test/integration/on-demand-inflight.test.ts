@@ -82,7 +82,7 @@ describe('on-demand: a stream longer than idle_timeout', { timeout: 5 * 60_000 }
     const idleStops = ctl.logs.filter((l) => l.msg === 'stopping replica' && l.reason === 'idle');
     assert.deepEqual(idleStops.filter((l) => Number(l.time) < ended), [], 'stopped as idle while the stream was in flight');
     // once it has ended, idleness stops it
-    await ctl.until(() => (ctl.reconciler.model('od')?.replicas.length ?? 1) === 0, 'the idle replica stopped', 30_000);
+    await ctl.until('the idle replica stopped', 30_000, () => (ctl.reconciler.model('od')?.replicas.length ?? 1) === 0);
     assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica' && l.reason === 'idle'));
   });
 });
@@ -101,7 +101,7 @@ describe('on-demand: an eviction waits for the stream on its victim', { timeout:
     f['models/od2.yaml'] = modelYaml(fleet.models.good, ['on_demand: { idle_timeout: 10m }', 'memory: 300MiB']);
     f['nodes/node-1.yaml'] = f['nodes/node-1.yaml']!.replace('transport: ssh', 'transport: ssh\ncapacity: { memory: 700MiB }');
     await fleet.push(f, 'od and od2 on demand, room for one');
-    await ctl.until(() => ctl.reconciler.spec()?.models.od2 !== undefined, 'od2 in the spec');
+    await ctl.until('od2 in the spec', 90_000, () => ctl.reconciler.spec()?.models.od2 !== undefined);
     await client.chat.completions.create({ model: 'od', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
     let ended = 0;
     let finished = false;

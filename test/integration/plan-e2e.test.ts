@@ -54,9 +54,9 @@ before(async () => {
   files['models/spare.yaml'] = modelYaml(good, ['replicas: 0', 'memory: 100MiB']).replace('profile: tiny', 'profile: spare');
   await fleet.push(files, 'a chat model, an on-demand one, a spare');
   ctl = await fleet.startController();
-  await ctl.until(() => model('good').phase === 'ready', 'good ready');
+  await ctl.until('good ready', 90_000, () => model('good').phase === 'ready');
   await ctl.reconciler.demand('lazy');
-  await ctl.until(() => model('lazy').ready === 1, 'lazy ready');
+  await ctl.until('lazy ready', 90_000, () => model('lazy').ready === 1);
   // one more pass: the status branch says lazy runs
   await ctl.reconciler.requestPass('test');
 
@@ -161,10 +161,10 @@ describe('llmgw plan on what the controller wrote', () => {
   it('merged, the controller does what the plan said', async () => {
     await clone.push(fleet.git.authUrl('fleet.git'), 'pr:main');
     const m = (name: string) => ctl.reconciler.model(name);
-    await ctl.until(() => m('fits')?.ready === 1 && m('huge')?.phase === 'unplaceable', 'fits ready, huge unplaceable');
+    await ctl.until('fits ready, huge unplaceable', 90_000, () => m('fits')?.ready === 1 && m('huge')?.phase === 'unplaceable');
     assert.match(model('huge').unplaceable!.reason, /needs 4 GiB; largest free .* on node-1; 1 node checked/);
     await ctl.reconciler.demand('burst');
-    await ctl.until(() => model('burst').ready === 1 && model('lazy').replicas.length === 0, 'burst ready, lazy evicted');
+    await ctl.until('burst ready, lazy evicted', 90_000, () => model('burst').ready === 1 && model('lazy').replicas.length === 0);
     assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica' && l.model === 'lazy' && l.reason === 'evicted'));
   });
 });

@@ -40,20 +40,20 @@ after(async () => {
 describe('a replica that hangs after being ready', () => {
   it('is failed with REPLICA_UNHEALTHY after the start timeout, stopped and replaced', async () => {
     const model = () => ctl.reconciler.model('good')!;
-    await ctl.until(() => model().ready === 1, 'good ready');
+    await ctl.until('good ready', 90_000, () => model().ready === 1);
     const old = model().replicas[0]!;
     hungPid = Number((await readFile(join(fleet.nodes[0]!.dataDir, 'replicas', old.id, 'pid'), 'utf8')).trim());
     assert.ok(hungPid > 0 && alive(hungPid));
     process.kill(hungPid, 'SIGSTOP');
     const stoppedAt = Date.now();
 
-    await ctl.until(() => model().lastError?.code === 'REPLICA_UNHEALTHY', 'the hung replica failed', 60_000);
+    await ctl.until('the hung replica failed', 60_000, () => model().lastError?.code === 'REPLICA_UNHEALTHY');
     assert.ok(Date.now() - stoppedAt >= 5_000, 'failed before the start timeout');
     assert.match(model().lastError!.message, new RegExp(`replica ${old.id} on node-1 is running but has not answered /health`));
     assert.equal(model().consecutiveFailures, 1);
     assert.ok(ctl.logs.some((l) => l.msg === 'replica unresponsive: stopping it' && l.replica === old.id));
 
-    await ctl.until(() => model().ready === 1 && model().replicas.every((r) => r.id !== old.id), 'a new replica ready', 60_000);
-    await ctl.until(() => !alive(hungPid), 'the hung process killed', 30_000);
+    await ctl.until('a new replica ready', 60_000, () => model().ready === 1 && model().replicas.every((r) => r.id !== old.id));
+    await ctl.until('the hung process killed', 30_000, () => !alive(hungPid));
   });
 });

@@ -47,7 +47,7 @@ describe('replica lifecycle, end to end', () => {
     assert.notEqual(b.kind, 'unplaceable', JSON.stringify(b));
     const ready = await ctl.reconciler.waitReady('od-b', { timeoutMs: 60_000 });
     assert.equal(ready.length, 1, `${JSON.stringify(model('od-b'))}\n${ctl.logs.map((l) => `${l.msg} ${l.model ?? ''} ${l.reason ?? ''} ${l.code ?? ''}`).join('\n')}`);
-    await ctl.until(() => model('od-a').ready === 0, 'od-a stopped');
+    await ctl.until('od-a stopped', 90_000, () => model('od-a').ready === 0);
     assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica' && l.reason === 'evicted' && l.model === 'od-a'));
   });
 
@@ -62,7 +62,7 @@ describe('replica lifecycle, end to end', () => {
       },
       'one always-on model, room for two replicas',
     );
-    await ctl.until(() => model('good')?.phase === 'ready', 'good ready');
+    await ctl.until('good ready', 90_000, () => model('good')?.phase === 'ready');
     const before = model('good').replicas.map((r) => r.id);
     let ok = 0;
     const failed: string[] = [];
@@ -91,7 +91,7 @@ describe('replica lifecycle, end to end', () => {
     })();
     const ids = await ctl.reconciler.restart({ model: 'good' });
     assert.deepEqual(ids, before);
-    await ctl.until(() => ctl.reconciler.restartDone(ids) && model('good').phase === 'ready', 'restart done');
+    await ctl.until('restart done', 90_000, () => ctl.reconciler.restartDone(ids) && model('good').phase === 'ready');
     running = false;
     await client;
     const afterIds = model('good').replicas.map((r) => r.id);
@@ -105,7 +105,7 @@ describe('replica lifecycle, end to end', () => {
 
   it('restart without room: the old replica serves through the drain grace, then is replaced', async () => {
     await fleet.push({ 'nodes/node-1.yaml': nodeWithCapacity(fleet.baseFiles(), 256 + 100) }, 'room for one replica only');
-    await ctl.until(() => ctl.reconciler.snapshot().nodes[0]?.reachable === true && model('good').phase === 'ready', 'applied');
+    await ctl.until('applied', 90_000, () => ctl.reconciler.snapshot().nodes[0]?.reachable === true && model('good').phase === 'ready');
     const [old] = model('good').replicas.map((r) => r.id);
     const t0 = Date.now();
     const ids = await ctl.reconciler.restart({ model: 'good' });
@@ -114,7 +114,7 @@ describe('replica lifecycle, end to end', () => {
     // during the grace (3 s in the test fleet) the old replica keeps serving
     await ctl.reconciler.requestPass('test');
     if (Date.now() - t0 < 2500) assert.deepEqual(ctl.reconciler.readyReplicas('good').map((r) => r.id), [old]);
-    await ctl.until(() => ctl.reconciler.restartDone(ids) && model('good').phase === 'ready', 'replaced after the drain');
+    await ctl.until('replaced after the drain', 90_000, () => ctl.reconciler.restartDone(ids) && model('good').phase === 'ready');
     assert.ok(Date.now() - t0 >= 3000, 'not before the drain grace');
     assert.notEqual(model('good').replicas[0]!.id, old);
     assert.ok(ctl.logs.some((l) => l.msg === 'stopping replica' && l.reason === 'drained' && l.replica === old));

@@ -46,7 +46,7 @@ describe('park cycles of the unknown-architecture model (local transport, real l
     const wrong: string[] = [];
     for (let cycle = 0; cycle < CYCLES; cycle++) {
       if (cycle > 0) await ctl.reconciler.retry('kev');
-      await ctl.until(() => ctl.reconciler.model('kev')?.parked != null, `kev parked (cycle ${cycle + 1})`, 120_000);
+      await ctl.until(`kev parked (cycle ${cycle + 1})`, 120_000, () => ctl.reconciler.model('kev')?.parked != null);
       const p = ctl.reconciler.model('kev')!.parked!;
       const reason = `${p.lastError.code}: ${p.lastError.message}`;
       // the engine's line, unless no start so far said why (every one silent)

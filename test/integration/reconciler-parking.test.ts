@@ -30,7 +30,7 @@ after(async () => {
 
 describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
   it('the good model becomes ready; the unknown-architecture model is parked after 5 failures with the engine’s reason', async () => {
-    await ctl.until(() => model('good').phase === 'ready' && model('kev').phase === 'parked', 'good ready and kev parked');
+    await ctl.until('good ready and kev parked', 90_000, () => model('good').phase === 'ready' && model('kev').phase === 'parked');
     const kev = model('kev');
     assert.equal(kev.consecutiveFailures, 5);
     assert.ok(kev.parked);
@@ -124,7 +124,7 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
     const files = fleet.baseFiles();
     await fleet.push({ 'models/good.yaml': files['models/good.yaml']!.replace('aliases: [good-alias]', 'aliases: [good-alias, good-2]') }, 'good: another alias');
     const starts = ctl.starts.get('kev');
-    await ctl.until(() => ctl.reconciler.spec()?.modelNames['good-2'] === 'good', 'the new revision applied');
+    await ctl.until('the new revision applied', 90_000, () => ctl.reconciler.spec()?.modelNames['good-2'] === 'good');
     await ctl.reconciler.requestPass('test');
     assert.equal(model('kev').phase, 'parked');
     assert.equal(ctl.starts.get('kev'), starts);
@@ -143,31 +143,31 @@ describe('parking, end to end (sshd + llama-server + git http-backend)', () => {
 
   it('a replica that crashes is counted, replaced, and its model’s series never disappear', async () => {
     spawnSync('pkill', ['-9', '-f', `${fleet.models.good.sha256}.gguf`]);
-    await ctl.until(() => model('good').consecutiveFailures === 1, 'the crash counted');
+    await ctl.until('the crash counted', 90_000, () => model('good').consecutiveFailures === 1);
     const s = parseExposition((await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' })).body);
     for (const name of ['llmgw_model_desired_replicas', 'llmgw_model_ready_replicas', 'llmgw_model_consecutive_start_failures', 'llmgw_model_parked', 'llmgw_model_unplaceable']) {
       assert.notEqual(sampleValue(s, name, { model: 'good' }), undefined, `${name} present after the crash`);
     }
     assert.equal(model('good').lastError?.code, 'REPLICA_EXITED');
-    await ctl.until(() => model('good').phase === 'ready', 'good replaced');
+    await ctl.until('good replaced', 90_000, () => model('good').phase === 'ready');
   });
 
   it('a commit changing its source to a good GGUF unparks it and it becomes ready', async () => {
     await fleet.push({ 'models/kev.yaml': modelYaml(fleet.models.good2, ['replicas: 1']) }, 'kev: use a GGUF this engine knows');
-    await ctl.until(() => model('kev').phase === 'ready', 'kev ready after the definition change');
+    await ctl.until('kev ready after the definition change', 90_000, () => model('kev').phase === 'ready');
     assert.equal(model('kev').consecutiveFailures, 0);
     assert.equal(model('kev').parked, null);
   });
 
   it('parked again, an empty commit with Llmgw-Retry unparks it exactly once', async () => {
     await fleet.push({ 'models/kev.yaml': modelYaml(fleet.models.kev2, ['replicas: 1']) }, 'kev: back to an unknown architecture');
-    await ctl.until(() => model('kev').phase === 'parked', 'kev parked again');
+    await ctl.until('kev parked again', 90_000, () => model('kev').phase === 'parked');
     const before = ctl.starts.get('kev') ?? 0;
     await fleet.push({}, 'retry kev\n\nLlmgw-Retry: kev\n');
-    await ctl.until(() => (ctl.starts.get('kev') ?? 0) > before, 'a start after the retry');
+    await ctl.until('a start after the retry', 90_000, () => (ctl.starts.get('kev') ?? 0) > before);
     assert.equal(ctl.logs.filter((l) => l.msg === 'retry handled' && l.model === 'kev').length, 1);
     // it fails again and parks again; the trailer is not handled a second time
-    await ctl.until(() => model('kev').phase === 'parked', 'kev parked after the retry');
+    await ctl.until('kev parked after the retry', 90_000, () => model('kev').phase === 'parked');
     const afterRetry = ctl.starts.get('kev') ?? 0;
     assert.ok(afterRetry - before >= 5, 'five more failed starts after the retry');
     assert.equal(model('kev').consecutiveFailures, 5);

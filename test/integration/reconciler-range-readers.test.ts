@@ -51,7 +51,7 @@ describe('memory estimates read on the nodes', () => {
     });
     try {
       const model = (name: string) => ctl.reconciler.snapshot().models.find((m) => m.name === name);
-      await ctl.until(() => (model('remote')?.memoryBytes ?? null) !== null && (model('stranded')?.unplaceable ?? null) !== null, 'the estimate of remote and the reason for stranded');
+      await ctl.until('the estimate of remote and the reason for stranded', 90_000, () => (model('remote')?.memoryBytes ?? null) !== null && (model('stranded')?.unplaceable ?? null) !== null);
 
       // remote: read on node-3 only (node-1's labels do not match, node-2 is down)
       const remoteAsked = new Set(asked.filter((a) => a.path === ON_NODES).map((a) => a.node));

@@ -40,7 +40,7 @@ describe('download tokens in the controller', () => {
     const ctl = await fleet.startController({ readSecret: tokenSecrets(fleet.secretsDir) });
     try {
       const model = (name: string) => ctl.reconciler.snapshot().models.find((m) => m.name === name);
-      await ctl.until(() => model('gated')?.ready === 1 && model('locked')?.lastError?.code === 'SECRET_NOT_FOUND', 'gated ready and locked failing on its secret');
+      await ctl.until('gated ready and locked failing on its secret', 90_000, () => model('gated')?.ready === 1 && model('locked')?.lastError?.code === 'SECRET_NOT_FOUND');
       const gated = model('gated')!;
       assert.ok(gated.memoryBytes! > fleet.models.good.bytes, `estimate ${gated.memoryBytes} read through the token`);
       assert.ok(origin.hubSeen.some((x) => x.method === 'HEAD') && origin.hubSeen.some((x) => x.method === 'GET'), JSON.stringify(origin.hubSeen));

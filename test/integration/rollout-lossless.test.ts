@@ -61,8 +61,8 @@ async function underLoad(what: string, op: () => Promise<unknown>, done: () => b
   await sleep(2500); // streams in flight on every replica before the operation
   const t0 = performance.now();
   await op();
-  await ctl.until(() => !done(), `${what}: the operation to begin`, 30_000).catch(() => undefined);
-  await ctl.until(done, `${what}: the fleet to settle`, timeoutMs);
+  await ctl.until(`${what}: the operation to begin`, 30_000, () => !done()).catch(() => undefined);
+  await ctl.until(`${what}: the fleet to settle`, timeoutMs, done);
   const ms = performance.now() - t0;
   await sleep(1500); // more streams after it, on the new replicas
   const tally = await l.stop();
@@ -81,7 +81,7 @@ before(async () => {
   router = buildRouter({ fleet: ctl.reconciler, auth: { required: false } });
   await router.listen({ port: 0, host: '127.0.0.1' });
   client = new OpenAI({ baseURL: `http://127.0.0.1:${(router.server.address() as AddressInfo).port}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
-  await ctl.until(settled(2), 'two chat replicas ready', 120_000);
+  await ctl.until('two chat replicas ready', 120_000, settled(2));
 });
 
 after(async () => {
@@ -121,16 +121,16 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     f['nodes/node-2.yaml'] = `${f['nodes/node-2.yaml']!}capacity: { memory: 300MiB }\n`;
     await fleet.push(f, 'chat: one replica, no room to surge');
     await ctl.reconciler.requestPass('webhook');
-    await ctl.until(settled(1), 'one chat replica on the small node', 120_000);
+    await ctl.until('one chat replica on the small node', 120_000, settled(1));
     const l = streamLoad(client, 'chat', CONCURRENCY);
     // each node on its own: node-1's memory fits one replica, node-2's none
     const [on1, on2] = fleet.nodes.map((n) => sampleProcesses([n.dataDir]));
     await sleep(2500);
     const [old] = ctl.reconciler.readyReplicas('chat');
     await ctl.reconciler.restart({ model: 'chat' });
-    await ctl.until(() => ctl.reconciler.record().draining[old!.id] !== undefined, 'the drain to start', 30_000);
+    await ctl.until('the drain to start', 30_000, () => ctl.reconciler.record().draining[old!.id] !== undefined);
     const drainAt = performance.now();
-    await ctl.until(() => ctl.reconciler.restartDone([old!.id]) && settled(1)(), 'the replacement ready', 120_000);
+    await ctl.until('the replacement ready', 120_000, () => ctl.reconciler.restartDone([old!.id]) && settled(1)());
     await sleep(1500);
     const tally = await l.stop();
     const [max1, max2] = [on1!.stop(), on2!.stop()];

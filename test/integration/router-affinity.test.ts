@@ -27,6 +27,7 @@ import { buildRouter, routerStats } from '../../src/router/app.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
 import { llamaServerDir, startLlamaServer, type LlamaServer } from '../harness/llama-server.js';
+import { until } from '../harness/wait.js';
 
 const BUILD_TIMEOUT = 40 * 60_000;
 const KEY = 'client-key';
@@ -55,15 +56,6 @@ async function recorder(target: string, log: string[]): Promise<{ url: string; s
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
-}
-
-/** Polls `cond` on each event-loop turn (plus a short pause) until it holds; fails after `ms`. */
-async function until(cond: () => boolean, what: string, ms = 30_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 /** A streamed request held open: resolves once its first chunk arrived; `abort()` ends it. */
@@ -198,7 +190,7 @@ describe('router affinity, slots and queue with three real llama-server replicas
     assert.equal(stats.external(weighed[0]!), 2);
     // the long conversation goes to r-a and waits there (llama-server's queue) while r-b and r-c are idle
     const longTurn = send(long.messages);
-    await until(() => weighed.reduce((a, u) => a + stats.inFlight(u), 0) === 1, 'the long turn sent upstream');
+    await until('the long turn sent upstream', 30_000, () => weighed.reduce((a, u) => a + stats.inFlight(u), 0) === 1);
     assert.equal(stats.inFlight(weighed[0]!), 1, 'the long conversation did not wait for its replica');
     // the short one moves to a free slot and is answered while r-a is still busy
     const shortTurn = await send(short.messages);
@@ -237,7 +229,7 @@ describe('router affinity, slots and queue with three real llama-server replicas
     // the router counts no slots and the load bound alone decides; llama-server queues beyond its two)
     const acs = bodies.map(() => new AbortController());
     const sent = bodies.map((b, i) => post('spread', b, {}, acs[i]!.signal).catch(() => null));
-    await until(() => stats.active === 60, 'all 60 in flight');
+    await until('all 60 in flight', 30_000, () => stats.active === 60);
     const counts = direct.map((u) => stats.inFlight(u));
     for (const ac of acs) ac.abort();
     await Promise.all(sent);
@@ -248,7 +240,7 @@ describe('router affinity, slots and queue with three real llama-server replicas
     const delta = (result: string) => (sampleValue(after, 'llmgw_router_affinity_total', { model: 'spread', result }) ?? 0) - (sampleValue(before, 'llmgw_router_affinity_total', { model: 'spread', result }) ?? 0);
     assert.equal(delta('hit') + delta('moved'), 60);
     assert.ok(delta('moved') >= 30 - bound, `the bound moved ${delta('moved')} of the 30 off their replica`);
-    await until(() => stats.active === 0, 'the aborted calls ended');
+    await until('the aborted calls ended', 30_000, () => stats.active === 0);
   });
 
   test('queue: with every slot busy requests wait and go in order; beyond max 429 at once; an abort frees its place; a wait past the timeout is a 429; the openai client retries into a place; metrics show depth and wait', async () => {
@@ -269,7 +261,7 @@ describe('router affinity, slots and queue with three real llama-server replicas
     for (const name of ['q1', 'q2', 'q3', 'q4']) {
       const ac = new AbortController();
       queued.set(name, { ac, res: ask('lb', name, ac.signal).catch((e: Error) => e) });
-      await until(() => stats.queued('lb') === queued.size, `${name} queued`);
+      await until(`${name} queued`, 30_000, () => stats.queued('lb') === queued.size);
     }
     let scraped = await scrape();
     assert.equal(sampleValue(scraped, 'llmgw_router_queue_depth', { model: 'lb' }), 4);
@@ -289,10 +281,10 @@ describe('router affinity, slots and queue with three real llama-server replicas
 
     // a client that gives up while queued frees its place
     queued.get('q2')!.ac.abort();
-    await until(() => stats.queued('lb') === 3, 'q2 out of the queue');
+    await until('q2 out of the queue', 30_000, () => stats.queued('lb') === 3);
     const ac5 = new AbortController();
     const q5 = ask('lb', 'q5', ac5.signal);
-    await until(() => stats.queued('lb') === 4, 'q5 queued in its place');
+    await until('q5 queued in its place', 30_000, () => stats.queued('lb') === 4);
 
     // another model on the same replicas with a short queue timeout: 429 after the wait
     const t1 = performance.now();
@@ -316,14 +308,14 @@ describe('router affinity, slots and queue with three real llama-server replicas
       },
     });
     const viaClient = client.chat.completions.create({ model: 'lb', messages: [{ role: 'user', content: 'marker:client' }], max_tokens: 2 });
-    await until(() => seen.length === 1, "the client's first answer");
+    await until("the client's first answer", 30_000, () => seen.length === 1);
     assert.deepEqual(seen, [429]);
     // slots free up one at a time: each lets the oldest waiting request go
     const gone = () => upstreamOrder.filter((m) => !m.startsWith('long'));
     for (const expected of ['q1', 'q3', 'q4', 'q5']) {
       const n = gone().length;
       long.shift()!.abort();
-      await until(() => gone().length > n, `${expected} upstream`);
+      await until(`${expected} upstream`, 30_000, () => gone().length > n);
       assert.deepEqual(gone().slice(n), [expected]);
     }
     for (const name of ['q1', 'q3', 'q4']) assert.equal(((await queued.get(name)!.res) as Response).status, 200, name);

@@ -78,7 +78,7 @@ describe('router failover with real llama-server replicas and the official clien
   /** Sends `n` non-streaming requests at once, SIGKILLs `victim` once `waiting` of them are in flight on it, and returns who answered each. */
   async function killWhileWaiting(model: string, victim: LlamaServer, n: number, waiting: (s: ReturnType<typeof routerStats>) => boolean): Promise<{ answeredBy: string[]; tokens: number[] }> {
     const calls = Array.from({ length: n }, () => client.chat.completions.create({ model, messages, max_tokens: 48 }).withResponse());
-    await until(() => waiting(routerStats(app)), 'requests waiting on the victim', 20_000, 2);
+    await until('requests waiting on the victim', 20_000, () => waiting(routerStats(app)), { everyMs: 2 });
     victim.proc.kill('SIGKILL');
     const results = await Promise.allSettled(calls);
     const failed = results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason));

@@ -112,13 +112,13 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url, app } = await router({ m: { routing: 'least_busy' } });
     fleet.setReady('m', [replica('m', a.url, 'ra'), replica('m', b.url, 'rb')]);
     const long = [post(url, chat('m', true)), post(url, chat('m', true)), post(url, chat('m', true)), post(url, chat('m', true))];
-    await until(() => a.requests.length + b.requests.length === 4, 'four requests upstream');
+    await until('four requests upstream', 5_000, () => a.requests.length + b.requests.length === 4);
     assert.equal(a.requests.length, 2);
     assert.equal(b.requests.length, 2);
     assert.equal(routerStats(app).inFlight(a.url), 2);
     // make b busier: one more long stream lands on the less busy of the two (tie → either), then a quick one goes to the other
     const third = post(url, chat('m', true));
-    await until(() => a.requests.length + b.requests.length === 5, 'the fifth request upstream');
+    await until('the fifth request upstream', 5_000, () => a.requests.length + b.requests.length === 5);
     const busier = [a, b].find((x) => x.requests.length === 3);
     assert.ok(busier, 'the third stream went nowhere');
     const other = busier === a ? b : a;
@@ -209,7 +209,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       req.end(payload);
       setTimeout(() => reject(new Error('no data')), 5000);
     });
-    await until(() => s.clientAborts.length > 0, 'the upstream request aborted', 2000);
+    await until('the upstream request aborted', 2000, () => s.clientAborts.length > 0);
     assert.deepEqual(s.clientAborts, ['/v1/chat/completions']);
     assert.equal(routerStats(app).active, 0);
     assert.equal(routerStats(app).inFlight(s.url), 0);
@@ -267,7 +267,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url, counted } = await router({ m: { maxConcurrency: 1 } });
     fleet.setReady('m', [replica('m', s.url)]);
     const first = post(url, chat('m', true));
-    await until(() => s.requests.length === 1, 'the first request upstream');
+    await until('the first request upstream', 5_000, () => s.requests.length === 1);
     const second = await post(url, chat('m'));
     assert.equal(second.status, 429);
     assert.equal(JSON.parse(second.body).error.code, 'concurrency_limit_exceeded');
@@ -313,10 +313,10 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const keepAlive = new Agent({ keepAlive: true });
     cleanups.push(async () => keepAlive.destroy());
     const inflight = post(url, chat('m', true), { agent: keepAlive });
-    await until(() => s.requests.length === 1, 'the stream upstream');
+    await until('the stream upstream', 5_000, () => s.requests.length === 1);
     const t = performance.now();
     const closing = app.close();
-    await until(() => !app.server.listening, 'the server to stop listening');
+    await until('the server to stop listening', 5_000, () => !app.server.listening);
     await assert.rejects(post(url, chat('m')), /ECONNREFUSED|ECONNRESET|socket hang up/);
     const r = await inflight;
     assert.equal(r.status, 200);
@@ -341,7 +341,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const r = await inflight;
     const last = r.body.split('\n\n').filter(Boolean).at(-1)!;
     assert.equal(JSON.parse(last.slice(6)).error.code, 'router_shutting_down');
-    await until(() => s.clientAborts.length > 0, 'the upstream request aborted', 2000);
+    await until('the upstream request aborted', 2000, () => s.clientAborts.length > 0);
     assert.equal(s.clientAborts.length, 1, 'upstream not aborted');
   });
 
@@ -352,11 +352,11 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const req = httpRequest(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json' } });
     req.on('error', () => undefined);
     req.end(JSON.stringify(chat('lazy')));
-    await until(() => fleet.calls.waitReady.length > 0, 'the request waiting for its model', 2000);
+    await until('the request waiting for its model', 2000, () => fleet.calls.waitReady.length > 0);
     assert.deepEqual(fleet.calls.waitReady, ['lazy']);
     req.destroy();
     // the router is done with the request once it has counted it as a client that went away (499)
-    await until(async () => (await counted('lazy')).requests.includes('499 reason= 1'), 'the request counted as 499', 2000);
+    await until('the request counted as 499', 2000, async () => (await counted('lazy')).requests.includes('499 reason= 1'));
     assert.equal(fleet.waiting('lazy'), 0, 'the wait for the model ended');
     fleet.setReady('lazy', [replica('lazy', s.url)]);
     assert.equal(s.requests.length, 0, 'proxied for a client that left');
@@ -367,7 +367,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url, app } = await router({ lazy: { scaling: { mode: 'on_demand', idleTimeoutMs: 60_000, maxReplicas: 1 } } }, { shutdownGraceMs: 10_000 });
     fleet.setPhase('lazy', 'idle');
     const waiting = post(url, chat('lazy'));
-    await until(() => fleet.calls.waitReady.length > 0, 'the request waiting for its model', 2000);
+    await until('the request waiting for its model', 2000, () => fleet.calls.waitReady.length > 0);
     const t = performance.now();
     await app.close();
     const r = await waiting;
@@ -478,7 +478,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.equal(posts(), before, 'no request went to the ejected replica');
     // its health check passes: back in routing
     healthy = true;
-    await until(async () => (await gauge('llmgw_router_ejected_replicas')) === 0, 'the replica back in routing', 5000, 50);
+    await until('the replica back in routing', 5000, async () => (await gauge('llmgw_router_ejected_replicas')) === 0);
     const seen = new Set<string>();
     for (let i = 0; i < 6; i++) seen.add(String((await post(url, chat('m'))).headers['x-llmgw-replica']));
     assert.deepEqual([...seen].sort(), ['flaky', 'live']);
@@ -535,7 +535,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       req.end(JSON.stringify(chat('m', true)));
     });
     await gone;
-    await until(() => routerStats(app).active === 0, 'the call ended');
+    await until('the call ended', 5_000, () => routerStats(app).active === 0);
     assert.ok(fleet.calls.touch.length >= during + 2, 'touched at the start and at the end');
   });
 
@@ -545,7 +545,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
     fleet.setReady('m', [replica('m', old.url, 'old')]);
     const streaming = post(url, chat('m', true));
-    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    await until('the stream on the old replica', 5_000, () => old.requests.length === 1);
     // two more wait in the router's queue for the old replica's one slot
     const queued = [post(url, chat('m')), post(url, chat('m'))];
     await new Promise((r) => setTimeout(r, 50));
@@ -570,7 +570,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
     fleet.setReady('m', [replica('m', old.url, 'old')]);
     const streaming = post(url, chat('m', true));
-    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    await until('the stream on the old replica', 5_000, () => old.requests.length === 1);
     const queued = post(url, chat('m'));
     await new Promise((r) => setTimeout(r, 100));
     const readyAt = performance.now();
@@ -587,7 +587,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url, counted } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 600 } } });
     fleet.setReady('m', [replica('m', old.url, 'old')]);
     const streaming = post(url, chat('m', true));
-    await until(() => old.requests.length === 1, 'the stream on the old replica');
+    await until('the stream on the old replica', 5_000, () => old.requests.length === 1);
     const queued = post(url, chat('m'));
     await new Promise((r) => setTimeout(r, 50));
     fleet.setReady('m', [], 'starting');
@@ -607,7 +607,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const { fleet, url } = await router({ m: {} });
     fleet.setReady('m', [replica('m', dying.url, 'dying')]);
     const answer = post(url, chat('m'));
-    await until(() => dying.requests.length === 1, 'the request on the dying replica');
+    await until('the request on the dying replica', 5_000, () => dying.requests.length === 1);
     fleet.setReady('m', [replica('m', dying.url, 'dying'), replica('m', fresh.url, 'fresh')]);
     const r = await answer;
     assert.equal(r.status, 200, r.body);

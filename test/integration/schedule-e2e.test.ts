@@ -72,7 +72,7 @@ after(async () => {
 
 describe('a replica schedule on the real stack', () => {
   it('before 08:00 the evening entry is in force: one replica', async () => {
-    await ctl.until(() => model('good').phase === 'ready', 'good ready');
+    await ctl.until('good ready', 90_000, () => model('good').phase === 'ready');
     assert.equal(model('good').desired, 1);
     assert.equal(model('good').replicas.length, 1);
     assert.deepEqual(await scheduled(), { replicas: 1, nextChange: Date.parse('2026-03-30T06:00:00Z') / 1000 });
@@ -81,7 +81,7 @@ describe('a replica schedule on the real stack', () => {
   it('at 08:00 the model scales to two replicas; the metric and ctl models follow', async () => {
     setClock('2026-03-30T06:00:01Z');
     assert.equal((await scheduled()).replicas, 2, 'the metric follows the clock at the next scrape');
-    await ctl.until(() => model('good').ready === 2, 'two ready replicas of good');
+    await ctl.until('two ready replicas of good', 90_000, () => model('good').ready === 2);
     assert.equal(model('good').desired, 2);
     assert.equal(new Set(model('good').replicas.map((r) => r.node)).size, 2, 'one per node');
     assert.deepEqual(await scheduled(), { replicas: 2, nextChange: Date.parse('2026-03-30T18:00:00Z') / 1000 });
@@ -102,7 +102,7 @@ describe('a replica schedule on the real stack', () => {
     const client = keepAsking(routerUrl, 'good');
     await client.answered(4); // answered before the change
     setClock('2026-03-30T18:00:01Z');
-    await ctl.until(() => model('good').desired === 1 && model('good').replicas.length === 1 && model('good').ready === 1, 'good back to one replica');
+    await ctl.until('good back to one replica', 90_000, () => model('good').desired === 1 && model('good').replicas.length === 1 && model('good').ready === 1);
     await client.answered(4); // and after it
     const { failures } = await client.stop();
     assert.deepEqual(failures, []);
@@ -119,7 +119,7 @@ describe('a replica schedule on the real stack', () => {
     await ctl.stop();
     setClock('2026-03-31T10:30:00Z'); // Tuesday 12:30 CEST: the 08:00 entry is in force
     ctl = await fleet.startController({ clock });
-    await ctl.until(() => model('good').ready === 2, 'two ready replicas after the restart');
+    await ctl.until('two ready replicas after the restart', 90_000, () => model('good').ready === 2);
     assert.equal(model('good').desired, 2);
     assert.deepEqual(await scheduled(), { replicas: 2, nextChange: Date.parse('2026-03-31T18:00:00Z') / 1000 });
   });

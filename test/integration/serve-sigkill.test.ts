@@ -20,6 +20,7 @@ import { freePort } from '../harness/llama-server.js';
 import { startThrottledOrigin } from '../harness/throttled-origin.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { repoRoot } from '../harness/paths.js';
+import { until } from '../harness/wait.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 
 const IDLE_S = 25;
@@ -62,7 +63,7 @@ function serve(): ChildProcess {
 async function serving(): Promise<void> {
   if (child && child.exitCode === null) return;
   child = serve();
-  await until('llmgw serving', 120_000, async () => (await admin<{ lastPass: unknown }>('/status')).lastPass);
+  await until('llmgw serving', 120_000, async () => (await admin<{ lastPass: unknown }>('/status')).lastPass, { diag: logTail });
 }
 
 async function sigkill(c: ChildProcess): Promise<void> {
@@ -89,19 +90,7 @@ async function models(): Promise<Record<string, ModelJson>> {
   return Object.fromEntries(r.models.map((m) => [m.name, m]));
 }
 
-async function until<T>(what: string, timeoutMs: number, fn: () => Promise<T | null | undefined | false>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch {
-      // not serving yet
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n--- llmgw log (tail) ---\n${out.slice(-5000)}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
+const logTail = (): string => `--- llmgw log (tail) ---\n${out.slice(-5000)}`;
 
 async function chat(model: string): Promise<number> {
   const r = await fetch(`http://127.0.0.1:${routerPort}/v1/chat/completions`, {
@@ -132,7 +121,7 @@ after(async () => {
 describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
   it('keeps an on-demand model in use until its idle timeout from the last request, and carries out a restart asked for before the kill', async () => {
     child = serve();
-    await until('steady ready', 120_000, async () => (await models()).steady?.phase === 'ready');
+    await until('steady ready', 120_000, async () => (await models()).steady?.phase === 'ready', { diag: logTail });
     // the on-demand model in use: activated by a request, used until just before the kill
     assert.equal(await chat('good'), 200);
     assert.equal(await chat('good'), 200);
@@ -153,7 +142,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
       const m = await models();
       const s = m.steady?.replicas ?? [];
       return s.length === 1 && s[0]!.id !== oldSteady && s[0]!.phase === 'ready' ? m : null;
-    });
+    }, { diag: logTail });
     const done = await admin<{ done: boolean }>(`/restart?ids=${oldSteady}&wait=true&timeout=30`);
     assert.equal(done.done, true);
     // the on-demand model is still served by the same replica, well after the restarted controller's first passes
@@ -164,7 +153,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
       await new Promise((r) => setTimeout(r, 1000));
     }
     // and stopped once the idle timeout from the last request has passed
-    await until('the idle on-demand replica stopped', 60_000, async () => (await models()).good?.replicas.length === 0);
+    await until('the idle on-demand replica stopped', 60_000, async () => (await models()).good?.replicas.length === 0, { diag: logTail });
     const stoppedAt = Date.now();
     assert.ok(stoppedAt >= lastRequestAt + IDLE_S * 1000, `stopped ${stoppedAt - lastRequestAt} ms after the last request (idle timeout ${IDLE_S} s)`);
     assert.match(out, /"reason":"idle"/);
@@ -182,7 +171,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const status = await until('the controller serving again', 120_000, async () => {
       const s = await admin<{ stateError: { code: string; message: string; hint: string } | null; lastPass: unknown }>('/status');
       return s.lastPass ? s : null;
-    });
+    }, { diag: logTail });
     assert.equal(status.stateError?.code, 'STATE_FILE_CORRUPT');
     assert.ok(status.stateError!.message.includes(statePath), status.stateError!.message);
     assert.ok(readdirSync(join(fleet.stateDir, 'serve')).some((f) => f.startsWith('state.json.corrupt-')), 'the bad file is kept aside');
@@ -190,7 +179,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const ctl = await runCli(['ctl', 'status', '--server', `http://127.0.0.1:${adminPort}`]);
     assert.match(ctl.stdout, /^state file\s+FAILED: .*STATE_FILE_CORRUPT/m);
     assert.match(ctl.stdout, /moved aside to .*state\.json\.corrupt-/);
-    await until('steady served through the router', 120_000, async () => (await chat('steady')) === 200);
+    await until('steady served through the router', 120_000, async () => (await chat('steady')) === 200, { diag: logTail });
     recordFault({ fault: '8 a corrupt or truncated state file', injected: 'state.json truncated between two runs of `llmgw serve`', held: 'serve started, the file moved aside and named in the log, /admin/v1/status and `ctl status` (STATE_FILE_CORRUPT), the router served' });
   });
 
@@ -199,7 +188,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     await fleet.push({ 'models/fresh.yaml': modelYaml(fleet.models.good, ['replicas: 1']) }, 'fleet: add fresh');
     const mark = out.length;
     await admin('/models/steady/retry', { method: 'POST' }); // any admin call that runs a pass picks up the commit
-    await until('fresh starting', 60_000, async () => /"model":"fresh"[^\n]*"msg":"starting replica"/.test(out.slice(mark)));
+    await until('fresh starting', 60_000, async () => /"model":"fresh"[^\n]*"msg":"starting replica"/.test(out.slice(mark)), { diag: logTail });
     await sigkill(child!);
     out = '';
     child = serve();
@@ -207,7 +196,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     await until('fresh ready', 120_000, async () => {
       most = Math.max(most, replicaProcesses(fleet.nodes[0]!.dataDir).filter((p) => p.startsWith('fresh-')).length);
       return (await models()).fresh?.phase === 'ready';
-    });
+    }, { diag: logTail });
     assert.ok(most <= 1, `${most} llama-server processes of fresh at once`);
     const known = new Set((await admin<{ replicas: { id: string }[] }>('/replicas')).replicas.map((r) => r.id));
     assert.deepEqual(replicaProcesses(fleet.nodes[0]!.dataDir).filter((id) => !known.has(id)), [], 'a llama-server process the controller does not report (an orphan)');
@@ -224,7 +213,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     await until('kev failed 3 times', 120_000, async () => {
       last = await admin<{ model: { consecutiveFailures: number } }>('/models/kev');
       return (last as { model?: { consecutiveFailures: number } }).model!.consecutiveFailures >= 3;
-    }).catch((e: Error) => {
+    }, { diag: logTail }).catch((e: Error) => {
       throw new Error(`${e.message}\n--- /models/kev ---\n${JSON.stringify(last)}`);
     });
     await sigkill(child!);
@@ -234,7 +223,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const kev = await until('kev parked', 120_000, async () => {
       const m = (await admin<{ model: { parked: unknown; consecutiveFailures: number } }>('/models/kev')).model;
       return m.parked ? m : null;
-    });
+    }, { diag: logTail });
     assert.equal(kev.consecutiveFailures, 5);
     const started = (log: string): string[] => [...log.matchAll(/"replica":"(kev-[^"]+)"[^\n]*"msg":"starting replica"/g)].map((m) => m[1]!);
     const failed = (log: string): string[] => [...log.matchAll(/"replica":"(kev-[^"]+)"[^\n]*"msg":"replica start failed"/g)].map((m) => m[1]!);
@@ -257,7 +246,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
       const source = `source: ${origin.url}`;
       await fleet.push({ 'models/slowdl.yaml': [source, `sha256: ${file.sha256}`, 'profile: tiny', 'replicas: 1', 'memory: 200MiB', ''].join('\n') }, 'fleet: a model downloaded slowly');
       await admin('/models/steady/retry', { method: 'POST' });
-      await until('the download a third of the way', 60_000, async () => origin.gets.some((g) => !g.done && g.sent > file.bytes / 3));
+      await until('the download a third of the way', 60_000, async () => origin.gets.some((g) => !g.done && g.sent > file.bytes / 3), { diag: logTail });
       await sigkill(child!);
       out = '';
       child = serve();
@@ -265,7 +254,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
       await until('slowdl ready', 180_000, async () => {
         most = Math.max(most, origin.gets.filter((g) => !g.done).length);
         return (await models()).slowdl?.phase === 'ready';
-      });
+      }, { diag: logTail });
       assert.ok(most <= 1, `${most} downloads of the file at once`);
       const m = (await admin<{ model: { consecutiveFailures: number } }>('/models/slowdl')).model;
       assert.equal(m.consecutiveFailures, 0, 'the kill counted as a failure of the model');

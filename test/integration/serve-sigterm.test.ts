@@ -11,7 +11,8 @@ import { after, describe, it } from 'node:test';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
-import { logLines, spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 interface ModelJson {
   name: string;
@@ -76,7 +77,7 @@ async function ready(p: ServeProc, diag: () => string): Promise<void> {
   await until('model long ready', 120_000, async () => {
     const r = await p.admin<{ models: ModelJson[] }>('/models');
     return r.models.find((m) => m.name === 'long')?.phase === 'ready';
-  }, diag);
+  }, { diag });
 }
 
 describe('SIGTERM of llmgw serve with a stream in flight', { timeout: 10 * 60_000 }, () => {
@@ -106,7 +107,7 @@ describe('SIGTERM of llmgw serve with a stream in flight', { timeout: 10 * 60_00
     const rest = stream.rest();
     let ended = false;
     void rest.then(() => (ended = true));
-    await until('new connections refused', 10_000, () => refused(p.routerPort), diag);
+    await until('new connections refused', 10_000, () => refused(p.routerPort), { diag });
     assert.equal(ended, false, 'the router stopped accepting while the stream was still running');
     assert.ok(p.alive(), 'the process waits for the stream');
     const { text, endedAt } = await rest;
@@ -130,14 +131,14 @@ describe('SIGTERM of llmgw serve with a stream in flight', { timeout: 10 * 60_00
     const HA = ['--etcd', etcd.endpoint, '--lease-ttl', '15s', '--renew-deadline', '10s', '--retry-period', '1s', '--shutdown-grace', '60s'];
     const a = await spawnServe({ name: 'ha-a', fleet, args: HA });
     procs.push(a);
-    await until('a leads', 90_000, async () => (await a.admin<StatusJson>('/status')).leader, diag);
+    await until('a leads', 90_000, async () => (await a.admin<StatusJson>('/status')).leader, { diag });
     const b = await spawnServe({ name: 'ha-b', fleet, args: HA });
     procs.push(b);
     await ready(a, diag);
     await until('b routes as a standby', 90_000, async () => {
       const r = await b.admin<{ models: ModelJson[] }>('/models');
       return r.models.find((m) => m.name === 'long')?.phase === 'ready';
-    }, diag);
+    }, { diag });
     const stream = await openStream(a);
     const exited = exitOf(a);
     const t0 = Date.now();
@@ -146,7 +147,7 @@ describe('SIGTERM of llmgw serve with a stream in flight', { timeout: 10 * 60_00
     let ended = false;
     void rest.then(() => (ended = true));
     // the lease is 15 s: a standby leading within a few seconds means the leader resigned, it did not expire
-    await until('b leads', 10_000, async () => (await b.admin<StatusJson>('/status')).leader, diag);
+    await until('b leads', 10_000, async () => (await b.admin<StatusJson>('/status')).leader, { diag });
     const tookOver = Date.now();
     assert.ok(tookOver - t0 < 10_000);
     assert.equal(ended, false, 'b took over while a\'s router still drained its stream');

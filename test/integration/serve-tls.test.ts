@@ -104,7 +104,7 @@ describe('TLS', () => {
     renameSync(join(dir, 'tls.key.new'), join(dir, 'tls.key'));
     renameSync(join(dir, 'tls.pem.new'), join(dir, 'tls.pem'));
     assert.equal(await scrape(), Math.floor(new Date(second.validTo).getTime() / 1000), 'the next scrape reads the new file');
-    await until(async () => (await servedCert(served.adminUrl)).fingerprint256 === second.fingerprint256, 'the admin port to serve the new certificate', 10_000, 50);
+    await until('the admin port to serve the new certificate', 10_000, async () => (await servedCert(served.adminUrl)).fingerprint256 === second.fingerprint256);
     assert.equal((await servedCert(served.routerUrl)).fingerprint256, second.fingerprint256, 'so does the router');
   });
 });

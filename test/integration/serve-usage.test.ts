@@ -13,7 +13,8 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { runCli } from '../harness/cli.js';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
-import { spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let serve: ServeProc;
@@ -32,7 +33,7 @@ before(async () => {
   await fleet.push(files, 'fleet: one model');
   logPath = join(fleet.stateDir, 'usage.jsonl');
   serve = await spawnServe({ name: 'usage', fleet, args: ['--usage-log', logPath] });
-  await until('good ready', 120_000, async () => (await serve.admin<{ models: { name: string; phase: string }[] }>('/models')).models.find((m) => m.name === 'good')?.phase === 'ready', diag);
+  await until('good ready', 120_000, async () => (await serve.admin<{ models: { name: string; phase: string }[] }>('/models')).models.find((m) => m.name === 'good')?.phase === 'ready', { diag });
 });
 
 after(async () => {
@@ -110,9 +111,9 @@ describe('usage through llmgw serve', () => {
 
     // the restarted controller appends
     serve.restart();
-    await until('good ready again', 120_000, async () => (await serve.admin<{ models: { name: string; phase: string }[] }>('/models')).models.find((m) => m.name === 'good')?.phase === 'ready', diag);
+    await until('good ready again', 120_000, async () => (await serve.admin<{ models: { name: string; phase: string }[] }>('/models')).models.find((m) => m.name === 'good')?.phase === 'ready', { diag });
     await client().chat.completions.create({ model: 'good', messages: [{ role: 'user', content: MARKER }], max_tokens: 1 });
-    await until('the new line fsynced', 5000, () => lines().length === kept.length + 1, diag);
+    await until('the new line fsynced', 5000, () => lines().length === kept.length + 1, { diag });
     assert.deepEqual(lines().slice(0, kept.length), kept);
   });
 });

@@ -8,7 +8,8 @@ import { after, before, describe, it } from 'node:test';
 import { runCli } from '../harness/cli.js';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { logLines, spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 interface StatusJson {
   leader: boolean;
@@ -41,7 +42,7 @@ describe('two controllers without etcd on one fleet', () => {
     const first = await spawnServe({ name: 'first', fleet });
     procs.push(first);
     const models = async (p: ServeProc): Promise<Record<string, ModelJson>> => Object.fromEntries((await p.admin<{ models: ModelJson[] }>('/models')).models.map((m) => [m.name, m]));
-    await until('good ready under the first', 120_000, async () => (await models(first)).good?.phase === 'ready', diag);
+    await until('good ready under the first', 120_000, async () => (await models(first)).good?.phase === 'ready', { diag });
     const firstStatus = await first.admin<StatusJson>('/status');
     assert.equal(firstStatus.leader, true);
     const replicaIds = fleet.nodes.flatMap((n) => replicaProcesses(n.dataDir));
@@ -52,7 +53,7 @@ describe('two controllers without etcd on one fleet', () => {
     const st = await until('the second refusing to act', 60_000, async () => {
       const s = await second.admin<StatusJson>('/status');
       return s.control.notActing ? s : null;
-    }, diag);
+    }, { diag });
     assert.equal(st.leader, false);
     assert.equal(st.control.notActing!.code, 'NODE_OWNED');
     assert.ok(st.control.notActing!.message.includes(firstStatus.control.instance.label), st.control.notActing!.message);

@@ -16,7 +16,8 @@ import { after, before, describe, it } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { repoRoot } from '../harness/paths.js';
-import { spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 const TOKEN = 'ui-browser-admin-token-3f9c1a7e5b';
 const WEBHOOK_SECRET = 'ui-browser-webhook-secret-8d2e6c4a';
@@ -67,7 +68,7 @@ before(async () => {
     args: ['--admin-token-file', join(fleet.secretsDir, 'admin-token'), '--webhook-secret-file', join(fleet.secretsDir, 'webhook-secret')],
   });
   origin = `http://127.0.0.1:${serve.adminPort}`;
-  await until('the admin API answers', 60_000, async () => (await fetch(`${origin}/ui/`)).ok, diag);
+  await until('the admin API answers', 60_000, async () => (await fetch(`${origin}/ui/`)).ok, { diag });
 
   browser = await chromium.launch({ executablePath: CHROMIUM, args: process.getuid?.() === 0 ? ['--no-sandbox'] : [] });
   const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
@@ -191,7 +192,7 @@ describe('the status page in Chromium, admin auth on', () => {
     const newer = (kind: string) => page.locator(`#events li[data-kind="${kind}"]`).filter({ hasText: 'kev' }).evaluateAll((els, b) => els.some((e) => Number(e.getAttribute('data-seq')) > b), before);
     await until('an unparked event', 30_000, () => newer('unparked'));
     await until('a new start of kev', 60_000, async () => (await newer('replica-starting')) || (await newer('start-failed')));
-    await until('kev parked again', 150_000, () => newer('parked'), diag);
+    await until('kev parked again', 150_000, () => newer('parked'), { diag });
     await card('kev', 'parked').waitFor({ timeout: 30_000 });
     assert.equal(await page.evaluate(() => (globalThis as unknown as { marker?: number }).marker), 42, 'the page was not reloaded');
   });
@@ -200,7 +201,7 @@ describe('the status page in Chromium, admin auth on', () => {
     const broken = modelYaml(fleet.models.good, ['replicas: many']);
     await fleet.push({ 'models/broken.yaml': broken }, 'a model with a bad replica count');
     await webhook();
-    const apiKnows = until('the controller rejects the revision', 60_000, async () => ((await adminGet<{ spec: { rejected: unknown } }>('/status')).spec.rejected ? Date.now() : null), diag);
+    const apiKnows = until('the controller rejects the revision', 60_000, async () => ((await adminGet<{ spec: { rejected: unknown } }>('/status')).spec.rejected ? Date.now() : null), { diag });
     const pageShows = page
       .locator('#rejected-card code.where')
       .filter({ hasText: /models\/broken\.yaml:\d+/ })

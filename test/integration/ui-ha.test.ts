@@ -9,7 +9,8 @@ import { after, before, describe, it } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
-import { spawnServe, until, type ServeProc } from '../harness/serve-proc.js';
+import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 const CHROMIUM = process.env.LLMGW_CHROMIUM ?? '/usr/bin/chromium';
 const HA = (endpoint: string): string[] => ['--etcd', endpoint, '--lease-ttl', '4s', '--renew-deadline', '3s', '--retry-period', '1s'];
@@ -59,7 +60,7 @@ describe('the status page on a standby', () => {
       const s = await Promise.all(procs.map((p) => p.admin<StatusJson>('/status')));
       const leading = s.filter((x) => x.leader);
       return leading.length === 1 && s.every((x) => x.control.leader?.id === leading[0]!.control.instance.id) ? s : null;
-    }, diag);
+    }, { diag });
     const li = statuses.findIndex((s) => s.leader);
     leader = procs[li]!;
     standby = procs[1 - li]!;
@@ -68,7 +69,7 @@ describe('the status page on a standby', () => {
       const m = await leader.admin<{ models: { name: string; phase: string }[] }>('/models');
       const ph = Object.fromEntries(m.models.map((x) => [x.name, x.phase]));
       return ph.good === 'ready' && ph.kev === 'parked';
-    }, diag);
+    }, { diag });
 
     await page.goto(`http://127.0.0.1:${standby.adminPort}/`);
     await page.locator('#app').waitFor({ state: 'visible', timeout: 30_000 });

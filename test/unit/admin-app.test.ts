@@ -465,7 +465,7 @@ describe('admin API: restart', () => {
       headers: { ...auth, 'content-type': 'application/json' },
       body: JSON.stringify({ all: true }),
     });
-    await until(() => backend.restartDoneCalls >= 2, 'the restart request waiting for restartDone');
+    await until('the restart request waiting for restartDone', 5_000, () => backend.restartDoneCalls >= 2);
     await a.close();
     const res = await pending;
     assert.equal(res.status, 202);
@@ -645,10 +645,10 @@ describe('admin API: what an unauthenticated client can make the port hold', () 
     try {
       const port = (a.server.address() as import('node:net').AddressInfo).port;
       const big = await raw(port, hookHead(1024 * 1024));
-      await until(() => big.first() !== '', 'an answer to the 1 MiB webhook', 3000);
+      await until('an answer to the 1 MiB webhook', 3000, () => big.first() !== '');
       assert.equal(big.first(), 'HTTP/1.1 413 Payload Too Large');
       const lab = await raw(port, hookHead(60_000, 'x-gitlab-token: not-the-secret-at-all'));
-      await until(() => lab.first() !== '', 'an answer to the wrong GitLab token', 3000);
+      await until('an answer to the wrong GitLab token', 3000, () => lab.first() !== '');
       assert.equal(lab.first(), 'HTTP/1.1 401 Unauthorized');
       for (const s of [big, lab]) s.sock.destroy();
     } finally {
@@ -664,12 +664,12 @@ describe('admin API: what an unauthenticated client can make the port hold', () 
       const held = [await raw(port, hookHead(50_000)), await raw(port, hookHead(50_000))];
       await new Promise((r) => setTimeout(r, 100));
       const third = await raw(port, hookHead(50_000));
-      await until(() => third.first() !== '', 'an answer to the third webhook', 3000);
+      await until('an answer to the third webhook', 3000, () => third.first() !== '');
       assert.equal(third.first(), 'HTTP/1.1 503 Service Unavailable');
       const t0 = Date.now();
-      await until(() => held.every((h) => h.closed()), 'the held webhook bodies closed by their deadline', 3000);
+      await until('the held webhook bodies closed by their deadline', 3000, () => held.every((h) => h.closed()));
       assert.ok(Date.now() - t0 < 1500, `held for ${Date.now() - t0} ms`);
-      await until(() => third.closed(), 'the refused socket closed', 3000);
+      await until('the refused socket closed', 3000, () => third.closed());
       const body = JSON.stringify({ ref: 'refs/heads/main', commits: [] });
       const sig = createHmac('sha256', SECRET).update(body).digest('hex');
       const ok = await fetch(`http://127.0.0.1:${port}/admin/v1/webhook`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-github-event': 'push', 'x-hub-signature-256': `sha256=${sig}` }, body });
@@ -693,7 +693,7 @@ describe('admin API: what an unauthenticated client can make the port hold', () 
       assert.equal(r.headers.get('retry-after'), '1');
       assert.equal(((await r.json()) as { error: { code: string } }).error.code, 'ADMIN_OVERLOADED');
       for (const h of held) h.sock.destroy();
-      await until(async () => (await fetch(`http://127.0.0.1:${port}/admin/v1/status`, { headers: auth })).status === 200, 'status answers once the held requests are gone', 3000);
+      await until('status answers once the held requests are gone', 3000, async () => (await fetch(`http://127.0.0.1:${port}/admin/v1/status`, { headers: auth })).status === 200);
     } finally {
       await a.close();
     }

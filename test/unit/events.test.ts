@@ -397,7 +397,7 @@ describe('the events API and streams', () => {
     const live = await readUntil(s, /"kind":"start-failed"/);
     assert.match(live, /REPLICA_UNKNOWN_ARCHITECTURE/);
     s.destroy();
-    await until(() => feed.ring.listeners === 0, 'the stream closed', 5000);
+    await until('the stream closed', 5000, () => feed.ring.listeners === 0);
   });
 
   test('a client that goes away is forgotten', async () => {
@@ -406,7 +406,7 @@ describe('the events API and streams', () => {
     await readUntil(s, /retry: /);
     assert.equal(feed.ring.listeners, before + 1);
     s.destroy();
-    await until(() => feed.ring.listeners === before, 'the gone client forgotten', 5000);
+    await until('the gone client forgotten', 5000, () => feed.ring.listeners === before);
   });
 
   test('a client that does not read is dropped; the server never holds more than its bound for it', async () => {
@@ -448,9 +448,9 @@ describe('the events API and streams', () => {
     assert.ok(kevLines.every((l) => /  kev  /.test(l)), kevLines.join('\n'));
     assert.match(kevLines.at(-1)!, /parked .*REPLICA_UNKNOWN_ARCHITECTURE/);
     const following = runCtl(['ctl', '--server', `http://127.0.0.1:${port}`, '--token', TOKEN, 'events', '--follow', '-n', '1'], io);
-    await until(() => out.length >= 1, 'the last event printed', 5000);
+    await until('the last event printed', 5000, () => out.length >= 1);
     source.publish(snap(6, [model('kev', { lastHandledRetry: 'api-7' })]));
-    await until(() => out.some((l) => /retry api-7 handled/.test(l)), 'the new event followed', 5000);
+    await until('the new event followed', 5000, () => out.some((l) => /retry api-7 handled/.test(l)));
     ac.abort();
     assert.equal(await following, 0);
     assert.ok(out.some((l) => /unparked/.test(l)), out.join('\n'));

@@ -18,6 +18,8 @@ import {
 import { stopReplicaScript } from '../../src/nodes/ops/replica-stop.js';
 import { pickPort } from '../../src/nodes/ports.js';
 import { scriptError } from '../../src/nodes/script-errors.js';
+import { replicaPortRange } from '../harness/ports.js';
+import { until } from '../harness/wait.js';
 import { killGroup, makeDataDir, procStartTime, run, runOk, SHELLS, writeExe, type DataDir } from './nodes-ops-fixture.js';
 
 const KEY = 'engine-key-0123456789';
@@ -41,14 +43,6 @@ after(async () => {
   for (const p of pids) killGroup(p);
   await new Promise((resolve) => listener.close(resolve));
 });
-
-async function until(what: string, ok: () => boolean): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 for (const shell of SHELLS) {
   describe(`ops/replica-*: ${shell}`, () => {
@@ -88,7 +82,7 @@ exit 1
     });
 
     it('start: launched detached with the key from stdin in its env (never its argv), state.json written, pid parsed', async () => {
-      port = pickPort('n', { from: 41000, to: 41999 }, used(), new Set());
+      port = pickPort('n', replicaPortRange(), used(), new Set());
       const before = Date.now();
       const { r, started, argv } = start('r-1', server, port);
       assert.equal(r.code, 0, r.stderr);
@@ -96,7 +90,7 @@ exit 1
       pid = started.pid;
       assert.ok(started.startedAtMs >= Math.floor(before / 1000) * 1000 && started.startedAtMs <= Date.now());
       assert.equal(String(started.procStartTime), procStartTime(pid));
-      await until('the stand-in to run', () => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('sleep'));
+      await until('the stand-in to run', 10_000, () => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('sleep'));
       assert.ok(readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(`LLAMA_API_KEY=${KEY}`));
       assert.ok(!argv.includes(KEY) && !r.stdout.includes(KEY) && !r.stderr.includes(KEY));
       const ins = inspect('r-1');
@@ -116,7 +110,7 @@ exit 1
     });
 
     it('log tail and file range read the replica log', async () => {
-      await until('the log', () => readFileSync(join(fx.dataDir, 'replicas', 'r-1', 'log'), 'utf8').includes('env:'));
+      await until('the log', 10_000, () => readFileSync(join(fx.dataDir, 'replicas', 'r-1', 'log'), 'utf8').includes('env:'));
       const tail = runOk(shell, logTailScript(fx.dataDir, 'r-1', 10)).stdout;
       assert.match(tail, /^args:.*--port \d+ .*x'\$\(id\)\nhas-key\nenv:v'\$\(id\)\n$/);
       const logPath = join(fx.dataDir, 'replicas', 'r-1', 'log');
@@ -139,7 +133,7 @@ exit 1
     it('a replica that exits: inspect reports it dead with its log, classified', async () => {
       const { r } = start('r-4', failing, port);
       assert.equal(r.code, 0, r.stderr);
-      await until('the stand-in to exit', () => !inspect('r-4').alive);
+      await until('the stand-in to exit', 10_000, () => !inspect('r-4').alive);
       const ins = inspect('r-4');
       assert.match(ins.logTail, /failed to open GGUF file '\/m\/x\.gguf'$/);
       assert.equal(failureOf(ins.logTail).code, 'REPLICA_MODEL_LOAD_FAILED');
