@@ -13,9 +13,9 @@ import { after, before, describe, it } from 'node:test';
 import { nodeJson } from '../../src/wire/shape.js';
 import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
-import { startGatedOrigin, type GatedOrigin } from '../integration/gated-origin.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
+import { startGatedOrigin, type GatedOrigin } from '../harness/gated-origin.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
 
 let fleet: TestFleet;
 let ctl: TestController;

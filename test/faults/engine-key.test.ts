@@ -14,8 +14,8 @@ import { after, describe, it } from 'node:test';
 import { freePort, llamaServerDir } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { spawnCli } from '../harness/cli.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
 
 const homes: string[] = [];
 const children: ChildProcess[] = [];

@@ -7,8 +7,8 @@
 import { strict as assert } from 'node:assert';
 import { after, before, describe, it } from 'node:test';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
 
 let fleet: TestFleet;
 let ctl: TestController;

@@ -14,7 +14,7 @@ import type { FleetEntry, FleetFiles } from '../../src/fleet-spec/files.js';
 import { loadFleetSpec } from '../../src/fleet-spec/load.js';
 import type { LoadResult, Problem } from '../../src/fleet-spec/types.js';
 import { minimalFleet } from '../harness/fleet.js';
-import { recordFault } from './report.js';
+import { recordFault } from '../harness/fault-report.js';
 
 const RUNS = Number(process.env.LLMGW_FUZZ_RUNS ?? 150);
 

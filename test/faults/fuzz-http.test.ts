@@ -17,9 +17,9 @@ import { Reasons } from '../../src/errors/catalogue.js';
 import { buildRouter } from '../../src/router/app.js';
 import { FakeFleetView, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
 import { replicaPortRange } from '../harness/ports.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
-import { startServeChild, type ServeChild } from './serve-child.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
+import { startServeChild, type ServeChild } from '../harness/serve-child.js';
 
 /** The replica ports of this file's node (its own range: files run side by side). */
 const PORTS = replicaPortRange();

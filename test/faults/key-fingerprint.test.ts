@@ -17,9 +17,9 @@ import { writeTinyModel } from '../fixtures/gguf.js';
 import { killReplicasUnder } from '../harness/controller.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
-import { tinyProfile } from '../integration/nodes-driver-helpers.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
+import { tinyProfile } from '../harness/nodes-driver.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
 
 const OLD_KEY = `old-engine-key-${randomBytes(12).toString('hex')}`;
 const NEW_KEY = `new-engine-key-${randomBytes(12).toString('hex')}`;

@@ -13,8 +13,8 @@ import { after, describe, it } from 'node:test';
 import { freePort, llamaServerDir } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { until } from '../harness/wait.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
 
 const home = mkdtempSync(join(tmpdir(), 'llmgw-fault-lost-key-'));
 let child: ChildProcess | null = null;

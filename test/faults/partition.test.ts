@@ -21,8 +21,8 @@ import { startTcpForwarder, type TcpForwarder } from '../harness/tcp-forwarder.j
 import { startThrottledOrigin, type ThrottledOrigin } from '../harness/throttled-origin.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
 import { countsTowardParking } from '../../src/errors/catalogue.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
 
 let fleet: TestFleet;
 let ctl: TestController;

@@ -9,7 +9,7 @@ import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import * as scripts from '../../src/nodes/ops/index.js';
-import { recordFault } from './report.js';
+import { recordFault } from '../harness/fault-report.js';
 
 const H = "/data/it's a \"dir\" $(touch /tmp/llmgw-pwn) `id` ; rm -rf / & | > < * ? [a] {b} ~ \\ \t";
 const E = { dataDir: H, engine: 'llama-cpp', version: 'b6500', nonce: 'n1a2', fingerprint: "fp$(id)'" };

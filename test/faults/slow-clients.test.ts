@@ -17,9 +17,9 @@ import { after, before, describe, it } from 'node:test';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { replicaPortRange } from '../harness/ports.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
-import { startServeChild, type ServeChild } from './serve-child.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
+import { startServeChild, type ServeChild } from '../harness/serve-child.js';
 
 /** The replica ports of this file's node (its own range: files run side by side). */
 const PORTS = replicaPortRange();
@@ -57,7 +57,7 @@ before(async () => {
   });
   const model = await writeTinyModel(join(serve.home, 'sleepy.gguf'), { seed: 7 });
   // the model goes in with a second commit (the sha256 is known only now)
-  const { gitCommit } = await import('./serve-child.js');
+  const { gitCommit } = await import('../harness/serve-child.js');
   gitCommit(join(serve.home, 'fleet'), { 'models/sleepy.yaml': `source: file://${model.path}\nsha256: ${model.sha256}\nprofile: tiny\non_demand:\n  idle_timeout: 10m\n` }, 'an on-demand model that cannot start');
   const deadline = Date.now() + 60_000;
   for (;;) {

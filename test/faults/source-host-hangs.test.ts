@@ -11,8 +11,8 @@ import { after, before, describe, it } from 'node:test';
 import { parseExposition, sampleValue } from '../../src/metrics/index.js';
 import { DEFAULT_HEADER_TIMEOUT_MS, MemoryEstimator } from '../../src/reconciler/memory.js';
 import { killReplicasUnder, modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
-import { recordFault } from './report.js';
-import { SecretsScan } from './secrets-scan.js';
+import { recordFault } from '../harness/fault-report.js';
+import { SecretsScan } from '../harness/secrets-scan.js';
 
 let fleet: TestFleet;
 let ctl: TestController;

@@ -11,7 +11,7 @@ import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
 import { replicaMemory, shapeFromMetadata } from '../../src/reconciler/memory.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
-import { startGatedOrigin } from './gated-origin.js';
+import { startGatedOrigin } from '../harness/gated-origin.js';
 
 /** Commit oids differ between runs (dates); golden files hold <oid>. */
 const normalize = (s: string): string =>

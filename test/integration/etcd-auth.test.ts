@@ -14,7 +14,7 @@ import { Election } from '../../src/ha/election.js';
 import { openEtcd } from '../../src/ha/etcd.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { until } from '../harness/wait.js';
-import { FAST, elected } from './etcd-helpers.js';
+import { FAST, elected } from '../harness/elections.js';
 
 const PREFIX = '/llmgw-auth/fleet';
 

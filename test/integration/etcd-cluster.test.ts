@@ -12,7 +12,7 @@ import { Election } from '../../src/ha/election.js';
 import { openEtcd } from '../../src/ha/etcd.js';
 import { startEtcdCluster } from '../harness/etcd.js';
 import { until } from '../harness/wait.js';
-import { elected, freshPrefix, mono } from './etcd-helpers.js';
+import { elected, freshPrefix, mono } from '../harness/elections.js';
 
 /**
  * Killing the member that leads etcd's own Raft leaves the cluster without a leader for an etcd

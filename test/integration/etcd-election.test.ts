@@ -11,7 +11,7 @@ import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { isCode, rejectsWith } from '../harness/errors.js';
 import { startTcpForwarder, type TcpForwarder } from '../harness/tcp-forwarder.js';
 import { until } from '../harness/wait.js';
-import { FAST, elected, freshPrefix, instance, mono, type Instance } from './etcd-helpers.js';
+import { FAST, elected, freshPrefix, instance, mono, type Instance } from '../harness/elections.js';
 
 /** The first of `all` elected with an epoch above `epoch` (listening from now on). */
 function electedAbove(all: readonly Instance[], epoch: number): Promise<Instance> {

@@ -14,7 +14,7 @@ import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
 import { startTcpForwarder } from '../harness/tcp-forwarder.js';
 import { until } from '../harness/wait.js';
-import { elected, freshPrefix, instance, type Instance } from './etcd-helpers.js';
+import { elected, freshPrefix, instance, type Instance } from '../harness/elections.js';
 
 function someState(n: number): ControllerState {
   return {

@@ -19,8 +19,8 @@ import { tokenSecrets } from '../../src/serve/secrets.js';
 import type { ModelSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { localNodeSpec, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
-import { startGatedOrigin, type GatedOrigin } from './gated-origin.js';
-import { tinyProfile } from './nodes-driver-helpers.js';
+import { startGatedOrigin, type GatedOrigin } from '../harness/gated-origin.js';
+import { tinyProfile } from '../harness/nodes-driver.js';
 import { isCode } from '../harness/errors.js';
 
 const TOKEN = `hf_${randomBytes(16).toString('hex')}`;

@@ -21,7 +21,7 @@ import { llamaServerDir } from '../harness/llama-server.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
 import { localNodeSpec, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
 import { until } from '../harness/wait.js';
-import { killReplica, pidAlive, tinyProfile } from './nodes-driver-helpers.js';
+import { killReplica, pidAlive, tinyProfile } from '../harness/nodes-driver.js';
 
 let work: string;
 let sshd: SshdInstance;

@@ -18,7 +18,7 @@ import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
-import { killReplica, pidAlive, tinyProfile } from './nodes-driver-helpers.js';
+import { killReplica, pidAlive, tinyProfile } from '../harness/nodes-driver.js';
 import { until } from '../harness/wait.js';
 
 const execFileP = promisify(execFile);
@@ -59,7 +59,7 @@ after(async () => {
 function runChild(): Promise<{ proc: ChildProcess; replicas: { node: string; id: string; pid: number; port: number }[] }> {
   const here = fileURLToPath(import.meta.url);
   const fromTs = here.endsWith('.ts');
-  const script = join(dirname(here), fromTs ? 'nodes-driver-child.ts' : 'nodes-driver-child.js');
+  const script = join(dirname(here), '..', 'harness', fromTs ? 'nodes-driver-child.ts' : 'nodes-driver-child.js');
   const args = fromTs ? ['--import', 'tsx', script] : [script];
   const input = { nodes: nodes.map((spec, i) => ({ spec, secretsDir: ssh[i]!.secretsDir })), binary, modelPath: model.path, apiKey: 'sk-adopt', profile: tinyProfile() };
   const proc = spawn(process.execPath, args, { cwd: repoRoot, env: { ...process.env, LLMGW_CHILD_INPUT: JSON.stringify(input) }, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -22,7 +22,7 @@ import type { EngineVersionSpec, NodeSpec } from '../../src/fleet-spec/types.js'
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir, NODE_LLAMA_CPP_VERSION } from '../harness/llama-server.js';
 import { sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
-import { killReplica, tinyProfile } from './nodes-driver-helpers.js';
+import { killReplica, tinyProfile } from '../harness/nodes-driver.js';
 import { isCode } from '../harness/errors.js';
 
 const execFileP = promisify(execFile);

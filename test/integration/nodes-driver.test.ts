@@ -21,7 +21,7 @@ import type { EngineVersionSpec, NodeSpec } from '../../src/fleet-spec/types.js'
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { localNodeSpec, sshdNodeSpec, startSshd, type SshdInstance } from '../harness/sshd.js';
-import { killReplica, pidAlive, startFileServer, tinyProfile, type FileServer } from './nodes-driver-helpers.js';
+import { killReplica, pidAlive, startFileServer, tinyProfile, type FileServer } from '../harness/nodes-driver.js';
 import { isCode } from '../harness/errors.js';
 
 const execFileP = promisify(execFile);

@@ -14,7 +14,7 @@ import { openShell } from '../../src/nodes/transport.js';
 import type { ModelSpec, ProfileSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { localNodeSpec } from '../harness/sshd.js';
-import { startGatedOrigin } from './gated-origin.js';
+import { startGatedOrigin } from '../harness/gated-origin.js';
 
 let dir: string;
 let tiny: TinyModelFile;

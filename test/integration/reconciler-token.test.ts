@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { tokenSecrets } from '../../src/serve/secrets.js';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
-import { startGatedOrigin, type GatedOrigin } from './gated-origin.js';
+import { startGatedOrigin, type GatedOrigin } from '../harness/gated-origin.js';
 
 const TOKEN = `hf_${randomBytes(16).toString('hex')}`;
 let fleet: TestFleet;

@@ -17,7 +17,7 @@ import {
   engineCleanupScript, engineInstalledScript, engineStageDir, engineStageScript, parseInstalledBinary, pathEngineScript, type EnginePaths,
 } from '../../src/nodes/ops/engine.js';
 import { scriptError } from '../../src/nodes/script-errors.js';
-import { makeDataDir, run, runOk, SHELLS, writeExe, type DataDir } from './nodes-ops-fixture.js';
+import { makeDataDir, run, runOk, SHELLS, writeExe, type DataDir } from '../harness/nodes-ops-fixture.js';
 
 const sha = (p: string): string => createHash('sha256').update(readFileSync(p)).digest('hex');
 

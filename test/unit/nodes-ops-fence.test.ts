@@ -13,7 +13,7 @@ import type { Fence } from '../../src/nodes/driver.js';
 import { EXIT_FENCE_REFUSED, fenceError, refusalOf } from '../../src/nodes/fence.js';
 import { observeScript, parseObservation } from '../../src/nodes/ops/observe.js';
 import { stopReplicaScript } from '../../src/nodes/ops/replica-stop.js';
-import { makeDataDir, run, runOk, SHELLS, type DataDir } from './nodes-ops-fixture.js';
+import { makeDataDir, run, runOk, SHELLS, type DataDir } from '../harness/nodes-ops-fixture.js';
 
 const NONCE = '1122334455667788';
 const A: Fence = { owner: "ctl-a'$(id)", label: 'llmgw on a', epoch: 7, ttlSeconds: 600 };

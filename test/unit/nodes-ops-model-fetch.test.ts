@@ -11,7 +11,7 @@ import { pathToFileURL } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { modelFromFileScript, modelFromUrlScript, modelPath, parseModelBytes } from '../../src/nodes/ops/model-fetch.js';
 import { scriptError } from '../../src/nodes/script-errors.js';
-import { makeDataDir, run, runOk, SHELLS, type DataDir } from './nodes-ops-fixture.js';
+import { makeDataDir, run, runOk, SHELLS, type DataDir } from '../harness/nodes-ops-fixture.js';
 
 let fx: DataDir;
 let file: string;

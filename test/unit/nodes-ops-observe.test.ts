@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { OBSERVE_SECTIONS, observeScript, parseObservation } from '../../src/nodes/ops/observe.js';
 import { failureOf } from '../../src/nodes/ops/replica-inspect.js';
 import { parseSections } from '../../src/nodes/ops/sections.js';
-import { killGroup, makeDataDir, procStartTime, runOk, SHELLS, writeExe, type DataDir } from './nodes-ops-fixture.js';
+import { killGroup, makeDataDir, procStartTime, runOk, SHELLS, writeExe, type DataDir } from '../harness/nodes-ops-fixture.js';
 
 const SHA = 'b'.repeat(64);
 const NONCE = 'f00dcafe12345678';

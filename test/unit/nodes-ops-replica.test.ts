@@ -20,7 +20,7 @@ import { pickPort } from '../../src/nodes/ports.js';
 import { scriptError } from '../../src/nodes/script-errors.js';
 import { replicaPortRange } from '../harness/ports.js';
 import { until } from '../harness/wait.js';
-import { killGroup, makeDataDir, procStartTime, run, runOk, SHELLS, writeExe, type DataDir } from './nodes-ops-fixture.js';
+import { killGroup, makeDataDir, procStartTime, run, runOk, SHELLS, writeExe, type DataDir } from '../harness/nodes-ops-fixture.js';
 
 const KEY = 'engine-key-0123456789';
 const NONCE = '0a1b2c3d4e5f6071';

@@ -18,7 +18,7 @@ import { emptyState, type ControllerState } from '../../src/reconciler/state.js'
 import type { StatusSink } from '../../src/reconciler/persist.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness/fake-node.js';
 import { specOf } from '../harness/reconciler-core.js';
-import { recordFault } from '../faults/report.js';
+import { recordFault } from '../harness/fault-report.js';
 
 const spec = await specOf((f) => {
   f['fleet.yaml'] = 'park_after_failures: 5\nplacement_reserve: 1GiB\npoll_interval: 1h\nbackoff: { initial: 1s, max: 4s }\n';

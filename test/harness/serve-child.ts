@@ -7,8 +7,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { freePort } from '../harness/llama-server.js';
-import { repoRoot } from '../harness/paths.js';
+import { freePort } from './llama-server.js';
+import { repoRoot } from './paths.js';
 
 export interface ServeChild {
   readonly home: string;
