@@ -14,7 +14,8 @@ import { createRouterMetrics } from '../../src/metrics/router.js';
 import { buildRouter, routerStats, type RouterLimits } from '../../src/router/app.js';
 import { freePort } from '../harness/llama-server.js';
 import { until } from '../harness/wait.js';
-import { FakeFleetView, defaultStubHandler, fakeSpec, replica, sseChunk, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
+import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
+import { defaultStubHandler, sseChunk, startStubUpstream, type StubUpstream } from '../harness/stub-upstream.js';
 import type { FakeModelInit } from '../harness/fake-fleet-view.js';
 
 const KEY = 'Bearer k';

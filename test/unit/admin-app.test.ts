@@ -9,10 +9,11 @@ import type { AdminBackend, RestartRequest } from '../../src/admin/backend.js';
 import type { ModelJson, ModelsJson, NodesJson, ReplicasJson, StatusJson } from '../../src/wire/shape.js';
 import { LlmgwError, Reasons } from '../../src/errors/catalogue.js';
 import type { Reconciler } from '../../src/reconciler/reconciler.js';
-import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from '../../src/reconciler/view.js';
+import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
+import { modelView, nodeSpec, nodeView, replicaView, snapshot } from '../harness/views.js';
 import { until } from '../harness/wait.js';
 
 // The Reconciler must satisfy the interface structurally (checked by tsc).
@@ -24,53 +25,18 @@ const AT = '2025-03-01T12:00:00.000Z';
 const GiB = 2 ** 30;
 
 const baseSpec = fakeSpec({ models: { good: { aliases: ['good-alias'] }, kev: {}, huge: {} } });
-const node = (name: string): NodeSpec => ({
-  name,
-  file: `nodes/${name}.yaml`,
-  transport: 'ssh',
-  host: '10.0.0.1',
-  port: 22,
-  user: 'llmgw',
-  hostKey: null,
-  identity: 'id',
-  labels: { gpu: 'none' },
-  capacity: { memoryBytes: null, cpus: null },
-  dataDir: '/var/lib/llmgw',
-  ports: { from: 8000, to: 8100 },
-});
+const node = (name: string): NodeSpec => nodeSpec(name, { identity: 'id', labels: { gpu: 'none' } });
 const SPEC: FleetSpec = { ...baseSpec, revision: 'c0ffee0123456789', nodes: { 'node-1': node('node-1'), 'node-2': node('node-2') } };
 
-function replica(id: string, model: string, digest: string, phase: ReplicaView['phase'] = 'ready'): ReplicaView {
-  return { id, model, node: 'node-1', endpoint: `http://10.0.0.1:8001`, phase, digest, startedAt: Date.parse('2025-03-01T10:00:00.000Z') };
-}
-
-function model(name: string, over: Partial<ModelView>): ModelView {
-  const spec = SPEC.models[name]!;
-  return {
-    name,
-    spec,
-    phase: 'ready',
-    desired: 1,
-    ready: 0,
-    replicas: [],
-    consecutiveFailures: 0,
-    lastError: null,
-    parked: null,
-    unplaceable: null,
-    nextAttemptAt: null,
-    memoryBytes: GiB,
-    lastHandledRetry: null,
-    ...over,
-  };
-}
+const replica = (id: string, model: string, digest: string, phase: ReplicaView['phase'] = 'ready'): ReplicaView =>
+  replicaView(id, model, { digest, phase, startedAt: Date.parse('2025-03-01T10:00:00.000Z') });
+const model = (name: string, over: Partial<ModelView>): ModelView => modelView(SPEC.models[name]!, { memoryBytes: GiB, ...over });
 
 const kevError = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
 const goodDigest = SPEC.models.good!.digest;
 
-const SNAPSHOT: FleetSnapshot = {
+const SNAPSHOT: FleetSnapshot = snapshot({
   at: Date.parse(AT),
-  leader: true,
-  control: STANDALONE,
   appliedRevision: 'c0ffee0123456789',
   specValid: false,
   rejected: {
@@ -79,19 +45,17 @@ const SNAPSHOT: FleetSnapshot = {
   },
   lastSyncOk: Date.parse('2025-03-01T11:59:00.000Z'),
   lastSyncError: { code: 'GIT_UNREACHABLE', message: 'connect ECONNREFUSED' },
-  lastStatusWriteOk: null,
-  stateError: null,
   models: [
     model('good', { ready: 2, desired: 2, replicas: [replica('good-b', 'good', goodDigest), replica('good-a', 'good', 'old-digest')] }),
     model('huge', { phase: 'unplaceable', unplaceable: unplaceableView('needs 1 TiB; largest free 22.1 GiB on node-1; 2 nodes checked') }),
     model('kev', { phase: 'parked', consecutiveFailures: 5, lastError: kevError, parked: { since: Date.parse('2025-03-01T10:00:00.000Z'), lastError: kevError } }),
   ],
   nodes: [
-    { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 22 * GiB }, diskFreeBytes: null, engines: ['llama.cpp@b1'], engineInstallFailures: {}, replicas: 2 },
-    { name: 'node-2', reachable: false, error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT' }, memory: null, diskFreeBytes: null, engines: [], engineInstallFailures: { 'llama.cpp@b1': 2 }, replicas: 0 },
+    nodeView('node-1', { memory: { totalBytes: 64 * GiB, availableBytes: 22 * GiB }, engines: ['llama.cpp@b1'], replicas: 2 }),
+    nodeView('node-2', { reachable: false, error: { code: 'NODE_UNREACHABLE', message: 'connect ETIMEDOUT' }, memory: null, engineInstallFailures: { 'llama.cpp@b1': 2 } }),
   ],
   lastPass: { startedAt: Date.parse('2025-03-01T11:59:58.000Z'), durationMs: 412, result: 'ok', error: null, actions: 2 },
-};
+});
 
 class FakeBackend implements AdminBackend {
   snap: FleetSnapshot = SNAPSHOT;

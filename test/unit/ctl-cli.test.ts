@@ -17,12 +17,13 @@ import type { AdminBackend, RestartRequest } from '../../src/admin/backend.js';
 import type { ModelsJson, StatusJson } from '../../src/wire/shape.js';
 import { resolveTarget } from '../../src/cli/ctl-client.js';
 import { LlmgwError } from '../../src/errors/catalogue.js';
-import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from '../../src/reconciler/view.js';
-import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
+import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
+import type { FleetSpec } from '../../src/fleet-spec/types.js';
 import { runCli } from '../harness/cli.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
 import { unplaceableView } from '../harness/fake-fleet-view.js';
 import { assertGolden } from '../harness/golden.js';
+import { modelView, nodeSpec, nodeView, replicaView, snapshot } from '../harness/views.js';
 
 const TOKEN = 'ctl-test-token';
 const AT = '2025-03-01T12:00:00.000Z';
@@ -39,51 +40,20 @@ const base = fakeSpec({
     flaky: { scaling: { mode: 'replicas', replicas: 2 } },
   },
 });
-const nodeSpec = (name: string, transport: 'ssh' | 'local'): NodeSpec => ({
-  name,
-  file: `nodes/${name}.yaml`,
-  transport,
-  host: '10.0.0.1',
-  port: 22,
-  user: 'llmgw',
-  hostKey: null,
-  identity: null,
-  labels: {},
-  capacity: { memoryBytes: null, cpus: null },
-  dataDir: '/var/lib/llmgw',
-  ports: { from: 8000, to: 8100 },
-});
-const SPEC: FleetSpec = { ...base, revision: '3f2a9c1e0b7d55aa', nodes: { 'node-1': nodeSpec('node-1', 'ssh'), 'node-2': nodeSpec('node-2', 'local') } };
+const SPEC: FleetSpec = { ...base, revision: '3f2a9c1e0b7d55aa', nodes: { 'node-1': nodeSpec('node-1'), 'node-2': nodeSpec('node-2', { transport: 'local' }) } };
 
-const replica = (id: string, model: string, node: string, phase: ReplicaView['phase'], startedSecondsAgo: number, digest = SPEC.models[model]!.digest): ReplicaView => ({
-  id,
-  model,
-  node,
-  endpoint: `http://${node === 'node-1' ? '10.0.0.1' : '127.0.0.1'}:${8000 + id.length}`,
-  phase,
-  digest,
-  startedAt: ago(startedSecondsAgo),
-});
-
-function model(name: string, over: Partial<ModelView>): ModelView {
-  const spec = SPEC.models[name]!;
-  return { name, spec, phase: 'ready', desired: 1, ready: 0, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: GiB, lastHandledRetry: null, ...over };
-}
+const replica = (id: string, model: string, node: string, phase: ReplicaView['phase'], startedSecondsAgo: number, digest = SPEC.models[model]!.digest): ReplicaView =>
+  replicaView(id, model, { node, endpoint: `http://${node === 'node-1' ? '10.0.0.1' : '127.0.0.1'}:${8000 + id.length}`, phase, digest, startedAt: ago(startedSecondsAgo) });
+const model = (name: string, over: Partial<ModelView>): ModelView => modelView(SPEC.models[name]!, { memoryBytes: GiB, ...over });
 
 const kevError = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
 const flakyError = { code: 'REPLICA_START_TIMEOUT', message: 'not healthy within 2m' };
 
-const SNAPSHOT: FleetSnapshot = {
+const SNAPSHOT: FleetSnapshot = snapshot({
   at: Date.parse(AT),
-  leader: true,
-  control: STANDALONE,
   appliedRevision: '3f2a9c1e0b7d55aa',
-  specValid: true,
-  rejected: null,
   lastSyncOk: ago(15),
-  lastSyncError: null,
   lastStatusWriteOk: ago(14),
-  stateError: null,
   models: [
     model('flaky', { phase: 'degraded', desired: 2, ready: 1, consecutiveFailures: 2, lastError: flakyError, nextAttemptAt: Date.parse(AT) + 40_000, replicas: [replica('flaky-1', 'flaky', 'node-2', 'ready', 7200)] }),
     model('good', { phase: 'ready', desired: 1, ready: 1, replicas: [replica('good-r1', 'good', 'node-1', 'ready', 3 * 3600 + 300)] }),
@@ -93,11 +63,11 @@ const SNAPSHOT: FleetSnapshot = {
     model('lazy-idle', { phase: 'idle', desired: 0, ready: 0 }),
   ],
   nodes: [
-    { name: 'node-1', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: Math.round(22.1 * GiB) }, diskFreeBytes: null, engines: ['llama.cpp@b4500'], engineInstallFailures: {}, replicas: 1 },
-    { name: 'node-2', reachable: true, error: null, memory: { totalBytes: 32 * GiB, availableBytes: 8 * GiB }, diskFreeBytes: null, engines: ['llama.cpp@b4500', 'llama.cpp@b4600'], engineInstallFailures: {}, replicas: 1 },
+    nodeView('node-1', { memory: { totalBytes: 64 * GiB, availableBytes: Math.round(22.1 * GiB) }, engines: ['llama.cpp@b4500'], replicas: 1 }),
+    nodeView('node-2', { memory: { totalBytes: 32 * GiB, availableBytes: 8 * GiB }, engines: ['llama.cpp@b4500', 'llama.cpp@b4600'], replicas: 1 }),
   ],
   lastPass: { startedAt: ago(3), durationMs: 412, result: 'ok', error: null, actions: 2 },
-};
+});
 
 class FakeBackend implements AdminBackend {
   pending = new Set<string>();

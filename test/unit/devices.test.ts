@@ -24,7 +24,8 @@ import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 import { spawnSync } from 'node:child_process';
 import { GiB, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 import { statusFiles, type StatusFleetJson } from '../../src/wire/shape.js';
-import { STANDALONE, type FleetSnapshot } from '../../src/reconciler/view.js';
+import type { FleetSnapshot, NodeView } from '../../src/reconciler/view.js';
+import { nodeView, snapshot as quietSnapshot } from '../harness/views.js';
 import { statusFromBranchFiles } from '../../src/plan/status.js';
 import { observedFromPlanStatus } from '../../src/plan/observed.js';
 
@@ -292,15 +293,16 @@ describe('plan: device fit', () => {
 });
 
 describe('status branch: device capacity', () => {
-  const snapshot = (vram: number, free: number, reserved: number): FleetSnapshot => ({
-    at: 1, leader: true, control: STANDALONE, appliedRevision: 'rev1', specValid: true, rejected: null, lastSyncOk: 1, lastSyncError: null,
-    lastStatusWriteOk: 1, stateError: null, models: [], lastPass: null,
-    nodes: [
-      { name: 'cpu-01', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 60 * GiB }, diskFreeBytes: 9 * GiB, engines: [], engineInstallFailures: {}, replicas: 0,
-        devices: [{ name: 'Vulkan0', description: 'llvmpipe (LLVM 15.0.6, 256 bits)', totalBytes: vram, freeBytes: free, capacityBytes: vram, reservedBytes: reserved }] },
-      { name: 'cpu-02', reachable: true, error: null, memory: { totalBytes: 64 * GiB, availableBytes: 60 * GiB }, diskFreeBytes: 9 * GiB, engines: [], engineInstallFailures: {}, replicas: 0, devices: [] },
-    ],
-  });
+  const deviceNode = (name: string, devices: NonNullable<NodeView['devices']>): NodeView =>
+    nodeView(name, { memory: { totalBytes: 64 * GiB, availableBytes: 60 * GiB }, diskFreeBytes: 9 * GiB, devices });
+  const snapshot = (vram: number, free: number, reserved: number): FleetSnapshot =>
+    quietSnapshot({
+      at: 1, lastSyncOk: 1, lastStatusWriteOk: 1,
+      nodes: [
+        deviceNode('cpu-01', [{ name: 'Vulkan0', description: 'llvmpipe (LLVM 15.0.6, 256 bits)', totalBytes: vram, freeBytes: free, capacityBytes: vram, reservedBytes: reserved }]),
+        deviceNode('cpu-02', []),
+      ],
+    });
 
   it('fleet.json: each node\'s devices as capacity only (name, total, what placement offers); free and reserved never, so they move no commit', () => {
     const files = statusFiles(snapshot(2048 * MiB, 2000 * MiB, 10 * MiB), null);

@@ -24,51 +24,18 @@ import { renderAdminError } from '../../src/admin/errors.js';
 import { STANDALONE, type FleetSnapshot, type ModelView, type ReplicaView } from '../../src/reconciler/view.js';
 import type { FleetSpec } from '../../src/fleet-spec/types.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
+import { modelView, nodeView, replicaView, snapshot } from '../harness/views.js';
 import { until } from '../harness/wait.js';
 import { run as runCtl } from '../../src/cli/main.js';
 
 const GiB = 2 ** 30;
 const SPEC: FleetSpec = fakeSpec({ models: { good: {}, kev: {}, huge: {} }, settings: { placementReserveBytes: GiB } });
 
-const replica = (id: string, model: string, phase: ReplicaView['phase'], node = 'node-1'): ReplicaView => ({ id, model, node, endpoint: phase === 'ready' ? 'http://10.0.0.1:8001' : '', phase, digest: 'd', startedAt: 1000 });
-
-function model(name: string, over: Partial<ModelView> = {}): ModelView {
-  return {
-    name,
-    spec: SPEC.models[name]!,
-    phase: 'ready',
-    desired: 1,
-    ready: 0,
-    replicas: [],
-    consecutiveFailures: 0,
-    lastError: null,
-    parked: null,
-    unplaceable: null,
-    nextAttemptAt: null,
-    memoryBytes: GiB,
-    lastHandledRetry: null,
-    ...over,
-  };
-}
-
-function snap(at: number, models: ModelView[], over: Partial<FleetSnapshot> = {}): FleetSnapshot {
-  return {
-    at,
-    leader: true,
-    control: STANDALONE,
-    appliedRevision: 'aaaaaaaaaaaaaaaa',
-    specValid: true,
-    rejected: null,
-    lastSyncOk: at,
-    lastSyncError: null,
-    lastStatusWriteOk: null,
-    stateError: null,
-    models,
-    nodes: [{ name: 'node-1', reachable: true, error: null, memory: { totalBytes: 8 * GiB, availableBytes: 6 * GiB }, diskFreeBytes: null, engines: [], engineInstallFailures: {}, replicas: 0 }],
-    lastPass: null,
-    ...over,
-  };
-}
+const replica = (id: string, model: string, phase: ReplicaView['phase'], node = 'node-1'): ReplicaView =>
+  replicaView(id, model, { node, phase, endpoint: phase === 'ready' ? 'http://10.0.0.1:8001' : '' });
+const model = (name: string, over: Partial<ModelView> = {}): ModelView => modelView(SPEC.models[name]!, { memoryBytes: GiB, ...over });
+const snap = (at: number, models: ModelView[], over: Partial<FleetSnapshot> = {}): FleetSnapshot =>
+  snapshot({ at, appliedRevision: 'aaaaaaaaaaaaaaaa', lastSyncOk: at, models, nodes: [nodeView('node-1')], ...over });
 
 const ARCH = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
 const kinds = (ds: readonly FleetEventDraft[]): FleetEventKind[] => ds.map((d) => d.kind);

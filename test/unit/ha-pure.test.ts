@@ -4,10 +4,11 @@ import { describe, it } from 'node:test';
 import { allowedDemand, endpointProblem, parsePublished, publishedJson, refusedEndpoints, standbySnapshot } from '../../src/ha/published.js';
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
 import { checkRequest, leaseProblem } from '../../src/ha/channel.js';
+import { modelView, nodeSpec, nodeView, replicaView, snapshot } from '../harness/views.js';
 
 /** The spec with a local node n1 (ports 9000-9100) and an ssh node n2 on 10.0.0.2. */
 function withNode(spec: FleetSpec): FleetSpec {
-  const node = (name: string, transport: 'local' | 'ssh', host: string): NodeSpec => ({ name, file: `nodes/${name}.yaml`, transport, host, ports: { from: 9000, to: 9100 } }) as unknown as NodeSpec;
+  const node = (name: string, transport: 'local' | 'ssh', host: string): NodeSpec => nodeSpec(name, { transport, host, ports: { from: 9000, to: 9100 } });
   return { ...spec, nodes: { n1: node('n1', 'local', 'localhost'), n2: node('n2', 'ssh', '10.0.0.2') } };
 }
 import type { NodeFenceView } from '../../src/nodes/driver.js';
@@ -41,22 +42,16 @@ describe('ownershipOf: whether this controller acts, from the nodes it reached',
 
 describe('the published snapshot', () => {
   const spec = fakeSpec({ models: { alpha: {}, beta: {} } });
-  const base = (over: Partial<FleetSnapshot> = {}): FleetSnapshot => ({
-    at: 1000,
-    leader: true,
-    control: STANDALONE,
-    appliedRevision: 'rev1',
-    specValid: true,
-    rejected: null,
-    lastSyncOk: 900,
-    lastSyncError: null,
-    lastStatusWriteOk: 950,
-    stateError: null,
-    models: Object.values(spec.models).map((m) => ({ name: m.name, spec: m, phase: 'ready', desired: 1, ready: 1, replicas: [{ id: `${m.name}-1`, model: m.name, node: 'n1', endpoint: 'http://127.0.0.1:9000', phase: 'ready', digest: m.digest, startedAt: 5 }], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: 1024, lastHandledRetry: null })),
-    nodes: [{ name: 'n1', reachable: true, error: null, memory: { totalBytes: 8, availableBytes: 4 }, diskFreeBytes: 100, engines: ['llama@1'], engineInstallFailures: {}, replicas: 2 }],
-    lastPass: { startedAt: 990, durationMs: 10, result: 'ok', error: null, actions: 0 },
-    ...over,
-  });
+  const base = (over: Partial<FleetSnapshot> = {}): FleetSnapshot =>
+    snapshot({
+      at: 1000,
+      lastSyncOk: 900,
+      lastStatusWriteOk: 950,
+      models: Object.values(spec.models).map((m) => modelView(m, { ready: 1, replicas: [replicaView(`${m.name}-1`, m.name, { node: 'n1', endpoint: 'http://127.0.0.1:9000', digest: m.digest, startedAt: 5 })], memoryBytes: 1024 })),
+      nodes: [nodeView('n1', { memory: { totalBytes: 8, availableBytes: 4 }, diskFreeBytes: 100, engines: ['llama@1'], replicas: 2 })],
+      lastPass: { startedAt: 990, durationMs: 10, result: 'ok', error: null, actions: 0 },
+      ...over,
+    });
 
   it('does not change with what moves on every pass (times, free memory and disk): nothing to write', () => {
     const a = publishedJson(base());

@@ -2,15 +2,15 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import pino from 'pino';
-import type { NodeSpec } from '../../src/fleet-spec/types.js';
 import type { Requests } from '../../src/ha/channel.js';
 import { StandbyActs } from '../../src/ha/standby.js';
 import type { FleetSnapshot, ModelView, ReplicaView } from '../../src/reconciler/view.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
+import { nodeSpec } from '../harness/views.js';
 
 const onDemand = { mode: 'on_demand', idleTimeoutMs: 600_000, maxReplicas: 1 } as const;
 const base = fakeSpec({ models: { lazy: { scaling: onDemand }, always: {} } });
-const spec = { ...base, nodes: { n1: { name: 'n1', transport: 'ssh', host: '10.0.0.1', ports: { from: 9000, to: 9100 } } as unknown as NodeSpec } };
+const spec = { ...base, nodes: { n1: nodeSpec('n1', { ports: { from: 9000, to: 9100 } }) } };
 const rep = (id: string, endpoint: string, phase: ReplicaView['phase'] = 'ready'): ReplicaView => ({ id, model: 'lazy', node: 'n1', endpoint, phase, digest: 'd', startedAt: 0 });
 
 interface Sent {

@@ -3,9 +3,10 @@ import { describe, it } from 'node:test';
 import { createMetrics, type LlmgwMetrics } from '../../src/metrics/registry.js';
 import { METRIC_NAMES, MODEL_STATES } from '../../src/metrics/names.js';
 import { findSamples, parseExposition, sampleValue, type Sample } from '../../src/metrics/parse.js';
-import { STANDALONE, type FleetSnapshot, type ModelView, type NodeView } from '../../src/reconciler/view.js';
+import type { FleetSnapshot, ModelView, NodeView } from '../../src/reconciler/view.js';
 import { unplaceableView } from '../harness/fake-fleet-view.js';
 import type { ModelSpec } from '../../src/fleet-spec/types.js';
+import { modelView, nodeView, snapshot as quietSnapshot } from '../harness/views.js';
 
 function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
   return {
@@ -27,57 +28,11 @@ function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
   };
 }
 
-function model(name: string, { digest = 'd1', ...over }: Partial<ModelView> & { digest?: string } = {}): ModelView {
-  return {
-    name,
-    spec: spec(name, { digest }),
-    phase: 'ready',
-    desired: 1,
-    ready: 1,
-    replicas: [],
-    consecutiveFailures: 0,
-    lastError: null,
-    parked: null,
-    unplaceable: null,
-    nextAttemptAt: null,
-    memoryBytes: null,
-    lastHandledRetry: null,
-    ...over,
-  };
-}
-
-function node(name: string, over: Partial<NodeView> = {}): NodeView {
-  return {
-    name,
-    reachable: true,
-    error: null,
-    memory: { totalBytes: 32 * 2 ** 30, availableBytes: 20 * 2 ** 30 },
-    diskFreeBytes: null,
-    engines: ['llama-cpp@b5000'],
-    engineInstallFailures: {},
-    replicas: 0,
-    ...over,
-  };
-}
-
-function snapshot(over: Partial<FleetSnapshot> = {}): FleetSnapshot {
-  return {
-    at: Date.parse('2025-01-01T00:00:00.000Z'),
-    leader: true,
-    control: STANDALONE,
-    appliedRevision: 'rev1',
-    specValid: true,
-    rejected: null,
-    lastSyncOk: Date.parse('2025-01-01T00:00:00.000Z'),
-    lastSyncError: null,
-    lastStatusWriteOk: Date.parse('2025-01-01T00:00:10.000Z'),
-    stateError: null,
-    models: [],
-    nodes: [],
-    lastPass: null,
-    ...over,
-  };
-}
+const model = (name: string, { digest = 'd1', ...over }: Partial<ModelView> & { digest?: string } = {}): ModelView => modelView(spec(name, { digest }), { ready: 1, ...over });
+const node = (name: string, over: Partial<NodeView> = {}): NodeView =>
+  nodeView(name, { memory: { totalBytes: 32 * 2 ** 30, availableBytes: 20 * 2 ** 30 }, engines: ['llama-cpp@b5000'], ...over });
+const T0 = Date.parse('2025-01-01T00:00:00.000Z');
+const snapshot = (over: Partial<FleetSnapshot> = {}): FleetSnapshot => quietSnapshot({ at: T0, lastSyncOk: T0, lastStatusWriteOk: T0 + 10_000, ...over });
 
 async function scrape(m: LlmgwMetrics): Promise<Sample[]> {
   return parseExposition(await m.registry.metrics());

@@ -2,23 +2,13 @@ import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import type { ReplicaObservation } from '../../src/nodes/driver.js';
 import { initialHealth, startFailed, type ModelHealth } from '../../src/reconciler/health.js';
-import { planPass, type ObservedNode, type PlanInput } from '../../src/reconciler/planner.js';
+import { planPass, type PlanInput } from '../../src/reconciler/planner.js';
 import type { FleetSpec } from '../../src/fleet-spec/types.js';
-import { specOf } from '../harness/reconciler-core.js';
-
-const GiB = 2 ** 30;
-
+import { GiB, node, observed, specOf } from '../harness/reconciler-core.js';
 
 const spec = await specOf();
 const digest = (m: string): string => spec.models[m]!.digest;
-
-function replica(id: string, model: string, state: ReplicaObservation['state'], extra: Partial<ReplicaObservation> = {}): ReplicaObservation {
-  return { id, model, digest: digest(model), port: 20000, pid: 100, startedAt: 1000, endpoint: 'http://x:20000', state, ...extra };
-}
-
-function node(name: string, replicas: ReplicaObservation[] = [], reachable = true): ObservedNode {
-  return { name, reachable, memoryTotalBytes: 64 * GiB, replicas };
-}
+const replica = (id: string, model: string, state: ReplicaObservation['state'], extra: Partial<ReplicaObservation> = {}): ReplicaObservation => observed(spec, id, model, state, extra);
 
 function input(over: Partial<PlanInput> = {}): PlanInput {
   let n = 0;

@@ -20,6 +20,7 @@ import {
 import type { ModelView } from '../../src/reconciler/view.js';
 import { nextWake } from '../../src/reconciler/wake.js';
 import { node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+import { modelView } from '../harness/views.js';
 
 const spec = await specOf();
 const S = spec.settings;
@@ -216,9 +217,7 @@ describe('next wake', () => {
 });
 
 describe('availability', () => {
-  const mv = (over: Partial<ModelView>): ModelView => ({
-    name: 'alpha', spec: alpha, phase: 'pending', desired: 1, ready: 0, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null, ...over,
-  });
+  const mv = (over: Partial<ModelView>): ModelView => modelView(alpha, { phase: 'pending', ...over });
   const ready = { id: 'a1', model: 'alpha', node: 'cpu-01', endpoint: 'http://x', phase: 'ready' as const, digest: alpha.digest, startedAt: 0 };
   const u = { code: 'PLACEMENT_NO_ROOM' as const, reason: 'needs 4 GiB', needBytes: 4, largestFree: null, checked: 2, excludedBySelector: 0, unknown: 0, avoided: 0 };
   const phases: [string, Parameters<typeof phaseOf>, string][] = [

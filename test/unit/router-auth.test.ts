@@ -6,7 +6,8 @@ import type { AddressInfo } from 'node:net';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, OPEN_GRANT } from '../../src/router/auth.js';
 import { buildRouter } from '../../src/router/app.js';
 import { RouterError } from '../../src/router/errors.js';
-import { FakeFleetView, defaultStubHandler, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
+import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
+import { defaultStubHandler, startStubUpstream, type StubUpstream } from '../harness/stub-upstream.js';
 
 const spec = fakeSpec({
   models: { alpha: { aliases: ['gpt-alpha'] }, beta: {} },

@@ -6,7 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { buildRouter } from '../../src/router/app.js';
 import { RouterError, anthropicType, apiOf, renderError, sseErrorEvent, type RouterReasonCode } from '../../src/router/errors.js';
-import { FakeFleetView, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
+import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
+import { startStubUpstream, type StubUpstream } from '../harness/stub-upstream.js';
 
 function assertEnvelope(body: unknown, code: string, type?: string): { message: string; type: string; code: string; param: string | null } {
   const e = (body as { error?: Record<string, unknown> }).error;

@@ -5,7 +5,8 @@ import { buildRouter } from '../../src/router/app.js';
 import { LlmgwError } from '../../src/errors/catalogue.js';
 import { Activator, CONTROLLER_RETRY_AFTER_SECONDS, LOADING_RETRY_AFTER_SECONDS } from '../../src/router/resolve.js';
 import { RouterError } from '../../src/router/errors.js';
-import { FakeFleetView, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
+import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
+import { startStubUpstream, type StubUpstream } from '../harness/stub-upstream.js';
 
 const KEY = { authorization: 'Bearer k' };
 const onDemand = { mode: 'on_demand', idleTimeoutMs: 600_000, maxReplicas: 1 } as const;

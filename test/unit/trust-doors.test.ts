@@ -11,11 +11,11 @@ import { LlmgwError, reasonOf } from '../../src/errors/catalogue.js';
 import { redactUrls } from '../../src/util/redact-url.js';
 import { modelJson, statusFiles } from '../../src/wire/shape.js';
 import { publishedJson } from '../../src/ha/published.js';
-import { STANDALONE, type FleetSnapshot, type ModelView } from '../../src/reconciler/view.js';
 import { fakeSpec } from '../harness/fake-fleet-view.js';
 import { dirFiles } from '../../src/fleet-spec/dir-files.js';
 import { loadFleetSpec } from '../../src/fleet-spec/load.js';
 import { minimalFleet, tempFleet } from '../harness/fleet.js';
+import { modelView, snapshot } from '../harness/views.js';
 import { operatorSecretEnv, operatorSecretFile, SecretFileError } from '../../src/serve/state-secrets.js';
 
 describe('trust: the smaller doors', () => {
@@ -118,8 +118,8 @@ describe('trust: the smaller doors', () => {
     const err = new LlmgwError('MODEL_DOWNLOAD_FAILED', `node n1: download of ${source} failed (exit 22): 403`, { node: 'n1', source });
     assert.ok(!err.message.includes(SIG) && !JSON.stringify(err.detail).includes(SIG));
     assert.ok(!reasonOf(new Error(`HEAD ${source} answered 403`)).message.includes(SIG));
-    const m: ModelView = { name: 'alpha', spec, phase: 'failing', desired: 1, ready: 0, replicas: [], consecutiveFailures: 1, lastError: reasonOf(err), parked: null, unplaceable: null, nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null };
-    const snap: FleetSnapshot = { at: 0, leader: true, control: STANDALONE, appliedRevision: 'r1', specValid: true, rejected: null, lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null, models: [m], nodes: [], lastPass: null };
+    const m = modelView(spec, { phase: 'failing', consecutiveFailures: 1, lastError: reasonOf(err) });
+    const snap = snapshot({ appliedRevision: 'r1', models: [m] });
     const outputs = { admin: JSON.stringify(modelJson(m, 'r1', 0)), status: JSON.stringify(statusFiles(snap, null)), etcd: publishedJson(snap) };
     for (const [where, text] of Object.entries(outputs)) {
       assert.ok(!text.includes(SIG), `${where} carries the signature: ${text}`);
