@@ -16,6 +16,7 @@ import { repoRoot } from '../harness/paths.js';
 import { spawnCli } from '../harness/cli.js';
 import { recordFault } from '../harness/fault-report.js';
 import { SecretsScan } from '../harness/secrets-scan.js';
+import { GiveUp, until } from '../harness/wait.js';
 
 const homes: string[] = [];
 const children: ChildProcess[] = [];
@@ -35,18 +36,6 @@ function home(): string {
   return h;
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-async function waitFor<T>(what: string, timeoutMs: number, fn: () => Promise<T | null> | T | null, log: () => string): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${log().slice(-4000)}`);
-    await sleep(200);
-  }
-}
-
 describe('fault 1: an empty or malformed engine key file is never used', () => {
   it('an empty engine-api-key is regenerated atomically; the replica refuses a request without the key (401)', async () => {
     const h = home();
@@ -64,8 +53,11 @@ describe('fault 1: an empty or malformed engine key file is never used', () => {
     children.push(child);
     child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-    const logs = (): string => `${err}\n${out}`;
-    await waitFor('llmgw to serve', 120_000, () => (child.exitCode !== null ? Promise.reject(new Error(`llmgw exited ${child.exitCode}\n${logs()}`)) : err.includes('llmgw is serving')), logs);
+    const logs = { diag: (): string => `${err}\n${out}`.slice(-4000) };
+    await until('llmgw to serve', 120_000, () => {
+      if (child.exitCode !== null) throw new GiveUp(`llmgw exited ${child.exitCode}`);
+      return err.includes('llmgw is serving');
+    }, logs);
 
     const key = readFileSync(keyFile, 'utf8').trim();
     assert.match(key, /^[A-Za-z0-9_-]{32}$/, 'a new key was written');
@@ -75,7 +67,7 @@ describe('fault 1: an empty or malformed engine key file is never used', () => {
 
     // the demo replica, straight on its port (not through the router)
     const replicas = join(h, 'node', 'replicas');
-    const port = await waitFor('the demo replica to be healthy', 120_000, async () => {
+    const port = await until('the demo replica to be healthy', 120_000, async () => {
       if (!existsSync(replicas)) return null;
       for (const id of readdirSync(replicas)) {
         const f = join(replicas, id, 'state.json');

@@ -23,6 +23,7 @@ import { replicaProcesses } from '../harness/replica-procs.js';
 import { countsTowardParking } from '../../src/errors/catalogue.js';
 import { recordFault } from '../harness/fault-report.js';
 import { SecretsScan } from '../harness/secrets-scan.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -232,14 +233,10 @@ describe('fault 3: a partition mid-download', () => {
     })();
     ctl = await fleet.startController();
     const first = () => origin.gets.find((g) => g.range === '' || /^bytes=\d+-$/.test(g.range));
-    const deadline = Date.now() + 60_000;
-    while (!(first() && first()!.sent > model.bytes * 0.3)) {
-      if (Date.now() > deadline) throw new Error(`the download did not start: ${JSON.stringify(origin.gets)}`);
-      await sleep(50);
-    }
+    await until('the download 30 % through', 60_000, () => first() && first()!.sent > model.bytes * 0.3, { diag: () => JSON.stringify(origin.gets) });
     const sentAtCut = first()!.sent;
     fwd.cut();
-    await sleep(2000);
+    await sleep(2000); // the partition: 2 s of real time against real sshd, not a wait for something
     fwd.restore();
     await ctl.until('slowdl ready after the partition', 120_000, () => ctl.reconciler.model('slowdl')?.phase === 'ready');
     sampling = false;
@@ -277,13 +274,9 @@ describe('fault 3: a partition mid-download', () => {
     await fleet.push({ 'models/good.yaml': files['models/good.yaml']! }, 'add good (file:// source: its start is quick to reach)');
     const mark = ctl.logs.length;
     void ctl.reconciler.requestPass('test');
-    const deadline = Date.now() + 60_000;
-    while (!ctl.logs.slice(mark).some((l) => l.msg === 'starting replica' && l.model === 'good')) {
-      if (Date.now() > deadline) throw new Error('good never started');
-      await sleep(20);
-    }
+    await until('good starting', 60_000, () => ctl.logs.slice(mark).some((l) => l.msg === 'starting replica' && l.model === 'good'));
     fwd.cut();
-    await sleep(2000);
+    await sleep(2000); // the partition: 2 s of real time against real sshd, not a wait for something
     fwd.restore();
     await ctl.until('good ready after the partition', 120_000, () => ctl.reconciler.model('good')?.phase === 'ready');
     // settled: every llama-server of good on the node is a replica the controller reports
@@ -309,7 +302,7 @@ describe('fault 3: a partition mid-download', () => {
     await ctl.until('the artifact download held at 40 %', 60_000, () => c.origin.holding);
     const sentAtCut = c.origin.gets[0]!.sent;
     fwd.cut();
-    await sleep(2000);
+    await sleep(2000); // the partition: 2 s of real time against real sshd, not a wait for something
     const curlsAtRestore = c.curls();
     fwd.restore();
     // the retry reaches the node and waits on the install lock (were the lock broken, it would start
@@ -342,11 +335,7 @@ describe('fault 3: a partition mid-download', () => {
     // the origin drops the held download: the install cut off from the controller fails on the node,
     // its error going to a connection that is gone
     assert.equal(c.origin.dropHeld(), 1);
-    const deadline = Date.now() + 30_000;
-    while (openers(c.lockFile) > 0) {
-      if (Date.now() > deadline) throw new Error('the cut-off install did not end after its download failed');
-      await sleep(50);
-    }
+    await until('the cut-off install to end after its download failed', 30_000, () => openers(c.lockFile) === 0);
     const leftByCutOff = c.stages();
     await sleep(Math.max(0, cutAt + 2000 - Date.now()));
     c.origin.release();

@@ -17,6 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { llamaServerDir } from '../harness/llama-server.js';
 import { replicaPortRange } from '../harness/ports.js';
+import { until } from '../harness/wait.js';
 import { recordFault } from '../harness/fault-report.js';
 import { SecretsScan } from '../harness/secrets-scan.js';
 import { startServeChild, type ServeChild } from '../harness/serve-child.js';
@@ -59,13 +60,7 @@ before(async () => {
   // the model goes in with a second commit (the sha256 is known only now)
   const { gitCommit } = await import('../harness/serve-child.js');
   gitCommit(join(serve.home, 'fleet'), { 'models/sleepy.yaml': `source: file://${model.path}\nsha256: ${model.sha256}\nprofile: tiny\non_demand:\n  idle_timeout: 10m\n` }, 'an on-demand model that cannot start');
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const s = await status().catch(() => null);
-    if (s && (s.body as { models: { total: number } }).models.total === 1) break;
-    if (Date.now() > deadline) throw new Error(`no spec applied: ${serve.out.slice(-3000)}`);
-    await new Promise((r) => setTimeout(r, 300));
-  }
+  await until('the spec with the model applied', 60_000, async () => ((await status()).body as { models: { total: number } }).models.total === 1, { diag: () => serve.out.slice(-3000) });
 });
 
 after(async () => {

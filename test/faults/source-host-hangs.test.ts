@@ -13,6 +13,7 @@ import { DEFAULT_HEADER_TIMEOUT_MS, MemoryEstimator } from '../../src/reconciler
 import { killReplicasUnder, modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { recordFault } from '../harness/fault-report.js';
 import { SecretsScan } from '../harness/secrets-scan.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -27,16 +28,8 @@ const silent = createServer((s) => {
 const passes: number[] = [];
 const RETRY_MS = 8_000;
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-async function waitFor(what: string, timeoutMs: number, check: () => boolean): Promise<number> {
-  const t0 = Date.now();
-  while (!check()) {
-    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}; ${JSON.stringify(ctl.reconciler.snapshot().models.map((m) => [m.name, m.phase, m.unplaceable?.reason, m.replicas.map((r) => r.phase)]))}`);
-    await sleep(50);
-  }
-  return Date.now() - t0;
-}
+/** The models as the controller last saw them, for a wait's failure message. */
+const modelsNow = { diag: (): string => JSON.stringify(ctl.reconciler.snapshot().models.map((m) => [m.name, m.phase, m.unplaceable?.reason, m.replicas.map((r) => r.phase)])) };
 
 before(async () => {
   await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
@@ -62,7 +55,7 @@ after(async () => {
 describe('fault 5: a model source host that accepts and never answers', () => {
   it('the slow model is unplaceable with a "timed out" reason; good is replaced within seconds of a crash; passes stay short', async () => {
     const model = (n: string) => ctl.reconciler.model(n);
-    await waitFor('good ready and slowsrc unplaceable', 60_000, () => model('good')?.phase === 'ready' && /timed out/.test(model('slowsrc')?.unplaceable?.reason ?? ''));
+    await until('good ready and slowsrc unplaceable', 60_000, () => model('good')?.phase === 'ready' && /timed out/.test(model('slowsrc')?.unplaceable?.reason ?? ''), modelsNow);
     const unplaceable = model('slowsrc')!.unplaceable!;
     assert.equal(unplaceable.code, 'PLACEMENT_MEMORY_UNKNOWN');
     const reason = unplaceable.reason;
@@ -74,13 +67,15 @@ describe('fault 5: a model source host that accepts and never answers', () => {
     const oldId = model('good')!.replicas[0]!.id;
     const passesBefore = passes.length;
     killReplicasUnder(fleet.nodes[0]!.dataDir);
-    const replacedMs = await waitFor('good replaced', 30_000, () => model('good')?.phase === 'ready' && model('good')!.replicas.some((r) => r.id !== oldId && r.phase === 'ready'));
+    const crashedAt = Date.now();
+    await until('good replaced', 30_000, () => model('good')?.phase === 'ready' && model('good')!.replicas.some((r) => r.id !== oldId && r.phase === 'ready'), modelsNow);
+    const replacedMs = Date.now() - crashedAt;
     assert.ok(replacedMs < 15_000, `replaced after ${replacedMs} ms`);
 
     // keep watching past a retry of the estimate: it is retried after RETRY_MS, not on every pass
     const firstReads = (ctl.reconciler as unknown as { memory: MemoryEstimator }).memory.reads;
-    await waitFor('a retry of the estimate', RETRY_MS + 15_000, () => (ctl.reconciler as unknown as { memory: MemoryEstimator }).memory.reads > firstReads);
-    await waitFor('passes after the retry', 15_000, () => passes.length > passesBefore + 5);
+    await until('a retry of the estimate', RETRY_MS + 15_000, () => (ctl.reconciler as unknown as { memory: MemoryEstimator }).memory.reads > firstReads, modelsNow);
+    await until('passes after the retry', 15_000, () => passes.length > passesBefore + 5, modelsNow);
     const slowest = Math.max(...passes);
     assert.ok(slowest < DEFAULT_HEADER_TIMEOUT_MS / 1000 + 3, `slowest pass ${slowest} s`);
     const reads = (ctl.reconciler as unknown as { memory: MemoryEstimator }).memory.reads;
@@ -88,7 +83,7 @@ describe('fault 5: a model source host that accepts and never answers', () => {
     assert.ok(passes.length >= 8, `${passes.length} passes`);
     // each read opened one connection, and the timeout closed it
     assert.ok(sockets.length <= reads + 1, `${sockets.length} connections for ${reads} reads`);
-    await waitFor('the timed-out connections closed by the client', 10_000, () => sockets.length - closed <= 1);
+    await until('the timed-out connections closed by the client', 10_000, () => sockets.length - closed <= 1, modelsNow);
 
     // the metric shows it too: every pass under 10 s
     const s = parseExposition((await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' })).body);

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { freePort } from './llama-server.js';
 import { repoRoot } from './paths.js';
+import { GiveUp, until } from './wait.js';
 
 export interface ServeChild {
   readonly home: string;
@@ -73,11 +74,9 @@ export async function startServeChild(o: { files: (home: string) => Record<strin
   };
   child.stdout!.on('data', (d: Buffer) => (sc.out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (sc.err += d.toString()));
-  const deadline = Date.now() + 60_000;
-  while (!sc.out.includes('"llmgw serving"')) {
-    if (child.exitCode !== null) throw new Error(`llmgw serve exited ${child.exitCode}: ${sc.err}\n${sc.out}`);
-    if (Date.now() > deadline) throw new Error(`llmgw serve did not come up: ${sc.err}\n${sc.out.slice(-3000)}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await until('llmgw serve to come up', 60_000, () => {
+    if (child.exitCode !== null) throw new GiveUp(`llmgw serve exited ${child.exitCode}`);
+    return sc.out.includes('"llmgw serving"');
+  }, { diag: () => `${sc.err}\n${sc.out.slice(-3000)}` });
   return sc;
 }

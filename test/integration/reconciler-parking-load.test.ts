@@ -16,6 +16,7 @@ import type { NodeDriver, ReplicaStartSpec } from '../../src/nodes/driver.js';
 import { backoffMs } from '../../src/reconciler/health.js';
 import { buildRouter } from '../../src/router/app.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -91,13 +92,7 @@ function hammer(url: string): { stop(): Promise<{ sent: number; wrong: string[] 
 
 const parked = (): boolean => ctl.reconciler.model('kev')?.parked != null;
 
-async function waitFor(check: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; kev: ${JSON.stringify(ctl.reconciler.model('kev'))}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const kevNow = { diag: (): string => `kev: ${JSON.stringify(ctl.reconciler.model('kev'))}` };
 
 function assertCycle(from: number, what: string): void {
   // a start the node set back (its port taken in between: not the model's failure) is logged with its code and not counted
@@ -125,15 +120,15 @@ describe('parked after exactly 5, while a client hammers an unplaceable model', 
     const url = `http://127.0.0.1:${(router.server.address() as AddressInfo).port}/v1/chat/completions`;
     const client = hammer(url);
     try {
-      await waitFor(parked, 'kev parked the first time', 300_000);
+      await until('kev parked the first time', 300_000, parked, kevNow);
       await new Promise((r) => setTimeout(r, 1000)); // nothing more starts once parked
       assertCycle(0, 'cycle 1');
       for (let cycle = 2; cycle <= 10; cycle++) {
         const from = attempts.length;
         if (cycle % 2 === 0) await fleet.push({}, `retry kev\n\nLlmgw-Retry: kev`).then(() => ctl.reconciler.requestPass('webhook'));
         else await ctl.reconciler.retry('kev');
-        await waitFor(() => attempts.length > from, `cycle ${cycle}: kev started again`, 120_000);
-        await waitFor(parked, `cycle ${cycle}: kev parked again`, 300_000);
+        await until(`cycle ${cycle}: kev started again`, 120_000, () => attempts.length > from, kevNow);
+        await until(`cycle ${cycle}: kev parked again`, 300_000, parked, kevNow);
         await new Promise((r) => setTimeout(r, 500));
         assertCycle(from, `cycle ${cycle} (${cycle % 2 === 0 ? 'Llmgw-Retry' : 'ctl retry'})`);
       }

@@ -25,6 +25,7 @@ import type { UsageRecord } from '../../src/router/usage.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
 import { llamaServerDir, startLlamaServer, type LlamaServer } from '../harness/llama-server.js';
+import { until } from '../harness/wait.js';
 
 const BUILD_TIMEOUT = 40 * 60_000;
 const ENGINE_KEY = `engine-${randomBytes(12).toString('hex')}`;
@@ -187,7 +188,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     const before = records.length;
     const r = await anthropic(KEYS.plain).messages.create({ model: 'claude-tiny', max_tokens: 3, messages });
     assert.equal(r.type, 'message');
-    await waitFor(() => records.length > before);
+    await until('a usage record for the request', 5_000, () => records.length > before);
     const rec = records.at(-1)!;
     assert.equal(rec.model, 'tiny-chat');
     assert.equal(rec.status, 200);
@@ -204,7 +205,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     let done: OpenAI.Responses.Response | undefined;
     for await (const ev of stream) if (ev.type === 'response.completed') done = ev.response;
     assert.ok(done?.usage, 'the stream ended with response.completed and its usage');
-    await waitFor(() => records.length > mark);
+    await until('a usage record for the request', 5_000, () => records.length > mark);
     const r1 = records.at(-1)!;
     assert.deepEqual([r1.model, r1.status, r1.replica], ['tiny-chat', 200, 'chat-a']);
     assert.equal(r1.tokens.completion, done.usage.output_tokens);
@@ -212,7 +213,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
 
     const e = await client.embeddings.create({ model: 'tiny-embed', input: ['one', 'two words'] });
     assert.equal(e.data.length, 2);
-    await waitFor(() => records.at(-1)!.model === 'tiny-embed');
+    await until('the usage record of the embedding', 5_000, () => records.at(-1)!.model === 'tiny-embed');
     assert.equal(records.at(-1)!.tokens.prompt + records.at(-1)!.tokens.cached, e.usage.prompt_tokens);
 
     const rr = await fetch(`${origin}/v1/rerank`, { method: 'POST', headers: { authorization: `Bearer ${KEYS.plain}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny-rerank', query: 'the fleet', documents: ['a fleet of ships', 'bananas', 'the fleet is ready'] }) });
@@ -220,12 +221,12 @@ describe('router keys: limits, usage and envelopes with the official clients and
     assert.equal(rr.headers.get('x-llmgw-replica'), 'rerank-a');
     const ranked = (await rr.json()) as { results: { index: number; relevance_score: number }[]; usage: { prompt_tokens: number } };
     assert.deepEqual(ranked.results.map((x) => x.index).sort(), [0, 1, 2]);
-    await waitFor(() => records.at(-1)!.model === 'tiny-rerank');
+    await until('the usage record of the rerank', 5_000, () => records.at(-1)!.model === 'tiny-rerank');
     assert.equal(records.at(-1)!.tokens.prompt + records.at(-1)!.tokens.cached, ranked.usage.prompt_tokens);
 
     const n = await anthropic(KEYS.plain).messages.countTokens({ model: 'claude-tiny', messages });
     assert.ok(n.input_tokens > 0);
-    await waitFor(() => records.length >= mark + 4);
+    await until('four more usage records', 5_000, () => records.length >= mark + 4);
     assert.deepEqual([records.at(-1)!.model, records.at(-1)!.status], ['tiny-chat', 200]);
   });
 
@@ -234,7 +235,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     const r = await client.chat.completions.create({ model: 'tiny-chat', messages, max_tokens: 16 });
     const used = r.usage!.prompt_tokens + r.usage!.completion_tokens;
     assert.ok(used > 20, `the generation used ${used} tokens, over the limit of 20`);
-    await waitFor(() => records.some((x) => x.key === 'tpm' && x.status === 200));
+    await until('a served usage record of key tpm', 5_000, () => records.some((x) => x.key === 'tpm' && x.status === 200));
     const err = await rejection(client.chat.completions.create({ model: 'tiny-chat', messages, max_tokens: 1 }));
     assert.ok(err instanceof OpenAI.RateLimitError, String(err));
     assert.equal(err.code, 'key_tokens_limit_exceeded');
@@ -249,7 +250,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     let usage: OpenAI.CompletionUsage | undefined;
     for await (const c of stream) usage = c.usage ?? usage;
     assert.ok(usage, 'the stream reported its usage');
-    await waitFor(() => records.some((x) => x.key === 'tpm-stream' && x.status === 200));
+    await until('a served usage record of key tpm-stream', 5_000, () => records.some((x) => x.key === 'tpm-stream' && x.status === 200));
     const rec = records.find((x) => x.key === 'tpm-stream' && x.status === 200)!;
     assert.equal(rec.tokens.completion, usage.completion_tokens);
     assert.equal(rec.tokens.prompt + rec.tokens.cached, usage.prompt_tokens);
@@ -278,7 +279,7 @@ describe('router keys: limits, usage and envelopes with the official clients and
     }
     await rejection(client.chat.completions.create({ model: 'other', messages, max_tokens: 1 })); // 403: not the key's model
     await rejection(client.chat.completions.create({ model: 'missing', messages, max_tokens: 1 })); // 404
-    await waitFor(() => records.filter((x) => x.key === 'usage').length === 6);
+    await until('six usage records of key usage', 5_000, () => records.filter((x) => x.key === 'usage').length === 6);
     const text = await registry.metrics();
     const sample = (name: string, labels: string): number => {
       const m = new RegExp(`^${name}\\{${labels}\\} (\\d+)$`, 'm').exec(text);
@@ -316,11 +317,3 @@ describe('router keys: limits, usage and envelopes with the official clients and
     await admin.close();
   });
 });
-
-async function waitFor(cond: () => boolean, ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

@@ -14,6 +14,7 @@ import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
 import { freePort } from '../harness/llama-server.js';
 import { repoRoot } from '../harness/paths.js';
 import { spawnCli } from '../harness/cli.js';
+import { GiveUp, until } from '../harness/wait.js';
 
 let home: string;
 let child: ChildProcess;
@@ -22,20 +23,12 @@ let stdout = '';
 let routerPort: number;
 let adminPort: number;
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function eventually<T>(what: string, timeoutMs: number, fn: () => T | null | undefined): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n--- llmgw stderr (tail) ---\n${stderr.slice(-3000)}\n--- llmgw log (tail) ---\n${stdout.slice(-6000)}`);
-    if (child.exitCode !== null) throw new Error(`llmgw exited (${child.exitCode}) while waiting for ${what}\n${stderr.slice(-3000)}`);
-    await sleep(500);
-  }
-}
+/** A probe that gives up once llmgw exited; the waits poll every 500 ms (each look spawns curl or the CLI). */
+const whileServing = <T>(probe: () => T | null | undefined | false) => (): T | null | undefined | false => {
+  if (child.exitCode !== null) throw new GiveUp(`llmgw exited (${child.exitCode})`);
+  return probe();
+};
+const tails = { everyMs: 500, diag: (): string => `--- llmgw stderr (tail) ---\n${stderr.slice(-3000)}\n--- llmgw log (tail) ---\n${stdout.slice(-6000)}` };
 
 before(async () => {
   home = mkdtempSync(join(tmpdir(), 'llmgw-local-'));
@@ -47,7 +40,7 @@ before(async () => {
   });
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   child.stdout!.on('data', (d: Buffer) => (stdout = (stdout + d.toString()).slice(-20_000)));
-  await eventually('llmgw to serve', 15 * 60_000, () => stderr.includes('llmgw is serving the local fleet'));
+  await until('llmgw to serve', 15 * 60_000, whileServing(() => stderr.includes('llmgw is serving the local fleet')), tails);
 });
 
 after(async () => {
@@ -66,20 +59,20 @@ describe('npm start: the bundled local fleet', () => {
 
   it('curl to the router gets a chat completion from the demo model', async () => {
     const body = JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
-    const reply = await eventually('a chat completion', 120_000, () => {
+    const reply = await until('a chat completion', 120_000, whileServing(() => {
       const r = spawnSync('curl', ['-sS', '-m', '60', '-w', '\n%{http_code}', `http://127.0.0.1:${routerPort}/v1/chat/completions`, '-H', 'content-type: application/json', '-d', body], { encoding: 'utf8' });
       const [text = '', code = ''] = [r.stdout.slice(0, r.stdout.lastIndexOf('\n')), r.stdout.slice(r.stdout.lastIndexOf('\n') + 1)];
       return code === '200' ? (JSON.parse(text) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } }) : null;
-    });
+    }), tails);
     assert.equal(reply.usage.completion_tokens, 8);
     assert.ok(reply.choices[0]!.message.content.length > 0);
   });
 
   it('`llmgw ctl status` shows the parked and the unplaceable model with their reasons', async () => {
-    const out = await eventually('kev-demo parked and huge-demo unplaceable', 180_000, () => {
+    const out = await until('kev-demo parked and huge-demo unplaceable', 180_000, whileServing(() => {
       const r = spawnCli(['ctl', 'status', '--server', `http://127.0.0.1:${adminPort}`]);
       return /parked/i.test(r.stdout) && r.stdout.includes('kev-demo') && /unknown model architecture/.test(r.stdout) && /needs 4 TiB/.test(r.stdout) ? r.stdout : null;
-    });
+    }), tails);
     assert.match(out, /huge-demo/);
     assert.match(out, /demo\s+.*1\/1/);
   });

@@ -65,18 +65,20 @@ describe('StandbyActs: a standby forwards what acts on the fleet to the leader',
     );
   });
 
-  it('activity of on-demand models only, several touches and holds in one request', async () => {
+  it('activity of on-demand models only, several touches and holds in one request, at most once a second', (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout'] });
     const { acts, sent } = standby(() => null);
     acts.touch('always');
     acts.touch('lazy');
     const release = acts.hold('lazy');
     release();
-    assert.equal(sent.length, 0, "forwarded before the flush");
-    await new Promise((r) => setTimeout(r, 1_200));
+    t.mock.timers.tick(999);
+    assert.equal(sent.length, 0, 'forwarded before the flush');
+    t.mock.timers.tick(1);
     assert.deepEqual(sent.map((s) => [s.kind, s.body]), [['touch', { models: ['lazy'] }]]);
     acts.touch('lazy');
     acts.stop();
-    await new Promise((r) => setTimeout(r, 1_200));
+    t.mock.timers.tick(10_000);
     assert.equal(sent.length, 1, 'activity was forwarded after stop');
   });
 
