@@ -21,8 +21,11 @@ function walk(dir) {
   return out;
 }
 
+// A compiled test whose source was renamed or deleted stays in dist/ (tsc never removes output): skip it.
+const hasSource = (f) => existsSync(join(root, f.replace(/^dist[\\/]/, '').replace(/\.js$/, '.ts')));
 const files = walk(testRoot)
   .map((f) => relative(root, f))
+  .filter(hasSource)
   .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)))
   .sort();
 if (files.length === 0) {

@@ -280,7 +280,7 @@ for (const transport of ['ssh', 'local'] as const) {
         for (const id of expected) await d7.stopReplica(id, 5_000);
         assert.deepEqual(replicaProcesses(node.dataDir), []);
       }
-      process.stderr.write(`[node-fence ${transport}] concurrent starts: ${seen.join(', ')}\n`);
+      process.stderr.write(`[nodes-fence ${transport}] concurrent starts: ${seen.join(', ')}\n`);
     });
 
     test('a start holds the owner lock from its check through its launch: a newer epoch\'s start waits for it, then both stand in order', async () => {
