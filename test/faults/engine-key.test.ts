@@ -11,7 +11,8 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { freePort, llamaServerDir } from '../harness/llama-server.js';
+import { llamaServerDir } from '../harness/llama-server.js';
+import { freePort } from '../harness/ports.js';
 import { repoRoot } from '../harness/paths.js';
 import { spawnCli } from '../harness/cli.js';
 import { recordFault } from '../harness/fault-report.js';

@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { noop } from 'cockatiel';
 import { Etcd3 } from 'etcd3';
-import { freePort } from './llama-server.js';
+import { freePort } from './ports.js';
 
 export const ETCD_BIN = process.env.LLMGW_ETCD_BIN ?? '/usr/bin/etcd';
 

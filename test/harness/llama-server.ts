@@ -203,6 +203,7 @@ function runBuildScript(): Promise<string> {
   });
 }
 
+/** Re-exported for bench/router.bench.ts; tests import it from ports.js. */
 export { freePort } from './ports.js';
 
 export interface StartLlamaServerOptions {

@@ -7,7 +7,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { freePort } from './llama-server.js';
+import { freePort } from './ports.js';
 import { repoRoot } from './paths.js';
 import { GiveUp, until } from './wait.js';
 

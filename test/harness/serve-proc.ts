@@ -6,7 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { freePort } from './llama-server.js';
+import { freePort } from './ports.js';
 import { repoRoot } from './paths.js';
 import type { TestFleet } from './controller.js';
 
@@ -28,8 +28,12 @@ export interface ServeProc {
   restart(): void;
 }
 
-/** `routerAuth` / `adminAuth`: leave router / admin authentication on (the test passes the key or token files in `args`). */
-export async function spawnServe(o: { name: string; fleet: TestFleet; args?: readonly string[]; env?: Record<string, string>; routerAuth?: boolean; adminAuth?: boolean }): Promise<ServeProc> {
+/**
+ * `routerAuth` / `adminAuth`: leave router / admin authentication on (the test passes the key or
+ * token files in `args`). `onOutput` sees every chunk it prints, across restarts (say, for a
+ * secrets scan of all of it; `out()` keeps only the tail).
+ */
+export async function spawnServe(o: { name: string; fleet: TestFleet; args?: readonly string[]; env?: Record<string, string>; routerAuth?: boolean; adminAuth?: boolean; onOutput?: (text: string) => void }): Promise<ServeProc> {
   const stateDir = join(o.fleet.stateDir, o.name);
   mkdirSync(stateDir, { recursive: true });
   const [routerPort, adminPort] = [await freePort(), await freePort()];
@@ -53,7 +57,10 @@ export async function spawnServe(o: { name: string; fleet: TestFleet; args?: rea
       ],
       { cwd: repoRoot, env: { ...process.env, LLMGW_LOG_LEVEL: 'info', ...(o.env ?? {}) }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
-    const keep = (d: Buffer): void => void (out = (out + d.toString()).slice(-400_000));
+    const keep = (d: Buffer): void => {
+      out = (out + d.toString()).slice(-400_000);
+      o.onOutput?.(d.toString());
+    };
     c.stdout!.on('data', keep);
     c.stderr!.on('data', keep);
     return c;

@@ -12,7 +12,7 @@ import { Registry } from 'prom-client';
 import { findSamples, parseExposition } from '../../src/metrics/parse.js';
 import { createRouterMetrics } from '../../src/metrics/router.js';
 import { buildRouter, routerStats, type RouterLimits } from '../../src/router/app.js';
-import { freePort } from '../harness/llama-server.js';
+import { freePort } from '../harness/ports.js';
 import { until } from '../harness/wait.js';
 import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
 import { defaultStubHandler, sseChunk, startStubUpstream, type StubUpstream } from '../harness/stub-upstream.js';

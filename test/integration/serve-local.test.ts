@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
-import { freePort } from '../harness/llama-server.js';
+import { freePort } from '../harness/ports.js';
 import { repoRoot } from '../harness/paths.js';
 import { spawnCli } from '../harness/cli.js';
 import { GiveUp, until } from '../harness/wait.js';

@@ -7,7 +7,7 @@
  *   replaced by one new replica, surge-first, and nothing else is started.
  */
 import { strict as assert } from 'node:assert';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,60 +16,40 @@ import { runCli } from '../harness/cli.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
 import { recordFault } from '../harness/fault-report.js';
 import { SecretsScan } from '../harness/secrets-scan.js';
-import { freePort } from '../harness/llama-server.js';
 import { startThrottledOrigin } from '../harness/throttled-origin.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { repoRoot } from '../harness/paths.js';
 import { until } from '../harness/wait.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
+import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
 
 const IDLE_S = 25;
 
 let fleet: TestFleet;
-let routerPort: number;
-let adminPort: number;
-let child: ChildProcess | null = null;
+let proc: ServeProc | null = null;
 let out = '';
 /** Everything every controller printed and every admin answer, for the secrets scan at the end. */
 const scan = new SecretsScan();
 
-function serve(): ChildProcess {
-  const c = spawn(
-    process.execPath,
-    [
-      join(repoRoot, 'bin', 'llmgw.js'),
-      'serve',
-      '--fleet', fleet.git.url('fleet.git'),
-      '--git-token-file', join(fleet.secretsDir, 'git-token'),
-      '--secrets-dir', fleet.secretsDir,
-      '--state-dir', join(fleet.stateDir, 'serve'),
-      '--router-listen', `127.0.0.1:${routerPort}`,
-      '--admin-listen', `127.0.0.1:${adminPort}`,
-      '--no-router-auth',
-      '--no-admin-auth',
-    ],
-    { cwd: repoRoot, env: { ...process.env, LLMGW_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  const keep = (d: Buffer): void => {
-    out = (out + d.toString()).slice(-200_000);
-    scan.collect('llmgw serve output', d.toString());
-  };
-  c.stdout!.on('data', keep);
-  c.stderr!.on('data', keep);
-  return c;
+/** Starts `llmgw serve` on the fleet, or starts it again (same state dir and ports) after a kill; `out` holds what this run printed. */
+async function serve(): Promise<void> {
+  out = '';
+  if (proc) return proc.restart();
+  proc = await spawnServe({
+    name: 'serve',
+    fleet,
+    onOutput: (d) => {
+      out = (out + d).slice(-200_000);
+      scan.collect('llmgw serve output', d);
+    },
+  });
 }
 
 /** A running `llmgw serve` (started when the test before left none). */
 async function serving(): Promise<void> {
-  if (child && child.exitCode === null) return;
-  child = serve();
+  if (proc?.alive()) return;
+  await serve();
   await until('llmgw serving', 120_000, async () => (await admin<{ lastPass: unknown }>('/status')).lastPass, { diag: logTail });
-}
-
-async function sigkill(c: ChildProcess): Promise<void> {
-  const exited = new Promise((r) => c.once('exit', r));
-  c.kill('SIGKILL');
-  await exited;
 }
 
 interface ModelJson {
@@ -79,7 +59,7 @@ interface ModelJson {
 }
 
 async function admin<T>(path: string, init?: RequestInit): Promise<T> {
-  const r = await fetch(`http://127.0.0.1:${adminPort}/admin/v1${path}`, init);
+  const r = await fetch(`http://127.0.0.1:${proc!.adminPort}/admin/v1${path}`, init);
   const text = await r.text();
   scan.collect(`admin ${path}`, text);
   return JSON.parse(text) as T;
@@ -93,7 +73,7 @@ async function models(): Promise<Record<string, ModelJson>> {
 const logTail = (): string => `--- llmgw log (tail) ---\n${out.slice(-5000)}`;
 
 async function chat(model: string): Promise<number> {
-  const r = await fetch(`http://127.0.0.1:${routerPort}/v1/chat/completions`, {
+  const r = await fetch(`http://127.0.0.1:${proc!.routerPort}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
@@ -104,7 +84,6 @@ async function chat(model: string): Promise<number> {
 
 before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
-  [routerPort, adminPort] = [await freePort(), await freePort()];
   const files = fleet.baseFiles();
   delete files['models/kev.yaml'];
   delete files['models/huge.yaml'];
@@ -114,13 +93,13 @@ before(async () => {
 });
 
 after(async () => {
-  if (child && child.exitCode === null) await sigkill(child);
+  await proc?.sigkill();
   await fleet?.cleanup();
 });
 
 describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
   it('keeps an on-demand model in use until its idle timeout from the last request, and carries out a restart asked for before the kill', async () => {
-    child = serve();
+    await serve();
     await until('steady ready', 120_000, async () => (await models()).steady?.phase === 'ready', { diag: logTail });
     // the on-demand model in use: activated by a request, used until just before the kill
     assert.equal(await chat('good'), 200);
@@ -133,10 +112,8 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const restart = await admin<{ ids: string[]; done: boolean }>('/restart', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'steady' }) });
     assert.deepEqual(restart.ids, [oldSteady]);
     assert.equal(restart.done, false);
-    await sigkill(child);
-    out = '';
-
-    child = serve();
+    await proc!.sigkill();
+    await serve();
     // the restart is carried out: the old replica replaced by a ready new one
     const after = await until('the restart carried out', 120_000, async () => {
       const m = await models();
@@ -163,11 +140,10 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
   });
 
   it('a truncated state file: serve starts anyway, names the file moved aside in ctl status, and the router serves', async () => {
-    if (child && child.exitCode === null) await sigkill(child);
+    await proc?.sigkill();
     const statePath = join(fleet.stateDir, 'serve', 'state.json');
     writeFileSync(statePath, '{"version":2,"models":{');
-    out = '';
-    child = serve();
+    await serve();
     const status = await until('the controller serving again', 120_000, async () => {
       const s = await admin<{ stateError: { code: string; message: string; hint: string } | null; lastPass: unknown }>('/status');
       return s.lastPass ? s : null;
@@ -176,7 +152,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     assert.ok(status.stateError!.message.includes(statePath), status.stateError!.message);
     assert.ok(readdirSync(join(fleet.stateDir, 'serve')).some((f) => f.startsWith('state.json.corrupt-')), 'the bad file is kept aside');
     assert.match(out, /"msg":"state file not usable"/);
-    const ctl = await runCli(['ctl', 'status', '--server', `http://127.0.0.1:${adminPort}`]);
+    const ctl = await runCli(['ctl', 'status', '--server', `http://127.0.0.1:${proc!.adminPort}`]);
     assert.match(ctl.stdout, /^state file\s+FAILED: .*STATE_FILE_CORRUPT/m);
     assert.match(ctl.stdout, /moved aside to .*state\.json\.corrupt-/);
     await until('steady served through the router', 120_000, async () => (await chat('steady')) === 200, { diag: logTail });
@@ -189,9 +165,8 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const mark = out.length;
     await admin('/models/steady/retry', { method: 'POST' }); // any admin call that runs a pass picks up the commit
     await until('fresh starting', 60_000, async () => /"model":"fresh"[^\n]*"msg":"starting replica"/.test(out.slice(mark)), { diag: logTail });
-    await sigkill(child!);
-    out = '';
-    child = serve();
+    await proc!.sigkill();
+    await serve();
     let most = 0;
     await until('fresh ready', 120_000, async () => {
       most = Math.max(most, replicaProcesses(fleet.nodes[0]!.dataDir).filter((p) => p.startsWith('fresh-')).length);
@@ -216,10 +191,9 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     }, { diag: logTail }).catch((e: Error) => {
       throw new Error(`${e.message}\n--- /models/kev ---\n${JSON.stringify(last)}`);
     });
-    await sigkill(child!);
+    await proc!.sigkill();
     const old = out.slice(before.length);
-    out = '';
-    child = serve();
+    await serve();
     const kev = await until('kev parked', 120_000, async () => {
       const m = (await admin<{ model: { parked: unknown; consecutiveFailures: number } }>('/models/kev')).model;
       return m.parked ? m : null;
@@ -247,9 +221,8 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
       await fleet.push({ 'models/slowdl.yaml': [source, `sha256: ${file.sha256}`, 'profile: tiny', 'replicas: 1', 'memory: 200MiB', ''].join('\n') }, 'fleet: a model downloaded slowly');
       await admin('/models/steady/retry', { method: 'POST' });
       await until('the download a third of the way', 60_000, async () => origin.gets.some((g) => !g.done && g.sent > file.bytes / 3), { diag: logTail });
-      await sigkill(child!);
-      out = '';
-      child = serve();
+      await proc!.sigkill();
+      await serve();
       let most = 0;
       await until('slowdl ready', 180_000, async () => {
         most = Math.max(most, origin.gets.filter((g) => !g.done).length);
@@ -273,7 +246,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
 
   it('no secret in anything the killed and restarted controllers printed or answered', async () => {
     await serving();
-    const metrics = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+    const metrics = await (await fetch(`http://127.0.0.1:${proc!.adminPort}/metrics`)).text();
     scan.collect('metrics', metrics);
     scan.secret('engine key', readFileSync(join(fleet.stateDir, 'serve', 'engine-api-key'), 'utf8').trim());
     scan.secret('git token', fleet.git.token);
