@@ -12,6 +12,7 @@ import { createRouterMetrics } from './router.js';
 import { createKeyMetrics } from './keys.js';
 import type { UsageSink } from './ports.js';
 import { registerScheduleMetrics } from './schedule.js';
+import { registerEventLoopDelayMetrics } from './event-loop.js';
 
 export interface MetricsOptions {
   /** Certificate file paths (PEM or DER), asked for and read at each scrape. */
@@ -45,6 +46,8 @@ export interface LlmgwMetrics {
   metricNames(): string[];
   /** The scrape: exposition text and its content type. */
   scrape(): Promise<{ readonly contentType: string; readonly body: string }>;
+  /** Stops what samples in the background (the event-loop delay monitors). */
+  close(): void;
 }
 
 export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
@@ -60,6 +63,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   const keys = createKeyMetrics(live);
   registerCertificateMetrics(live, opts.certificates ?? (() => []));
   const schedules = registerScheduleMetrics(live, opts.clock ?? Date.now);
+  const eventLoop = registerEventLoopDelayMetrics(live);
   const registry = Registry.merge([fleetRegistry, live]);
   let fleetText: Promise<string> | null = null;
   const changed = <T>(r: T): T => {
@@ -90,5 +94,6 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
       const [f, l] = await Promise.all([fleetText, live.metrics()]);
       return { contentType: registry.contentType, body: `${f}${f.endsWith('\n') || f === '' ? '' : '\n'}${l}` };
     },
+    close: () => eventLoop.close(),
   };
 }
