@@ -23,13 +23,18 @@ export function cacheRamMiB(bytes: number): number {
   return Math.ceil(bytes / 2 ** 20);
 }
 
-export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
-  const definition = {
-    v: 1,
-    source,
-    sha256: sha256.toLowerCase(),
-    engine: { name: engine.engine, version: engine.version, install: engine.install },
-    args: {
+/**
+ * The canonical JSON of a definition's engine and arguments, which its profile and engine version
+ * decide alone: computed once per pair (a fleet's models share a handful of profiles).
+ */
+const runsAs = new WeakMap<ProfileSpec, WeakMap<EngineVersionSpec, string>>();
+
+function engineAndArgs(profile: ProfileSpec, engine: EngineVersionSpec): string {
+  let byEngine = runsAs.get(profile);
+  if (!byEngine) runsAs.set(profile, (byEngine = new WeakMap()));
+  let text = byEngine.get(engine);
+  if (text === undefined) {
+    const args = {
       ctxSize: profile.ctxSize,
       threads: profile.threads,
       parallel: profile.parallel,
@@ -45,7 +50,19 @@ export function definitionDigest(source: string, sha256: string, profile: Profil
       ...(profile.splitMode != null ? { splitMode: profile.splitMode } : {}),
       ...((profile.tensorSplit?.length ?? 0) > 0 ? { tensorSplit: profile.tensorSplit } : {}),
       ...(profile.mainGpu != null ? { mainGpu: profile.mainGpu } : {}),
-    },
-  };
-  return createHash('sha256').update(canonicalJson(definition)).digest('hex');
+    };
+    text = `"args":${canonicalJson(args)},"engine":${canonicalJson({ name: engine.engine, version: engine.version, install: engine.install })}`;
+    byEngine.set(engine, text);
+  }
+  return text;
+}
+
+/**
+ * sha256 of the canonical JSON of {v: 1, source, sha256, engine: {name, version, install}, args: {…}}:
+ * its keys in order are args, engine, sha256, source, v (spec-digest.test.ts checks this against
+ * canonicalJson of the whole object).
+ */
+export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
+  const text = `{${engineAndArgs(profile, engine)},"sha256":${JSON.stringify(sha256.toLowerCase())},"source":${JSON.stringify(source)},"v":1}`;
+  return createHash('sha256').update(text).digest('hex');
 }
