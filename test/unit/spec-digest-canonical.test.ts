@@ -1,38 +1,18 @@
 /**
  * definitionDigest builds its canonical JSON from a per-profile part computed once; it must hash
  * exactly what canonicalJson gives for the whole definition (the digest decides restarts: a changed
- * digest would restart every replica of a fleet on upgrade).
+ * digest would restart every replica of a fleet on upgrade). spec-digest.test.ts checks which
+ * fields move the digest; this checks the assembly.
  */
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { cacheRamMiB, canonicalJson, definitionDigest } from '../../src/fleet-spec/digest.js';
+import { canonicalJson, definitionDigest, definitionOf } from '../../src/fleet-spec/digest.js';
 import type { EngineVersionSpec, ProfileSpec } from '../../src/fleet-spec/types.js';
 
-/** The definition as the digest was first specified: the whole object through canonicalJson. */
+/** The definition through canonicalJson as a whole, as the digest was first computed. */
 function reference(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
-  const definition = {
-    v: 1,
-    source,
-    sha256: sha256.toLowerCase(),
-    engine: { name: engine.engine, version: engine.version, install: engine.install },
-    args: {
-      ctxSize: profile.ctxSize,
-      threads: profile.threads,
-      parallel: profile.parallel,
-      batchSize: profile.batchSize,
-      embeddings: profile.embeddings,
-      ...(profile.reranking ? { reranking: true } : {}),
-      extraArgs: profile.extraArgs,
-      cacheRamMiB: cacheRamMiB(profile.cacheRamBytes),
-      ...(profile.gpuLayers != null ? { gpuLayers: profile.gpuLayers } : {}),
-      ...((profile.devices?.length ?? 0) > 0 ? { devices: profile.devices } : {}),
-      ...(profile.splitMode != null ? { splitMode: profile.splitMode } : {}),
-      ...((profile.tensorSplit?.length ?? 0) > 0 ? { tensorSplit: profile.tensorSplit } : {}),
-      ...(profile.mainGpu != null ? { mainGpu: profile.mainGpu } : {}),
-    },
-  };
-  return createHash('sha256').update(canonicalJson(definition)).digest('hex');
+  return createHash('sha256').update(canonicalJson(definitionOf(source, sha256, profile, engine))).digest('hex');
 }
 
 const plain: ProfileSpec = {
