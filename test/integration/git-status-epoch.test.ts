@@ -160,6 +160,17 @@ describe('status branch epoch fencing on a remote', () => {
     await work.push(served.url, branch);
     const after = await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 2), message: 'llmgw status', epoch: e5, epochBound: revision }), 'STATUS_EPOCH_STALE');
     assert.equal((after.detail as { headEpoch: number }).headEpoch, e6);
+    // more forged epochs than the fence remembers per commit (8): the real one under them is found by a walk
+    for (let k = 1; k <= 9; k++) {
+      await work.write({ 'fleet.json': `{"forged":${k}}\n` });
+      await work.commit(`forged ${k}\n\nLlmgw-Epoch: ${999999999999 - k}`);
+    }
+    await work.push(served.url, branch);
+    const walked = await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 3), message: 'llmgw status', epoch: e5, epochBound: revision }), 'STATUS_EPOCH_STALE');
+    assert.equal((walked.detail as { headEpoch: number }).headEpoch, e6);
+    const over = await writeStatusBranch(leader, { branch, files: files('6', 3), message: 'llmgw status', epoch: e6, epochBound: revision });
+    assert.equal(over.changed, true);
+    assert.equal(over.forged?.epoch, 999999999999);
     // an unforged write asks no bound
     const again = await writeStatusBranch(leader, { branch, files: files('6', 2), message: 'llmgw status', epoch: 999999999999, epochBound: async () => assert.fail('asked') });
     assert.equal(again.changed, true);
