@@ -14,6 +14,7 @@
  * variables empty: no device is visible to it, so llama-server's own `-ngl auto` cannot take device
  * memory llmgw does not account for.
  */
+import { LlmgwError } from '../errors/catalogue.js';
 
 export interface DeviceObservation {
   /** ggml's device name, e.g. Vulkan0, CUDA1. */
@@ -87,7 +88,7 @@ export function replicaDeviceSetup(devices: readonly string[], nodeEnv: Readonly
   }
   for (const [backend, indices] of byBackend) {
     const v = VISIBILITY_VARS[backend];
-    if (v === undefined) throw new Error(`device backend ${backend} has no known visibility variable`);
+    if (v === undefined) throw new LlmgwError('INTERNAL', `device backend ${backend} has no known visibility variable`, { backend });
     const base = nodeEnv[v]?.split(',').map((s) => s.trim()).filter((s) => s !== '');
     env[v] = indices.map((i) => (base && base.length > 0 ? (base[i] ?? String(i)) : String(i))).join(',');
     indices.forEach((_, k) => deviceArgs.push(`${backend}${k}`));

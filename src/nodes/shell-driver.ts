@@ -1,37 +1,37 @@
 /**
  * ShellNodeDriver: the NodeDriver over a Shell (ssh or local). Every action is one or two POSIX sh
- * scripts (scripts.ts); the controller side adds coalescing, port picking, health polling (undici)
- * and failure classification (failure.ts).
+ * scripts, each beside the parser of its output under ops/; the driver orchestrates them: checks its
+ * inputs, coalesces installs and fetches, picks ports, polls health (undici), and turns a failed
+ * script into its catalogue reason (script-errors.ts, fence.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
-import { mkdir, rename, stat, unlink } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { Readable, Transform } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Agent, fetch, request } from 'undici';
-import { LlmgwError, Reasons, type ReasonCode } from '../errors/catalogue.js';
+import { Agent, request } from 'undici';
+import { LlmgwError } from '../errors/catalogue.js';
 import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
-import { cacheRamMiB } from '../fleet-spec/digest.js';
-import type {
-  DownloadToken,
-  EngineObservation, Fence, NodeFenceView, ModelFileObservation, NodeDriver, NodeObservation, ReplicaFailure, ReplicaHandle,
-  ReplicaObservation, ReplicaStartSpec,
-} from './driver.js';
-import { engineKeyFingerprint } from './driver.js';
-import { classifyFailure } from './failure.js';
-import { mergeDevices, parseListDevices, parseNvidiaSmiQuery, replicaDeviceSetup, withLiveCudaMemory, type NvidiaGpu } from './devices.js';
-import { checkFence, EXIT_FENCE_REFUSED, fenceError, parseFenceSection, refusalOf } from './fence.js';
-import { parseProcNetTcp, pickPort } from './ports.js';
+import { fetchArtifact } from './artifact-cache.js';
+import type { DownloadToken, Fence, NodeDriver, NodeObservation, ReplicaHandle, ReplicaObservation, ReplicaStartSpec } from './driver.js';
+import { replicaDeviceSetup } from './devices.js';
+import { checkFence, EXIT_FENCE_REFUSED, fenceError, refusalOf } from './fence.js';
+import { artifactInstallScript } from './ops/engine-artifact.js';
+import { buildInstallScript } from './ops/engine-build.js';
 import {
-  artifactInstallScript, buildInstallScript, engineCleanupScript, engineInstalledScript, engineStageScript,
-  EXIT_PORT_TAKEN, EXIT_REPLICA_EXISTS, inspectReplicaScript, logTailScript, readRangeScript, modelFromFileScript,
-  modelFromUrlScript, observeScript, pathEngineScript, startReplicaScript, stopReplicaScript, usedPortsScript,
-  type EnginePaths,
-} from './scripts.js';
+  engineCleanupScript, engineInstalledScript, engineStageDir, engineStageScript, parseInstalledBinary, pathEngineScript, type EnginePaths,
+} from './ops/engine.js';
+import { modelFromFileScript, modelFromUrlScript, modelPath, parseModelBytes } from './ops/model-fetch.js';
+import { observeScript, parseObservation } from './ops/observe.js';
+import { failureOf, inspectReplicaScript, parseInspection, type Inspection, type ReplicaState } from './ops/replica-inspect.js';
+import { logTailScript, parseRange, readRangeScript } from './ops/replica-log.js';
+import {
+  EXIT_PORT_TAKEN, EXIT_REPLICA_EXISTS, parseStarted, parseUsedPorts, replicaArgv, replicaStateHead, startReplicaScript, usedPortsScript,
+} from './ops/replica-start.js';
+import { stopReplicaScript } from './ops/replica-stop.js';
+import { tailOf } from './ops/sections.js';
+import { pickPort } from './ports.js';
+import { scriptError } from './script-errors.js';
 import type { ExecResult, Shell } from './shell.js';
 import { resolveModelSource } from './sources.js';
 import { openShell, type OpenShellOptions } from './transport.js';
@@ -90,32 +90,6 @@ const SECRET_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 /** A bearer token: one line of visible ASCII, no spaces (RFC 6750's b64token, loosely). */
 export const TOKEN_RE = /^[\x21-\x7e]+$/;
 
-interface ReplicaState {
-  readonly id: string;
-  readonly model: string;
-  readonly digest: string;
-  readonly port: number;
-  readonly argv: readonly string[];
-  readonly log: string;
-  readonly pid: number;
-  readonly procStartTime: number;
-  readonly startedAt: number;
-  /** engineKeyFingerprint of the key it was started with; null when not recorded. */
-  readonly keyFingerprint: string | null;
-  /** The node's devices it was started on ([] = none) and its -ngl there. */
-  readonly devices: readonly string[];
-  readonly gpuLayers: number | 'all' | null;
-}
-
-interface Inspection {
-  readonly state: ReplicaState | null;
-  readonly alive: boolean;
-  readonly logTail: string;
-}
-
-/** In-flight controller-side artifact downloads, shared by every driver in the process. */
-const artifactDownloads = new Map<string, Promise<string>>();
-
 /** The most bytes one readFileRange returns (a shorter read than asked is possible, as with read(2)). */
 export const MAX_RANGE_READ = 2_500_000;
 
@@ -136,7 +110,7 @@ export class ShellNodeDriver implements NodeDriver {
 
   constructor(private readonly spec: NodeSpec, private readonly shell: Shell, private readonly opts: ShellNodeDriverOptions = {}) {
     this.node = spec.name;
-    if (!spec.dataDir.startsWith('/')) throw new Error(`node ${spec.name}: dataDir must be an absolute path, got ${spec.dataDir}`);
+    if (!spec.dataDir.startsWith('/')) throw new LlmgwError('SPEC_INVALID_VALUE', `node ${spec.name}: dataDir must be an absolute path, got ${spec.dataDir}`, { node: spec.name });
     this.dataDir = spec.dataDir.replace(/\/+$/, '') || '/';
     const local = spec.transport === 'local';
     this.bindHost = opts.bindHost ?? (local ? '127.0.0.1' : isIP(spec.host) !== 0 ? spec.host : '0.0.0.0');
@@ -151,103 +125,23 @@ export class ShellNodeDriver implements NodeDriver {
     const at = Date.now();
     const nonce = randomBytes(8).toString('hex');
     const fence = this.fence();
-    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence, this.spec.env ?? {}), 'observe', { timeoutMs: this.timeouts.observeMs });
-    const sections = parseSections(res.stdout, nonce);
-    if (sections.length === 0 || sections[sections.length - 1]!.name !== 'end') {
-      throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: observe: truncated output`, { node: this.node, stderr: tailOf(res.stderr, 20) });
-    }
-    let totalKb = 0;
-    let availKb = 0;
-    let cpus = 0;
-    let cpuFlags: string[] = [];
-    let arch = '';
-    let diskFreeBytes = 0;
-    const engines: EngineObservation[] = [];
-    const models: ModelFileObservation[] = [];
-    let gpus: NvidiaGpu[] = [];
-    let fenceView: NodeFenceView | null = null;
-    const pending: { id: string; stateText: string; alive: boolean; logTail: string }[] = [];
-    let cur: { id: string; stateText: string; alive: boolean; logTail: string } | null = null;
-    for (const s of sections) {
-      switch (s.name) {
-        case 'mem':
-          for (const l of s.lines) {
-            const m = /^(MemTotal|MemAvailable):\s+(\d+)/.exec(l);
-            if (m?.[1] === 'MemTotal') totalKb = Number(m[2]);
-            else if (m?.[1] === 'MemAvailable') availKb = Number(m[2]);
-          }
-          break;
-        case 'cpus':
-          cpus = Number(s.lines[0]?.trim()) || 0;
-          break;
-        case 'flags':
-          cpuFlags = (s.lines[0] ?? '').trim().split(/\s+/).filter((f) => f !== '');
-          break;
-        case 'arch':
-          arch = (s.lines[0] ?? '').trim();
-          break;
-        case 'df':
-          diskFreeBytes = parseDfAvailableKb(s.lines[0] ?? '') * 1024;
-          break;
-        case 'engine': {
-          const [engine, version, binary] = s.lines;
-          if (engine && version && binary) engines.push({ engine, version, binary });
-          break;
-        }
-        case 'devices': {
-          const last = engines[engines.length - 1];
-          const devices = parseListDevices(s.lines.join('\n'));
-          if (last && devices.length > 0) engines[engines.length - 1] = { ...last, devices };
-          break;
-        }
-        case 'gpus':
-          gpus = parseNvidiaSmiQuery(s.lines.join('\n'));
-          break;
-        case 'model': {
-          const [path, size] = s.lines;
-          const m = path === undefined ? null : /\/([0-9a-f]{64})\.gguf$/.exec(path);
-          if (path && m?.[1]) models.push({ sha256: m[1], path, bytes: Number(size?.trim()) || 0 });
-          break;
-        }
-        case 'fence':
-          fenceView = parseFenceSection(s.lines);
-          if (fenceView === null) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: observe: unreadable owner record report`, { node: this.node, lines: s.lines.slice(0, 3) });
-          break;
-        case 'replica':
-          cur = { id: (s.lines[0] ?? '').trim(), stateText: '', alive: false, logTail: '' };
-          pending.push(cur);
-          break;
-        case 'state':
-          if (cur) cur.stateText = s.lines.join('\n');
-          break;
-        case 'alive':
-          if (cur) cur.alive = true;
-          break;
-        case 'dead':
-          if (cur) { cur.alive = false; cur.logTail = s.lines.join('\n'); }
-          break;
-        default:
-          break;
-      }
-    }
-    // CUDA devices' free memory from nvidia-smi where the node has it (live), else as the engine listed it
-    if (gpus.length > 0) {
-      engines.forEach((e, i) => { if (e.devices) engines[i] = { ...e, devices: withLiveCudaMemory(e.devices, gpus, this.spec.env ?? {}) }; });
-    }
-    const replicas = await Promise.all(pending.map((p) => this.replicaObservation(p.id, parseState(p.stateText), p.alive, p.logTail)));
+    const env = this.spec.env ?? {};
+    const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence, env), 'observe', { timeoutMs: this.timeouts.observeMs });
+    const o = parseObservation(res.stdout, res.stderr, nonce, this.node, env);
+    const replicas = await Promise.all(o.replicas.map((r) => this.replicaObservation(r.id, r.state, r.alive, r.logTail)));
     return {
       node: this.node,
       at,
-      memory: { totalBytes: totalKb * 1024, availableBytes: availKb * 1024 },
-      cpus,
-      cpuFlags,
-      arch,
-      diskFreeBytes,
-      engines,
-      ...(engines.some((e) => e.devices) ? { devices: mergeDevices(engines.map((e) => e.devices ?? [])) } : {}),
-      models,
+      memory: o.memory,
+      cpus: o.cpus,
+      cpuFlags: o.cpuFlags,
+      arch: o.arch,
+      diskFreeBytes: o.diskFreeBytes,
+      engines: o.engines,
+      ...(o.devices !== undefined ? { devices: o.devices } : {}),
+      models: o.models,
       replicas,
-      ...(fenceView !== null ? { fence: fenceView } : {}),
+      ...(o.fence !== undefined ? { fence: o.fence } : {}),
     };
   }
 
@@ -282,7 +176,7 @@ export class ShellNodeDriver implements NodeDriver {
 
   private async installEngine(v: EngineVersionSpec): Promise<{ binary: string }> {
     if (!ENGINE_NAME_RE.test(v.engine) || !ENGINE_NAME_RE.test(v.version)) {
-      throw new Error(`bad engine name or version: ${JSON.stringify(v.engine)}@${JSON.stringify(v.version)}`);
+      throw new LlmgwError('SPEC_INVALID_VALUE', `bad engine name or version: ${JSON.stringify(v.engine)}@${JSON.stringify(v.version)}`, { node: this.node });
     }
     const what = `install engine ${v.engine}@${v.version}`;
     const fingerprint = createHash('sha256').update(JSON.stringify(v.install)).digest('hex').slice(0, 32);
@@ -292,39 +186,38 @@ export class ShellNodeDriver implements NodeDriver {
     if (inst.method === 'path') {
       if (!inst.path.startsWith('/')) throw new LlmgwError('ENGINE_NOT_FOUND', `engine ${v.engine}@${v.version}: path must be absolute: ${inst.path}`, { node: this.node });
       const res = await this.exec(pathEngineScript({ ...paths, path: inst.path }), what, { timeoutMs: this.timeouts.opMs, fence });
-      return { binary: lastLine(res.stdout) };
+      return { binary: parseInstalledBinary(res.stdout) ?? '' };
     }
-    const installed = await this.exec(engineInstalledScript(paths), `${what}: check`, { timeoutMs: this.timeouts.opMs });
-    if (installed.stdout.trim() !== '') return { binary: lastLine(installed.stdout) };
+    const installed = parseInstalledBinary((await this.exec(engineInstalledScript(paths), `${what}: check`, { timeoutMs: this.timeouts.opMs })).stdout);
+    if (installed !== null) return { binary: installed };
 
     if (inst.method === 'artifact') {
       checkRelativePath(inst.binary, `engine ${v.engine}@${v.version} binary`);
       const sha256 = inst.sha256.toLowerCase();
-      if (!SHA256_RE.test(sha256)) throw new Error(`engine ${v.engine}@${v.version}: bad sha256 ${inst.sha256}`);
+      if (!SHA256_RE.test(sha256)) throw new LlmgwError('SPEC_INVALID_VALUE', `engine ${v.engine}@${v.version}: bad sha256 ${inst.sha256}`, { node: this.node });
       if (inst.fetch === 'node') {
         const res = await this.exec(artifactInstallScript({ ...paths, url: inst.url, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs, fence });
-        return { binary: lastLine(res.stdout) };
+        return { binary: parseInstalledBinary(res.stdout) ?? '' };
       }
       const local = await fetchArtifact(inst.url, sha256, this.opts.artifactCacheDir ?? join(homedir(), '.cache', 'llmgw', 'artifacts'), this.timeouts.downloadMs);
       await this.exec(engineStageScript(paths), `${what}: stage`, { timeoutMs: this.timeouts.opMs, fence });
       try {
-        const stage = `${this.dataDir}/engines/${v.engine}/.${v.version}.tmp-${paths.nonce}`;
-        await this.shell.upload(local, `${stage}/.artifact`, { timeoutMs: this.timeouts.downloadMs, mode: 0o644 });
+        await this.shell.upload(local, `${engineStageDir(paths)}/.artifact`, { timeoutMs: this.timeouts.downloadMs, mode: 0o644 });
       } catch (e) {
         await this.exec(engineCleanupScript(paths), `${what}: cleanup`, { timeoutMs: this.timeouts.opMs }).catch(() => {});
         throw e;
       }
       const res = await this.exec(artifactInstallScript({ ...paths, url: null, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs, fence });
-      return { binary: lastLine(res.stdout) };
+      return { binary: parseInstalledBinary(res.stdout) ?? '' };
     }
     // build
-    if (!/^[A-Za-z0-9._-]+$/.test(inst.target)) throw new Error(`engine ${v.engine}@${v.version}: bad build target ${inst.target}`);
+    if (!/^[A-Za-z0-9._-]+$/.test(inst.target)) throw new LlmgwError('SPEC_INVALID_VALUE', `engine ${v.engine}@${v.version}: bad build target ${inst.target}`, { node: this.node });
     const res = await this.exec(
       buildInstallScript({ ...paths, git: inst.git, ref: inst.ref, cmakeFlags: inst.cmakeFlags, target: inst.target, jobs: this.opts.buildJobs ?? null }),
       what,
       { timeoutMs: this.timeouts.buildMs, fence },
     );
-    return { binary: lastLine(res.stdout) };
+    return { binary: parseInstalledBinary(res.stdout) ?? '' };
   }
 
   // ------------------------------------------------------------------------------- models
@@ -339,8 +232,8 @@ export class ShellNodeDriver implements NodeDriver {
   }
 
   private async fetchModel(source: string, sha: string, token: DownloadToken | undefined): Promise<{ path: string; bytes: number }> {
-    if (!SHA256_RE.test(sha)) throw new Error(`bad model sha256: ${sha}`);
-    if (token && !SECRET_NAME_RE.test(token.secret)) throw new Error(`bad secret name: ${JSON.stringify(token.secret)}`);
+    if (!SHA256_RE.test(sha)) throw new LlmgwError('SPEC_INVALID_VALUE', `bad model sha256: ${sha}`, { node: this.node });
+    if (token && !SECRET_NAME_RE.test(token.secret)) throw new LlmgwError('SPEC_INVALID_VALUE', `bad secret name: ${JSON.stringify(token.secret)}`, { node: this.node });
     if (token && !TOKEN_RE.test(token.value)) {
       throw new LlmgwError('SECRET_INVALID', `node ${this.node}: secret '${token.secret}' is not a bearer token (one line of visible ASCII, no spaces)`, { node: this.node, secret: token.secret });
     }
@@ -354,7 +247,7 @@ export class ShellNodeDriver implements NodeDriver {
     const script = src.kind === 'file' ? modelFromFileScript(this.dataDir, sha, src.path, fence) : modelFromUrlScript(this.dataDir, sha, src.url, token?.secret ?? null, fence);
     const stdin = src.kind === 'url' && token ? { stdin: `${token.value}\n` } : {};
     const res = await this.exec(script, `fetch model ${sha.slice(0, 12)}`, { timeoutMs: this.timeouts.downloadMs, fence, ...stdin });
-    return { path: `${this.dataDir}/models/${sha}.gguf`, bytes: Number(lastLine(res.stdout)) || 0 };
+    return { path: modelPath(this.dataDir, sha), bytes: parseModelBytes(res.stdout) };
   }
 
   // ------------------------------------------------------------------------------- replicas
@@ -367,8 +260,8 @@ export class ShellNodeDriver implements NodeDriver {
   }
 
   private async start(spec: ReplicaStartSpec): Promise<ReplicaHandle> {
-    if (!REPLICA_ID_RE.test(spec.id)) throw new Error(`bad replica id: ${JSON.stringify(spec.id)}`);
-    if (/[\n\r\0]/.test(spec.apiKey)) throw new Error('the engine API key may not contain newlines or NUL');
+    if (!REPLICA_ID_RE.test(spec.id)) throw new LlmgwError('INTERNAL', `bad replica id: ${JSON.stringify(spec.id)}`, { node: this.node });
+    if (/[\n\r\0]/.test(spec.apiKey)) throw new LlmgwError('SECRET_INVALID', 'the engine API key may not contain newlines or NUL', { node: this.node });
     const fence = this.fence();
     const avoid = new Set<number>();
     for (let attempt = 0; attempt < 8; attempt++) {
@@ -383,12 +276,7 @@ export class ShellNodeDriver implements NodeDriver {
         port = pickPort(this.node, this.spec.ports, used, avoid);
       }
       const argv = replicaArgv(spec, this.bindHost, port);
-      const stateHead = JSON.stringify({
-        version: 1, id: spec.id, model: spec.model, digest: spec.digest, port, argv,
-        log: `${this.dataDir}/replicas/${spec.id}/log`, bindHost: this.bindHost,
-        keyFingerprint: engineKeyFingerprint(spec.apiKey),
-        ...((spec.devices?.length ?? 0) > 0 ? { devices: spec.devices, gpuLayers: spec.gpuLayers ?? 'all' } : {}),
-      }).replace(/\}$/, '');
+      const stateHead = replicaStateHead(spec, this.dataDir, this.bindHost, port, argv);
       // the node's env, then the visibility of the devices placement chose (none: nothing visible)
       const env = { ...(this.spec.env ?? {}), ...replicaDeviceSetup(spec.devices ?? [], this.spec.env ?? {}).env };
       const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead, fence, env }), {
@@ -404,10 +292,10 @@ export class ShellNodeDriver implements NodeDriver {
         throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: replica ${spec.id} already exists and is running`, { node: this.node, replica: spec.id });
       }
       this.check(res, `start replica ${spec.id}`, fence);
-      const m = /pid=(\d+) starttime=(\d+) started=(\d+)/.exec(res.stdout);
-      if (!m) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: start replica ${spec.id}: unexpected output`, { node: this.node, stdout: tailOf(res.stdout, 5) });
+      const started = parseStarted(res.stdout);
+      if (!started) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: start replica ${spec.id}: unexpected output`, { node: this.node, stdout: tailOf(res.stdout, 5) });
       this.known.set(spec.id, { port });
-      return { id: spec.id, port, pid: Number(m[1]), endpoint: this.endpoint(port), startedAt: Number(m[3]) * 1000 };
+      return { id: spec.id, port, pid: started.pid, endpoint: this.endpoint(port), startedAt: started.startedAtMs };
     }
     throw new LlmgwError('NODE_NO_FREE_PORT', `node ${this.node}: every port tried was taken meanwhile`, { node: this.node, tried: [...avoid] });
   }
@@ -460,9 +348,7 @@ export class ShellNodeDriver implements NodeDriver {
     if (!path.startsWith('/')) throw new LlmgwError('MODEL_FILE_NOT_FOUND', `node ${this.node}: not an absolute path: ${path}`, { node: this.node, path });
     // base64 of at most MAX_RANGE_READ bytes stays within the shell's output cap
     const res = await this.exec(readRangeScript(path, offset, Math.min(length, MAX_RANGE_READ)), `read ${path}`, { timeoutMs: this.timeouts.opMs });
-    const m = /^size=(\d+)\n([A-Za-z0-9+/=]*)\n?$/.exec(res.stdout);
-    if (!m) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: unexpected output reading ${path}`, { node: this.node, path });
-    return { size: Number(m[1]), data: Buffer.from(m[2]!, 'base64') };
+    return parseRange(res.stdout, this.node, path);
   }
 
   async close(): Promise<void> {
@@ -497,11 +383,7 @@ export class ShellNodeDriver implements NodeDriver {
     const res = await this.exec(inspectReplicaScript(this.dataDir, id, nonce, this.logLines), `inspect replica ${id}`, {
       timeoutMs: this.timeouts.opMs, ...(signal ? { signal } : {}),
     });
-    const sections = parseSections(res.stdout, nonce);
-    if (sections.some((s) => s.name === 'missing')) return { state: null, alive: false, logTail: '' };
-    const stateText = sections.find((s) => s.name === 'state')?.lines.join('\n') ?? '';
-    const dead = sections.find((s) => s.name === 'dead');
-    return { state: parseState(stateText), alive: sections.some((s) => s.name === 'alive'), logTail: dead?.lines.join('\n') ?? '' };
+    return parseInspection(res.stdout, nonce);
   }
 
   /**
@@ -548,203 +430,8 @@ export function openNodeDriver(
   return new ShellNodeDriver(node, openShell(node, shellOpts), { ...driver, ...(fenced ? { fence: fenced } : {}) });
 }
 
-// ------------------------------------------------------------------------------- pure helpers
-
-/** llama-server's argv for a replica (argv[0] = the binary). Profile extra args come last. */
-export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: number): string[] {
-  const p = spec.profile;
-  const n = (x: number) => {
-    if (!Number.isSafeInteger(x)) throw new Error(`profile ${p.name}: expected an integer, got ${x}`);
-    return String(x);
-  };
-  return [
-    spec.binary,
-    '-m', spec.modelPath,
-    '--host', bindHost,
-    '--port', n(port),
-    '--alias', spec.model,
-    '-c', n(p.ctxSize),
-    '-np', n(p.parallel),
-    ...(p.threads !== null ? ['-t', n(p.threads)] : []),
-    ...(p.batchSize !== null ? ['-b', n(p.batchSize)] : []),
-    ...(p.embeddings ? ['--embeddings'] : []),
-    ...(p.reranking ? ['--reranking'] : []),
-    '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
-    ...deviceArgv(spec, n),
-    ...p.extraArgs,
-  ];
-}
-
-/**
- * --device/-ngl (and -sm/-ts/-mg) for a replica placed on devices; the devices are named as the
- * replica sees them (its visibility env makes the first chosen device its device 0).
- */
-function deviceArgv(spec: ReplicaStartSpec, n: (x: number) => string): string[] {
-  const devices = spec.devices ?? [];
-  if (devices.length === 0) return [];
-  const p = spec.profile;
-  const { deviceArgs } = replicaDeviceSetup(devices, {});
-  const layers = spec.gpuLayers ?? 'all';
-  return [
-    '--device', deviceArgs.join(','),
-    '-ngl', layers === 'all' ? 'all' : n(layers),
-    ...(p.splitMode != null ? ['-sm', p.splitMode] : []),
-    ...((p.tensorSplit?.length ?? 0) > 0 ? ['-ts', p.tensorSplit!.join(',')] : []),
-    ...(p.mainGpu != null ? ['-mg', n(p.mainGpu)] : []),
-  ];
-}
-
-/** `@@<nonce> name` sections of a script's stdout, in order. */
-export function parseSections(stdout: string, nonce: string): { name: string; lines: string[] }[] {
-  const marker = `@@${nonce} `;
-  const out: { name: string; lines: string[] }[] = [];
-  let cur: { name: string; lines: string[] } | null = null;
-  for (const line of stdout.split('\n')) {
-    if (line.startsWith(marker)) {
-      cur = { name: line.slice(marker.length).trim(), lines: [] };
-      out.push(cur);
-    } else if (cur) {
-      cur.lines.push(line);
-    }
-  }
-  for (const s of out) while (s.lines.length > 0 && s.lines[s.lines.length - 1] === '') s.lines.pop();
-  return out;
-}
-
-function parseUsedPorts(stdout: string, nonce: string): Set<number> {
-  const sections = parseSections(stdout, nonce);
-  const used = parseProcNetTcp(sections.find((s) => s.name === 'listen')?.lines.join('\n') ?? '');
-  for (const l of sections.find((s) => s.name === 'claimed')?.lines ?? []) {
-    const p = Number(l.trim());
-    if (Number.isInteger(p) && p > 0) used.add(p);
-  }
-  return used;
-}
-
-/** Available KiB from one `df -Pk` data line (the field before "NN%"). */
-export function parseDfAvailableKb(line: string): number {
-  const f = line.trim().split(/\s+/);
-  const i = f.findIndex((x, k) => k > 0 && /^\d+%$/.test(x));
-  return i > 0 ? Number(f[i - 1]) || 0 : 0;
-}
-
-function parseState(text: string): ReplicaState | null {
-  try {
-    const j = JSON.parse(text) as Record<string, unknown>;
-    const num = (k: string) => (typeof j[k] === 'number' ? (j[k] as number) : NaN);
-    const str = (k: string) => (typeof j[k] === 'string' ? (j[k] as string) : '');
-    const st: ReplicaState = {
-      id: str('id'), model: str('model'), digest: str('digest'), port: num('port'),
-      argv: Array.isArray(j['argv']) ? (j['argv'] as unknown[]).map(String) : [], log: str('log'),
-      pid: num('pid'), procStartTime: num('procStartTime'), startedAt: num('startedAt'),
-      keyFingerprint: /^[0-9a-f]{16}$/.test(str('keyFingerprint')) ? str('keyFingerprint') : null,
-      devices: Array.isArray(j['devices']) ? (j['devices'] as unknown[]).map(String).filter((d) => /^[A-Za-z][A-Za-z_-]*[0-9]+$/.test(d)) : [],
-      gpuLayers: j['gpuLayers'] === 'all' ? 'all' : typeof j['gpuLayers'] === 'number' ? (j['gpuLayers'] as number) : null,
-    };
-    if (!Number.isInteger(st.port) || !Number.isInteger(st.pid)) return null;
-    return st;
-  } catch {
-    return null;
-  }
-}
-
-function failureOf(logTail: string): ReplicaFailure {
-  const f = classifyFailure(logTail, 'process gone');
-  return { code: f.code, message: f.message, logTail, ...(f.silent ? { silent: true } : {}) };
-}
-
-/** Turn a failed script into an LlmgwError: its `llmgw-error: CODE msg` line, ENOSPC, or NODE_COMMAND_FAILED. */
-export function scriptError(node: string, what: string, res: ExecResult): LlmgwError {
-  const stderr = tailOf(res.stderr, 40);
-  const how = res.code !== null ? `exit code ${res.code}` : `signal ${res.signal ?? 'unknown'}`;
-  const lines = res.stderr.split('\n');
-  let code: ReasonCode | null = null;
-  let message = '';
-  for (let i = lines.length - 1; i >= 0; i--) {
-    const m = /^llmgw-error: ([A-Z_]+) (.*)$/.exec(lines[i]!);
-    if (m && m[1]! in Reasons) {
-      code = m[1] as ReasonCode;
-      message = m[2]!;
-      break;
-    }
-  }
-  const diskFull = /No space left on device|ENOSPC/i.test(res.stderr);
-  const keep: readonly ReasonCode[] = ['ENGINE_CHECKSUM_MISMATCH', 'MODEL_CHECKSUM_MISMATCH', 'ENGINE_TOOL_MISSING', 'ENGINE_NOT_FOUND', 'MODEL_FILE_NOT_FOUND', 'REPLICA_NOT_FOUND'];
-  if (diskFull && (code === null || !keep.includes(code))) {
-    return new LlmgwError('NODE_DISK_FULL', `node ${node}: ${what}: no space left on device`, { node, what, stderr });
-  }
-  if (code !== null) {
-    const logTail = stderr.split('\n').filter((l) => !l.startsWith('llmgw-error: ')).join('\n');
-    return new LlmgwError(code, `node ${node}: ${what}: ${message}`, { node, what, logTail });
-  }
-  return new LlmgwError('NODE_COMMAND_FAILED', `node ${node}: ${what} failed (${how})${stderr ? `: ${tailOf(stderr, 5)}` : ''}`, {
-    node, what, code: res.code, signal: res.signal, stderr,
-  });
-}
-
-function tailOf(s: string, lines: number): string {
-  return s.trimEnd().split('\n').slice(-lines).join('\n').slice(-8000);
-}
-
-function lastLine(s: string): string {
-  return s.trimEnd().split('\n').pop()?.trim() ?? '';
-}
-
 function checkRelativePath(p: string, what: string): void {
   if (p === '' || p.startsWith('/') || p.split('/').some((s) => s === '..' || s === '')) {
-    throw new Error(`${what} must be a relative path inside the archive, got ${JSON.stringify(p)}`);
+    throw new LlmgwError('SPEC_INVALID_VALUE', `${what} must be a relative path inside the archive, got ${JSON.stringify(p)}`, { path: p });
   }
-}
-
-/**
- * Download an artifact once into the controller's cache (named by sha256), verifying it while it
- * streams; concurrent calls for the same artifact share one download.
- */
-export function fetchArtifact(url: string, sha256: string, cacheDir: string, timeoutMs: number): Promise<string> {
-  const dest = join(cacheDir, `${sha256}.artifact`);
-  const inflight = artifactDownloads.get(dest);
-  if (inflight) return inflight;
-  const p = (async () => {
-    try {
-      if ((await stat(dest)).isFile()) return dest;
-    } catch {
-      /* not cached */
-    }
-    await mkdir(cacheDir, { recursive: true });
-    const tmp = `${dest}.part-${randomBytes(6).toString('hex')}`;
-    const hash = createHash('sha256');
-    try {
-      let res;
-      try {
-        res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-      } catch (e) {
-        throw new LlmgwError('ENGINE_DOWNLOAD_FAILED', `controller: download of ${url} failed: ${(e as Error).message}`, { url }, { cause: e });
-      }
-      if (!res.ok || res.body === null) {
-        throw new LlmgwError('ENGINE_DOWNLOAD_FAILED', `controller: download of ${url} failed: HTTP ${res.status}`, { url, status: res.status });
-      }
-      const hasher = new Transform({
-        transform(chunk: Buffer, _enc, cb) {
-          hash.update(chunk);
-          cb(null, chunk);
-        },
-      });
-      try {
-        await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>), hasher, createWriteStream(tmp, { mode: 0o644 }));
-      } catch (e) {
-        const nospc = (e as NodeJS.ErrnoException).code === 'ENOSPC';
-        throw new LlmgwError(nospc ? 'NODE_DISK_FULL' : 'ENGINE_DOWNLOAD_FAILED', `controller: download of ${url} failed: ${(e as Error).message}`, { url }, { cause: e });
-      }
-      const got = hash.digest('hex');
-      if (got !== sha256) {
-        throw new LlmgwError('ENGINE_CHECKSUM_MISMATCH', `controller: artifact ${url} has sha256 ${got}, engines/ says ${sha256}`, { url, expected: sha256, got });
-      }
-      await rename(tmp, dest);
-      return dest;
-    } finally {
-      await unlink(tmp).catch(() => {});
-    }
-  })().finally(() => artifactDownloads.delete(dest));
-  artifactDownloads.set(dest, p);
-  return p;
 }

@@ -24,91 +24,20 @@
  *    privilege separation, i.e. root logins. Closing the channel does not stop the command, and
  *    sshd keeps the session's MaxSessions slot while it runs.)
  */
-import { createHash, randomBytes } from 'node:crypto';
-import { readFile, stat } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { stat } from 'node:fs/promises';
 import { finished } from 'node:stream';
-import type { Logger } from 'pino';
-import { Client, type ClientChannel, type ConnectConfig, type SFTPWrapper, type ServerHostKeyAlgorithm } from 'ssh2';
-import { LlmgwError, type ReasonCode } from '../errors/catalogue.js';
+import type { Client, ClientChannel, SFTPWrapper } from 'ssh2';
+import { LlmgwError } from '../errors/catalogue.js';
 import type { NodeSpec } from '../fleet-spec/types.js';
 import {
-  checkScript, DEFAULT_OUTPUT_CAP, DEFAULT_TIMEOUTS, OutputTail, raceAbort, tempName, withDeadline, type ShellTimeouts,
-} from './local.js';
-import { shq, type ExecOptions, type ExecResult, type Shell } from './shell.js';
+  checkScript, DEFAULT_OUTPUT_CAP, DEFAULT_TIMEOUTS, errText, OutputTail, raceAbort, shq, tempName, withDeadline,
+  type ExecOptions, type ExecResult, type Shell, type ShellTimeouts,
+} from './shell.js';
+import { SshConnection, type SshOptions } from './ssh-connection.js';
 
-export interface SshOptions {
-  /** Directory holding private keys; NodeSpec.identity names a file in it. */
-  readonly secretsDir: string;
-  /** connect/disconnect events only; never key material. */
-  readonly logger?: Logger;
-  readonly timeouts?: ShellTimeouts;
-  /** ssh keepalive: probe every keepaliveIntervalMs (default 15 s), drop after keepaliveCountMax (3) unanswered. */
-  readonly keepaliveIntervalMs?: number;
-  readonly keepaliveCountMax?: number;
-  /** Delay before reconnecting after a failed connect: initialMs doubling to maxMs (default 1 s → 30 s); reset on success. */
-  readonly backoff?: { readonly initialMs: number; readonly maxMs: number };
-  /** Channels open at once on the connection (default 8; OpenSSH's MaxSessions defaults to 10). */
-  readonly maxChannels?: number;
-  readonly outputCapBytes?: number;
-  /** The clock the connect backoff reads (ms since the epoch); Date.now by default. */
-  readonly clock?: () => number;
-}
-
-// ---------------------------------------------------------------- host keys
-
-export interface PinnedKey {
-  readonly type: string;
-  readonly blob: Buffer;
-}
-
-/** Parse "<type> <base64> [comment]" (known_hosts style, without the host). Null when malformed. */
-export function parseHostKey(text: string): PinnedKey | null {
-  const m = /^\s*(\S+)\s+([A-Za-z0-9+/]+={0,2})(?:\s.*)?$/.exec(text);
-  if (!m) return null;
-  const type = m[1]!;
-  const blob = Buffer.from(m[2]!, 'base64');
-  // The blob starts with its own type name (uint32 length + string); it must agree.
-  if (blob.length < 4) return null;
-  const n = blob.readUInt32BE(0);
-  if (blob.length < 4 + n || blob.subarray(4, 4 + n).toString('latin1') !== type) return null;
-  return { type, blob };
-}
-
-/** OpenSSH-style fingerprint: "SHA256:" + unpadded base64 of sha256(key blob). */
-export function fingerprint(blob: Buffer): string {
-  return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
-}
-
-function keyTypeOf(blob: Buffer): string {
-  if (blob.length < 4) return 'unknown';
-  const n = blob.readUInt32BE(0);
-  return blob.length >= 4 + n ? blob.subarray(4, 4 + n).toString('latin1') : 'unknown';
-}
-
-/** Host key algorithms to offer so the server presents the pinned key (not another of its keys). */
-function hostKeyAlgorithms(type: string): ServerHostKeyAlgorithm[] | undefined {
-  switch (type) {
-    case 'ssh-ed25519':
-    case 'ecdsa-sha2-nistp256':
-    case 'ecdsa-sha2-nistp384':
-    case 'ecdsa-sha2-nistp521':
-      return [type];
-    case 'ssh-rsa':
-      return ['rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa'];
-    default:
-      return undefined;
-  }
-}
-
-/** A file name inside the secrets dir: no directories, no dot names. */
-export function validIdentityName(name: string): boolean {
-  return name.length > 0 && name !== '.' && name !== '..' && !name.includes('/') && !name.includes('\0') && basename(name) === name;
-}
-
-function errText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
-}
+export { SshConnection, validIdentityName, type SshOptions } from './ssh-connection.js';
+export { fingerprint, NO_MATCHING_HOST_KEY, parseHostKey, type PinnedKey } from './ssh-hostkey.js';
 
 /**
  * ssh2 gives these errors no code, so they are matched by text (pinned against the real library in
@@ -121,208 +50,8 @@ export function isConnectionGone(e: unknown): boolean {
   return m === 'Not connected' || m === 'No response from server';
 }
 
-/** ssh2's handshake error when the server offers none of the host key algorithms asked for (the pinned key's type). */
-export const NO_MATCHING_HOST_KEY = /no matching host key format/;
-
 /** Thrown when a channel could not be opened because the connection was gone: safe to retry. */
 class ConnectionGone extends Error {}
-
-// ---------------------------------------------------------------- connection manager
-
-/** One node's ssh connection: lazy, shared, reconnecting with backoff. */
-export class SshConnection {
-  private client: Client | null = null;
-  private connecting: Promise<Client> | null = null;
-  private failures = 0;
-  private nextAttemptAt = 0;
-  private lastError: LlmgwError | null = null;
-  private closed = false;
-  private active = 0;
-  private readonly waiters: Array<() => void> = [];
-  private connectCount = 0;
-
-  private readonly now: () => number;
-
-  constructor(readonly node: NodeSpec, private readonly opts: SshOptions) {
-    this.now = opts.clock ?? Date.now;
-  }
-
-  /** Successful connects so far (1 for a connection that never dropped). */
-  get connects(): number { return this.connectCount; }
-  get connected(): boolean { return this.client !== null; }
-
-  /** The ready client, connecting if needed. Concurrent callers share one connect. */
-  async get(op: AbortSignal): Promise<Client> {
-    if (this.closed) throw new Error(`node ${this.node.name}: ssh shell is closed`);
-    if (this.client) return this.client;
-    if (!this.connecting) {
-      const wait = this.nextAttemptAt - this.now();
-      if (wait > 0 && this.lastError) {
-        const at = new Date(this.nextAttemptAt).toISOString();
-        throw new LlmgwError(this.lastError.code, `${this.lastError.message} (backing off; next attempt at ${at})`,
-          { ...this.lastError.detail, nextAttemptAt: at });
-      }
-      this.connecting = this.connect().finally(() => { this.connecting = null; });
-    }
-    return raceAbort(this.connecting, op);
-  }
-
-  /** Forget a client whose connection turned out to be gone. */
-  drop(client: Client): void {
-    if (this.client === client) this.client = null;
-    client.destroy();
-  }
-
-  /** Wait for a free channel slot; returns its release function. */
-  async acquire(op: AbortSignal): Promise<() => void> {
-    const max = this.opts.maxChannels ?? 8;
-    if (this.active >= max) {
-      await new Promise<void>((resolve, reject) => {
-        const go = () => { op.removeEventListener('abort', onAbort); resolve(); };
-        const onAbort = () => {
-          const i = this.waiters.indexOf(go);
-          if (i >= 0) this.waiters.splice(i, 1);
-          reject(op.reason);
-        };
-        this.waiters.push(go);
-        op.addEventListener('abort', onAbort, { once: true });
-      });
-    } else {
-      this.active++;
-    }
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      const next = this.waiters.shift();
-      if (next) next(); // the slot passes to the next waiter
-      else this.active--;
-    };
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    const c = this.client ?? (this.connecting ? await this.connecting.catch(() => null) : null);
-    this.client = null;
-    if (!c) return;
-    await new Promise<void>((resolve) => {
-      const t = setTimeout(() => { c.destroy(); resolve(); }, 2_000);
-      c.once('close', () => { clearTimeout(t); resolve(); });
-      c.end();
-    });
-  }
-
-  private fail(code: ReasonCode, message: string, detail: Record<string, unknown>, cause?: unknown, backoff = true): LlmgwError {
-    const err = new LlmgwError(code, message, { node: this.node.name, host: this.node.host, port: this.node.port, ...detail }, { cause });
-    if (backoff) {
-      const b = this.opts.backoff ?? { initialMs: 1_000, maxMs: 30_000 };
-      this.failures++;
-      const delay = Math.min(b.initialMs * 2 ** (this.failures - 1), b.maxMs);
-      this.nextAttemptAt = this.now() + delay;
-      this.lastError = err;
-      this.opts.logger?.warn({ node: this.node.name, code, err: message, retryInMs: delay }, 'ssh connect failed');
-    }
-    return err;
-  }
-
-  private async privateKey(): Promise<Buffer> {
-    const { identity, name } = this.node;
-    if (identity === null || !validIdentityName(identity)) {
-      throw this.fail('SECRET_NOT_FOUND', `node ${name}: identity ${JSON.stringify(identity)} is not a key file name in the secrets dir`, { identity }, undefined, false);
-    }
-    try {
-      return await readFile(join(this.opts.secretsDir, identity));
-    } catch (e) {
-      throw this.fail('SECRET_NOT_FOUND', `node ${name}: identity key "${identity}" not found in the secrets dir`, { identity }, e, false);
-    }
-  }
-
-  private async connect(): Promise<Client> {
-    const node = this.node;
-    const privateKey = await this.privateKey();
-    const pinned = node.hostKey === null ? null : parseHostKey(node.hostKey);
-    let presented: Buffer | null = null;
-
-    const config: ConnectConfig = {
-      host: node.host,
-      port: node.port,
-      username: node.user,
-      privateKey,
-      readyTimeout: this.opts.timeouts?.connectMs ?? DEFAULT_TIMEOUTS.connectMs,
-      keepaliveInterval: this.opts.keepaliveIntervalMs ?? 15_000,
-      keepaliveCountMax: this.opts.keepaliveCountMax ?? 3,
-      hostVerifier: (key: Buffer): boolean => {
-        presented = Buffer.from(key);
-        return pinned !== null && key.equals(pinned.blob);
-      },
-    };
-    const algos = pinned ? hostKeyAlgorithms(pinned.type) : undefined;
-    if (algos) config.algorithms = { serverHostKey: algos };
-
-    const client = new Client();
-    return new Promise<Client>((resolve, reject) => {
-      let ready = false;
-      const onError = (e: Error & { level?: string; code?: string }) => {
-        if (ready) {
-          this.opts.logger?.warn({ node: node.name, err: e.message }, 'ssh connection error');
-          return; // 'close' follows
-        }
-        ready = true; // settle once
-        client.destroy();
-        reject(this.mapConnectError(e, pinned, presented));
-      };
-      client.on('error', onError);
-      client.once('ready', () => {
-        ready = true;
-        if (this.closed) { client.end(); reject(new Error(`node ${node.name}: ssh shell is closed`)); return; }
-        this.client = client;
-        this.connectCount++;
-        this.failures = 0;
-        this.nextAttemptAt = 0;
-        this.lastError = null;
-        this.opts.logger?.info({ node: node.name, host: node.host, port: node.port }, 'ssh connected');
-        resolve(client);
-      });
-      client.once('close', () => {
-        if (this.client === client) {
-          this.client = null;
-          this.opts.logger?.info({ node: node.name }, 'ssh disconnected');
-        }
-        if (!ready) onError(Object.assign(new Error('connection closed during handshake'), { level: 'client-socket' }));
-      });
-      try {
-        client.connect(config);
-      } catch (e) {
-        // ssh2 validates the key synchronously ("Cannot parse privateKey: …"); its messages carry no key material.
-        ready = true;
-        reject(this.fail('NODE_AUTH_FAILED', `node ${node.name}: identity key "${node.identity}" is unusable: ${errText(e)}`, { identity: node.identity }, undefined, false));
-      }
-    });
-  }
-
-  private mapConnectError(e: Error & { level?: string; code?: string }, pinned: PinnedKey | null, presented: Buffer | null): LlmgwError {
-    const node = this.node;
-    if (presented !== null && (pinned === null || !presented.equals(pinned.blob))) {
-      const got = `${keyTypeOf(presented)} ${fingerprint(presented)}`;
-      const presentedKey = `${keyTypeOf(presented)} ${presented.toString('base64')}`;
-      const message = pinned === null
-        ? `node ${node.name}: refusing host key ${got}: no valid host key is pinned in ${node.file} (host_key ${JSON.stringify(node.hostKey)})`
-        : `node ${node.name}: host key mismatch: expected ${pinned.type} ${fingerprint(pinned.blob)}, presented ${got}`;
-      return this.fail('NODE_HOST_KEY_MISMATCH', message, {
-        expected: pinned ? fingerprint(pinned.blob) : null, presented: fingerprint(presented), presentedKey,
-      }, e);
-    }
-    if (presented === null && pinned !== null && NO_MATCHING_HOST_KEY.test(e.message)) {
-      return this.fail('NODE_HOST_KEY_MISMATCH', `node ${node.name}: the node offers no ${pinned.type} host key; expected ${pinned.type} ${fingerprint(pinned.blob)}`,
-        { expected: fingerprint(pinned.blob), presented: null }, e);
-    }
-    if (e.level === 'client-authentication') {
-      return this.fail('NODE_AUTH_FAILED', `node ${node.name}: ${node.user}@${node.host}:${node.port} refused key "${node.identity}"`, { user: node.user, identity: node.identity }, e);
-    }
-    const why = e.level === 'client-timeout' ? `no ssh handshake within ${this.opts.timeouts?.connectMs ?? DEFAULT_TIMEOUTS.connectMs} ms` : (e.code ?? e.message);
-    return this.fail('NODE_UNREACHABLE', `node ${node.name}: cannot connect to ${node.host}:${node.port}: ${why}`, { cause: e.code ?? e.message }, e);
-  }
-}
 
 // ---------------------------------------------------------------- shell
 
@@ -332,7 +61,7 @@ export class SshConnection {
  * whatever the login shell's rc files print before it is dropped.
  */
 export function remoteCommand(script: string, marker: string): string {
-  if (!/^[a-z0-9:-]+$/.test(marker)) throw new Error('remoteCommand: bad marker');
+  if (!/^[a-z0-9:-]+$/.test(marker)) throw new LlmgwError('INTERNAL', 'remoteCommand: bad marker');
   const wrapper = `printf '%s\\n' ${marker}; printf '%s\\n' ${marker}$$ >&2; exec sh -c "$1"`;
   return `exec sh -c ${shq(wrapper)} llmgw ${shq(script)}`;
 }

@@ -7,11 +7,11 @@
 import type { Logger } from 'pino';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { NodeSpec } from '../fleet-spec/types.js';
-import { LocalShell, type ShellTimeouts } from './local.js';
-import type { ExecResult, Shell } from './shell.js';
+import { LocalShell } from './local.js';
+import type { ExecResult, Shell, ShellTimeouts } from './shell.js';
 import { SshShell, type SshOptions } from './ssh.js';
 
-export type { ShellTimeouts } from './local.js';
+export type { ShellTimeouts } from './shell.js';
 export { LocalShell } from './local.js';
 export { SshShell, SshConnection, type SshOptions } from './ssh.js';
 

@@ -1,5 +1,5 @@
 /**
- * Fault 11, the node scripts: every script src/nodes/scripts.ts renders, with hostile-but-valid values
+ * Fault 11, the node scripts: every script the node operations (src/nodes/ops/) render, with hostile-but-valid values
  * (quotes, $(…), backticks, globs, spaces, tabs in paths, URLs and argv), checked by Debian's
  * `shellcheck -s sh`. Must hold: no error or warning, except SC2089/SC2090 (shellcheck noticing
  * quote characters inside a quoted value: that is the hostile data, kept literal as intended); word
@@ -8,7 +8,7 @@
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import * as scripts from '../../src/nodes/scripts.js';
+import * as scripts from '../../src/nodes/ops/index.js';
 import { recordFault } from './report.js';
 
 const H = "/data/it's a \"dir\" $(touch /tmp/llmgw-pwn) `id` ; rm -rf / & | > < * ? [a] {b} ~ \\ \t";

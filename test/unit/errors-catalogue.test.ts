@@ -1,13 +1,16 @@
 /**
  * Keeps the documentation, the catalogue, the metric names and the alert rules in step (after
  * fastify's test/internals/errors.test.js):
- * - README's reason table ↔ src/errors/catalogue.ts (every code both ways, status, flags, OpenAI
+ * - docs/reasons.md's table ↔ src/errors/catalogue.ts (every code both ways, status, flags, OpenAI
  *   type/code, hint);
- * - README's metrics table ↔ the metrics llmgw exports (name, type, labels) ↔ src/metrics/names.ts;
+ * - docs/metrics.md's metrics table ↔ the metrics llmgw exports (name, type, labels) ↔
+ *   src/metrics/names.ts; its alerts table ↔ alerts/*.rules.yaml (name, severity, for);
+ * - each reason code, metric and alert has exactly one row in all of README.md and docs/ (on its page);
  * - alert rules, their promtool tests and the dashboard select only metrics and labels that exist;
  * - every catalogue code is raised somewhere in src/ (TypeScript already checks the converse for
  *   `new LlmgwError('X'`), and every code the node scripts raise in shell is in the catalogue.
- * README tables are parsed as markdown tables; when one drifts, the failure prints the rows to paste.
+ * The tables are parsed as markdown; when one drifts, the failure names the page and section and
+ * prints the row to paste.
  */
 import { strict as assert } from 'node:assert';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -17,39 +20,19 @@ import ts from 'typescript';
 import { parse } from 'yaml';
 import { Reasons, type Reason } from '../../src/errors/catalogue.js';
 import { createMetrics } from '../../src/metrics/registry.js';
-import { HISTOGRAM_NAMES, METRIC_NAMES, baseMetricName } from '../../src/metrics/names.js';
+import { HISTOGRAM_NAMES, METRIC_NAMES, MetricNames, baseMetricName } from '../../src/metrics/names.js';
+import { codeCell as code, markdownPages, readPage, section, tableRows } from '../harness/markdown.js';
 import { repoRoot } from '../harness/paths.js';
 import { selectors, templateQueries, type Selector } from '../harness/promql.js';
 
-const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
-
-/** The text under a heading (`## Reasons`), up to the next heading of the same or a higher level. */
-function section(md: string, heading: string): string {
-  const lines = md.split('\n');
-  const level = /^#+/.exec(heading)![0].length;
-  const start = lines.findIndex((l) => l.trim() === heading);
-  assert.ok(start >= 0, `README has a "${heading}" section`);
-  let end = start + 1;
-  while (end < lines.length && !(/^#+ /.test(lines[end]!) && /^#+/.exec(lines[end]!)![0].length <= level)) end++;
-  return lines.slice(start + 1, end).join('\n');
-}
-
-/** The data rows of the markdown tables in `text`: cells split on unescaped pipes, trimmed. */
-function tableRows(text: string): string[][] {
-  const rows: string[][] = [];
-  for (const line of text.split('\n')) {
-    const l = line.trim();
-    if (!l.startsWith('|')) continue;
-    const cells = l.slice(1, l.endsWith('|') ? -1 : undefined).split(/(?<!\\)\|/).map((c) => c.trim());
-    if (cells.every((c) => /^:?-+:?$/.test(c))) continue; // separator
-    rows.push(cells);
-  }
-  return rows;
-}
+/** Where each table lives: the page and the heading its table sits under. */
+const REASONS = { page: 'docs/reasons.md', heading: '# Reasons' } as const;
+const METRICS = { page: 'docs/metrics.md', heading: '## Every metric' } as const;
+const ALERTS = { page: 'docs/metrics.md', heading: '## Alerts' } as const;
+const at = (t: { page: string; heading: string }): string => `${t.page}, the table under "${t.heading}"`;
 
 /** A table cell's text as markdown: pipes escaped, `<` as an entity (so `<model>` is not an HTML tag). */
 const mdText = (s: string): string => s.replaceAll('|', '\\|').replaceAll('<', '&lt;');
-const code = (cell: string): string | null => /^`([A-Za-z0-9_:]+)`$/.exec(cell)?.[1] ?? null;
 const yesNo = (b: boolean): string => (b ? 'yes' : 'no');
 
 function reasonRow(c: string, r: Reason): string {
@@ -57,9 +40,40 @@ function reasonRow(c: string, r: Reason): string {
   return `| \`${c}\` | ${r.http} | ${yesNo(r.retryable)} | ${yesNo(r.countsTowardParking)} | ${yesNo(r.avoidsNode)} | ${oa} | ${mdText(r.hint)} |`;
 }
 
-describe('README reason table ↔ catalogue', () => {
-  const rows = tableRows(section(readme, '## Reasons'));
+/** Per name, the pages whose table rows start with it (`| \`NAME\` |`), across README.md and docs/. */
+function rowsByName(names: ReadonlySet<string>): Map<string, string[]> {
+  const found = new Map<string, string[]>();
+  for (const page of markdownPages()) {
+    for (const cells of tableRows(readPage(page))) {
+      const c = code(cells[0] ?? '');
+      if (c !== null && names.has(c)) found.set(c, [...(found.get(c) ?? []), page]);
+    }
+  }
+  return found;
+}
+
+/** Each name has one row in all the docs, on `home`'s page: the problems otherwise. */
+function documentedOnce(what: string, names: readonly string[], home: { page: string; heading: string }): string[] {
+  const found = rowsByName(new Set(names));
+  const problems: string[] = [];
+  for (const n of names) {
+    const pages = found.get(n) ?? [];
+    if (pages.length > 1) problems.push(`${what} ${n} has ${pages.length} rows (${pages.join(', ')}): keep only the one in ${at(home)}`);
+    else if (pages.length === 1 && pages[0] !== home.page) problems.push(`${what} ${n} has its row in ${pages[0]}: move it to ${at(home)}`);
+  }
+  return problems;
+}
+
+/** Where a new name's row goes: after the last documented name before it in `order` (the order its source declares them in). */
+function after(name: string, order: readonly string[], documented: ReadonlySet<string>): string {
+  const before = order.slice(0, order.indexOf(name)).filter((n) => documented.has(n));
+  return before.length > 0 ? ` after the \`${before[before.length - 1]}\` row` : ' as the first row';
+}
+
+describe('docs/reasons.md ↔ catalogue', () => {
+  const rows = tableRows(section(readPage(REASONS.page), REASONS.heading, REASONS.page));
   const header = rows[0];
+  const codes = Object.keys(Reasons);
 
   it('has the columns code, HTTP, retryable, counts toward parking, avoids the node, OpenAI type / code, hint', () => {
     assert.deepEqual(header, ['code', 'HTTP', 'retryable', 'counts toward parking', 'avoids the node', 'OpenAI type / code', 'hint']);
@@ -71,36 +85,43 @@ describe('README reason table ↔ catalogue', () => {
     for (const cells of rows.slice(1)) {
       const c = code(cells[0] ?? '');
       if (c === null) {
-        problems.push(`a row whose first cell is not a \`CODE\`: | ${cells.join(' | ')} |`);
+        problems.push(`${at(REASONS)}: a row whose first cell is not a \`CODE\`: | ${cells.join(' | ')} |`);
         continue;
       }
-      if (documented.has(c)) problems.push(`${c} is listed twice`);
+      if (documented.has(c)) problems.push(`${at(REASONS)}: ${c} is listed twice`);
       documented.set(c, cells);
     }
+    const have = new Set(documented.keys());
     for (const [c, r] of Object.entries(Reasons)) {
       const cells = documented.get(c);
       const want = reasonRow(c, r);
-      if (!cells) problems.push(`missing in README (add):\n${want}`);
-      else if (`| ${cells.join(' | ')} |` !== want) problems.push(`differs from the catalogue:\n  README:    | ${cells.join(' | ')} |\n  catalogue: ${want}`);
+      if (!cells) problems.push(`${c} is missing: add this row to ${at(REASONS)}${after(c, codes, have)}:\n${want}`);
+      else if (`| ${cells.join(' | ')} |` !== want) problems.push(`${c} differs from the catalogue: replace its row in ${at(REASONS)} with\n${want}\n  (now: | ${cells.join(' | ')} |)`);
     }
-    for (const c of documented.keys()) if (!Object.hasOwn(Reasons, c)) problems.push(`${c} is in the README but not in the catalogue`);
+    for (const c of documented.keys()) if (!Object.hasOwn(Reasons, c)) problems.push(`${c} is in ${at(REASONS)} but not in src/errors/catalogue.ts: remove the row`);
     assert.ok(documented.size >= 70, `only ${documented.size} codes documented`);
     assert.deepEqual(problems, []);
   });
+
+  it('documents each code exactly once in README.md and docs/', () => {
+    assert.deepEqual(documentedOnce('reason', codes, REASONS), []);
+  });
 });
 
-describe('README metrics table ↔ exported metrics ↔ names.ts', () => {
+describe('docs/metrics.md ↔ exported metrics ↔ names.ts ↔ alerts', () => {
   const registry = createMetrics({ defaultMetrics: false }).registry;
   const exported = new Map(registry.getMetricsAsArray().map((m) => [(m as unknown as { name: string }).name, m as unknown as { name: string; type?: string; labelNames?: readonly string[] }]));
+  const metricsPage = readPage(METRICS.page);
 
   it('exports exactly the metrics names.ts lists', () => {
     assert.deepEqual([...exported.keys()].sort(), [...METRIC_NAMES]);
   });
 
-  it('the "Metrics and alerts" section lists every metric with its type and labels, and nothing else', async () => {
-    const rows = tableRows(section(readme, '### Metrics and alerts'));
+  it('the metrics table lists every metric with its type and labels, and nothing else', async () => {
+    const rows = tableRows(section(metricsPage, METRICS.heading, METRICS.page));
     assert.deepEqual(rows[0], ['metric', 'type', 'labels', 'what it says']);
     const documented = new Map(rows.slice(1).map((cells) => [code(cells[0] ?? '') ?? cells[0]!, cells]));
+    const have = new Set(documented.keys());
     const problems: string[] = [];
     for (const name of METRIC_NAMES) {
       const m = exported.get(name)!;
@@ -108,12 +129,16 @@ describe('README metrics table ↔ exported metrics ↔ names.ts', () => {
       const labels = (m.labelNames ?? []).map((l) => `\`${l}\``).join(', ') || '–';
       const want = `| \`${name}\` | ${type} | ${labels} | ${mdText(help)} |`;
       const cells = documented.get(name);
-      if (!cells) problems.push(`missing in README (add):\n${want}`);
+      if (!cells) problems.push(`${name} is missing: add this row to ${at(METRICS)}${after(name, Object.values(MetricNames), have)}:\n${want}`);
       // the description is the reader's; name, type and labels must match
-      else if (cells[1] !== type || cells[2] !== labels) problems.push(`differs from the code:\n  README: | ${cells.join(' | ')} |\n  code:   ${want}`);
+      else if (cells[1] !== type || cells[2] !== labels) problems.push(`${name} differs from the code: in ${at(METRICS)} its type and labels are | ${cells[1]} | ${cells[2]} |, the code's: | ${type} | ${labels} |`);
     }
-    for (const name of documented.keys()) if (!(METRIC_NAMES as readonly string[]).includes(name)) problems.push(`${name} is in the README but llmgw does not export it`);
+    for (const name of documented.keys()) if (!(METRIC_NAMES as readonly string[]).includes(name)) problems.push(`${name} is in ${at(METRICS)} but llmgw does not export it: remove the row`);
     assert.deepEqual(problems, []);
+  });
+
+  it('documents each metric exactly once in README.md and docs/', () => {
+    assert.deepEqual(documentedOnce('metric', METRIC_NAMES, METRICS), []);
   });
 
   const labelsOf = (metric: string): Set<string> => {
@@ -140,7 +165,7 @@ describe('README metrics table ↔ exported metrics ↔ names.ts', () => {
     return out;
   }
 
-  interface Rule { alert?: string; record?: string; expr: string; annotations?: Record<string, string> }
+  interface Rule { alert?: string; record?: string; expr: string; for?: string; labels?: Record<string, string>; annotations?: Record<string, string> }
   const alertsDir = join(repoRoot, 'alerts');
   const ruleFiles = readdirSync(alertsDir).filter((f) => f.endsWith('.yaml') && !f.endsWith('.test.yaml'));
   const testFiles = readdirSync(alertsDir).filter((f) => f.endsWith('.test.yaml'));
@@ -161,6 +186,28 @@ describe('README metrics table ↔ exported metrics ↔ names.ts', () => {
       }
     }
     assert.ok(selected > 20, `${selected} selectors`);
+    assert.deepEqual(problems, []);
+  });
+
+  it('the alerts table lists every alert rule with its severity and `for`, and nothing else', () => {
+    const rules = ruleFiles.flatMap((f) =>
+      (parse(readFileSync(join(alertsDir, f), 'utf8')) as { groups: { rules: Rule[] }[] }).groups.flatMap((g) => g.rules).filter((r) => r.alert !== undefined),
+    );
+    assert.ok(rules.length >= 10, `${rules.length} alert rules`);
+    const names = rules.map((r) => r.alert!);
+    const rows = tableRows(section(metricsPage, ALERTS.heading, ALERTS.page));
+    assert.deepEqual(rows[0], ['alert', 'severity', 'for', 'fires when']);
+    const documented = new Map(rows.slice(1).map((cells) => [code(cells[0] ?? '') ?? cells[0]!, cells]));
+    const have = new Set(documented.keys());
+    const problems: string[] = [];
+    for (const r of rules) {
+      const want = [r.labels?.['severity'] ?? '–', r.for ?? '–'];
+      const cells = documented.get(r.alert!);
+      if (!cells) problems.push(`${r.alert} is missing: add this row to ${at(ALERTS)}${after(r.alert!, names, have)} (the last cell in your words):\n| \`${r.alert}\` | ${want.join(' | ')} | WHAT FIRES IT |`);
+      else if (cells[1] !== want[0] || cells[2] !== want[1]) problems.push(`${r.alert} differs from its rule: in ${at(ALERTS)} severity and for are | ${cells[1]} | ${cells[2]} |, the rule's: | ${want.join(' | ')} |`);
+    }
+    for (const n of documented.keys()) if (!names.includes(n)) problems.push(`${n} is in ${at(ALERTS)} but no rule in alerts/ has that alert: remove the row`);
+    problems.push(...documentedOnce('alert', names, ALERTS));
     assert.deepEqual(problems, []);
   });
 
@@ -210,7 +257,7 @@ describe('catalogue ↔ src/', () => {
   const srcDir = join(repoRoot, 'src');
   const files = (dir: string): string[] =>
     readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
-  /** The node scripts' way of failing with a reason: `llmgw_fail CODE "message"` (src/nodes/scripts.ts). */
+  /** The node scripts' way of failing with a reason: `llmgw_fail CODE "message"` (src/nodes/ops/). */
   const SHELL_FAIL = /\bllmgw_(?:build_)?fail\s+([A-Za-z][A-Za-z0-9_]*)/g;
 
   /** Per code, the src/ files that use it as a string literal (not a comment), and the codes shell scripts raise. */

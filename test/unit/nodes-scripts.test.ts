@@ -5,8 +5,9 @@ import {
   artifactInstallScript, buildInstallScript, engineInstalledScript, inspectReplicaScript, logTailScript,
   modelFromFileScript, modelFromUrlScript, observeScript, pathEngineScript, startReplicaScript, stopReplicaScript,
   usedPortsScript,
-} from '../../src/nodes/scripts.js';
-import { parseDfAvailableKb, parseSections, replicaArgv, scriptError } from '../../src/nodes/shell-driver.js';
+} from '../../src/nodes/ops/index.js';
+import { parseDfAvailableKb, parseSections, replicaArgv } from '../../src/nodes/ops/index.js';
+import { scriptError } from '../../src/nodes/script-errors.js';
 import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 
 const HOSTILE = `x'; touch /tmp/llmgw-pwned-unit; echo '$(id)\`id\`"`;

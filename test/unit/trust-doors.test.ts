@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decodeUtf8 } from '../../src/fleet-spec/yaml.js';
 import { Reasons } from '../../src/errors/catalogue.js';
-import { startReplicaScript } from '../../src/nodes/scripts.js';
+import { startReplicaScript } from '../../src/nodes/ops/replica-start.js';
 import { LlmgwError, reasonOf } from '../../src/errors/catalogue.js';
 import { redactUrls } from '../../src/util/redact-url.js';
 import { modelJson, statusFiles } from '../../src/wire/shape.js';
