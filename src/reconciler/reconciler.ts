@@ -326,8 +326,9 @@ export class Reconciler implements FleetView {
       log.error({ code: o.reason.code, reason: o.reason.message }, msg);
     }
     if (o.deposed) this.o.onDeposed?.(o.reason);
-    // the next look takes the records over (they are named in this controller's fence from now)
-    if ('supersede' in o) void this.requestPass('epoch-forged');
+    // the next look takes the records over (they are named in this controller's fence from now): at
+    // once the first time; when the last pass had named records too (rewritten since), at the next poll
+    if ('supersede' in o && was?.code !== 'NODE_EPOCH_FORGED') void this.requestPass('epoch-forged');
     return false;
   }
 

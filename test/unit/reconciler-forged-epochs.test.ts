@@ -20,6 +20,7 @@ import { specOf } from '../harness/reconciler-core.js';
 const spec = await specOf((f) => {
   f['fleet.yaml'] = 'poll_interval: 1h\n';
   delete f['models/beta.yaml'];
+  delete f['nodes/cpu-02.yaml']; // one node, one owner record
 });
 
 class FixedSpec implements FleetSource {
@@ -41,7 +42,9 @@ class FencedNode extends FakeNode {
   constructor(node: string, clock: FakeClock, log: FakeFleetLog, readonly rec: { current: OwnerRecord }, private readonly fence: () => Fence) {
     super(node, clock, log, new Set());
   }
+  looks = 0;
   override async observe(): Promise<NodeObservation> {
+    this.looks++;
     const obs = await super.observe();
     const f = this.fence();
     const r = this.rec.current;
@@ -62,6 +65,7 @@ function setup(record: OwnerRecord, bound: () => Promise<number>, between?: (rec
   const rec = { current: record };
   const deposed: ReasonRef[] = [];
   let boundReads = 0;
+  const nodes: FencedNode[] = [];
   const r = new Reconciler({
     tracker: new FixedSpec(),
     status: null,
@@ -70,7 +74,9 @@ function setup(record: OwnerRecord, bound: () => Promise<number>, between?: (rec
         const s = supersede();
         return { owner: OWNER, label: 'leader x', epoch: 700, ttlSeconds: 60, ...(s ? { supersede: s } : {}) };
       };
-      return new FencedNode(n.name, clock, log, rec, fence);
+      const node = new FencedNode(n.name, clock, log, rec, fence);
+      nodes.push(node);
+      return node;
     },
     stateStore: { path: 'memory', save: async () => true },
     initialState: emptyState,
@@ -88,7 +94,7 @@ function setup(record: OwnerRecord, bound: () => Promise<number>, between?: (rec
     },
     onDeposed: (reason) => deposed.push(reason),
   });
-  return { r, rec, log, deposed, boundReads: () => boundReads };
+  return { r, rec, log, deposed, boundReads: () => boundReads, looks: () => nodes.reduce((n, x) => n + x.looks, 0) };
 }
 
 /** The first pass, then what it asked for (the pass that takes the record over). */
@@ -123,6 +129,20 @@ describe('reconciler shell: an owner record above etcd\'s revision', () => {
     // (each pass says so again: here no HA shell stops the reconciler on the first)
     assert.ok(s.deposed.length > 0 && s.deposed.every((d) => d.code === 'NODE_FENCED'), JSON.stringify(s.deposed));
     assert.equal(s.r.snapshot().control.notActing?.code, 'NODE_FENCED');
+    assert.equal(s.log.starts.length, 0);
+  });
+
+  it('a record rewritten after every judgement (a forger, another cluster of the same id) asks one pass at once, then waits for the poll: no loop of passes', async () => {
+    let k = 0;
+    const s = setup({ owner: OWNER, epoch: 5120, seq: 37 }, async () => 800, (rec) => {
+      k++;
+      rec.current = { owner: OWNER, epoch: 5120 + k, seq: 37 + k };
+    });
+    await s.r.start();
+    for (let i = 0; i < 200; i++) await ticks(1);
+    assert.equal(s.looks(), 2, 'the first pass and the one it asked for');
+    assert.deepEqual(s.deposed, []);
+    assert.equal(s.r.snapshot().control.notActing?.code, 'NODE_EPOCH_FORGED');
     assert.equal(s.log.starts.length, 0);
   });
 
