@@ -15,7 +15,7 @@
  * follow-ups), p50 / p95 time to first token, affinity hits and moves; then affinity's follow-up
  * evaluation as a ratio of least-busy's, and the targets (≥ 90 % from cache; ≤ 1/3 of least-busy's
  * follow-up evaluation). For affinity it also says why each follow-up went where it went, from the
- * decisions the router made (the bench wraps `Upstreams.affine` to record the loads, timings and token
+ * decisions the router made (the bench wraps `ReplicaChoice.affine` to record the loads, timings and token
  * count it saw): stayed with a free slot, stayed and waited while another replica had one, moved by
  * the weighed cost (with the estimates), by the load bound (costs not known), from the router's queue
  * or off a replica marked down; with each group's evaluated tokens, slot time and time to first token.
@@ -28,9 +28,10 @@ import { join } from 'node:path';
 import { createMetrics } from '../src/metrics/registry.js';
 import { parseExposition, sampleValue } from '../src/metrics/parse.js';
 import type { Routing } from '../src/fleet-spec/types.js';
-import { affinityKey, Ring } from '../src/router/affinity.js';
+import { affinityKey } from '../src/router/affinity.js';
+import { Ring } from '../src/router/ring.js';
 import { buildRouter } from '../src/router/app.js';
-import { Upstreams } from '../src/router/proxy.js';
+import { ReplicaChoice } from '../src/router/choose.js';
 import { writeTinyModel } from '../test/fixtures/gguf.js';
 import { FakeFleetView, fakeSpec, replica } from '../test/harness/fake-fleet-view.js';
 import { llamaServerDir, startLlamaServer, type LlamaServer } from '../test/harness/llama-server.js';
@@ -100,7 +101,7 @@ interface Decision {
 const decisions = new Map<number, Decision[]>();
 {
   // wrap the router's choice to see why a follow-up moved (bench only: the product code is untouched)
-  const proto = Upstreams.prototype as unknown as { affine: (...a: unknown[]) => { replica: { id: string }; home: boolean } | null };
+  const proto = ReplicaChoice.prototype as unknown as { affine: (...a: unknown[]) => { replica: { id: string }; home: boolean } | null };
   const original = proto.affine;
   proto.affine = function (this: unknown, ...a: unknown[]) {
     const [model, replicas, key, , , now, fromQueue] = a as [string, { id: string; endpoint: string }[], number, number, unknown, number, boolean | undefined];

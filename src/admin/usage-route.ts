@@ -7,8 +7,8 @@
 import type { FastifyInstance } from 'fastify';
 import { LlmgwError } from '../errors/catalogue.js';
 import { parseDuration } from '../fleet-spec/units.js';
-import type { UsageQuery, UsageRow } from '../router/usage-book.js';
-import type { UsageJson } from '../wire/usage.js';
+import type { UsageQuery } from '../router/usage-book.js';
+import type { UsageJson, UsageRow } from '../wire/usage.js';
 
 export interface UsageSource {
   query(q: UsageQuery): UsageRow[];

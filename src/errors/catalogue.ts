@@ -63,7 +63,7 @@ export const Reasons = catalogue({
   STATUS_EPOCH_STALE: { http: 409, retryable: false, counts: false, hint: 'A newer leader writes the status branch; this instance was deposed.' },
   STATUS_EPOCH_FORGED: { http: 409, retryable: false, counts: false, hint: 'A status-branch commit (named in the message) carries an Llmgw-Epoch above etcd\'s own revision: no leader of this etcd wrote it (someone who can push llmgw/status, or a commit from before an etcd restore). It fences nothing and the leader writes on; it is shown while it is on the branch\'s first-parent history. Find who pushed it and restrict push access to the status branch; to clear it, reset the branch to a commit before it (or delete the branch: the leader writes it afresh).' },
   ETCD_ENDPOINT_REFUSED: { http: 502, retryable: false, counts: false, hint: 'The snapshot published in etcd names a replica endpoint that is not its node\'s host and a port in that node\'s ports range; a standby does not route there. Someone other than the leader may be writing the etcd prefix: restrict write access to it.' },
-  FORWARDED_REQUEST_REFUSED: { http: 400, retryable: false, counts: false, hint: 'A request under the etcd prefix\'s requests/ was unknown, malformed, or not attached to its sender\'s lease; the leader refused it without running it. Someone other than an llmgw instance may be writing the etcd prefix: restrict write access to it.' },
+  FORWARDED_REQUEST_REFUSED: { http: 400, retryable: false, counts: false, hint: 'A request under the etcd prefix\'s requests/ was unknown, malformed, or not attached to its sender\'s lease; the leader refused it without running it (one whose sender\'s lease was gone by its turn is logged at info: the sender gave up waiting). Someone other than an llmgw instance may be writing the etcd prefix: restrict write access to it.' },
   GIT_FAILED: { http: 500, retryable: true, counts: false, hint: 'See the error detail; the git operation failed.' },
   GIT_PATH_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The file does not exist (or is not a regular file) at that revision of the fleet repo.' },
   SPEC_REJECTED: { http: 422, retryable: false, counts: false, hint: 'The fleet revision failed validation and was not applied; run `llmgw validate --rev REV` and fix the problems listed. The last valid revision stays in force.' },
@@ -116,14 +116,16 @@ export const Reasons = catalogue({
   NO_VALID_SPEC: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'fleet_not_ready' }, hint: 'No valid fleet revision has been applied yet; check `llmgw ctl status` for the sync error or the rejected revision.' },
 
   // --- HA on etcd (--etcd) ---
-  ETCD_UNAVAILABLE: { http: 503, retryable: true, counts: false, hint: 'No etcd endpoint answered in time (refused, timed out or partitioned); check that the --etcd URLs are right and etcd is up and reachable from this instance. A leader that cannot reach etcd stops acting before its lease can expire.' },
+  ETCD_UNAVAILABLE: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'etcd_unavailable' }, hint: 'No etcd endpoint answered in time (refused, timed out or partitioned); check that the --etcd URLs are right and etcd is up and reachable from this instance. A leader that cannot reach etcd stops acting before its lease can expire.' },
   ETCD_AUTH_FAILED: { http: 502, retryable: false, counts: false, hint: 'etcd refused the credentials or the permission: check the etcd user and its password file, the client certificate, and that the user\'s role may read and write the keys under the --etcd prefix.' },
   ETCD_TLS_FAILED: { http: 502, retryable: false, counts: false, hint: 'The TLS handshake with etcd failed: check that the CA file signed etcd\'s server certificate and that the certificate names the endpoint\'s host, and that etcd trusts the client certificate and key given (etcd --client-cert-auth --trusted-ca-file).' },
   ETCD_FAILED: { http: 500, retryable: true, counts: false, hint: 'An etcd request failed for another reason than reachability or credentials; see the message (etcd\'s own error).' },
   ETCD_CONFIG_INVALID: { http: 500, retryable: false, counts: false, hint: 'A file given for the etcd connection (CA, client certificate, client key, password) is missing, empty or not in the form expected; fix the file named in the message.' },
   ETCD_STATE_CORRUPT: { http: 500, retryable: false, counts: false, hint: 'The state record in etcd was not an llmgw state record; the leader started from an empty record (failure counts and parking start afresh) and overwrites it on its next save. A copy of the bad value is kept beside it (see the message).' },
+  ETCD_REVISION_WENT_BACK: { http: 503, retryable: true, counts: false, hint: 'etcd answered with a revision below one it had given already: it was restored from a backup (or an endpoint belongs to another cluster). A leader whose epoch is above that revision stepped down and a new election follows at once; leader records from before the restore are removed by the instances they name. Check that the restore was intended and that every --etcd URL is a member of the same cluster.' },
   LEADER_DEPOSED: { http: 409, retryable: true, counts: false, hint: 'This instance lost leadership (a newer leader holds the election key, or its key expired); its write was refused by etcd and it stopped acting. Nothing to do: the current leader carries on; check `llmgw ctl status` for which instance leads.' },
   LEADER_RENEWAL_OVERDUE: { http: 503, retryable: true, counts: false, hint: 'The leader could not renew its etcd lease within the renew deadline, so it stopped acting before the lease could expire; it campaigns again once etcd answers. Check the network between this instance and etcd, and etcd\'s load.' },
+  LEADER_KEY_FORGED: { http: 409, retryable: true, counts: false, hint: 'The etcd leader key held a value no llmgw leader of this etcd wrote (not a leader record, attached to no lease, a create revision above etcd\'s revision, or the leader\'s own key overwritten in place): it was removed, not followed, and a new election followed. Someone other than llmgw writes the etcd prefix: find who, and restrict write access to it.' },
   LEADER_UNAVAILABLE: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'leader_unavailable' }, hint: 'This instance is a standby and the leader did not answer its forwarded request in time (no leader elected, or the leader is busy or cut off from etcd); retry shortly, or check `llmgw ctl status` for which instance leads.' },
 
   // --- router ---
@@ -213,6 +215,15 @@ export interface ReasonRef {
 export function reasonOf(e: unknown): ReasonRef {
   if (e instanceof LlmgwError) return { code: e.code, message: e.message };
   return { code: 'INTERNAL', message: redactUrls(e instanceof Error ? e.message : String(e)) };
+}
+
+/**
+ * A code's hint for an operator, naming the model where the hint says MODEL (MODEL_PARKED's is how to
+ * unpark it); without a model, the hint as the catalogue has it. The one place a hint's text is taken from.
+ */
+export function hintFor(code: ReasonCode, model?: string): string {
+  const hint = Reasons[code].hint;
+  return model === undefined ? hint : hint.replaceAll('MODEL', model);
 }
 
 export function isLlmgwError(e: unknown, code?: ReasonCode): e is LlmgwError {

@@ -2,8 +2,9 @@
  * `llmgw ctl`'s tables. Pure functions of the admin API's JSON; times are shown relative to the
  * snapshot's `at`, so the same answer always prints the same text.
  */
+import { hintFor } from '../errors/catalogue.js';
 import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../wire/shape.js';
-import type { ModelPhase } from '../reconciler/view.js';
+import { MODEL_PHASES, type ModelPhase } from '../reconciler/view.js';
 import { formatBytes, formatDuration } from '../fleet-spec/units.js';
 
 /** Aligned columns (two spaces apart), no trailing blanks. */
@@ -54,9 +55,6 @@ export function scalingText(m: ModelJson, at?: string): string {
 }
 
 const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n === 1 ? one : many}`;
-
-/** Models by what needs attention: parked, unplaceable, not ready, then ready and idle. */
-export const ATTENTION_ORDER: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
 
 /** How to unpark a model, in words an operator types. */
 export function unparkLine(name: string): string {
@@ -160,7 +158,7 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
   }
   head.push(['nodes', `${s.nodes.reachable} of ${s.nodes.total} reachable`]);
   for (const n of s.nodes.unreachable) head.push(['', `${n.name}: unreachable${n.error ? `: ${reasonText(n.error)}` : ''}`]);
-  const counts = ATTENTION_ORDER.filter((p) => s.models.byPhase[p] > 0).map((p) => `${s.models.byPhase[p]} ${p}`);
+  const counts = MODEL_PHASES.filter((p) => s.models.byPhase[p] > 0).map((p) => `${s.models.byPhase[p]} ${p}`);
   head.push(['models', `${s.models.total}${counts.length ? ` (${counts.join(', ')})` : ''}; replicas ${s.models.ready} of ${s.models.desired} wanted now are ready`]);
   const w = Math.max(...head.map(([k]) => k.length));
   for (const [k, v] of head) out.push(`${k.padEnd(w)}  ${v}`.trimEnd());
@@ -196,7 +194,7 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
 
   const notReady = byPhase('failing', 'starting', 'pending', 'degraded');
   if (notReady.length) {
-    const order = (m: ModelJson): number => ATTENTION_ORDER.indexOf(m.phase);
+    const order = (m: ModelJson): number => MODEL_PHASES.indexOf(m.phase);
     notReady.sort((a, b) => order(a) - order(b) || a.name.localeCompare(b.name));
     out.push('', `NOT READY (${notReady.length})`);
     out.push(
@@ -236,7 +234,8 @@ export function renderModels(ms: ModelsJson): string {
   const rows = ms.models.map((m) => [m.name, m.phase, readyCount(m), String(m.consecutiveFailures), scalingText(m, ms.at), m.digest.slice(0, 12), modelDetail(m, ms.at)]);
   const out = [table(['MODEL', 'PHASE', 'READY', 'FAILURES', 'SCALING', 'DIGEST', 'DETAIL'], rows)];
   const parked = ms.models.filter((m) => m.parked);
-  if (parked.length) out.push('', `${plural(parked.length, 'model is', 'models are')} parked; unpark with \`llmgw ctl retry MODEL\` or a commit with the trailer \`Llmgw-Retry: MODEL\` once the cause is fixed.`);
+  // the catalogue's hint (the wire's names the model): the one statement of how to unpark
+  if (parked.length) out.push('', `Parked: ${parked.map((m) => m.name).join(', ')}. ${parked.length === 1 ? parked[0]!.parked!.hint : hintFor('MODEL_PARKED')}`);
   return out.join('\n');
 }
 

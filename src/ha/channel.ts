@@ -8,6 +8,10 @@
  *   to `<prefix>/responses/<id>` on the same lease (guarded by its epoch, and only while the request
  *   still exists) and deletes the request in the same txn. The sender waits for the answer.
  *
+ * Every request is checked before it runs (checkRequest: the ForwardedRequest union, no unknown
+ * fields, the sender's id and lease; then live, leaseProblem: that lease still exists and holds the
+ * request); anything else is refused with a reason and deleted, never run.
+ *
  * Delivery is at least once: a leader that dies after handling a request and before its txn lands
  * leaves it for the next leader. Handlers are idempotent by the request's id (retries are handled
  * once by id in the state record).
@@ -105,18 +109,6 @@ export class Published {
   }
 }
 
-export interface RequestMsg {
-  readonly id: string;
-  readonly kind: string;
-  readonly body: unknown;
-  /** The sending instance's id. */
-  readonly from: string;
-}
-
-interface WireRequest extends RequestMsg {
-  /** The sender's lease the answer is attached to. */
-  readonly lease: string;
-}
 
 type WireResponse = { readonly ok: unknown } | { readonly error: ReasonRef };
 
@@ -133,6 +125,15 @@ export type ForwardedRequest =
   | { readonly kind: 'restart-done'; readonly body: { readonly ids: readonly string[] } }
   | { readonly kind: 'logs'; readonly body: { readonly replica: string; readonly lines?: number } }
   | { readonly kind: 'pass'; readonly body: { readonly trigger: string } };
+
+/** A forwarded request as the leader runs it: checked (checkRequest), with its id and the sending instance's id. */
+export type RequestMsg = ForwardedRequest & { readonly id: string; readonly from: string };
+
+/** As etcd holds it: with the sender's lease, the one the request and its answer are attached to. */
+type WireRequest = RequestMsg & { readonly lease: string };
+
+/** The body of a kind of request. */
+export type RequestBody<K extends ForwardedRequest['kind']> = Extract<ForwardedRequest, { kind: K }>['body'];
 
 const NAME = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 256;
 const NAMES = (v: unknown): v is string[] => Array.isArray(v) && v.length <= 10_000 && v.every(NAME);
@@ -171,7 +172,25 @@ export function checkRequest(key: string, value: string, kvLease: string): { rea
   const extra = Object.keys(body).filter((k) => !shape.keys.includes(k));
   if (extra.length > 0) return { why: `${v.kind}: unknown body fields ${extra.slice(0, 5).join(', ')}` };
   if (!shape.ok(body as Record<string, unknown>)) return { why: `${v.kind}: a malformed body` };
-  return { req: { id: v.id, kind: v.kind, body, from: v.from, lease: v.lease } };
+  // the shape just checked is the union's member for this kind
+  return { req: { id: v.id, kind: v.kind, body, from: v.from, lease: v.lease } as WireRequest };
+}
+
+/**
+ * Why a request's lease, as etcd describes it now, is not the live lease of the sender that wrote the
+ * request (expired, revoked, or not the one holding `requestKey`), or null.
+ */
+export function leaseProblem(ttl: { readonly TTL: string; readonly keys: readonly Buffer[] }, requestKey: string): string | null {
+  if (!(Number(ttl.TTL) > 0)) return 'its sender\'s lease no longer exists (the sender gave up, or it never was an instance\'s)';
+  if (!ttl.keys.some((k) => k.toString('utf8') === requestKey)) return 'its sender\'s lease does not hold it';
+  return null;
+}
+
+/** A request the leader did not run: its key and why; `live`: it passed checkRequest and its lease failed the live check (most often its sender gave up waiting). */
+export interface Refusal {
+  readonly key: string;
+  readonly why: string;
+  readonly live?: boolean;
 }
 
 export class Requests {
@@ -188,40 +207,53 @@ export class Requests {
   }
 
   /**
-   * Sends a request to the leader and waits for its answer. Rejects with the LlmgwError the leader's
-   * handler failed with, LEADER_UNAVAILABLE after timeoutMs, or ETCD_* when etcd does not answer.
+   * Sends a request to the leader and waits for its answer, all of it within timeoutMs. Rejects with
+   * the LlmgwError the leader's handler failed with; ETCD_* when etcd did not take the request in
+   * time (the lease, the watch for the answer, the put), LEADER_UNAVAILABLE when no leader answered.
    */
-  async send(kind: string, body: unknown, timeoutMs: number): Promise<unknown> {
+  async send<K extends ForwardedRequest['kind']>(kind: K, body: RequestBody<K>, timeoutMs: number): Promise<unknown> {
     const id = randomUUID();
-    const deadline = Date.now() + timeoutMs;
     const responseKey = this.responsesPrefix + id;
     const lease: Lease = this.client.lease(Math.max(2, Math.ceil(timeoutMs / 1000) + 1), { autoKeepAlive: false });
     lease.on('lost', () => undefined);
     let watcher: Watcher | null = null;
     let timer: NodeJS.Timeout | undefined;
+    // One timer for the whole exchange: until the request is in etcd, etcd is what did not answer.
+    let sent = false;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            sent
+              ? new LlmgwError('LEADER_UNAVAILABLE', `no leader answered the ${kind} request within ${timeoutMs} ms`, { kind, timeoutMs })
+              : new LlmgwError('ETCD_UNAVAILABLE', `sending ${kind} to the leader: etcd did not take the request within ${timeoutMs} ms`, { kind, timeoutMs }),
+          ),
+        Math.max(0, timeoutMs),
+      );
+    });
+    expired.catch(() => undefined);
+    const within = <T>(p: Promise<T>): Promise<T> => Promise.race([p, expired]);
     try {
-      const leaseId = await lease.grant().catch((e: unknown) => Promise.reject(etcdError(e, `sending ${kind} to the leader`)));
+      const leaseId = await within(lease.grant().catch((e: unknown) => Promise.reject(etcdError(e, `sending ${kind} to the leader`))));
       let answered!: (text: string) => void;
       const answer = new Promise<string>((r) => (answered = r));
-      watcher = this.client.watch().key(responseKey).only('put').watcher();
-      watcher.on('put', (kv: IKeyValue) => answered(kv.value.toString('utf8')));
+      const w = this.client.watch().key(responseKey).only('put').watcher();
+      watcher = w;
+      w.on('put', (kv: IKeyValue) => answered(kv.value.toString('utf8')));
+      w.on('error', () => undefined); // a watch etcd ends: the timer answers (an unheard 'error' would throw)
       // Wait until the watch is in place before the request can be answered.
-      await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(() => reject(new LlmgwError('ETCD_UNAVAILABLE', `sending ${kind} to the leader: etcd did not open the watch for the answer within ${timeoutMs} ms`)), Math.max(0, deadline - Date.now()));
-        watcher!.once('connected', () => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-      const msg: WireRequest = { id, kind, body, from: this.from, lease: leaseId };
-      try {
-        await this.client.put(this.requestsPrefix + id).value(JSON.stringify(msg)).lease(leaseId);
-      } catch (e) {
-        throw etcdError(e, `sending ${kind} to the leader`);
-      }
-      const timedOut = new Promise<null>((r) => (timer = setTimeout(() => r(null), Math.max(0, deadline - Date.now()))));
-      const text = await Promise.race([answer, timedOut]);
-      if (text === null) throw new LlmgwError('LEADER_UNAVAILABLE', `no leader answered the ${kind} request within ${timeoutMs} ms`, { kind, timeoutMs });
+      await within(new Promise<void>((resolve) => w.once('connected', () => resolve())));
+      const msg = { id, kind, body, from: this.from, lease: leaseId } as WireRequest;
+      await within(
+        this.client
+          .put(this.requestsPrefix + id)
+          .value(JSON.stringify(msg))
+          .lease(leaseId)
+          .exec()
+          .catch((e: unknown) => Promise.reject(etcdError(e, `sending ${kind} to the leader`))),
+      );
+      sent = true;
+      const text = await within(answer);
       let res: WireResponse;
       try {
         res = JSON.parse(text) as WireResponse;
@@ -235,7 +267,8 @@ export class Requests {
       return res.ok;
     } finally {
       clearTimeout(timer);
-      if (watcher) await cancelWatcher(watcher, CANCEL_TIMEOUT_MS);
+      // not awaited: the caller's answer does not wait on an etcd that may be gone
+      if (watcher) void cancelWatcher(watcher, CANCEL_TIMEOUT_MS);
       // Removes the request (if unhandled) and the answer with the lease.
       lease.revoke({ deadline: new Date(Date.now() + CANCEL_TIMEOUT_MS) }).catch(() => undefined);
     }
@@ -246,7 +279,7 @@ export class Requests {
    * order. Call it when elected; close it when deposed. A request that arrives while this instance
    * does not lead is left for the next leader. Resolves to a closer once watching.
    */
-  async serve(election: Election, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: { key: string; why: string }) => void = () => undefined): Promise<() => Promise<void>> {
+  async serve(election: Election, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: Refusal) => void = () => undefined): Promise<() => Promise<void>> {
     let closed = false;
     let chain: Promise<void> = Promise.resolve();
     const seen = new Set<string>();
@@ -272,7 +305,7 @@ export class Requests {
     };
   }
 
-  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: { key: string; why: string }) => void): Promise<void> {
+  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: Refusal) => void): Promise<void> {
     const requestKey = kv.key.toString('utf8');
     const checked = checkRequest(requestKey, kv.value.toString('utf8'), String(kv.lease ?? '0'));
     if (!election.isLeader()) return;
@@ -283,9 +316,22 @@ export class Requests {
       return;
     }
     const req = checked.req;
+    // checked live, just before it runs: its lease still exists in etcd and holds this very request
+    let live: string | null;
+    try {
+      live = leaseProblem(await this.client.leaseClient.leaseTimeToLive({ ID: req.lease, keys: true }), requestKey);
+    } catch {
+      return; // etcd did not answer: the request stays (for this leader's next look, or the next leader)
+    }
+    if (live !== null) {
+      onRefused({ key: requestKey, why: live, live: true });
+      await election.guardedDelete(requestKey).catch(() => undefined);
+      return;
+    }
     let response: WireResponse;
     try {
-      response = { ok: (await handle({ id: req.id, kind: req.kind, body: req.body, from: req.from })) ?? null };
+      const { lease: _lease, ...msg } = req;
+      response = { ok: (await handle(msg)) ?? null };
     } catch (e) {
       response = { error: reasonOf(e) };
     }

@@ -5,24 +5,25 @@
  * stopped. The leader publishes its snapshot; a standby answers from the published one and carries
  * demand, retries, restarts, log reads and webhook passes to the leader through etcd.
  *
+ * What the router and the admin API ask of it is the one ControllerShell (reconciler/controller-shell.ts):
+ * its view is the snapshot it publishes (the term reconciler's, or the standby's look at the published
+ * one), and who acts is the term's reconciler while it leads, else StandbyActs (standby.ts).
+ *
  * Terms begin on 'elected' and end on 'deposed' (an overdue renewal, a lost key, a refused guarded
  * write, or a node that has seen a newer epoch), one transition at a time.
  */
-import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
-import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
+import { reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
-import type { AdminBackend, RestartRequest, RetryOutcome } from '../admin/backend.js';
-import { ModelIndex } from '../reconciler/model-index.js';
+import { ControllerShell, type ControllerActs } from '../reconciler/controller-shell.js';
 import type { FleetSource, Reconciler } from '../reconciler/reconciler.js';
 import type { ControllerState } from '../reconciler/state.js';
-import { readyReplicasOf } from '../reconciler/availability.js';
-import type { ControlView, DemandResult, FleetSnapshot, FleetView, ModelView, ReplicaView } from '../reconciler/view.js';
-import { waitSettled } from '../reconciler/wait-ready.js';
+import type { ControlView, FleetSnapshot } from '../reconciler/view.js';
 import type { Published, Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
 import type { EtcdStateStore } from './etcd-state.js';
-import { allowedDemand, parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { StandbyActs } from './standby.js';
 
 /** What a term's reconciler is made with (serve builds it: tracker, drivers with the epoch's fence, status repo). */
 export interface TermOptions {
@@ -61,34 +62,35 @@ interface Term {
   stopServing: (() => Promise<void>) | null;
 }
 
-/** Request activity a standby forwards, at most this often. */
-const TOUCH_FLUSH_MS = 1000;
 /** A standby looks at the fleet repo at least this often (and when the published revision moves). */
 const STANDBY_SYNC_MS = 30_000;
 
-export class HaController implements FleetView, AdminBackend {
+export class HaController extends ControllerShell {
   readonly engineApiKey: string;
   private readonly log: Logger;
   private readonly clock: () => number;
-  private readonly events = new EventEmitter();
-  private readonly models = new ModelIndex();
+  private readonly standby: StandbyActs;
   private term: Term | null = null;
   private transitions: Promise<void> = Promise.resolve();
   private publishedValue: PublishedSnapshot | null = null;
-  private current: FleetSnapshot;
   private unwatch: (() => Promise<void>) | null = null;
-  private touched = new Set<string>();
-  private touchTimer: NodeJS.Timeout | null = null;
   private syncTimer: NodeJS.Timeout | null = null;
   private syncing: Promise<void> | null = null;
   private stopped = false;
 
   constructor(private readonly o: HaControllerOptions) {
+    super();
     this.engineApiKey = o.engineApiKey;
     this.log = o.logger.child({ component: 'ha' });
     this.clock = o.clock ?? Date.now;
-    this.events.setMaxListeners(0);
-    this.current = this.standbyView();
+    this.standby = new StandbyActs({
+      requests: o.requests,
+      spec: () => this.o.tracker.applied?.spec ?? null,
+      snapshot: () => this.snapshot(),
+      forwardTimeoutMs: o.forwardTimeoutMs ?? 60_000,
+      log: this.log,
+    });
+    this.setSnapshot(this.standbyView());
   }
 
   async start(): Promise<void> {
@@ -130,7 +132,7 @@ export class HaController implements FleetView, AdminBackend {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.syncTimer) clearInterval(this.syncTimer);
-    if (this.touchTimer) clearTimeout(this.touchTimer);
+    this.standby.stop();
     await this.transition(() => this.endTerm(null));
     await this.unwatch?.().catch(() => undefined);
     await this.o.election.stop();
@@ -168,7 +170,7 @@ export class HaController implements FleetView, AdminBackend {
       },
     });
     const off = reconciler.onSnapshot((s) => {
-      this.setCurrent(s);
+      this.setSnapshot(s);
       if (leading()) void this.o.published.publish(publishedJson(s)).catch((err: unknown) => log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'publishing the fleet snapshot failed'));
     });
     const term: Term = { epoch, reconciler, off, stopServing: null };
@@ -177,7 +179,7 @@ export class HaController implements FleetView, AdminBackend {
     this.o.onLeadership?.(true);
     // Until the term's first pass has looked at the nodes, the published snapshot is the better view
     // (the new reconciler knows no replica yet): routing goes on from it, saying who leads now.
-    this.setCurrent({ ...this.current, control: this.control(true) });
+    this.setSnapshot({ ...this.snapshot(), control: this.control(true) });
     void reconciler.start();
     void this.serveRequests(term, log); // not awaited: a deposition must not wait behind it
   }
@@ -189,7 +191,10 @@ export class HaController implements FleetView, AdminBackend {
         term.stopServing = await this.o.requests.serve(
           this.o.election,
           (m) => this.handle(term.reconciler, m),
-          (r) => log.error({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request in etcd was refused, not run'),
+          (r) =>
+            r.live
+              ? log.info({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request whose sender is gone (it gave up waiting) was not run')
+              : log.error({ code: 'FORWARDED_REQUEST_REFUSED', key: r.key, why: r.why }, 'a forwarded request in etcd was refused, not run'),
         );
       } catch (err) {
         log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'cannot serve forwarded requests yet; trying again');
@@ -212,33 +217,25 @@ export class HaController implements FleetView, AdminBackend {
     void this.syncSpec();
   }
 
-  /** The leader carries out what a standby forwarded. */
-  private async handle(r: Reconciler, m: RequestMsg): Promise<unknown> {
-    const body = (m.body ?? {}) as Record<string, unknown>;
-    const str = (k: string): string => {
-      const v = body[k];
-      if (typeof v !== 'string' || v === '') throw new LlmgwError('BAD_REQUEST', `forwarded ${m.kind} request without ${k}`);
-      return v;
-    };
+  /** The leader carries out what a standby forwarded (checked on receipt: channel.ts checkRequest). */
+  private async handle(r: ControllerActs, m: RequestMsg): Promise<unknown> {
     switch (m.kind) {
       case 'demand':
-        return r.demand(str('model'));
+        return r.demand(m.body.model);
       case 'touch':
-        for (const model of Array.isArray(body.models) ? body.models : []) if (typeof model === 'string') r.touch(model);
+        for (const model of m.body.models) r.touch(model);
         return null;
       case 'retry':
-        return r.retry(str('model'));
+        return r.retry(m.body.model);
       case 'restart':
-        return r.restart(body as RestartRequest);
+        return r.restart(m.body);
       case 'restart-done':
-        return r.restartDone(Array.isArray(body.ids) ? body.ids.filter((x): x is string => typeof x === 'string') : []);
+        return r.restartDone(m.body.ids);
       case 'logs':
-        return r.logs(str('replica'), typeof body.lines === 'number' ? body.lines : 100);
+        return r.logs(m.body.replica, m.body.lines ?? 100);
       case 'pass':
-        await r.requestPass(`${str('trigger')} (via ${m.from})`);
+        await r.requestPass(`${m.body.trigger} (via ${m.from})`);
         return null;
-      default:
-        throw new LlmgwError('BAD_REQUEST', `unknown forwarded request kind "${m.kind}"`);
     }
   }
 
@@ -263,15 +260,10 @@ export class HaController implements FleetView, AdminBackend {
   private refreshStandby(): void {
     if (this.term) {
       // the leader's own snapshot stays; only who-leads may have changed
-      this.setCurrent({ ...this.current, control: this.control(true) });
+      this.setSnapshot({ ...this.snapshot(), control: this.control(true) });
       return;
     }
-    this.setCurrent(this.standbyView());
-  }
-
-  private setCurrent(s: FleetSnapshot): void {
-    this.current = s;
-    this.events.emit('snapshot', s);
+    this.setSnapshot(this.standbyView());
   }
 
   /** A standby reads the fleet repo for the spec it routes by (keys, aliases, model settings); it handles no retries. */
@@ -290,85 +282,16 @@ export class HaController implements FleetView, AdminBackend {
     return this.syncing;
   }
 
-  private forward<T>(kind: string, body: unknown): Promise<T> {
-    return this.o.requests.send(kind, body, this.o.forwardTimeoutMs ?? 60_000) as Promise<T>;
+  // ------------------------------------------------------------------ FleetView and AdminBackend (ControllerShell)
+
+  /** The leader's term reconciler while it leads; else the standby, forwarding to the leader. */
+  protected acts(): ControllerActs {
+    return this.term?.reconciler ?? this.standby;
   }
 
-  // ------------------------------------------------------------------ FleetView and AdminBackend
-
-  snapshot(): FleetSnapshot {
-    return this.current;
-  }
-
-  onSnapshot(listener: (s: FleetSnapshot) => void): () => void {
-    this.events.on('snapshot', listener);
-    return () => this.events.off('snapshot', listener);
-  }
-
-  spec(): FleetSpec | null {
+  override spec(): FleetSpec | null {
     // A new term's reconciler has no spec before its first sync: the standby's look serves meanwhile.
     return (this.term ? this.term.reconciler.spec() : null) ?? this.o.tracker.applied?.spec ?? null;
-  }
-
-  model(name: string): ModelView | null {
-    return this.models.get(this.current, name);
-  }
-
-  readyReplicas(model: string): readonly ReplicaView[] {
-    return readyReplicasOf(this.model(model));
-  }
-
-  demand(model: string): Promise<DemandResult> {
-    if (this.term) return this.term.reconciler.demand(model);
-    return this.forward<DemandResult>('demand', { model }).then((r) => allowedDemand(r, this.spec()));
-  }
-
-  waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {
-    return waitSettled(() => this.model(model), (l) => this.onSnapshot(l), opts);
-  }
-
-  hold(model: string): () => void {
-    if (this.term) return this.term.reconciler.hold(model);
-    // a standby: the leader hears of it at both ends (and every ACTIVITY_TOUCH_MS while it is proxied)
-    this.touch(model);
-    return () => this.touch(model);
-  }
-
-  touch(model: string): void {
-    if (this.term) return this.term.reconciler.touch(model);
-    if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;
-    this.touched.add(model);
-    if (this.touchTimer) return;
-    this.touchTimer = setTimeout(() => {
-      this.touchTimer = null;
-      const models = [...this.touched];
-      this.touched = new Set();
-      this.forward('touch', { models }).catch((err: unknown) => this.log.warn({ models, code: reasonOf(err).code }, 'standby: forwarding request activity to the leader failed'));
-    }, TOUCH_FLUSH_MS);
-    this.touchTimer.unref();
-  }
-
-  retry(model: string): Promise<{ model: string; outcome: RetryOutcome }> {
-    return this.term ? this.term.reconciler.retry(model) : this.forward('retry', { model });
-  }
-
-  restart(req: RestartRequest): Promise<readonly string[]> {
-    return this.term ? this.term.reconciler.restart(req) : this.forward('restart', req);
-  }
-
-  /** On a standby: none of the replicas is running any more (each was replaced and stopped), as published. */
-  restartDone(ids: readonly string[]): boolean {
-    if (this.term) return this.term.reconciler.restartDone(ids);
-    const live = new Set(this.current.models.flatMap((m) => m.replicas).filter((r) => r.phase === 'ready' || r.phase === 'starting').map((r) => r.id));
-    return ids.every((id) => !live.has(id));
-  }
-
-  logs(replicaId: string, lines: number): Promise<string> {
-    return this.term ? this.term.reconciler.logs(replicaId, lines) : this.forward('logs', { replica: replicaId, lines });
-  }
-
-  requestPass(trigger: string): Promise<void> {
-    return this.term ? this.term.reconciler.requestPass(trigger) : this.forward<void>('pass', { trigger });
   }
 
   /** The reconciler of the current term (tests, bench). */

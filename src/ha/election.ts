@@ -1,24 +1,12 @@
 /**
- * Leader election on etcd with a lease, and the writes a leader makes guarded by its epoch.
+ * Leader election on etcd with a lease, and the writes a leader makes guarded by its epoch: the
+ * shell around the pure state machine in leadership.ts (read that for the rules). This file owns
+ * the clock reads and the timers (both injectable), runs the machine's effects over the etcd calls
+ * of etcd-leader-io.ts, and feeds their results back to it as events.
  *
- * Built from etcd3 primitives (a lease, a transaction, a watch), the way client-go's leaderelection
- * and etcd's own concurrency.Election do it:
- * - campaign: when `<prefix>/leader` is absent, grant a lease (autoKeepAlive off) and, in one txn,
- *   create the key (JSON {id,label,since}) attached to it if its create revision is still 0. The
- *   winner's **epoch** is the key's create revision: every later leader's is higher.
- * - leading: renew the lease with keepaliveOnce every retryPeriodMs, recording the monotonic SEND
- *   time of each renewal that succeeds. Leadership holds only while the last good renewal was sent
- *   less than renewDeadlineMs ago: `isLeader()` checks that itself, and a timer deposes the leader
- *   (LEADER_RENEWAL_OVERDUE) the moment it lapses. Since etcd starts the lease's TTL when it
- *   receives a renewal, after we sent it, and renewDeadlineMs < TTL, the leader has stopped before
- *   etcd can let anyone else win.
- * - every write the leader makes is a txn `if <prefix>/leader createRevision == epoch then …`: a
- *   deposed leader's write fails, it steps down (LEADER_DEPOSED) and the write throws.
- * - a leader whose key is deleted or replaced (seen by the watch, a renewal answering TTL 0, or a
- *   guarded write failing) steps down; a deposed instance abandons its lease (revoked best-effort,
- *   so a key it still holds goes at once) and campaigns again with a fresh lease when etcd answers.
- * - standbys hold no lease and write nothing: they watch the key (current()) and look at it every
- *   retryPeriodMs, campaigning again when it is gone.
+ * Every write the leader makes is a txn `if <prefix>/leader createRevision == epoch then …`: a
+ * deposed leader's write fails, it steps down (LEADER_DEPOSED) and the write throws. Standbys hold
+ * no lease and write nothing: they watch the key (current()) and look at it every retryPeriodMs.
  * The renew deadline must also leave room for etcd electing its own Raft leader when the member that
  * led dies (requests wait 1–2 s with etcd's default election timeout): 10 s does, 2 s does not
  * always (test/integration/etcd-cluster.test.ts).
@@ -29,21 +17,15 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import type { Etcd3, IKeyValue, IOperation, Lease, Watcher } from 'etcd3';
-import { EtcdLeaseInvalidError } from 'etcd3';
+import { Etcd3, type IKeyValue } from 'etcd3';
 import { LlmgwError, type ReasonRef } from '../errors/catalogue.js';
+import { nodeTimers, type LoopTimers } from '../reconciler/loop.js';
 import { etcdError } from './etcd.js';
+import { Etcd3LeaderIO, type GuardCompare, type LeaderIO, type TxnOp } from './etcd-leader-io.js';
+import { dueAt, epochAt, initialLeadership, leaderRecord, leads, step, type Effect, type LeaderInfo, type LeadershipEvent, type LeadershipState } from './leadership.js';
 
-/** How soon a failed renewal is tried again (the retry period when that is shorter). */
-const FAILED_RENEWAL_RETRY_MS = 250;
-
-export interface LeaderInfo {
-  readonly id: string;
-  readonly label: string;
-  /** Epoch ms the leader was elected (its own clock). */
-  readonly since: number;
-  readonly epoch: number;
-}
+export { cancelWatcher, type GuardCompare, type TxnOp, type WriteOp } from './etcd-leader-io.js';
+export type { LeaderInfo } from './leadership.js';
 
 export interface ElectionOptions {
   readonly prefix: string;
@@ -60,15 +42,9 @@ export interface ElectionOptions {
   readonly clock?: () => number;
   /** Monotonic ms for renewal timing. */
   readonly monotonic?: () => number;
+  /** The timers (fake ones in tests, with `monotonic` on the same fake clock). */
+  readonly timers?: LoopTimers;
   readonly logger: Logger;
-}
-
-/** An extra compare of a guarded txn: `key`'s `column` `cmp` `value`. */
-export interface GuardCompare {
-  readonly key: string;
-  readonly column: 'Value' | 'Version' | 'Create' | 'Mod' | 'Lease';
-  readonly cmp: '==' | '!=' | '>' | '<';
-  readonly value: string | number;
 }
 
 export function leaderKey(prefix: string): string {
@@ -77,13 +53,7 @@ export function leaderKey(prefix: string): string {
 
 /** The leader record in the key's value, or null when it is not one. */
 export function parseLeader(kv: Pick<IKeyValue, 'value' | 'create_revision'>): LeaderInfo | null {
-  try {
-    const v = JSON.parse(kv.value.toString('utf8')) as { id?: unknown; label?: unknown; since?: unknown };
-    if (typeof v.id !== 'string' || typeof v.label !== 'string' || typeof v.since !== 'number') return null;
-    return { id: v.id, label: v.label, since: v.since, epoch: Number(kv.create_revision) };
-  } catch {
-    return null;
-  }
+  return leaderRecord(kv.value.toString('utf8'), Number(kv.create_revision));
 }
 
 /** Whether these timings can fence: the leader must stop before its lease can expire. */
@@ -103,34 +73,28 @@ export declare interface Election {
 
 export class Election extends EventEmitter {
   private readonly key: string;
+  private readonly io: LeaderIO;
   private readonly clock: () => number;
   private readonly mono: () => number;
-  private readonly timeoutMs: number;
+  private readonly timers: LoopTimers;
   private readonly log: Logger;
 
+  private s: LeadershipState = initialLeadership;
   private running = false;
-  private loop: Promise<void> | null = null;
   private stopping: Promise<void> | null = null;
-  /** Wakes the loop out of its current wait (a delete seen, stop()). */
-  private wake: (() => void) | null = null;
-
-  private lease: Lease | null = null;
-  private elected = false;
-  private epochValue: number | null = null;
-  /** Monotonic send time of the last renewal (or grant) etcd confirmed. */
-  private lastGoodSend = Number.NEGATIVE_INFINITY;
-  private overdueTimer: NodeJS.Timeout | null = null;
-
-  private watcher: Watcher | null = null;
-  private watchRetry: NodeJS.Timeout | null = null;
-  private info: LeaderInfo | null = null;
-  /** The revision of a leader key value that is not a leader record, warned about once. */
-  private badRecordRev: string | null = null;
+  /** The one timer, armed for the machine's next due time. */
+  private timer: { at: number; handle: unknown } | null = null;
+  private tickQueued = false;
+  /** etcd calls in flight (stop() waits for them, and for what their results set off). */
+  private readonly inflight = new Set<Promise<void>>();
+  private watchHandle: { cancel(): Promise<void> } | null = null;
+  private watchGen = 0;
+  private watchRetry: unknown = null;
   private reachableValue = false;
   private lastErrorValue: ReasonRef | null = null;
 
   constructor(
-    private readonly client: Etcd3,
+    client: Etcd3 | LeaderIO,
     private readonly o: ElectionOptions,
   ) {
     super();
@@ -139,7 +103,8 @@ export class Election extends EventEmitter {
     this.key = leaderKey(o.prefix);
     this.clock = o.clock ?? Date.now;
     this.mono = o.monotonic ?? (() => performance.now());
-    this.timeoutMs = o.requestTimeoutMs ?? Math.max(500, Math.floor(o.renewDeadlineMs / 2));
+    this.timers = o.timers ?? nodeTimers;
+    this.io = client instanceof Etcd3 ? new Etcd3LeaderIO(client, o.requestTimeoutMs ?? Math.max(500, Math.floor(o.renewDeadlineMs / 2))) : client;
     this.log = o.logger.child({ instance: o.id });
   }
 
@@ -151,7 +116,7 @@ export class Election extends EventEmitter {
   }
   /** The leader key's create revision while this instance leads (the fencing epoch), else null. */
   get epoch(): number | null {
-    return this.isLeader() ? this.epochValue : null;
+    return this.isLeader() ? epochAt(this.s, this.mono(), this.o) : null;
   }
   get reachable(): boolean {
     return this.reachableValue;
@@ -161,37 +126,55 @@ export class Election extends EventEmitter {
   }
   /** Monotonic send time of the last lease grant or renewal etcd confirmed (kept after a deposition), or null. */
   get lastRenewalSent(): number | null {
-    return Number.isFinite(this.lastGoodSend) ? this.lastGoodSend : null;
+    return this.s.lastRenewalSent;
+  }
+  /**
+   * The last thing about the leader key an operator must act on (LEADER_KEY_FORGED: someone else
+   * writes the etcd prefix; ETCD_REVISION_WENT_BACK: etcd was restored), with its wall-clock time, or null.
+   */
+  get keyProblem(): (ReasonRef & { readonly at: number }) | null {
+    const p = this.s.problem;
+    return p ? { ...p.reason, at: this.clock() - (this.mono() - p.at) } : null;
+  }
+  /** The machine's state (tests, diagnostics). */
+  get state(): LeadershipState {
+    return this.s;
   }
 
   start(): void {
     if (this.running || this.stopping) return;
     this.running = true;
-    this.startWatch();
-    this.loop = this.run().catch((e: unknown) => {
-      this.log.error({ err: (e as Error).message }, 'election loop failed');
-    });
+    this.startWatch(false);
+    this.dispatch({ kind: 'start' });
   }
 
   /** Elected, and the last good renewal was sent less than renewDeadlineMs ago. */
   isLeader(): boolean {
-    if (!this.elected || !this.running) return false;
-    if (this.mono() - this.lastGoodSend < this.o.renewDeadlineMs) return true;
-    setImmediate(() => this.checkOverdue());
+    if (!this.running) return false;
+    if (leads(this.s, this.mono(), this.o)) return true;
+    if (this.s.phase.kind === 'leading' && !this.tickQueued) {
+      // Overdue and not told yet: depose now (not from inside the caller's stack).
+      this.tickQueued = true;
+      this.timers.setTimeout(() => {
+        this.tickQueued = false;
+        this.dispatch({ kind: 'tick' });
+      }, 0);
+    }
     return false;
   }
 
   current(): LeaderInfo | null {
-    return this.info;
+    return this.s.info;
   }
 
   /**
    * Ends this term at once, for a reason found outside the election (the reconciler refused by a
-   * node or the status branch): the lease is revoked, so the key goes now and any instance may be
-   * elected without waiting for the TTL; 'deposed' is emitted and this instance campaigns again.
+   * node or the status branch): the lease is revoked, so the key goes now and another instance can
+   * be elected without waiting for the TTL (this one holds back one retry period); 'deposed' is
+   * emitted and this instance campaigns again after that.
    */
   resignTerm(reason: ReasonRef): void {
-    this.stepDown(reason);
+    this.dispatch({ kind: 'resign', reason });
   }
 
   /**
@@ -199,13 +182,16 @@ export class Election extends EventEmitter {
    * is was not made by this etcd (a forgery, or a record from before a restore).
    */
   async revision(): Promise<number> {
+    const sent = this.mono();
+    let revision: number;
     try {
-      const res = await this.client.get(this.key).options(this.callOptions()).exec();
+      revision = (await this.io.get(this.key)).revision;
       this.noteOk();
-      return Number(res.header.revision);
     } catch (e) {
       throw this.noteError(e, 'reading the etcd revision');
     }
+    this.dispatch({ kind: 'revisionSeen', sent, revision });
+    return revision;
   }
 
   stop(): Promise<void> {
@@ -214,13 +200,11 @@ export class Election extends EventEmitter {
   }
 
   async guardedPut(key: string, value: string, opts: { lease?: string } = {}): Promise<void> {
-    const put = this.client.put(key).value(value);
-    if (opts.lease !== undefined) put.lease(opts.lease);
-    await this.guardedTxn([put], [], `writing ${key}`);
+    await this.guardedTxn([{ put: key, value, ...(opts.lease !== undefined ? { lease: opts.lease } : {}) }], [], `writing ${key}`);
   }
 
   async guardedDelete(key: string): Promise<void> {
-    await this.guardedTxn([this.client.delete().key(key)], [], `deleting ${key}`);
+    await this.guardedTxn([{ delete: key }], [], `deleting ${key}`);
   }
 
   /**
@@ -228,281 +212,149 @@ export class Election extends EventEmitter {
    * holds), run `ops`. Resolves true when they ran, false when only an extra compare failed; throws
    * LEADER_DEPOSED (and steps down) when another leader holds the key, or an ETCD_* reason.
    */
-  async guardedTxn(ops: readonly IOperation[], extra: readonly GuardCompare[], what = 'a guarded write'): Promise<boolean> {
-    const epoch = this.epochValue;
-    if (!this.isLeader() || epoch === null) {
-      this.checkOverdue();
+  async guardedTxn(ops: readonly TxnOp[], extra: readonly GuardCompare[], what = 'a guarded write'): Promise<boolean> {
+    const sent = this.mono();
+    const epoch = this.running ? epochAt(this.s, sent, this.o) : null;
+    if (epoch === null) {
+      this.isLeader(); // an overdue leader is deposed now
       throw new LlmgwError('LEADER_DEPOSED', `${what}: this instance is not the leader`, { instance: this.o.id });
     }
-    let txn = this.client.if(this.key, 'Create', '==', epoch);
-    for (const c of extra) txn = txn.and(c.key, c.column, c.cmp, c.value);
-    txn = txn.then(...ops);
-    if (extra.length > 0) txn = txn.else(this.client.get(this.key));
     let res;
     try {
-      res = await txn.commit();
+      res = await this.io.txn([{ key: this.key, column: 'Create', cmp: '==', value: epoch }, ...extra], ops, extra.length > 0 ? this.key : null);
       this.noteOk();
     } catch (e) {
       throw this.noteError(e, what);
     }
+    this.dispatch({ kind: 'revisionSeen', sent, revision: res.revision });
     if (res.succeeded) return true;
-    if (extra.length > 0) {
-      const kv = res.responses[0]?.response_range?.kvs?.[0];
-      if (kv && Number(kv.create_revision) === epoch) return false;
-    }
-    const reason = new LlmgwError('LEADER_DEPOSED', `${what}: refused by etcd, the leader key no longer has this instance's epoch ${epoch} (a newer leader exists or the lease expired)`, { epoch, instance: this.o.id });
-    // Only the leadership this write was made under: it may have ended, and a new one begun, while in flight.
-    if (this.epochValue === epoch) this.stepDown({ code: reason.code, message: reason.message });
-    throw reason;
+    if (extra.length > 0 && res.current?.createRevision === epoch) return false;
+    // Only the leadership this write was made under is ended (the machine checks the epoch).
+    this.dispatch({ kind: 'guardRefused', epoch, what });
+    throw new LlmgwError('LEADER_DEPOSED', `${what}: refused by etcd, the leader key no longer has this instance's epoch ${epoch} (a newer leader exists or the lease expired)`, { epoch, instance: this.o.id });
   }
 
-  // --- the loop -----------------------------------------------------------------------------
+  // --- the machine and its effects ----------------------------------------------------------
 
-  private async run(): Promise<void> {
-    while (this.running) {
-      try {
-        const holder = await this.client.get(this.key).options(this.callOptions()).exec();
-        this.noteOk();
-        const kv = holder.kvs[0];
-        if (kv) {
-          this.see(kv);
-          await this.pause(this.o.retryPeriodMs);
-          continue;
-        }
-        const won = await this.campaign();
-        if (won !== null) await this.lead(won);
-      } catch (e) {
-        this.noteError(e, 'campaigning');
-        await this.pause(this.o.retryPeriodMs);
+  private dispatch(ev: LeadershipEvent): void {
+    const { state, effects } = step(this.s, ev, this.mono(), this.clock(), this.o);
+    this.s = state;
+    for (const e of effects) this.run(e);
+  }
+
+  private run(e: Effect): void {
+    const ttl = this.o.leaseTtlSeconds;
+    switch (e.kind) {
+      case 'look':
+        return this.call('looking at the leader key', () => this.io.get(this.key), (r) => ({ kind: 'looked', sent: e.sent, kv: r.kv, revision: r.revision }), () => ({ kind: 'lookFailed' }));
+      case 'grant':
+        return this.call('granting the election lease', () => this.io.grantLease(ttl), (lease) => ({ kind: 'granted', lease }), () => ({ kind: 'grantFailed' }));
+      case 'create':
+        return this.call(
+          'campaigning',
+          () => this.io.txn([{ key: this.key, column: 'Create', cmp: '==', value: 0 }], [{ put: this.key, value: e.value, lease: e.lease }], this.key),
+          (r) => ({ kind: 'createAnswered', lease: e.lease, created: r.succeeded, revision: r.revision, current: r.current }),
+          () => ({ kind: 'createFailed', lease: e.lease }),
+        );
+      case 'keepalive':
+        return this.call('renewing the election lease', () => this.io.keepAlive(e.lease), (r) => ({ kind: 'renewed', lease: e.lease, sent: e.sent, ttl: r.ttl }), (error) => ({ kind: 'renewalFailed', lease: e.lease, sent: e.sent, error }));
+      case 'revoke':
+        // Best effort: when etcd is out of reach the lease expires by itself.
+        return this.call('revoking the election lease', () => this.io.revokeLease(e.lease), null, null, true);
+      case 'deleteKey': {
+        const cmp: GuardCompare[] = [];
+        if (e.epoch !== null) cmp.push({ key: this.key, column: 'Create', cmp: '==', value: e.epoch });
+        if (e.mod !== null) cmp.push({ key: this.key, column: 'Mod', cmp: '==', value: e.mod });
+        return this.call('removing the leader key', () => this.io.txn(cmp, [{ delete: this.key }], null), null, null);
       }
+      case 'elected':
+        return this.safeEmit('elected', e.epoch);
+      case 'deposed':
+        return this.safeEmit('deposed', e.reason);
+      case 'leader':
+        return this.safeEmit('leader', e.info);
+      case 'note':
+        return void this.log[e.level](e.fields, e.msg);
+      case 'wake':
+        // From the state now, not the effect's: a listener may have stepped the machine since.
+        return this.rearm(this.s.phase.kind === 'stopped' ? null : dueAt(this.s, this.o));
     }
   }
 
-  /** Grants a lease and tries to create the key; the epoch if this instance won, else null. */
-  private async campaign(): Promise<{ epoch: number; lease: Lease } | null> {
-    const sent = this.mono();
-    const lease = this.client.lease(this.o.leaseTtlSeconds, { autoKeepAlive: false, deadline: new Date(Date.now() + this.timeoutMs) });
-    lease.on('lost', () => undefined); // reported where it matters: the renewal and the grant
-    let leaseId: string;
-    try {
-      leaseId = await lease.grant();
-    } catch (e) {
-      lease.release();
-      throw e;
-    }
-    const since = this.clock();
-    const value = JSON.stringify({ id: this.o.id, label: this.o.label, since });
-    let res;
-    try {
-      res = await this.client
-        .if(this.key, 'Create', '==', 0)
-        .then(this.client.put(this.key).value(value).lease(leaseId))
-        .else(this.client.get(this.key))
-        .options(this.callOptions())
-        .commit();
-    } catch (e) {
-      this.revokeQuietly(lease);
-      throw e;
-    }
-    this.noteOk();
-    if (!res.succeeded) {
-      this.revokeQuietly(lease);
-      const kv = res.responses[0]?.response_range?.kvs?.[0];
-      if (kv) this.see(kv);
-      return null;
-    }
-    const epoch = Number(res.header.revision);
-    if (!this.running) {
-      // stop() began while the txn was in flight: resign at once.
-      await this.resign(epoch, lease);
-      return null;
-    }
-    this.lease = lease;
-    this.epochValue = epoch;
-    this.elected = true;
-    this.lastGoodSend = sent;
-    this.armOverdue();
-    this.setInfo({ id: this.o.id, label: this.o.label, since, epoch });
-    this.log.info({ epoch, label: this.o.label }, 'elected leader');
-    this.safeEmit('elected', epoch);
-    return { epoch, lease };
-  }
-
-  /** Renews the lease until this instance is deposed or stopped. */
-  private async lead(won: { epoch: number; lease: Lease }): Promise<void> {
-    while (this.running && this.elected && this.lease === won.lease) {
-      const sent = this.mono();
-      let ok = false;
+  /** Runs one etcd call; its result (or failure) goes back to the machine as an event. */
+  private call<T>(what: string, fn: () => Promise<T>, ok: ((r: T) => LeadershipEvent) | null, fail: ((err: ReasonRef) => LeadershipEvent) | null, quiet = false): void {
+    const p = (async () => {
+      let r: T;
       try {
-        await won.lease.keepaliveOnce({ deadline: new Date(Date.now() + this.timeoutMs) });
-        this.noteOk();
-        ok = true;
-        if (this.elected && this.lease === won.lease && sent > this.lastGoodSend) {
-          if (this.mono() - this.lastGoodSend >= this.o.renewDeadlineMs) {
-            // Confirmed too late: the deadline lapsed while it was in flight. Stay deposed.
-            this.checkOverdue();
-          } else {
-            this.lastGoodSend = sent;
-            this.armOverdue();
-          }
-        }
+        r = await fn();
       } catch (e) {
-        if (e instanceof EtcdLeaseInvalidError) {
-          this.stepDown({ code: 'LEADER_DEPOSED', message: `the election lease of epoch ${won.epoch} expired in etcd (TTL 0 on renewal); another instance may lead` });
-          break;
-        }
-        this.noteError(e, 'renewing the election lease');
+        const err = quiet ? etcdError(e, what) : this.noteError(e, what);
+        if (fail) this.dispatch(fail({ code: err.code, message: err.message }));
+        return;
       }
-      this.checkOverdue();
-      // After a failure, try again soon: with several endpoints the next call may pick a live one.
-      const wait = ok ? sent + this.o.retryPeriodMs - this.mono() : Math.min(this.o.retryPeriodMs, FAILED_RENEWAL_RETRY_MS);
-      if (wait > 0) await this.pause(wait);
-    }
+      this.noteOk();
+      if (ok) this.dispatch(ok(r));
+    })().catch((e: unknown) => this.log.error({ err: (e as Error).message, what }, 'election: handling an etcd answer failed'));
+    this.inflight.add(p);
+    void p.finally(() => this.inflight.delete(p));
   }
 
-  // --- leadership state ---------------------------------------------------------------------
-
-  private armOverdue(): void {
-    if (this.overdueTimer) clearTimeout(this.overdueTimer);
-    const left = this.lastGoodSend + this.o.renewDeadlineMs - this.mono();
-    this.overdueTimer = setTimeout(() => this.checkOverdue(), Math.max(0, left) + 1);
-  }
-
-  private checkOverdue(): void {
-    if (!this.elected) return;
-    const since = this.mono() - this.lastGoodSend;
-    if (since < this.o.renewDeadlineMs) {
-      this.armOverdue();
-      return;
-    }
-    this.stepDown({ code: 'LEADER_RENEWAL_OVERDUE', message: `the election lease was last renewed ${Math.round(since)} ms ago (renew deadline ${this.o.renewDeadlineMs} ms, lease ${this.o.leaseTtlSeconds} s): stopped acting before the lease could expire${this.lastErrorValue ? ` (${this.lastErrorValue.code}: ${this.lastErrorValue.message})` : ''}` });
-  }
-
-  private stepDown(reason: ReasonRef): void {
-    if (!this.elected) return;
-    const epoch = this.epochValue;
-    this.elected = false;
-    this.epochValue = null;
-    if (this.overdueTimer) clearTimeout(this.overdueTimer);
-    this.overdueTimer = null;
-    const lease = this.lease;
-    this.lease = null;
-    if (lease) this.revokeQuietly(lease);
-    if (this.info?.epoch === epoch && this.info?.id === this.o.id) this.setInfo(null);
-    this.log.warn({ code: reason.code, epoch, reason: reason.message }, 'deposed: stopped acting as leader');
-    this.safeEmit('deposed', reason);
-    this.wakeUp();
-  }
-
-  private revokeQuietly(lease: Lease): void {
-    lease.revoke({ deadline: new Date(Date.now() + this.timeoutMs) }).catch(() => undefined);
-  }
-
-  private async resign(epoch: number, lease: Lease): Promise<void> {
-    try {
-      await this.client.if(this.key, 'Create', '==', epoch).then(this.client.delete().key(this.key)).options(this.callOptions()).commit();
-    } catch (e) {
-      this.noteError(e, 'resigning');
-    }
-    await lease.revoke({ deadline: new Date(Date.now() + this.timeoutMs) }).catch((e: unknown) => this.noteError(e, 'revoking the election lease'));
+  private rearm(at: number | null): void {
+    if (!this.running) at = null;
+    if (this.timer?.at === at) return;
+    if (this.timer) this.timers.clearTimeout(this.timer.handle);
+    this.timer = null;
+    if (at === null) return;
+    const t: { at: number; handle: unknown } = { at, handle: null };
+    t.handle = this.timers.setTimeout(() => {
+      if (this.timer === t) this.timer = null;
+      this.dispatch({ kind: 'tick' });
+    }, Math.max(0, at - this.mono()) + 1);
+    this.timer = t;
   }
 
   private async doStop(): Promise<void> {
+    if (this.running) this.dispatch({ kind: 'stop' });
     this.running = false;
-    this.wakeUp();
-    await this.loop;
-    if (this.overdueTimer) clearTimeout(this.overdueTimer);
-    this.overdueTimer = null;
-    const { epochValue: epoch, lease, elected } = this;
-    this.elected = false;
-    this.epochValue = null;
-    this.lease = null;
-    if (elected && epoch !== null && lease) {
-      await this.resign(epoch, lease);
-      this.log.info({ epoch }, 'resigned leadership');
-      if (this.info?.id === this.o.id) this.setInfo(null);
-    }
-    await this.stopWatch();
+    this.rearm(null);
+    if (this.watchRetry !== null) this.timers.clearTimeout(this.watchRetry);
+    this.watchRetry = null;
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    this.watchGen++;
+    const w = this.watchHandle;
+    this.watchHandle = null;
+    await w?.cancel();
   }
 
   // --- watching the leader key --------------------------------------------------------------
 
-  private startWatch(): void {
+  private startWatch(restart: boolean): void {
     if (!this.running) return;
-    const w = this.client.watch().key(this.key).watcher();
-    this.watcher = w;
-    w.on('put', (kv) => this.see(kv));
-    w.on('delete', (kv) => {
-      const gone = Number(kv.mod_revision);
-      if (this.info && this.info.epoch < gone) this.setInfo(null);
-      if (this.elected && this.epochValue !== null && gone > this.epochValue) this.stepDown({ code: 'LEADER_DEPOSED', message: `the leader key ${this.key} of epoch ${this.epochValue} was deleted (lease expired or removed by hand)` });
-      this.wakeUp();
-    });
-    w.on('error', (e) => {
-      // Cancelled by etcd (e.g. compacted past the revision): start a new watch. etcd3 has dropped
-      // this one already; cancelling it again would make etcd3 throw on the stream.
+    const gen = ++this.watchGen;
+    const failed = (e: unknown): void => {
+      if (gen !== this.watchGen) return;
+      // Cancelled by etcd (e.g. compacted past the revision): start a new one a retry period on.
       this.noteError(e, 'watching the leader key');
-      if (this.watcher === w) this.watcher = null;
-      this.watchRetry = setTimeout(() => this.startWatch(), this.o.retryPeriodMs);
-    });
-  }
-
-  private async stopWatch(): Promise<void> {
-    if (this.watchRetry) clearTimeout(this.watchRetry);
-    this.watchRetry = null;
-    const w = this.watcher;
-    this.watcher = null;
-    if (w) await cancelWatcher(w, this.timeoutMs);
-  }
-
-  /** A value of the leader key seen (watch, get, failed campaign). */
-  private see(kv: IKeyValue): void {
-    const info = parseLeader(kv);
-    // Events can be older than the txn that elected us (the watch delivers in revision order).
-    if (this.elected && this.epochValue !== null && Number(kv.create_revision) > this.epochValue) {
-      this.stepDown({ code: 'LEADER_DEPOSED', message: `the leader key now has epoch ${kv.create_revision} (${info?.label ?? 'unreadable value'}), not this instance's ${this.epochValue}` });
-    }
-    if (info === null) {
-      if (this.badRecordRev !== kv.mod_revision) this.log.warn({ key: this.key, revision: kv.mod_revision }, 'the leader key does not hold an llmgw leader record; waiting for it to go');
-      this.badRecordRev = kv.mod_revision;
+      this.watchHandle = null;
+      this.watchRetry = this.timers.setTimeout(() => {
+        this.watchRetry = null;
+        this.startWatch(true);
+      }, this.o.retryPeriodMs);
+    };
+    try {
+      this.watchHandle = this.io.watch(this.key, {
+        put: (kv) => gen === this.watchGen && this.dispatch({ kind: 'watchPut', kv }),
+        delete: (modRevision) => gen === this.watchGen && this.dispatch({ kind: 'watchDeleted', modRevision }),
+        error: failed,
+      });
+    } catch (e) {
+      failed(e);
       return;
     }
-    if (this.info && this.info.epoch > info.epoch) return; // an older event than what we know
-    this.setInfo(info);
-  }
-
-  private setInfo(info: LeaderInfo | null): void {
-    const before = this.info;
-    this.info = info;
-    if (before?.epoch === info?.epoch && before?.id === info?.id) return;
-    this.safeEmit('leader', info);
+    if (restart) this.dispatch({ kind: 'watchStarted' }); // what it missed meanwhile: look again
   }
 
   // --- plumbing -----------------------------------------------------------------------------
-
-  private callOptions(): { deadline: Date } {
-    return { deadline: new Date(Date.now() + this.timeoutMs) };
-  }
-
-  private pause(ms: number): Promise<void> {
-    if (!this.running) return Promise.resolve();
-    return new Promise((resolve) => {
-      const t = setTimeout(done, ms);
-      const self = this;
-      function done(): void {
-        clearTimeout(t);
-        if (self.wake === done) self.wake = null;
-        resolve();
-      }
-      this.wake = done;
-    });
-  }
-
-  private wakeUp(): void {
-    const w = this.wake;
-    this.wake = null;
-    w?.();
-  }
 
   private noteOk(): void {
     this.lastErrorValue = null;
@@ -535,11 +387,4 @@ export class Election extends EventEmitter {
       this.log.error({ event, err: (e as Error).message }, 'an election listener threw');
     }
   }
-}
-
-/** Cancels a watcher without hanging on a stalled connection (etcd3 waits for the cancel's answer). */
-export async function cancelWatcher(w: Watcher, timeoutMs: number): Promise<void> {
-  let t: NodeJS.Timeout | undefined;
-  await Promise.race([w.cancel().catch(() => undefined), new Promise<void>((r) => (t = setTimeout(r, timeoutMs)))]);
-  clearTimeout(t);
 }

@@ -73,6 +73,14 @@ export function endpointProblem(r: Pick<ReplicaView, 'node' | 'endpoint'>, spec:
 }
 
 /**
+ * Why a published replica may not be shown, or null: one that is not ready and has no endpoint yet
+ * (starting) names nothing to route to and is shown as it is; any other is held to endpointProblem.
+ */
+export function replicaProblem(r: Pick<ReplicaView, 'node' | 'endpoint' | 'phase'>, spec: FleetSpec): string | null {
+  return r.endpoint === '' && r.phase !== 'ready' ? null : endpointProblem(r, spec);
+}
+
+/**
  * The leader's answer to a standby's forwarded demand, held to the same rule as the published
  * snapshot: only replicas whose endpoints the spec allows (a forged `responses/` entry names no
  * listener of its own); none left is 'starting' (the router then waits on the filtered snapshot).
@@ -89,7 +97,7 @@ export function refusedEndpoints(p: PublishedSnapshot | null, spec: FleetSpec | 
   const out: Array<{ model: string; replica: string; endpoint: string; why: string }> = [];
   for (const m of p.models) {
     for (const r of Array.isArray(m.replicas) ? m.replicas : []) {
-      const why = endpointProblem(r, spec);
+      const why = replicaProblem(r, spec);
       if (why) out.push({ model: m.name, replica: String(r.id), endpoint: String(r.endpoint), why });
     }
   }
@@ -99,14 +107,14 @@ export function refusedEndpoints(p: PublishedSnapshot | null, spec: FleetSpec | 
 /**
  * A standby's snapshot: the leader's published one with this instance's spec attached (a model the
  * standby's spec does not hold yet is left out until its fleet repo catches up), and only the
- * replicas whose endpoints the spec allows (endpointProblem).
+ * replicas whose endpoints the spec allows (replicaProblem: a starting one without an endpoint is kept).
  */
 export function standbySnapshot(p: PublishedSnapshot | null, spec: FleetSpec | null, control: ControlView, now: number): FleetSnapshot {
   const models: ModelView[] = [];
   for (const m of p?.models ?? []) {
     const ms = spec?.models[m.name];
     if (ms && spec) {
-      const replicas = (Array.isArray(m.replicas) ? m.replicas : []).filter((r) => endpointProblem(r, spec) === null);
+      const replicas = (Array.isArray(m.replicas) ? m.replicas : []).filter((r) => replicaProblem(r, spec) === null);
       models.push({ ...m, replicas, ready: Math.min(m.ready, replicas.filter((r) => r.phase === 'ready').length), spec: ms });
     }
   }

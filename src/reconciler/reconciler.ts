@@ -9,7 +9,6 @@
  * run in the background (they can take minutes); each one concludes with one transition and asks
  * for a pass.
  */
-import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
@@ -17,9 +16,8 @@ import { retryId } from '../git/trailers.js';
 import type { SpecTracker } from '../git/tracker.js';
 import { engineKeyFingerprint, type DownloadToken, type NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
-import { demandResultOf, readyReplicasOf } from './availability.js';
-import { waitSettled } from './wait-ready.js';
-import { ModelIndex } from './model-index.js';
+import { demandResultOf } from './availability.js';
+import { SnapshotHub, type ControllerActs } from './controller-shell.js';
 import { PassLoop, type LoopTimers } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { mapLimit, NodeFleet, type SupersedeOf } from './node-fleet.js';
@@ -36,7 +34,7 @@ import type { StopProgress } from './summarize.js';
 import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied, specApplied, startLaunched, type ControllerState, type Note } from './state.js';
 import type { StateStore } from './state-store.js';
 import { buildSnapshot } from './summarize.js';
-import { STANDALONE, type ControlView, type DemandResult, type FleetSnapshot, type FleetView, type ModelView, type PassSummary, type ReplicaView } from './view.js';
+import { STANDALONE, type ControlView, type DemandResult, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { nextScheduleChange } from '../schedule/schedule.js';
 import { nextWake } from './wake.js';
 import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
@@ -107,7 +105,7 @@ const DEMAND_SAVE_MS = 1000;
 /** A change of the wall clock against the monotonic one beyond this is a step, not drift. */
 const CLOCK_STEP_MS = 1000;
 
-export class Reconciler implements FleetView {
+export class Reconciler extends SnapshotHub implements FleetView, ControllerActs {
   readonly engineApiKey: string;
   /** Tells replicas started with another engine key (they refuse the router) from ours. */
   private readonly keyFingerprint: string;
@@ -118,7 +116,6 @@ export class Reconciler implements FleetView {
   private clockOffset: number | null = null;
   private readonly leader: () => boolean;
   private readonly memory: MemoryEstimator;
-  private readonly events = new EventEmitter();
   private readonly loop: PassLoop;
 
   /** The one record that outlives a pass. */
@@ -152,14 +149,13 @@ export class Reconciler implements FleetView {
   private notActing: ReasonRef | null = null;
   /** Owner records above etcd's revision this leader took over, shown for a while (ownership.ts). */
   private takeovers: ShownForgery[] = [];
-  private current: FleetSnapshot;
   /** Snapshots published so far: a pass publishes a newer one than it built if any came meanwhile. */
   private publications = 0;
-  private readonly models = new ModelIndex();
   /** Requests in this process's router per model (FleetView.hold): activity until they end. */
   private readonly held = new Map<string, number>();
 
   constructor(private readonly o: ReconcilerOptions) {
+    super();
     this.engineApiKey = o.engineApiKey;
     this.keyFingerprint = engineKeyFingerprint(o.engineApiKey);
     this.log = o.logger.child({ component: 'reconciler' });
@@ -172,9 +168,8 @@ export class Reconciler implements FleetView {
     this.saver = new StateSaver(o.stateStore, this.log, o.initialStateProblem ?? null);
     this.status = o.status;
     this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000, clock: this.clock });
-    this.events.setMaxListeners(0);
     this.loop = new PassLoop((trigger) => this.pass(trigger), this.clock, o.timers);
-    this.current = this.summarize();
+    this.setSnapshot(this.summarize());
   }
 
   /** The state record as it stands (tests, and the future etcd store). */
@@ -609,8 +604,7 @@ export class Reconciler implements FleetView {
 
   private publish(s: FleetSnapshot): void {
     this.publications++;
-    this.current = s;
-    this.events.emit('snapshot', s);
+    this.setSnapshot(s);
   }
 
   private saveState(): Promise<void> {
@@ -642,15 +636,6 @@ export class Reconciler implements FleetView {
 
   // ------------------------------------------------------------------ operator and router API
 
-  snapshot(): FleetSnapshot {
-    return this.current;
-  }
-
-  onSnapshot(listener: (s: FleetSnapshot) => void): () => void {
-    this.events.on('snapshot', listener);
-    return () => this.events.off('snapshot', listener);
-  }
-
   private specModel(name: string): ModelSpec {
     const spec = this.spec();
     const model = spec?.modelNames[name];
@@ -672,7 +657,7 @@ export class Reconciler implements FleetView {
   async restart(req: { readonly replicas?: readonly string[]; readonly model?: string; readonly all?: boolean }): Promise<readonly string[]> {
     const model = req.model ? this.specModel(req.model).name : undefined;
     const ids: string[] = [];
-    for (const r of this.current.models.flatMap((mv) => mv.replicas)) {
+    for (const r of this.snapshot().models.flatMap((mv) => mv.replicas)) {
       if (r.phase !== 'ready' && r.phase !== 'starting') continue;
       if (req.all || (model && r.model === model) || req.replicas?.includes(r.id)) ids.push(r.id);
     }
@@ -689,12 +674,12 @@ export class Reconciler implements FleetView {
    * snapshot at its end).
    */
   restartDone(ids: readonly string[]): boolean {
-    const shown = new Set(this.current.models.flatMap((m) => m.replicas.map((r) => r.id)));
+    const shown = new Set(this.snapshot().models.flatMap((m) => m.replicas.map((r) => r.id)));
     return ids.every((id) => this.state.restarts[id] === undefined && !shown.has(id));
   }
 
   async logs(replicaId: string, lines: number): Promise<string> {
-    const r = this.current.models.flatMap((m) => m.replicas).find((x) => x.id === replicaId);
+    const r = this.snapshot().models.flatMap((m) => m.replicas).find((x) => x.id === replicaId);
     const node = r && this.spec()?.nodes[r.node];
     if (!r || !node) throw new LlmgwError('REPLICA_NOT_FOUND', `no replica "${replicaId}"`, { replica: replicaId });
     try {
@@ -710,14 +695,6 @@ export class Reconciler implements FleetView {
 
   spec(): FleetSpec | null {
     return this.o.tracker.applied?.spec ?? null;
-  }
-
-  model(name: string): ModelView | null {
-    return this.models.get(this.current, name);
-  }
-
-  readyReplicas(model: string): readonly ReplicaView[] {
-    return readyReplicasOf(this.model(model));
   }
 
   touch(model: string): void {
@@ -771,9 +748,5 @@ export class Reconciler implements FleetView {
     const spec = this.spec();
     if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
     return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: new Set(this.stopOps.keys()), keyFingerprint: this.keyFingerprint, now: this.now() }, model);
-  }
-
-  waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]> {
-    return waitSettled(() => this.model(model), (l) => this.onSnapshot(l), opts);
   }
 }

@@ -195,13 +195,16 @@ function rememberRetry(handled: readonly string[], id: string): string[] {
   return out.length > MAX_HANDLED_RETRIES ? out.slice(out.length - MAX_HANDLED_RETRIES) : out;
 }
 
-export type RetryOutcome = 'unparked' | 'backoff-cleared' | 'already-handled';
+/** What a retry did to its model: unparked it, or (not parked) cleared its backoff. The admin API and `ctl retry` answer this. */
+export type RetryOutcome = 'unparked' | 'backoff-cleared';
+/** A retry transition's outcome: also 'already-handled' (its id was handled before, or the trailer names no model). */
+export type RetryHandled = RetryOutcome | 'already-handled';
 
 /**
  * A retry (admin call or `Llmgw-Retry:` trailer) for a model with the given digest: handled once per
  * id. A model name of null (the trailer names no model in the spec) only remembers the id.
  */
-export function retryHandled(s: ControllerState, model: { name: string; digest: string } | null, id: string): { state: ControllerState; outcome: RetryOutcome; note: Note } {
+export function retryHandled(s: ControllerState, model: { name: string; digest: string } | null, id: string): { state: ControllerState; outcome: RetryHandled; note: Note } {
   if (s.handledRetries.includes(id)) return { state: s, outcome: 'already-handled', note: { level: 'debug', msg: 'retry already handled', fields: { retry: id } } };
   if (!model) return { state: { ...s, handledRetries: rememberRetry(s.handledRetries, id) }, outcome: 'already-handled', note: { level: 'warn', msg: 'retry trailer names no model; ignored', fields: { retry: id } } };
   const { health, outcome } = retried(withDigest(s.models[model.name], model.digest), id);

@@ -27,8 +27,13 @@ export interface ReplicaView {
   readonly inFlight?: number | null;
 }
 
-/** See availability.ts for what each phase means. */
-export type ModelPhase = 'ready' | 'degraded' | 'starting' | 'failing' | 'parked' | 'unplaceable' | 'idle' | 'pending';
+/**
+ * A model's phases, the one list (the wire format, `ctl`, the status page and the admin API's filter
+ * use it), in the order an operator attends to them: parked, unplaceable, not ready, then ready and
+ * idle. See availability.ts for what each phase means.
+ */
+export const MODEL_PHASES = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'] as const;
+export type ModelPhase = (typeof MODEL_PHASES)[number];
 
 export interface ModelView {
   readonly name: string;
@@ -156,9 +161,10 @@ export interface FleetView {
    * A request wants the model and none of its replicas is ready: a fresh placement against the
    * controller's current view (no previous result reused). Unplaceable is answered from it at once;
    * when something should start, a pass is requested and this resolves with what it found. Counts
-   * as activity for the idle timeout.
+   * as activity for the idle timeout. `timeoutMs`: the answer is wanted within it (a standby
+   * forwarding to the leader rejects with LEADER_UNAVAILABLE / ETCD_UNAVAILABLE when it passes).
    */
-  demand(model: string): Promise<DemandResult>;
+  demand(model: string, opts?: { readonly timeoutMs?: number }): Promise<DemandResult>;
   /** Resolves with the ready replicas once ≥1 is ready, or [] when timeoutMs passes or the model becomes parked/unplaceable. */
   waitReady(model: string, opts: { readonly timeoutMs: number; readonly signal?: AbortSignal }): Promise<readonly ReplicaView[]>;
   /** Request activity, for on-demand idle timeouts and eviction order (least recently used first). */

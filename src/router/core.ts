@@ -1,7 +1,8 @@
 /**
  * The router's request handling on node:http's own request and response objects: admission (shutdown,
  * spec, API key), the proxied POST /v1/* requests from the first body byte to the last response byte,
- * activation of models with no ready replica, and the drain on shutdown.
+ * activation of models with no ready replica, and the drain on shutdown. The wait for a free slot is
+ * in slot-queues.ts, the call to a replica in proxy.ts.
  *
  * The proxied requests are the data path, so they do not go through fastify's routing, hooks, body
  * parser and reply objects: the server's request listener hands POST /v1/* straight to `handle()`
@@ -20,11 +21,15 @@ import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { affinityKey, isPromptPath } from './affinity.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderFor, routeNotFound, writeRendered } from './errors.js';
-import { KeyLimiter, Ticket, refusalMessage, type Refusal } from './limits.js';
-import { NO_TOKENS, usageOf, type TokenUsage, type UsageSink } from './usage.js';
-import { ActiveCalls, CLIENT_CLOSED_STATUS, ProxyCall, Upstreams, modelCounter, type ModelCounter, type ProxyContext, type UpstreamTimeouts } from './proxy.js';
-import { WaitQueue, retryAfterSeconds, type QueueEntry } from './queue.js';
-import { Activator, LOADING_RETRY_AFTER_SECONDS } from './resolve.js';
+import { limitError, track, trackedOf, usageHook } from './key-usage.js';
+import { KeyLimiter, Ticket } from './limits.js';
+import type { UsageSink } from './usage.js';
+import { ReplicaChoice } from './choose.js';
+import { ProxyCall } from './proxy.js';
+import { ActiveCalls, CLIENT_CLOSED_STATUS, modelCounter, type ModelCounter, type ProxyContext } from './proxy-context.js';
+import { Upstreams, type UpstreamTimeouts } from './upstreams.js';
+import { Activator } from './resolve.js';
+import { SlotQueues, slotsOf, type Pending } from './slot-queues.js';
 import { Ejections } from './eject.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
@@ -64,75 +69,20 @@ export function isProxyRequest(method: string | undefined, url: string | undefin
 
 class ClientGoneDuringActivation extends Error {}
 
-/** A request ready to go upstream: what it needs once a slot is free. */
-interface Pending {
-  readonly res: ServerResponse;
-  readonly t0: number;
-  readonly model: string;
-  readonly spec: ModelSpec;
-  readonly path: string;
-  readonly body: Buffer;
-  /**
-   * The request's affinity key (affinity.ts), read from the parsed body once, at arrival: a request
-   * waiting for activation or in the queue holds only its bytes (counted by maxBufferedBytes), never
-   * the parsed object, which can be many times their size.
-   */
-  readonly key: number | null;
-  /** Slots per replica: the profile's parallel (Infinity when the spec has no such profile). */
-  readonly slots: number;
-}
-
-/** A request waiting in its model's queue. */
-interface Queued {
-  readonly p: Pending;
-  timer: NodeJS.Timeout | null;
-  onClose: (() => void) | null;
-}
-
-/** A model's slots per replica: its profile's `parallel`; Infinity (no queueing) when the profile is unknown. */
-function slotsOf(spec: FleetSpec, m: ModelSpec): number {
-  return spec.profiles[m.profile]?.parallel ?? Infinity;
-}
-
-/**
- * A limit refused with a longer wait than this is answered `x-should-retry: false`: an SDK at its
- * default retries would hold the request (the openai client honours Retry-After up to 60 s) only to
- * be refused again or to time out; the caller sees the 429 and its Retry-After at once.
- */
-export const KEY_RETRY_WITHIN_S = 10;
-
-/** A refused limit as the 429 the client gets. */
-export function limitError(r: Refusal, model: string): RouterError {
-  return new RouterError(r.code, refusalMessage(r), { model, retryAfterSeconds: r.retryAfterSeconds, shouldRetry: r.retryAfterSeconds <= KEY_RETRY_WITHIN_S });
-}
-
-/** A request's key, model, replica and tokens, recorded when its response closes (usage, limits). */
-interface Tracked {
-  readonly key: string;
-  model: string;
-  replica: string;
-  reason: string;
-  tokens: TokenUsage;
-  ticket: Ticket | null;
-}
-
-const TRACKED = Symbol('llmgw.usage');
-type TrackedResponse = ServerResponse & { [TRACKED]?: Tracked };
-
 export class RouterCore {
   readonly upstreams: Upstreams;
+  /** The replica choice over the pool (least-busy, affinity). */
+  readonly choice: ReplicaChoice;
   readonly ctx: ProxyContext;
   /** The replicas' circuit breakers (their probe runs from app.ts). */
   readonly ejections: Ejections;
   private readonly activator: Activator;
+  /** Requests waiting for a free slot, per model. */
+  private readonly queues: SlotQueues;
   private readonly connectionKeys = new ConnectionKeys();
   private readonly shutdown = new AbortController();
   /** Requests waiting for their model to become ready. */
   private activating = 0;
-  /** Requests waiting in a model's queue for a free slot. */
-  private queued = 0;
-  /** True while a queue is being drained (a call ending inside the drain does not start another). */
-  private draining = false;
   /** Requests in handle(), from their headers until their response closes. */
   private admitted = 0;
   /** Body bytes held by those requests. */
@@ -154,32 +104,40 @@ export class RouterCore {
   ) {
     this.keyLimiter = new KeyLimiter(clock, routers);
     this.upstreams = new Upstreams(limits);
+    this.choice = new ReplicaChoice(this.upstreams);
     const warn = (obj: object, msg: string): void => log?.warn(obj, msg);
     this.ejections = new Ejections(this.upstreams, metrics, { warn }, () => this.engineHeaders());
     this.ctx = {
       upstreams: this.upstreams,
+      choice: this.choice,
       metrics,
       active: new ActiveCalls(),
       modelInFlight: new Map(),
       shuttingDown: false,
       onIdle: null,
-      onRelease: (model, counter) => this.drainQueue(model, counter),
+      onRelease: (model, counter) => this.queues.drainQueue(model, counter),
       health: this.ejections,
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
-      onUsage: (res, replica, tail) => {
-        const t = (res as TrackedResponse)[TRACKED];
-        if (t === undefined) return;
-        t.replica = replica;
-        if (tail !== null) t.tokens = usageOf(tail) ?? NO_TOKENS;
-      },
+      onUsage: usageHook,
     };
     this.activator = new Activator(fleet);
+    this.queues = new SlotQueues({
+      ctx: this.ctx,
+      fleet,
+      metrics,
+      shutdown: this.shutdown.signal,
+      dispatch: (p, replicas, fromQueue) => this.dispatch(p, replicas, fromQueue),
+      fail: (res, model, t0, e) => this.fail(res, model, t0, e),
+      left: () => {
+        if (this.ctx.onIdle && this.busy === 0) this.ctx.onIdle();
+      },
+    });
   }
 
   /** Requests in progress: being proxied or waiting for their model. */
   get busy(): number {
-    return this.ctx.active.size + this.activating + this.queued;
+    return this.ctx.active.size + this.activating + this.queues.size;
   }
 
   /**
@@ -216,7 +174,7 @@ export class RouterCore {
       this.fail(res, '', t0, e);
       return;
     }
-    this.track(res, adm.grant.name, t0);
+    track(res, adm.grant.name, t0, this.usage);
     const limit = this.limits.bodyBytes;
     const declared = req.headers['content-length'];
     if (declared !== undefined && Number(declared) > limit) {
@@ -295,7 +253,7 @@ export class RouterCore {
     if (model === undefined) {
       throw modelNotFound(name);
     }
-    const tracked = (res as TrackedResponse)[TRACKED];
+    const tracked = trackedOf(res);
     if (tracked !== undefined) tracked.model = model;
     if (!grantAllows(adm.grant, model)) {
       this.fail(res, model, t0, new RouterError('MODEL_FORBIDDEN', `This API key may not use model '${model}'.`, { param: 'model' }));
@@ -337,10 +295,10 @@ export class RouterCore {
     }
     const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, key, slots: slotsOf(spec, ms) };
     const q = counter.queue;
-    if ((q !== null && q.length > 0) || !this.upstreams.hasFreeSlot(replicas, p.slots, performance.now())) {
-      this.enqueue(p, counter, replicas.length);
+    if ((q !== null && q.length > 0) || !this.choice.hasFreeSlot(replicas, p.slots, performance.now())) {
+      this.queues.enqueue(p, counter, replicas.length);
       // a slot may be free while others wait (a replica just became ready): the oldest go now
-      if (q !== null) this.drainQueue(model, counter);
+      if (q !== null) this.queues.drainQueue(model, counter);
       return;
     }
     this.dispatch(p, replicas);
@@ -357,102 +315,19 @@ export class RouterCore {
     let first: ReplicaView | null = null;
     const call = new ProxyCall(this.ctx, p.model, p.path, this.headersFor(this.fleet.engineApiKey), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     if (key !== null) {
-      const c = this.upstreams.affine(p.model, replicas, key, p.slots, null, now, fromQueue);
+      const c = this.choice.affine(p.model, replicas, key, p.slots, null, now, fromQueue);
       if (c !== null) {
         first = c.replica;
         call.sticky = c.entry;
         this.metrics.affinity(p.model, c.home);
       }
     }
-    call.start(first ?? this.upstreams.pick(replicas, null, now)!);
+    call.start(first ?? this.choice.pick(replicas, null, now)!);
   }
 
-  /** Queues a request for a free slot, or answers 429 model_overloaded when the queue is full. */
-  private enqueue(p: Pending, counter: ModelCounter, replicas: number): void {
-    const q = (counter.queue ??= new WaitQueue<unknown>()) as WaitQueue<Queued>;
-    const limits = p.spec.queue;
-    const item: Queued = { p, timer: null, onClose: null };
-    const entry = q.push(item, performance.now(), limits.max);
-    if (entry === null) {
-      const retry = retryAfterSeconds(q.length, p.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
-      const slots = p.slots * replicas;
-      this.fail(p.res, p.model, p.t0, new RouterError(
-        'MODEL_OVERLOADED',
-        limits.max === 0
-          ? `Model '${p.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and it has no queue (queue.max 0); retry after ${retry} s.`
-          : `Model '${p.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and its queue is full (${q.length} of ${limits.max} waiting, the oldest for ${this.waitedText(q)}); retry after ${retry} s.`,
-        { model: p.model, retryAfterSeconds: retry },
-      ));
-      return;
-    }
-    this.queued++;
-    this.metrics.inFlight(p.model, 1);
-    this.metrics.queueDepth(p.model, q.length);
-    item.onClose = () => {
-      if (p.res.writableFinished || !q.remove(entry)) return;
-      this.leaveQueue(item, entry, q);
-      p.res.destroy();
-      this.metrics.request(p.model, CLIENT_CLOSED_STATUS, (performance.now() - p.t0) / 1000, NO_REASON);
-    };
-    p.res.once('close', item.onClose);
-    item.timer = setTimeout(() => {
-      if (!q.remove(entry)) return;
-      const waited = this.leaveQueue(item, entry, q);
-      const retry = retryAfterSeconds(q.length, p.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
-      this.fail(p.res, p.model, p.t0, this.fleet.readyReplicas(p.model).length === 0
-        ? new RouterError(
-          'MODEL_LOADING',
-          `Model '${p.model}' has had no ready replica (its replicas being replaced or restarted) for as long as the request waited in its queue: ${waited.toFixed(1)} s, the queue timeout; retry after ${LOADING_RETRY_AFTER_SECONDS} s.`,
-          { model: p.model, retryAfterSeconds: LOADING_RETRY_AFTER_SECONDS },
-        )
-        : new RouterError(
-          'MODEL_OVERLOADED',
-          `Model '${p.model}' is overloaded: the request waited ${waited.toFixed(1)} s in its queue (the queue timeout; ${q.length} still waiting) without a free slot on its ready replicas; retry after ${retry} s.`,
-          { model: p.model, retryAfterSeconds: retry },
-        ));
-    }, limits.timeoutMs);
-  }
-
-  /** Bookkeeping of a request that left the queue (already removed from it); returns its wait in seconds. */
-  private leaveQueue(item: Queued, entry: QueueEntry<Queued>, q: WaitQueue<Queued>): number {
-    if (item.timer !== null) clearTimeout(item.timer);
-    if (item.onClose !== null) item.p.res.removeListener('close', item.onClose);
-    item.timer = item.onClose = null;
-    this.queued--;
-    const waited = (performance.now() - entry.since) / 1000;
-    this.metrics.queueWait(item.p.model, waited);
-    this.metrics.queueDepth(item.p.model, q.length);
-    this.metrics.inFlight(item.p.model, -1);
-    if (this.ctx.onIdle && this.busy === 0) this.ctx.onIdle();
-    return waited;
-  }
-
-  private waitedText(q: WaitQueue<Queued>): string {
-    const head = q.peek();
-    return head === null ? '0 s' : `${((performance.now() - head.since) / 1000).toFixed(1)} s`;
-  }
-
-  /** A call of the model ended: the oldest waiting requests go while a slot is free. */
-  private drainQueue(model: string, counter: ModelCounter): void {
-    if (this.draining) return;
-    const q = counter.queue as WaitQueue<Queued> | null;
-    if (q === null || q.length === 0) return;
-    this.draining = true;
-    try {
-      const replicas = this.fleet.readyReplicas(model);
-      // none ready (a replica being replaced where there is no room for a second copy): the queue
-      // waits for the new one, and goes as soon as it is ready
-      if (replicas.length === 0) this.wakeOnReady(model, counter);
-      while (replicas.length > 0) {
-        const head = q.peek();
-        if (head === null || !this.upstreams.hasFreeSlot(replicas, head.value.p.slots, performance.now())) break;
-        q.shift();
-        this.leaveQueue(head.value, head, q);
-        this.dispatch(head.value.p, replicas, true);
-      }
-    } finally {
-      this.draining = false;
-    }
+  /** Drains every model's queue that has a free slot (after the /slots refresh saw other routers' load drop). */
+  drainQueues(): void {
+    this.queues.drainQueues();
   }
 
   /**
@@ -461,28 +336,6 @@ export class RouterCore {
    */
   touchActive(): void {
     for (const [model, counter] of this.ctx.modelInFlight) if (counter.n > 0) this.fleet.touch(model);
-  }
-
-  /**
-   * Drains the model's queue once a replica of it is ready (FleetView.waitReady follows the
-   * snapshots, so with no delay of the router's own); one wait per model at a time.
-   */
-  private wakeOnReady(model: string, counter: ModelCounter): void {
-    if (counter.waking || this.ctx.shuttingDown) return;
-    counter.waking = true;
-    const timeoutMs = this.fleet.spec()?.models[model]?.queue.timeoutMs ?? 60_000;
-    void this.fleet.waitReady(model, { timeoutMs, signal: this.shutdown.signal }).then((ready) => {
-      counter.waking = false;
-      if (counter.queue === null || counter.queue.length === 0 || this.ctx.shuttingDown) return;
-      if (ready.length > 0) this.drainQueue(model, counter);
-      // parked, unplaceable or the timeout: the waiting requests time out on their own; look again in a while
-      else setTimeout(() => this.drainQueue(model, counter), 1000).unref();
-    });
-  }
-
-  /** Drains every model's queue that has a free slot (after the /slots refresh saw other routers' load drop). */
-  drainQueues(): void {
-    for (const [model, counter] of this.ctx.modelInFlight) if (counter.queue !== null && counter.queue.length > 0) this.drainQueue(model, counter);
   }
 
   private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null): Promise<void> {
@@ -529,34 +382,11 @@ export class RouterCore {
   /** The error envelope for a request that is not proxied, and its metrics. `close` ends the connection. */
   fail(res: ServerResponse, model: string, t0: number, e: unknown, close = false): void {
     const r = renderFor(res, e);
-    const tracked = (res as TrackedResponse)[TRACKED];
+    const tracked = trackedOf(res);
     if (tracked !== undefined) tracked.reason = r.code;
     if (r.code === 'INTERNAL') this.log?.error({ err: e }, 'router: internal error');
     this.metrics.request(model, r.status, (performance.now() - t0) / 1000, r.code);
     writeRendered(res, r, close || this.ctx.shuttingDown ? { connection: 'close' } : undefined);
-  }
-
-  /**
-   * Follows a request of key `key` to its response's close: then its limits' hold ends (charged the
-   * tokens the replica reported) and its usage is recorded.
-   */
-  private track(res: ServerResponse, key: string, t0: number): void {
-    const t: Tracked = { key, model: '', replica: '', reason: '', tokens: NO_TOKENS, ticket: null };
-    (res as TrackedResponse)[TRACKED] = t;
-    res.once('close', () => {
-      const tokens = t.tokens;
-      t.ticket?.end(tokens.prompt + tokens.cached + tokens.completion);
-      this.usage?.record({
-        time: Date.now(),
-        key: t.key,
-        model: t.model,
-        replica: t.replica,
-        status: res.writableFinished ? res.statusCode : CLIENT_CLOSED_STATUS,
-        reason: t.reason,
-        durationSeconds: (performance.now() - t0) / 1000,
-        tokens,
-      });
-    });
   }
 
   private overloaded(why: string): RouterError {
@@ -593,14 +423,7 @@ export class RouterCore {
   async drain(graceMs: number): Promise<void> {
     this.ctx.shuttingDown = true;
     this.shutdown.abort(new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.'));
-    // requests still waiting for a slot never started: they are answered now, to retry elsewhere
-    for (const counter of this.ctx.modelInFlight.values()) {
-      const q = counter.queue as WaitQueue<Queued> | null;
-      for (let e = q?.shift() ?? null; e !== null; e = q!.shift()) {
-        this.leaveQueue(e.value, e, q!);
-        this.fail(e.value.p.res, e.value.p.model, e.value.p.t0, new RouterError('ROUTER_SHUTTING_DOWN', `The router is shutting down; the request was still waiting in model '${e.value.p.model}''s queue.`, { retryAfterSeconds: 1 }));
-      }
-    }
+    this.queues.refuseAll();
     await this.whenIdle(graceMs);
     if (this.ctx.active.size > 0) {
       this.log?.warn({ active: this.ctx.active.size, graceMs }, 'router: shutdown grace over; aborting in-flight requests');

@@ -8,7 +8,8 @@
 import type { RouterMetrics } from '../metrics/ports.js';
 import { nextBreaker, type BreakerEvent } from './breaker.js';
 import type { UpstreamFailure } from './failover.js';
-import type { ReplicaHealth, Upstream, Upstreams } from './proxy.js';
+import type { ReplicaHealth } from './proxy-context.js';
+import type { Upstream, Upstreams } from './upstreams.js';
 
 export const PROBE_INTERVAL_MS = 1000;
 const PROBE_TIMEOUT_MS = 2000;

@@ -42,6 +42,8 @@ export type RouterReasonCode =
   | 'HEADERS_TOO_LARGE'
   | 'MALFORMED_HTTP'
   | 'NO_VALID_SPEC'
+  | 'LEADER_UNAVAILABLE'
+  | 'ETCD_UNAVAILABLE'
   | 'INTERNAL';
 
 export interface RouterErrorDetail {

@@ -15,9 +15,9 @@
  * `data: {"error":…}` on /v1/chat/completions and /v1/completions, Anthropic's `event: error` on
  * /v1/messages), any other body is cut (the client sees the connection close before the end).
  */
-import { anthropicType, sseEvent, type RenderedError, type RouterReasonCode } from './errors.js';
+import { anthropicType, RouterError, sseEvent, type RenderedError, type RouterReasonCode } from './errors.js';
 
-/** How an attempt failed. See classifyUpstreamError (proxy.ts) for the mapping from undici's errors. */
+/** How an attempt failed. See classifyUpstreamError (below) for the mapping from undici's errors. */
 export type UpstreamFailure =
   | 'connect'
   | 'connect_timeout'
@@ -123,15 +123,58 @@ export class ReplicaUnavailable extends Error {
   }
 }
 
+/** What a failed attempt's message says. */
+export interface FailureText {
+  readonly model: string;
+  /** The last error's own text (undici's, or the OS's). */
+  readonly detail?: string;
+  /** Replicas tried (UPSTREAM_CONNECT). */
+  readonly tried?: number;
+  /** The client had response bytes already (UPSTREAM_FAILED). */
+  readonly midResponse?: boolean;
+  /** The replica's HTTP status (UPSTREAM_AUTH). */
+  readonly status?: number;
+}
+
+/** A catalogue code a failed attempt is counted and answered as, with its message. */
+export interface FailureRow {
+  readonly code: RouterReasonCode;
+  readonly message: (t: FailureText) => string;
+}
+
+/** Before any response byte, a failure after which another replica is tried (isRetryableBeforeResponse). */
+const CONNECT: FailureRow = { code: 'UPSTREAM_CONNECT', message: (t) => `No ready replica of model '${t.model}' accepted the request (${t.tried ?? 1} tried; last: ${t.detail ?? ''}).` };
+const FAILED: FailureRow = { code: 'UPSTREAM_FAILED', message: (t) => `The connection to the replica of model '${t.model}' failed${t.midResponse === true ? ' mid-response' : ''}: ${t.detail ?? ''}` };
+
 /**
- * The catalogue code of a failed attempt (what `llmgw_router_upstream_errors_total{reason}` counts):
- * the error the client gets if no other replica is tried. A failure before any response byte that is
- * retried on another replica is a connect failure; the finer kind stays in the log.
+ * The failure vocabulary in one table: each kind of failed attempt → the catalogue code it is counted
+ * (`llmgw_router_upstream_errors_total{reason}`) and answered as, and the message the client gets,
+ * once the replica had responded or the client had a byte. Before that, a kind that is tried on another
+ * replica is counted as UPSTREAM_CONNECT (the finer kind stays in the log).
  */
+const FAILURES: { readonly [K in UpstreamFailure]: FailureRow } = {
+  connect: FAILED,
+  connect_timeout: FAILED,
+  reset: FAILED,
+  unavailable: FAILED,
+  error: FAILED,
+  first_byte_timeout: { code: 'UPSTREAM_FIRST_BYTE_TIMEOUT', message: (t) => `The replica of model '${t.model}' sent no response within the first-byte timeout.` },
+  stall_timeout: { code: 'UPSTREAM_STALLED', message: (t) => `The replica of model '${t.model}' stopped sending for longer than the stream idle timeout.` },
+  auth: { code: 'UPSTREAM_AUTH', message: (t) => `The replica of model '${t.model}' refused llmgw's engine API key (HTTP ${t.status ?? 401}).` },
+};
+
+/** The row of a failed attempt; `responded`: the replica had responded or the client had a byte (nothing is tried elsewhere). */
+export function failureRow(f: UpstreamFailure, responded: boolean): FailureRow {
+  return !responded && isRetryableBeforeResponse(f) ? CONNECT : FAILURES[f];
+}
+
+/** The catalogue code of a failed attempt (what the client gets if no other replica is tried). */
 export function upstreamReason(f: UpstreamFailure, responded: boolean): RouterReasonCode {
-  if (f === 'auth') return 'UPSTREAM_AUTH';
-  if (!responded && isRetryableBeforeResponse(f)) return 'UPSTREAM_CONNECT';
-  if (f === 'first_byte_timeout') return 'UPSTREAM_FIRST_BYTE_TIMEOUT';
-  if (f === 'stall_timeout') return 'UPSTREAM_STALLED';
-  return 'UPSTREAM_FAILED';
+  return failureRow(f, responded).code;
+}
+
+/** The error a failed attempt ends the request with. */
+export function upstreamError(f: UpstreamFailure, responded: boolean, t: FailureText): RouterError {
+  const row = failureRow(f, responded);
+  return new RouterError(row.code, row.message(t), { model: t.model });
 }

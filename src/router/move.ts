@@ -14,7 +14,7 @@
  * evaluated (`prompt_ms / prompt_n`, over many requests). Where one is not known, there is nothing to
  * weigh, and the caller falls back to the load bound (affinity.ts).
  */
-import type { Choice, ReplicaLoads, Ring } from './affinity.js';
+import type { Choice, ReplicaLoads, Ring } from './ring.js';
 
 /**
  * Seconds until a request sent now to a replica with `load` requests on `slots` slots gets one: none

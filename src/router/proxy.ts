@@ -1,8 +1,9 @@
 /**
  * The call to a replica: `ProxyCall`, a low-level undici dispatch handler that streams the replica's
- * response to the client's raw ServerResponse chunk by chunk. The upstream pool and the replica
- * choice are in upstreams.ts, the failure vocabulary and what follows each failure in failover.ts.
- *
+ * response to the client's raw ServerResponse chunk by chunk, with its retries. The upstream pool is
+ * in upstreams.ts, the replica choice in choose.ts, the failure vocabulary and what follows each
+ * failure in failover.ts, what the calls of one router share in proxy-context.ts, the forwarded
+ * headers in forward-headers.ts.
  *
  * - backpressure: when the client's socket buffer is full, the upstream read is paused until 'drain';
  * - a client that goes away aborts the upstream request (llama-server then cancels the generation);
@@ -19,148 +20,20 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
+import { NO_REASON } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
 import type { StickyEntry } from './affinity.js';
 import { RouterError, renderFor, writeRendered } from './errors.js';
-import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamReason, type UpstreamFailure } from './failover.js';
-import type { WaitQueue } from './queue.js';
+import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
+import { forwardedHeaders } from './forward-headers.js';
+import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type ModelCounter, type ProxyContext } from './proxy-context.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
-import { DOWN_FOR_MS, type Upstream, type Upstreams } from './upstreams.js';
-
-// the names other modules and tests import from here
-export { DOWN_FOR_MS, isDown, loadOf, POOL_IDLE_CLOSE_MS, Upstream, Upstreams, type UpstreamTimeouts } from './upstreams.js';
-export { classifyUpstreamError, isRetryableBeforeResponse, ReplicaUnavailable, upstreamReason, type UpstreamFailure } from './failover.js';
-
-/** Upstream response headers passed to the client; everything else (server, CORS, auth echoes…) is dropped. */
-const FORWARD_HEADERS = ['content-type', 'content-length', 'content-encoding', 'cache-control', 'retry-after'] as const;
-
-/**
- * The calls in flight, as an intrusive doubly-linked list: O(1) add/remove with no hashing and no
- * table churn (a Set of short-lived objects measurably costs GC time at saturation).
- */
-export class ActiveCalls {
-  size = 0;
-  /** @internal */
-  head: ProxyCall | null = null;
-
-  add(c: ProxyCall): void {
-    c.prev = null;
-    c.next = this.head;
-    if (this.head) this.head.prev = c;
-    this.head = c;
-    this.size++;
-  }
-
-  delete(c: ProxyCall): void {
-    if (c.prev) c.prev.next = c.next;
-    else if (this.head === c) this.head = c.next;
-    else return; // not in the list
-    if (c.next) c.next.prev = c.prev;
-    c.prev = null;
-    c.next = null;
-    this.size--;
-  }
-
-  toArray(): ProxyCall[] {
-    const out: ProxyCall[] = [];
-    for (let c = this.head; c; c = c.next) out.push(c);
-    return out;
-  }
-}
-
-/** In-flight proxied requests of one model; one mutable counter per model, looked up once per request. */
-export interface ModelCounter {
-  n: number;
-  /** Moving average of a request's time on a replica (dispatch to end), in seconds; 0 before the first. */
-  serviceSeconds: number;
-  /** Requests waiting for a free slot (core.ts), created on first use. */
-  queue: WaitQueue<unknown> | null;
-  /** True while the queue waits for a replica to become ready (none was; core.ts wakeOnReady). */
-  waking: boolean;
-}
-
-/** Weight of the latest request in `serviceSeconds`. */
-const SERVICE_EWMA = 0.2;
-
-/** Shared by every ProxyCall of one router. */
-export interface ProxyContext {
-  readonly upstreams: Upstreams;
-  readonly metrics: RouterMetrics;
-  /** Calls in flight (graceful shutdown waits for them, then aborts the rest). */
-  readonly active: ActiveCalls;
-  /** In-flight proxied requests per model (for max_concurrency). */
-  readonly modelInFlight: Map<string, ModelCounter>;
-  /** True once the router is shutting down: responses say `connection: close`. */
-  shuttingDown: boolean;
-  /** Called when `active` shrinks. */
-  onIdle: (() => void) | null;
-  /** Called when a call of the model ends (its slot is free): the queue's turn. */
-  onRelease: ((model: string, counter: ModelCounter) => void) | null;
-  /** The model's ready replicas now (FleetView.readyReplicas), for a retry elsewhere. */
-  readonly readyReplicas: (model: string) => readonly ReplicaView[];
-  /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
-  readonly health: ReplicaHealth;
-  readonly log: { warn(obj: object, msg: string): void };
-  /**
-   * keys hook (usage and per-key limits, core.ts): called once per call as it ends, with the
-   * replica that answered and the last bytes of a 200 response (null: none kept), where the
-   * replica reported its token usage.
-   */
-  readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null) => void) | null;
-}
-
-/** The breaker's port: an attempt that failed in a way that says the replica is not serving, or a response from it. */
-export interface ReplicaHealth {
-  failed(u: Upstream, failure: UpstreamFailure): void;
-  responded(u: Upstream): void;
-}
+import { DOWN_FOR_MS, type Upstream } from './upstreams.js';
 
 class ClientGone extends Error {
   constructor() {
     super('client went away');
     this.name = 'ClientGone';
-  }
-}
-
-/** Status recorded for a request whose client went away (as nginx does). */
-export const CLIENT_CLOSED_STATUS = 499;
-
-/** The in-flight counter of a model (created on first use; one per model name, never removed). */
-export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {
-  let c = ctx.modelInFlight.get(model);
-  if (!c) {
-    c = { n: 0, serviceSeconds: 0, queue: null, waking: false };
-    ctx.modelInFlight.set(model, c);
-  }
-  return c;
-}
-
-/**
- * The allowlisted names by length (their lengths differ: 11, 12, 13, 14, 16), so each upstream header
- * is compared with at most one name, and most (date, server, connection…) with none.
- */
-const FORWARD_BY_LENGTH: ({ name: string; bytes: Buffer } | undefined)[] = [];
-for (const name of FORWARD_HEADERS) {
-  if (FORWARD_BY_LENGTH[name.length]) throw new Error(`two forwarded header names of length ${name.length}`);
-  FORWARD_BY_LENGTH[name.length] = { name, bytes: Buffer.from(name, 'latin1') };
-}
-
-/** True when a raw header name equals `lower` (lowercase ASCII, same length), ignoring case; no string is made. */
-function nameIs(n: Buffer, lower: Buffer): boolean {
-  for (let i = 0; i < n.length; i++) {
-    const c = n[i]!;
-    if ((c >= 65 && c <= 90 ? c + 32 : c) !== lower[i]) return false;
-  }
-  return true;
-}
-
-/** The upstream response headers passed on, picked out of undici's raw [name, value, …] Buffers. */
-export function forwardedHeaders(raw: readonly Buffer[], out: Record<string, string>): void {
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    const n = raw[i]!;
-    const f = FORWARD_BY_LENGTH[n.length];
-    if (f !== undefined && out[f.name] === undefined && nameIs(n, f.bytes)) out[f.name] = raw[i + 1]!.toString('latin1');
   }
 }
 
@@ -174,11 +47,11 @@ export function forwardedHeaders(raw: readonly Buffer[], out: Record<string, str
  * per request and about 2 KB of heap per open stream (measured with heap snapshots under
  * bench/router.bench.ts's stream load).
  */
-export class ProxyCall implements Dispatcher.DispatchHandler {
+export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   /** @internal ActiveCalls links */
-  prev: ProxyCall | null = null;
+  prev: ActiveCall | null = null;
   /** @internal */
-  next: ProxyCall | null = null;
+  next: ActiveCall | null = null;
   private counter: ModelCounter | null = null;
   /** undici's abort for the current attempt (set in onConnect). */
   private abortUpstream: ((err?: Error) => void) | null = null;
@@ -295,7 +168,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     this.responded = true;
     if (statusCode === 401 || statusCode === 403) {
       // the replica refused the engine key: never hand its "invalid API key" to the client as if it were theirs
-      this.abortUpstream?.(new RouterError('UPSTREAM_AUTH', `The replica of model '${this.model}' refused llmgw's engine API key (HTTP ${statusCode}).`, { model: this.model }));
+      this.abortUpstream?.(upstreamError('auth', true, { model: this.model, status: statusCode }));
       return false;
     }
     if (statusCode === 503 && failoverOf({ failure: 'unavailable', clientGotByte: false, replicaResponded: true, retriedSame: this.retriedSame, moves: this.moves }) === 'other' && this.nextReplica(false) !== null) {
@@ -381,13 +254,13 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     }
     if (reason) {
       // shutdown past its grace
-      this.fail(reason, 'aborted');
+      this.fail(reason);
       return;
     }
     if (err instanceof RouterError) {
       this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.gotByte));
-      this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint }, err.message);
-      this.fail(err, null);
+      this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint, code: err.code, err: err.message }, "replica refused llmgw's engine API key");
+      this.fail(err);
       return;
     }
     const kind = classifyUpstreamError(err);
@@ -411,22 +284,11 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
         this.attempt(next);
         return;
       }
-      this.fail(
-        new RouterError('UPSTREAM_CONNECT', `No ready replica of model '${this.model}' accepted the request (${this.tried?.size ?? 1} tried; last: ${err.message}).`, { model: this.model }),
-        kind,
-      );
+      this.fail(upstreamError(kind, false, { model: this.model, tried: this.tried?.size ?? 1, detail: err.message }));
       return;
     }
     this.ctx.log.warn({ model: this.model, replica: failed.id, err: err.message, kind, afterFirstByte: this.gotByte }, 'upstream request failed');
-    let e: RouterError;
-    if (kind === 'first_byte_timeout') {
-      e = new RouterError('UPSTREAM_FIRST_BYTE_TIMEOUT', `The replica of model '${this.model}' sent no response within the first-byte timeout.`, { model: this.model });
-    } else if (kind === 'stall_timeout') {
-      e = new RouterError('UPSTREAM_STALLED', `The replica of model '${this.model}' stopped sending for longer than the stream idle timeout.`, { model: this.model });
-    } else {
-      e = new RouterError('UPSTREAM_FAILED', `The connection to the replica of model '${this.model}' failed${this.gotByte ? ' mid-response' : ''}: ${err.message}`, { model: this.model });
-    }
-    this.fail(e, kind);
+    this.fail(upstreamError(kind, true, { model: this.model, midResponse: this.gotByte, detail: err.message }));
   }
 
   /**
@@ -448,17 +310,17 @@ export class ProxyCall implements Dispatcher.DispatchHandler {
     let next: ReplicaView | null = null;
     if (this.key !== null && take) {
       if (this.sticky !== null) this.sticky.active--;
-      const c = this.ctx.upstreams.affine(this.model, replicas, this.key, this.slots, tried, now);
+      const c = this.ctx.choice.affine(this.model, replicas, this.key, this.slots, tried, now);
       this.sticky = c?.entry ?? null;
       next = c?.replica ?? null;
     }
-    next ??= this.ctx.upstreams.pick(replicas, tried, now);
+    next ??= this.ctx.choice.pick(replicas, tried, now);
     if (!take) tried.delete(failed.endpoint);
     return next;
   }
 
   /** Ends the client response with an error: an envelope before the first byte, a stream's error event or a cut after. */
-  private fail(e: Error, _kind: string | null): void {
+  private fail(e: Error): void {
     const res = this.res;
     const r = renderFor(res, e);
     let status: number;

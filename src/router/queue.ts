@@ -1,7 +1,7 @@
 /**
  * A model's wait queue at the router: a bounded FIFO with O(1) push, shift and removal of any entry
  * (a client that goes away, a wait that times out). Pure: the timers and the answers are the caller's
- * (core.ts).
+ * (slot-queues.ts).
  */
 
 export class QueueEntry<T> {

@@ -10,10 +10,12 @@
  *     failing     → 503 model_failing
  *     starting    → wait for ready up to the activation window (from the request's arrival); then the
  *                   replicas, or the state the model ended up in, or 503 model_loading with Retry-After
+ *     no answer   → (a standby: no leader or no etcd within the window) 503 leader_unavailable /
+ *                   etcd_unavailable with Retry-After
  *
  * Concurrent requests for the same model share one in-flight demand() (one fresh attempt answers all).
  */
-import type { ReasonRef } from '../errors/catalogue.js';
+import { LlmgwError, type ReasonRef } from '../errors/catalogue.js';
 import type { DemandResult, FleetView, ModelView, ReplicaView } from '../reconciler/view.js';
 import { RouterError } from './errors.js';
 
@@ -21,6 +23,13 @@ import { RouterError } from './errors.js';
 export const LOADING_RETRY_AFTER_SECONDS = 5;
 /** Retry-After for model_failing when the next attempt time is unknown. */
 export const FAILING_RETRY_AFTER_SECONDS = 10;
+/** Retry-After for leader_unavailable / etcd_unavailable (an election or etcd's return takes seconds). */
+export const CONTROLLER_RETRY_AFTER_SECONDS = 5;
+/**
+ * The part of the activation window a placement attempt may take: the rest is kept to answer within
+ * the window (a standby's forwarded demand ends by then).
+ */
+export const DEMAND_ANSWER_MARGIN_MS = 500;
 
 export function unparkHint(model: string): string {
   return `To unpark it, fix the cause and run \`llmgw ctl retry ${model}\` or push a commit with the trailer \`Llmgw-Retry: ${model}\` (changing the model's definition also unparks it).`;
@@ -61,6 +70,21 @@ export function loadingError(model: string, windowMs: number): RouterError {
   );
 }
 
+const LEADER_CODES: ReadonlySet<string> = new Set(['LEADER_UNAVAILABLE', 'LEADER_DEPOSED']);
+const ETCD_CODES: ReadonlySet<string> = new Set(['ETCD_UNAVAILABLE', 'ETCD_FAILED', 'ETCD_AUTH_FAILED', 'ETCD_TLS_FAILED']);
+
+/**
+ * A placement attempt that could not reach the controller (a standby's forward: no leader answered,
+ * or etcd did not): the router's 503 with that code and Retry-After; null for any other failure.
+ */
+export function controllerUnavailableError(model: string, e: unknown): RouterError | null {
+  if (!(e instanceof LlmgwError)) return null;
+  const code = LEADER_CODES.has(e.code) ? 'LEADER_UNAVAILABLE' : ETCD_CODES.has(e.code) ? 'ETCD_UNAVAILABLE' : null;
+  if (code === null) return null;
+  const why = code === 'LEADER_UNAVAILABLE' ? 'no controller leader answered' : 'etcd, through which this router reaches the controller leader, did not answer';
+  return new RouterError(code, `Model '${model}' has no ready replica and could not be activated: ${why} (${e.code}: ${e.message}); retry shortly.`, { model, retryAfterSeconds: CONTROLLER_RETRY_AFTER_SECONDS }, { cause: e });
+}
+
 /** The error for a model's state when it is refused without waiting, or null when it may become ready. */
 function refusal(model: string, mv: ModelView | null, nowMs: number): RouterError | null {
   if (!mv) return null;
@@ -88,10 +112,10 @@ export class Activator {
   ) {}
 
   /** One fresh placement attempt per model at a time; concurrent callers share it. */
-  demand(model: string): Promise<DemandResult> {
+  demand(model: string, timeoutMs?: number): Promise<DemandResult> {
     let p = this.pending.get(model);
     if (!p) {
-      p = this.fleet.demand(model).finally(() => this.pending.delete(model));
+      p = this.fleet.demand(model, timeoutMs === undefined ? undefined : { timeoutMs }).finally(() => this.pending.delete(model));
       this.pending.set(model, p);
     }
     return p;
@@ -110,9 +134,17 @@ export class Activator {
     }
     let result: DemandResult;
     try {
-      result = await this.demand(model);
+      // answered within the window: the attempt gets what is left of it, less a margin to answer in
+      const left = opts.windowMs - (this.now() - opts.startedAt);
+      result = await this.demand(model, Math.max(0, left - Math.min(DEMAND_ANSWER_MARGIN_MS, left / 10)));
     } catch (e) {
-      throw new RouterError('INTERNAL', `The placement attempt for model '${model}' failed.`, { model }, { cause: e });
+      const unavailable = controllerUnavailableError(model, e);
+      if (!unavailable) throw new RouterError('INTERNAL', `The placement attempt for model '${model}' failed.`, { model }, { cause: e });
+      opts.signal.throwIfAborted();
+      // a replica may have become ready meanwhile (the published snapshot moved)
+      const ready = this.fleet.readyReplicas(model);
+      if (ready.length > 0) return ready;
+      throw unavailable;
     }
     opts.signal.throwIfAborted();
     switch (result.kind) {

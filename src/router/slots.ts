@@ -11,7 +11,7 @@
  * again for UNSUPPORTED_RETRY_MS; other failures count as no outside load.
  */
 import { readSlots } from '../engine-api/slots.js';
-import type { Upstream, Upstreams } from './proxy.js';
+import type { Upstream, Upstreams } from './upstreams.js';
 
 export { readSlots } from '../engine-api/slots.js';
 

@@ -6,6 +6,7 @@
  * apart) for the p50. The clock is injected. Counts restart with the process (the usage log,
  * usage-log.ts, is what survives it).
  */
+import type { UsageRow } from '../wire/usage.js';
 import type { UsageRecord, UsageSink } from './usage.js';
 
 export const MINUTE_MS = 60_000;
@@ -22,18 +23,6 @@ interface Agg {
   completion: number;
   /** latency bucket → count */
   readonly latency: Map<number, number>;
-}
-
-export interface UsageRow {
-  readonly key: string;
-  readonly model: string;
-  readonly requests: number;
-  readonly errors: number;
-  readonly promptTokens: number;
-  readonly cachedTokens: number;
-  readonly completionTokens: number;
-  /** Median request duration (within 5 %), null when there were none. */
-  readonly p50LatencySeconds: number | null;
 }
 
 export interface UsageQuery {

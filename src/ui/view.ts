@@ -8,8 +8,8 @@
 import { Reasons } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { formatBytes } from '../fleet-spec/units.js';
-import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
-import { ATTENTION_ORDER, controlLines, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../format/ctl-format.js';
+import { MODEL_PHASES, type FleetSnapshot, type ModelPhase } from '../reconciler/view.js';
+import { controlLines, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../format/ctl-format.js';
 import type { RouterFigures } from './figures.js';
 import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
 
@@ -119,7 +119,7 @@ export function pageView(s: FleetSnapshot, spec: FleetSpec | null, figures: Read
   const status = statusJson(s);
   const at = status.at;
   const models = s.models.map((m) => modelJson(m, s.appliedRevision, s.at));
-  const groups: PageGroup[] = ATTENTION_ORDER.map((phase) => ({
+  const groups: PageGroup[] = MODEL_PHASES.map((phase) => ({
     phase,
     blurb: GROUP_BLURBS[phase] ?? null,
     models: models.filter((m) => m.phase === phase).map((m) => pageModel(m, at, figures)),

@@ -4,15 +4,16 @@
  * minus what changes on every pass — the status branch's files, which `llmgw plan` reads back.
  * Every reason an operator sees carries its stable code and a hint.
  */
-import { Reasons, type ReasonRef } from '../errors/catalogue.js';
+import { hintFor, Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
-import type { FleetSnapshot, ModelPhase, ModelView, NodeView, ReplicaPhase, ReplicaView } from '../reconciler/view.js';
+import type { RetryOutcome } from '../reconciler/state.js';
+import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaPhase, type ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
 import { pickModels, type ModelsQuery } from './models-query.js';
 
-export const MODEL_PHASES: readonly ModelPhase[] = ['parked', 'unplaceable', 'failing', 'starting', 'pending', 'degraded', 'ready', 'idle'];
+export { MODEL_PHASES } from '../reconciler/view.js';
 
 export interface ReasonJson {
   readonly code: string;
@@ -145,7 +146,7 @@ export interface NodesJson {
 }
 export interface RetryJson {
   readonly model: string;
-  readonly outcome: 'unparked' | 'backoff-cleared';
+  readonly outcome: RetryOutcome;
   /** What the model looks like after the pass that handled the retry (null if it left the spec). */
   readonly phase: ModelPhase | null;
   readonly message: string;
@@ -173,11 +174,6 @@ export function reasonJson(r: ReasonRef): ReasonJson {
 }
 
 const reasonOrNull = (r: ReasonRef | null): ReasonJson | null => (r ? reasonJson(r) : null);
-
-/** The un-parking hint, naming the model. */
-export function parkedHint(model: string): string {
-  return Reasons.MODEL_PARKED.hint.replaceAll('MODEL', model);
-}
 
 export function replicaJson(r: ReplicaView, modelDigest: string | null): ReplicaJson {
   return {
@@ -209,7 +205,7 @@ export function modelJson(m: ModelView, revision: string | null, at?: number): M
     revision,
     consecutiveFailures: m.consecutiveFailures,
     lastError: reasonOrNull(m.lastError),
-    parked: m.parked ? { since: isoNow(m.parked.since), lastError: reasonJson(m.parked.lastError), hint: parkedHint(m.name) } : null,
+    parked: m.parked ? { since: isoNow(m.parked.since), lastError: reasonJson(m.parked.lastError), hint: hintFor('MODEL_PARKED', m.name) } : null,
     unplaceable: m.unplaceable
       ? {
           code: m.unplaceable.code,

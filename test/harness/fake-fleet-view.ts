@@ -142,7 +142,9 @@ export class FakeFleetView implements FleetView {
    * What demand() answers (after `demandDelayMs`). Default: from the model's state — ready replicas →
    * ready, parked/unplaceable/failing → that, anything else → starting.
    */
-  onDemand: ((model: string) => DemandResult | Promise<DemandResult>) | null = null;
+  onDemand: ((model: string, opts?: { readonly timeoutMs?: number }) => DemandResult | Promise<DemandResult>) | null = null;
+  /** The timeoutMs of each demand() call, in order. */
+  readonly demandTimeouts: Array<number | undefined> = [];
   demandDelayMs = 0;
 
   constructor(spec: FleetSpec | null, engineApiKey = 'engine-key-for-tests') {
@@ -234,12 +236,13 @@ export class FakeFleetView implements FleetView {
     return this.states.get(model)?.ready ?? [];
   }
 
-  async demand(model: string): Promise<DemandResult> {
+  async demand(model: string, opts?: { readonly timeoutMs?: number }): Promise<DemandResult> {
     this.calls.demand.push(model);
+    this.demandTimeouts.push(opts?.timeoutMs);
     if (this.demandDelayMs > 0) await new Promise((r) => setTimeout(r, this.demandDelayMs));
     const s = this.state(model);
     if (this.onDemand) {
-      const r = await this.onDemand(model);
+      const r = await this.onDemand(model, opts);
       // like the reconciler: a fresh attempt replaces the previous placement result
       if (r.kind === 'starting' && s.ready.length === 0) Object.assign(s, { phase: 'starting', unplaceable: null });
       return r;

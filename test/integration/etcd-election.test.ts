@@ -38,6 +38,18 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     return i;
   };
 
+  /** a leads (epoch1), b is a standby that sees it. */
+  const leaderAndStandby = async (): Promise<{ prefix: string; a: Instance; b: Instance; epoch1: number }> => {
+    const prefix = freshPrefix();
+    const a = make(etcd.endpoint, prefix, 'a');
+    const b = make(etcd.endpoint, prefix, 'b');
+    a.election.start();
+    const epoch1 = await elected(a.election);
+    b.election.start();
+    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+    return { prefix, a, b, epoch1 };
+  };
+
   before(async () => {
     etcd = await startEtcd();
   });
@@ -210,13 +222,7 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     }
   });
   it('a leader whose key is deleted by hand, or whose lease is revoked, steps down (LEADER_DEPOSED) and a new epoch leads', async () => {
-    const prefix = freshPrefix();
-    const a = make(etcd.endpoint, prefix, 'a');
-    const b = make(etcd.endpoint, prefix, 'b');
-    a.election.start();
-    const epoch1 = await elected(a.election);
-    b.election.start();
-    await until(() => b.election.current()?.epoch === epoch1, 'the standby seeing the leader', 5_000);
+    const { prefix, a, b, epoch1 } = await leaderAndStandby();
 
     const deposed = once(a.election, 'deposed') as Promise<[ReasonRef]>;
     const next = electedAbove([a, b], epoch1);
@@ -234,6 +240,24 @@ describe('Election on a real etcd', { timeout: 60_000 }, () => {
     const [reason2] = await deposed2;
     assert.equal(reason2.code, 'LEADER_DEPOSED', reason2.message);
     assert.ok((await third).election.epoch! > epoch2);
+  });
+
+  it('the leader key overwritten by hand (a put naming another instance, on no lease): the leader steps down (LEADER_KEY_FORGED), the key is removed, nobody follows it, a new epoch leads', async () => {
+    const { prefix, a, b, epoch1 } = await leaderAndStandby();
+    const followed: string[] = [];
+    for (const i of [a, b]) i.election.on('leader', (l) => l && followed.push(`${l.id}@${l.epoch}`));
+
+    const deposed = once(a.election, 'deposed') as Promise<[ReasonRef]>;
+    const next = electedAbove([a, b], epoch1);
+    await a.client.put(`${prefix}/leader`).value(JSON.stringify({ id: 'b', label: 'forged', since: 1 }));
+    const [reason] = await deposed;
+    assert.equal(reason.code, 'LEADER_KEY_FORGED', reason.message);
+    const second = await next;
+    assert.ok(second.election.epoch! > epoch1);
+    const kv = (await a.client.get(`${prefix}/leader`).exec()).kvs[0]!;
+    assert.equal(Number(kv.create_revision), second.election.epoch, 'the key is the new leader\'s');
+    assert.notEqual(kv.lease, '0');
+    assert.ok(!followed.includes(`b@${epoch1}`), `an instance followed the forged record: ${followed.join(', ')}`);
   });
 
   it('resignTerm (a term the reconciler ended): deposed at once, the key gone, a new epoch leads long before the lease could expire; revision() bounds every epoch', async () => {

@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { LlmgwError } from '../../src/errors/catalogue.js';
 import { Published, Requests, type RequestMsg } from '../../src/ha/channel.js';
 import { EtcdStateStore } from '../../src/ha/etcd-state.js';
+import { sharedValues } from '../../src/ha/shared.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
@@ -37,10 +38,20 @@ function reordered(s: ControllerState): ControllerState {
 describe('state record, snapshot and requests in a real etcd', { timeout: 60_000 }, () => {
   let etcd: EtcdInstance;
   const open: Instance[] = [];
-  const make = (prefix: string, id: string): Instance => {
-    const i = instance(etcd.endpoint, prefix, id);
+  /** An instance on etcd, or through a forwarder listening on `viaPort`. */
+  const make = (prefix: string, id: string, viaPort?: number): Instance => {
+    const i = instance(viaPort === undefined ? etcd.endpoint : `http://127.0.0.1:${viaPort}`, prefix, id);
     open.push(i);
     return i;
+  };
+  /** An elected instance serving requests with `handle`; the reasons of those it refused. */
+  const servingLeader = async (prefix: string, handle: (m: RequestMsg) => Promise<unknown>): Promise<{ refused: string[]; stopServing: () => Promise<void> }> => {
+    const leader = make(prefix, 'leader');
+    leader.election.start();
+    await elected(leader.election);
+    const refused: string[] = [];
+    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, handle, (r) => refused.push(r.why));
+    return { refused, stopServing };
   };
   const revision = async (i: Instance): Promise<number> => Number((await i.client.get('/nothing').exec()).header.revision);
 
@@ -176,8 +187,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const prefix = freshPrefix();
     const fwd = await startTcpForwarder(etcd.clientPort);
     try {
-      const leader = instance(`http://127.0.0.1:${fwd.port}`, prefix, 'leader');
-      open.push(leader);
+      const leader = make(prefix, 'leader', fwd.port);
       leader.election.start();
       await elected(leader.election);
       const handled: string[] = [];
@@ -206,21 +216,77 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     }
   });
 
+  it('Requests: a request whose sender gave up while it waited behind another is refused when its turn comes (its lease is checked live), never run', async () => {
+    const prefix = freshPrefix();
+    const handled: string[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const { refused, stopServing } = await servingLeader(prefix, async (m) => {
+      const trigger = (m.body as { trigger: string }).trigger;
+      handled.push(trigger);
+      if (trigger === 'slow') await gate;
+      return 'ok';
+    });
+    try {
+      const sender = make(prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby');
+      const slow = requests.send('pass', { trigger: 'slow' }, 10_000);
+      await until(() => handled.length === 1, 'the slow request running', 5_000, 10);
+      // queued behind it; its sender gives up (revokes its lease) before its turn
+      await rejectsWith(requests.send('pass', { trigger: 'given-up' }, 600), 'LEADER_UNAVAILABLE');
+      await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the given-up request gone with its lease', 5_000, 10);
+      release();
+      assert.equal(await slow, 'ok');
+      await until(() => refused.length === 1, 'the given-up request refused', 5_000, 10);
+      assert.deepEqual(handled, ['slow'], 'a request whose sender gave up ran');
+      assert.match(refused[0]!, /lease no longer exists/);
+    } finally {
+      release();
+      await stopServing();
+    }
+  });
+
+  it('Requests: with etcd unreachable or stalled, send ends within its timeout with ETCD_UNAVAILABLE (not later, not INTERNAL)', async () => {
+    const prefix = freshPrefix();
+    const fwd = await startTcpForwarder(etcd.clientPort);
+    try {
+      const sender = make(prefix, 'standby', fwd.port);
+      const requests = new Requests(sender.client, prefix, 'standby');
+      fwd.stall();
+      for (const timeout of [700, 1_500]) {
+        const t0 = Date.now();
+        await rejectsWith(requests.send('demand', { model: 'm' }, timeout), 'ETCD_UNAVAILABLE');
+        const ms = Date.now() - t0;
+        assert.ok(ms <= timeout + 250, `stalled: ${ms} ms for a ${timeout} ms timeout`);
+      }
+      await fwd.close();
+      const t0 = Date.now();
+      await rejectsWith(requests.send('demand', { model: 'm' }, 1_500), 'ETCD_UNAVAILABLE');
+      assert.ok(Date.now() - t0 <= 1_750, `refused: ${Date.now() - t0} ms`);
+    } finally {
+      await fwd.close();
+    }
+  });
+
+  it('sharedValues: an engine key in etcd shorter than 16 characters is refused with SECRET_TOO_SHORT naming the key (never its value)', async () => {
+    const prefix = freshPrefix();
+    const i = make(prefix, 'first');
+    await i.client.put(`${prefix}/engine-api-key`).value('short-key-15chr');
+    const err = await rejectsWith(sharedValues(i.client, prefix, 'a-local-engine-key-long-enough'), 'SECRET_TOO_SHORT');
+    assert.match(err.message, new RegExp(`${prefix}/engine-api-key`));
+    assert.ok(!err.message.includes('short-key-15chr'));
+    // 16 characters are enough
+    await i.client.put(`${prefix}/engine-api-key`).value('sixteen-chars-ok');
+    assert.equal((await sharedValues(i.client, prefix, 'a-local-engine-key-long-enough')).engineApiKey, 'sixteen-chars-ok');
+  });
+
   it('Requests: a forged request (no lease, a bogus lease, an unknown kind, a malformed body) is refused with a reason and never run; a real one is', async () => {
     const prefix = freshPrefix();
-    const leader = make(prefix, 'leader');
-    leader.election.start();
-    await elected(leader.election);
     const handled: RequestMsg[] = [];
-    const refused: string[] = [];
-    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(
-      leader.election,
-      async (m) => {
-        handled.push(m);
-        return 'ran';
-      },
-      (r) => refused.push(r.why),
-    );
+    const { refused, stopServing } = await servingLeader(prefix, async (m) => {
+      handled.push(m);
+      return 'ran';
+    });
     try {
       const forger = make(prefix, 'forger');
       const id = (n: number): string => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;

@@ -70,6 +70,22 @@ function cycles(g: Map<string, Map<string, string[]>>): string[][] {
   return out;
 }
 
+/** file → imported file → [the importing file] (files of `dir` and what they import inside it). */
+function fileGraph(dir: string): Map<string, Map<string, string[]>> {
+  const g = new Map<string, Map<string, string[]>>();
+  for (const f of files(dir)) {
+    const from = relative(repoRoot, f);
+    for (const m of readFileSync(f, 'utf8').matchAll(IMPORT)) {
+      const target = resolve(dirname(f), m[1]!).replace(/\.js$/, '.ts');
+      if (!target.startsWith(dir + '/')) continue;
+      const edges = g.get(from) ?? new Map<string, string[]>();
+      edges.set(relative(repoRoot, target), [from]);
+      g.set(from, edges);
+    }
+  }
+  return g;
+}
+
 describe('folder graph', () => {
   test('src/ folders import each other without a cycle', () => {
     const g = folderGraph();
@@ -81,9 +97,16 @@ describe('folder graph', () => {
     assert.deepEqual(found, [], found.join('\n'));
   });
 
+  test('the files of src/router import each other without a cycle (type-only imports included)', () => {
+    const g = fileGraph(join(SRC, 'router'));
+    assert.ok(g.size >= 15, `read the router's imports (${g.size} files import others)`);
+    const found = cycles(g).map((c) => `cycle ${c.join(' ↔ ')}`);
+    assert.deepEqual(found, [], found.join('\n'));
+  });
+
   test('the wire format imports only the domain (the record, spec, events, usage rows) and the catalogue', () => {
     const g = folderGraph();
-    const allowed = new Set(['reconciler', 'fleet-spec', 'errors', 'schedule', 'events', 'router', 'util']);
+    const allowed = new Set(['reconciler', 'fleet-spec', 'errors', 'schedule', 'events', 'util']);
     const bad = [...(g.get('wire')?.entries() ?? [])].filter(([to]) => !allowed.has(to));
     assert.deepEqual(bad, []);
   });

@@ -1,8 +1,9 @@
-/** Table tests of the pure pieces of running several controllers: who may act (node owner records), and the published snapshot. */
+/** Table tests of the pure pieces of running several controllers: who may act (node owner records), the published snapshot, and forwarded requests as checked on receipt. */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { allowedDemand, endpointProblem, parsePublished, publishedJson, refusedEndpoints, standbySnapshot } from '../../src/ha/published.js';
 import type { FleetSpec, NodeSpec } from '../../src/fleet-spec/types.js';
+import { checkRequest, leaseProblem } from '../../src/ha/channel.js';
 
 /** The spec with a local node n1 (ports 9000-9100) and an ssh node n2 on 10.0.0.2. */
 function withNode(spec: FleetSpec): FleetSpec {
@@ -114,10 +115,57 @@ describe('the published snapshot', () => {
     assert.deepEqual(allowedDemand({ kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'x' }, own), { kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'x' });
   });
 
+  it('a starting replica without an endpoint yet is shown, not refused; a ready one without an endpoint is refused', () => {
+    const own = withNode(fakeSpec({ models: { alpha: {} } }));
+    const m0 = base().models[0]!;
+    const r0 = m0.replicas[0]!;
+    const starting = { ...r0, id: 'starting', endpoint: '', phase: 'starting' as const };
+    const bare = { ...r0, id: 'ready-no-endpoint', endpoint: '' };
+    const json = publishedJson(base({ models: [{ ...m0, replicas: [r0, starting, bare] }] }));
+    const s = standbySnapshot(parsePublished(json), own, { ...STANDALONE, mode: 'etcd' as const }, 1);
+    assert.deepEqual(s.models[0]!.replicas.map((r) => r.id), [r0.id, 'starting']);
+    assert.deepEqual(refusedEndpoints(parsePublished(json), own).map((r) => [r.replica, r.why]), [['ready-no-endpoint', 'is not a URL']]);
+  });
+
   it('a value this version does not read is no snapshot', () => {
     assert.equal(parsePublished('{"v":2}'), null);
     assert.equal(parsePublished('not json'), null);
     const s = standbySnapshot(null, null, STANDALONE, 1);
     assert.deepEqual(s.models, []);
+  });
+});
+
+describe('forwarded requests as the leader checks them (checkRequest, then leaseProblem live)', () => {
+  const ID = '0b6c2d4e-1f3a-4c5b-8d7e-9f0a1b2c3d4e';
+  const KEY = `/llmgw/requests/${ID}`;
+  const req = (o: Record<string, unknown> = {}): string => JSON.stringify({ id: ID, kind: 'restart', body: { all: true }, from: 'b', lease: '7587', ...o });
+  const cases: Array<{ name: string; value: string; kvLease?: string; key?: string; why: RegExp | null }> = [
+    { name: 'an instance\'s request', value: req(), why: null },
+    { name: 'not JSON', value: '{restart', why: /not JSON/ },
+    { name: 'not an object', value: '"restart"', why: /not an object/ },
+    { name: 'an id not its key\'s', value: req(), key: '/llmgw/requests/0b6c2d4e-1f3a-4c5b-8d7e-000000000000', why: /not its key's/ },
+    { name: 'no sender', value: req({ from: '' }), why: /no sender instance id/ },
+    { name: 'no lease named', value: req({ lease: undefined }), why: /no sender lease/ },
+    { name: 'written without a lease (etcdctl put)', value: req(), kvLease: '0', why: /not attached to the sender's lease 7587 \(attached to none\)/ },
+    { name: 'attached to another lease', value: req(), kvLease: '9999', why: /attached to 9999/ },
+    { name: 'an unknown kind', value: req({ kind: 'exec', body: { cmd: 'rm' } }), why: /unknown kind "exec"/ },
+    { name: 'a body that is not an object', value: req({ body: [true] }), why: /body is not an object/ },
+    { name: 'an unknown body field', value: req({ body: { all: true, cmd: 'x' } }), why: /unknown body fields cmd/ },
+    { name: 'a malformed field', value: req({ kind: 'logs', body: { replica: 'r', lines: 1e9 } }), why: /logs: a malformed body/ },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      const r = checkRequest(c.key ?? KEY, c.value, c.kvLease ?? '7587');
+      if (c.why === null) assert.deepEqual(r, { req: JSON.parse(c.value) });
+      else assert.ok('why' in r && c.why.test(r.why), JSON.stringify(r));
+    });
+  }
+
+  it('live: the lease must still exist and hold the request', () => {
+    const keys = [Buffer.from(KEY)];
+    assert.equal(leaseProblem({ TTL: '4', keys }, KEY), null);
+    assert.match(leaseProblem({ TTL: '-1', keys: [] }, KEY)!, /lease no longer exists/);
+    assert.match(leaseProblem({ TTL: '0', keys }, KEY)!, /lease no longer exists/);
+    assert.match(leaseProblem({ TTL: '4', keys: [Buffer.from('/llmgw/routers/b')] }, KEY)!, /does not hold it/);
   });
 });

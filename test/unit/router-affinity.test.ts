@@ -1,7 +1,8 @@
 /** Prefix affinity, pure: the key of a request, the ring, and the choice with bounded load. */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
-import { affinityKey, choose, chooseSticky, isPromptPath, KEY_CHARS, LOAD_FACTOR, loadCap, PROMPT_KEY_CHARS, Ring, StickyKeys, type ReplicaLoads } from '../../src/router/affinity.js';
+import { affinityKey, choose, chooseSticky, isPromptPath, KEY_CHARS, LOAD_FACTOR, loadCap, PROMPT_KEY_CHARS, StickyKeys } from '../../src/router/affinity.js';
+import { Ring, type ReplicaLoads } from '../../src/router/ring.js';
 
 const chat = (...messages: { role: string; content: unknown }[]) => ({ model: 'm', messages });
 const sys = { role: 'system', content: 'You are terse.' };

@@ -1,7 +1,8 @@
 /** Weighing a move off a busy replica, pure: the wait for a slot against evaluating the cached tokens again. */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
-import { affinityKey, Ring, type ReplicaLoads } from '../../src/router/affinity.js';
+import { affinityKey } from '../../src/router/affinity.js';
+import { Ring, type ReplicaLoads } from '../../src/router/ring.js';
 import { moveSeconds, ReplicaTimes, TIMES_WEIGHT, waitSeconds, weighMove } from '../../src/router/move.js';
 
 describe('waitSeconds', () => {

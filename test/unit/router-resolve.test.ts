@@ -2,7 +2,8 @@
 import { strict as assert } from 'node:assert';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { buildRouter } from '../../src/router/app.js';
-import { Activator, LOADING_RETRY_AFTER_SECONDS } from '../../src/router/resolve.js';
+import { LlmgwError } from '../../src/errors/catalogue.js';
+import { Activator, CONTROLLER_RETRY_AFTER_SECONDS, LOADING_RETRY_AFTER_SECONDS } from '../../src/router/resolve.js';
 import { RouterError } from '../../src/router/errors.js';
 import { FakeFleetView, fakeSpec, replica, startStubUpstream, type StubUpstream } from '../harness/fake-fleet-view.js';
 
@@ -113,6 +114,52 @@ describe('router model states (inject, fake view)', () => {
     assert.equal(r.json().error.code, 'model_loading');
     assert.equal(r.headers['retry-after'], String(LOADING_RETRY_AFTER_SECONDS));
     assert.equal(r.headers['x-should-retry'], 'true');
+  });
+
+  test('a standby whose leader does not answer: the attempt gets the window (less a margin), then 503 leader_unavailable with Retry-After, within the window', async () => {
+    fleet.setSpec(makeSpec(1500));
+    fleet.setPhase('lazy', 'idle');
+    // as a standby's forward does: no answer until its timeout, then LEADER_UNAVAILABLE
+    fleet.onDemand = (_m, o) => new Promise((_, reject) => setTimeout(() => reject(new LlmgwError('LEADER_UNAVAILABLE', `no leader answered the demand request within ${o?.timeoutMs} ms`)), o?.timeoutMs ?? 60_000));
+    const t = performance.now();
+    const r = await ask('lazy');
+    const ms = performance.now() - t;
+    const timeout = fleet.demandTimeouts[0]!;
+    assert.ok(timeout >= 1000 && timeout <= 1500 - 100, `the attempt was given ${timeout} ms of a 1500 ms window`);
+    assert.ok(ms >= timeout - 20 && ms < 1500, `${ms} ms`);
+    assert.equal(r.statusCode, 503);
+    assert.equal(r.json().error.code, 'leader_unavailable');
+    assert.equal(r.headers['x-llmgw-reason'], 'LEADER_UNAVAILABLE');
+    assert.equal(r.headers['retry-after'], String(CONTROLLER_RETRY_AFTER_SECONDS));
+    assert.equal(r.headers['x-should-retry'], 'true');
+    assert.match(r.json().error.message, /no leader answered the demand request/);
+  });
+
+  test('a standby that cannot reach etcd → 503 etcd_unavailable with Retry-After at once; Anthropic envelope likewise', async () => {
+    fleet.setPhase('lazy', 'idle');
+    fleet.onDemand = () => Promise.reject(new LlmgwError('ETCD_UNAVAILABLE', 'etcd did not answer (14 UNAVAILABLE)'));
+    const r = await ask('lazy');
+    assert.equal(r.statusCode, 503);
+    assert.equal(r.json().error.code, 'etcd_unavailable');
+    assert.equal(r.headers['retry-after'], String(CONTROLLER_RETRY_AFTER_SECONDS));
+    const a = await app.inject({ method: 'POST', url: '/v1/messages', headers: KEY, payload: JSON.stringify({ model: 'lazy', max_tokens: 1, messages: [] }) });
+    assert.equal(a.statusCode, 503);
+    assert.equal(a.json().error.type, 'overloaded_error');
+    assert.equal(a.headers['x-llmgw-reason'], 'ETCD_UNAVAILABLE');
+  });
+
+  test('no leader answered, but a replica became ready meanwhile → proxied; any other failure of the attempt stays 500 internal_error', async () => {
+    fleet.setPhase('lazy', 'idle');
+    fleet.onDemand = (m) => {
+      fleet.setReady(m, [replica(m, stub.url)]);
+      return Promise.reject(new LlmgwError('LEADER_UNAVAILABLE', 'no leader'));
+    };
+    assert.equal((await ask('lazy')).statusCode, 200);
+    fleet.setPhase('starting', 'idle');
+    fleet.onDemand = () => Promise.reject(new Error('a bug'));
+    const r = await ask('starting');
+    assert.equal(r.statusCode, 500);
+    assert.equal(r.json().error.code, 'internal_error');
   });
 
   test('parked while waiting → model_parked, not model_loading', async () => {

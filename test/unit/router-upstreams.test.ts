@@ -2,11 +2,17 @@
 import { strict as assert } from 'node:assert';
 import { after, describe, test } from 'node:test';
 import { Reasons, type ReasonCode } from '../../src/errors/catalogue.js';
-import { ActiveCalls, classifyUpstreamError, forwardedHeaders, isRetryableBeforeResponse, ProxyCall, Upstreams, upstreamReason, type UpstreamFailure } from '../../src/router/proxy.js';
+import { ReplicaChoice } from '../../src/router/choose.js';
+import { classifyUpstreamError, isRetryableBeforeResponse, upstreamError, upstreamReason, type UpstreamFailure } from '../../src/router/failover.js';
+import { forwardedHeaders } from '../../src/router/forward-headers.js';
+import { ProxyCall } from '../../src/router/proxy.js';
+import { ActiveCalls } from '../../src/router/proxy-context.js';
+import { Upstreams } from '../../src/router/upstreams.js';
 import { replica } from '../harness/fake-fleet-view.js';
 
-describe('Upstreams.pick', () => {
+describe('ReplicaChoice.pick over the pool', () => {
   const ups = new Upstreams({ connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000 });
+  const choice = new ReplicaChoice(ups);
   after(() => ups.close());
   const a = replica('m', 'http://127.0.0.1:1', 'a');
   const b = replica('m', 'http://127.0.0.1:2', 'b');
@@ -16,22 +22,22 @@ describe('Upstreams.pick', () => {
     ups.get(a.endpoint).inFlight = 2;
     ups.get(b.endpoint).inFlight = 1;
     ups.get(c.endpoint).inFlight = 3;
-    assert.equal(ups.pick([a, b, c], null, performance.now())?.id, 'b');
+    assert.equal(choice.pick([a, b, c], null, performance.now())?.id, 'b');
     ups.get(a.endpoint).inFlight = 0;
     ups.get(b.endpoint).inFlight = 0;
     ups.get(c.endpoint).inFlight = 0;
     const seen = new Set<string>();
-    for (let i = 0; i < 9; i++) seen.add(ups.pick([a, b, c], null, performance.now())!.id);
+    for (let i = 0; i < 9; i++) seen.add(choice.pick([a, b, c], null, performance.now())!.id);
     assert.deepEqual([...seen].sort(), ['a', 'b', 'c']);
   });
 
   test('excluded replicas are skipped; a replica marked down loses to any other but is still used alone', () => {
-    assert.equal(ups.pick([a, b], new Set([a.endpoint]), performance.now())?.id, 'b');
-    assert.equal(ups.pick([a], new Set([a.endpoint]), performance.now()), null);
+    assert.equal(choice.pick([a, b], new Set([a.endpoint]), performance.now())?.id, 'b');
+    assert.equal(choice.pick([a], new Set([a.endpoint]), performance.now()), null);
     ups.get(a.endpoint).downUntil = performance.now() + 10_000;
     ups.get(b.endpoint).inFlight = 50;
-    assert.equal(ups.pick([a, b], null, performance.now())?.id, 'b');
-    assert.equal(ups.pick([a], null, performance.now())?.id, 'a');
+    assert.equal(choice.pick([a, b], null, performance.now())?.id, 'b');
+    assert.equal(choice.pick([a], null, performance.now())?.id, 'a');
     ups.get(a.endpoint).downUntil = 0;
     ups.get(b.endpoint).inFlight = 0;
   });
@@ -106,8 +112,19 @@ describe('upstreamReason (the UPSTREAM_* code an attempt is counted as)', () => 
       assert.equal(upstreamReason(kind, responded), code);
       const r = Reasons[code as ReasonCode];
       assert.ok(r.openai, `${code} is a router reason`);
+      // the error the request ends with carries the same code (one table), and names the model
+      const e = upstreamError(kind, responded, { model: 'chat-7b', detail: 'connect ECONNREFUSED', tried: 2, status: 403 });
+      assert.equal(e.code, code);
+      assert.match(e.message, /model 'chat-7b'/);
     });
   }
+
+  test('the messages carry what each code needs: replicas tried, mid-response, the status', () => {
+    assert.match(upstreamError('connect', false, { model: 'm', tried: 3, detail: 'connect ECONNREFUSED' }).message, /\(3 tried; last: connect ECONNREFUSED\)/);
+    assert.match(upstreamError('reset', true, { model: 'm', midResponse: true, detail: 'other side closed' }).message, /failed mid-response: other side closed$/);
+    assert.doesNotMatch(upstreamError('error', true, { model: 'm', midResponse: false, detail: 'x' }).message, /mid-response/);
+    assert.match(upstreamError('auth', true, { model: 'm', status: 403 }).message, /\(HTTP 403\)/);
+  });
 });
 
 describe('forwardedHeaders', () => {

@@ -127,7 +127,7 @@ describe('trust: the smaller doors', () => {
     assert.match(outputs.admin, /X-Amz-Signature=REDACTED/);
   });
 
-  it('validate refuses credentials in a source URL without echoing them, and token: on http:// (not on loopback)', async () => {
+  it('validate refuses a source URL with user info (SPEC_INVALID_VALUE at its file and line, the password not echoed) and accepts token: with an http:// source on loopback', async () => {
     const files = minimalFleet();
     files['models/alpha.yaml'] = files['models/alpha.yaml']!.replace(/^source: .*$/m, 'source: https://bob:hunter2-secret@example.com/a.gguf');
     const f = tempFleet(files);
