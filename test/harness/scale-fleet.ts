@@ -11,6 +11,7 @@ import { writeTinyModel } from '../fixtures/gguf.js';
 import { writeFleet, type FleetFilesMap } from './fleet.js';
 import { llamaServerDir } from './llama-server.js';
 import { freePort, replicaPortRange } from './ports.js';
+import { GiveUp, until } from './wait.js';
 import { repoRoot } from './paths.js';
 
 export interface ScaleFleet {
@@ -136,16 +137,13 @@ export async function serveScaleFleet(f: ScaleFleet, opts: { nodeArgs?: readonly
   };
 }
 
-/** Polls `fn` every 200 ms until it returns a value, or throws after `timeoutMs` with the serve's log tail. */
-export async function waitFor<T>(what: string, timeoutMs: number, s: ScaleServe, fn: () => Promise<T | null | undefined | false>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (s.child.exitCode !== null) throw new Error(`llmgw serve exited (${s.child.exitCode}) while waiting for ${what}\n${s.out().slice(-4000)}`);
-    const v = await fn().catch(() => null);
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${s.out().slice(-4000)}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+/** `until` on a running serve: every 200 ms, giving up once it exited; a failure shows the serve's log tail. */
+export function waitFor<T>(what: string, timeoutMs: number, s: ScaleServe, fn: () => Promise<T | null | undefined | false>): Promise<T> {
+  const probe = (): Promise<T | null | undefined | false> => {
+    if (s.child.exitCode !== null) throw new GiveUp(`llmgw serve exited (${s.child.exitCode})`);
+    return fn();
+  };
+  return until(what, timeoutMs, probe, { everyMs: 200, diag: () => s.out().slice(-4000) });
 }
 
 /** A chat completion of one token from `model` through the router; its status and duration. */

@@ -22,7 +22,8 @@ import { runCli } from '../harness/cli.js';
 import { killReplicasUnder, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startRestorableEtcd, type RestorableEtcd } from '../harness/etcd.js';
 import { makeTempDir, WorkRepo } from '../harness/git.js';
-import { agreedLeader, logLines, spawnServe, until, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, logLines, spawnServe, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
 
 const LEASE_S = 4;
 const POLL_S = 3;
@@ -94,14 +95,14 @@ describe('forged and stale epochs, two instances on etcd', () => {
   let leader: { proc: ServeProc; epoch: number };
 
   it('one leads and good is ready; etcd is backed up (etcdctl snapshot save)', async () => {
-    leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), diag);
-    await until('good ready', 120_000, () => readyId(leader.proc), diag);
+    leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), { diag });
+    await until('good ready', 120_000, () => readyId(leader.proc), { diag });
     await etcd.snapshotSave(snapshotFile);
   });
 
   it('(a) a forged Llmgw-Epoch on llmgw/status, then the replica SIGKILLed: the leader acts within lease + 2 passes, its term goes on, the forgery is a reason and a metric', async (t) => {
     const bare = join(fleet.git.root, 'fleet.git');
-    await until('the status branch written', 30_000, () => spawnSync('git', ['--git-dir', bare, 'rev-parse', '--verify', '-q', 'llmgw/status']).status === 0, diag);
+    await until('the status branch written', 30_000, () => spawnSync('git', ['--git-dir', bare, 'rev-parse', '--verify', '-q', 'llmgw/status']).status === 0, { diag });
     // anyone who can push llmgw/status (again when the leader moved the branch meanwhile)
     const url = fleet.git.authUrl('fleet.git');
     const work = await WorkRepo.clone(url);
@@ -112,23 +113,23 @@ describe('forged and stale epochs, two instances on etcd', () => {
       const oid = await work.commit(`take over the fleet\n\nLlmgw-Epoch: ${FORGED}`);
       await work.push(url, 'llmgw/status');
       return oid;
-    }, diag);
+    }, { diag });
 
     const old = (await readyId(leader.proc))!;
     const marks = procs.map((p) => p.out().length);
     const killedAt = Date.now();
     killReplicasUnder(fleet.nodes[0]!.dataDir);
-    await until('the leader starting good again', 60_000, () => logLines(leader.proc.out().slice(marks[procs.indexOf(leader.proc)])).some((l) => l['msg'] === 'starting replica' && l['model'] === 'good'), diag);
+    await until('the leader starting good again', 60_000, () => logLines(leader.proc.out().slice(marks[procs.indexOf(leader.proc)])).some((l) => l['msg'] === 'starting replica' && l['model'] === 'good'), { diag });
     const actedMs = Date.now() - killedAt;
     const back = await until('good ready again on a new replica', 90_000, async () => {
       const id = await readyId(leader.proc);
       return id && id !== old ? id : null;
-    }, diag);
+    }, { diag });
     t.diagnostic(`the leader started good again ${actedMs} ms after the SIGKILL (allowed ${ACT_WITHIN_MS} ms); new replica ${back}`);
     assert.ok(actedMs <= ACT_WITHIN_MS, `acted after ${actedMs} ms\n${diag()}`);
 
     // the term went on: same leader, same epoch, nobody stepped down or was fenced
-    const still = await until('one agreed leader', 10_000, () => agreedLeader(procs), diag);
+    const still = await until('one agreed leader', 10_000, () => agreedLeader(procs), { diag });
     assert.equal(still.proc, leader.proc);
     assert.equal(still.epoch, leader.epoch);
     assert.deepEqual(procs.flatMap((p, i) => codesLogged(p, marks[i]!, ['STATUS_EPOCH_STALE', 'NODE_FENCED', 'LEADER_DEPOSED'])), []);
@@ -138,7 +139,7 @@ describe('forged and stale epochs, two instances on etcd', () => {
     const st = await until('the forgery in the leader\'s status', 10_000, async () => {
       const s = await statusOf(leader.proc);
       return s.control.forgedEpochs.some((f) => f.code === 'STATUS_EPOCH_FORGED') ? s : null;
-    }, diag);
+    }, { diag });
     assert.match(st.control.forgedEpochs.find((f) => f.code === 'STATUS_EPOCH_FORGED')!.message, new RegExp(`${forgedOid.slice(0, 12)} carries Llmgw-Epoch ${FORGED}`));
     const text = await ctlStatus(leader.proc);
     assert.match(text, new RegExp(`^FORGED EPOCH +status branch commit ${forgedOid.slice(0, 12)} carries Llmgw-Epoch ${FORGED}.*\\[STATUS_EPOCH_FORGED\\]$`, 'm'), text);
@@ -163,11 +164,11 @@ describe('forged and stale epochs, two instances on etcd', () => {
     const killedAt = Date.now();
     await leader.proc.sigkill();
     const survivor = procs.find((p) => p !== leader.proc)!;
-    const next = await until('a new term after the revisions', 60_000, () => agreedLeader([survivor], { epochAbove: leader.epoch, passAfter: killedAt }), diag);
+    const next = await until('a new term after the revisions', 60_000, () => agreedLeader([survivor], { epochAbove: leader.epoch, passAfter: killedAt }), { diag });
     assert.ok(next.epoch > leader.epoch + 5000, `epoch ${next.epoch}`);
     leader.proc.restart();
-    await until('the node\'s owner record at the new epoch', 30_000, () => ownerEpoch() === next.epoch, diag);
-    await until('both instances agree again', 60_000, () => agreedLeader(procs), diag);
+    await until('the node\'s owner record at the new epoch', 30_000, () => ownerEpoch() === next.epoch, { diag });
+    await until('both instances agree again', 60_000, () => agreedLeader(procs), { diag });
     const before = (await readyId(next.proc))!;
 
     const marks = procs.map((p) => p.out().length);
@@ -179,7 +180,7 @@ describe('forged and stale epochs, two instances on etcd', () => {
       if (!l || l.epoch >= next.epoch) return null;
       const s = await statusOf(l.proc);
       return s.lastPass && Date.parse(s.lastPass.startedAt) >= restoredAt ? { ...l, at: Date.now() } : null;
-    }, diag);
+    }, { diag });
     const actedMs = acting.at - restoredAt;
     // where the time went, from the acting leader's log: its election, then its passes
     const lines = logLines(acting.proc.out().slice(marks[procs.indexOf(acting.proc)]));
@@ -214,6 +215,6 @@ describe('forged and stale epochs, two instances on etcd', () => {
     await until('good ready again on a new replica', 90_000, async () => {
       const id = await readyId(acting.proc);
       return id && id !== before ? id : null;
-    }, diag);
+    }, { diag });
   });
 });

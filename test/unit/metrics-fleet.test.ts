@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { createMetrics, type LlmgwMetrics } from '../../src/metrics/registry.js';
 import { METRIC_NAMES, MODEL_STATES } from '../../src/metrics/names.js';
 import { findSamples, parseExposition, sampleValue, type Sample } from '../../src/metrics/parse.js';
-import type { FleetSnapshot, ModelView, NodeView } from '../../src/reconciler/view.js';
+import { STANDALONE, type FleetSnapshot, type ModelView, type NodeView } from '../../src/reconciler/view.js';
 import { unplaceableView } from '../harness/fake-fleet-view.js';
 import type { ModelSpec } from '../../src/fleet-spec/types.js';
 import { modelView, nodeView, snapshot as quietSnapshot } from '../harness/views.js';
