@@ -75,12 +75,12 @@ describe('fault 5: a model source host that accepts and never answers', () => {
     // keep watching past a retry of the estimate: it is retried after RETRY_MS, not on every pass
     const firstReads = (ctl.reconciler as unknown as { memory: MemoryEstimator }).memory.reads;
     await until('a retry of the estimate', RETRY_MS + 15_000, () => (ctl.reconciler as unknown as { memory: MemoryEstimator }).memory.reads > firstReads, modelsNow);
-    await until('passes after the retry', 15_000, () => passes.length > passesBefore + 5, modelsNow);
+    // enough passes for the read bound below to mean something, however many came before the crash
+    await until('8 passes, 6 of them since the crash', 15_000, () => passes.length > passesBefore + 5 && passes.length >= 8, modelsNow);
     const slowest = Math.max(...passes);
     assert.ok(slowest < DEFAULT_HEADER_TIMEOUT_MS / 1000 + 3, `slowest pass ${slowest} s`);
     const reads = (ctl.reconciler as unknown as { memory: MemoryEstimator }).memory.reads;
     assert.ok(reads <= 2 + Math.ceil((passes.length * 1) / (RETRY_MS / 1000)), `${reads} header reads over ${passes.length} passes`);
-    assert.ok(passes.length >= 8, `${passes.length} passes`);
     // each read opened one connection, and the timeout closed it
     assert.ok(sockets.length <= reads + 1, `${sockets.length} connections for ${reads} reads`);
     await until('the timed-out connections closed by the client', 10_000, () => sockets.length - closed <= 1, modelsNow);

@@ -15,6 +15,7 @@ import OpenAI from 'openai';
 import { buildRouter } from '../../src/router/app.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -114,7 +115,7 @@ describe('on-demand: an eviction waits for the stream on its victim', { timeout:
       }
       ended = Date.now();
     })();
-    while (!firstChunk) await new Promise((r) => setTimeout(r, 50));
+    await until('the first chunk of the long stream', 60_000, () => firstChunk);
     const asked = Date.now();
     const answer = await client.chat.completions.create({ model: 'od2', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
     const answered = Date.now();

@@ -12,6 +12,7 @@ import { after, describe, test } from 'node:test';
 import { request } from 'undici';
 import { buildRouter } from '../../src/router/app.js';
 import { FakeFleetView, fakeSpec } from '../harness/fake-fleet-view.js';
+import { until } from '../harness/wait.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -46,8 +47,7 @@ describe('what a waiting request holds', () => {
 
     const base = process.memoryUsage().heapUsed;
     const pending = Array.from({ length: WAITING }, () => request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: gone.signal }).catch(() => undefined));
-    for (let i = 0; i < 500 && fleet.waiting('slow') < WAITING; i++) await new Promise((r) => setTimeout(r, 10));
-    assert.equal(fleet.waiting('slow'), WAITING, 'every request waits for activation');
+    await until('every request waiting for activation', 5_000, () => fleet.waiting('slow') === WAITING);
     gc();
     const held = (process.memoryUsage().heapUsed - base) / WAITING;
     assert.ok(held < parsedCost / 2, `each waiting request holds ${Math.round(held)} bytes on the heap; a parsed body is ${Math.round(parsedCost)} (its JSON ${body.length})`);
