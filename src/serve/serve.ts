@@ -251,6 +251,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         usageLog?.close();
         await routerShares?.stop();
         etcdClient?.close();
+        metrics.close();
         log.info({ ms: Date.now() - t0 }, 'shut down');
       })();
       return closed;
