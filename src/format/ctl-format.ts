@@ -106,6 +106,11 @@ export function controlLines(s: StatusJson, at: string): [string, string][] {
     lines.push(['', `hint: ${c.notActing.hint}`]);
   }
   if (c.etcd && !c.etcd.reachable) lines.push(['etcd', `UNREACHABLE${c.etcd.error ? `: ${reasonText(c.etcd.error)}` : ''}`]);
+  // absent in the answer of a controller older than the field
+  for (const f of c.forgedEpochs ?? []) {
+    lines.push(['FORGED EPOCH', reasonText(f)]);
+    lines.push(['', `hint: ${f.hint}`]);
+  }
   return lines;
 }
 

@@ -20,6 +20,8 @@ void _phasesCoverStates;
 export const RECONCILE_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
 const seconds = (ms: number | null): number => (ms === null ? 0 : ms / 1000);
+/** The reasons llmgw_forged_epochs counts, one series each. */
+const FORGED_CODES = ['STATUS_EPOCH_FORGED', 'NODE_EPOCH_FORGED'] as const;
 
 function splitEngine(key: string): { engine: string; version: string } {
   const at = key.indexOf('@');
@@ -48,6 +50,7 @@ export class FleetMetrics {
   private readonly leaderEpoch: Gauge;
   private readonly etcdUp: GaugeSeries<'prefix'>;
   private readonly notActing: GaugeSeries<'code'>;
+  private readonly forgedEpochs: GaugeSeries<'code'>;
   private readonly reconcileDuration: Histogram;
   private readonly reconcileTotal: Counter<'result'>;
   private readonly reconcileLastSuccess: Gauge;
@@ -91,7 +94,8 @@ export class FleetMetrics {
     this.leaderChanges = new Counter({ name: N.leaderChangesTotal, help: 'Times this instance gained or lost leadership.', registers });
     this.leaderEpoch = new Gauge({ name: N.leaderEpoch, help: 'Fencing epoch of the leader as this instance sees it (etcd: the election key\'s revision; 0 alone or with no leader).', registers });
     this.etcdUp = gauge(N.etcdUp, '1 while this instance reaches etcd, 0 when it does not (present only with --etcd; prefix: its --etcd-prefix).', ['prefix']);
-    this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED.', ['code']);
+    this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED, NODE_EPOCH_FORGED.', ['code']);
+    this.forgedEpochs = gauge(N.forgedEpochs, 'Epochs this etcd did not make that the leader passed over: STATUS_EPOCH_FORGED 1 while a status-branch commit above etcd\'s revision is on the branch; NODE_EPOCH_FORGED the nodes whose owner record above it the leader took over in the last hour (both series present, 0 when none).', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
     this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
     this.reconcileLastSuccess = new Gauge({ name: N.reconcileLastSuccessTimestampSeconds, help: 'End of the last reconcile pass that succeeded (0: none yet).', registers });
@@ -110,6 +114,7 @@ export class FleetMetrics {
     this.specValid.set(0);
     this.gitSyncLastSuccess.set(0);
     this.statusWriteLastSuccess.set(0);
+    this.forgedEpochs.replace(FORGED_CODES.map((code) => [{ code }, 0]));
   }
 
   /** Returns whether a per-model series may have changed. */
@@ -118,6 +123,8 @@ export class FleetMetrics {
     this.leaderEpoch.set(s.control.leader?.epoch ?? 0);
     this.etcdUp.replace(s.control.etcd ? [[{ prefix: s.control.etcd.prefix }, s.control.etcd.reachable ? 1 : 0]] : []);
     this.notActing.replace(s.control.notActing ? [[{ code: s.control.notActing.code }, 1]] : []);
+    const forged = s.control.forgedEpochs ?? [];
+    this.forgedEpochs.replace(FORGED_CODES.map((code) => [{ code }, forged.filter((r) => r.code === code).length]));
 
     const one = <L>(labels: L, value: number | boolean): [L, number] => [labels, typeof value === 'boolean' ? (value ? 1 : 0) : value];
     const modelsChanged = this.models.update(s.models);

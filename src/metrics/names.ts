@@ -33,6 +33,7 @@ export const MetricNames = Object.freeze({
   leaderEpoch: 'llmgw_leader_epoch',
   etcdUp: 'llmgw_etcd_up',
   notActingInfo: 'llmgw_not_acting_info',
+  forgedEpochs: 'llmgw_forged_epochs',
   reconcileDurationSeconds: 'llmgw_reconcile_duration_seconds',
   reconcileTotal: 'llmgw_reconcile_total',
   reconcileLastSuccessTimestampSeconds: 'llmgw_reconcile_last_success_timestamp_seconds',

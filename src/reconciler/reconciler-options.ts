@@ -10,6 +10,7 @@ import type { NodeDriver } from '../nodes/driver.js';
 import type { NodeSpec } from '../fleet-spec/types.js';
 import type { LoopTimers } from './loop.js';
 import type { MemoryEstimator } from './memory.js';
+import type { SupersedeOf } from './node-fleet.js';
 import type { StatusSink } from './persist.js';
 import type { ControllerState } from './state.js';
 import type { StateStore } from './state-store.js';
@@ -23,7 +24,8 @@ export interface ReconcilerOptions {
   readonly tracker: FleetSource;
   /** Where each pass's status goes (the status branch, injected by the composition root); null for none. */
   readonly status: StatusSink | null;
-  readonly driverFor: (node: NodeSpec) => NodeDriver;
+  /** `supersede`: what the driver's fence names to take over (Fence.supersede), asked for each action. */
+  readonly driverFor: (node: NodeSpec, supersede: SupersedeOf) => NodeDriver;
   readonly stateStore: Pick<StateStore, 'save' | 'path'>;
   readonly initialState: ControllerState;
   /** Why the state file could not be used at start (it was moved aside), shown in status. */
@@ -49,6 +51,12 @@ export interface ReconcilerOptions {
   readonly epoch?: () => number;
   /** A node has seen a newer epoch of this cluster: a newer leader acts (the HA shell steps down). */
   readonly onDeposed?: (reason: ReasonRef) => void;
+  /**
+   * The highest epoch that can be real (HA: etcd's current revision; a lone controller: 0), read
+   * after a look that found a newer epoch on a node: one above it was not made by this etcd and is
+   * taken over (ownership.ts). Absent: every newer epoch is real.
+   */
+  readonly epochBound?: () => Promise<number>;
   readonly memory?: MemoryEstimator;
   /** Stops and observations run at most this many at once. */
   readonly concurrency?: number;

@@ -23,7 +23,7 @@ import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { ControllerShell, type ControllerActs } from './controller-shell.js';
 import { PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
-import { mapLimit, NodeFleet } from './node-fleet.js';
+import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement } from './pass.js';
 import { busyOnDemand, estimateMemory } from './pass-look.js';
 import { StateSaver, type StatusSink } from './persist.js';
@@ -40,7 +40,7 @@ import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
 import type { ReconcilerOptions } from './reconciler-options.js';
-import { ownershipOf } from './ownership.js';
+import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { shouldWarn, type LastWarning } from './warn-throttle.js';
 
 export type { FleetSource, ReconcilerOptions } from './reconciler-options.js';
@@ -91,6 +91,8 @@ export class Reconciler extends ControllerShell implements FleetView {
   private decidedAt: number | null = null;
   /** Why this controller does not act on the fleet (a node owned by another controller, or a newer epoch), or null. */
   private notActing: ReasonRef | null = null;
+  /** Owner records above etcd's revision this leader took over, shown for a while (ownership.ts). */
+  private takeovers: ShownForgery[] = [];
   /** Snapshots published so far: a pass publishes a newer one than it built if any came meanwhile. */
   private publications = 0;
 
@@ -194,7 +196,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (!spec || !this.leader()) return;
       this.loop.pollEvery(spec.settings.pollIntervalMs);
       await this.nodes.observe(spec, log);
-      if (!this.mayAct(spec, log)) return;
+      if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
       const busy = await busyOnDemand(spec, this.nodes.observed(spec), this.state.stops, this.inFlight);
@@ -235,17 +237,40 @@ export class Reconciler extends ControllerShell implements FleetView {
     }
   }
 
-  /** The nodes' owner records decide whether this controller acts at all this pass (ownership.ts). */
-  private mayAct(spec: FleetSpec, log: Logger): boolean {
-    const o = ownershipOf(this.nodes.fences(spec), this.o.epoch?.() ?? 0);
+  /**
+   * The nodes' owner records decide whether this controller acts at all this pass (ownership.ts).
+   * etcd's revision is read only when a node shows a newer epoch, after the look that saw it.
+   */
+  private async mayAct(spec: FleetSpec, log: Logger): Promise<boolean> {
+    const fences = this.nodes.fences(spec);
+    const ownEpoch = this.o.epoch?.() ?? 0;
+    let bound: number | null = null;
+    if (needsBound(fences) && this.o.epochBound) {
+      try {
+        bound = await this.o.epochBound();
+      } catch (e) {
+        log.warn({ code: reasonOf(e).code, reason: reasonOf(e).message }, 'could not read etcd\'s revision: a newer epoch on a node counts as a newer leader');
+      }
+    }
+    const o = ownershipOf(fences, ownEpoch, bound);
+    const took = takenOver(fences, ownEpoch);
+    for (const r of took) log.error({ code: r.code, reason: r.message }, 'took over a node whose owner record carried an epoch this etcd did not make');
+    this.takeovers = forgeriesShown(this.takeovers, took, this.clock());
+    this.nodes.supersede('supersede' in o ? o.supersede : []);
     const was = this.notActing;
     this.notActing = o.acting ? null : o.reason;
     if (o.acting) {
       if (was) log.info({ was: was.code }, 'acting on the fleet again: every node reached is ours');
       return true;
     }
-    if (was?.message !== o.reason.message) log.error({ code: o.reason.code, reason: o.reason.message }, o.deposed ? 'a newer leader acts on the fleet: stepping down' : 'not acting on the fleet: another controller owns it');
+    if (was?.message !== o.reason.message) {
+      const msg = o.deposed ? 'a newer leader acts on the fleet: stepping down' : 'supersede' in o ? 'a node\'s owner record carries an epoch this etcd did not make: taking the node over' : 'not acting on the fleet: another controller owns it';
+      log.error({ code: o.reason.code, reason: o.reason.message }, msg);
+    }
     if (o.deposed) this.o.onDeposed?.(o.reason);
+    // the next look takes the records over (they are named in this controller's fence from now): at
+    // once the first time; when the last pass had named records too (rewritten since), at the next poll
+    if ('supersede' in o && was?.code !== 'NODE_EPOCH_FORGED') void this.requestPass('epoch-forged');
     return false;
   }
 
@@ -372,7 +397,8 @@ export class Reconciler extends ControllerShell implements FleetView {
 
   private controlView(): ControlView {
     const base = this.o.control?.() ?? STANDALONE;
-    return this.notActing ? { ...base, notActing: this.notActing } : base;
+    const forged = [...(this.status?.forged ? [this.status.forged] : []), ...this.takeovers.map((t) => t.reason)];
+    return { ...base, ...(this.notActing ? { notActing: this.notActing } : {}), ...(forged.length ? { forgedEpochs: forged } : {}) };
   }
 
   private publish(s: FleetSnapshot): void {

@@ -377,3 +377,25 @@ describe('the per-model series between passes (scrape text reused while no model
     }
   });
 });
+
+describe('llmgw_forged_epochs', () => {
+  it('both codes from the start at 0; counts the snapshot\'s forged epochs per code; back to 0 when they go', async () => {
+    const m = createMetrics({ defaultMetrics: false });
+    let s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'STATUS_EPOCH_FORGED' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'NODE_EPOCH_FORGED' }), 0);
+    const forgedEpochs = [
+      { code: 'STATUS_EPOCH_FORGED', message: 'status branch commit 0123 carries Llmgw-Epoch 999999999999' },
+      { code: 'NODE_EPOCH_FORGED', message: 'node a: took over' },
+      { code: 'NODE_EPOCH_FORGED', message: 'node b: took over' },
+    ];
+    m.applySnapshot(snapshot({ control: { ...STANDALONE, forgedEpochs } }));
+    s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'STATUS_EPOCH_FORGED' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'NODE_EPOCH_FORGED' }), 2);
+    m.applySnapshot(snapshot());
+    s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'STATUS_EPOCH_FORGED' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'NODE_EPOCH_FORGED' }), 0);
+  });
+});
