@@ -82,6 +82,7 @@ describe('owner record decisions (sh)', () => {
   }
 
   test('supersede: a record of ours above the fence\'s epoch is taken over only while its epoch and seq are the ones named', () => {
+    const writtenAt = Date.now();
     const forged = recordLine('ctl-a', 999999999999, 5, 30, 'x', 12);
     const S = (epoch: number, seq: number): Fence => ({ ...A, supersede: { epoch, seq } });
     for (const mode of ['look', 'act'] as const) {
@@ -90,7 +91,11 @@ describe('owner record decisions (sh)', () => {
       const p = parseFenceLine(took.line);
       assert.deepEqual(p && [p.state, p.epoch, p.seq], ['mine', 5, 13]);
       assert.match(took.record ?? '', new RegExp(`^1 ${b64('ctl-a')} 5 \\d+ 30 ${b64(A.label).replace(/[+/=]/g, '\\$&')} 13\n$`));
-      assert.deepEqual(parseFenceSection([took.line, `took ${took.took}`])?.tookOverFrom, { owner: 'ctl-a', label: 'x', epoch: 999999999999, renewedAgoSeconds: 5 });
+      // renewed 5 s before the record was written; a second may have turned since (the clock is real)
+      const from = parseFenceSection([took.line, `took ${took.took}`])?.tookOverFrom;
+      const since = Math.ceil((Date.now() - writtenAt) / 1000);
+      assert.deepEqual(from && { ...from, renewedAgoSeconds: 5 }, { owner: 'ctl-a', label: 'x', epoch: 999999999999, renewedAgoSeconds: 5 });
+      assert.ok(from!.renewedAgoSeconds >= 5 && from!.renewedAgoSeconds <= 5 + since, `renewed ${from!.renewedAgoSeconds} s ago`);
     }
     // written since it was judged (another seq), another epoch, or another owner's: left alone
     for (const [rec, f] of [[forged, S(999999999999, 11)], [forged, S(999999999998, 12)], [recordLine('ctl-b', 999999999999, 5, 30, 'x', 12), S(999999999999, 12)]] as const) {
