@@ -244,7 +244,7 @@ export class HaController extends ControllerShell {
   private control(leading: boolean): ControlView {
     const e = this.o.election;
     const l = e.current();
-    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: e.lastError };
+    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: e.lastError, keyProblem: e.keyProblem };
     const leader = l ? { id: l.id, label: l.label, since: l.since, epoch: l.epoch } : null;
     if (leading) return { mode: 'etcd', instance: this.o.instance, leader, notActing: null, etcd };
     const notActing: ReasonRef = l
