@@ -35,6 +35,7 @@ import { modelYaml, startTestFleet } from '../test/harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../test/harness/etcd.js';
 import { FakeClock, FakeFleetLog, FakeNode } from '../test/harness/fake-node.js';
 import { writeFleet } from '../test/harness/fleet.js';
+import { realTime } from '../test/harness/real-time.js';
 import { spawnServe, type ServeProc } from '../test/harness/serve-proc.js';
 
 const MODELS = Number(process.env.BENCH_HA_MODELS ?? 1000);
@@ -109,7 +110,7 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
   const spec = await fleetSpec();
   const prefix = '/llmgw-ha-bench';
   const settings = { hosts: [etcd.endpoint], prefix, tls: null, auth: null, ...ETCD_DEFAULTS };
-  const client = openEtcd(settings);
+  const client = openEtcd(settings, Date.now);
   const election = new Election(client, { prefix, id: 'bench-a', label: 'bench instance a', ...ETCD_DEFAULTS, logger: silent });
   const stateStore = new EtcdStateStore(election, client, prefix);
   const published = new TrackedPublished(election, client, prefix);
@@ -121,7 +122,8 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
   const ha = new HaController({
     election,
     published,
-    requests: new Requests(client, prefix, 'bench-a'),
+    requests: new Requests(client, prefix, 'bench-a', realTime),
+    time: realTime,
     stateStore,
     prefix,
     instance: { id: 'bench-a', label: 'bench instance a' },

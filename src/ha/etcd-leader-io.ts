@@ -3,9 +3,13 @@
  * one keepalive, revoke), a get, a compare-and-swap txn, and a watch of one key. `Etcd3LeaderIO` is
  * the real one over etcd3, every unary call with a deadline; test/harness/fake-etcd.ts is a fake
  * with revisions, create revisions, leases expiring on a fake clock and watch events.
+ *
+ * Shell: the deadlines and the watch cancel's time limit come from the ShellTime it is given (the
+ * election passes its own clock and timers); this file reads no clock and sets no timer of its own.
  */
 import type { Etcd3, IOperation, IKeyValue, Lease, Watcher } from 'etcd3';
 import { EtcdLeaseInvalidError } from 'etcd3';
+import type { LoopTimers, ShellTime } from './shell-time.js';
 
 /** One key's value as etcd holds it (revisions as numbers; lease '0' = none). */
 export interface Kv {
@@ -66,10 +70,10 @@ function kvOf(kv: IKeyValue): Kv {
 }
 
 /** Cancels a watcher without hanging on a stalled connection (etcd3 waits for the cancel's answer). */
-export async function cancelWatcher(w: Watcher, timeoutMs: number): Promise<void> {
-  let t: NodeJS.Timeout | undefined;
-  await Promise.race([w.cancel().catch(() => undefined), new Promise<void>((r) => (t = setTimeout(r, timeoutMs)))]);
-  clearTimeout(t);
+export async function cancelWatcher(w: Pick<Watcher, 'cancel'>, timeoutMs: number, timers: LoopTimers): Promise<void> {
+  let t: unknown = null;
+  await Promise.race([w.cancel().catch(() => undefined), new Promise<void>((r) => (t = timers.setTimeout(r, timeoutMs)))]);
+  timers.clearTimeout(t);
 }
 
 /** The real calls, over etcd3; each unary call gets a deadline of `timeoutMs`. */
@@ -79,10 +83,11 @@ export class Etcd3LeaderIO implements LeaderIO {
   constructor(
     readonly client: Etcd3,
     private readonly timeoutMs: number,
+    private readonly time: ShellTime,
   ) {}
 
   private deadline(): { deadline: Date } {
-    return { deadline: new Date(Date.now() + this.timeoutMs) };
+    return { deadline: new Date(this.time.now() + this.timeoutMs) };
   }
 
   async grantLease(ttlSeconds: number): Promise<string> {
@@ -153,6 +158,6 @@ export class Etcd3LeaderIO implements LeaderIO {
       ended = true;
       on.error(e);
     });
-    return { cancel: () => (ended ? Promise.resolve() : cancelWatcher(w, this.timeoutMs)) };
+    return { cancel: () => (ended ? Promise.resolve() : cancelWatcher(w, this.timeoutMs, this.time.timers)) };
   }
 }
