@@ -23,9 +23,9 @@ import { ControllerShell, type ControllerActs } from '../reconciler/controller-s
 import type { FleetSource, Reconciler } from '../reconciler/reconciler.js';
 import type { ControllerState } from '../reconciler/state.js';
 import type { ControlView, FleetSnapshot } from '../reconciler/view.js';
-import type { Published, Requests, RequestMsg } from './channel.js';
+import type { Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
-import type { EtcdStateStore } from './etcd-state.js';
+import type { LoadedEtcdState } from './etcd-state.js';
 import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
 import { sleep, type ShellTime } from './shell-time.js';
 import { StandbyActs } from './standby.js';
@@ -40,11 +40,24 @@ export interface TermOptions {
   readonly onDeposed: (reason: ReasonRef) => void;
 }
 
+/** What the controller needs of the published snapshot (channel.ts Published; a fake in tests). */
+export interface PublishedChannel {
+  /** A guarded put of the leader's snapshot (only when it changed). */
+  publish(json: string): Promise<void>;
+  /** Calls onValue with the current snapshot (null: none), then with every change; resolves to a closer. */
+  watch(onValue: (json: string | null) => void): Promise<() => Promise<void>>;
+}
+
+/** What the controller needs of the state record (etcd-state.ts EtcdStateStore; a fake in tests): the read a term begins with. */
+export interface StateRecordSource {
+  load(): Promise<LoadedEtcdState>;
+}
+
 export interface HaControllerOptions {
   readonly election: Election;
-  readonly published: Published;
+  readonly published: PublishedChannel;
   readonly requests: Requests;
-  readonly stateStore: EtcdStateStore;
+  readonly stateStore: StateRecordSource;
   readonly instance: { readonly id: string; readonly label: string };
   /** The --etcd-prefix (this cluster's keys). */
   readonly prefix: string;
