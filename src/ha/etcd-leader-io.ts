@@ -76,22 +76,18 @@ export async function cancelWatcher(w: Pick<Watcher, 'cancel'>, timeoutMs: numbe
   timers.clearTimeout(t);
 }
 
-/** The real calls, over etcd3; each unary call gets a deadline of `timeoutMs`. */
-export class Etcd3LeaderIO implements LeaderIO {
+/** Leases granted over etcd3 with no automatic keepalive, held by id until revoked (the election's, a forwarded request's). */
+export class HeldLeases {
   private readonly leases = new Map<string, Lease>();
 
-  constructor(
-    readonly client: Etcd3,
-    private readonly timeoutMs: number,
-    private readonly time: ShellTime,
-  ) {}
+  constructor(private readonly client: Etcd3) {}
 
-  private deadline(): { deadline: Date } {
-    return { deadline: new Date(this.time.now() + this.timeoutMs) };
+  get(id: string): Lease | undefined {
+    return this.leases.get(id);
   }
 
-  async grantLease(ttlSeconds: number): Promise<string> {
-    const lease = this.client.lease(ttlSeconds, { autoKeepAlive: false, ...this.deadline() });
+  async grant(ttlSeconds: number, deadline: { deadline: Date } | Record<string, never>): Promise<string> {
+    const lease = this.client.lease(ttlSeconds, { autoKeepAlive: false, ...deadline });
     lease.on('lost', () => undefined); // reported where it matters: the renewal and the grant
     try {
       const id = await lease.grant();
@@ -101,6 +97,34 @@ export class Etcd3LeaderIO implements LeaderIO {
       lease.release();
       throw e;
     }
+  }
+
+  async revoke(id: string, deadline: { deadline: Date }): Promise<void> {
+    const lease = this.leases.get(id);
+    this.leases.delete(id);
+    if (lease) await lease.revoke(deadline);
+    else await this.client.leaseClient.leaseRevoke({ ID: id }, deadline);
+  }
+}
+
+/** The real calls, over etcd3; each unary call gets a deadline of `timeoutMs`. */
+export class Etcd3LeaderIO implements LeaderIO {
+  private readonly leases: HeldLeases;
+
+  constructor(
+    readonly client: Etcd3,
+    private readonly timeoutMs: number,
+    private readonly time: ShellTime,
+  ) {
+    this.leases = new HeldLeases(client);
+  }
+
+  private deadline(): { deadline: Date } {
+    return { deadline: new Date(this.time.now() + this.timeoutMs) };
+  }
+
+  grantLease(ttlSeconds: number): Promise<string> {
+    return this.leases.grant(ttlSeconds, this.deadline());
   }
 
   async keepAlive(id: string): Promise<{ ttl: number }> {
@@ -115,11 +139,8 @@ export class Etcd3LeaderIO implements LeaderIO {
     }
   }
 
-  async revokeLease(id: string): Promise<void> {
-    const lease = this.leases.get(id);
-    this.leases.delete(id);
-    if (lease) await lease.revoke(this.deadline());
-    else await this.client.leaseClient.leaseRevoke({ ID: id }, this.deadline());
+  revokeLease(id: string): Promise<void> {
+    return this.leases.revoke(id, this.deadline());
   }
 
   async get(key: string): Promise<{ kv: Kv | null; revision: number }> {

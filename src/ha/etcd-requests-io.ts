@@ -7,8 +7,8 @@
  * Shell: deadlines and the watch cancel's time limit come from the ShellTime it is given; this file
  * reads no clock and sets no timer of its own.
  */
-import type { Etcd3, IKeyValue, Lease } from 'etcd3';
-import { cancelWatcher, type Kv } from './etcd-leader-io.js';
+import type { Etcd3, IKeyValue } from 'etcd3';
+import { cancelWatcher, HeldLeases, type Kv } from './etcd-leader-io.js';
 import type { ShellTime } from './shell-time.js';
 
 /** How long closing a watch may wait for etcd's answer (a stalled connection does not hang a close). */
@@ -35,32 +35,22 @@ function kvOf(kv: IKeyValue): Kv {
 
 /** The real calls, over etcd3 (unary calls take the client's default deadline; revoke its own). */
 export class Etcd3RequestsIO implements RequestsIO {
-  private readonly leases = new Map<string, Lease>();
+  private readonly leases: HeldLeases;
 
   constructor(
     readonly client: Etcd3,
     private readonly time: ShellTime,
-  ) {}
-
-  async grantLease(ttlSeconds: number): Promise<string> {
-    const lease = this.client.lease(ttlSeconds, { autoKeepAlive: false });
-    lease.on('lost', () => undefined);
-    try {
-      const id = await lease.grant();
-      this.leases.set(id, lease);
-      return id;
-    } catch (e) {
-      lease.release();
-      throw e;
-    }
+  ) {
+    this.leases = new HeldLeases(client);
   }
 
-  async revokeLease(id: string): Promise<void> {
-    const lease = this.leases.get(id);
-    this.leases.delete(id);
-    const deadline = { deadline: new Date(this.time.now() + CANCEL_TIMEOUT_MS) };
-    if (lease) await lease.revoke(deadline);
-    else await this.client.leaseClient.leaseRevoke({ ID: id }, deadline);
+  /** With the client's default deadline (the sender's own timer bounds the whole exchange). */
+  grantLease(ttlSeconds: number): Promise<string> {
+    return this.leases.grant(ttlSeconds, {});
+  }
+
+  revokeLease(id: string): Promise<void> {
+    return this.leases.revoke(id, { deadline: new Date(this.time.now() + CANCEL_TIMEOUT_MS) });
   }
 
   watchPuts(key: string, onPut: (value: string) => void): { connected: Promise<void>; cancel(): Promise<void> } {
