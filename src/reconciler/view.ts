@@ -114,6 +114,12 @@ export interface ControlView {
    * with its epoch-ms time, or null.
    */
   readonly etcd: { readonly prefix: string; readonly reachable: boolean; readonly error: ReasonRef | null; readonly keyProblem: (ReasonRef & { readonly at: number }) | null } | null;
+  /**
+   * Epochs this etcd did not make that the leader passed over (STATUS_EPOCH_FORGED: a status-branch
+   * commit, while it is on the branch; NODE_EPOCH_FORGED: a node's owner record it took over, for an
+   * hour); absent when none.
+   */
+  readonly forgedEpochs?: readonly ReasonRef[];
 }
 
 /** A lone controller that acts: what a snapshot says without etcd (and in tests). */

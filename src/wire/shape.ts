@@ -102,6 +102,8 @@ export interface ControlJson {
   readonly notActing: ReasonJson | null;
   /** `keyProblem`: a forged leader key or an etcd restored, as the election last saw it (null: none). */
   readonly etcd: { readonly reachable: boolean; readonly error: ReasonJson | null; readonly keyProblem: (ReasonJson & { readonly at: string }) | null } | null;
+  /** Epochs this etcd did not make, passed over by the leader (STATUS_EPOCH_FORGED, NODE_EPOCH_FORGED); [] when none. */
+  readonly forgedEpochs: readonly ReasonJson[];
 }
 
 export interface StatusJson {
@@ -262,6 +264,7 @@ export function statusJson(s: FleetSnapshot): StatusJson {
       leader: c.leader ? { id: c.leader.id, label: c.leader.label, since: iso(c.leader.since), epoch: c.leader.epoch, self: c.leader.id === c.instance.id } : null,
       notActing: reasonOrNull(c.notActing),
       etcd: c.etcd ? { reachable: c.etcd.reachable, error: reasonOrNull(c.etcd.error), keyProblem: c.etcd.keyProblem ? { ...reasonJson(c.etcd.keyProblem), at: isoNow(c.etcd.keyProblem.at) } : null } : null,
+      forgedEpochs: (c.forgedEpochs ?? []).map(reasonJson),
     },
     revision: s.appliedRevision,
     spec: {
