@@ -42,6 +42,12 @@ class FixedSpec implements FleetSource {
   }
 }
 
+/** A small deterministic PRNG, so each run's interleaving is varied and reproducible. */
+function rng(seed: number): () => number {
+  let x = seed || 1;
+  return () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+}
+
 interface Instance {
   readonly id: string;
   readonly client: FakeEtcdClient;
@@ -58,10 +64,13 @@ class HaWorld {
   readonly instances: Instance[];
   private replicaSeq = 0;
 
-  constructor(ids: readonly string[]) {
+  /** `seed`: each etcd call of each instance answered after 1–4 ticks, varied (0: one tick each). */
+  constructor(ids: readonly string[], seed = 0) {
+    const random = rng(seed);
     const time = { now: this.clock.now, timers: this.timers };
     this.instances = ids.map((id) => {
       const client = this.etcd.client(id);
+      if (seed !== 0) client.latency = () => 1 + Math.floor(random() * 4);
       const election = new Election(client, { prefix: PREFIX, id, label: `${id}.test`, ...T, clock: this.clock.now, monotonic: this.clock.monotonic, timers: this.timers, logger: silent });
       const stateStore = new FakeStateRecord(election, client, PREFIX);
       const tracker = new FixedSpec();
@@ -146,47 +155,49 @@ class HaWorld {
 const alphaReady = (m: Instance): boolean => m.ha.model('alpha')?.phase === 'ready';
 
 describe('HaController over the fake etcd, with fake nodes and a fake clock', () => {
-  it('one leader acts, a standby forwards to it; the leader cut from etcd: the standby takes over within lease + a pass, nothing started twice', async () => {
-    const started = Date.now();
-    const w = new HaWorld(['a', 'b']);
-    await w.settle(Promise.all(w.instances.map((m) => m.ha.start())), 'starting');
+  for (const seed of [0, 7, 42, 1234]) {
+    it(`one leader acts, a standby forwards to it; the leader cut from etcd: the standby takes over within lease + a pass, nothing started twice (etcd latency seed ${seed})`, async () => {
+      const started = Date.now();
+      const w = new HaWorld(['a', 'b'], seed);
+      await w.settle(Promise.all(w.instances.map((m) => m.ha.start())), 'starting');
 
-    // one leader, acting on the nodes: alpha's replica started and ready
-    await w.until(() => w.acting().length === 1 && alphaReady(w.acting()[0]!), 'a leader with alpha ready');
-    const first = w.acting()[0]!;
-    const standby = w.instances.find((m) => m !== first)!;
-    assert.equal(w.log.startsOf('alpha').length, 1);
-    const replica = w.log.startsOf('alpha')[0]!.id;
+      // one leader, acting on the nodes: alpha's replica started and ready
+      await w.until(() => w.acting().length === 1 && alphaReady(w.acting()[0]!), 'a leader with alpha ready');
+      const first = w.acting()[0]!;
+      const standby = w.instances.find((m) => m !== first)!;
+      assert.equal(w.log.startsOf('alpha').length, 1);
+      const replica = w.log.startsOf('alpha')[0]!.id;
 
-    // the standby routes from the published snapshot and says who leads
-    await w.until(() => alphaReady(standby) && standby.ha.snapshot().control.leader?.id === first.id, 'the standby sees the published snapshot');
-    assert.equal(standby.ha.snapshot().leader, false);
-    assert.equal(standby.ha.snapshot().control.notActing?.code, 'CONTROLLER_STANDBY');
+      // the standby routes from the published snapshot and says who leads
+      await w.until(() => alphaReady(standby) && standby.ha.snapshot().control.leader?.id === first.id, 'the standby sees the published snapshot');
+      assert.equal(standby.ha.snapshot().leader, false);
+      assert.equal(standby.ha.snapshot().control.notActing?.code, 'CONTROLLER_STANDBY');
 
-    // a request forwarded by the standby, run by the leader's reconciler and answered through etcd
-    assert.equal(await w.settle(standby.ha.logs(replica, 10), 'logs forwarded by the standby'), `log of ${replica}\n`);
+      // a request forwarded by the standby, run by the leader's reconciler and answered through etcd
+      assert.equal(await w.settle(standby.ha.logs(replica, 10), 'logs forwarded by the standby'), `log of ${replica}\n`);
 
-    // the leader's etcd connection is cut: it stops acting on its own; the standby takes over
-    first.client.cut();
-    const took = await w.until(() => w.acting().length === 1 && w.acting()[0] === standby && alphaReady(standby) && standby.ha.snapshot().lastPass !== null, 'the standby acting');
-    assert.ok(took <= T.leaseTtlSeconds * 1000 + POLL_MS + 500, `took over after ${took} ms of fake time (lease ${T.leaseTtlSeconds} s, pass every ${POLL_MS} ms)`);
-    assert.equal(first.ha.reconciler(), null, 'the cut-off leader ended its term');
-    // the new leader adopted the replica the old one started: nothing started twice
-    await w.until(() => (standby.ha.snapshot().lastPass?.startedAt ?? 0) > w.clock.now() - POLL_MS / 2, 'a pass of the new leader');
-    assert.deepEqual(w.log.startsOf('alpha').map((s) => s.id), [replica]);
-    assert.deepEqual(standby.ha.model('alpha')?.replicas.map((r) => r.id), [replica]);
+      // the leader's etcd connection is cut: it stops acting on its own; the standby takes over
+      first.client.cut();
+      const took = await w.until(() => w.acting().length === 1 && w.acting()[0] === standby && alphaReady(standby) && standby.ha.snapshot().lastPass !== null, 'the standby acting');
+      assert.ok(took <= T.leaseTtlSeconds * 1000 + POLL_MS + 500, `took over after ${took} ms of fake time (lease ${T.leaseTtlSeconds} s, pass every ${POLL_MS} ms)`);
+      assert.equal(first.ha.reconciler(), null, 'the cut-off leader ended its term');
+      // the new leader adopted the replica the old one started: nothing started twice
+      await w.until(() => (standby.ha.snapshot().lastPass?.startedAt ?? 0) > w.clock.now() - POLL_MS / 2, 'a pass of the new leader');
+      assert.deepEqual(w.log.startsOf('alpha').map((s) => s.id), [replica]);
+      assert.deepEqual(standby.ha.model('alpha')?.replicas.map((r) => r.id), [replica]);
 
-    // back in touch, the old leader is a standby, and its forwarded request is answered by the new one
-    first.client.restore();
-    await w.until(() => first.ha.snapshot().control.leader?.id === standby.id, 'the old leader sees the new one');
-    assert.equal(first.ha.snapshot().leader, false);
-    assert.equal(await w.settle(first.ha.logs(replica, 10), 'logs forwarded by the old leader'), `log of ${replica}\n`);
-    assert.deepEqual(w.log.startsOf('alpha').map((s) => s.id), [replica], 'nothing started twice');
+      // back in touch, the old leader is a standby, and its forwarded request is answered by the new one
+      first.client.restore();
+      await w.until(() => first.ha.snapshot().control.leader?.id === standby.id, 'the old leader sees the new one');
+      assert.equal(first.ha.snapshot().leader, false);
+      assert.equal(await w.settle(first.ha.logs(replica, 10), 'logs forwarded by the old leader'), `log of ${replica}\n`);
+      assert.deepEqual(w.log.startsOf('alpha').map((s) => s.id), [replica], 'nothing started twice');
 
-    await w.stop();
-    const ms = Date.now() - started;
-    assert.ok(ms < 2_000, `the whole failover took ${ms} ms of real time`);
-  });
+      await w.stop();
+      const ms = Date.now() - started;
+      assert.ok(ms < 2_000, `the whole failover took ${ms} ms of real time`);
+    });
+  }
 
   it('a forged leader key seen by the election is in the control view of /admin/v1/status and in ctl status, on every instance that saw it', async () => {
     const w = new HaWorld(['a', 'b']);
