@@ -132,8 +132,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     const client = etcdClient;
     const shared = await sharedValues(client, e.prefix, engineApiKey);
     routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, time, log.child({ component: 'router-shares' }));
-    const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, clock: time.now, timers: time.timers, logger: log.child({ component: 'election' }) });
-    const stateStore = new EtcdStateStore(election, client, e.prefix);
+    const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, clock: time.now, monotonic: () => performance.now(), timers: time.timers, logger: log.child({ component: 'election' }) });
+    const stateStore = new EtcdStateStore(election, client, e.prefix, time.now);
     const owner = clusterOwner(shared.clusterId, e.prefix);
     controller = new HaController({
       election,
