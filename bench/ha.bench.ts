@@ -24,17 +24,17 @@ import pino from 'pino';
 import { dirFiles } from '../src/fleet-spec/dir-files.js';
 import { loadFleetSpec } from '../src/fleet-spec/load.js';
 import type { FleetSpec } from '../src/fleet-spec/types.js';
-import type { RefreshResult } from '../src/git/tracker.js';
 import { Published, Requests } from '../src/ha/channel.js';
 import { HaController } from '../src/ha/controller.js';
 import { Election } from '../src/ha/election.js';
 import { ETCD_DEFAULTS, openEtcd } from '../src/ha/etcd.js';
 import { EtcdStateStore } from '../src/ha/etcd-state.js';
-import { Reconciler, type FleetSource } from '../src/reconciler/reconciler.js';
+import { Reconciler } from '../src/reconciler/reconciler.js';
 import { modelYaml, startTestFleet } from '../test/harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../test/harness/etcd.js';
 import { FakeClock, FakeFleetLog, FakeNode } from '../test/harness/fake-node.js';
 import { writeFleet } from '../test/harness/fleet.js';
+import { FixedSpec } from '../test/harness/fixed-spec.js';
 import { realTime } from '../test/harness/real-time.js';
 import { spawnServe, type ServeProc } from '../test/harness/serve-proc.js';
 
@@ -71,19 +71,6 @@ async function fleetSpec(): Promise<FleetSpec> {
     return r.spec;
   } finally {
     rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-class FixedSpec implements FleetSource {
-  readonly applied;
-  readonly rejected = null;
-  readonly lastSyncOk = null;
-  readonly lastSyncError = null;
-  constructor(spec: FleetSpec) {
-    this.applied = { spec, revision: 'rev1', warnings: [], at: new Date(0) };
-  }
-  async refresh(): Promise<RefreshResult> {
-    return { outcome: 'unchanged', head: 'rev1', retries: [], error: null };
   }
 }
 

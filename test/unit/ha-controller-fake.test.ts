@@ -10,16 +10,16 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import pino from 'pino';
-import type { RefreshResult } from '../../src/git/tracker.js';
 import { Requests } from '../../src/ha/channel.js';
 import { HaController } from '../../src/ha/controller.js';
 import { Election } from '../../src/ha/election.js';
-import { Reconciler, type FleetSource } from '../../src/reconciler/reconciler.js';
+import { Reconciler } from '../../src/reconciler/reconciler.js';
 import { renderStatus } from '../../src/format/ctl-format.js';
 import { statusJson } from '../../src/wire/shape.js';
 import { FakeEtcd, type FakeEtcdClient } from '../harness/fake-etcd.js';
 import { FakePublished, FakeStateRecord } from '../harness/fake-ha.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness/fake-node.js';
+import { FixedSpec, rng } from '../harness/fixed-spec.js';
 import { specOf } from '../harness/reconciler-core.js';
 
 const spec = await specOf((f) => {
@@ -30,23 +30,6 @@ const PREFIX = '/llmgw/ha';
 const T = { leaseTtlSeconds: 3, renewDeadlineMs: 2_000, retryPeriodMs: 500 };
 const POLL_MS = spec.settings.pollIntervalMs;
 const silent = pino({ level: 'silent' });
-
-class FixedSpec implements FleetSource {
-  applied = { spec, revision: 'rev1', warnings: [], at: new Date(0) };
-  rejected = null;
-  lastSyncOk = null;
-  lastSyncError = null;
-  async refresh(): Promise<RefreshResult> {
-    await ticks(1);
-    return { outcome: 'unchanged', head: 'rev1', retries: [], error: null };
-  }
-}
-
-/** A small deterministic PRNG, so each run's interleaving is varied and reproducible. */
-function rng(seed: number): () => number {
-  let x = seed || 1;
-  return () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-}
 
 interface Instance {
   readonly id: string;
@@ -73,7 +56,7 @@ class HaWorld {
       if (seed !== 0) client.latency = () => 1 + Math.floor(random() * 4);
       const election = new Election(client, { prefix: PREFIX, id, label: `${id}.test`, ...T, clock: this.clock.now, monotonic: this.clock.monotonic, timers: this.timers, logger: silent });
       const stateStore = new FakeStateRecord(election, client, PREFIX);
-      const tracker = new FixedSpec();
+      const tracker = new FixedSpec(spec);
       const ha = new HaController({
         election,
         published: new FakePublished(election, client, PREFIX),
