@@ -106,6 +106,11 @@ export function controlLines(s: StatusJson, at: string): [string, string][] {
     lines.push(['', `hint: ${c.notActing.hint}`]);
   }
   if (c.etcd && !c.etcd.reachable) lines.push(['etcd', `UNREACHABLE${c.etcd.error ? `: ${reasonText(c.etcd.error)}` : ''}`]);
+  const kp = c.etcd?.keyProblem;
+  if (kp) {
+    lines.push(['leader key', `PROBLEM ${relative(kp.at, at)}: ${reasonText(kp)}`]);
+    lines.push(['', `hint: ${kp.hint}`]);
+  }
   // absent in the answer of a controller older than the field
   for (const f of c.forgedEpochs ?? []) {
     lines.push(['FORGED EPOCH', reasonText(f)]);

@@ -100,7 +100,8 @@ export interface ControlJson {
   readonly leader: { readonly id: string; readonly label: string; readonly since: string | null; readonly epoch: number | null; readonly self: boolean } | null;
   /** Why this instance does not act on the fleet, or null when it does. */
   readonly notActing: ReasonJson | null;
-  readonly etcd: { readonly reachable: boolean; readonly error: ReasonJson | null } | null;
+  /** `keyProblem`: a forged leader key or an etcd restored, as the election last saw it (null: none). */
+  readonly etcd: { readonly reachable: boolean; readonly error: ReasonJson | null; readonly keyProblem: (ReasonJson & { readonly at: string }) | null } | null;
   /** Epochs this etcd did not make, passed over by the leader (STATUS_EPOCH_FORGED, NODE_EPOCH_FORGED); [] when none. */
   readonly forgedEpochs: readonly ReasonJson[];
 }
@@ -262,7 +263,7 @@ export function statusJson(s: FleetSnapshot): StatusJson {
       instance: c.instance,
       leader: c.leader ? { id: c.leader.id, label: c.leader.label, since: iso(c.leader.since), epoch: c.leader.epoch, self: c.leader.id === c.instance.id } : null,
       notActing: reasonOrNull(c.notActing),
-      etcd: c.etcd ? { reachable: c.etcd.reachable, error: reasonOrNull(c.etcd.error) } : null,
+      etcd: c.etcd ? { reachable: c.etcd.reachable, error: reasonOrNull(c.etcd.error), keyProblem: c.etcd.keyProblem ? { ...reasonJson(c.etcd.keyProblem), at: isoNow(c.etcd.keyProblem.at) } : null } : null,
       forgedEpochs: (c.forgedEpochs ?? []).map(reasonJson),
     },
     revision: s.appliedRevision,

@@ -28,7 +28,7 @@ export interface Instance {
 }
 
 export function instance(endpoint: string, prefix: string, id: string, extra: Partial<ElectionOptions> = {}): Instance {
-  const client = openEtcd(settings(endpoint, prefix));
+  const client = openEtcd(settings(endpoint, prefix), Date.now);
   const election = new Election(client, { prefix, id, label: `${id}.test`, ...FAST, logger: pino({ level: 'silent' }), ...extra });
   return {
     client,

@@ -13,6 +13,7 @@ import { emptyState, type ControllerState } from '../../src/reconciler/state.js'
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
 import { startTcpForwarder } from '../harness/tcp-forwarder.js';
+import { realTime } from '../harness/real-time.js';
 import { until } from '../harness/wait.js';
 import { elected, freshPrefix, instance, type Instance } from './etcd-helpers.js';
 
@@ -50,7 +51,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     leader.election.start();
     await elected(leader.election);
     const refused: string[] = [];
-    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, handle, (r) => refused.push(r.why));
+    const stopServing = await new Requests(leader.client, prefix, 'leader', realTime).serve(leader.election, handle, (r) => refused.push(r.why));
     return { refused, stopServing };
   };
   const revision = async (i: Instance): Promise<number> => Number((await i.client.get('/nothing').exec()).header.revision);
@@ -145,7 +146,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
   it('Requests: sent before any leader exists, handled once the leader serves; then new ones; a handler\'s error comes back with its code', async () => {
     const prefix = freshPrefix();
     const sender = make(prefix, 'standby');
-    const requests = new Requests(sender.client, prefix, 'standby');
+    const requests = new Requests(sender.client, prefix, 'standby', realTime);
     const early = requests.send('retry', { model: 'm1' }, 15_000);
     await until(async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1, 'the request in etcd', 5_000, 20);
 
@@ -153,7 +154,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     leader.election.start();
     await elected(leader.election);
     const handled: RequestMsg[] = [];
-    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, async (m) => {
+    const stopServing = await new Requests(leader.client, prefix, 'leader', realTime).serve(leader.election, async (m) => {
       handled.push(m);
       if (m.kind === 'restart') throw new LlmgwError('NOT_FOUND', 'no replica r9');
       return { done: (m.body as { model: string }).model };
@@ -179,7 +180,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const prefix = freshPrefix();
     const sender = make(prefix, 'standby');
     const t0 = Date.now();
-    await rejectsWith(new Requests(sender.client, prefix, 'standby').send('demand', { model: 'm' }, 800), 'LEADER_UNAVAILABLE');
+    await rejectsWith(new Requests(sender.client, prefix, 'standby', realTime).send('demand', { model: 'm' }, 800), 'LEADER_UNAVAILABLE');
     assert.ok(Date.now() - t0 >= 800);
     await until(async () => (await sender.client.getAll().prefix(`${prefix}/`).count()) === 0, 'the request removed with its lease', 5_000, 20);
   });
@@ -191,12 +192,12 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       leader.election.start();
       await elected(leader.election);
       const handled: string[] = [];
-      const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, async (m) => {
+      const stopServing = await new Requests(leader.client, prefix, 'leader', realTime).serve(leader.election, async (m) => {
         handled.push((m.body as { trigger: string }).trigger);
         return 'ok';
       });
       const sender = make(prefix, 'standby');
-      const requests = new Requests(sender.client, prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby', realTime);
       try {
         assert.equal(await requests.send('pass', { trigger: 'before' }, 5_000), 'ok');
         fwd.cut();
@@ -229,7 +230,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     });
     try {
       const sender = make(prefix, 'standby');
-      const requests = new Requests(sender.client, prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby', realTime);
       const slow = requests.send('pass', { trigger: 'slow' }, 10_000);
       await until(() => handled.length === 1, 'the slow request running', 5_000, 10);
       // queued behind it; its sender gives up (revokes its lease) before its turn
@@ -251,7 +252,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const fwd = await startTcpForwarder(etcd.clientPort);
     try {
       const sender = make(prefix, 'standby', fwd.port);
-      const requests = new Requests(sender.client, prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby', realTime);
       fwd.stall();
       for (const timeout of [700, 1_500]) {
         const t0 = Date.now();
@@ -310,7 +311,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       assert.match(refused[4]!, /unknown body fields cmd/);
       await until(async () => (await forger.client.getAll().prefix(`${prefix}/requests/`).count()) === 0, 'the refused requests deleted', 5_000, 10);
       // a request as an instance sends it is run
-      assert.equal(await new Requests(forger.client, prefix, 'standby').send('restart', { all: true }, 5_000), 'ran');
+      assert.equal(await new Requests(forger.client, prefix, 'standby', realTime).send('restart', { all: true }, 5_000), 'ran');
       assert.equal(handled.length, 1);
       await grant.revoke();
     } finally {
