@@ -26,6 +26,7 @@ import { loadFleetSpec } from '../src/fleet-spec/load.js';
 import type { FleetSpec } from '../src/fleet-spec/types.js';
 import type { RefreshResult } from '../src/git/tracker.js';
 import { Published, Requests } from '../src/ha/channel.js';
+import type { PublishedSnapshot } from '../src/ha/published.js';
 import { HaController } from '../src/ha/controller.js';
 import { Election } from '../src/ha/election.js';
 import { ETCD_DEFAULTS, openEtcd } from '../src/ha/etcd.js';
@@ -89,8 +90,8 @@ class FixedSpec implements FleetSource {
 /** Published that lets the bench wait for the snapshot writes the controller starts without awaiting. */
 class TrackedPublished extends Published {
   private pending = new Set<Promise<void>>();
-  override publish(json: string): Promise<void> {
-    const p = super.publish(json);
+  override publish(snapshot: PublishedSnapshot): Promise<void> {
+    const p = super.publish(snapshot);
     this.pending.add(p);
     void p.catch(() => undefined).finally(() => this.pending.delete(p));
     return p;
@@ -173,8 +174,9 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
     await published.settled();
   }
   const settleMs = performance.now() - t0;
-  const stateBytes = (await client.get(`${prefix}/state`).string())?.length ?? 0;
-  const snapshotBytes = (await client.get(`${prefix}/snapshot`).string())?.length ?? 0;
+  const bytesUnder = async (base: string): Promise<number> => Object.values(await client.getAll().prefix(`${base}/`).strings()).reduce((n, v) => n + v.length, 0);
+  const stateBytes = await bytesUnder(`${prefix}/state`);
+  const snapshotBytes = await bytesUnder(`${prefix}/published`);
 
   const measure = async (trigger: string): Promise<{ writes: number; keys: string[]; ms: number }> => {
     const before = await revision(client);

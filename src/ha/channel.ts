@@ -1,7 +1,7 @@
 /**
  * What the leader and the standbys exchange through etcd:
- * - Published: the leader's fleet snapshot at `<prefix>/snapshot` (a guarded put, only when it
- *   changed); every instance watches it (current value first, then every change).
+ * - Published: the leader's fleet snapshot, one key per model and node under `<prefix>/published/`
+ *   (guarded txns of what changed); every instance watches it (current value first, then every change).
  * - Requests: a standby's request for the leader (on-demand activation, retry, restart) at
  *   `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
  *   the sender gives up. The leader handles pending requests and then new ones, writes the answer
@@ -21,6 +21,9 @@ import type { Etcd3, IKeyValue, Lease, Watcher } from 'etcd3';
 import { LlmgwError, Reasons, reasonOf, type ReasonCode, type ReasonRef } from '../errors/catalogue.js';
 import { cancelWatcher, type Election } from './election.js';
 import { etcdError } from './etcd.js';
+import { applyChanges, ETCD_LIMITS, HEAD, type EtcdLimits } from './keyed-layout.js';
+import { DocWriter, readDoc, type DocWriteStats } from './keyed-store.js';
+import { parsePublished, publishedEntries, publishedFromEntries, type EntryCache, type PublishedSnapshot } from './published.js';
 
 const CANCEL_TIMEOUT_MS = 2_000;
 
@@ -77,38 +80,114 @@ function watchKey(client: Etcd3, key: string, onValue: (v: string | null) => voi
   });
 }
 
-/** The leader's published snapshot. */
+/**
+ * The leader's published snapshot, one key per model and node under `<prefix>/published/`
+ * (keyed-layout.ts: diffs in guarded txns under etcd's limits, the head last). Every instance
+ * watches it: one consistent range read, then the watch's changes, applied a whole save at a time
+ * (when its head arrives), so a standby never routes from half of one save and half of another.
+ *
+ * The layout before it was one value at `<prefix>/snapshot`: a leader deletes it with its first
+ * publish; a watcher reads it while no per-key snapshot exists (a leader of the old version).
+ */
 export class Published {
-  readonly key: string;
-  private last: string | null = null;
-  private writeCount = 0;
+  readonly base: string;
+  readonly legacyKey: string;
+  private readonly writer: DocWriter;
+  private legacyDeleted = false;
+  private lastErrorValue: ReasonRef | null = null;
 
   constructor(
     private readonly election: Election,
     private readonly client: Etcd3,
     prefix: string,
+    limits: EtcdLimits = ETCD_LIMITS,
   ) {
-    this.key = `${prefix}/snapshot`;
+    this.base = `${prefix}/published`;
+    this.legacyKey = `${prefix}/snapshot`;
+    this.writer = new DocWriter(election, client, this.base, limits);
   }
 
   get writes(): number {
-    return this.writeCount;
+    return this.writer.stats.writes;
   }
 
-  /** A guarded put of the snapshot, only when `json` differs from the last published. */
-  async publish(json: string): Promise<void> {
-    if (json === this.last) return;
-    await this.election.guardedPut(this.key, json);
-    this.last = json;
-    this.writeCount++;
+  get stats(): DocWriteStats {
+    return this.writer.stats;
   }
 
-  /** Calls onValue with the current snapshot (null: none), then with every change; resolves to a closer. */
-  watch(onValue: (json: string | null) => void): Promise<() => Promise<void>> {
-    return watchKey(this.client, this.key, onValue);
+  /** Why the last publish failed (ETCD_VALUE_TOO_LARGE, LEADER_DEPOSED, ETCD_*), null after one that did not. */
+  get lastError(): ReasonRef | null {
+    return this.lastErrorValue;
+  }
+
+  /** Guarded txns of what changed since the last publish (nothing when nothing did). */
+  async publish(p: PublishedSnapshot): Promise<void> {
+    try {
+      await this.writer.write(publishedEntries(p), 'publishing the fleet snapshot', this.legacyDeleted ? [] : [{ delete: this.legacyKey }]);
+      this.legacyDeleted = true;
+      this.lastErrorValue = null;
+    } catch (e) {
+      const r = reasonOf(e);
+      this.lastErrorValue = { code: r.code, message: r.message };
+      throw e;
+    }
+  }
+
+  /**
+   * Calls onValue with the current snapshot (null: none; `problem`: entries or a value this version
+   * does not read), then after every complete save; resolves to a closer.
+   */
+  async watch(onValue: (p: PublishedSnapshot | null, problem: string | null) => void): Promise<() => Promise<void>> {
+    let entries: Map<string, string> | null = null;
+    const pending = new Map<string, string | null>();
+    const cache: EntryCache = new Map();
+    let legacy: { readonly p: PublishedSnapshot | null; readonly text: string } | null = null;
+    const emit = (): void => {
+      if (entries) {
+        const { snapshot, bad } = publishedFromEntries(entries, cache);
+        onValue(snapshot, snapshot === null ? `the published snapshot under ${this.base}/ is not one this version reads` : bad.length > 0 ? `published entries this version does not read (left out): ${bad.slice(0, 5).join(', ')}` : null);
+      } else if (legacy) onValue(legacy.p, legacy.p ? null : `the published snapshot at ${this.legacyKey} is not one this version reads`);
+      else onValue(null, null);
+    };
+    const prefix = `${this.base}/`;
+    const closeNew = await lookAndWatch(`reading ${prefix}`, async (closed) => {
+      const r = await readDoc(this.client, this.base);
+      if (closed()) return null;
+      entries = r.view ? new Map(r.view) : null;
+      pending.clear();
+      emit();
+      const w = this.client.watch().prefix(prefix).startRevision(String(r.revision + 1)).watcher();
+      w.on('put', (kv: IKeyValue) => {
+        const name = kv.key.toString('utf8').slice(prefix.length);
+        if (name !== HEAD) return void pending.set(name, kv.value.toString('utf8'));
+        entries = applyChanges(entries ?? new Map(), pending);
+        pending.clear();
+        emit();
+      });
+      w.on('delete', (kv: IKeyValue) => {
+        const name = kv.key.toString('utf8').slice(prefix.length);
+        if (name !== HEAD) return void pending.set(name, null);
+        entries = null;
+        pending.clear();
+        emit();
+      });
+      return w;
+    });
+    let closeLegacy: () => Promise<void>;
+    try {
+      closeLegacy = await watchKey(this.client, this.legacyKey, (v) => {
+        legacy = v === null ? null : { p: parsePublished(v), text: v };
+        if (!entries) emit();
+      });
+    } catch (e) {
+      await closeNew();
+      throw e;
+    }
+    return async () => {
+      await Promise.all([closeNew(), closeLegacy()]);
+    };
   }
 }
-
 
 type WireResponse = { readonly ok: unknown } | { readonly error: ReasonRef };
 

@@ -22,7 +22,7 @@ import type { ControlView, FleetSnapshot } from '../reconciler/view.js';
 import type { Published, Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
 import type { EtcdStateStore } from './etcd-state.js';
-import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { publishedOf, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
 import { StandbyActs } from './standby.js';
 
 /** What a term's reconciler is made with (serve builds it: tracker, drivers with the epoch's fence, status repo). */
@@ -51,6 +51,8 @@ export interface HaControllerOptions {
   readonly clock?: () => number;
   /** How long a standby waits for the leader to carry out a forwarded request. */
   readonly forwardTimeoutMs?: number;
+  /** Each publish's outcome as leader: null when it went through, else why not (ETCD_VALUE_TOO_LARGE: refused, not written). */
+  readonly onPublishResult?: (error: ReasonRef | null) => void;
   /** This instance gained (true) or lost (false) leadership. */
   readonly onLeadership?: (leading: boolean) => void;
 }
@@ -110,7 +112,7 @@ export class HaController extends ControllerShell {
   private async watchPublished(): Promise<void> {
     while (!this.stopped && !this.unwatch) {
       try {
-        this.unwatch = await this.o.published.watch((json) => this.onPublished(json));
+        this.unwatch = await this.o.published.watch((p, problem) => this.onPublished(p, problem));
       } catch (err) {
         this.log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'standby: cannot watch the published snapshot yet; trying again');
         await new Promise((r) => setTimeout(r, 2000).unref());
@@ -119,9 +121,9 @@ export class HaController extends ControllerShell {
     if (this.stopped) await this.unwatch?.();
   }
 
-  private onPublished(json: string | null): void {
-    this.publishedValue = json === null ? null : parsePublished(json);
-    if (json !== null && !this.publishedValue) this.log.error({ key: 'snapshot' }, 'the published snapshot in etcd is not one this version reads; standby answers wait for the next one');
+  private onPublished(p: PublishedSnapshot | null, problem: string | null): void {
+    this.publishedValue = p;
+    if (problem) this.log.error({ key: 'published', problem }, 'the published snapshot in etcd is not (wholly) one this version reads; standby answers wait for the next one');
     for (const r of refusedEndpoints(this.publishedValue, this.o.tracker.applied?.spec ?? null)) {
       this.log.error({ code: 'ETCD_ENDPOINT_REFUSED', ...r }, 'standby: a published endpoint the spec does not allow; not routed to');
     }
@@ -171,7 +173,16 @@ export class HaController extends ControllerShell {
     });
     const off = reconciler.onSnapshot((s) => {
       this.setSnapshot(s);
-      if (leading()) void this.o.published.publish(publishedJson(s)).catch((err: unknown) => log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'publishing the fleet snapshot failed'));
+      if (leading()) {
+        void this.o.published.publish(publishedOf(s)).then(
+          () => this.o.onPublishResult?.(null),
+          (err: unknown) => {
+            const r = reasonOf(err);
+            log[r.code === 'ETCD_VALUE_TOO_LARGE' ? 'error' : 'warn']({ code: r.code, err: r.message }, 'publishing the fleet snapshot failed');
+            this.o.onPublishResult?.({ code: r.code, message: r.message });
+          },
+        );
+      }
     });
     const term: Term = { epoch, reconciler, off, stopServing: null };
     this.term = term;

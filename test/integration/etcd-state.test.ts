@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { LlmgwError } from '../../src/errors/catalogue.js';
 import { Published, Requests, type RequestMsg } from '../../src/ha/channel.js';
 import { EtcdStateStore } from '../../src/ha/etcd-state.js';
+import type { PublishedSnapshot } from '../../src/ha/published.js';
 import { sharedValues } from '../../src/ha/shared.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
@@ -69,7 +70,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     a.election.start();
     await elected(a.election);
     const store = new EtcdStateStore(a.election, a.client, prefix);
-    assert.equal(store.path, `etcd:${prefix}/state`);
+    assert.equal(store.path, `etcd:${prefix}/state/`);
     assert.deepEqual(await store.load(), { state: emptyState, problem: null });
 
     const s1 = someState(1);
@@ -122,21 +123,23 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     await elected(a.election);
     const b = make(prefix, 'b');
     const pub = new Published(a.election, a.client, prefix);
-    await pub.publish('{"n":1}');
-    await pub.publish('{"n":1}');
+    const snap = (n: number): PublishedSnapshot => ({ v: 1, appliedRevision: `rev-${n}`, specValid: true, rejected: null, lastSyncError: null, stateError: null, models: [], nodes: [] });
+    await pub.publish(snap(1));
+    await pub.publish(snap(1));
     assert.equal(pub.writes, 1);
     const seen: (string | null)[] = [];
-    const close = await new Published(b.election, b.client, prefix).watch((v) => seen.push(v));
+    const close = await new Published(b.election, b.client, prefix).watch((v) => seen.push(v?.appliedRevision ?? null));
     try {
-      assert.deepEqual(seen, ['{"n":1}']);
-      await pub.publish('{"n":2}');
-      await pub.publish('{"n":2}');
-      await pub.publish('{"n":3}');
-      await until(() => seen.length === 3, 'two changes seen');
-      assert.deepEqual(seen, ['{"n":1}', '{"n":2}', '{"n":3}']);
+      assert.deepEqual(seen.slice(-1), ['rev-1']);
+      const first = seen.length;
+      await pub.publish(snap(2));
+      await pub.publish(snap(2));
+      await pub.publish(snap(3));
+      await until(() => seen.length === first + 2, 'two changes seen');
+      assert.deepEqual(seen.slice(first - 1), ['rev-1', 'rev-2', 'rev-3']);
       assert.equal(pub.writes, 3);
       // A standby cannot publish.
-      await rejectsWith(new Published(b.election, b.client, prefix).publish('{"n":"standby"}'), 'LEADER_DEPOSED');
+      await rejectsWith(new Published(b.election, b.client, prefix).publish(snap(9)), 'LEADER_DEPOSED');
     } finally {
       await close();
     }
