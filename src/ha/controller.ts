@@ -51,8 +51,6 @@ export interface HaControllerOptions {
   readonly clock?: () => number;
   /** How long a standby waits for the leader to carry out a forwarded request. */
   readonly forwardTimeoutMs?: number;
-  /** Each publish's outcome as leader: null when it went through, else why not (ETCD_VALUE_TOO_LARGE: refused, not written). */
-  readonly onPublishResult?: (error: ReasonRef | null) => void;
   /** This instance gained (true) or lost (false) leadership. */
   readonly onLeadership?: (leading: boolean) => void;
 }
@@ -75,6 +73,8 @@ export class HaController extends ControllerShell {
   private term: Term | null = null;
   private transitions: Promise<void> = Promise.resolve();
   private publishedValue: PublishedSnapshot | null = null;
+  /** Why the term's last publish failed (status: the etcd line), null once one went through. */
+  private publishError: ReasonRef | null = null;
   private unwatch: (() => Promise<void>) | null = null;
   private syncTimer: NodeJS.Timeout | null = null;
   private syncing: Promise<void> | null = null;
@@ -140,6 +140,13 @@ export class HaController extends ControllerShell {
     await this.o.election.stop();
   }
 
+  /** A publish that failed shows in status (control.etcd.error) and metrics until one goes through. */
+  private publishOutcome(error: ReasonRef | null): void {
+    if (error?.code === this.publishError?.code && error?.message === this.publishError?.message) return;
+    this.publishError = error;
+    if (this.term) this.refreshStandby();
+  }
+
   /** Terms begin and end one at a time, in the order the election reported them. */
   private transition(fn: () => Promise<void>): Promise<void> {
     this.transitions = this.transitions.then(fn).catch((err: unknown) => this.log.error({ err, code: reasonOf(err).code }, 'leadership transition failed'));
@@ -175,11 +182,11 @@ export class HaController extends ControllerShell {
       this.setSnapshot(s);
       if (leading()) {
         void this.o.published.publish(publishedOf(s)).then(
-          () => this.o.onPublishResult?.(null),
+          () => leading() && this.publishOutcome(null),
           (err: unknown) => {
             const r = reasonOf(err);
             log[r.code === 'ETCD_VALUE_TOO_LARGE' ? 'error' : 'warn']({ code: r.code, err: r.message }, 'publishing the fleet snapshot failed');
-            this.o.onPublishResult?.({ code: r.code, message: r.message });
+            if (leading()) this.publishOutcome({ code: r.code, message: r.message });
           },
         );
       }
@@ -219,6 +226,7 @@ export class HaController extends ControllerShell {
     const term = this.term;
     if (!term) return;
     this.term = null;
+    this.publishError = null;
     if (reason) this.log.warn({ epoch: term.epoch, code: reason.code, reason: reason.message }, 'no longer leading: stopping the reconciler (replicas keep running for the next leader)');
     term.off();
     await term.stopServing?.().catch(() => undefined);
@@ -255,7 +263,7 @@ export class HaController extends ControllerShell {
   private control(leading: boolean): ControlView {
     const e = this.o.election;
     const l = e.current();
-    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: e.lastError };
+    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: (leading ? this.publishError : null) ?? e.lastError };
     const leader = l ? { id: l.id, label: l.label, since: l.since, epoch: l.epoch } : null;
     if (leading) return { mode: 'etcd', instance: this.o.instance, leader, notActing: null, etcd };
     const notActing: ReasonRef = l

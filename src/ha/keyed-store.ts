@@ -32,7 +32,7 @@ async function rangeAll(client: Etcd3, base: string, revision: number): Promise<
   const kvs: StoredKv[] = [];
   for (;;) {
     const res = await client.kv.range({ key: from, range_end: end, limit: PAGE_KEYS, ...(at > 0 ? { revision: at } : {}) });
-    at = Number(res.header.revision);
+    if (at === 0) at = Number(res.header.revision); // the next pages at the first one's revision
     for (const kv of res.kvs) kvs.push({ key: kv.key.toString('utf8'), value: kv.value.toString('utf8'), modRevision: Number(kv.mod_revision) });
     const last = res.kvs[res.kvs.length - 1];
     if (!res.more || !last) break;
@@ -69,6 +69,8 @@ export interface DocWriteStats {
   /** Saves that wrote something. */
   readonly writes: number;
   readonly txns: number;
+  /** Bytes of keys and values sent in all txns. */
+  readonly bytes: number;
   /** Bytes of keys and values of the largest txn sent. */
   readonly largestTxnBytes: number;
   readonly largestTxnOps: number;
@@ -77,7 +79,7 @@ export interface DocWriteStats {
 /** The leader's writer of one document: what etcd holds is known (read, then every txn it made). */
 export class DocWriter {
   private known: Map<string, string> | null = null;
-  private s = { writes: 0, txns: 0, largestTxnBytes: 0, largestTxnOps: 0 };
+  private s = { writes: 0, txns: 0, bytes: 0, largestTxnBytes: 0, largestTxnOps: 0 };
 
   constructor(
     private readonly election: Election,
@@ -120,6 +122,7 @@ export class DocWriter {
         throw e;
       }
       this.s.txns++;
+      this.s.bytes += txnBytes(batch);
       this.s.largestTxnBytes = Math.max(this.s.largestTxnBytes, txnBytes(batch));
       this.s.largestTxnOps = Math.max(this.s.largestTxnOps, batch.length);
       for (const op of batch) {

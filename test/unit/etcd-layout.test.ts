@@ -183,7 +183,7 @@ describe('the published snapshot as entries', () => {
     entries.set(`models/${second}`, JSON.stringify({ ...p.models[2], name: 'someone-else' }));
     const { snapshot, bad } = publishedFromEntries(entries);
     assert.deepEqual(snapshot?.models.map((x) => x.name), [p.models[2]!.name]);
-    assert.deepEqual(bad.sort(), [`models/${first}`, `models/${second}`].sort());
+    assert.deepEqual([...bad].sort(), [`models/${first}`, `models/${second}`].sort());
     entries.delete('fleet');
     assert.equal(publishedFromEntries(entries).snapshot, null);
     entries.set('fleet', '{"v":2}');
