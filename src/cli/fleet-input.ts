@@ -1,6 +1,6 @@
 /** Where a CLI command reads the fleet from: a directory's files, or a git revision's objects. */
 import { resolve } from 'node:path';
-import { FleetRepo } from '../git/repo.js';
+import type { FleetRepo } from '../git/repo.js';
 import { dirFiles } from '../fleet-spec/dir-files.js';
 import type { FleetFiles } from '../fleet-spec/files.js';
 import { prefixFor } from './problems-format.js';
@@ -18,13 +18,16 @@ export async function fleetInput(dir: string, rev: string | undefined, cwd: stri
   const prefix = prefixFor(abs, cwd);
   const label = prefix || '.';
   if (rev === undefined) return { files: dirFiles(abs), revision: null, label, prefix };
+  // isomorphic-git is imported only for a revision: loading it is a third of `validate DIR`'s wall time
+  const { FleetRepo } = await import('../git/repo.js');
   const repo = new FleetRepo({ path: abs });
   const oid = await repo.resolve(rev);
   return { files: repo.files(oid), revision: oid, label, prefix };
 }
 
 /** The fleet repo at DIR for commands that compare revisions. */
-export function localRepo(dir: string, cwd: string): { repo: FleetRepo; prefix: string; label: string } {
+export async function localRepo(dir: string, cwd: string): Promise<{ repo: FleetRepo; prefix: string; label: string }> {
+  const { FleetRepo } = await import('../git/repo.js');
   const abs = resolve(cwd, dir);
   const prefix = prefixFor(abs, cwd);
   return { repo: new FleetRepo({ path: abs }), prefix, label: prefix || '.' };

@@ -105,7 +105,7 @@ export async function planCommand(argv: readonly string[], io: Io): Promise<numb
   if (timeoutMs === null || timeoutMs <= 0) throw usageError(`--header-timeout must be a duration such as 10s (got ${JSON.stringify(values['header-timeout'])})`);
   const now = values.at === undefined ? Date.now() : Date.parse(values.at as string);
   if (!Number.isFinite(now)) throw usageError(`--at must be an ISO 8601 time such as 2026-03-30T08:00:00Z (got ${JSON.stringify(values.at)})`);
-  const { repo, prefix } = localRepo(positionals[0] ?? '.', io.cwd);
+  const { repo, prefix } = await localRepo(positionals[0] ?? '.', io.cwd);
   const statusPaths = (values.status ?? []) as unknown as readonly string[];
 
   const head = await repo.resolve((values.head as string | undefined) ?? 'HEAD');

@@ -23,29 +23,56 @@ export function cacheRamMiB(bytes: number): number {
   return Math.ceil(bytes / 2 ** 20);
 }
 
-export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
-  const definition = {
-    v: 1,
-    source,
-    sha256: sha256.toLowerCase(),
-    engine: { name: engine.engine, version: engine.version, install: engine.install },
-    args: {
-      ctxSize: profile.ctxSize,
-      threads: profile.threads,
-      parallel: profile.parallel,
-      batchSize: profile.batchSize,
-      embeddings: profile.embeddings,
-      // only when set, so the digests of every model that does not rerank stay as they were
-      ...(profile.reranking ? { reranking: true } : {}),
-      extraArgs: profile.extraArgs,
-      cacheRamMiB: cacheRamMiB(profile.cacheRamBytes),
-      // device settings only where set: a profile without them keeps the digest it had
-      ...(profile.gpuLayers != null ? { gpuLayers: profile.gpuLayers } : {}),
-      ...((profile.devices?.length ?? 0) > 0 ? { devices: profile.devices } : {}),
-      ...(profile.splitMode != null ? { splitMode: profile.splitMode } : {}),
-      ...((profile.tensorSplit?.length ?? 0) > 0 ? { tensorSplit: profile.tensorSplit } : {}),
-      ...(profile.mainGpu != null ? { mainGpu: profile.mainGpu } : {}),
-    },
+/** llama-server's arguments as a definition names them (what of a profile decides what runs). */
+function argsOf(profile: ProfileSpec): Record<string, unknown> {
+  return {
+    ctxSize: profile.ctxSize,
+    threads: profile.threads,
+    parallel: profile.parallel,
+    batchSize: profile.batchSize,
+    embeddings: profile.embeddings,
+    // only when set, so the digests of every model that does not rerank stay as they were
+    ...(profile.reranking ? { reranking: true } : {}),
+    extraArgs: profile.extraArgs,
+    cacheRamMiB: cacheRamMiB(profile.cacheRamBytes),
+    // device settings only where set: a profile without them keeps the digest it had
+    ...(profile.gpuLayers != null ? { gpuLayers: profile.gpuLayers } : {}),
+    ...((profile.devices?.length ?? 0) > 0 ? { devices: profile.devices } : {}),
+    ...(profile.splitMode != null ? { splitMode: profile.splitMode } : {}),
+    ...((profile.tensorSplit?.length ?? 0) > 0 ? { tensorSplit: profile.tensorSplit } : {}),
+    ...(profile.mainGpu != null ? { mainGpu: profile.mainGpu } : {}),
   };
-  return createHash('sha256').update(canonicalJson(definition)).digest('hex');
+}
+
+const engineOf = (engine: EngineVersionSpec): Record<string, unknown> => ({ name: engine.engine, version: engine.version, install: engine.install });
+
+/** The definition a digest is taken of: its canonical JSON is what is hashed. */
+export function definitionOf(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): Record<string, unknown> {
+  return { v: 1, source, sha256: sha256.toLowerCase(), engine: engineOf(engine), args: argsOf(profile) };
+}
+
+/**
+ * The canonical JSON of a definition's engine and arguments, which its profile and engine version
+ * decide alone: computed once per pair (a fleet's models share a handful of profiles).
+ */
+const runsAs = new WeakMap<ProfileSpec, WeakMap<EngineVersionSpec, string>>();
+
+function engineAndArgs(profile: ProfileSpec, engine: EngineVersionSpec): string {
+  let byEngine = runsAs.get(profile);
+  if (!byEngine) runsAs.set(profile, (byEngine = new WeakMap()));
+  let text = byEngine.get(engine);
+  if (text === undefined) {
+    text = `"args":${canonicalJson(argsOf(profile))},"engine":${canonicalJson(engineOf(engine))}`;
+    byEngine.set(engine, text);
+  }
+  return text;
+}
+
+/**
+ * sha256 of canonicalJson(definitionOf(…)), assembled from the cached part: the definition's keys
+ * in canonical order are args, engine, sha256, source, v (spec-digest-canonical.test.ts checks it).
+ */
+export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
+  const text = `{${engineAndArgs(profile, engine)},"sha256":${JSON.stringify(sha256.toLowerCase())},"source":${JSON.stringify(source)},"v":1}`;
+  return createHash('sha256').update(text).digest('hex');
 }

@@ -1,5 +1,11 @@
-/** FleetFiles over a plain directory (`llmgw validate DIR`); symlinks may not leave the directory. */
-import { lstat, readdir, realpath, open } from 'node:fs/promises';
+/**
+ * FleetFiles over a plain directory (`llmgw validate DIR`, `plan` without a revision); symlinks may
+ * not leave the directory. Files are read with synchronous calls: these are one-shot commands, and
+ * 1,000 files read through the thread pool (lstat, open, fstat, read, close each) took 100–300 ms
+ * of `validate`'s wall time, against ~20 ms this way. The controller never reads a directory.
+ */
+import { closeSync, constants, fstatSync, lstatSync, openSync, readFileSync, realpathSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
 import { join, sep } from 'node:path';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { FleetEntry, FleetEntryKind, FleetFiles } from './files.js';
@@ -30,10 +36,10 @@ export function dirFiles(root: string): FleetFiles {
     },
     async read(path: string, maxBytes: number): Promise<Uint8Array> {
       let full = join(root, ...path.split('/'));
-      if ((await lstat(full)).isSymbolicLink()) {
-        realRoot ??= await realpath(root);
+      if (lstatSync(full).isSymbolicLink()) {
+        realRoot ??= realpathSync(root);
         try {
-          full = await realpath(full);
+          full = realpathSync(full);
         } catch {
           throw new LlmgwError('SPEC_SYMLINK_ESCAPES', 'broken symlink');
         }
@@ -41,14 +47,15 @@ export function dirFiles(root: string): FleetFiles {
           throw new LlmgwError('SPEC_SYMLINK_ESCAPES', 'symlink points outside the fleet repo');
         }
       }
-      const fh = await open(full, 'r');
+      // non-blocking: a FIFO (through a symlink) opens at once and is refused below, instead of waiting for a writer
+      const fd = openSync(full, constants.O_RDONLY | constants.O_NONBLOCK);
       try {
-        const st = await fh.stat();
+        const st = fstatSync(fd);
         if (!st.isFile()) throw new LlmgwError('SPEC_UNEXPECTED_FILE', 'not a regular file');
         if (st.size > maxBytes) throw new LlmgwError('SPEC_FILE_TOO_LARGE', `file is ${st.size} bytes; the limit is ${maxBytes}`, { size: st.size });
-        return await fh.readFile();
+        return readFileSync(fd);
       } finally {
-        await fh.close();
+        closeSync(fd);
       }
     },
   };

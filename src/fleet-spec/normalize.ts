@@ -50,6 +50,7 @@ export function normalizeNode(name: string, file: string, raw: Raw): NodeSpec {
     file,
     transport,
     host: transport === 'local' ? str(raw.host) || '127.0.0.1' : str(raw.host),
+    ...(typeof raw.listen_address === 'string' ? { listenAddress: raw.listen_address } : {}),
     port: num(raw.port) ?? 22,
     user: str(raw.user),
     hostKey: typeof raw.host_key === 'string' ? raw.host_key : null,

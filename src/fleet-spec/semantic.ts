@@ -1,4 +1,5 @@
 /** Checks across fleet objects: references resolve, names are unique, values make sense together. */
+import { isIP } from 'node:net';
 import { definitionDigest } from './digest.js';
 import type { ModelDraft } from './normalize.js';
 import type { ParsedObject } from './load.js';
@@ -64,6 +65,7 @@ export function checkSpec(p: SpecParts): CheckResult {
   const endpoints = new Map<string, string>();
   for (const n of p.nodes) {
     if (n.ports.from > n.ports.to) add('node', n.name, ['ports', 'from'], 'SPEC_INVALID_VALUE', `ports.from (${n.ports.from}) is above ports.to (${n.ports.to})`, 'make ports.from at most ports.to');
+    if (n.listenAddress !== undefined && isIP(n.listenAddress) === 0) add('node', n.name, ['listen_address'], 'SPEC_INVALID_VALUE', `listen_address "${n.listenAddress}" is not an IP address`, 'name one of the node\'s addresses, e.g. 10.20.0.11, or 0.0.0.0 for every interface');
     if (n.transport === 'ssh') {
       const ep = `${n.host.toLowerCase()}:${n.port}`;
       const other = endpoints.get(ep);

@@ -33,6 +33,8 @@ export interface NodeSpec {
   readonly transport: Transport;
   /** ssh only */
   readonly host: string;
+  /** Address replicas bind (listen_address), when the node file names one. */
+  readonly listenAddress?: string;
   readonly port: number;
   readonly user: string;
   /** Pinned host key, "<type> <base64>" as in known_hosts (ssh only). */

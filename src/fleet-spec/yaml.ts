@@ -2,9 +2,16 @@
  * Strict YAML reading for fleet files: one document, unique keys, a bounded alias count,
  * and positions kept so every problem can name file:line:col.
  */
-import { LineCounter, parseDocument, isMap, isSeq, isPair, isScalar, type Document, type Node } from 'yaml';
+import { createRequire } from 'node:module';
+import type { Document, Node } from 'yaml';
 import { Reasons } from '../errors/catalogue.js';
 import type { Problem } from './types.js';
+import { parsePlainYaml } from './yaml-plain.js';
+
+const require = createRequire(import.meta.url);
+let yamlLib: typeof import('yaml') | null = null;
+/** The YAML library, loaded when a file is outside the plain subset or a position is asked for (~50 ms to load). */
+const lib = (): typeof import('yaml') => (yamlLib ??= require('yaml') as typeof import('yaml'));
 
 export interface ParsedYaml {
   readonly file: string;
@@ -64,6 +71,25 @@ export function decodeUtf8(file: string, bytes: Uint8Array): { text: string } | 
 }
 
 export function parseYaml(file: string, text: string): { parsed: ParsedYaml } | { problems: Problem[] } {
+  // Most fleet files are plain: read them without the library; positions (for problems) parse again with it.
+  const plain = parsePlainYaml(text);
+  if (plain) {
+    let full: ParsedYaml | null = null;
+    const position: ParsedYaml['position'] = (path, key) => {
+      if (!full) {
+        const r = parseWithLibrary(file, text);
+        if ('problems' in r) return { line: 1, col: 1 }; // not reached: the plain subset is valid YAML
+        full = r.parsed;
+      }
+      return full.position(path, key);
+    };
+    return { parsed: { file, value: plain.value, position } };
+  }
+  return parseWithLibrary(file, text);
+}
+
+function parseWithLibrary(file: string, text: string): { parsed: ParsedYaml } | { problems: Problem[] } {
+  const { LineCounter, parseDocument } = lib();
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: false, strict: true, version: '1.2' });
   const pos = (offset: number): { line: number; col: number } => lineCounter.linePos(offset);
@@ -105,6 +131,7 @@ function findPosition(
   wantKey: boolean,
   pos: (offset: number) => { line: number; col: number },
 ): { line: number; col: number } {
+  const { isMap, isSeq, isPair, isScalar } = lib();
   let node: unknown = doc.contents;
   let best: { line: number; col: number } = node && (node as Node).range ? pos((node as Node).range![0]) : { line: 1, col: 1 };
   for (let i = 0; i < path.length; i++) {

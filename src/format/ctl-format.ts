@@ -111,6 +111,11 @@ export function controlLines(s: StatusJson, at: string): [string, string][] {
     lines.push(['etcd', `FAILED: ${reasonText(c.etcd.error)}`]);
     lines.push(['', `hint: ${c.etcd.error.hint}`]);
   }
+  // absent in the answer of a controller older than the field
+  for (const f of c.forgedEpochs ?? []) {
+    lines.push(['FORGED EPOCH', reasonText(f)]);
+    lines.push(['', `hint: ${f.hint}`]);
+  }
   return lines;
 }
 

@@ -182,14 +182,26 @@ function checkEpoch(opts: StatusBranchOptions): void {
 
 /**
  * The fence: the highest epoch on the tip's first-parent history, so a commit without the trailer
- * (anyone who can push the branch) resets nothing. Remembered per commit (a writer's next tip is
- * its own last commit: one step), at most FENCE_CACHE commits.
+ * (anyone who can push the branch) resets nothing. Per commit, the FENCE_TOP highest distinct epochs
+ * of its history are remembered (newest commit for each), so the fence under a bound (a forged epoch
+ * above it passed over) is found without a walk while fewer than FENCE_TOP forged epochs sit above
+ * the real ones; a writer's next tip is its own last commit: one step. At most FENCE_CACHE commits.
  */
 const FENCE_CACHE = 4096;
-const fenceCache = new Map<string, { epoch: number; commit: string }>();
+const FENCE_TOP = 8;
+type Fenced = { readonly epoch: number; readonly commit: string };
+/** Highest epoch first; `complete`: every distinct epoch of the history is in `top`. */
+type TopEpochs = { readonly top: readonly Fenced[]; readonly complete: boolean };
+const fenceCache = new Map<string, TopEpochs>();
 
-/** The fence counting only epochs ≤ bound (no cache: walked only while a forgery is on the branch). */
-async function boundedFence(repo: FleetRepo, tip: string, bound: number): Promise<{ epoch: number; commit: string }> {
+/** `below` with the commit's epoch added (the commit is newer than every entry). */
+function withEpoch(below: TopEpochs, e: Fenced): TopEpochs {
+  const top = [e, ...below.top.filter((t) => t.epoch !== e.epoch)].sort((a, b) => b.epoch - a.epoch);
+  return top.length > FENCE_TOP ? { top: top.slice(0, FENCE_TOP), complete: false } : { top, complete: below.complete };
+}
+
+/** The fence counting only epochs ≤ bound, by a walk (when more forged epochs than FENCE_TOP sit above the bound). */
+async function boundedFence(repo: FleetRepo, tip: string, bound: number): Promise<Fenced> {
   let found = { epoch: 0, commit: tip };
   for (let oid: string | undefined = tip; oid !== undefined; ) {
     const { commit } = await git.readCommit({ fs, gitdir: repo.gitdir, oid, cache: repo.cache });
@@ -200,9 +212,9 @@ async function boundedFence(repo: FleetRepo, tip: string, bound: number): Promis
   return found;
 }
 
-async function historyFence(repo: FleetRepo, tip: string): Promise<{ epoch: number; commit: string }> {
+async function historyEpochs(repo: FleetRepo, tip: string): Promise<TopEpochs> {
   const walked: Array<{ oid: string; epoch: number | null }> = [];
-  let found: { epoch: number; commit: string } = { epoch: 0, commit: tip };
+  let found: TopEpochs = { top: [], complete: true };
   for (let oid: string | undefined = tip; oid !== undefined; ) {
     const cached = fenceCache.get(`${repo.gitdir}\0${oid}`);
     if (cached) {
@@ -215,11 +227,18 @@ async function historyFence(repo: FleetRepo, tip: string): Promise<{ epoch: numb
   }
   for (let i = walked.length - 1; i >= 0; i--) {
     const w = walked[i]!;
-    if (w.epoch !== null && w.epoch >= found.epoch) found = { epoch: w.epoch, commit: w.oid };
+    if (w.epoch !== null) found = withEpoch(found, { epoch: w.epoch, commit: w.oid });
     fenceCache.set(`${repo.gitdir}\0${w.oid}`, found);
   }
   while (fenceCache.size > FENCE_CACHE) fenceCache.delete(fenceCache.keys().next().value as string);
   return found;
+}
+
+/** The highest epoch ≤ bound on the history (0 at the tip when there is none). */
+async function fenceUnder(repo: FleetRepo, tip: string, h: TopEpochs, bound: number): Promise<Fenced> {
+  const under = h.top.find((t) => t.epoch <= bound);
+  if (under) return under;
+  return h.complete ? { epoch: 0, commit: tip } : boundedFence(repo, tip, bound);
 }
 
 /**
@@ -228,13 +247,14 @@ async function historyFence(repo: FleetRepo, tip: string): Promise<{ epoch: numb
  */
 async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined, epochBound?: () => Promise<number>): Promise<StatusWriteResult['forged']> {
   if (epoch === undefined || tip === null) return null;
-  let fence = await historyFence(repo, tip);
+  const history = await historyEpochs(repo, tip);
+  let fence: Fenced = history.top[0] ?? { epoch: 0, commit: tip };
   let forged: StatusWriteResult['forged'] = null;
   if (fence.epoch > epoch && epochBound) {
     const bound = await epochBound();
     if (fence.epoch > bound) {
       forged = { epoch: fence.epoch, commit: fence.commit, bound };
-      fence = await boundedFence(repo, tip, bound);
+      fence = await fenceUnder(repo, tip, history, bound);
     }
   }
   if (fence.epoch > epoch) {

@@ -4,9 +4,10 @@
  * series of models, nodes, digests and revisions that left the snapshot are deleted.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
+import type { FleetSnapshot, ModelPhase, ModelView } from '../reconciler/view.js';
 import { MODEL_STATES, MetricNames as N } from './names.js';
 import { GaugeSeries } from './series.js';
+import { ModelSeries } from './model-series.js';
 
 // MODEL_STATES and ModelPhase must list the same phases.
 type Missing<A, B> = Exclude<A, B> extends never ? true : never;
@@ -19,6 +20,8 @@ void _phasesCoverStates;
 export const RECONCILE_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
 const seconds = (ms: number | null): number => (ms === null ? 0 : ms / 1000);
+/** The reasons llmgw_forged_epochs counts, one series each. */
+const FORGED_CODES = ['STATUS_EPOCH_FORGED', 'NODE_EPOCH_FORGED'] as const;
 
 function splitEngine(key: string): { engine: string; version: string } {
   const at = key.indexOf('@');
@@ -29,15 +32,8 @@ type EngineLabels = { node: string; engine: string; version: string };
 const engineKey = (l: EngineLabels): string => JSON.stringify([l.node, l.engine, l.version]);
 
 export class FleetMetrics {
-  private readonly desired: GaugeSeries<'model'>;
-  private readonly ready: GaugeSeries<'model'>;
-  private readonly failures: GaugeSeries<'model'>;
-  private readonly parked: GaugeSeries<'model'>;
-  private readonly unplaceable: GaugeSeries<'model'>;
-  private readonly info: GaugeSeries<'model' | 'digest' | 'profile'>;
-  private readonly state: GaugeSeries<'model' | 'state'>;
-  private readonly lastError: GaugeSeries<'model' | 'code'>;
-  private readonly unplaceableReason: GaugeSeries<'model' | 'code'>;
+  /** The per-model gauges, rendered from the latest snapshot's models (model-series.ts). */
+  private readonly models: ModelSeries;
 
   private readonly nodeReachable: GaugeSeries<'node'>;
   private readonly nodeCapacity: GaugeSeries<'node'>;
@@ -54,13 +50,12 @@ export class FleetMetrics {
   private readonly leaderEpoch: Gauge;
   private readonly etcdUp: GaugeSeries<'prefix'>;
   private readonly notActing: GaugeSeries<'code'>;
+  private readonly forgedEpochs: GaugeSeries<'code'>;
   private readonly reconcileDuration: Histogram;
   private readonly reconcileTotal: Counter<'result'>;
   private readonly reconcileLastSuccess: Gauge;
   private readonly revisionInfo: GaugeSeries<'revision'>;
   private readonly specValid: Gauge;
-  private readonly draining: GaugeSeries<'model'>;
-  private readonly drainingInFlight: GaugeSeries<'model'>;
   private readonly rejectedInfo: GaugeSeries<'revision'>;
   private readonly gitSyncLastSuccess: Gauge;
   private readonly statusWriteLastSuccess: Gauge;
@@ -70,25 +65,17 @@ export class FleetMetrics {
   private explicitPasses = false;
   private lastRecordedPass: number | null = null;
 
+  /** `modelRegistry`: where the per-model series go (a registry of their own lets a scrape reuse their text while no model changed). */
   constructor(
     registry: Registry,
     private readonly clock: () => number,
+    modelRegistry: Registry = registry,
   ) {
     const registers = [registry];
     const gauge = <T extends string>(name: string, help: string, labelNames: readonly T[]): GaugeSeries<T> =>
       new GaugeSeries(new Gauge<T>({ name, help, labelNames, registers }));
 
-    this.desired = gauge(N.modelDesiredReplicas, 'Replicas the model should have now (on-demand models: only while asked for).', ['model']);
-    this.ready = gauge(N.modelReadyReplicas, 'Replicas of the model that are ready and serving.', ['model']);
-    this.draining = gauge(N.modelDrainingReplicas, 'Replicas of the model being stopped: out of routing, draining their in-flight requests or signalled (SIGTERM, stop_grace, SIGKILL).', ['model']);
-    this.drainingInFlight = gauge(N.modelDrainingInFlight, 'Requests in flight on replicas of the model that are draining, as llama-server reports them (GET /slots).', ['model']);
-    this.failures = gauge(N.modelConsecutiveStartFailures, 'Failed starts of the model in a row since its last ready replica (or definition change / retry).', ['model']);
-    this.parked = gauge(N.modelParked, '1 while the model is parked after repeated start failures (not placed until its definition changes or a retry).', ['model']);
-    this.unplaceable = gauge(N.modelUnplaceable, '1 while the model fits on no node.', ['model']);
-    this.info = gauge(N.modelInfo, 'The model definition in force: definition digest and profile (always 1).', ['model', 'digest', 'profile']);
-    this.state = gauge(N.modelState, 'The model phase, one-hot: 1 for the current state, 0 for the others.', ['model', 'state']);
-    this.lastError = gauge(N.modelLastErrorInfo, 'The failure reason code of the model\'s last error (always 1; present while there is one).', ['model', 'code']);
-    this.unplaceableReason = gauge(N.modelUnplaceableReasonInfo, 'Why the model fits on no node, as the catalogue sub-code (always 1; present while unplaceable; the figures are in `llmgw ctl models`).', ['model', 'code']);
+    this.models = modelSeries(modelRegistry);
 
     this.nodeReachable = gauge(N.nodeReachable, '1 when the controller reaches the node, 0 when not.', ['node']);
     this.nodeCapacity = gauge(N.nodeMemoryCapacityBytes, 'Memory capacity of the node (absent while unknown).', ['node']);
@@ -107,7 +94,8 @@ export class FleetMetrics {
     this.leaderChanges = new Counter({ name: N.leaderChangesTotal, help: 'Times this instance gained or lost leadership.', registers });
     this.leaderEpoch = new Gauge({ name: N.leaderEpoch, help: 'Fencing epoch of the leader as this instance sees it (etcd: the election key\'s revision; 0 alone or with no leader).', registers });
     this.etcdUp = gauge(N.etcdUp, '1 while this instance reaches etcd, 0 when it does not (present only with --etcd; prefix: its --etcd-prefix).', ['prefix']);
-    this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED.', ['code']);
+    this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED, NODE_EPOCH_FORGED.', ['code']);
+    this.forgedEpochs = gauge(N.forgedEpochs, 'Epochs this etcd did not make that the leader passed over: STATUS_EPOCH_FORGED 1 while a status-branch commit above etcd\'s revision is on the branch; NODE_EPOCH_FORGED the nodes whose owner record above it the leader took over in the last hour (both series present, 0 when none).', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
     this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
     this.reconcileLastSuccess = new Gauge({ name: N.reconcileLastSuccessTimestampSeconds, help: 'End of the last reconcile pass that succeeded (0: none yet).', registers });
@@ -126,34 +114,20 @@ export class FleetMetrics {
     this.specValid.set(0);
     this.gitSyncLastSuccess.set(0);
     this.statusWriteLastSuccess.set(0);
+    this.forgedEpochs.replace(FORGED_CODES.map((code) => [{ code }, 0]));
   }
 
-  applySnapshot(s: FleetSnapshot): void {
+  /** Returns whether a per-model series may have changed. */
+  applySnapshot(s: FleetSnapshot): boolean {
     this.setLeader(s.leader);
     this.leaderEpoch.set(s.control.leader?.epoch ?? 0);
     this.etcdUp.replace(s.control.etcd ? [[{ prefix: s.control.etcd.prefix }, s.control.etcd.reachable ? 1 : 0]] : []);
     this.notActing.replace(s.control.notActing ? [[{ code: s.control.notActing.code }, 1]] : []);
+    const forged = s.control.forgedEpochs ?? [];
+    this.forgedEpochs.replace(FORGED_CODES.map((code) => [{ code }, forged.filter((r) => r.code === code).length]));
 
     const one = <L>(labels: L, value: number | boolean): [L, number] => [labels, typeof value === 'boolean' ? (value ? 1 : 0) : value];
-    this.desired.replace(s.models.map((m) => one({ model: m.name }, m.desired)));
-    this.ready.replace(s.models.map((m) => one({ model: m.name }, m.ready)));
-    const leaving = (m: (typeof s.models)[number]) => m.replicas.filter((r) => r.phase === 'draining' || r.phase === 'stopping');
-    this.draining.replace(s.models.map((m) => one({ model: m.name }, leaving(m).length)));
-    this.drainingInFlight.replace(s.models.map((m) => one({ model: m.name }, leaving(m).reduce((n, r) => n + (r.inFlight ?? 0), 0))));
-    this.failures.replace(s.models.map((m) => one({ model: m.name }, m.consecutiveFailures)));
-    this.parked.replace(s.models.map((m) => one({ model: m.name }, m.parked !== null)));
-    this.unplaceable.replace(s.models.map((m) => one({ model: m.name }, m.unplaceable !== null)));
-    this.info.replace(s.models.map((m) => one({ model: m.name, digest: m.spec.digest, profile: m.spec.profile }, 1)));
-    this.state.replace(s.models.flatMap((m) => MODEL_STATES.map((state) => one({ model: m.name, state }, state === m.phase))));
-    this.lastError.replace(
-      s.models.flatMap((m) => {
-        const err = m.parked?.lastError ?? m.lastError;
-        return err ? [one({ model: m.name, code: err.code }, 1)] : [];
-      }),
-    );
-    this.unplaceableReason.replace(
-      s.models.flatMap((m) => (m.unplaceable !== null ? [one({ model: m.name, code: m.unplaceable.code }, 1)] : [])),
-    );
+    const modelsChanged = this.models.update(s.models);
 
     this.nodeReachable.replace(s.nodes.map((n) => one({ node: n.name }, n.reachable)));
     this.nodeCapacity.replace(s.nodes.flatMap((n) => (n.memory ? [one({ node: n.name }, n.memory.totalBytes)] : [])));
@@ -177,6 +151,7 @@ export class FleetMetrics {
       this.lastRecordedPass = pass.startedAt;
       this.recordPass(pass.result, pass.durationMs / 1000, (pass.startedAt + pass.durationMs) / 1000);
     }
+    return modelsChanged;
   }
 
   private applyEngines(s: FleetSnapshot): void {
@@ -244,4 +219,35 @@ export class FleetMetrics {
     if (result === 'ok') this.engineInstalls.set(labels, 1);
     else if (!present) this.engineInstalls.set(labels, 0);
   }
+}
+
+/** Replicas of a model on their way out (out of routing): draining, or signalled to stop. */
+const leaving = (m: ModelView) => m.replicas.filter((r) => r.phase === 'draining' || r.phase === 'stopping');
+const lastErrorOf = (m: ModelView) => m.parked?.lastError ?? m.lastError;
+
+/** The per-model gauges: each model has every one (0 is a real value), but the info ones. */
+function modelSeries(registry: Registry): ModelSeries {
+  const series = new ModelSeries(registry, (m) => {
+    const l = leaving(m);
+    return `${m.name}\u0000${m.desired}\u0000${m.ready}\u0000${l.length}\u0000${l.reduce((n, r) => n + (r.inFlight ?? 0), 0)}\u0000${m.consecutiveFailures}\u0000${m.parked !== null}\u0000${m.unplaceable?.code ?? '-'}\u0000${m.spec.digest}\u0000${m.spec.profile}\u0000${m.phase}\u0000${lastErrorOf(m)?.code ?? '-'}`;
+  });
+  const g = (name: string, help: string, value: (m: ModelView) => number | boolean): void =>
+    series.gauge(name, help, ['model'], (m) => [[{ model: m.name }, value(m)]]);
+  g(N.modelDesiredReplicas, 'Replicas the model should have now (on-demand models: only while asked for).', (m) => m.desired);
+  g(N.modelReadyReplicas, 'Replicas of the model that are ready and serving.', (m) => m.ready);
+  g(N.modelDrainingReplicas, 'Replicas of the model being stopped: out of routing, draining their in-flight requests or signalled (SIGTERM, stop_grace, SIGKILL).', (m) => leaving(m).length);
+  g(N.modelDrainingInFlight, 'Requests in flight on replicas of the model that are draining, as llama-server reports them (GET /slots).', (m) => leaving(m).reduce((n, r) => n + (r.inFlight ?? 0), 0));
+  g(N.modelConsecutiveStartFailures, 'Failed starts of the model in a row since its last ready replica (or definition change / retry).', (m) => m.consecutiveFailures);
+  g(N.modelParked, '1 while the model is parked after repeated start failures (not placed until its definition changes or a retry).', (m) => m.parked !== null);
+  g(N.modelUnplaceable, '1 while the model fits on no node.', (m) => m.unplaceable !== null);
+  series.gauge(N.modelInfo, 'The model definition in force: definition digest and profile (always 1).', ['model', 'digest', 'profile'], (m) => [[{ model: m.name, digest: m.spec.digest, profile: m.spec.profile }, 1]]);
+  series.gauge(N.modelState, 'The model phase, one-hot: 1 for the current state, 0 for the others.', ['model', 'state'], (m) => MODEL_STATES.map((state) => [{ model: m.name, state }, state === m.phase] as const));
+  series.gauge(N.modelLastErrorInfo, "The failure reason code of the model's last error (always 1; present while there is one).", ['model', 'code'], (m) => {
+    const err = lastErrorOf(m);
+    return err ? [[{ model: m.name, code: err.code }, 1]] : [];
+  });
+  series.gauge(N.modelUnplaceableReasonInfo, 'Why the model fits on no node, as the catalogue sub-code (always 1; present while unplaceable; the figures are in `llmgw ctl models`).', ['model', 'code'], (m) =>
+    m.unplaceable !== null ? [[{ model: m.name, code: m.unplaceable.code }, 1]] : [],
+  );
+  return series;
 }

@@ -33,6 +33,7 @@ export const MetricNames = Object.freeze({
   leaderEpoch: 'llmgw_leader_epoch',
   etcdUp: 'llmgw_etcd_up',
   notActingInfo: 'llmgw_not_acting_info',
+  forgedEpochs: 'llmgw_forged_epochs',
   reconcileDurationSeconds: 'llmgw_reconcile_duration_seconds',
   reconcileTotal: 'llmgw_reconcile_total',
   reconcileLastSuccessTimestampSeconds: 'llmgw_reconcile_last_success_timestamp_seconds',
@@ -41,6 +42,8 @@ export const MetricNames = Object.freeze({
   specRejectedRevisionInfo: 'llmgw_spec_rejected_revision_info',
   gitSyncLastSuccessTimestampSeconds: 'llmgw_git_sync_last_success_timestamp_seconds',
   statusWriteLastSuccessTimestampSeconds: 'llmgw_status_write_last_success_timestamp_seconds',
+  eventLoopDelayP99Seconds: 'llmgw_event_loop_delay_p99_seconds',
+  eventLoopDelayMaxSeconds: 'llmgw_event_loop_delay_max_seconds',
 
   // --- certificates (label path) ---
   certificateExpiryTimestampSeconds: 'llmgw_certificate_expiry_timestamp_seconds',

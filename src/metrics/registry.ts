@@ -12,6 +12,7 @@ import { createRouterMetrics } from './router.js';
 import { createKeyMetrics } from './keys.js';
 import type { UsageSink } from './ports.js';
 import { registerScheduleMetrics } from './schedule.js';
+import { registerEventLoopDelayMetrics } from './event-loop.js';
 
 export interface MetricsOptions {
   /** Certificate file paths (PEM or DER), asked for and read at each scrape. */
@@ -45,26 +46,46 @@ export interface LlmgwMetrics {
   metricNames(): string[];
   /** The scrape: exposition text and its content type. */
   scrape(): Promise<{ readonly contentType: string; readonly body: string }>;
+  /**
+   * The scrape as UTF-8 parts to send in turn: the per-model and fleet parts are encoded once per
+   * change and shared by every scrape until the next (serveMetrics sends them in slices).
+   */
+  scrapeParts(): Promise<{ readonly contentType: string; readonly parts: readonly Buffer[] }>;
+  /** Stops what samples in the background (the event-loop delay monitors). */
+  close(): void;
 }
 
 export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
-  // Two registries: the fleet's series change only with a snapshot or a pass, so their text is
-  // rendered once per change and reused by every scrape until the next; the live ones (router,
-  // certificates and schedules read at the scrape, process) are rendered at each scrape. At 1,000
-  // models this keeps a scrape's event-loop time to the live part.
+  // Three registries: the fleet's series change only with a snapshot or a pass, so their text is
+  // rendered once per change and reused by every scrape until the next; the per-model ones among
+  // them (16 series a model) only when a model's series changed, which a steady pass does not do;
+  // the live ones (router, certificates and schedules read at the scrape, process, event loop) are
+  // rendered at each scrape. At 1,000 models this keeps a scrape's event-loop time to the live part.
+  const modelRegistry = new Registry();
   const fleetRegistry = new Registry();
   const live = new Registry();
   if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: live });
-  const fleet = new FleetMetrics(fleetRegistry, opts.clock ?? Date.now);
+  const fleet = new FleetMetrics(fleetRegistry, opts.clock ?? Date.now, modelRegistry);
   const router = createRouterMetrics(live);
   const keys = createKeyMetrics(live);
   registerCertificateMetrics(live, opts.certificates ?? (() => []));
   const schedules = registerScheduleMetrics(live, opts.clock ?? Date.now);
-  const registry = Registry.merge([fleetRegistry, live]);
-  let fleetText: Promise<string> | null = null;
+  const eventLoop = registerEventLoopDelayMetrics(live);
+  const registry = Registry.merge([modelRegistry, fleetRegistry, live]);
+  let modelText: Promise<Buffer> | null = null;
+  let fleetText: Promise<Buffer> | null = null;
   const changed = <T>(r: T): T => {
     fleetText = null;
     return r;
+  };
+  const bytes = async (r: Registry): Promise<Buffer> => {
+    const t = await r.metrics();
+    return Buffer.from(t === '' || t.endsWith('\n') ? t : `${t}\n`);
+  };
+  const scrapeParts = async (): Promise<{ contentType: string; parts: Buffer[] }> => {
+    modelText ??= bytes(modelRegistry);
+    fleetText ??= bytes(fleetRegistry);
+    return { contentType: registry.contentType, parts: await Promise.all([modelText, fleetText, bytes(live)]) };
   };
 
   return {
@@ -72,7 +93,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
     router,
     keys,
     applySnapshot: (s) => {
-      changed(fleet.applySnapshot(s));
+      if (changed(fleet.applySnapshot(s))) modelText = null;
       schedules.setModels(s.models.map((m) => m.spec));
       router.setModels(s.models.map((m) => m.name));
     },
@@ -86,9 +107,10 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
         .filter((n) => n.startsWith('llmgw_'))
         .sort(),
     scrape: async () => {
-      fleetText ??= fleetRegistry.metrics();
-      const [f, l] = await Promise.all([fleetText, live.metrics()]);
-      return { contentType: registry.contentType, body: `${f}${f.endsWith('\n') || f === '' ? '' : '\n'}${l}` };
+      const { contentType, parts } = await scrapeParts();
+      return { contentType, body: Buffer.concat(parts).toString('utf8') };
     },
+    scrapeParts,
+    close: () => eventLoop.close(),
   };
 }

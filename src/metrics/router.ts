@@ -130,11 +130,14 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
     readonly label: string;
   }
   const byModel = new Map<string, ModelCells>();
+  // Models kept beyond the fleet's own (names a request gave that are not the fleet's): a bound, so
+  // made-up names cannot grow the map without end; a fleet of 10,000 models keeps all of its own.
+  let keepAtMost = 10_000;
   const cells = (model: string): ModelCells => {
     let c = byModel.get(model);
     if (!c) {
       c = { traffic: null, codes: new Map(), refused: new Map(), reasons: new Set(), ejections: false, label: modelLabel(model) };
-      if (byModel.size < 10_000) byModel.set(model, c);
+      if (byModel.size < keepAtMost) byModel.set(model, c);
     }
     return c;
   };
@@ -177,6 +180,7 @@ export function createRouterMetrics(registry: Registry): RouterSeries {
 
   return {
     setModels(names) {
+      keepAtMost = names.length + 10_000;
       const keep = new Set(names);
       keep.add(''); // requests naming no known model
       for (const name of names) counterFor(cells(name), 200, NO_REASON);

@@ -116,6 +116,11 @@ export interface Fence {
   readonly epoch: number;
   /** How long the record holds without a renewal before another owner may take the node over. */
   readonly ttlSeconds: number;
+  /**
+   * A record of this owner with a higher epoch that the leader judged not made by this etcd (above
+   * its revision: a restore or a forgery), by its epoch and seq: taken over while it is unchanged.
+   */
+  readonly supersede?: { readonly epoch: number; readonly seq: number };
 }
 
 export interface NodeFenceView {
@@ -133,6 +138,8 @@ export interface NodeFenceView {
   readonly renewedAgoSeconds: number;
   /** The record's ttl. */
   readonly ttlSeconds: number;
+  /** How many times the record was written (changes with every write: what a supersede names). */
+  readonly seq?: number;
   /** Set when this look took the node over from another owner whose record had expired. */
   readonly tookOverFrom?: { readonly owner: string; readonly label: string; readonly epoch: number; readonly renewedAgoSeconds: number };
 }

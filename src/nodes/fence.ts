@@ -4,7 +4,11 @@
  *
  * - no record (or an unreadable one): the action's fence claims it;
  * - the same owner: an epoch below the record's is refused (NODE_FENCED: a newer leader of the same
- *   cluster has acted), else the record is renewed (epoch = the higher one, renewedAt = now);
+ *   cluster has acted), else the record is renewed (epoch = the higher one, renewedAt = now) — unless
+ *   the fence names that very record (its epoch and seq) as one to supersede: the leader judged its
+ *   epoch above etcd's revision, not one this etcd made (a restore, a forgery; ownership.ts), and it
+ *   is taken over like an expired one. Any write since the judgement changed seq, so a record a real
+ *   newer leader wrote is never superseded;
  * - another owner whose record has expired (node clock: now - renewedAt > its ttl): taken over;
  * - another owner whose record holds: refused (NODE_OWNED).
  *
@@ -34,6 +38,10 @@ export function checkFence(f: Fence): Fence {
   if (typeof f.label !== 'string' || f.label.length > MAX_LABEL) throw new Error(`fence label must be at most ${MAX_LABEL} characters`);
   if (!Number.isSafeInteger(f.epoch) || f.epoch < 0) throw new Error(`fence epoch must be a non-negative integer, got ${f.epoch}`);
   if (!Number.isSafeInteger(f.ttlSeconds) || f.ttlSeconds < 1 || f.ttlSeconds > 1e9) throw new Error(`fence ttlSeconds must be an integer from 1, got ${f.ttlSeconds}`);
+  const s = f.supersede;
+  if (s !== undefined && (!Number.isSafeInteger(s.epoch) || s.epoch <= f.epoch || !Number.isSafeInteger(s.seq) || s.seq < 0)) {
+    throw new Error(`fence supersede must name a record above the fence's epoch ${f.epoch} by its epoch and seq, got ${JSON.stringify(s)}`);
+  }
   return f;
 }
 
@@ -51,7 +59,7 @@ const unb64 = (s: string): string => Buffer.from(s, 'base64').toString('utf8');
  *                        an action that had to claim, take over or raise the epoch fails then
  *   llmgw_fence_act      lock + check; refuse (exit EXIT_FENCE_REFUSED) unless mine; the lock stays held
  * After a check: fence_state (mine | other | newer-epoch), fence_line (what the driver parses), fence_seq,
- * fence_took (set when another owner's expired record was taken over).
+ * fence_took (set when another owner's expired record, or a superseded one of ours, was taken over).
  */
 export function fenceShell(dataDir: string, f: Fence): string {
   checkFence(f);
@@ -60,6 +68,8 @@ fo=${shq(b64(f.owner))}
 fl=${shq(b64(f.label))}
 fe=${int(f.epoch)}
 ft=${int(f.ttlSeconds)}
+fxe=${f.supersede ? int(f.supersede.epoch) : "''"}
+fxq=${f.supersede ? int(f.supersede.seq) : "''"}
 llmgw_uint() { case $1 in ''|*[!0-9]*) return 1;; esac; [ \${#1} -le 18 ]; }
 llmgw_b64() { case $1 in ''|*[!A-Za-z0-9+/=]*) return 1;; esac; return 0; }
 llmgw_fence_lock() {
@@ -78,7 +88,10 @@ llmgw_fence_check() {
   if [ "$_v" = 1 ] && llmgw_b64 "$_o" && llmgw_uint "$_e" && llmgw_uint "$_t" && llmgw_uint "$_l" && llmgw_b64 "$_b" && llmgw_uint "$_q"; then
     _ago=$((_now - _t))
     if [ "$_o" = "$fo" ]; then
-      if [ "$fe" -lt "$_e" ]; then fence_state=newer-epoch; else fence_state=mine; [ "$fe" = "$_e" ] && _renew=1; fi
+      if [ "$fe" -lt "$_e" ]; then
+        # a record the leader judged not made by this etcd, unchanged since (same epoch and seq): taken over
+        if [ "$_e" = "$fxe" ] && [ "$_q" = "$fxq" ]; then fence_state=mine; fence_took="$_o $_e $_ago $_b"; else fence_state=newer-epoch; fi
+      else fence_state=mine; [ "$fe" = "$_e" ] && _renew=1; fi
     elif [ "$_ago" -gt "$_l" ]; then
       fence_state=mine; fence_took="$_o $_e $_ago $_b"
     else
@@ -142,7 +155,7 @@ export function parseFenceSection(lines: readonly string[]): NodeFenceView | nul
   if (r === null) return null;
   const took = /^took ([A-Za-z0-9+/=]+) (\d+) (-?\d+) ([A-Za-z0-9+/=]+)$/.exec((lines[1] ?? '').trim());
   return {
-    state: r.state, owner: r.owner, label: r.label, epoch: r.epoch, renewedAgoSeconds: r.renewedAgoSeconds, ttlSeconds: r.ttlSeconds,
+    state: r.state, owner: r.owner, label: r.label, epoch: r.epoch, renewedAgoSeconds: r.renewedAgoSeconds, ttlSeconds: r.ttlSeconds, seq: r.seq,
     ...(took ? { tookOverFrom: { owner: unb64(took[1]!), epoch: Number(took[2]), renewedAgoSeconds: Number(took[3]), label: unb64(took[4]!) } } : {}),
   };
 }

@@ -57,10 +57,19 @@ export const DEFAULT_DRIVER_TIMEOUTS: DriverTimeouts = Object.freeze({
   healthMs: 2_000,
 });
 
+/**
+ * The address a node's replicas bind: its listen_address; else 127.0.0.1 for the local transport;
+ * for ssh, its host when that is an IP address, else 0.0.0.0 (every interface: a DNS name may
+ * resolve on the node to a loopback address, as Debian's /etc/hosts maps the machine's own name).
+ */
+export function replicaBindHost(spec: Pick<NodeSpec, 'transport' | 'host' | 'listenAddress'>): string {
+  return spec.listenAddress ?? (spec.transport === 'local' ? '127.0.0.1' : isIP(spec.host) !== 0 ? spec.host : '0.0.0.0');
+}
+
 export interface ShellNodeDriverOptions {
   /**
-   * Address llama-server binds. Default: 127.0.0.1 for the local transport; for ssh, node.host when
-   * it is an IP address, else 0.0.0.0 (replicas always require the engine API key).
+   * Address llama-server binds. Default: replicaBindHost(node) (replicas always require the
+   * engine API key; the trust model in docs/ha-and-trust.md says to set listen_address).
    */
   readonly bindHost?: string;
   /** Host in replica endpoints (http://host:port). Default: 127.0.0.1 for local, node.host for ssh. */
@@ -113,7 +122,7 @@ export class ShellNodeDriver implements NodeDriver {
     if (!spec.dataDir.startsWith('/')) throw new LlmgwError('SPEC_INVALID_VALUE', `node ${spec.name}: dataDir must be an absolute path, got ${spec.dataDir}`, { node: spec.name });
     this.dataDir = spec.dataDir.replace(/\/+$/, '') || '/';
     const local = spec.transport === 'local';
-    this.bindHost = opts.bindHost ?? (local ? '127.0.0.1' : isIP(spec.host) !== 0 ? spec.host : '0.0.0.0');
+    this.bindHost = opts.bindHost ?? replicaBindHost(spec);
     this.endpointHost = opts.endpointHost ?? (local ? '127.0.0.1' : spec.host);
     this.timeouts = { ...DEFAULT_DRIVER_TIMEOUTS, ...opts.timeouts };
     this.logLines = opts.logTailLines ?? 40;

@@ -9,7 +9,7 @@ import type { NodeDriver } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
 import type { RangeReader } from './memory.js';
 import { selectorMatches } from './placement.js';
-import type { NodeFence } from './ownership.js';
+import type { NodeFence, Supersede } from './ownership.js';
 import type { ObservedNode } from './planner.js';
 import type { NodeState } from './summarize.js';
 
@@ -29,13 +29,18 @@ function withTimeout<T>(p: Promise<T>, ms: number, node: string): Promise<T> {
   return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
+/** A node's owner record its fence names to take over (fence.ts), as the driver's fence asks for it. */
+export type SupersedeOf = () => { readonly epoch: number; readonly seq: number } | undefined;
+
 export class NodeFleet {
   private readonly drivers = new Map<string, { fingerprint: string; driver: NodeDriver }>();
+  /** Owner records above etcd's revision to take over, by node (the last decision's; ownership.ts). */
+  private superseding = new Map<string, Supersede>();
   /** The last look at each node. */
   readonly states = new Map<string, NodeState>();
 
   constructor(
-    private readonly driverFor: (node: NodeSpec) => NodeDriver,
+    private readonly driverFor: (node: NodeSpec, supersede: SupersedeOf) => NodeDriver,
     /** clock: the controller's wall clock, for when each look began (the record's times are on it). */
     private readonly opts: { readonly concurrency: number; readonly observeTimeoutMs: number; readonly clock: () => number },
   ) {}
@@ -45,7 +50,10 @@ export class NodeFleet {
     const have = this.drivers.get(n.name);
     if (have && have.fingerprint === fingerprint) return have.driver;
     if (have) void have.driver.close().catch(() => undefined);
-    const driver = this.driverFor(n);
+    const driver = this.driverFor(n, () => {
+      const s = this.superseding.get(n.name);
+      return s && { epoch: s.epoch, seq: s.seq };
+    });
     this.drivers.set(n.name, { fingerprint, driver });
     return driver;
   }
@@ -120,6 +128,11 @@ export class NodeFleet {
         ...(ns?.lookedAt != null ? { lookedAt: ns.lookedAt } : {}),
       };
     });
+  }
+
+  /** The records the drivers' fences name to take over from now (replacing the last decision's). */
+  supersede(list: readonly Supersede[]): void {
+    this.superseding = new Map(list.map((s) => [s.node, s]));
   }
 
   /** What each node reached this pass says about who owns it (ownership.ts). */

@@ -51,6 +51,8 @@ export class StateSaver {
 export interface StatusSink {
   /** Epoch ms the status was last written or confirmed up to date. */
   readonly lastOk: number | null;
+  /** A forged epoch on the status branch, passed over (STATUS_EPOCH_FORGED), while it is there. */
+  readonly forged?: ReasonRef | null;
   /** Resolves with STATUS_EPOCH_STALE when a newer epoch wrote the status, else null. */
   write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<ReasonRef | null>;
 }

@@ -20,7 +20,7 @@ import { demandResultOf } from './availability.js';
 import { SnapshotHub, type ControllerActs } from './controller-shell.js';
 import { PassLoop, type LoopTimers } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
-import { mapLimit, NodeFleet } from './node-fleet.js';
+import { mapLimit, NodeFleet, type SupersedeOf } from './node-fleet.js';
 import { startConcluded } from './outcomes.js';
 import { decide, freshPlacement } from './pass.js';
 import { StateSaver, type StatusSink } from './persist.js';
@@ -37,7 +37,7 @@ import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type DemandResult, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { nextScheduleChange } from '../schedule/schedule.js';
 import { nextWake } from './wake.js';
-import { ownershipOf } from './ownership.js';
+import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { shouldWarn, type LastWarning } from './warn-throttle.js';
 
 /** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
@@ -47,7 +47,8 @@ export interface ReconcilerOptions {
   readonly tracker: FleetSource;
   /** Where each pass's status goes (the status branch, injected by the composition root); null for none. */
   readonly status: StatusSink | null;
-  readonly driverFor: (node: NodeSpec) => NodeDriver;
+  /** `supersede`: what the driver's fence names to take over (Fence.supersede), asked for each action. */
+  readonly driverFor: (node: NodeSpec, supersede: SupersedeOf) => NodeDriver;
   readonly stateStore: Pick<StateStore, 'save' | 'path'>;
   readonly initialState: ControllerState;
   /** Why the state file could not be used at start (it was moved aside), shown in status. */
@@ -73,6 +74,12 @@ export interface ReconcilerOptions {
   readonly epoch?: () => number;
   /** A node has seen a newer epoch of this cluster: a newer leader acts (the HA shell steps down). */
   readonly onDeposed?: (reason: ReasonRef) => void;
+  /**
+   * The highest epoch that can be real (HA: etcd's current revision; a lone controller: 0), read
+   * after a look that found a newer epoch on a node: one above it was not made by this etcd and is
+   * taken over (ownership.ts). Absent: every newer epoch is real.
+   */
+  readonly epochBound?: () => Promise<number>;
   readonly memory?: MemoryEstimator;
   /** Stops and observations run at most this many at once. */
   readonly concurrency?: number;
@@ -140,6 +147,8 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
   private decidedAt: number | null = null;
   /** Why this controller does not act on the fleet (a node owned by another controller, or a newer epoch), or null. */
   private notActing: ReasonRef | null = null;
+  /** Owner records above etcd's revision this leader took over, shown for a while (ownership.ts). */
+  private takeovers: ShownForgery[] = [];
   /** Snapshots published so far: a pass publishes a newer one than it built if any came meanwhile. */
   private publications = 0;
   /** Requests in this process's router per model (FleetView.hold): activity until they end. */
@@ -219,7 +228,7 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
       if (!spec || !this.leader()) return;
       this.loop.pollEvery(spec.settings.pollIntervalMs);
       await this.nodes.observe(spec, log);
-      if (!this.mayAct(spec, log)) return;
+      if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
       const busy = await this.busyOnDemand(spec);
@@ -281,17 +290,40 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
     return busy;
   }
 
-  /** The nodes' owner records decide whether this controller acts at all this pass (ownership.ts). */
-  private mayAct(spec: FleetSpec, log: Logger): boolean {
-    const o = ownershipOf(this.nodes.fences(spec), this.o.epoch?.() ?? 0);
+  /**
+   * The nodes' owner records decide whether this controller acts at all this pass (ownership.ts).
+   * etcd's revision is read only when a node shows a newer epoch, after the look that saw it.
+   */
+  private async mayAct(spec: FleetSpec, log: Logger): Promise<boolean> {
+    const fences = this.nodes.fences(spec);
+    const ownEpoch = this.o.epoch?.() ?? 0;
+    let bound: number | null = null;
+    if (needsBound(fences) && this.o.epochBound) {
+      try {
+        bound = await this.o.epochBound();
+      } catch (e) {
+        log.warn({ code: reasonOf(e).code, reason: reasonOf(e).message }, 'could not read etcd\'s revision: a newer epoch on a node counts as a newer leader');
+      }
+    }
+    const o = ownershipOf(fences, ownEpoch, bound);
+    const took = takenOver(fences, ownEpoch);
+    for (const r of took) log.error({ code: r.code, reason: r.message }, 'took over a node whose owner record carried an epoch this etcd did not make');
+    this.takeovers = forgeriesShown(this.takeovers, took, this.clock());
+    this.nodes.supersede('supersede' in o ? o.supersede : []);
     const was = this.notActing;
     this.notActing = o.acting ? null : o.reason;
     if (o.acting) {
       if (was) log.info({ was: was.code }, 'acting on the fleet again: every node reached is ours');
       return true;
     }
-    if (was?.message !== o.reason.message) log.error({ code: o.reason.code, reason: o.reason.message }, o.deposed ? 'a newer leader acts on the fleet: stepping down' : 'not acting on the fleet: another controller owns it');
+    if (was?.message !== o.reason.message) {
+      const msg = o.deposed ? 'a newer leader acts on the fleet: stepping down' : 'supersede' in o ? 'a node\'s owner record carries an epoch this etcd did not make: taking the node over' : 'not acting on the fleet: another controller owns it';
+      log.error({ code: o.reason.code, reason: o.reason.message }, msg);
+    }
     if (o.deposed) this.o.onDeposed?.(o.reason);
+    // the next look takes the records over (they are named in this controller's fence from now): at
+    // once the first time; when the last pass had named records too (rewritten since), at the next poll
+    if ('supersede' in o && was?.code !== 'NODE_EPOCH_FORGED') void this.requestPass('epoch-forged');
     return false;
   }
 
@@ -566,7 +598,8 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
 
   private controlView(): ControlView {
     const base = this.o.control?.() ?? STANDALONE;
-    return this.notActing ? { ...base, notActing: this.notActing } : base;
+    const forged = [...(this.status?.forged ? [this.status.forged] : []), ...this.takeovers.map((t) => t.reason)];
+    return { ...base, ...(this.notActing ? { notActing: this.notActing } : {}), ...(forged.length ? { forgedEpochs: forged } : {}) };
   }
 
   private publish(s: FleetSnapshot): void {

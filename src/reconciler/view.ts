@@ -110,6 +110,12 @@ export interface ControlView {
   readonly notActing: ReasonRef | null;
   /** etcd as this instance reaches it (etcd mode only). */
   readonly etcd: { readonly prefix: string; readonly reachable: boolean; readonly error: ReasonRef | null } | null;
+  /**
+   * Epochs this etcd did not make that the leader passed over (STATUS_EPOCH_FORGED: a status-branch
+   * commit, while it is on the branch; NODE_EPOCH_FORGED: a node's owner record it took over, for an
+   * hour); absent when none.
+   */
+  readonly forgedEpochs?: readonly ReasonRef[];
 }
 
 /** A lone controller that acts: what a snapshot says without etcd (and in tests). */

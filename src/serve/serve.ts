@@ -19,6 +19,7 @@ import { serveMetrics } from '../metrics/http.js';
 import { openNodeDriver } from '../nodes/shell-driver.js';
 import { Reconciler } from '../reconciler/reconciler.js';
 import { StatusWriter } from './status-writer.js';
+import type { SupersedeOf } from '../reconciler/node-fleet.js';
 import { MemoryEstimator } from '../reconciler/memory.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
 import { clientTimeoutOptions } from '../util/client-timeouts.js';
@@ -101,7 +102,15 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []) });
   const memory = new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs });
   const readSecret = tokenSecrets(cfg.secretsDir);
-  const driverOptions = (n: NodeSpec, fence: () => Fence): Parameters<typeof openNodeDriver>[1] => ({ secretsDir: cfg.secretsDir, logger: log.child({ component: 'node', node: n.name }), fence });
+  // `supersede`: an owner record above etcd's revision the reconciler takes over (ownership.ts), named in every fence
+  const driverOptions = (n: NodeSpec, fence: () => Fence, supersede: SupersedeOf): Parameters<typeof openNodeDriver>[1] => ({
+    secretsDir: cfg.secretsDir,
+    logger: log.child({ component: 'node', node: n.name }),
+    fence: () => {
+      const s = supersede();
+      return s ? { ...fence(), supersede: s } : fence();
+    },
+  });
   const common = {
     memory,
     readSecret,
@@ -139,7 +148,9 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
           // a status-branch epoch above etcd's own revision is a forgery (or from before a restore): it fences nothing
           status: new StatusWriter(repo, () => election.revision()),
           tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
-          driverFor: (n) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }))),
+          driverFor: (n, supersede) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }), supersede)),
+          // an owner-record epoch above etcd's revision was not made by this etcd (a restore, a forgery): taken over
+          epochBound: () => election.revision(),
           stateStore,
           initialState: t.initialState,
           initialStateProblem: t.initialStateProblem,
@@ -161,7 +172,9 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       ...common,
       status: new StatusWriter(repo),
       tracker: new SpecTracker(repo, state.appliedRevision ? { resumeFrom: state.appliedRevision } : {}),
-      driverFor: (n) => openNodeDriver(n, driverOptions(n, () => ({ owner: instance.id, label: instance.label, epoch: 0, ttlSeconds: ownerTtl() }))),
+      driverFor: (n, supersede) => openNodeDriver(n, driverOptions(n, () => ({ owner: instance.id, label: instance.label, epoch: 0, ttlSeconds: ownerTtl() }), supersede)),
+      // a lone controller's epoch is always 0: a higher one of its own owner on a node is not its own
+      epochBound: async () => 0,
       stateStore: new StateStore(statePath),
       initialState: state,
       initialStateProblem: stateProblem,
@@ -251,6 +264,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         usageLog?.close();
         await routerShares?.stop();
         etcdClient?.close();
+        metrics.close();
         log.info({ ms: Date.now() - t0 }, 'shut down');
       })();
       return closed;

@@ -101,6 +101,8 @@ export interface ControlJson {
   /** Why this instance does not act on the fleet, or null when it does. */
   readonly notActing: ReasonJson | null;
   readonly etcd: { readonly reachable: boolean; readonly error: ReasonJson | null } | null;
+  /** Epochs this etcd did not make, passed over by the leader (STATUS_EPOCH_FORGED, NODE_EPOCH_FORGED); [] when none. */
+  readonly forgedEpochs: readonly ReasonJson[];
 }
 
 export interface StatusJson {
@@ -261,6 +263,7 @@ export function statusJson(s: FleetSnapshot): StatusJson {
       leader: c.leader ? { id: c.leader.id, label: c.leader.label, since: iso(c.leader.since), epoch: c.leader.epoch, self: c.leader.id === c.instance.id } : null,
       notActing: reasonOrNull(c.notActing),
       etcd: c.etcd ? { reachable: c.etcd.reachable, error: reasonOrNull(c.etcd.error) } : null,
+      forgedEpochs: (c.forgedEpochs ?? []).map(reasonJson),
     },
     revision: s.appliedRevision,
     spec: {

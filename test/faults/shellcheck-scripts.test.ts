@@ -21,6 +21,9 @@ const EF = { ...E, fence: F };
 const rendered: Record<string, string> = {
   observeScript: scripts.observeScript(H, 'abc123', 50),
   'observeScript(fence)': scripts.observeScript(H, 'abc123', 50, F),
+  // a record above etcd's revision named to be taken over (Fence.supersede)
+  'observeScript(fence, supersede)': scripts.observeScript(H, 'abc123', 50, { ...F, supersede: { epoch: 999999999999, seq: 41 } }),
+  'stopReplicaScript(fence, supersede)': scripts.stopReplicaScript(H, 'good-1a2b', 2000, { ...F, supersede: { epoch: 999999999999, seq: 41 } }),
   'observeScript(env)': scripts.observeScript(H, 'abc123', 50, F, { GGML_VK_VISIBLE_DEVICES: "0'; id" }),
   inspectReplicaScript: scripts.inspectReplicaScript(H, 'good-1a2b', 'abc123', 50),
   usedPortsScript: scripts.usedPortsScript(H, 'abc123'),

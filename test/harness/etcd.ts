@@ -10,9 +10,11 @@
  * startEtcd() resolves once a get through etcd3 answers. stop() ends etcd (SIGTERM, then SIGKILL)
  * and removes the data dir; kill() SIGKILLs it and keeps the dir (stop() still removes it).
  * startEtcd({ tls }) serves https (optionally requiring client certificates); startEtcdCluster(3)
- * starts a cluster of three members whose members can be killed one by one.
+ * starts a cluster of three members whose members can be killed one by one. startRestorableEtcd()
+ * adds a backup and restore with `etcdctl snapshot save` / `snapshot restore` (Debian's etcd-client).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { promisify } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -22,6 +24,7 @@ import { Etcd3 } from 'etcd3';
 import { freePort } from './llama-server.js';
 
 export const ETCD_BIN = process.env.LLMGW_ETCD_BIN ?? '/usr/bin/etcd';
+export const ETCDCTL_BIN = process.env.LLMGW_ETCDCTL_BIN ?? '/usr/bin/etcdctl';
 
 export interface EtcdInstance {
   /** http://127.0.0.1:PORT (https:// with tls) */
@@ -184,6 +187,58 @@ export async function startEtcdCluster(size = 3): Promise<{ readonly members: re
     endpoints: members.map((m) => m.endpoint),
     async stop() {
       await Promise.all(members.map((m) => m.stop()));
+    },
+  };
+}
+
+/** One etcd that can be backed up and restored from the backup on the same URLs (as an operator does). */
+export interface RestorableEtcd extends EtcdInstance {
+  /** `etcdctl snapshot save FILE` against the running etcd. */
+  snapshotSave(file: string): Promise<void>;
+  /**
+   * Stops etcd (SIGTERM), `etcdctl snapshot restore FILE` into a new data dir, and starts etcd on
+   * the same client and peer URLs from it: revisions go back to the snapshot's.
+   */
+  restoreFrom(file: string): Promise<void>;
+}
+
+const execFileP = promisify(execFile);
+
+async function etcdctl(args: readonly string[]): Promise<void> {
+  try {
+    await execFileP(ETCDCTL_BIN, args, { env: { ...process.env, ETCDCTL_API: '3' }, timeout: 60_000 });
+  } catch (e) {
+    const x = e as { code?: string; stderr?: string; message: string };
+    if (x.code === 'ENOENT') throw new Error(`${ETCDCTL_BIN} is not installed (Debian package etcd-client; or set LLMGW_ETCDCTL_BIN)`);
+    throw new Error(`etcdctl ${args.join(' ')}: ${x.stderr ?? x.message}`);
+  }
+}
+
+export async function startRestorableEtcd(): Promise<RestorableEtcd> {
+  let m: Member | null = null;
+  let cur: EtcdInstance | null = null;
+  for (let attempt = 0; cur === null; attempt++) {
+    m = await member('llmgw-test-0', await mkdtemp(join(tmpdir(), 'llmgw-etcd-')), null);
+    const started = await spawnMember(m, [m], `llmgw-${m.clientPort}`, null);
+    if (started !== 'port-taken') cur = started;
+    else if (attempt >= 4) throw new Error('etcd: five attempts found its ports taken');
+  }
+  const token = `llmgw-${m!.clientPort}`;
+  return {
+    endpoint: m!.client,
+    clientPort: m!.clientPort,
+    log: () => cur!.log(),
+    kill: () => cur!.kill(),
+    stop: () => cur!.stop(),
+    snapshotSave: (file) => etcdctl(['--endpoints', m!.client, 'snapshot', 'save', file]),
+    async restoreFrom(file) {
+      await cur!.stop();
+      const dir = await mkdtemp(join(tmpdir(), 'llmgw-etcd-'));
+      await etcdctl(['snapshot', 'restore', file, '--name', m!.name, '--data-dir', join(dir, 'data'), '--initial-cluster', `${m!.name}=${m!.peer}`, '--initial-advertise-peer-urls', m!.peer, '--initial-cluster-token', token]);
+      m = { ...m!, dir };
+      const started = await spawnMember(m, [m], token, null);
+      if (started === 'port-taken') throw new Error(`etcd: its ports (${m.client}, ${m.peer}) were taken while it was down for the restore`);
+      cur = started;
     },
   };
 }

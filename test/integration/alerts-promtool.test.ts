@@ -113,7 +113,7 @@ describe('alert rules (promtool)', () => {
     for (const name of [
       'LlmgwModelParked', 'LlmgwModelUnplaceable', 'LlmgwModelNotServing', 'LlmgwModelStartFailures', 'LlmgwEngineInstallFailing',
       'LlmgwNoLeader', 'LlmgwMultipleLeaders', 'LlmgwCertificateExpiringSoon', 'LlmgwCertificateUnreadable', 'LlmgwSpecInvalid',
-      'LlmgwGitSyncStale', 'LlmgwStatusWriteStale', 'LlmgwRouter5xxRatio', 'LlmgwNodeUnreachable',
+      'LlmgwGitSyncStale', 'LlmgwStatusWriteStale', 'LlmgwRouter5xxRatio', 'LlmgwNodeUnreachable', 'LlmgwEpochForged',
     ]) assert.ok(names.includes(name), `alert ${name} exists`);
   });
 });
@@ -153,7 +153,7 @@ describe('metric names used by alerts and the dashboard', () => {
       MetricNames.nodeEngineInstallFailuresTotal, MetricNames.leader, MetricNames.reconcileLastSuccessTimestampSeconds,
       MetricNames.specValid, MetricNames.specRejectedRevisionInfo, MetricNames.gitSyncLastSuccessTimestampSeconds,
       MetricNames.statusWriteLastSuccessTimestampSeconds, MetricNames.certificateExpiryTimestampSeconds,
-      MetricNames.certificateReadErrors, MetricNames.routerRequestsTotal,
+      MetricNames.certificateReadErrors, MetricNames.routerRequestsTotal, MetricNames.forgedEpochs,
     ]) assert.ok(used.has(name), `${name} is used by an alert`);
   });
 });

@@ -14,6 +14,8 @@ import { epochOf } from '../../src/git/trailers.js';
 import { isLlmgwError } from '../../src/errors/catalogue.js';
 import { WorkRepo, cleanupTempDirs, git, revParse, servedFleetRepo, type ServedFleetRepo } from '../harness/git.js';
 import { rejectsWith } from '../harness/errors.js';
+import { startEtcd } from '../harness/etcd.js';
+import { Etcd3 } from 'etcd3';
 
 const ENV = `LLMGW_TEST_GIT_TOKEN_E_${process.pid}`;
 
@@ -118,25 +120,57 @@ describe('status branch epoch fencing on a remote', () => {
     assert.equal(w8.changed, true);
   });
 
-  it('a forged Llmgw-Epoch above the bound (etcd\'s revision) fences nothing: the write goes on and names the forgery (F1)', async () => {
+  it('a forged Llmgw-Epoch above the bound (etcd\'s revision) fences nothing: the write goes on and names the forgery (F1)', async (t) => {
+    // real epochs and a real bound: leader keys created in a real etcd, and its current revision
+    const etcd = await startEtcd();
+    const client = new Etcd3({ hosts: etcd.endpoint });
+    t.after(async () => {
+      client.close();
+      await etcd.stop();
+    });
+    const epochOfKey = async (key: string): Promise<number> => Number((await client.put(key).value('leader').exec()).header.revision);
+    const revision = async (): Promise<number> => Number((await client.get('/llmgw-test/leader').exec()).header.revision);
+    const [e5, e6] = [await epochOfKey('/llmgw-test/leader-5'), await epochOfKey('/llmgw-test/leader-6')];
     const branch = 'llmgw/status-forged';
     const leader = await served.remote();
-    await writeStatusBranch(leader, { branch, files: files('5', 1), message: 'llmgw status', epoch: 5 });
+    await writeStatusBranch(leader, { branch, files: files('5', 1), message: 'llmgw status', epoch: e5 });
     const work = await WorkRepo.clone(served.url);
     await work.git(['-c', 'credential.helper=', 'fetch', '-q', served.url, `${branch}:${branch}`]);
     await work.checkout(branch);
     await work.write({ 'fleet.json': '{"forged":true}\n' });
     const forgedOid = await work.commit('forged\n\nLlmgw-Epoch: 999999999999');
     await work.push(served.url, branch);
-    // without a bound the forgery fences (as before); with one it is named and passed over
-    await rejectsWith(writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: 6 }), 'STATUS_EPOCH_STALE');
+    // without a bound the forgery fences (as before); with etcd's revision it is named and passed over
+    await rejectsWith(writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: e6 }), 'STATUS_EPOCH_STALE');
     let asked = 0;
-    const w = await writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: 6, epochBound: async () => (asked++, 1000) });
+    let bound = 0;
+    const w = await writeStatusBranch(leader, { branch, files: files('6', 1), message: 'llmgw status', epoch: e6, epochBound: async () => (asked++, (bound = await revision())) });
     assert.equal(w.changed, true);
     assert.equal(asked, 1);
-    assert.deepEqual(w.forged, { epoch: 999999999999, commit: forgedOid, bound: 1000 });
-    // the real epochs below the bound still fence: 5 < 6 written, 4 refused
-    await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 1), message: 'llmgw status', epoch: 4, epochBound: async () => 1000 }), 'STATUS_EPOCH_STALE');
+    assert.ok(bound >= e6 && bound < 999999999999, `etcd's revision ${bound}`);
+    assert.deepEqual(w.forged, { epoch: 999999999999, commit: forgedOid, bound });
+    // the real epochs below the bound still fence: e5 < e6 written, an older epoch refused
+    const stale = await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 1), message: 'llmgw status', epoch: e5, epochBound: revision }), 'STATUS_EPOCH_STALE');
+    assert.equal((stale.detail as { headEpoch: number }).headEpoch, e6);
+    // an unsigned commit on top of all that resets nothing either (F8): the fence is still e6
+    await work.git(['-c', 'credential.helper=', 'fetch', '-q', served.url, `+${branch}:refs/remotes/origin/${branch}`]);
+    await work.git(['checkout', '-q', '-B', branch, `origin/${branch}`]);
+    await work.write({ 'fleet.json': '{"unsigned":true}\n' });
+    await work.commit('no trailer');
+    await work.push(served.url, branch);
+    const after = await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 2), message: 'llmgw status', epoch: e5, epochBound: revision }), 'STATUS_EPOCH_STALE');
+    assert.equal((after.detail as { headEpoch: number }).headEpoch, e6);
+    // more forged epochs than the fence remembers per commit (8): the real one under them is found by a walk
+    for (let k = 1; k <= 9; k++) {
+      await work.write({ 'fleet.json': `{"forged":${k}}\n` });
+      await work.commit(`forged ${k}\n\nLlmgw-Epoch: ${999999999999 - k}`);
+    }
+    await work.push(served.url, branch);
+    const walked = await rejectsWith(writeStatusBranch(await served.remote(), { branch, files: files('4', 3), message: 'llmgw status', epoch: e5, epochBound: revision }), 'STATUS_EPOCH_STALE');
+    assert.equal((walked.detail as { headEpoch: number }).headEpoch, e6);
+    const over = await writeStatusBranch(leader, { branch, files: files('6', 3), message: 'llmgw status', epoch: e6, epochBound: revision });
+    assert.equal(over.changed, true);
+    assert.equal(over.forged?.epoch, 999999999999);
     // an unforged write asks no bound
     const again = await writeStatusBranch(leader, { branch, files: files('6', 2), message: 'llmgw status', epoch: 999999999999, epochBound: async () => assert.fail('asked') });
     assert.equal(again.changed, true);

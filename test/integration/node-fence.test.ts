@@ -137,7 +137,7 @@ for (const transport of ['ssh', 'local'] as const) {
       const b = driver(node, fb);
 
       const oa = await a.observe();
-      assert.deepEqual(oa.fence, { state: 'mine', owner: 'ctl-a', label: fa.f.label, epoch: 0, renewedAgoSeconds: 0, ttlSeconds: 3600 });
+      assert.deepEqual(oa.fence, { state: 'mine', owner: 'ctl-a', label: fa.f.label, epoch: 0, renewedAgoSeconds: 0, ttlSeconds: 3600, seq: 1 });
       const { binary } = await a.ensureEngine(pathEngine(llama));
       const m = await a.ensureModel(`file://${good.path}`, good.sha256);
       const h = await a.startReplica(startSpec('a-1', m.path, binary));
@@ -350,7 +350,7 @@ for (const transport of ['ssh', 'local'] as const) {
       await mkdir(join(node.dataDir, '.locks'), { recursive: true });
       await writeFile(join(node.dataDir, '.locks', 'owner'), "1 not base64! 7 x\n");
       const d = driver(node, { f: { owner: 'ctl-g', label: 'g', epoch: 3, ttlSeconds: 60 } });
-      assert.deepEqual((await d.observe()).fence, { state: 'mine', owner: 'ctl-g', label: 'g', epoch: 3, renewedAgoSeconds: 0, ttlSeconds: 60 });
+      assert.deepEqual((await d.observe()).fence, { state: 'mine', owner: 'ctl-g', label: 'g', epoch: 3, renewedAgoSeconds: 0, ttlSeconds: 60, seq: 1 });
       assert.match(await record(node), /^1 [A-Za-z0-9+/=]+ 3 \d+ 60 Zw== 1\n$/);
     });
   });

@@ -59,6 +59,7 @@ describe('ctl status: a controller in trouble', () => {
         leader: null,
         notActing: { code: 'LEADER_UNAVAILABLE', message: 'etcd is not reachable from this instance: etcd did not answer (14 UNAVAILABLE)', hint: Reasons.LEADER_UNAVAILABLE.hint },
         etcd: { reachable: false, error: { code: 'ETCD_UNAVAILABLE', message: 'etcd did not answer (14 UNAVAILABLE)', hint: Reasons.ETCD_UNAVAILABLE.hint } },
+        forgedEpochs: [],
       },
       revision: '3f2a9c1e0b7d55aa',
       spec: {
@@ -89,6 +90,39 @@ describe('ctl status: a controller in trouble', () => {
     assert.match(text, /^controller +standby \(llmgw on ctl-b \(state dir \/var\/lib\/llmgw\)\); leader: NONE$/m);
     assert.match(text, /^not acting +etcd is not reachable from this instance: .* \[LEADER_UNAVAILABLE\]$/m);
     assert.match(text, /^etcd +UNREACHABLE: etcd did not answer \(14 UNAVAILABLE\) \[ETCD_UNAVAILABLE\]$/m);
+  });
+
+  test('a leader that passed over forged epochs: each one a FORGED EPOCH line with its code and hint, the leader line unchanged', () => {
+    const forged = [
+      { code: 'STATUS_EPOCH_FORGED', message: 'status branch commit 0123456789ab carries Llmgw-Epoch 999999999999, above etcd\'s revision 812', hint: Reasons.STATUS_EPOCH_FORGED.hint },
+      { code: 'NODE_EPOCH_FORGED', message: 'node node-1: took over its owner record of epoch 5120', hint: Reasons.NODE_EPOCH_FORGED.hint },
+    ];
+    const status: StatusJson = {
+      at: AT,
+      leader: true,
+      control: {
+        mode: 'etcd',
+        instance: { id: 'ctl-a-1', label: 'llmgw on ctl-a' },
+        leader: { id: 'ctl-a-1', label: 'llmgw on ctl-a', since: ago(60), epoch: 812, self: true },
+        notActing: null,
+        etcd: { reachable: true, error: null },
+        forgedEpochs: forged,
+      },
+      revision: null,
+      spec: { valid: true, rejected: null },
+      sync: { lastOk: ago(1), error: null },
+      statusWrite: { lastOk: ago(1) },
+      stateError: null,
+      lastPass: null,
+      models: { total: 0, desired: 0, ready: 0, byPhase: { parked: 0, unplaceable: 0, failing: 0, starting: 0, pending: 0, degraded: 0, ready: 0, idle: 0 } },
+      nodes: { total: 1, reachable: 1, unreachable: [] },
+    };
+    const text = renderStatus(status, { at: AT, revision: null, models: [], total: 0, next: null });
+    assert.match(text, /^controller +LEADER of the etcd cluster, epoch 812/m);
+    assert.match(text, /^FORGED EPOCH +status branch commit 0123456789ab carries Llmgw-Epoch 999999999999, above etcd's revision 812 \[STATUS_EPOCH_FORGED\]$/m);
+    assert.match(text, /^FORGED EPOCH +node node-1: took over its owner record of epoch 5120 \[NODE_EPOCH_FORGED\]$/m);
+    assert.equal(text.split('\n').filter((l) => /^ +hint: A (status-branch commit|node's owner record)/.test(l)).length, 2, text);
+    assert.doesNotMatch(text, /not acting/);
   });
 
   test('nodes: an unreachable node shows its error, install failures and the hint', () => {

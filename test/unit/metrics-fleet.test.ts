@@ -343,3 +343,59 @@ describe('metrics: router series follow the desired models', () => {
     assert.equal(findSamples(s, 'llmgw_router_requests_total', { model: 'b' }).length, 0);
   });
 });
+
+describe('the per-model series between passes (scrape text reused while no model changed)', () => {
+  const body = async (m: LlmgwMetrics): Promise<string> => (await m.scrape()).body;
+  const modelLines = (text: string): string[] => text.split('\n').filter((l) => l.startsWith('llmgw_model_')).sort();
+
+  it('a steady pass (equal models, new objects) leaves them as they were; a changed, added or removed model shows at the next scrape', async () => {
+    const m = createMetrics({ defaultMetrics: false });
+    try {
+      m.applySnapshot(snapshot({ models: [model('a'), model('b')] }));
+      const first = modelLines(await body(m));
+      assert.ok(first.length >= 2 * (PER_MODEL.length + MODEL_STATES.length), `${first.length} model lines`);
+      m.applySnapshot(snapshot({ models: [model('a'), model('b')], lastSyncOk: Date.parse('2025-01-01T00:01:00.000Z') }));
+      const steady = await body(m);
+      assert.deepEqual(modelLines(steady), first);
+      assert.match(steady, /^llmgw_git_sync_last_success_timestamp_seconds 1735689660$/m, 'the rest of the fleet series follow the pass');
+
+      m.applySnapshot(snapshot({ models: [model('a'), model('b', { phase: 'failing', ready: 0, consecutiveFailures: 2, lastError: { code: 'REPLICA_EXITED', message: 'x' } })] }));
+      const changed = parseExposition(await body(m));
+      assert.equal(sampleValue(changed, 'llmgw_model_state', { model: 'b', state: 'failing' }), 1);
+      assert.equal(sampleValue(changed, 'llmgw_model_state', { model: 'b', state: 'ready' }), 0);
+      assert.equal(sampleValue(changed, 'llmgw_model_consecutive_start_failures', { model: 'b' }), 2);
+      assert.equal(sampleValue(changed, 'llmgw_model_last_error_info', { model: 'b', code: 'REPLICA_EXITED' }), 1);
+
+      m.applySnapshot(snapshot({ models: [model('a', { digest: 'd2' }), model('c')] }));
+      const moved = parseExposition(await body(m));
+      assert.deepEqual(findSamples(moved, 'llmgw_model_ready_replicas').map((s) => s.labels.model).sort(), ['a', 'c']);
+      assert.equal(sampleValue(moved, 'llmgw_model_info', { model: 'a', digest: 'd2', profile: 'chat' }), 1);
+      assert.equal(sampleValue(moved, 'llmgw_model_info', { model: 'a', digest: 'd1', profile: 'chat' }), undefined);
+      assert.equal(findSamples(moved, 'llmgw_model_last_error_info').length, 0);
+    } finally {
+      m.close();
+    }
+  });
+});
+
+describe('llmgw_forged_epochs', () => {
+  it('both codes from the start at 0; counts the snapshot\'s forged epochs per code; back to 0 when they go', async () => {
+    const m = createMetrics({ defaultMetrics: false });
+    let s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'STATUS_EPOCH_FORGED' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'NODE_EPOCH_FORGED' }), 0);
+    const forgedEpochs = [
+      { code: 'STATUS_EPOCH_FORGED', message: 'status branch commit 0123 carries Llmgw-Epoch 999999999999' },
+      { code: 'NODE_EPOCH_FORGED', message: 'node a: took over' },
+      { code: 'NODE_EPOCH_FORGED', message: 'node b: took over' },
+    ];
+    m.applySnapshot(snapshot({ control: { ...STANDALONE, forgedEpochs } }));
+    s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'STATUS_EPOCH_FORGED' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'NODE_EPOCH_FORGED' }), 2);
+    m.applySnapshot(snapshot());
+    s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'STATUS_EPOCH_FORGED' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'NODE_EPOCH_FORGED' }), 0);
+  });
+});

@@ -81,6 +81,31 @@ describe('owner record decisions (sh)', () => {
     });
   }
 
+  test('supersede: a record of ours above the fence\'s epoch is taken over only while its epoch and seq are the ones named', () => {
+    const forged = recordLine('ctl-a', 999999999999, 5, 30, 'x', 12);
+    const S = (epoch: number, seq: number): Fence => ({ ...A, supersede: { epoch, seq } });
+    for (const mode of ['look', 'act'] as const) {
+      const took = check(forged, S(999999999999, 12), mode);
+      assert.equal(took.code, 0, took.stderr);
+      const p = parseFenceLine(took.line);
+      assert.deepEqual(p && [p.state, p.epoch, p.seq], ['mine', 5, 13]);
+      assert.match(took.record ?? '', new RegExp(`^1 ${b64('ctl-a')} 5 \\d+ 30 ${b64(A.label).replace(/[+/=]/g, '\\$&')} 13\n$`));
+      assert.deepEqual(parseFenceSection([took.line, `took ${took.took}`])?.tookOverFrom, { owner: 'ctl-a', label: 'x', epoch: 999999999999, renewedAgoSeconds: 5 });
+    }
+    // written since it was judged (another seq), another epoch, or another owner's: left alone
+    for (const [rec, f] of [[forged, S(999999999999, 11)], [forged, S(999999999998, 12)], [recordLine('ctl-b', 999999999999, 5, 30, 'x', 12), S(999999999999, 12)]] as const) {
+      const r = check(rec, f, 'act');
+      assert.equal(r.code, 77, r.stderr);
+      assert.equal(r.record, rec, 'unchanged');
+      assert.equal(r.took, '');
+    }
+  });
+
+  test('checkFence: a supersede must name a record above the fence\'s epoch', () => {
+    for (const bad of [{ epoch: 5, seq: 1 }, { epoch: 4, seq: 1 }, { epoch: 9, seq: -1 }, { epoch: 9.5, seq: 1 }]) assert.throws(() => checkFence({ ...A, supersede: bad }), /supersede/);
+    assert.doesNotThrow(() => checkFence({ ...A, supersede: { epoch: 6, seq: 0 } }));
+  });
+
   test('an action refused: exit 77 and the llmgw-fence line, the record untouched', () => {
     const rec = recordLine('ctl-b', 0, 1, 30, 'llmgw on b', 3);
     const r = check(rec, A, 'act');
@@ -129,7 +154,7 @@ describe('driver side', () => {
 
   test('parseFenceSection: the view, with the take-over when there was one', () => {
     const line = `mine ${b64('ctl-a')} 5 0 30 ${b64('llmgw on a')} 2`;
-    assert.deepEqual(parseFenceSection([line]), { state: 'mine', owner: 'ctl-a', label: 'llmgw on a', epoch: 5, renewedAgoSeconds: 0, ttlSeconds: 30 });
+    assert.deepEqual(parseFenceSection([line]), { state: 'mine', owner: 'ctl-a', label: 'llmgw on a', epoch: 5, renewedAgoSeconds: 0, ttlSeconds: 30, seq: 2 });
     assert.deepEqual(parseFenceSection([line, `took ${b64('ctl-b')} 3 41 ${b64('llmgw on b')}`])?.tookOverFrom, { owner: 'ctl-b', label: 'llmgw on b', epoch: 3, renewedAgoSeconds: 41 });
     assert.equal(parseFenceSection(['mine x']), null);
     assert.equal(parseFenceLine(`mine ${b64('a')} 5 0 30 ${b64('b')}`), null, 'no seq: not a fence line');
