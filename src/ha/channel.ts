@@ -153,14 +153,17 @@ export class Published {
     const closeNew = await lookAndWatch(`reading ${prefix}`, async (closed) => {
       const r = await readDoc(this.client, this.base);
       if (closed()) return null;
-      entries = r.view ? new Map(r.view) : null;
+      // `raw`: the entries as of the read, then with each whole save applied; the view only once a save is whole
+      let raw = new Map(r.view ?? r.present);
+      entries = r.view ? raw : null;
       pending.clear();
       emit();
       const w = this.client.watch().prefix(prefix).startRevision(String(r.revision + 1)).watcher();
       w.on('put', (kv: IKeyValue) => {
         const name = kv.key.toString('utf8').slice(prefix.length);
         if (name !== HEAD) return void pending.set(name, kv.value.toString('utf8'));
-        entries = applyChanges(entries ?? new Map(), pending);
+        raw = applyChanges(raw, pending);
+        entries = raw;
         pending.clear();
         emit();
       });
@@ -168,7 +171,6 @@ export class Published {
         const name = kv.key.toString('utf8').slice(prefix.length);
         if (name !== HEAD) return void pending.set(name, null);
         entries = null;
-        pending.clear();
         emit();
       });
       return w;

@@ -90,7 +90,8 @@ export class EtcdStateStore {
     } catch (e) {
       return this.corrupt(text, (e as Error).message, `etcd:${this.legacyKey}`);
     }
-    // Written now (and the old key deleted with it) when this instance leads; else by the next save.
+    // Written now (and the old key deleted with it) when this instance leads; if that fails, the
+    // next save tries again (legacyPending stays) and its failure is the saver's (status, log).
     await this.save(state).catch(() => undefined);
     return { state, problem: null };
   }

@@ -79,6 +79,8 @@ export interface DocWriteStats {
 /** The leader's writer of one document: what etcd holds is known (read, then every txn it made). */
 export class DocWriter {
   private known: Map<string, string> | null = null;
+  /** The leader epoch `known` was read or written under: another term's leader may have written since. */
+  private knownEpoch: number | null = null;
   private s = { writes: 0, txns: 0, bytes: 0, largestTxnBytes: 0, largestTxnOps: 0 };
 
   constructor(
@@ -95,6 +97,7 @@ export class DocWriter {
   /** What etcd holds under the base (from a read): the next write is a diff against it. */
   setKnown(read: Pick<DocRead, 'present' | 'headText'> | null): void {
     this.known = read ? new Map(read.present) : null;
+    this.knownEpoch = this.election.epoch;
     if (read?.headText != null) this.known!.set(HEAD, read.headText);
   }
 
@@ -105,7 +108,7 @@ export class DocWriter {
    * stays known). Returns whether it wrote.
    */
   async write(next: Entries, what: string, tail: readonly WriteOp[] = []): Promise<boolean> {
-    if (!this.known) this.setKnown(await readDoc(this.client, this.base));
+    if (!this.known || this.knownEpoch === null || this.knownEpoch !== this.election.epoch) this.setKnown(await readDoc(this.client, this.base));
     const known = this.known!;
     const diff = diffEntries(known, next);
     const headKnown = known.get(HEAD);

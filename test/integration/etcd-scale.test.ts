@@ -11,7 +11,7 @@ import { Published } from '../../src/ha/channel.js';
 import { EtcdStateStore } from '../../src/ha/etcd-state.js';
 import { canonicalJson } from '../../src/ha/canonical-json.js';
 import { ETCD_LIMITS } from '../../src/ha/keyed-layout.js';
-import type { PublishedSnapshot } from '../../src/ha/published.js';
+import { publishedEntries, type PublishedSnapshot } from '../../src/ha/published.js';
 import { stateEntries } from '../../src/ha/state-layout.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
@@ -156,6 +156,30 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
     assert.deepEqual(state, s1, 'the last complete save, not a mix');
     assert.equal(await reader.save(s2), true);
     assert.deepEqual((await new EtcdStateStore(a.election, a.client, prefix).load()).state, s2);
+  });
+
+  it('a standby that starts watching while a first publish is half-way sees the whole snapshot once its head lands (the entries before its read count too)', async () => {
+    const prefix = freshPrefix();
+    const a = await leaderOf(prefix, 'a');
+    const p1 = bigPublished(1_000);
+    const entries = [...publishedEntries(p1)];
+    // the first 300 entries of a publish whose leader died before the rest
+    for (let i = 0; i < 300; i += 100) {
+      await a.client.if(`${prefix}/leader`, 'Create', '>', 0).then(...entries.slice(i, i + 100).map(([k, v]) => a.client.put(`${prefix}/published/${k}`).value(v))).commit();
+    }
+    const b = make(prefix, 'b');
+    const seen: Array<PublishedSnapshot | null> = [];
+    const close = await new Published(b.election, b.client, prefix).watch((p) => seen.push(p));
+    try {
+      assert.ok(seen.length > 0 && seen.every((v) => v === null), 'no whole save yet');
+      const pub = new Published(a.election, a.client, prefix);
+      await pub.publish(p1);
+      assert.ok(pub.stats.bytes < entries.slice(300).reduce((n, [k, v]) => n + k.length + v.length + 64, 0), 'the entries already there were not written again');
+      await until(() => seen.at(-1) != null, 'the standby sees the snapshot');
+      assert.deepEqual(seen.at(-1), p1);
+    } finally {
+      await close();
+    }
   });
 
   it('migration: the old single-value record and snapshot are read, written as keys and deleted; a standby reads the old snapshot until then', async () => {
