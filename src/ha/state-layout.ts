@@ -22,7 +22,30 @@ interface ModelEntry {
   avoid?: Record<string, number>;
 }
 
-const REPLICA_MAPS = ['restarts', 'draining', 'readySince', 'unresponsiveSince', 'accounted'] as const;
+/** In key order: an entry's text is built in it (the canonical JSON of the entry). */
+const REPLICA_MAPS = ['accounted', 'draining', 'readySince', 'restarts', 'unresponsiveSince'] as const;
+
+/**
+ * Canonical JSON of a model's health, by object: the record's transitions are immutable, so a model
+ * whose health did not change keeps its object and its text is not computed again each pass.
+ */
+const healthText = new WeakMap<ModelHealth, string>();
+function healthJson(h: ModelHealth): string {
+  let t = healthText.get(h);
+  if (t === undefined) healthText.set(h, (t = canonicalJson(h)));
+  return t;
+}
+
+/** canonicalJson(e), built from its parts in key order (avoid, demand, health, starts, stops). */
+function modelEntryJson(e: ModelEntry): string {
+  const parts: string[] = [];
+  if (e.avoid !== undefined) parts.push(`"avoid":${canonicalJson(e.avoid)}`);
+  if (e.demand !== undefined) parts.push(`"demand":${JSON.stringify(e.demand)}`);
+  if (e.health !== undefined) parts.push(`"health":${healthJson(e.health)}`);
+  if (e.starts !== undefined) parts.push(`"starts":${canonicalJson(e.starts)}`);
+  if (e.stops !== undefined) parts.push(`"stops":${canonicalJson(e.stops)}`);
+  return `{${parts.join(',')}}`;
+}
 type ReplicaEntry = Partial<Record<(typeof REPLICA_MAPS)[number], number>>;
 
 /** The model an avoid key (`model@node`) is about. */
@@ -31,31 +54,41 @@ function avoidModel(key: string): string {
   return at > 0 ? key.slice(0, at) : key;
 }
 
+/** One model's part of the record while it is gathered (fixed fields: one object shape). */
+class Gathered implements ModelEntry {
+  health?: ModelHealth = undefined;
+  demand?: number = undefined;
+  starts?: Record<string, StartRecord> = undefined;
+  stops?: Record<string, StopRecord> = undefined;
+  avoid?: Record<string, number> = undefined;
+}
+
 export function stateEntries(s: ControllerState): Map<string, string> {
-  const models = new Map<string, ModelEntry>();
-  const m = (name: string): ModelEntry => {
+  const models = new Map<string, Gathered>();
+  const m = (name: string): Gathered => {
     let e = models.get(name);
-    if (!e) models.set(name, (e = {}));
+    if (!e) models.set(name, (e = new Gathered()));
     return e;
   };
-  for (const [name, h] of Object.entries(s.models)) m(name).health = h;
-  for (const [name, t] of Object.entries(s.demand)) m(name).demand = t;
+  for (const name in s.models) m(name).health = s.models[name];
+  for (const name in s.demand) m(name).demand = s.demand[name];
   for (const [id, r] of Object.entries(s.starts)) (m(r.model).starts ??= {})[id] = r;
   for (const [id, r] of Object.entries(s.stops)) (m(r.model).stops ??= {})[id] = r;
   for (const [key, until] of Object.entries(s.avoid)) (m(avoidModel(key)).avoid ??= {})[key] = until;
-  const replicas = new Map<string, ReplicaEntry>();
+  // each replica's entry, its fields appended in key order: the canonical JSON of the entry
+  const replicas = new Map<string, string[]>();
   for (const map of REPLICA_MAPS) {
     for (const [id, v] of Object.entries(s[map])) {
       let e = replicas.get(id);
-      if (!e) replicas.set(id, (e = {}));
-      e[map] = v;
+      if (!e) replicas.set(id, (e = []));
+      e.push(`"${map}":${JSON.stringify(v)}`);
     }
   }
   const out = new Map<string, string>();
   out.set('fleet', canonicalJson({ version: s.version, appliedRevision: s.appliedRevision }));
   out.set('retries', JSON.stringify(s.handledRetries));
-  for (const [name, e] of models) out.set(`models/${keyPart(name)}`, canonicalJson(e));
-  for (const [id, e] of replicas) out.set(`replicas/${keyPart(id)}`, canonicalJson(e));
+  for (const [name, e] of models) out.set(`models/${keyPart(name)}`, modelEntryJson(e));
+  for (const [id, e] of replicas) out.set(`replicas/${keyPart(id)}`, `{${e.join(',')}}`);
   return out;
 }
 

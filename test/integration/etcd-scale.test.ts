@@ -17,6 +17,9 @@ import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
 import { bigPublished, bigState, isParked, modelName } from '../harness/big-fleet.js';
 import { until } from '../harness/wait.js';
+import { GiB, node, specOf } from '../harness/reconciler-core.js';
+import { initialHealth } from '../../src/reconciler/health.js';
+import { decide } from '../../src/reconciler/pass.js';
 import { elected, freshPrefix, instance, type Instance } from './etcd-helpers.js';
 
 const MODELS = 5_000;
@@ -137,6 +140,31 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
     assert.equal(await storeB.save({ ...state, models: { ...state.models, [name]: { ...state.models[name]!, consecutiveFailures: 1 } } }), true);
     assert.equal(storeB.stats.txns - before.txns, 1);
     assert.ok(storeB.stats.bytes - before.bytes <= 4 * 1024, `${storeB.stats.bytes - before.bytes} bytes for one model`);
+  });
+
+  it('failover among 5,000 models: a model parked in the record loaded by the new leader gets no start; the same model not parked does', async () => {
+    const spec = await specOf();
+    const alpha = spec.models.alpha!;
+    const lastError = { code: 'REPLICA_START_FAILED', message: 'exited with status 1' };
+    const parkedAlpha = { ...initialHealth(alpha.digest), consecutiveFailures: 5, lastError, lastFailureAt: 1, parked: { since: 1, lastError } };
+    const big = bigState(MODELS);
+    const record = { ...big, models: { ...big.models, alpha: parkedAlpha } };
+    const prefix = freshPrefix();
+    const a = await leaderOf(prefix, 'a');
+    await new EtcdStateStore(a.election, a.client, prefix).save(record);
+    const b = make(prefix, 'b');
+    b.election.start();
+    const bElected = elected(b.election);
+    await a.election.stop();
+    await bElected;
+    const { state } = await new EtcdStateStore(b.election, b.client, prefix).load();
+    const startsOf = (st: typeof state): string[] =>
+      decide({ state: st, spec, nodes: [node('cpu-01'), node('cpu-02')], memory: { alpha: GiB, beta: GiB, gamma: GiB }, memoryErrors: {}, running: new Set(), stopping: new Set(), now: 10, newReplicaId: (m) => `${m}-new` })
+        .actions.filter((x) => x.kind === 'start')
+        .map((x) => (x.kind === 'start' ? x.model : ''));
+    assert.deepEqual(state.models.alpha, parkedAlpha);
+    assert.ok(!startsOf(state).includes('alpha'), 'the parked model was started again after the failover');
+    assert.ok(startsOf({ ...state, models: { ...state.models, alpha: initialHealth(alpha.digest) } }).includes('alpha'), 'the control: not parked, it is started');
   });
 
   it('a save left half-way by a leader that died: the next leader reads the last complete one, and its own save completes the layout', async () => {
