@@ -6,48 +6,34 @@
  * leader that died, the old single-value layout migrated, and a value past the limit refused.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Published } from '../../src/ha/channel.js';
 import { EtcdStateStore } from '../../src/ha/etcd-state.js';
 import { canonicalJson } from '../../src/ha/canonical-json.js';
 import { ETCD_LIMITS } from '../../src/ha/keyed-layout.js';
 import { publishedEntries, type PublishedSnapshot } from '../../src/ha/published.js';
 import { stateEntries } from '../../src/ha/state-layout.js';
-import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
+import { startEtcd } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
 import { bigPublished, bigState, isParked, modelName } from '../harness/big-fleet.js';
 import { until } from '../harness/wait.js';
 import { GiB, node, specOf } from '../harness/reconciler-core.js';
 import { initialHealth } from '../../src/reconciler/health.js';
 import { decide } from '../../src/reconciler/pass.js';
-import { elected, freshPrefix, instance, type Instance } from './etcd-helpers.js';
+import { elected, etcdRevision, freshPrefix, sharedEtcd, type Instance } from './etcd-helpers.js';
 
 const MODELS = 5_000;
 const ETCD_REQUEST_LIMIT = 1.5 * 1024 * 1024;
 
 describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, () => {
-  let etcd: EtcdInstance;
-  const open: Instance[] = [];
-  const make = (prefix: string, id: string): Instance => {
-    const i = instance(etcd.endpoint, prefix, id);
-    open.push(i);
-    return i;
-  };
+  const { make } = sharedEtcd(startEtcd);
   const leaderOf = async (prefix: string, id: string): Promise<Instance> => {
     const i = make(prefix, id);
     i.election.start();
     await elected(i.election);
     return i;
   };
-  const revision = async (i: Instance): Promise<number> => Number((await i.client.get('/nothing').exec()).header.revision);
-
-  before(async () => {
-    etcd = await startEtcd();
-  });
-  after(async () => {
-    await Promise.all(open.map((i) => i.close()));
-    await etcd.stop();
-  });
+  const revision = etcdRevision;
 
   it('publish: every txn under the limits, a standby sees the whole snapshot (never part of a save), a one-model change is one small txn', async () => {
     const prefix = freshPrefix();
