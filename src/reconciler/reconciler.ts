@@ -8,104 +8,49 @@
  * file, status branch, then the snapshot) is written in a `finally`, success or not. Replica starts
  * run in the background (they can take minutes); each one concludes with one transition and asks
  * for a pass.
+ *
+ * The Reconciler owns the record and runs the passes; its parts get the record and the effects
+ * through ShellPorts (shell-ports.ts): the background starts (start-runner.ts) and stops with their
+ * drains (stop-runner.ts), what a pass looks at besides the nodes (pass-look.ts), and what it does
+ * for the router and operators (reconciler-acts.ts, the acts of its ControllerShell).
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import { retryId } from '../git/trailers.js';
-import type { SpecTracker } from '../git/tracker.js';
-import { engineKeyFingerprint, type DownloadToken, type NodeDriver } from '../nodes/driver.js';
-import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
-import { demandResultOf } from './availability.js';
-import { SnapshotHub, type ControllerActs } from './controller-shell.js';
-import { PassLoop, type LoopTimers } from './loop.js';
+import { engineKeyFingerprint, type DownloadToken } from '../nodes/driver.js';
+import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import { ControllerShell, type ControllerActs } from './controller-shell.js';
+import { PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
-import { mapLimit, NodeFleet, type SupersedeOf } from './node-fleet.js';
-import { startConcluded } from './outcomes.js';
+import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement } from './pass.js';
+import { busyOnDemand, estimateMemory } from './pass-look.js';
 import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
 import type { Action } from './planner.js';
-import { runStart } from './start-op.js';
+import { ReconcilerActs } from './reconciler-acts.js';
+import type { ShellPorts } from './shell-ports.js';
+import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
-import { drainStep, stopFinished, type InFlight } from './stops.js';
-import { nodeTimers } from './loop.js';
-import type { StopProgress } from './summarize.js';
-import { clockStepped, demanded, restartRequested, retryHandled, revisionApplied, specApplied, startLaunched, type ControllerState, type Note } from './state.js';
-import type { StateStore } from './state-store.js';
+import { StopRunner } from './stop-runner.js';
+import type { InFlight } from './stops.js';
+import { clockStepped, retryHandled, revisionApplied, specApplied, type ControllerState, type Note } from './state.js';
 import { buildSnapshot } from './summarize.js';
-import { STANDALONE, type ControlView, type DemandResult, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
-import { nextScheduleChange } from '../schedule/schedule.js';
-import { nextWake } from './wake.js';
+import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
+import { wakeAfterPass } from './wake.js';
+import type { ReconcilerOptions } from './reconciler-options.js';
 import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { shouldWarn, type LastWarning } from './warn-throttle.js';
 
-/** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
-export type FleetSource = Pick<SpecTracker, 'refresh' | 'applied' | 'rejected' | 'lastSyncOk' | 'lastSyncError'>;
-
-export interface ReconcilerOptions {
-  readonly tracker: FleetSource;
-  /** Where each pass's status goes (the status branch, injected by the composition root); null for none. */
-  readonly status: StatusSink | null;
-  /** `supersede`: what the driver's fence names to take over (Fence.supersede), asked for each action. */
-  readonly driverFor: (node: NodeSpec, supersede: SupersedeOf) => NodeDriver;
-  readonly stateStore: Pick<StateStore, 'save' | 'path'>;
-  readonly initialState: ControllerState;
-  /** Why the state file could not be used at start (it was moved aside), shown in status. */
-  readonly initialStateProblem?: ReasonRef | null;
-  readonly engineApiKey: string;
-  /**
-   * A secret's value by name (a file in the controller's secrets dir): models' download tokens.
-   * Throws LlmgwError SECRET_NOT_FOUND / SECRET_INVALID. Without it, a model with token: cannot be
-   * fetched (SECRET_NOT_FOUND).
-   */
-  readonly readSecret?: (name: string) => Promise<string>;
-  readonly logger: Logger;
-  /** Wall clock (epoch ms): the times in the state record. */
-  readonly clock?: () => number;
-  /** A monotonic clock (ms): tells a step of the wall clock from time passing. */
-  readonly monotonic?: () => number;
-  readonly timers?: LoopTimers;
-  /** "Am I the leader?" — the one question the loop asks before it acts. */
-  readonly leader?: () => boolean;
-  /** Who this instance is and who leads (snapshot's control); default: a lone controller. */
-  readonly control?: () => ControlView;
-  /** The fencing epoch of this leader's term (etcd) for nodes' owner records and status commits; 0 alone. */
-  readonly epoch?: () => number;
-  /** A node has seen a newer epoch of this cluster: a newer leader acts (the HA shell steps down). */
-  readonly onDeposed?: (reason: ReasonRef) => void;
-  /**
-   * The highest epoch that can be real (HA: etcd's current revision; a lone controller: 0), read
-   * after a look that found a newer epoch on a node: one above it was not made by this etcd and is
-   * taken over (ownership.ts). Absent: every newer epoch is real.
-   */
-  readonly epochBound?: () => Promise<number>;
-  readonly memory?: MemoryEstimator;
-  /** Stops and observations run at most this many at once. */
-  readonly concurrency?: number;
-  readonly observeTimeoutMs?: number;
-  /** Makes a new replica id (deterministic in tests). */
-  readonly newReplicaId?: (model: string) => string;
-  /** Called after every pass with its result (metrics). */
-  readonly onPass?: (result: 'ok' | 'error', durationSeconds: number) => void;
-  readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
-  /** What a replica has in flight (default: its GET /slots with the engine key). */
-  readonly inFlight?: (endpoint: string) => Promise<InFlight>;
-}
-
-/** How often a draining replica is asked what it has in flight. */
-export const DRAIN_PROBE_MS = 250;
-/** How soon a model waiting for a busy replica's room is looked at again (its work may have ended). */
-export const ROOM_RECHECK_MS = 1000;
+export type { FleetSource, ReconcilerOptions } from './reconciler-options.js';
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
-/** Requests' demand reaches the state file at most this often (a write carries the latest). */
-const DEMAND_SAVE_MS = 1000;
 /** A change of the wall clock against the monotonic one beyond this is a step, not drift. */
 const CLOCK_STEP_MS = 1000;
 
-export class Reconciler extends SnapshotHub implements FleetView, ControllerActs {
+export class Reconciler extends ControllerShell implements FleetView {
   readonly engineApiKey: string;
   /** Tells replicas started with another engine key (they refuse the router) from ours. */
   private readonly keyFingerprint: string;
@@ -126,11 +71,12 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
   // --- I/O in progress and the last look at the world (rebuilt by every pass) ---
   private readonly nodes: NodeFleet;
   /** Starts this process runs (the background operations), awaited by stop(). */
-  private readonly running = new Map<string, Promise<void>>();
+  private readonly running: StartRunner;
   /** Stops this process runs (stops.ts: drain, then SIGTERM…), in the background. */
-  private readonly stopOps = new Map<string, Promise<void>>();
-  private readonly stopProgress = new Map<string, StopProgress>();
+  private readonly stopOps: StopRunner;
   private readonly inFlight: (endpoint: string) => Promise<InFlight>;
+  /** What it does for the router and operators (the ControllerShell's acts). */
+  private readonly own: ReconcilerActs;
   private stopSignal = new AbortController();
   private memoryNeeds: Record<string, number | null> = {};
   private memoryErrors: Record<string, string> = {};
@@ -141,8 +87,6 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
   private waitingForRoom: readonly string[] = [];
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
-  /** A write of the record that a request's demand asked for, pending. */
-  private demandSave: NodeJS.Timeout | null = null;
   /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
   private decidedAt: number | null = null;
   /** Why this controller does not act on the fleet (a node owned by another controller, or a newer epoch), or null. */
@@ -151,8 +95,6 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
   private takeovers: ShownForgery[] = [];
   /** Snapshots published so far: a pass publishes a newer one than it built if any came meanwhile. */
   private publications = 0;
-  /** Requests in this process's router per model (FleetView.hold): activity until they end. */
-  private readonly held = new Map<string, number>();
 
   constructor(private readonly o: ReconcilerOptions) {
     super();
@@ -169,7 +111,39 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
     this.status = o.status;
     this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000, clock: this.clock });
     this.loop = new PassLoop((trigger) => this.pass(trigger), this.clock, o.timers);
+    const ports: ShellPorts = {
+      record: () => this.state,
+      setRecord: (s) => void (this.state = s),
+      nodes: this.nodes,
+      log: this.log,
+      spec: () => this.o.tracker.applied?.spec ?? null,
+      leader: () => this.leader(),
+      now: (log) => this.now(log),
+      logNotes: (log, notes) => this.logNotes(log, notes),
+      saveState: () => this.saveState(),
+      publish: () => this.publish(this.summarize()),
+      requestPass: (trigger) => this.loop.request(trigger),
+      stopSignal: () => this.stopSignal.signal,
+    };
+    this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
+    this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
+    this.own = new ReconcilerActs({
+      ...ports,
+      snapshot: () => this.snapshot(),
+      model: (name) => this.model(name),
+      stopping: (id) => this.stopOps.has(id),
+      placeNow: (model) => this.placeNow(model),
+      unplaceable: (model) => this.unplaceable[model],
+      showUnplaceable: (model, u) => {
+        this.unplaceable = { ...this.unplaceable, [model]: u };
+        this.publish(this.summarize());
+      },
+    });
     this.setSnapshot(this.summarize());
+  }
+
+  protected acts(): ControllerActs {
+    return this.own;
   }
 
   /** The state record as it stands (tests, and the future etcd store). */
@@ -193,25 +167,19 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
    */
   async stop(): Promise<void> {
     this.stopSignal.abort();
-    if (this.demandSave) clearTimeout(this.demandSave);
-    this.demandSave = null;
+    this.own.stop();
     await this.loop.stop();
     if (this.running.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const waited = await Promise.race([
-        Promise.allSettled([...this.running.values(), ...this.stopOps.values()]).then(() => true),
+        Promise.allSettled([...this.running.running(), ...this.stopOps.running()]).then(() => true),
         new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), STOP_WAIT_MS))),
       ]);
       clearTimeout(timer);
-      if (!waited) this.log.warn({ starts: [...this.running.keys()], waitMs: STOP_WAIT_MS }, 'stopping with replica starts still running; closing node connections under them');
+      if (!waited) this.log.warn({ starts: [...this.running.ids()], waitMs: STOP_WAIT_MS }, 'stopping with replica starts still running; closing node connections under them');
     }
     await this.saveState();
     await this.nodes.close();
-  }
-
-  /** Asks for a pass. Resolves when a pass that began after this call has finished. */
-  requestPass(trigger: string): Promise<void> {
-    return this.loop.request(trigger);
   }
 
   // ------------------------------------------------------------------ the pass
@@ -231,7 +199,7 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
       if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
-      const busy = await this.busyOnDemand(spec);
+      const busy = await busyOnDemand(spec, this.nodes.observed(spec), this.state.stops, this.inFlight);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.now(log);
       const d = decide({
@@ -241,10 +209,10 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
         memory: this.memoryNeeds,
         deviceNeeds: this.deviceNeeds, // devices (#24)
         memoryErrors: this.memoryErrors,
-        running: new Set(this.running.keys()),
-        stopping: new Set(this.stopOps.keys()),
+        running: this.running.ids(),
+        stopping: this.stopOps.ids(),
         busy,
-        active: new Set(this.held.keys()),
+        active: this.own.active(),
         keyFingerprint: this.keyFingerprint,
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
@@ -267,27 +235,6 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
       this.o.onPass?.(error ? 'error' : 'ok', durationMs / 1000);
       this.scheduleWake();
     }
-  }
-
-  /**
-   * On-demand replicas with requests in flight (their /slots): never stopped as idle or evicted. Only
-   * on-demand models are asked (only they are stopped for idleness or room), and only their ready
-   * replicas not being stopped.
-   */
-  private async busyOnDemand(spec: FleetSpec): Promise<ReadonlySet<string>> {
-    const stopping = new Set(Object.keys(this.state.stops));
-    const asks = this.nodes
-      .observed(spec)
-      .flatMap((n) => (n.reachable ? n.replicas : []))
-      .filter((r) => r.state === 'ready' && !stopping.has(r.id) && spec.models[r.model]?.scaling.mode === 'on_demand');
-    const busy = new Set<string>();
-    await Promise.all(
-      asks.map(async (r) => {
-        const n = await this.inFlight(r.endpoint);
-        if (typeof n === 'number' && n > 0) busy.add(r.id);
-      }),
-    );
-    return busy;
   }
 
   /**
@@ -376,20 +323,10 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
   }
 
   private async estimateMemory(spec: FleetSpec): Promise<void> {
-    const needs: Record<string, number | null> = {};
-    const errors: Record<string, string> = {};
-    const devices: Record<string, DeviceNeed> = {};
-    await Promise.all(
-      Object.values(spec.models).map(async (m) => {
-        const e = await this.memory.estimate(m, spec.profiles[m.profile]!, () => this.nodes.rangeReaders(spec, m), async () => (await this.downloadToken(m))?.value ?? null);
-        needs[m.name] = 'bytes' in e ? e.bytes : null;
-        if ('bytes' in e && e.device) devices[m.name] = e.device; // devices (#24)
-        if ('error' in e) errors[m.name] = e.error;
-      }),
-    );
-    this.memoryNeeds = needs;
-    this.memoryErrors = errors;
-    this.deviceNeeds = devices;
+    const e = await estimateMemory(spec, this.memory, this.nodes, (m) => this.downloadToken(m));
+    this.memoryNeeds = e.needs;
+    this.memoryErrors = e.errors;
+    this.deviceNeeds = e.devices;
   }
 
   /** The model's download token (token: names a secret), read when it is needed; undefined for none. */
@@ -416,99 +353,9 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
         log.warn({ notApplied: actions.length - i }, 'leadership lost during the pass: the rest of its actions are not applied');
         return;
       }
-      if (a.kind === 'start') this.launchStart(spec, a, log);
+      if (a.kind === 'start') this.running.launch(spec, a, log);
     }
-    // Every stop in the record runs in the background (this pass's, and those a previous leader or
-    // run left unfinished): stopping replicas leave the router's view at once, and no stop holds up
-    // the pass or the publication of what it started.
-    const toLaunch = Object.keys(this.state.stops).filter((id) => !this.stopOps.has(id));
-    if (toLaunch.length === 0 || !this.leader()) return;
-    // The record first (the state file, or etcd): a failover right after continues these drains from
-    // their start instead of planning them anew.
-    await this.saveState();
-    let launched = false;
-    for (const id of toLaunch) {
-      const rec = this.state.stops[id];
-      if (!rec || this.stopOps.has(id) || !this.leader()) continue;
-      // One 'stopping replica' line a stop: here for one that drains first (out of routing now), from
-      // the stop's own first step for one that does not (stops.ts drainStep).
-      if (rec.drain) log.info({ model: rec.model, node: rec.node, replica: id, reason: rec.reason, drain: true }, 'stopping replica');
-      this.launchStop(id, log);
-      launched = true;
-    }
-    if (launched) this.publish(this.summarize());
-  }
-
-  /** Sleeps on the loop's timers (fake ones in tests); resolves early when the controller stops. */
-  private sleep(ms: number): Promise<void> {
-    const timers = this.o.timers ?? nodeTimers;
-    const signal = this.stopSignal.signal;
-    return new Promise((resolve) => {
-      const done = (): void => {
-        timers.clearTimeout(t);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const t = timers.setTimeout(done, ms);
-      signal.addEventListener('abort', done, { once: true });
-    });
-  }
-
-  private endpointOf(node: string, id: string): string {
-    return this.nodes.states.get(node)?.obs?.replicas.find((r) => r.id === id)?.endpoint ?? '';
-  }
-
-  private setStopProgress(id: string, p: StopProgress): void {
-    const was = this.stopProgress.get(id);
-    this.stopProgress.set(id, p);
-    if (was?.phase !== p.phase || was?.inFlight !== p.inFlight) this.publish(this.summarize());
-  }
-
-  /**
-   * One stop (stops.ts): out of routing already (the record), then wait for the replica's in-flight
-   * requests (bounded by drain_grace from the record's start), then SIGTERM, stop_grace, SIGKILL. It
-   * gives up, leaving the record, when this controller stops or stops leading: the next leader
-   * continues it.
-   */
-  private launchStop(id: string, log: Logger): void {
-    const signal = this.stopSignal.signal;
-    const op = (async () => {
-      for (;;) {
-        const rec = this.state.stops[id];
-        const spec = this.spec();
-        if (!rec || !spec || signal.aborted || !this.leader()) return;
-        const inFlight: InFlight = rec.drain ? await this.inFlight(this.endpointOf(rec.node, id)) : 'gone';
-        const count = typeof inFlight === 'number' ? inFlight : null;
-        const step = drainStep(id, rec, inFlight, this.now(log), spec.settings.drainGraceMs);
-        if (step.kind === 'wait') {
-          this.setStopProgress(id, { phase: 'draining', inFlight: count });
-          await this.sleep(DRAIN_PROBE_MS);
-          continue;
-        }
-        if (signal.aborted || !this.leader()) return;
-        this.logNotes(log, [step.note]);
-        this.setStopProgress(id, { phase: 'stopping', inFlight: count });
-        const n = spec.nodes[rec.node];
-        try {
-          if (n) await this.nodes.driver(n).stopReplica(id, rec.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
-          this.nodes.forgetReplica(rec.node, id);
-          this.state = stopFinished(this.state, id);
-          await this.saveState();
-          // gone from the snapshot now, not when the next pass ends (it may wait behind a long one):
-          // what lists replicas (ctl, the admin API, the page) stops offering one that is gone
-          this.publish(this.summarize());
-        } catch (e) {
-          log.warn({ replica: id, node: rec.node, code: reasonOf(e).code, err: reasonOf(e).message }, 'stopping replica failed; retried next pass');
-        }
-        return;
-      }
-    })().finally(() => {
-      this.stopOps.delete(id);
-      this.stopProgress.delete(id);
-      // The world changed under the stop: look again (restarts go on, freed room gets used).
-      if (!signal.aborted) void this.requestPass('stop-finished');
-    });
-    this.stopOps.set(id, op);
+    await this.stopOps.launchAll(log);
   }
 
   private scheduleWake(): void {
@@ -516,56 +363,8 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
     if (!spec) return;
     const modelOf = this.nodes.modelOf();
     const now = this.decidedAt ?? this.clock();
-    const scheduled = nextScheduleChange(spec, now);
-    const extra = [...(scheduled === null ? [] : [scheduled]), ...(this.waitingForRoom.length > 0 ? [now + ROOM_RECHECK_MS] : [])];
-    this.loop.wakeAt(
-      nextWake({
-        state: this.state,
-        spec,
-        desired: this.desired,
-        readyReplicas: (model) => this.readyReplicas(model).map((r) => r.id),
-        modelOf: (id) => modelOf.get(id),
-        extra,
-        now,
-      }),
-    );
-  }
-
-  /** A replica start runs in the background (start-op.ts); it is in flight in the record from here. */
-  private launchStart(spec: FleetSpec, a: Extract<Action, { kind: 'start' }>, log: Logger): void {
-    const m = spec.models[a.model]!;
-    const profile = spec.profiles[m.profile]!;
-    const engine = spec.engines[profile.engine]!.versions[profile.engineVersion]!;
-    const rlog = log.child({ model: a.model, node: a.node, replica: a.replicaId });
-    this.state = startLaunched(this.state, a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt: this.now(log) });
-    rlog.info('starting replica');
-    const op = runStart({
-      action: a,
-      model: m,
-      profile,
-      engine,
-      driver: this.nodes.driver(spec.nodes[a.node]!),
-      engineApiKey: this.engineApiKey,
-      downloadToken: () => this.downloadToken(m),
-      stopSignal: this.stopSignal.signal,
-      log: rlog,
-      onEngineInstall: (result) => {
-        if (result === 'error') this.nodes.engineInstallFailed(a.node, `${engine.engine}@${engine.version}`);
-        this.o.onEngineInstall?.(a.node, engine.engine, engine.version, result);
-      },
-      conclude: (outcome) => {
-        const r = startConcluded(this.state, a.replicaId, outcome, this.now(log), (this.spec() ?? spec).settings);
-        this.state = r.state;
-        this.logNotes(log, r.notes);
-        // a ready replica is routed to now, not after the next pass's look and status write
-        if (outcome.kind === 'ready') this.publish(this.summarize());
-      },
-      persist: () => this.saveState(),
-    }).finally(() => {
-      this.running.delete(a.replicaId);
-      void this.requestPass('start-finished');
-    });
-    this.running.set(a.replicaId, op);
+    const readyReplicas = (model: string): string[] => this.readyReplicas(model).map((r) => r.id);
+    this.loop.wakeAt(wakeAfterPass({ state: this.state, spec, desired: this.desired, readyReplicas, modelOf: (id) => modelOf.get(id), waitingForRoom: this.waitingForRoom.length > 0, now }));
   }
 
   // ------------------------------------------------------------------ summary
@@ -589,7 +388,7 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
       unplaceable: this.unplaceable,
       starts: this.state.starts,
       stops: this.state.stops,
-      stopProgress: this.stopProgress,
+      stopProgress: this.stopOps.progress(),
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)
       lastPass: this.lastPass,
@@ -634,119 +433,12 @@ export class Reconciler extends SnapshotHub implements FleetView, ControllerActs
     this.publish({ ...fresh, lastStatusWriteOk: this.status?.lastOk ?? null });
   }
 
-  // ------------------------------------------------------------------ operator and router API
-
-  private specModel(name: string): ModelSpec {
-    const spec = this.spec();
-    const model = spec?.modelNames[name];
-    if (!spec || !model) throw new LlmgwError('NOT_FOUND', `No model named "${name}" in the fleet in force.`, { model: name });
-    return spec.models[model]!;
-  }
-
-  /** `llmgw ctl retry MODEL`: unparks a parked model, or clears the backoff of one that is not. */
-  async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
-    const m = this.specModel(name);
-    const h = retryHandled(this.state, m, `admin:${this.now()}:${randomBytes(3).toString('hex')}`);
-    this.state = h.state;
-    this.logNotes(this.log, [h.note]);
-    await this.requestPass('admin-retry');
-    return { model: m.name, outcome: h.outcome === 'already-handled' ? 'backoff-cleared' : h.outcome };
-  }
-
-  /** `llmgw ctl restart`: replace replicas surge-first (by id, all of a model, or all). */
-  async restart(req: { readonly replicas?: readonly string[]; readonly model?: string; readonly all?: boolean }): Promise<readonly string[]> {
-    const model = req.model ? this.specModel(req.model).name : undefined;
-    const ids: string[] = [];
-    for (const r of this.snapshot().models.flatMap((mv) => mv.replicas)) {
-      if (r.phase !== 'ready' && r.phase !== 'starting') continue;
-      if (req.all || (model && r.model === model) || req.replicas?.includes(r.id)) ids.push(r.id);
-    }
-    for (const id of req.replicas ?? []) if (!ids.includes(id)) throw new LlmgwError('REPLICA_NOT_FOUND', `no running replica "${id}"`, { replica: id });
-    this.state = restartRequested(this.state, ids, this.now());
-    await this.saveState();
-    await this.requestPass('admin-restart');
-    return ids;
-  }
-
-  /**
-   * Whether every replica of a restart request has been replaced: out of the record and out of the
-   * published snapshot (so what `ctl status` shows next agrees: the record changes mid-pass, the
-   * snapshot at its end).
-   */
-  restartDone(ids: readonly string[]): boolean {
-    const shown = new Set(this.snapshot().models.flatMap((m) => m.replicas.map((r) => r.id)));
-    return ids.every((id) => this.state.restarts[id] === undefined && !shown.has(id));
-  }
-
-  async logs(replicaId: string, lines: number): Promise<string> {
-    const r = this.snapshot().models.flatMap((m) => m.replicas).find((x) => x.id === replicaId);
-    const node = r && this.spec()?.nodes[r.node];
-    if (!r || !node) throw new LlmgwError('REPLICA_NOT_FOUND', `no replica "${replicaId}"`, { replica: replicaId });
-    try {
-      return await this.nodes.driver(node).logTail(replicaId, lines);
-    } catch (e) {
-      // A stop removes the replica's directory, its log with it, before the next snapshot stops
-      // listing it: say that rather than only that the node has no such replica.
-      const stopping = r.phase === 'draining' || r.phase === 'stopping' || this.state.stops[replicaId] !== undefined || this.stopOps.has(replicaId);
-      if (!(e instanceof LlmgwError) || e.code !== 'REPLICA_NOT_FOUND' || !stopping) throw e;
-      throw new LlmgwError('REPLICA_NOT_FOUND', `replica ${replicaId} of ${r.model} was being stopped and is gone from node ${r.node}: a stopped replica's log goes with it`, { ...e.detail, replica: replicaId, model: r.model, node: r.node });
-    }
-  }
-
-  spec(): FleetSpec | null {
-    return this.o.tracker.applied?.spec ?? null;
-  }
-
-  touch(model: string): void {
-    // Only an on-demand model's idle timeout and eviction order read demand.
-    if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;
-    this.state = demanded(this.state, model, this.now());
-    // Demand survives a restart: the record is written at most once a second while requests come
-    // (the write after the last one carries the last request's time).
-    if (this.demandSave) return;
-    this.demandSave = setTimeout(() => {
-      this.demandSave = null;
-      void this.saveState();
-    }, DEMAND_SAVE_MS);
-    this.demandSave.unref();
-  }
-
-  hold(model: string): () => void {
-    this.touch(model);
-    this.held.set(model, (this.held.get(model) ?? 0) + 1);
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      const n = (this.held.get(model) ?? 1) - 1;
-      if (n > 0) this.held.set(model, n);
-      else this.held.delete(model);
-      this.touch(model);
-    };
-  }
-
-  async demand(model: string): Promise<DemandResult> {
-    this.touch(model);
-    const fresh = this.placeNow(model);
-    if (fresh === 'pass') {
-      await this.requestPass('demand');
-      return demandResultOf(this.model(model));
-    }
-    if (fresh) {
-      // Unplaceable on the current view: answered now, no pass (nothing would start).
-      if (this.unplaceable[model]?.reason !== fresh.reason) {
-        this.unplaceable = { ...this.unplaceable, [model]: fresh };
-        this.publish(this.summarize());
-      }
-      return { kind: 'unplaceable', code: fresh.code, reason: fresh.reason };
-    }
-    return demandResultOf(this.model(model));
-  }
+  // ------------------------------------------------------------------ for the router (reconciler-acts.ts)
 
   /** A fresh placement against the current view (pass.ts freshPlacement); 'pass' before the first look. */
   private placeNow(model: string): 'pass' | Unplaceable | null {
     const spec = this.spec();
     if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
-    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: new Set(this.stopOps.keys()), keyFingerprint: this.keyFingerprint, now: this.now() }, model);
+    return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: this.stopOps.ids(), keyFingerprint: this.keyFingerprint, now: this.now() }, model);
   }
 }

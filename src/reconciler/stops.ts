@@ -8,7 +8,7 @@
  *
  * A replica that failed or is unhealthy skips the wait (it serves nothing). The record is the
  * state's `stops`, so a controller restart or a failover continues a stop where it was. The shell
- * (reconciler.ts) runs each stop in the background: a stop never holds up a pass or its publication.
+ * (stop-runner.ts) runs each stop in the background: a stop never holds up a pass or its publication.
  */
 import type { Action, StopReason } from './planner.js';
 import { omit, type ControllerState, type Note, type StopRecord } from './state.js';

@@ -4,6 +4,7 @@
  * resets after a replica stayed ready, a replica that has not answered /health for too long.
  */
 import type { FleetSpec } from '../fleet-spec/types.js';
+import { nextScheduleChange } from '../schedule/schedule.js';
 import type { ControllerState } from './state.js';
 
 export interface WakeInput {
@@ -44,4 +45,17 @@ export function nextWake(i: WakeInput): number | null {
   let at: number | null = null;
   for (const t of times) if (t > now && (at === null || t < at)) at = t;
   return at;
+}
+
+/** How soon a model waiting for a busy replica's room is looked at again (its work may have ended). */
+export const ROOM_RECHECK_MS = 1000;
+
+/**
+ * When the pass that decided at `now` wants the next one: the earliest of nextWake, the schedule's
+ * next change, and a look again soon while a model waits for a busy replica's room.
+ */
+export function wakeAfterPass(i: Omit<WakeInput, 'extra'> & { readonly waitingForRoom: boolean }): number | null {
+  const scheduled = nextScheduleChange(i.spec, i.now);
+  const extra = [...(scheduled === null ? [] : [scheduled]), ...(i.waitingForRoom ? [i.now + ROOM_RECHECK_MS] : [])];
+  return nextWake({ ...i, extra });
 }

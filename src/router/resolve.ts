@@ -15,7 +15,7 @@
  *
  * Concurrent requests for the same model share one in-flight demand() (one fresh attempt answers all).
  */
-import { LlmgwError, type ReasonRef } from '../errors/catalogue.js';
+import { hintFor, LlmgwError, type ReasonRef } from '../errors/catalogue.js';
 import type { DemandResult, FleetView, ModelView, ReplicaView } from '../reconciler/view.js';
 import { RouterError } from './errors.js';
 
@@ -31,10 +31,6 @@ export const CONTROLLER_RETRY_AFTER_SECONDS = 5;
  */
 export const DEMAND_ANSWER_MARGIN_MS = 500;
 
-export function unparkHint(model: string): string {
-  return `To unpark it, fix the cause and run \`llmgw ctl retry ${model}\` or push a commit with the trailer \`Llmgw-Retry: ${model}\` (changing the model's definition also unparks it).`;
-}
-
 /** A reason as `CODE: message` (the router's messages and the models list use it). */
 export function describeError(e: ReasonRef | null): string {
   return e ? `${e.code}: ${e.message}` : 'unknown';
@@ -44,7 +40,7 @@ export function parkedError(model: string, parked: { readonly since: number; rea
   const since = new Date(parked.since).toISOString();
   return new RouterError(
     'MODEL_PARKED',
-    `Model '${model}' is parked (since ${since}) after repeated start failures and will not be started again on its own. Last error: ${describeError(parked.lastError)}. ${unparkHint(model)}`,
+    `Model '${model}' is parked (since ${since}) after repeated start failures and will not be started again on its own. Last error: ${describeError(parked.lastError)}. ${hintFor('MODEL_PARKED', model)}`,
     { model, lastError: parked.lastError, since },
   );
 }

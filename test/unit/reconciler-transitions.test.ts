@@ -18,7 +18,7 @@ import {
   type ControllerState,
 } from '../../src/reconciler/state.js';
 import type { ModelView } from '../../src/reconciler/view.js';
-import { nextWake } from '../../src/reconciler/wake.js';
+import { nextWake, ROOM_RECHECK_MS, wakeAfterPass } from '../../src/reconciler/wake.js';
 import { node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
 const spec = await specOf();
@@ -212,6 +212,12 @@ describe('next wake', () => {
     const s = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...startFailed(initialHealth(alpha.digest), kev, 0, S), nextAttemptAt: null } }, readySince: { a1: 500 } };
     assert.equal(nextWake({ ...base, state: s, readyReplicas: (m) => (m === 'alpha' ? ['a1'] : []) }), 500 + S.readyResetMs);
     assert.equal(nextWake({ ...base, state: stateFor(spec), extra: [3000, 2000] }), 2000);
+  });
+  it('after a pass: a model waiting for a busy replica\'s room is looked at again ROOM_RECHECK_MS after the decision', () => {
+    assert.equal(wakeAfterPass({ ...base, state: stateFor(spec), waitingForRoom: true }), base.now + ROOM_RECHECK_MS);
+    assert.equal(wakeAfterPass({ ...base, state: stateFor(spec), waitingForRoom: false }), null);
+    const s = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...initialHealth(alpha.digest), nextAttemptAt: 1500 } } };
+    assert.equal(wakeAfterPass({ ...base, state: s, waitingForRoom: true }), 1500, 'the earlier of the two');
   });
 });
 

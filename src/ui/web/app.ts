@@ -6,68 +6,7 @@
  * are read with fetch (EventSource cannot send headers), never with the token in a URL.
  */
 
-// ------------------------------------------------------------------ the wire shapes it reads (src/ui/view.ts, src/ui/routes.ts)
-interface Reason {
-  code: string;
-  message: string;
-  hint: string;
-}
-interface PageModel {
-  name: string;
-  phase: string;
-  ready: string;
-  detail: string;
-  scaling: string;
-  consecutiveFailures: number;
-  reason: Reason | null;
-  unplaceable: { code: string; reason: string; hint: string; needText: string | null; largestFreeText: string | null; nodesChecked: number; excludedBySelector: number; unknownNodes: number } | null;
-  unpark: string | null;
-  retry: boolean;
-  memory: string | null;
-  router: string | null;
-  replicas: { id: string; node: string; port: string; phase: string; since: string }[];
-}
-interface Sized {
-  bytes: number;
-  text: string;
-}
-interface PageNode {
-  name: string;
-  reachable: boolean;
-  error: Reason | null;
-  capacity: (Sized & { source: 'declared' | 'observed' }) | null;
-  reserve: Sized;
-  taken: Sized;
-  free: Sized | null;
-  replicas: { id: string; model: string; phase: string; bytes: number | null; text: string }[];
-}
-interface PageView {
-  at: string;
-  status: {
-    revision: string | null;
-    spec: { valid: boolean };
-    sync: { lastOk: string | null; error: Reason | null };
-    stateError: Reason | null;
-    lastPass: { startedAt: string; durationMs: number; result: 'ok' | 'error'; actions: number; error: Reason | null } | null;
-    models: { total: number; desired: number; ready: number; byPhase: Record<string, number> };
-    nodes: { total: number; reachable: number };
-  };
-  control: [string, string][];
-  rejected: { revision: string; problems: { where: string; message: string; code: string }[]; hint: string } | null;
-  groups: { phase: string; blurb: string | null; models: PageModel[] }[];
-  nodes: PageNode[];
-}
-interface FleetEvent {
-  seq: number;
-  at: string;
-  kind: string;
-  model: string | null;
-  node: string | null;
-  replica: string | null;
-  code: string | null;
-  message: string;
-  hint: string | null;
-}
+import type { Reason, PageModel, PageView, FleetEvent } from './page-shapes.js';
 
 const API = '/admin/v1';
 const TOKEN_KEY = 'llmgw.adminToken';

@@ -1,0 +1,81 @@
+/**
+ * The replica starts the reconciler runs (I/O), each in the background (start-op.ts: engine, model
+ * file, launch, wait for ready, which can take minutes): in flight in the record from launch until
+ * its one outcome is recorded, then a pass is asked for.
+ */
+import type { Logger } from 'pino';
+import type { DownloadToken } from '../nodes/driver.js';
+import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import { startConcluded } from './outcomes.js';
+import type { Action } from './planner.js';
+import type { ShellPorts } from './shell-ports.js';
+import { runStart } from './start-op.js';
+import { startLaunched } from './state.js';
+
+export interface StartRunnerOptions {
+  readonly engineApiKey: string;
+  /** The model's download token (token: names a secret); undefined for none. */
+  readonly downloadToken: (m: ModelSpec) => Promise<DownloadToken | undefined>;
+  readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
+}
+
+export class StartRunner {
+  /** Starts this process runs (the background operations), awaited by the controller's stop(). */
+  private readonly ops = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly p: ShellPorts,
+    private readonly o: StartRunnerOptions,
+  ) {}
+
+  /** The replicas whose start runs now. */
+  ids(): ReadonlySet<string> {
+    return new Set(this.ops.keys());
+  }
+
+  get size(): number {
+    return this.ops.size;
+  }
+
+  /** The starts running now, to be awaited. */
+  running(): Promise<void>[] {
+    return [...this.ops.values()];
+  }
+
+  /** A replica start runs in the background (start-op.ts); it is in flight in the record from here. */
+  launch(spec: FleetSpec, a: Extract<Action, { kind: 'start' }>, log: Logger): void {
+    const m = spec.models[a.model]!;
+    const profile = spec.profiles[m.profile]!;
+    const engine = spec.engines[profile.engine]!.versions[profile.engineVersion]!;
+    const rlog = log.child({ model: a.model, node: a.node, replica: a.replicaId });
+    this.p.setRecord(startLaunched(this.p.record(), a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt: this.p.now(log) }));
+    rlog.info('starting replica');
+    const op = runStart({
+      action: a,
+      model: m,
+      profile,
+      engine,
+      driver: this.p.nodes.driver(spec.nodes[a.node]!),
+      engineApiKey: this.o.engineApiKey,
+      downloadToken: () => this.o.downloadToken(m),
+      stopSignal: this.p.stopSignal(),
+      log: rlog,
+      onEngineInstall: (result) => {
+        if (result === 'error') this.p.nodes.engineInstallFailed(a.node, `${engine.engine}@${engine.version}`);
+        this.o.onEngineInstall?.(a.node, engine.engine, engine.version, result);
+      },
+      conclude: (outcome) => {
+        const r = startConcluded(this.p.record(), a.replicaId, outcome, this.p.now(log), (this.p.spec() ?? spec).settings);
+        this.p.setRecord(r.state);
+        this.p.logNotes(log, r.notes);
+        // a ready replica is routed to now, not after the next pass's look and status write
+        if (outcome.kind === 'ready') this.p.publish();
+      },
+      persist: () => this.p.saveState(),
+    }).finally(() => {
+      this.ops.delete(a.replicaId);
+      void this.p.requestPass('start-finished');
+    });
+    this.ops.set(a.replicaId, op);
+  }
+}

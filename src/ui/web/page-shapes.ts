@@ -1,0 +1,66 @@
+/**
+ * The wire shapes the status page's script (app.ts) reads: GET /admin/v1/view and its stream
+ * (src/ui/view.ts, src/ui/routes.ts), and the events of /admin/v1/events. Types only: nothing of
+ * this file runs in the browser (app.ts imports it with `import type`, which the build erases).
+ */
+export interface Reason {
+  code: string;
+  message: string;
+  hint: string;
+}
+export interface PageModel {
+  name: string;
+  phase: string;
+  ready: string;
+  detail: string;
+  scaling: string;
+  consecutiveFailures: number;
+  reason: Reason | null;
+  unplaceable: { code: string; reason: string; hint: string; needText: string | null; largestFreeText: string | null; nodesChecked: number; excludedBySelector: number; unknownNodes: number } | null;
+  unpark: string | null;
+  retry: boolean;
+  memory: string | null;
+  router: string | null;
+  replicas: { id: string; node: string; port: string; phase: string; since: string }[];
+}
+export interface Sized {
+  bytes: number;
+  text: string;
+}
+export interface PageNode {
+  name: string;
+  reachable: boolean;
+  error: Reason | null;
+  capacity: (Sized & { source: 'declared' | 'observed' }) | null;
+  reserve: Sized;
+  taken: Sized;
+  free: Sized | null;
+  replicas: { id: string; model: string; phase: string; bytes: number | null; text: string }[];
+}
+export interface PageView {
+  at: string;
+  status: {
+    revision: string | null;
+    spec: { valid: boolean };
+    sync: { lastOk: string | null; error: Reason | null };
+    stateError: Reason | null;
+    lastPass: { startedAt: string; durationMs: number; result: 'ok' | 'error'; actions: number; error: Reason | null } | null;
+    models: { total: number; desired: number; ready: number; byPhase: Record<string, number> };
+    nodes: { total: number; reachable: number };
+  };
+  control: [string, string][];
+  rejected: { revision: string; problems: { where: string; message: string; code: string }[]; hint: string } | null;
+  groups: { phase: string; blurb: string | null; models: PageModel[] }[];
+  nodes: PageNode[];
+}
+export interface FleetEvent {
+  seq: number;
+  at: string;
+  kind: string;
+  model: string | null;
+  node: string | null;
+  replica: string | null;
+  code: string | null;
+  message: string;
+  hint: string | null;
+}
