@@ -24,7 +24,9 @@ import pino from 'pino';
 import { dirFiles } from '../src/fleet-spec/dir-files.js';
 import { loadFleetSpec } from '../src/fleet-spec/load.js';
 import type { FleetSpec } from '../src/fleet-spec/types.js';
-import { Published, Requests } from '../src/ha/channel.js';
+import { Requests } from '../src/ha/channel.js';
+import { Published } from '../src/ha/published-channel.js';
+import type { PublishedSnapshot } from '../src/ha/published.js';
 import { HaController } from '../src/ha/controller.js';
 import { Election } from '../src/ha/election.js';
 import { ETCD_DEFAULTS, openEtcd } from '../src/ha/etcd.js';
@@ -77,8 +79,8 @@ async function fleetSpec(): Promise<FleetSpec> {
 /** Published that lets the bench wait for the snapshot writes the controller starts without awaiting. */
 class TrackedPublished extends Published {
   private pending = new Set<Promise<void>>();
-  override publish(json: string): Promise<void> {
-    const p = super.publish(json);
+  override publish(snapshot: PublishedSnapshot): Promise<void> {
+    const p = super.publish(snapshot);
     this.pending.add(p);
     void p.catch(() => undefined).finally(() => this.pending.delete(p));
     return p;
@@ -162,8 +164,9 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
     await published.settled();
   }
   const settleMs = performance.now() - t0;
-  const stateBytes = (await client.get(`${prefix}/state`).string())?.length ?? 0;
-  const snapshotBytes = (await client.get(`${prefix}/snapshot`).string())?.length ?? 0;
+  const bytesUnder = async (base: string): Promise<number> => Object.values(await client.getAll().prefix(`${base}/`).strings()).reduce((n, v) => n + v.length, 0);
+  const stateBytes = await bytesUnder(`${prefix}/state`);
+  const snapshotBytes = await bytesUnder(`${prefix}/published`);
 
   const measure = async (trigger: string): Promise<{ writes: number; keys: string[]; ms: number }> => {
     const before = await revision(client);

@@ -1,7 +1,7 @@
 /**
  * What the leader and the standbys exchange through etcd:
- * - Published: the leader's fleet snapshot at `<prefix>/snapshot` (a guarded put, only when it
- *   changed); every instance watches it (current value first, then every change).
+ * - Published: the leader's fleet snapshot, one key per model and node under `<prefix>/published/`
+ *   (guarded txns of what changed); every instance watches it (current value first, then every change).
  * - Requests: a standby's request for the leader (on-demand activation, retry, restart) at
  *   `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
  *   the sender gives up. The leader handles pending requests and then new ones, writes the answer
@@ -21,119 +21,14 @@
  * clock and sets no timer of its own.
  */
 import { randomUUID } from 'node:crypto';
-import { Etcd3, type IKeyValue } from 'etcd3';
+import { Etcd3 } from 'etcd3';
 import { LlmgwError, Reasons, reasonOf, type ReasonCode, type ReasonRef } from '../errors/catalogue.js';
-import { nodeTimers } from '../reconciler/loop.js';
-import { cancelWatcher, type Election } from './election.js';
+import type { Election } from './election.js';
 import { etcdError } from './etcd.js';
 import type { Kv } from './etcd-leader-io.js';
-import { CANCEL_TIMEOUT_MS, Etcd3RequestsIO, type RequestsIO } from './etcd-requests-io.js';
-import type { LoopTimers, ShellTime } from './shell-time.js';
-
-/** What lookAndWatch keeps open: a watch it can close. */
-interface OpenWatch {
-  cancel(): Promise<void>;
-}
-
-/**
- * A look at etcd followed by a watch from the next revision, kept up for as long as it is open:
- * `look` reads what is there now (unless `closed()`) and returns a watch from the revision after
- * its read, calling `ended` if etcd ends it. A watch etcd ends (compacted past its revision) is
- * replaced by a fresh look a second on, so what was seen may repeat but is never missed for good;
- * an ended watch is not cancelled again. Resolves to a closer.
- */
-async function lookAndWatch(what: string, timers: LoopTimers, look: (closed: () => boolean, ended: () => void) => Promise<OpenWatch | null>): Promise<() => Promise<void>> {
-  let closed = false;
-  let watch: OpenWatch | null = null;
-  let retry: unknown = null;
-  const open = async (): Promise<void> => {
-    const token: { w: OpenWatch | null } = { w: null };
-    const w = await look(
-      () => closed,
-      () => {
-        if (token.w === null || watch !== token.w) return;
-        watch = null;
-        again();
-      },
-    );
-    if (!w) return;
-    token.w = w;
-    watch = w;
-  };
-  const again = (): void => {
-    if (closed) return;
-    retry = timers.setTimeout(() => {
-      retry = null;
-      open().catch(again);
-    }, 1_000);
-  };
-  try {
-    await open();
-  } catch (e) {
-    throw etcdError(e, what);
-  }
-  return async () => {
-    closed = true;
-    if (retry !== null) timers.clearTimeout(retry);
-    const w = watch;
-    watch = null;
-    if (w) await w.cancel();
-  };
-}
-
-/** Watches one key: the current value first, then every change (null: deleted). */
-function watchKey(client: Etcd3, key: string, timers: LoopTimers, onValue: (v: string | null) => void): Promise<() => Promise<void>> {
-  return lookAndWatch(`reading ${key}`, timers, async (closed, ended) => {
-    const res = await client.get(key).exec();
-    if (closed()) return null;
-    const kv = res.kvs[0];
-    onValue(kv ? kv.value.toString('utf8') : null);
-    const w = client.watch().key(key).startRevision(String(Number(res.header.revision) + 1)).watcher();
-    w.on('put', (k: IKeyValue) => onValue(k.value.toString('utf8')));
-    w.on('delete', () => onValue(null));
-    // ended by etcd: etcd3 has dropped this watcher already; cancelling it again would make it throw on the stream
-    let over = false;
-    w.on('error', () => {
-      over = true;
-      ended();
-    });
-    return { cancel: () => (over ? Promise.resolve() : cancelWatcher(w, CANCEL_TIMEOUT_MS, timers)) };
-  });
-}
-
-/** The leader's published snapshot. */
-export class Published {
-  readonly key: string;
-  private last: string | null = null;
-  private writeCount = 0;
-
-  constructor(
-    private readonly election: Election,
-    private readonly client: Etcd3,
-    prefix: string,
-    private readonly timers: LoopTimers = nodeTimers,
-  ) {
-    this.key = `${prefix}/snapshot`;
-  }
-
-  get writes(): number {
-    return this.writeCount;
-  }
-
-  /** A guarded put of the snapshot, only when `json` differs from the last published. */
-  async publish(json: string): Promise<void> {
-    if (json === this.last) return;
-    await this.election.guardedPut(this.key, json);
-    this.last = json;
-    this.writeCount++;
-  }
-
-  /** Calls onValue with the current snapshot (null: none), then with every change; resolves to a closer. */
-  watch(onValue: (json: string | null) => void): Promise<() => Promise<void>> {
-    return watchKey(this.client, this.key, this.timers, onValue);
-  }
-}
-
+import { Etcd3RequestsIO, type RequestsIO } from './etcd-requests-io.js';
+import { lookAndWatch } from './look-and-watch.js';
+import type { ShellTime } from './shell-time.js';
 
 type WireResponse = { readonly ok: unknown } | { readonly error: ReasonRef };
 

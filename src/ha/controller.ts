@@ -26,7 +26,7 @@ import type { ControlView, FleetSnapshot } from '../reconciler/view.js';
 import type { Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
 import type { LoadedEtcdState } from './etcd-state.js';
-import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { publishedOf, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
 import { sleep, type ShellTime } from './shell-time.js';
 import { StandbyActs } from './standby.js';
 
@@ -42,10 +42,13 @@ export interface TermOptions {
 
 /** What the controller needs of the published snapshot (channel.ts Published; a fake in tests). */
 export interface PublishedChannel {
-  /** A guarded put of the leader's snapshot (only when it changed). */
-  publish(json: string): Promise<void>;
-  /** Calls onValue with the current snapshot (null: none), then with every change; resolves to a closer. */
-  watch(onValue: (json: string | null) => void): Promise<() => Promise<void>>;
+  /** Guarded txns of what changed in the leader's snapshot since the last publish (nothing when nothing did). */
+  publish(p: PublishedSnapshot): Promise<void>;
+  /**
+   * Calls onValue with the current snapshot (null: none; `problem`: what this version could not read),
+   * then after every complete save; resolves to a closer.
+   */
+  watch(onValue: (p: PublishedSnapshot | null, problem: string | null) => void): Promise<() => Promise<void>>;
 }
 
 /** What the controller needs of the state record (etcd-state.ts EtcdStateStore; a fake in tests): the read a term begins with. */
@@ -93,6 +96,8 @@ export class HaController extends ControllerShell {
   private term: Term | null = null;
   private transitions: Promise<void> = Promise.resolve();
   private publishedValue: PublishedSnapshot | null = null;
+  /** Why the term's last publish failed (status: the etcd line), null once one went through. */
+  private publishError: ReasonRef | null = null;
   private unwatch: (() => Promise<void>) | null = null;
   private syncTimer: unknown = null;
   private syncing: Promise<void> | null = null;
@@ -129,7 +134,7 @@ export class HaController extends ControllerShell {
   private async watchPublished(): Promise<void> {
     while (!this.stopped && !this.unwatch) {
       try {
-        this.unwatch = await this.o.published.watch((json) => this.onPublished(json));
+        this.unwatch = await this.o.published.watch((p, problem) => this.onPublished(p, problem));
       } catch (err) {
         this.log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'standby: cannot watch the published snapshot yet; trying again');
         await sleep(this.o.time.timers, RETRY_MS);
@@ -138,9 +143,9 @@ export class HaController extends ControllerShell {
     if (this.stopped) await this.unwatch?.();
   }
 
-  private onPublished(json: string | null): void {
-    this.publishedValue = json === null ? null : parsePublished(json);
-    if (json !== null && !this.publishedValue) this.log.error({ key: 'snapshot' }, 'the published snapshot in etcd is not one this version reads; standby answers wait for the next one');
+  private onPublished(p: PublishedSnapshot | null, problem: string | null): void {
+    this.publishedValue = p;
+    if (problem) this.log.error({ key: 'published', problem }, 'the published snapshot in etcd is not (wholly) one this version reads; standby answers wait for the next one');
     for (const r of refusedEndpoints(this.publishedValue, this.o.tracker.applied?.spec ?? null)) {
       this.log.error({ code: 'ETCD_ENDPOINT_REFUSED', ...r }, 'standby: a published endpoint the spec does not allow; not routed to');
     }
@@ -155,6 +160,13 @@ export class HaController extends ControllerShell {
     await this.transition(() => this.endTerm(null));
     await this.unwatch?.().catch(() => undefined);
     await this.o.election.stop();
+  }
+
+  /** A publish that failed shows in status (control.etcd.error) and metrics until one goes through. */
+  private publishOutcome(error: ReasonRef | null): void {
+    if (error?.code === this.publishError?.code && error?.message === this.publishError?.message) return;
+    this.publishError = error;
+    if (this.term) this.refreshStandby();
   }
 
   /** Terms begin and end one at a time, in the order the election reported them. */
@@ -190,7 +202,16 @@ export class HaController extends ControllerShell {
     });
     const off = reconciler.onSnapshot((s) => {
       this.setSnapshot(s);
-      if (leading()) void this.o.published.publish(publishedJson(s)).catch((err: unknown) => log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'publishing the fleet snapshot failed'));
+      if (leading()) {
+        void this.o.published.publish(publishedOf(s)).then(
+          () => leading() && this.publishOutcome(null),
+          (err: unknown) => {
+            const r = reasonOf(err);
+            log[r.code === 'ETCD_VALUE_TOO_LARGE' ? 'error' : 'warn']({ code: r.code, err: r.message }, 'publishing the fleet snapshot failed');
+            if (leading()) this.publishOutcome({ code: r.code, message: r.message });
+          },
+        );
+      }
     });
     const term: Term = { epoch, reconciler, off, stopServing: null };
     this.term = term;
@@ -227,6 +248,7 @@ export class HaController extends ControllerShell {
     const term = this.term;
     if (!term) return;
     this.term = null;
+    this.publishError = null;
     if (reason) this.log.warn({ epoch: term.epoch, code: reason.code, reason: reason.message }, 'no longer leading: stopping the reconciler (replicas keep running for the next leader)');
     term.off();
     await term.stopServing?.().catch(() => undefined);
@@ -263,7 +285,7 @@ export class HaController extends ControllerShell {
   private control(leading: boolean): ControlView {
     const e = this.o.election;
     const l = e.current();
-    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: e.lastError, keyProblem: e.keyProblem };
+    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: (leading ? this.publishError : null) ?? e.lastError, keyProblem: e.keyProblem };
     const leader = l ? { id: l.id, label: l.label, since: l.since, epoch: l.epoch } : null;
     if (leading) return { mode: 'etcd', instance: this.o.instance, leader, notActing: null, etcd };
     const notActing: ReasonRef = l

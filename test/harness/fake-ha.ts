@@ -2,12 +2,13 @@
  * Thin adapters of the HA controller's published snapshot and state record (src/ha/controller.ts
  * PublishedChannel, StateRecordSource; the reconciler's state store) over the fake etcd, for fast
  * tests of the whole HaController. They do what channel.ts Published and etcd-state.ts
- * EtcdStateStore do with etcd3 — guarded puts by the election, a read then a watch — on one key
- * each; when those move to another layout, these follow.
+ * EtcdStateStore do with etcd3 — guarded writes by the election, a read then a watch — but on one
+ * key each (the real ones keep a key per model: keyed-layout.ts, tested on real etcd in etcd-scale).
  */
 import type { LoadedEtcdState } from '../../src/ha/etcd-state.js';
 import type { PublishedChannel, StateRecordSource } from '../../src/ha/controller.js';
 import type { Election } from '../../src/ha/election.js';
+import { parsePublished, type PublishedSnapshot } from '../../src/ha/published.js';
 import type { StateStore } from '../../src/reconciler/state-store.js';
 import { emptyState, stateFromJson, type ControllerState } from '../../src/reconciler/state.js';
 import type { FakeEtcdClient } from './fake-etcd.js';
@@ -25,16 +26,21 @@ export class FakePublished implements PublishedChannel {
     this.key = `${prefix}/snapshot`;
   }
 
-  async publish(json: string): Promise<void> {
+  async publish(p: PublishedSnapshot): Promise<void> {
+    const json = JSON.stringify(p);
     if (json === this.last) return;
     await this.election.guardedPut(this.key, json);
     this.last = json;
     this.writes++;
   }
 
-  async watch(onValue: (json: string | null) => void): Promise<() => Promise<void>> {
-    const w = this.client.watch(this.key, { put: (kv) => onValue(kv.value), delete: () => onValue(null), error: () => undefined });
-    onValue((await this.client.get(this.key)).kv?.value ?? null);
+  async watch(onValue: (p: PublishedSnapshot | null, problem: string | null) => void): Promise<() => Promise<void>> {
+    const seen = (json: string | null): void => {
+      const p = json === null ? null : parsePublished(json);
+      onValue(p, json !== null && p === null ? `the published snapshot at ${this.key} is not one this version reads` : null);
+    };
+    const w = this.client.watch(this.key, { put: (kv) => seen(kv.value), delete: () => seen(null), error: () => undefined });
+    seen((await this.client.get(this.key)).kv?.value ?? null);
     return () => w.cancel();
   }
 }
