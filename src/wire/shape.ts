@@ -8,7 +8,7 @@ import { hintFor, Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { RetryOutcome } from '../reconciler/state.js';
-import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaPhase, type ReplicaView } from '../reconciler/view.js';
+import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
 import { pickModels, type ModelsQuery } from './models-query.js';
@@ -21,13 +21,8 @@ export interface ReasonJson {
   readonly hint: string;
 }
 
-export interface ReplicaJson {
-  readonly id: string;
-  readonly model: string;
-  readonly node: string;
-  readonly endpoint: string;
-  readonly phase: ReplicaPhase;
-  readonly digest: string;
+/** A replica as the admin API, the status branch and ctl read it: the view's fields, its start as ISO time. */
+export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' | 'endpoint' | 'phase' | 'digest'> {
   /** The replica runs an older definition of its model than the one in force. */
   readonly outdated: boolean;
   readonly startedAt: string;
