@@ -37,7 +37,7 @@ async function main(): Promise<void> {
   const etcd = await startEtcd();
   const prefix = '/llmgw-bench/fleet';
   const settings = { hosts: [etcd.endpoint], prefix, tls: null, auth: null, ...FAST };
-  const client = openEtcd(settings);
+  const client = openEtcd(settings, Date.now);
   try {
     // --- 1. the state record ---
     const leader = new Election(client, { prefix, id: 'bench', label: 'bench', ...FAST, logger: silent });
@@ -85,7 +85,7 @@ async function main(): Promise<void> {
       const times: number[] = [];
       for (let r = 0; r < rounds; r++) {
         const p = `${prefix}/failover-${how}-${r}`;
-        const clients = [openEtcd({ ...settings, prefix: p }), openEtcd({ ...settings, prefix: p })];
+        const clients = [openEtcd({ ...settings, prefix: p }, Date.now), openEtcd({ ...settings, prefix: p }, Date.now)];
         const es = clients.map((c, i) => new Election(c, { prefix: p, id: `i${i}`, label: `i${i}`, ...FAST, logger: silent }));
         es[0]!.start();
         await new Promise<void>((res) => es[0]!.once('elected', () => res()));

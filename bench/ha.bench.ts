@@ -24,17 +24,20 @@ import pino from 'pino';
 import { dirFiles } from '../src/fleet-spec/dir-files.js';
 import { loadFleetSpec } from '../src/fleet-spec/load.js';
 import type { FleetSpec } from '../src/fleet-spec/types.js';
-import type { RefreshResult } from '../src/git/tracker.js';
-import { Published, Requests } from '../src/ha/channel.js';
+import { Requests } from '../src/ha/channel.js';
+import { Published } from '../src/ha/published-channel.js';
+import type { PublishedSnapshot } from '../src/ha/published.js';
 import { HaController } from '../src/ha/controller.js';
 import { Election } from '../src/ha/election.js';
 import { ETCD_DEFAULTS, openEtcd } from '../src/ha/etcd.js';
 import { EtcdStateStore } from '../src/ha/etcd-state.js';
-import { Reconciler, type FleetSource } from '../src/reconciler/reconciler.js';
+import { Reconciler } from '../src/reconciler/reconciler.js';
 import { modelYaml, startTestFleet } from '../test/harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../test/harness/etcd.js';
 import { FakeClock, FakeFleetLog, FakeNode } from '../test/harness/fake-node.js';
 import { writeFleet } from '../test/harness/fleet.js';
+import { FixedSpec } from '../test/harness/fixed-spec.js';
+import { realTime } from '../test/harness/real-time.js';
 import { spawnServe, type ServeProc } from '../test/harness/serve-proc.js';
 
 const MODELS = Number(process.env.BENCH_HA_MODELS ?? 1000);
@@ -73,24 +76,11 @@ async function fleetSpec(): Promise<FleetSpec> {
   }
 }
 
-class FixedSpec implements FleetSource {
-  readonly applied;
-  readonly rejected = null;
-  readonly lastSyncOk = null;
-  readonly lastSyncError = null;
-  constructor(spec: FleetSpec) {
-    this.applied = { spec, revision: 'rev1', warnings: [], at: new Date(0) };
-  }
-  async refresh(): Promise<RefreshResult> {
-    return { outcome: 'unchanged', head: 'rev1', retries: [], error: null };
-  }
-}
-
 /** Published that lets the bench wait for the snapshot writes the controller starts without awaiting. */
 class TrackedPublished extends Published {
   private pending = new Set<Promise<void>>();
-  override publish(json: string): Promise<void> {
-    const p = super.publish(json);
+  override publish(snapshot: PublishedSnapshot): Promise<void> {
+    const p = super.publish(snapshot);
     this.pending.add(p);
     void p.catch(() => undefined).finally(() => this.pending.delete(p));
     return p;
@@ -109,7 +99,7 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
   const spec = await fleetSpec();
   const prefix = '/llmgw-ha-bench';
   const settings = { hosts: [etcd.endpoint], prefix, tls: null, auth: null, ...ETCD_DEFAULTS };
-  const client = openEtcd(settings);
+  const client = openEtcd(settings, Date.now);
   const election = new Election(client, { prefix, id: 'bench-a', label: 'bench instance a', ...ETCD_DEFAULTS, logger: silent });
   const stateStore = new EtcdStateStore(election, client, prefix);
   const published = new TrackedPublished(election, client, prefix);
@@ -121,7 +111,8 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
   const ha = new HaController({
     election,
     published,
-    requests: new Requests(client, prefix, 'bench-a'),
+    requests: new Requests(client, prefix, 'bench-a', realTime),
+    time: realTime,
     stateStore,
     prefix,
     instance: { id: 'bench-a', label: 'bench instance a' },
@@ -173,8 +164,9 @@ async function writesPerPass(etcd: EtcdInstance): Promise<void> {
     await published.settled();
   }
   const settleMs = performance.now() - t0;
-  const stateBytes = (await client.get(`${prefix}/state`).string())?.length ?? 0;
-  const snapshotBytes = (await client.get(`${prefix}/snapshot`).string())?.length ?? 0;
+  const bytesUnder = async (base: string): Promise<number> => Object.values(await client.getAll().prefix(`${base}/`).strings()).reduce((n, v) => n + v.length, 0);
+  const stateBytes = await bytesUnder(`${prefix}/state`);
+  const snapshotBytes = await bytesUnder(`${prefix}/published`);
 
   const measure = async (trigger: string): Promise<{ writes: number; keys: string[]; ms: number }> => {
     const before = await revision(client);

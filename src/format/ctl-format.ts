@@ -106,6 +106,16 @@ export function controlLines(s: StatusJson, at: string): [string, string][] {
     lines.push(['', `hint: ${c.notActing.hint}`]);
   }
   if (c.etcd && !c.etcd.reachable) lines.push(['etcd', `UNREACHABLE${c.etcd.error ? `: ${reasonText(c.etcd.error)}` : ''}`]);
+  else if (c.etcd?.error) {
+    // reachable, and a write failed (e.g. a publish refused: ETCD_VALUE_TOO_LARGE)
+    lines.push(['etcd', `FAILED: ${reasonText(c.etcd.error)}`]);
+    lines.push(['', `hint: ${c.etcd.error.hint}`]);
+  }
+  const kp = c.etcd?.keyProblem;
+  if (kp) {
+    lines.push(['leader key', `PROBLEM ${relative(kp.at, at)}: ${reasonText(kp)}`]);
+    lines.push(['', `hint: ${kp.hint}`]);
+  }
   // absent in the answer of a controller older than the field
   for (const f of c.forgedEpochs ?? []) {
     lines.push(['FORGED EPOCH', reasonText(f)]);

@@ -1,7 +1,7 @@
 /**
  * What the leader and the standbys exchange through etcd:
- * - Published: the leader's fleet snapshot at `<prefix>/snapshot` (a guarded put, only when it
- *   changed); every instance watches it (current value first, then every change).
+ * - Published: the leader's fleet snapshot, one key per model and node under `<prefix>/published/`
+ *   (guarded txns of what changed); every instance watches it (current value first, then every change).
  * - Requests: a standby's request for the leader (on-demand activation, retry, restart) at
  *   `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
  *   the sender gives up. The leader handles pending requests and then new ones, writes the answer
@@ -15,100 +15,20 @@
  * Delivery is at least once: a leader that dies after handling a request and before its txn lands
  * leaves it for the next leader. Handlers are idempotent by the request's id (retries are handled
  * once by id in the state record).
+ *
+ * Shell: Requests makes its etcd calls through RequestsIO (etcd-requests-io.ts; a fake in tests) and
+ * its timeouts on the ShellTime it is given; Published on the timers it is given. This file reads no
+ * clock and sets no timer of its own.
  */
 import { randomUUID } from 'node:crypto';
-import type { Etcd3, IKeyValue, Lease, Watcher } from 'etcd3';
+import { Etcd3 } from 'etcd3';
 import { LlmgwError, Reasons, reasonOf, type ReasonCode, type ReasonRef } from '../errors/catalogue.js';
-import { cancelWatcher, type Election } from './election.js';
+import type { Election } from './election.js';
 import { etcdError } from './etcd.js';
-
-const CANCEL_TIMEOUT_MS = 2_000;
-
-/**
- * A look at etcd followed by a watch from the next revision, kept up for as long as it is open:
- * `look` reads what is there now (unless `closed()`) and returns a watcher from the revision after
- * its read. A watch etcd cancels (compacted past its revision) is replaced by a fresh look, so what
- * was seen may repeat but is never missed for good; etcd3 has dropped such a watcher already, and
- * cancelling it again would make etcd3 throw on the stream. Resolves to a closer.
- */
-async function lookAndWatch(what: string, look: (closed: () => boolean) => Promise<Watcher | null>): Promise<() => Promise<void>> {
-  let closed = false;
-  let watcher: Watcher | null = null;
-  let retry: NodeJS.Timeout | null = null;
-  const open = async (): Promise<void> => {
-    const w = await look(() => closed);
-    if (!w) return;
-    watcher = w;
-    w.on('error', () => {
-      if (watcher !== w) return;
-      watcher = null;
-      again();
-    });
-  };
-  const again = (): void => {
-    if (closed) return;
-    retry = setTimeout(() => open().catch(again), 1_000);
-  };
-  try {
-    await open();
-  } catch (e) {
-    throw etcdError(e, what);
-  }
-  return async () => {
-    closed = true;
-    if (retry) clearTimeout(retry);
-    const w = watcher;
-    watcher = null;
-    if (w) await cancelWatcher(w, CANCEL_TIMEOUT_MS);
-  };
-}
-
-/** Watches one key: the current value first, then every change (null: deleted). */
-function watchKey(client: Etcd3, key: string, onValue: (v: string | null) => void): Promise<() => Promise<void>> {
-  return lookAndWatch(`reading ${key}`, async (closed) => {
-    const res = await client.get(key).exec();
-    if (closed()) return null;
-    const kv = res.kvs[0];
-    onValue(kv ? kv.value.toString('utf8') : null);
-    const w = client.watch().key(key).startRevision(String(Number(res.header.revision) + 1)).watcher();
-    w.on('put', (k: IKeyValue) => onValue(k.value.toString('utf8')));
-    w.on('delete', () => onValue(null));
-    return w;
-  });
-}
-
-/** The leader's published snapshot. */
-export class Published {
-  readonly key: string;
-  private last: string | null = null;
-  private writeCount = 0;
-
-  constructor(
-    private readonly election: Election,
-    private readonly client: Etcd3,
-    prefix: string,
-  ) {
-    this.key = `${prefix}/snapshot`;
-  }
-
-  get writes(): number {
-    return this.writeCount;
-  }
-
-  /** A guarded put of the snapshot, only when `json` differs from the last published. */
-  async publish(json: string): Promise<void> {
-    if (json === this.last) return;
-    await this.election.guardedPut(this.key, json);
-    this.last = json;
-    this.writeCount++;
-  }
-
-  /** Calls onValue with the current snapshot (null: none), then with every change; resolves to a closer. */
-  watch(onValue: (json: string | null) => void): Promise<() => Promise<void>> {
-    return watchKey(this.client, this.key, onValue);
-  }
-}
-
+import type { Kv } from './etcd-leader-io.js';
+import { Etcd3RequestsIO, type RequestsIO } from './etcd-requests-io.js';
+import { lookAndWatch } from './look-and-watch.js';
+import type { ShellTime } from './shell-time.js';
 
 type WireResponse = { readonly ok: unknown } | { readonly error: ReasonRef };
 
@@ -180,9 +100,9 @@ export function checkRequest(key: string, value: string, kvLease: string): { rea
  * Why a request's lease, as etcd describes it now, is not the live lease of the sender that wrote the
  * request (expired, revoked, or not the one holding `requestKey`), or null.
  */
-export function leaseProblem(ttl: { readonly TTL: string; readonly keys: readonly Buffer[] }, requestKey: string): string | null {
-  if (!(Number(ttl.TTL) > 0)) return 'its sender\'s lease no longer exists (the sender gave up, or it never was an instance\'s)';
-  if (!ttl.keys.some((k) => k.toString('utf8') === requestKey)) return 'its sender\'s lease does not hold it';
+export function leaseProblem(lease: { readonly ttl: number; readonly keys: readonly string[] }, requestKey: string): string | null {
+  if (!(lease.ttl > 0)) return 'its sender\'s lease no longer exists (the sender gave up, or it never was an instance\'s)';
+  if (!lease.keys.includes(requestKey)) return 'its sender\'s lease does not hold it';
   return null;
 }
 
@@ -196,12 +116,15 @@ export interface Refusal {
 export class Requests {
   private readonly requestsPrefix: string;
   private readonly responsesPrefix: string;
+  private readonly io: RequestsIO;
 
   constructor(
-    private readonly client: Etcd3,
+    client: Etcd3 | RequestsIO,
     prefix: string,
     private readonly from: string,
+    private readonly time: ShellTime,
   ) {
+    this.io = client instanceof Etcd3 ? new Etcd3RequestsIO(client, time) : client;
     this.requestsPrefix = `${prefix}/requests/`;
     this.responsesPrefix = `${prefix}/responses/`;
   }
@@ -214,14 +137,14 @@ export class Requests {
   async send<K extends ForwardedRequest['kind']>(kind: K, body: RequestBody<K>, timeoutMs: number): Promise<unknown> {
     const id = randomUUID();
     const responseKey = this.responsesPrefix + id;
-    const lease: Lease = this.client.lease(Math.max(2, Math.ceil(timeoutMs / 1000) + 1), { autoKeepAlive: false });
-    lease.on('lost', () => undefined);
-    let watcher: Watcher | null = null;
-    let timer: NodeJS.Timeout | undefined;
+    const timers = this.time.timers;
+    let watch: { cancel(): Promise<void> } | null = null;
+    let leaseId: string | null = null;
+    let timer: unknown = null;
     // One timer for the whole exchange: until the request is in etcd, etcd is what did not answer.
     let sent = false;
     const expired = new Promise<never>((_, reject) => {
-      timer = setTimeout(
+      timer = timers.setTimeout(
         () =>
           reject(
             sent
@@ -233,25 +156,18 @@ export class Requests {
     });
     expired.catch(() => undefined);
     const within = <T>(p: Promise<T>): Promise<T> => Promise.race([p, expired]);
+    const etcd = <T>(p: Promise<T>): Promise<T> => within(p.catch((e: unknown) => Promise.reject(etcdError(e, `sending ${kind} to the leader`))));
+    const granting = this.io.grantLease(Math.max(2, Math.ceil(timeoutMs / 1000) + 1));
     try {
-      const leaseId = await within(lease.grant().catch((e: unknown) => Promise.reject(etcdError(e, `sending ${kind} to the leader`))));
+      leaseId = await etcd(granting);
       let answered!: (text: string) => void;
       const answer = new Promise<string>((r) => (answered = r));
-      const w = this.client.watch().key(responseKey).only('put').watcher();
-      watcher = w;
-      w.on('put', (kv: IKeyValue) => answered(kv.value.toString('utf8')));
-      w.on('error', () => undefined); // a watch etcd ends: the timer answers (an unheard 'error' would throw)
+      const w = this.io.watchPuts(responseKey, (text) => answered(text));
+      watch = w;
       // Wait until the watch is in place before the request can be answered.
-      await within(new Promise<void>((resolve) => w.once('connected', () => resolve())));
+      await within(w.connected);
       const msg = { id, kind, body, from: this.from, lease: leaseId } as WireRequest;
-      await within(
-        this.client
-          .put(this.requestsPrefix + id)
-          .value(JSON.stringify(msg))
-          .lease(leaseId)
-          .exec()
-          .catch((e: unknown) => Promise.reject(etcdError(e, `sending ${kind} to the leader`))),
-      );
+      await etcd(this.io.put(this.requestsPrefix + id, JSON.stringify(msg), leaseId));
       sent = true;
       const text = await within(answer);
       let res: WireResponse;
@@ -266,11 +182,13 @@ export class Requests {
       }
       return res.ok;
     } finally {
-      clearTimeout(timer);
+      timers.clearTimeout(timer);
       // not awaited: the caller's answer does not wait on an etcd that may be gone
-      if (watcher) void cancelWatcher(watcher, CANCEL_TIMEOUT_MS);
-      // Removes the request (if unhandled) and the answer with the lease.
-      lease.revoke({ deadline: new Date(Date.now() + CANCEL_TIMEOUT_MS) }).catch(() => undefined);
+      if (watch) void watch.cancel();
+      // Removes the request (if unhandled) and the answer with the lease (a grant still on its way: once it lands).
+      const revoke = (l: string): void => void this.io.revokeLease(l).catch(() => undefined);
+      if (leaseId !== null) revoke(leaseId);
+      else void granting.then(revoke, () => undefined);
     }
   }
 
@@ -283,18 +201,16 @@ export class Requests {
     let closed = false;
     let chain: Promise<void> = Promise.resolve();
     const seen = new Set<string>();
-    const enqueue = (kv: IKeyValue): void => {
-      const key = kv.key.toString('utf8');
-      if (seen.has(key)) return;
-      seen.add(key);
-      chain = chain.then(() => (closed ? undefined : this.handleOne(election, kv, handle, onRefused))).finally(() => seen.delete(key));
+    const enqueue = (kv: Kv): void => {
+      if (seen.has(kv.key)) return;
+      seen.add(kv.key);
+      chain = chain.then(() => (closed ? undefined : this.handleOne(election, kv, handle, onRefused))).finally(() => seen.delete(kv.key));
     };
     // Pending requests first (a compacted watch lists them again), then new ones.
-    const close = await lookAndWatch('reading pending requests', async (isClosed) => {
-      const res = await this.client.getAll().prefix(this.requestsPrefix).sort('Mod', 'Ascend').exec();
+    const close = await lookAndWatch('reading pending requests', this.time.timers, async (isClosed, ended) => {
+      const res = await this.io.list(this.requestsPrefix);
       if (isClosed()) return null;
-      const w = this.client.watch().prefix(this.requestsPrefix).only('put').startRevision(String(Number(res.header.revision) + 1)).watcher();
-      w.on('put', (kv: IKeyValue) => enqueue(kv));
+      const w = this.io.watchPrefix(this.requestsPrefix, res.revision + 1, enqueue, ended);
       for (const kv of res.kvs) enqueue(kv);
       return w;
     });
@@ -305,9 +221,9 @@ export class Requests {
     };
   }
 
-  private async handleOne(election: Election, kv: IKeyValue, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: Refusal) => void): Promise<void> {
-    const requestKey = kv.key.toString('utf8');
-    const checked = checkRequest(requestKey, kv.value.toString('utf8'), String(kv.lease ?? '0'));
+  private async handleOne(election: Election, kv: Kv, handle: (m: RequestMsg) => Promise<unknown>, onRefused: (r: Refusal) => void): Promise<void> {
+    const requestKey = kv.key;
+    const checked = checkRequest(requestKey, kv.value, kv.lease);
     if (!election.isLeader()) return;
     if ('why' in checked) {
       // refused, never run: unknown, malformed, or not sent by an instance holding its lease
@@ -319,7 +235,7 @@ export class Requests {
     // checked live, just before it runs: its lease still exists in etcd and holds this very request
     let live: string | null;
     try {
-      live = leaseProblem(await this.client.leaseClient.leaseTimeToLive({ ID: req.lease, keys: true }), requestKey);
+      live = leaseProblem(await this.io.leaseTimeToLive(req.lease), requestKey);
     } catch {
       return; // etcd did not answer: the request stays (for this leader's next look, or the next leader)
     }
@@ -338,8 +254,11 @@ export class Requests {
     try {
       // Only while the request exists (its sender's lease lives), so the answer's lease does too.
       await election.guardedTxn(
-        [this.client.put(this.responsesPrefix + req.id).value(JSON.stringify(response)).lease(req.lease), this.client.delete().key(requestKey)],
-        [{ key: requestKey, column: 'Mod', cmp: '==', value: Number(kv.mod_revision) }],
+        [
+          { put: this.responsesPrefix + req.id, value: JSON.stringify(response), lease: req.lease },
+          { delete: requestKey },
+        ],
+        [{ key: requestKey, column: 'Mod', cmp: '==', value: kv.modRevision }],
         `answering ${req.kind} ${req.id}`,
       );
     } catch {

@@ -11,6 +11,10 @@
  *
  * Terms begin on 'elected' and end on 'deposed' (an overdue renewal, a lost key, a refused guarded
  * write, or a node that has seen a newer epoch), one transition at a time.
+ *
+ * Shell: its clock and timers (the standby's spec sync, the waits between tries) are the injected
+ * ShellTime (HaControllerOptions.time, the real one from src/serve/serve.ts); this file reads no
+ * clock and sets no timer of its own.
  */
 import type { Logger } from 'pino';
 import { reasonOf, type ReasonRef } from '../errors/catalogue.js';
@@ -19,10 +23,11 @@ import { ControllerShell, type ControllerActs } from '../reconciler/controller-s
 import type { FleetSource, Reconciler } from '../reconciler/reconciler.js';
 import type { ControllerState } from '../reconciler/state.js';
 import type { ControlView, FleetSnapshot } from '../reconciler/view.js';
-import type { Published, Requests, RequestMsg } from './channel.js';
+import type { Requests, RequestMsg } from './channel.js';
 import type { Election } from './election.js';
-import type { EtcdStateStore } from './etcd-state.js';
-import { parsePublished, publishedJson, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
+import type { LoadedEtcdState } from './etcd-state.js';
+import { publishedOf, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
+import { sleep, type ShellTime } from './shell-time.js';
 import { StandbyActs } from './standby.js';
 
 /** What a term's reconciler is made with (serve builds it: tracker, drivers with the epoch's fence, status repo). */
@@ -35,11 +40,27 @@ export interface TermOptions {
   readonly onDeposed: (reason: ReasonRef) => void;
 }
 
+/** What the controller needs of the published snapshot (channel.ts Published; a fake in tests). */
+export interface PublishedChannel {
+  /** Guarded txns of what changed in the leader's snapshot since the last publish (nothing when nothing did). */
+  publish(p: PublishedSnapshot): Promise<void>;
+  /**
+   * Calls onValue with the current snapshot (null: none; `problem`: what this version could not read),
+   * then after every complete save; resolves to a closer.
+   */
+  watch(onValue: (p: PublishedSnapshot | null, problem: string | null) => void): Promise<() => Promise<void>>;
+}
+
+/** What the controller needs of the state record (etcd-state.ts EtcdStateStore; a fake in tests): the read a term begins with. */
+export interface StateRecordSource {
+  load(): Promise<LoadedEtcdState>;
+}
+
 export interface HaControllerOptions {
   readonly election: Election;
-  readonly published: Published;
+  readonly published: PublishedChannel;
   readonly requests: Requests;
-  readonly stateStore: EtcdStateStore;
+  readonly stateStore: StateRecordSource;
   readonly instance: { readonly id: string; readonly label: string };
   /** The --etcd-prefix (this cluster's keys). */
   readonly prefix: string;
@@ -48,7 +69,8 @@ export interface HaControllerOptions {
   readonly engineApiKey: string;
   readonly makeReconciler: (o: TermOptions) => Reconciler;
   readonly logger: Logger;
-  readonly clock?: () => number;
+  /** The clock and timers (fake ones in tests, on the election's fake clock). */
+  readonly time: ShellTime;
   /** How long a standby waits for the leader to carry out a forwarded request. */
   readonly forwardTimeoutMs?: number;
   /** This instance gained (true) or lost (false) leadership. */
@@ -64,17 +86,20 @@ interface Term {
 
 /** A standby looks at the fleet repo at least this often (and when the published revision moves). */
 const STANDBY_SYNC_MS = 30_000;
+/** How long before etcd is tried again when a watch or the request channel cannot be opened. */
+const RETRY_MS = 2_000;
 
 export class HaController extends ControllerShell {
   readonly engineApiKey: string;
   private readonly log: Logger;
-  private readonly clock: () => number;
   private readonly standby: StandbyActs;
   private term: Term | null = null;
   private transitions: Promise<void> = Promise.resolve();
   private publishedValue: PublishedSnapshot | null = null;
+  /** Why the term's last publish failed (status: the etcd line), null once one went through. */
+  private publishError: ReasonRef | null = null;
   private unwatch: (() => Promise<void>) | null = null;
-  private syncTimer: NodeJS.Timeout | null = null;
+  private syncTimer: unknown = null;
   private syncing: Promise<void> | null = null;
   private stopped = false;
 
@@ -82,12 +107,12 @@ export class HaController extends ControllerShell {
     super();
     this.engineApiKey = o.engineApiKey;
     this.log = o.logger.child({ component: 'ha' });
-    this.clock = o.clock ?? Date.now;
     this.standby = new StandbyActs({
       requests: o.requests,
       spec: () => this.o.tracker.applied?.spec ?? null,
       snapshot: () => this.snapshot(),
       forwardTimeoutMs: o.forwardTimeoutMs ?? 60_000,
+      timers: o.time.timers,
       log: this.log,
     });
     this.setSnapshot(this.standbyView());
@@ -100,8 +125,7 @@ export class HaController extends ControllerShell {
     e.on('leader', () => this.refreshStandby());
     e.on('reachable', () => this.refreshStandby());
     await this.syncSpec();
-    this.syncTimer = setInterval(() => void this.syncSpec(), STANDBY_SYNC_MS);
-    this.syncTimer.unref();
+    this.syncTimer = this.o.time.timers.setInterval(() => void this.syncSpec(), STANDBY_SYNC_MS);
     e.start();
     await this.watchPublished();
   }
@@ -110,18 +134,18 @@ export class HaController extends ControllerShell {
   private async watchPublished(): Promise<void> {
     while (!this.stopped && !this.unwatch) {
       try {
-        this.unwatch = await this.o.published.watch((json) => this.onPublished(json));
+        this.unwatch = await this.o.published.watch((p, problem) => this.onPublished(p, problem));
       } catch (err) {
         this.log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'standby: cannot watch the published snapshot yet; trying again');
-        await new Promise((r) => setTimeout(r, 2000).unref());
+        await sleep(this.o.time.timers, RETRY_MS);
       }
     }
     if (this.stopped) await this.unwatch?.();
   }
 
-  private onPublished(json: string | null): void {
-    this.publishedValue = json === null ? null : parsePublished(json);
-    if (json !== null && !this.publishedValue) this.log.error({ key: 'snapshot' }, 'the published snapshot in etcd is not one this version reads; standby answers wait for the next one');
+  private onPublished(p: PublishedSnapshot | null, problem: string | null): void {
+    this.publishedValue = p;
+    if (problem) this.log.error({ key: 'published', problem }, 'the published snapshot in etcd is not (wholly) one this version reads; standby answers wait for the next one');
     for (const r of refusedEndpoints(this.publishedValue, this.o.tracker.applied?.spec ?? null)) {
       this.log.error({ code: 'ETCD_ENDPOINT_REFUSED', ...r }, 'standby: a published endpoint the spec does not allow; not routed to');
     }
@@ -131,11 +155,18 @@ export class HaController extends ControllerShell {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.syncTimer) clearInterval(this.syncTimer);
+    if (this.syncTimer !== null) this.o.time.timers.clearInterval(this.syncTimer);
     this.standby.stop();
     await this.transition(() => this.endTerm(null));
     await this.unwatch?.().catch(() => undefined);
     await this.o.election.stop();
+  }
+
+  /** A publish that failed shows in status (control.etcd.error) and metrics until one goes through. */
+  private publishOutcome(error: ReasonRef | null): void {
+    if (error?.code === this.publishError?.code && error?.message === this.publishError?.message) return;
+    this.publishError = error;
+    if (this.term) this.refreshStandby();
   }
 
   /** Terms begin and end one at a time, in the order the election reported them. */
@@ -171,7 +202,16 @@ export class HaController extends ControllerShell {
     });
     const off = reconciler.onSnapshot((s) => {
       this.setSnapshot(s);
-      if (leading()) void this.o.published.publish(publishedJson(s)).catch((err: unknown) => log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'publishing the fleet snapshot failed'));
+      if (leading()) {
+        void this.o.published.publish(publishedOf(s)).then(
+          () => leading() && this.publishOutcome(null),
+          (err: unknown) => {
+            const r = reasonOf(err);
+            log[r.code === 'ETCD_VALUE_TOO_LARGE' ? 'error' : 'warn']({ code: r.code, err: r.message }, 'publishing the fleet snapshot failed');
+            if (leading()) this.publishOutcome({ code: r.code, message: r.message });
+          },
+        );
+      }
     });
     const term: Term = { epoch, reconciler, off, stopServing: null };
     this.term = term;
@@ -198,7 +238,7 @@ export class HaController extends ControllerShell {
         );
       } catch (err) {
         log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'cannot serve forwarded requests yet; trying again');
-        await new Promise((r) => setTimeout(r, 2000).unref());
+        await sleep(this.o.time.timers, RETRY_MS);
       }
     }
     if (this.term !== term) await term.stopServing?.();
@@ -208,6 +248,7 @@ export class HaController extends ControllerShell {
     const term = this.term;
     if (!term) return;
     this.term = null;
+    this.publishError = null;
     if (reason) this.log.warn({ epoch: term.epoch, code: reason.code, reason: reason.message }, 'no longer leading: stopping the reconciler (replicas keep running for the next leader)');
     term.off();
     await term.stopServing?.().catch(() => undefined);
@@ -244,7 +285,7 @@ export class HaController extends ControllerShell {
   private control(leading: boolean): ControlView {
     const e = this.o.election;
     const l = e.current();
-    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: e.lastError };
+    const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: (leading ? this.publishError : null) ?? e.lastError, keyProblem: e.keyProblem };
     const leader = l ? { id: l.id, label: l.label, since: l.since, epoch: l.epoch } : null;
     if (leading) return { mode: 'etcd', instance: this.o.instance, leader, notActing: null, etcd };
     const notActing: ReasonRef = l
@@ -254,7 +295,7 @@ export class HaController extends ControllerShell {
   }
 
   private standbyView(): FleetSnapshot {
-    return standbySnapshot(this.publishedValue, this.o.tracker.applied?.spec ?? null, this.control(false), this.clock());
+    return standbySnapshot(this.publishedValue, this.o.tracker.applied?.spec ?? null, this.control(false), this.o.time.now());
   }
 
   private refreshStandby(): void {

@@ -104,7 +104,7 @@ export class Election extends EventEmitter {
     this.clock = o.clock ?? Date.now;
     this.mono = o.monotonic ?? (() => performance.now());
     this.timers = o.timers ?? nodeTimers;
-    this.io = client instanceof Etcd3 ? new Etcd3LeaderIO(client, o.requestTimeoutMs ?? Math.max(500, Math.floor(o.renewDeadlineMs / 2))) : client;
+    this.io = client instanceof Etcd3 ? new Etcd3LeaderIO(client, o.requestTimeoutMs ?? Math.max(500, Math.floor(o.renewDeadlineMs / 2)), { now: this.clock, timers: this.timers }) : client;
     this.log = o.logger.child({ instance: o.id });
   }
 

@@ -3,9 +3,13 @@
  * one keepalive, revoke), a get, a compare-and-swap txn, and a watch of one key. `Etcd3LeaderIO` is
  * the real one over etcd3, every unary call with a deadline; test/harness/fake-etcd.ts is a fake
  * with revisions, create revisions, leases expiring on a fake clock and watch events.
+ *
+ * Shell: the deadlines and the watch cancel's time limit come from the ShellTime it is given (the
+ * election passes its own clock and timers); this file reads no clock and sets no timer of its own.
  */
 import type { Etcd3, IOperation, IKeyValue, Lease, Watcher } from 'etcd3';
 import { EtcdLeaseInvalidError } from 'etcd3';
+import type { LoopTimers, ShellTime } from './shell-time.js';
 
 /** One key's value as etcd holds it (revisions as numbers; lease '0' = none). */
 export interface Kv {
@@ -66,27 +70,24 @@ function kvOf(kv: IKeyValue): Kv {
 }
 
 /** Cancels a watcher without hanging on a stalled connection (etcd3 waits for the cancel's answer). */
-export async function cancelWatcher(w: Watcher, timeoutMs: number): Promise<void> {
-  let t: NodeJS.Timeout | undefined;
-  await Promise.race([w.cancel().catch(() => undefined), new Promise<void>((r) => (t = setTimeout(r, timeoutMs)))]);
-  clearTimeout(t);
+export async function cancelWatcher(w: Pick<Watcher, 'cancel'>, timeoutMs: number, timers: LoopTimers): Promise<void> {
+  let t: unknown = null;
+  await Promise.race([w.cancel().catch(() => undefined), new Promise<void>((r) => (t = timers.setTimeout(r, timeoutMs)))]);
+  timers.clearTimeout(t);
 }
 
-/** The real calls, over etcd3; each unary call gets a deadline of `timeoutMs`. */
-export class Etcd3LeaderIO implements LeaderIO {
+/** Leases granted over etcd3 with no automatic keepalive, held by id until revoked (the election's, a forwarded request's). */
+export class HeldLeases {
   private readonly leases = new Map<string, Lease>();
 
-  constructor(
-    readonly client: Etcd3,
-    private readonly timeoutMs: number,
-  ) {}
+  constructor(private readonly client: Etcd3) {}
 
-  private deadline(): { deadline: Date } {
-    return { deadline: new Date(Date.now() + this.timeoutMs) };
+  get(id: string): Lease | undefined {
+    return this.leases.get(id);
   }
 
-  async grantLease(ttlSeconds: number): Promise<string> {
-    const lease = this.client.lease(ttlSeconds, { autoKeepAlive: false, ...this.deadline() });
+  async grant(ttlSeconds: number, deadline: { deadline: Date } | Record<string, never>): Promise<string> {
+    const lease = this.client.lease(ttlSeconds, { autoKeepAlive: false, ...deadline });
     lease.on('lost', () => undefined); // reported where it matters: the renewal and the grant
     try {
       const id = await lease.grant();
@@ -96,6 +97,34 @@ export class Etcd3LeaderIO implements LeaderIO {
       lease.release();
       throw e;
     }
+  }
+
+  async revoke(id: string, deadline: { deadline: Date }): Promise<void> {
+    const lease = this.leases.get(id);
+    this.leases.delete(id);
+    if (lease) await lease.revoke(deadline);
+    else await this.client.leaseClient.leaseRevoke({ ID: id }, deadline);
+  }
+}
+
+/** The real calls, over etcd3; each unary call gets a deadline of `timeoutMs`. */
+export class Etcd3LeaderIO implements LeaderIO {
+  private readonly leases: HeldLeases;
+
+  constructor(
+    readonly client: Etcd3,
+    private readonly timeoutMs: number,
+    private readonly time: ShellTime,
+  ) {
+    this.leases = new HeldLeases(client);
+  }
+
+  private deadline(): { deadline: Date } {
+    return { deadline: new Date(this.time.now() + this.timeoutMs) };
+  }
+
+  grantLease(ttlSeconds: number): Promise<string> {
+    return this.leases.grant(ttlSeconds, this.deadline());
   }
 
   async keepAlive(id: string): Promise<{ ttl: number }> {
@@ -110,11 +139,8 @@ export class Etcd3LeaderIO implements LeaderIO {
     }
   }
 
-  async revokeLease(id: string): Promise<void> {
-    const lease = this.leases.get(id);
-    this.leases.delete(id);
-    if (lease) await lease.revoke(this.deadline());
-    else await this.client.leaseClient.leaseRevoke({ ID: id }, this.deadline());
+  revokeLease(id: string): Promise<void> {
+    return this.leases.revoke(id, this.deadline());
   }
 
   async get(key: string): Promise<{ kv: Kv | null; revision: number }> {
@@ -153,6 +179,6 @@ export class Etcd3LeaderIO implements LeaderIO {
       ended = true;
       on.error(e);
     });
-    return { cancel: () => (ended ? Promise.resolve() : cancelWatcher(w, this.timeoutMs)) };
+    return { cancel: () => (ended ? Promise.resolve() : cancelWatcher(w, this.timeoutMs, this.time.timers)) };
   }
 }

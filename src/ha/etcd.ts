@@ -6,6 +6,9 @@
  * channel pings etcd so a stalled connection is noticed and re-dialled, and etcd3's fault handling
  * (cockatiel, as its docs show) is tuned so a restored etcd is used again within about a second:
  * the default circuit breaker stays open 5 s and the default watch backoff grows to 30 s.
+ *
+ * Shell: the deadlines are counted from the wall clock it is given (`now`, Date.now at the
+ * composition root); this file reads no clock and sets no timer of its own.
  */
 import { readFileSync } from 'node:fs';
 import { ConsecutiveBreaker, ExponentialBackoff, circuitBreaker, handleWhen, isBrokenCircuitError, retry, type IBackoff } from 'cockatiel';
@@ -76,8 +79,8 @@ function passwordFile(path: string): string {
   return text;
 }
 
-/** The etcd3 client options for these settings (reads the TLS and password files). */
-export function etcdOptions(s: EtcdSettings): IOptions {
+/** The etcd3 client options for these settings (reads the TLS and password files); deadlines from `now` (epoch ms). */
+export function etcdOptions(s: EtcdSettings, now: () => number): IOptions {
   if (s.hosts.length === 0) throw new LlmgwError('ETCD_CONFIG_INVALID', 'no etcd endpoint given (--etcd URL[,URL…])');
   for (const h of s.hosts) {
     if (!/^https?:\/\/[^/\s]+\/?$/.test(h)) throw new LlmgwError('ETCD_CONFIG_INVALID', `the etcd endpoint ${JSON.stringify(h)} is not http://host:port or https://host:port`);
@@ -86,7 +89,7 @@ export function etcdOptions(s: EtcdSettings): IOptions {
   const opts: IOptions = {
     hosts: s.hosts.map((h) => h.replace(/\/$/, '')),
     dialTimeout: timeout,
-    defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + timeout }),
+    defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: now() + timeout }),
     grpcOptions: {
       // etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time); 6 s leaves a margin.
       'grpc.keepalive_time_ms': 6_000,
@@ -120,8 +123,8 @@ export function etcdOptions(s: EtcdSettings): IOptions {
 }
 
 /** Opens the client (no I/O until the first call). Throws ETCD_CONFIG_INVALID naming a bad file. */
-export function openEtcd(s: EtcdSettings): Etcd3 {
-  return new Etcd3(etcdOptions(s));
+export function openEtcd(s: EtcdSettings, now: () => number): Etcd3 {
+  return new Etcd3(etcdOptions(s, now));
 }
 
 const AUTH_ERRORS = [EtcdAuthenticationFailedError, EtcdInvalidAuthTokenError, EtcdPermissionDeniedError, EtcdUserNotFoundError, EtcdRoleNotGrantedError, GRPCUnauthenticatedError];

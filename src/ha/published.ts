@@ -7,6 +7,7 @@
  */
 import type { FleetSpec } from '../fleet-spec/types.js';
 import type { ControlView, DemandResult, FleetSnapshot, ModelView, NodeView, ReplicaView } from '../reconciler/view.js';
+import { keyPart, nameOfPart, type Entries } from './keyed-layout.js';
 
 type PublishedModel = Omit<ModelView, 'spec'>;
 type PublishedNode = Omit<NodeView, 'memory' | 'diskFreeBytes'>;
@@ -40,13 +41,70 @@ export function publishedJson(s: FleetSnapshot): string {
   return JSON.stringify(publishedOf(s));
 }
 
-export function parsePublished(json: string): PublishedSnapshot | null {
+export function parsePublished(json: string | object): PublishedSnapshot | null {
   try {
-    const v = JSON.parse(json) as Partial<PublishedSnapshot> | null;
+    const v = (typeof json === 'string' ? JSON.parse(json) : json) as Partial<PublishedSnapshot> | null;
     return v && v.v === 1 && Array.isArray(v.models) && Array.isArray(v.nodes) ? (v as PublishedSnapshot) : null;
   } catch {
     return null;
   }
+}
+
+/**
+ * The published snapshot as entries for the per-entry layout in etcd (keyed-layout.ts): `fleet`
+ * (what is not per model or node), `models/<name>` and `nodes/<name>`, each JSON. A pass that
+ * changes one model's phase or replicas changes one entry.
+ */
+export function publishedEntries(p: PublishedSnapshot): Map<string, string> {
+  const { models, nodes, ...fleet } = p;
+  const out = new Map<string, string>();
+  out.set('fleet', JSON.stringify(fleet));
+  for (const m of models) out.set(`models/${keyPart(m.name)}`, JSON.stringify(m));
+  for (const n of nodes) out.set(`nodes/${keyPart(n.name)}`, JSON.stringify(n));
+  return out;
+}
+
+/** Parsed entries, cached by their text: a standby re-parses only the entries that changed. */
+export type EntryCache = Map<string, { readonly text: string; readonly value: unknown }>;
+
+function cachedParse(cache: EntryCache, key: string, text: string): unknown {
+  const hit = cache.get(key);
+  if (hit?.text === text) return hit.value;
+  let value: unknown = null;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = null;
+  }
+  cache.set(key, { text, value });
+  return value;
+}
+
+const named = (v: unknown, name: string): boolean => typeof v === 'object' && v !== null && !Array.isArray(v) && (v as { name?: unknown }).name === name;
+
+/**
+ * The snapshot from its entries, held to parsePublished's checks; entries that are not JSON objects
+ * named as their key are left out and named in `bad`. Models and nodes in name order, as the leader
+ * summarizes them. Null when there is no fleet entry of this format.
+ */
+export function publishedFromEntries(entries: Entries, cache: EntryCache = new Map()): { readonly snapshot: PublishedSnapshot | null; readonly bad: readonly string[] } {
+  const fleetText = entries.get('fleet');
+  const fleet = fleetText === undefined ? null : cachedParse(cache, 'fleet', fleetText);
+  const bad: string[] = [];
+  const pick = (prefix: string): unknown[] => {
+    const out: Array<{ name: string }> = [];
+    for (const [k, text] of entries) {
+      if (!k.startsWith(prefix)) continue;
+      const v = cachedParse(cache, k, text);
+      if (named(v, nameOfPart(k.slice(prefix.length)))) out.push(v as { name: string });
+      else bad.push(k);
+    }
+    return out.sort((a, b) => a.name.localeCompare(b.name));
+  };
+  for (const k of cache.keys()) if (!entries.has(k)) cache.delete(k);
+  if (typeof fleet !== 'object' || fleet === null || Array.isArray(fleet)) return { snapshot: null, bad: fleetText === undefined ? bad : ['fleet', ...bad] };
+  const snapshot = parsePublished({ ...(fleet as object), models: pick('models/'), nodes: pick('nodes/') });
+  return { snapshot, bad };
 }
 
 /**

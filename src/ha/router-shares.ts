@@ -7,8 +7,12 @@
  * balancer, DNS) keep the whole fleet within the limit; a client pinned to one router gets that
  * router's share. Until the first count, and whenever etcd cannot be read, the last count stands
  * (at first 1: each router enforces the whole limit).
+ *
+ * Shell: the refresh waits on, and the registration's time comes from, the injected ShellTime; this
+ * file reads no clock and sets no timer of its own.
  */
 import type { Etcd3, Lease } from 'etcd3';
+import type { ShellTime } from './shell-time.js';
 
 export interface RouterSharesLog {
   warn(obj: object, msg: string): void;
@@ -17,7 +21,7 @@ export interface RouterSharesLog {
 export class RouterShares {
   private n = 1;
   private lease: Lease | null = null;
-  private timer: NodeJS.Timeout | null = null;
+  private timer: unknown = null;
   private stopped = false;
 
   constructor(
@@ -26,6 +30,7 @@ export class RouterShares {
     private readonly id: string,
     private readonly ttlSeconds: number,
     private readonly refreshMs: number,
+    private readonly time: ShellTime,
     private readonly log: RouterSharesLog | null = null,
   ) {}
 
@@ -37,7 +42,7 @@ export class RouterShares {
   start(): void {
     const tick = (): void => {
       void this.refresh().finally(() => {
-        if (!this.stopped) this.timer = setTimeout(tick, this.refreshMs).unref();
+        if (!this.stopped) this.timer = this.time.timers.setTimeout(tick, this.refreshMs);
       });
     };
     tick();
@@ -51,7 +56,7 @@ export class RouterShares {
         lease.on('lost', () => {
           if (this.lease === lease) this.lease = null;
         });
-        await lease.put(`${this.prefix}/routers/${this.id}`).value(String(Date.now()));
+        await lease.put(`${this.prefix}/routers/${this.id}`).value(String(this.time.now()));
         this.lease = lease;
       }
       const keys = await this.client.getAll().prefix(`${this.prefix}/routers/`).keys();
@@ -63,7 +68,7 @@ export class RouterShares {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer !== null) clearTimeout(this.timer);
+    if (this.timer !== null) this.time.timers.clearTimeout(this.timer);
     const lease = this.lease;
     this.lease = null;
     await lease?.revoke().catch(() => undefined);

@@ -3,6 +3,9 @@
  * fleet — demand, request activity, retries, restarts, log reads, passes — to the leader through
  * etcd (channel.ts Requests), each within its timeout. What the leader answers is held to the spec
  * (allowedDemand: only replicas whose endpoints the spec allows).
+ *
+ * Shell: the activity flush waits on the injected timers (StandbyOptions.timers); this file reads no
+ * clock and sets no timer of its own.
  */
 import type { Logger } from 'pino';
 import { reasonOf } from '../errors/catalogue.js';
@@ -12,6 +15,7 @@ import type { ControllerActs } from '../reconciler/controller-shell.js';
 import type { DemandResult, FleetSnapshot } from '../reconciler/view.js';
 import type { ForwardedRequest, RequestBody, Requests } from './channel.js';
 import { allowedDemand } from './published.js';
+import type { LoopTimers } from './shell-time.js';
 
 /** Request activity a standby forwards, at most this often. */
 const TOUCH_FLUSH_MS = 1000;
@@ -24,18 +28,19 @@ export interface StandbyOptions {
   readonly snapshot: () => FleetSnapshot;
   /** The longest a forwarded request waits for the leader. */
   readonly forwardTimeoutMs: number;
+  readonly timers: LoopTimers;
   readonly log: Logger;
 }
 
 export class StandbyActs implements ControllerActs {
   private touched = new Set<string>();
-  private touchTimer: NodeJS.Timeout | null = null;
+  private touchTimer: unknown = null;
 
   constructor(private readonly o: StandbyOptions) {}
 
   /** Drops activity not yet forwarded (the instance stops). */
   stop(): void {
-    if (this.touchTimer) clearTimeout(this.touchTimer);
+    if (this.touchTimer !== null) this.o.timers.clearTimeout(this.touchTimer);
     this.touchTimer = null;
   }
 
@@ -57,14 +62,13 @@ export class StandbyActs implements ControllerActs {
   touch(model: string): void {
     if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;
     this.touched.add(model);
-    if (this.touchTimer) return;
-    this.touchTimer = setTimeout(() => {
+    if (this.touchTimer !== null) return;
+    this.touchTimer = this.o.timers.setTimeout(() => {
       this.touchTimer = null;
       const models = [...this.touched];
       this.touched = new Set();
       this.forward<null, 'touch'>('touch', { models }).catch((err: unknown) => this.o.log.warn({ models, code: reasonOf(err).code }, 'standby: forwarding request activity to the leader failed'));
     }, TOUCH_FLUSH_MS);
-    this.touchTimer.unref();
   }
 
   /** The leader hears of the request at both ends (and every ACTIVITY_TOUCH_MS while it is proxied). */

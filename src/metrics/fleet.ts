@@ -51,6 +51,7 @@ export class FleetMetrics {
   private readonly etcdUp: GaugeSeries<'prefix'>;
   private readonly notActing: GaugeSeries<'code'>;
   private readonly forgedEpochs: GaugeSeries<'code'>;
+  private readonly etcdWriteRefused: GaugeSeries<'record'>;
   private readonly reconcileDuration: Histogram;
   private readonly reconcileTotal: Counter<'result'>;
   private readonly reconcileLastSuccess: Gauge;
@@ -95,6 +96,7 @@ export class FleetMetrics {
     this.leaderEpoch = new Gauge({ name: N.leaderEpoch, help: 'Fencing epoch of the leader as this instance sees it (etcd: the election key\'s revision; 0 alone or with no leader).', registers });
     this.etcdUp = gauge(N.etcdUp, '1 while this instance reaches etcd, 0 when it does not (present only with --etcd; prefix: its --etcd-prefix).', ['prefix']);
     this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED, NODE_EPOCH_FORGED.', ['code']);
+    this.etcdWriteRefused = gauge(N.etcdWriteRefused, '1 while the leader\'s writes of record (state: the state record; published: the snapshot for the standbys) are refused because a value would pass etcd\'s size limit (ETCD_VALUE_TOO_LARGE), else 0 (present only with --etcd).', ['record']);
     this.forgedEpochs = gauge(N.forgedEpochs, 'Epochs this etcd did not make that the leader passed over: STATUS_EPOCH_FORGED 1 while a status-branch commit above etcd\'s revision is on the branch; NODE_EPOCH_FORGED the nodes whose owner record above it the leader took over in the last hour (both series present, 0 when none).', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
     this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
@@ -123,6 +125,8 @@ export class FleetMetrics {
     this.leaderEpoch.set(s.control.leader?.epoch ?? 0);
     this.etcdUp.replace(s.control.etcd ? [[{ prefix: s.control.etcd.prefix }, s.control.etcd.reachable ? 1 : 0]] : []);
     this.notActing.replace(s.control.notActing ? [[{ code: s.control.notActing.code }, 1]] : []);
+    const tooLarge = (r: { readonly code: string } | null | undefined): number => (r?.code === 'ETCD_VALUE_TOO_LARGE' ? 1 : 0);
+    this.etcdWriteRefused.replace(s.control.etcd ? [[{ record: 'state' }, tooLarge(s.stateError)], [{ record: 'published' }, tooLarge(s.control.etcd.error)]] : []);
     const forged = s.control.forgedEpochs ?? [];
     this.forgedEpochs.replace(FORGED_CODES.map((code) => [{ code }, forged.filter((r) => r.code === code).length]));
 

@@ -158,6 +158,10 @@ export class SshShell implements Shell {
    * and the 'exit' event, unlike buffered stream data, is gone by then.
    */
   private openExec(client: Client, command: string, onExit?: (code: number | null, signal?: string) => void): Promise<ClientChannel> {
+    return openAgainWhileRefused(() => this.openExecOnce(client, command, onExit));
+  }
+
+  private openExecOnce(client: Client, command: string, onExit?: (code: number | null, signal?: string) => void): Promise<ClientChannel> {
     return new Promise((resolve, reject) => {
       try {
         client.exec(command, (err, ch) => {
@@ -273,6 +277,10 @@ export class SshShell implements Shell {
   }
 
   private openSftp(client: Client): Promise<SFTPWrapper> {
+    return openAgainWhileRefused(() => this.openSftpOnce(client));
+  }
+
+  private openSftpOnce(client: Client): Promise<SFTPWrapper> {
     return new Promise((resolve, reject) => {
       try {
         client.sftp((err, sftp) => {
@@ -309,6 +317,29 @@ export class SshShell implements Shell {
       throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: upload ${localPath} to ${remotePath} failed: ${errText(e)}`, { node: this.node, localPath, remotePath }, { cause: e });
     } finally {
       sftp.end();
+    }
+  }
+}
+
+/** Delays between tries of a channel open sshd refused (about 1.5 s in all). */
+const REFUSED_OPEN_RETRY_MS = [50, 100, 200, 400, 800] as const;
+
+/**
+ * A channel open that sshd refused ("Channel open failure", e.g. "no more sessions" in its log), tried
+ * again after a short wait. The channel limit keeps this client under MaxSessions, but sshd frees a
+ * finished session only when it collects the closed channel, after it has handled the packets read
+ * with the close: a new open sent right after several channels closed together can meet their
+ * sessions still counted (seen with 8 runs ending at once under load, MaxSessions 10).
+ */
+async function openAgainWhileRefused<T>(open: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await open();
+    } catch (e) {
+      const refused = e instanceof LlmgwError && /Channel open failure/i.test(String((e.cause as Error | undefined)?.message ?? ''));
+      const wait = REFUSED_OPEN_RETRY_MS[attempt];
+      if (!refused || wait === undefined) throw e;
+      await new Promise((r) => setTimeout(r, wait));
     }
   }
 }

@@ -253,13 +253,16 @@ export function unplaceableReason(
   const parts = [`needs ${formatBytes(need)}${wanted > 1 ? ' per replica' : ''}`];
   if (largest) parts.push(`largest free ${formatBytes(largest.bytes)} on ${largest.node}`);
   else parts.push('no node with known free memory');
+  return [...parts, ...checkedParts(counts, placedCount, wanted)].join('; ');
+}
+
+/** The end both unplaceable reasons share: "3 nodes checked, 1 excluded by selector; placed 1 of 2". */
+function checkedParts(counts: { checked: number; excludedBySelector: number; unknown: number; avoided?: number }, placedCount: number, wanted: number): string[] {
   let checked = `${counts.checked} node${counts.checked === 1 ? '' : 's'} checked`;
   if (counts.excludedBySelector) checked += `, ${counts.excludedBySelector} excluded by selector`;
   if (counts.unknown) checked += `, ${counts.unknown} unknown (unreachable or not observed)`;
   if (counts.avoided) checked += `, ${counts.avoided} set aside for now (it failed this model's start: see the last error)`;
-  parts.push(checked);
-  if (placedCount > 0) parts.push(`placed ${placedCount} of ${wanted}`);
-  return parts.join('; ');
+  return placedCount > 0 ? [checked, `placed ${placedCount} of ${wanted}`] : [checked];
 }
 
 /** "needs 9.1 GiB on a GPU; largest free 7.8 GiB on node-a/Vulkan0; 3 nodes checked". */
@@ -272,11 +275,5 @@ export function deviceUnplaceableReason(
 ): string {
   const parts = [`needs ${formatBytes(need)} on a GPU${wanted > 1 ? ' per replica' : ''}`];
   parts.push(largest ? `largest free ${formatBytes(largest.bytes)} on ${largest.node}/${largest.device}` : 'no node with a usable device');
-  let checked = `${counts.checked} node${counts.checked === 1 ? '' : 's'} checked`;
-  if (counts.excludedBySelector) checked += `, ${counts.excludedBySelector} excluded by selector`;
-  if (counts.unknown) checked += `, ${counts.unknown} unknown (unreachable or not observed)`;
-  if (counts.avoided) checked += `, ${counts.avoided} set aside for now (it failed this model's start: see the last error)`;
-  parts.push(checked);
-  if (placedCount > 0) parts.push(`placed ${placedCount} of ${wanted}`);
-  return parts.join('; ');
+  return [...parts, ...checkedParts(counts, placedCount, wanted)].join('; ');
 }

@@ -67,7 +67,8 @@ export class ReconcilerActs implements ControllerActs {
   /** `llmgw ctl retry MODEL`: unparks a parked model, or clears the backoff of one that is not. */
   async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
     const m = this.specModel(name);
-    const h = retryHandled(this.p.record(), m, `admin:${this.p.now()}:${randomBytes(3).toString('hex')}`);
+    const now = this.p.now(); // before the record is read: taking the time may shift it for a clock step
+    const h = retryHandled(this.p.record(), m, `admin:${now}:${randomBytes(3).toString('hex')}`);
     this.p.setRecord(h.state);
     this.p.logNotes(this.p.log, [h.note]);
     await this.requestPass('admin-retry');
@@ -83,7 +84,8 @@ export class ReconcilerActs implements ControllerActs {
       if (req.all || (model && r.model === model) || req.replicas?.includes(r.id)) ids.push(r.id);
     }
     for (const id of req.replicas ?? []) if (!ids.includes(id)) throw new LlmgwError('REPLICA_NOT_FOUND', `no running replica "${id}"`, { replica: id });
-    this.p.setRecord(restartRequested(this.p.record(), ids, this.p.now()));
+    const now = this.p.now(); // before the record is read: taking the time may shift it for a clock step
+    this.p.setRecord(restartRequested(this.p.record(), ids, now));
     await this.p.saveState();
     await this.requestPass('admin-restart');
     return ids;
@@ -117,7 +119,8 @@ export class ReconcilerActs implements ControllerActs {
   touch(model: string): void {
     // Only an on-demand model's idle timeout and eviction order read demand.
     if (this.spec()?.models[model]?.scaling.mode !== 'on_demand') return;
-    this.p.setRecord(demanded(this.p.record(), model, this.p.now()));
+    const now = this.p.now(); // before the record is read: taking the time may shift it for a clock step
+    this.p.setRecord(demanded(this.p.record(), model, now));
     // Demand survives a restart: the record is written at most once a second while requests come
     // (the write after the last one carries the last request's time).
     if (this.demandSave) return;

@@ -48,7 +48,8 @@ export class StartRunner {
     const profile = spec.profiles[m.profile]!;
     const engine = spec.engines[profile.engine]!.versions[profile.engineVersion]!;
     const rlog = log.child({ model: a.model, node: a.node, replica: a.replicaId });
-    this.p.setRecord(startLaunched(this.p.record(), a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt: this.p.now(log) }));
+    const startedAt = this.p.now(log); // before the record is read: taking the time may shift it for a clock step
+    this.p.setRecord(startLaunched(this.p.record(), a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt }));
     rlog.info('starting replica');
     const op = runStart({
       action: a,
@@ -65,7 +66,8 @@ export class StartRunner {
         this.o.onEngineInstall?.(a.node, engine.engine, engine.version, result);
       },
       conclude: (outcome) => {
-        const r = startConcluded(this.p.record(), a.replicaId, outcome, this.p.now(log), (this.p.spec() ?? spec).settings);
+        const now = this.p.now(log); // before the record is read: taking the time may shift it for a clock step
+        const r = startConcluded(this.p.record(), a.replicaId, outcome, now, (this.p.spec() ?? spec).settings);
         this.p.setRecord(r.state);
         this.p.logNotes(log, r.notes);
         // a ready replica is routed to now, not after the next pass's look and status write

@@ -102,12 +102,17 @@ export class StopRunner {
     const signal = this.p.stopSignal();
     const op = (async () => {
       for (;;) {
-        const rec = this.p.record().stops[id];
+        const seen = this.p.record().stops[id];
         const spec = this.p.spec();
-        if (!rec || !spec || signal.aborted || !this.p.leader()) return;
-        const inFlight: InFlight = rec.drain ? await this.inFlight(this.endpointOf(rec.node, id)) : 'gone';
+        if (!seen || !spec || signal.aborted || !this.p.leader()) return;
+        const inFlight: InFlight = seen.drain ? await this.inFlight(this.endpointOf(seen.node, id)) : 'gone';
         const count = typeof inFlight === 'number' ? inFlight : null;
-        const step = drainStep(id, rec, inFlight, this.p.now(log), spec.settings.drainGraceMs);
+        // the time first, then the record: taking the time applies a wall-clock step to the record,
+        // and a drain start read before it would be judged against the stepped clock (cut at once)
+        const now = this.p.now(log);
+        const rec = this.p.record().stops[id];
+        if (!rec) return;
+        const step = drainStep(id, rec, inFlight, now, spec.settings.drainGraceMs);
         if (step.kind === 'wait') {
           this.setStopProgress(id, { phase: 'draining', inFlight: count });
           await this.sleep(DRAIN_PROBE_MS);

@@ -108,8 +108,12 @@ export interface ControlView {
   readonly leader: { readonly id: string; readonly label: string; readonly since: number | null; readonly epoch: number | null } | null;
   /** Why this instance does not act on the fleet (a standby; another controller owns a node; a deposed leader), or null. */
   readonly notActing: ReasonRef | null;
-  /** etcd as this instance reaches it (etcd mode only). */
-  readonly etcd: { readonly prefix: string; readonly reachable: boolean; readonly error: ReasonRef | null } | null;
+  /**
+   * etcd as this instance reaches it (etcd mode only); `keyProblem`: the last thing about the leader
+   * key an operator must act on, as the election saw it (LEADER_KEY_FORGED, ETCD_REVISION_WENT_BACK),
+   * with its epoch-ms time, or null.
+   */
+  readonly etcd: { readonly prefix: string; readonly reachable: boolean; readonly error: ReasonRef | null; readonly keyProblem: (ReasonRef & { readonly at: number }) | null } | null;
   /**
    * Epochs this etcd did not make that the leader passed over (STATUS_EPOCH_FORGED: a status-branch
    * commit, while it is on the branch; NODE_EPOCH_FORGED: a node's owner record it took over, for an

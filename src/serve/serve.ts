@@ -31,11 +31,14 @@ import type { NodeSpec } from '../fleet-spec/types.js';
 import type { Fence } from '../nodes/driver.js';
 import type { ControlView } from '../reconciler/view.js';
 import { HaController } from '../ha/controller.js';
-import { Published, Requests } from '../ha/channel.js';
+import { Requests } from '../ha/channel.js';
+import { Published } from '../ha/published-channel.js';
 import { Election } from '../ha/election.js';
 import { openEtcd } from '../ha/etcd.js';
 import { EtcdStateStore } from '../ha/etcd-state.js';
 import { clusterOwner, sharedValues } from '../ha/shared.js';
+import type { ShellTime } from '../ha/shell-time.js';
+import { nodeTimers } from '../reconciler/loop.js';
 import { instanceOf } from './instance.js';
 
 /** A node's owner record outlives its owner's last renewal by this much before another controller may take the node. */
@@ -124,17 +127,20 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   if (cfg.etcd) {
     // Several instances as one controller: the leader's reconciler is made per term from the record in etcd.
     const e = cfg.etcd;
-    etcdClient = openEtcd(e);
+    // The HA shells' clock and timers: the real ones, here only (src/ha reads no clock of its own).
+    const time: ShellTime = { now: () => Date.now(), timers: nodeTimers };
+    etcdClient = openEtcd(e, time.now);
     const client = etcdClient;
     const shared = await sharedValues(client, e.prefix, engineApiKey);
-    routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, log.child({ component: 'router-shares' }));
-    const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, logger: log.child({ component: 'election' }) });
-    const stateStore = new EtcdStateStore(election, client, e.prefix);
+    routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, time, log.child({ component: 'router-shares' }));
+    const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, clock: time.now, monotonic: () => performance.now(), timers: time.timers, logger: log.child({ component: 'election' }) });
+    const stateStore = new EtcdStateStore(election, client, e.prefix, time.now);
     const owner = clusterOwner(shared.clusterId, e.prefix);
     controller = new HaController({
       election,
-      published: new Published(election, client, e.prefix),
-      requests: new Requests(client, e.prefix, instance.id),
+      published: new Published(election, client, e.prefix, time.timers),
+      requests: new Requests(client, e.prefix, instance.id, time),
+      time,
       stateStore,
       instance,
       prefix: e.prefix,

@@ -8,7 +8,7 @@ import { hintFor, Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { RetryOutcome } from '../reconciler/state.js';
-import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaPhase, type ReplicaView } from '../reconciler/view.js';
+import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
 import { pickModels, type ModelsQuery } from './models-query.js';
@@ -21,13 +21,8 @@ export interface ReasonJson {
   readonly hint: string;
 }
 
-export interface ReplicaJson {
-  readonly id: string;
-  readonly model: string;
-  readonly node: string;
-  readonly endpoint: string;
-  readonly phase: ReplicaPhase;
-  readonly digest: string;
+/** A replica as the admin API, the status branch and ctl read it: the view's fields, its start as ISO time. */
+export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' | 'endpoint' | 'phase' | 'digest'> {
   /** The replica runs an older definition of its model than the one in force. */
   readonly outdated: boolean;
   readonly startedAt: string;
@@ -100,7 +95,8 @@ export interface ControlJson {
   readonly leader: { readonly id: string; readonly label: string; readonly since: string | null; readonly epoch: number | null; readonly self: boolean } | null;
   /** Why this instance does not act on the fleet, or null when it does. */
   readonly notActing: ReasonJson | null;
-  readonly etcd: { readonly reachable: boolean; readonly error: ReasonJson | null } | null;
+  /** `keyProblem`: a forged leader key or an etcd restored, as the election last saw it (null: none). */
+  readonly etcd: { readonly reachable: boolean; readonly error: ReasonJson | null; readonly keyProblem: (ReasonJson & { readonly at: string }) | null } | null;
   /** Epochs this etcd did not make, passed over by the leader (STATUS_EPOCH_FORGED, NODE_EPOCH_FORGED); [] when none. */
   readonly forgedEpochs: readonly ReasonJson[];
 }
@@ -262,7 +258,7 @@ export function statusJson(s: FleetSnapshot): StatusJson {
       instance: c.instance,
       leader: c.leader ? { id: c.leader.id, label: c.leader.label, since: iso(c.leader.since), epoch: c.leader.epoch, self: c.leader.id === c.instance.id } : null,
       notActing: reasonOrNull(c.notActing),
-      etcd: c.etcd ? { reachable: c.etcd.reachable, error: reasonOrNull(c.etcd.error) } : null,
+      etcd: c.etcd ? { reachable: c.etcd.reachable, error: reasonOrNull(c.etcd.error), keyProblem: c.etcd.keyProblem ? { ...reasonJson(c.etcd.keyProblem), at: isoNow(c.etcd.keyProblem.at) } : null } : null,
       forgedEpochs: (c.forgedEpochs ?? []).map(reasonJson),
     },
     revision: s.appliedRevision,

@@ -4,10 +4,13 @@
  * keys deleted with them), compare-and-swap txns, watch events, a snapshot and a restore (revisions
  * go back, leases come back with a fresh TTL, watches are cancelled). Each instance talks to it
  * through its own client, which can be cut off (calls fail as unreachable; watch events wait, as on
- * a stalled connection, and arrive when it is restored).
+ * a stalled connection, and arrive when it is restored). A client is also the forwarded-request
+ * channel's RequestsIO (src/ha/etcd-requests-io.ts): puts on a lease, prefix lists and watches, a
+ * lease's time to live with its keys.
  */
 import { GRPCUnavailableError } from 'etcd3';
 import type { GuardCompare, Kv, LeaderIO, TxnOp, TxnResult, WatchHandlers } from '../../src/ha/etcd-leader-io.js';
+import type { RequestsIO } from '../../src/ha/etcd-requests-io.js';
 import { isWriteOp } from '../../src/ha/etcd-leader-io.js';
 import type { FakeClock } from './fake-node.js';
 
@@ -29,6 +32,8 @@ type Event = { readonly kind: 'put'; readonly kv: Kv } | { readonly kind: 'delet
 
 interface Watch {
   readonly key: string;
+  /** Every key under `key` (a prefix watch), not only `key`. */
+  readonly prefix?: boolean;
   readonly on: WatchHandlers;
   readonly client: FakeEtcdClient;
 }
@@ -68,6 +73,7 @@ export class FakeEtcd {
   /** A put by hand (etcdctl put): a new key gets this revision as its create revision. */
   put(key: string, value: string, lease = '0'): number {
     this.expire();
+    if (lease !== '0' && !this.leaseTtl.has(lease)) throw new Error('etcdserver: requested lease not found');
     this.revision++;
     this.write(key, value, lease);
     return this.revision;
@@ -103,6 +109,23 @@ export class FakeEtcd {
       this.watches.delete(w);
       w.client.deliver(() => w.on.error(new Error('fake etcd: watch cancelled (etcd restored)')));
     }
+  }
+
+  /** The keys under `prefix`, in mod-revision order. */
+  list(prefix: string): Kv[] {
+    this.expire();
+    return [...this.kvs]
+      .filter(([k]) => k.startsWith(prefix))
+      .map(([key, v]) => ({ key, value: v.value, createRevision: v.createRevision, modRevision: v.modRevision, lease: v.lease }))
+      .sort((a, b) => a.modRevision - b.modRevision);
+  }
+
+  /** A lease's remaining TTL in seconds (-1: gone) and the keys attached to it. */
+  timeToLive(id: string): { ttl: number; keys: string[] } {
+    this.expire();
+    const at = this.leaseExpiry.get(id);
+    if (at === undefined) return { ttl: -1, keys: [] };
+    return { ttl: Math.max(0, Math.ceil((at - this.clock.monotonic()) / 1000)), keys: [...this.kvs].filter(([, v]) => v.lease === id).map(([k]) => k) };
   }
 
   /** Whether a lease is alive now. */
@@ -197,14 +220,15 @@ export class FakeEtcd {
 
   private emit(e: Event): void {
     for (const w of this.watches) {
-      if (w.key !== (e.kind === 'put' ? e.kv.key : e.key)) continue;
+      const key = e.kind === 'put' ? e.kv.key : e.key;
+      if (w.prefix ? !key.startsWith(w.key) : w.key !== key) continue;
       w.client.deliver(() => (e.kind === 'put' ? w.on.put(e.kv) : w.on.delete(e.modRevision)));
     }
   }
 }
 
 /** One instance's connection to the fake etcd. */
-export class FakeEtcdClient implements LeaderIO {
+export class FakeEtcdClient implements LeaderIO, RequestsIO {
   private cutOff = false;
   private held: (() => void)[] = [];
 
@@ -261,6 +285,30 @@ export class FakeEtcdClient implements LeaderIO {
   }
   watch(key: string, on: WatchHandlers): { cancel(): Promise<void> } {
     const off = this.etcd.watch({ key, on, client: this });
+    return { cancel: async () => off() };
+  }
+
+  // --- the forwarded-request channel (RequestsIO) -------------------------------------------------
+
+  put(key: string, value: string, lease: string): Promise<void> {
+    return this.call('put', () => void this.etcd.put(key, value, lease));
+  }
+  list(prefix: string): Promise<{ kvs: Kv[]; revision: number }> {
+    return this.call('list', () => ({ kvs: this.etcd.list(prefix), revision: this.etcd.revision }));
+  }
+  leaseTimeToLive(lease: string): Promise<{ ttl: number; keys: string[] }> {
+    return this.call('timeToLive', () => this.etcd.timeToLive(lease));
+  }
+  /** In place at once (events from now on); a cut client's events wait, as on a stalled stream. */
+  watchPuts(key: string, onPut: (value: string) => void): { connected: Promise<void>; cancel(): Promise<void> } {
+    const off = this.etcd.watch({ key, on: { put: (kv) => onPut(kv.value), delete: () => undefined, error: () => undefined }, client: this });
+    return { connected: Promise.resolve(), cancel: async () => off() };
+  }
+  /** From now on (the fake answers a list and registers the watch with no revision between them). */
+  watchPrefix(prefix: string, fromRevision: number, onPut: (kv: Kv) => void, ended: (e: unknown) => void): { cancel(): Promise<void> } {
+    // the fake keeps no history: a watch from a revision already past would miss events, silently
+    if (fromRevision <= this.etcd.revision) throw new Error(`fake etcd: a watch from revision ${fromRevision}, already past (now ${this.etcd.revision})`);
+    const off = this.etcd.watch({ key: prefix, prefix: true, on: { put: onPut, delete: () => undefined, error: ended }, client: this });
     return { cancel: async () => off() };
   }
 }

@@ -50,7 +50,7 @@ describe('etcd with authentication', { timeout: 60_000 }, () => {
   const start = (id: string, username: string, password: string): Election => {
     const passwordFile = join(dir, `${id}.pw`);
     writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
-    const client = openEtcd({ hosts: [etcd.endpoint], prefix: PREFIX, tls: null, auth: { username, passwordFile }, ...FAST });
+    const client = openEtcd({ hosts: [etcd.endpoint], prefix: PREFIX, tls: null, auth: { username, passwordFile }, ...FAST }, Date.now);
     const election = new Election(client, { prefix: PREFIX, id, label: id, ...FAST, logger: pino({ level: 'silent' }) });
     closers.push(async () => {
       await election.stop();

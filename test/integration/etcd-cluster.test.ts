@@ -35,7 +35,7 @@ describe('Election on a three-member etcd cluster', { timeout: 90_000 }, () => {
   });
 
   const start = (prefix: string, id: string): Election => {
-    const client = openEtcd({ hosts: cluster.endpoints, prefix, tls: null, auth: null, ...T });
+    const client = openEtcd({ hosts: cluster.endpoints, prefix, tls: null, auth: null, ...T }, Date.now);
     const e = new Election(client, { prefix, id, label: id, ...T, logger: pino({ level: 'silent' }) });
     closers.push(async () => {
       await e.stop();

@@ -4,17 +4,20 @@
  * requests handled once a leader serves, and LEADER_UNAVAILABLE when none does.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { LlmgwError } from '../../src/errors/catalogue.js';
-import { Published, Requests, type RequestMsg } from '../../src/ha/channel.js';
+import { Requests, type RequestMsg } from '../../src/ha/channel.js';
+import { Published } from '../../src/ha/published-channel.js';
 import { EtcdStateStore } from '../../src/ha/etcd-state.js';
+import type { PublishedSnapshot } from '../../src/ha/published.js';
 import { sharedValues } from '../../src/ha/shared.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
-import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
+import { startEtcd } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
 import { startTcpForwarder } from '../harness/tcp-forwarder.js';
+import { realTime } from '../harness/real-time.js';
 import { until } from '../harness/wait.js';
-import { elected, freshPrefix, instance, type Instance } from '../harness/elections.js';
+import { elected, etcdRevision, freshPrefix, sharedEtcd } from '../harness/elections.js';
 
 function someState(n: number): ControllerState {
   return {
@@ -36,32 +39,19 @@ function reordered(s: ControllerState): ControllerState {
 }
 
 describe('state record, snapshot and requests in a real etcd', { timeout: 60_000 }, () => {
-  let etcd: EtcdInstance;
-  const open: Instance[] = [];
+  const shared = sharedEtcd(startEtcd);
   /** An instance on etcd, or through a forwarder listening on `viaPort`. */
-  const make = (prefix: string, id: string, viaPort?: number): Instance => {
-    const i = instance(viaPort === undefined ? etcd.endpoint : `http://127.0.0.1:${viaPort}`, prefix, id);
-    open.push(i);
-    return i;
-  };
+  const make = shared.make;
   /** An elected instance serving requests with `handle`; the reasons of those it refused. */
   const servingLeader = async (prefix: string, handle: (m: RequestMsg) => Promise<unknown>): Promise<{ refused: string[]; stopServing: () => Promise<void> }> => {
     const leader = make(prefix, 'leader');
     leader.election.start();
     await elected(leader.election);
     const refused: string[] = [];
-    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, handle, (r) => refused.push(r.why));
+    const stopServing = await new Requests(leader.client, prefix, 'leader', realTime).serve(leader.election, handle, (r) => refused.push(r.why));
     return { refused, stopServing };
   };
-  const revision = async (i: Instance): Promise<number> => Number((await i.client.get('/nothing').exec()).header.revision);
-
-  before(async () => {
-    etcd = await startEtcd();
-  });
-  after(async () => {
-    await Promise.all(open.map((i) => i.close()));
-    await etcd.stop();
-  });
+  const revision = etcdRevision;
 
   it('EtcdStateStore: round trip, no write for an unchanged record over many saves, a deposed leader\'s save refused', async () => {
     const prefix = freshPrefix();
@@ -69,7 +59,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     a.election.start();
     await elected(a.election);
     const store = new EtcdStateStore(a.election, a.client, prefix);
-    assert.equal(store.path, `etcd:${prefix}/state`);
+    assert.equal(store.path, `etcd:${prefix}/state/`);
     assert.deepEqual(await store.load(), { state: emptyState, problem: null });
 
     const s1 = someState(1);
@@ -122,21 +112,23 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     await elected(a.election);
     const b = make(prefix, 'b');
     const pub = new Published(a.election, a.client, prefix);
-    await pub.publish('{"n":1}');
-    await pub.publish('{"n":1}');
+    const snap = (n: number): PublishedSnapshot => ({ v: 1, appliedRevision: `rev-${n}`, specValid: true, rejected: null, lastSyncError: null, stateError: null, models: [], nodes: [] });
+    await pub.publish(snap(1));
+    await pub.publish(snap(1));
     assert.equal(pub.writes, 1);
     const seen: (string | null)[] = [];
-    const close = await new Published(b.election, b.client, prefix).watch((v) => seen.push(v));
+    const close = await new Published(b.election, b.client, prefix).watch((v) => seen.push(v?.appliedRevision ?? null));
     try {
-      assert.deepEqual(seen, ['{"n":1}']);
-      await pub.publish('{"n":2}');
-      await pub.publish('{"n":2}');
-      await pub.publish('{"n":3}');
-      await until('two changes seen', 5_000, () => seen.length === 3);
-      assert.deepEqual(seen, ['{"n":1}', '{"n":2}', '{"n":3}']);
+      assert.deepEqual(seen.slice(-1), ['rev-1']);
+      const first = seen.length;
+      await pub.publish(snap(2));
+      await pub.publish(snap(2));
+      await pub.publish(snap(3));
+      await until('two changes seen', 5_000, () => seen.length === first + 2);
+      assert.deepEqual(seen.slice(first - 1), ['rev-1', 'rev-2', 'rev-3']);
       assert.equal(pub.writes, 3);
       // A standby cannot publish.
-      await rejectsWith(new Published(b.election, b.client, prefix).publish('{"n":"standby"}'), 'LEADER_DEPOSED');
+      await rejectsWith(new Published(b.election, b.client, prefix).publish(snap(9)), 'LEADER_DEPOSED');
     } finally {
       await close();
     }
@@ -145,7 +137,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
   it('Requests: sent before any leader exists, handled once the leader serves; then new ones; a handler\'s error comes back with its code', async () => {
     const prefix = freshPrefix();
     const sender = make(prefix, 'standby');
-    const requests = new Requests(sender.client, prefix, 'standby');
+    const requests = new Requests(sender.client, prefix, 'standby', realTime);
     const early = requests.send('retry', { model: 'm1' }, 15_000);
     await until('the request in etcd', 5_000, async () => (await sender.client.getAll().prefix(`${prefix}/requests/`).count()) === 1);
 
@@ -153,7 +145,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     leader.election.start();
     await elected(leader.election);
     const handled: RequestMsg[] = [];
-    const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, async (m) => {
+    const stopServing = await new Requests(leader.client, prefix, 'leader', realTime).serve(leader.election, async (m) => {
       handled.push(m);
       if (m.kind === 'restart') throw new LlmgwError('NOT_FOUND', 'no replica r9');
       return { done: (m.body as { model: string }).model };
@@ -179,24 +171,24 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     const prefix = freshPrefix();
     const sender = make(prefix, 'standby');
     const t0 = Date.now();
-    await rejectsWith(new Requests(sender.client, prefix, 'standby').send('demand', { model: 'm' }, 800), 'LEADER_UNAVAILABLE');
+    await rejectsWith(new Requests(sender.client, prefix, 'standby', realTime).send('demand', { model: 'm' }, 800), 'LEADER_UNAVAILABLE');
     assert.ok(Date.now() - t0 >= 800);
     await until('the request removed with its lease', 5_000, async () => (await sender.client.getAll().prefix(`${prefix}/`).count()) === 0);
   });
   it('Requests: a leader whose watch was compacted away while it was cut off lists the pending requests again and answers them', async () => {
     const prefix = freshPrefix();
-    const fwd = await startTcpForwarder(etcd.clientPort);
+    const fwd = await startTcpForwarder(shared.etcd().clientPort);
     try {
       const leader = make(prefix, 'leader', fwd.port);
       leader.election.start();
       await elected(leader.election);
       const handled: string[] = [];
-      const stopServing = await new Requests(leader.client, prefix, 'leader').serve(leader.election, async (m) => {
+      const stopServing = await new Requests(leader.client, prefix, 'leader', realTime).serve(leader.election, async (m) => {
         handled.push((m.body as { trigger: string }).trigger);
         return 'ok';
       });
       const sender = make(prefix, 'standby');
-      const requests = new Requests(sender.client, prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby', realTime);
       try {
         assert.equal(await requests.send('pass', { trigger: 'before' }, 5_000), 'ok');
         fwd.cut();
@@ -229,7 +221,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
     });
     try {
       const sender = make(prefix, 'standby');
-      const requests = new Requests(sender.client, prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby', realTime);
       const slow = requests.send('pass', { trigger: 'slow' }, 10_000);
       await until('the slow request running', 5_000, () => handled.length === 1);
       // queued behind it; its sender gives up (revokes its lease) before its turn
@@ -248,10 +240,10 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
 
   it('Requests: with etcd unreachable or stalled, send ends within its timeout with ETCD_UNAVAILABLE (not later, not INTERNAL)', async () => {
     const prefix = freshPrefix();
-    const fwd = await startTcpForwarder(etcd.clientPort);
+    const fwd = await startTcpForwarder(shared.etcd().clientPort);
     try {
       const sender = make(prefix, 'standby', fwd.port);
-      const requests = new Requests(sender.client, prefix, 'standby');
+      const requests = new Requests(sender.client, prefix, 'standby', realTime);
       fwd.stall();
       for (const timeout of [700, 1_500]) {
         const t0 = Date.now();
@@ -310,7 +302,7 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       assert.match(refused[4]!, /unknown body fields cmd/);
       await until('the refused requests deleted', 5_000, async () => (await forger.client.getAll().prefix(`${prefix}/requests/`).count()) === 0);
       // a request as an instance sends it is run
-      assert.equal(await new Requests(forger.client, prefix, 'standby').send('restart', { all: true }, 5_000), 'ran');
+      assert.equal(await new Requests(forger.client, prefix, 'standby', realTime).send('restart', { all: true }, 5_000), 'ran');
       assert.equal(handled.length, 1);
       await grant.revoke();
     } finally {

@@ -58,7 +58,7 @@ describe('etcd over TLS with client certificates', { timeout: 60_000 }, () => {
 
   const start = (id: string, tls: EtcdSettings['tls']): Election => {
     assert.match(etcd.endpoint, /^https:/);
-    const client = openEtcd({ hosts: [etcd.endpoint], prefix: PREFIX, tls, auth: null, ...FAST });
+    const client = openEtcd({ hosts: [etcd.endpoint], prefix: PREFIX, tls, auth: null, ...FAST }, Date.now);
     const election = new Election(client, { prefix: PREFIX, id, label: id, ...FAST, logger: pino({ level: 'silent' }) });
     closers.push(async () => {
       await election.stop();

@@ -22,6 +22,8 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Etcd3 } from 'etcd3';
 import OpenAI from 'openai';
+import { readDoc } from '../../src/ha/keyed-store.js';
+import { stateFromEntries } from '../../src/ha/state-layout.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
@@ -109,8 +111,8 @@ async function pushWebhook(p: ServeProc): Promise<void> {
 
 /** The stop records in the state record in etcd. */
 async function etcdStops(): Promise<Record<string, StopRecordJson>> {
-  const text = await etcdClient.get('/llmgw/state').string();
-  return text === null ? {} : ((JSON.parse(text) as { stops?: Record<string, StopRecordJson> }).stops ?? {});
+  const { view } = await readDoc(etcdClient, '/llmgw/state');
+  return view === null ? {} : (stateFromEntries(view).stops as Record<string, StopRecordJson>);
 }
 
 const logsOf = (p: ServeProc, msg: string, replica?: string): Record<string, unknown>[] => logLines(p.out()).filter((l) => l.msg === msg && (replica === undefined || l.replica === replica));

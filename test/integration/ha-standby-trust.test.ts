@@ -3,7 +3,7 @@
  * when the leader or etcd is gone: two real `llmgw serve` instances on a real etcd, over sshd nodes
  * running real llama-server.
  *
- * - A published snapshot rewritten in etcd to point a model at a listener outside every node's ports:
+ * - A published snapshot (a model's key) rewritten in etcd to point a model at a listener outside every node's ports:
  *   a chat through the standby is served by the real replica; the listener receives nothing.
  * - A forged restart-all written straight under `requests/`: refused with a reason in the leader's
  *   log, no replica replaced.
@@ -109,7 +109,13 @@ describe('a standby and the leader hold etcd to what the spec allows; activation
     const port = await freePort();
     assert.ok(portRanges(fleet.baseFiles()).every((r) => port < r.from || port > r.to), `port ${port} is inside a node's range`);
     await new Promise<void>((r) => listener.listen(port, '127.0.0.1', () => r()));
-    const key = `${PREFIX}/snapshot`;
+    // the published snapshot is one key per model (and a head written last in each save: a standby applies a save when its head arrives)
+    const key = `${PREFIX}/published/models/good`;
+    const headKey = `${PREFIX}/published/head`;
+    const rewrite = async (value: string): Promise<void> => {
+      await client.put(key).value(value);
+      await client.put(headKey).value((await client.get(headKey).string())!);
+    };
     // the leader publishes on every change: forge only once its snapshot has settled (3 s unchanged)
     let seen = { value: '', since: 0 };
     const original = await until('the published snapshot settled', 60_000, async () => {
@@ -118,13 +124,12 @@ describe('a standby and the leader hold etcd to what the spec allows; activation
       return v !== '' && Date.now() - seen.since >= 3_000 ? v : null;
     }, { diag });
     try {
-      const snap = JSON.parse(original) as { models: Array<{ name: string; replicas: ReplicaJson[] }> };
-      const good = snap.models.find((m) => m.name === 'good')!;
+      const good = JSON.parse(original) as { name: string; replicas: ReplicaJson[] };
       const real = good.replicas.find((r) => r.phase === 'ready')!;
       // the real replica moved to the listener (same host, outside the ports), and one more on a node the spec lacks
       good.replicas = [{ ...real, endpoint: `http://127.0.0.1:${port}` }, { ...real, id: `${real.id}x`, node: 'node-9', endpoint: `http://127.0.0.1:${port}` }];
-      const forged = JSON.stringify(snap);
-      await client.put(key).value(forged);
+      const forged = JSON.stringify(good);
+      await rewrite(forged);
       await until('the standby refusing both forged endpoints', 10_000, () => logLines(standby.out()).filter((l) => l.code === 'ETCD_ENDPOINT_REFUSED' && l.endpoint === `http://127.0.0.1:${port}`).length >= 2, { diag });
       const refused = logLines(standby.out()).filter((l) => l.code === 'ETCD_ENDPOINT_REFUSED');
       assert.ok(refused.some((l) => /outside node node-1's ports|outside node node-2's ports/.test(String(l.why))), JSON.stringify(refused));
@@ -136,7 +141,7 @@ describe('a standby and the leader hold etcd to what the spec allows; activation
       assert.equal(await client.get(key).string(), forged, 'the leader republished meanwhile: the chats did not test the forged snapshot');
       assert.equal(connections, 0, 'the listener named by the forged snapshot was reached');
     } finally {
-      await client.put(key).value(original);
+      await rewrite(original);
       await new Promise<void>((r) => listener.close(() => r()));
     }
   });

@@ -58,7 +58,11 @@ describe('ctl status: a controller in trouble', () => {
         instance: { id: 'ctl-b-1a2b3c4d', label: 'llmgw on ctl-b (state dir /var/lib/llmgw)' },
         leader: null,
         notActing: { code: 'LEADER_UNAVAILABLE', message: 'etcd is not reachable from this instance: etcd did not answer (14 UNAVAILABLE)', hint: Reasons.LEADER_UNAVAILABLE.hint },
-        etcd: { reachable: false, error: { code: 'ETCD_UNAVAILABLE', message: 'etcd did not answer (14 UNAVAILABLE)', hint: Reasons.ETCD_UNAVAILABLE.hint } },
+        etcd: {
+          reachable: false,
+          error: { code: 'ETCD_UNAVAILABLE', message: 'etcd did not answer (14 UNAVAILABLE)', hint: Reasons.ETCD_UNAVAILABLE.hint },
+          keyProblem: { code: 'LEADER_KEY_FORGED', message: 'the leader key at revision 812 was not written by a leader of this etcd (attached to no lease): removed, not followed', hint: Reasons.LEADER_KEY_FORGED.hint, at: ago(120) },
+        },
         forgedEpochs: [],
       },
       revision: '3f2a9c1e0b7d55aa',
@@ -90,6 +94,8 @@ describe('ctl status: a controller in trouble', () => {
     assert.match(text, /^controller +standby \(llmgw on ctl-b \(state dir \/var\/lib\/llmgw\)\); leader: NONE$/m);
     assert.match(text, /^not acting +etcd is not reachable from this instance: .* \[LEADER_UNAVAILABLE\]$/m);
     assert.match(text, /^etcd +UNREACHABLE: etcd did not answer \(14 UNAVAILABLE\) \[ETCD_UNAVAILABLE\]$/m);
+    assert.match(text, /^leader key +PROBLEM 2m ago: the leader key at revision 812 was not written by a leader of this etcd .* \[LEADER_KEY_FORGED\]$/m);
+    assert.match(text, /^ +hint: The etcd leader key held a value/m);
   });
 
   test('a leader that passed over forged epochs: each one a FORGED EPOCH line with its code and hint, the leader line unchanged', () => {
@@ -105,7 +111,7 @@ describe('ctl status: a controller in trouble', () => {
         instance: { id: 'ctl-a-1', label: 'llmgw on ctl-a' },
         leader: { id: 'ctl-a-1', label: 'llmgw on ctl-a', since: ago(60), epoch: 812, self: true },
         notActing: null,
-        etcd: { reachable: true, error: null },
+        etcd: { reachable: true, error: null, keyProblem: null },
         forgedEpochs: forged,
       },
       revision: null,

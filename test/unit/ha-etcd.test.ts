@@ -31,7 +31,7 @@ const base: EtcdSettings = { hosts: ['http://127.0.0.1:2379'], prefix: '/llmgw/f
 
 describe('etcdOptions', () => {
   it('reads the password file (without its line break); the password is not in any error', () => {
-    const o = etcdOptions({ ...base, auth: { username: 'llmgw', passwordFile: file('pw', 's3cr3t pass\n') } });
+    const o = etcdOptions({ ...base, auth: { username: 'llmgw', passwordFile: file('pw', 's3cr3t pass\n') } }, Date.now);
     assert.deepEqual(o.auth, { username: 'llmgw', password: 's3cr3t pass' });
   });
 
@@ -47,12 +47,12 @@ describe('etcdOptions', () => {
   ];
   for (const [what, s, re] of bad) {
     it(`refuses ${what} with ETCD_CONFIG_INVALID naming it`, () => {
-      assert.throws(() => etcdOptions({ ...base, ...s }), isCode('ETCD_CONFIG_INVALID', re));
+      assert.throws(() => etcdOptions({ ...base, ...s }, Date.now), isCode('ETCD_CONFIG_INVALID', re));
     });
   }
 
   it('takes a CA and a client certificate with its key', () => {
-    const o = etcdOptions({ ...base, hosts: ['https://etcd-1:2379', 'https://etcd-2:2379/'], tls: { ca: file('ca.pem', PEM), cert: file('c3.pem', PEM), key: file('k3.pem', PEM.replaceAll('CERTIFICATE', 'PRIVATE KEY')) } });
+    const o = etcdOptions({ ...base, hosts: ['https://etcd-1:2379', 'https://etcd-2:2379/'], tls: { ca: file('ca.pem', PEM), cert: file('c3.pem', PEM), key: file('k3.pem', PEM.replaceAll('CERTIFICATE', 'PRIVATE KEY')) } }, Date.now);
     assert.deepEqual(o.hosts, ['https://etcd-1:2379', 'https://etcd-2:2379']);
     assert.ok(o.credentials?.rootCertificate.toString().includes('BEGIN CERTIFICATE'));
     assert.ok(o.credentials?.privateKey?.toString().includes('BEGIN PRIVATE KEY'));

@@ -157,10 +157,10 @@ describe('forwarded requests as the leader checks them (checkRequest, then lease
   }
 
   it('live: the lease must still exist and hold the request', () => {
-    const keys = [Buffer.from(KEY)];
-    assert.equal(leaseProblem({ TTL: '4', keys }, KEY), null);
-    assert.match(leaseProblem({ TTL: '-1', keys: [] }, KEY)!, /lease no longer exists/);
-    assert.match(leaseProblem({ TTL: '0', keys }, KEY)!, /lease no longer exists/);
-    assert.match(leaseProblem({ TTL: '4', keys: [Buffer.from('/llmgw/routers/b')] }, KEY)!, /does not hold it/);
+    const keys = [KEY];
+    assert.equal(leaseProblem({ ttl: 4, keys }, KEY), null);
+    assert.match(leaseProblem({ ttl: -1, keys: [] }, KEY)!, /lease no longer exists/);
+    assert.match(leaseProblem({ ttl: 0, keys }, KEY)!, /lease no longer exists/);
+    assert.match(leaseProblem({ ttl: 4, keys: ['/llmgw/routers/b'] }, KEY)!, /does not hold it/);
   });
 });

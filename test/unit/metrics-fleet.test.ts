@@ -354,3 +354,27 @@ describe('llmgw_forged_epochs', () => {
     assert.equal(sampleValue(s, 'llmgw_forged_epochs', { code: 'NODE_EPOCH_FORGED' }), 0);
   });
 });
+
+describe('llmgw_etcd_write_refused', () => {
+  it('with --etcd: state and published at 0; 1 while the snapshot says that record\'s write was refused (ETCD_VALUE_TOO_LARGE); absent alone', async () => {
+    const m = createMetrics({ defaultMetrics: false });
+    const etcd = (error: { code: string; message: string } | null) => ({ ...STANDALONE, mode: 'etcd' as const, etcd: { prefix: '/llmgw', reachable: true, error, keyProblem: null } });
+    m.applySnapshot(snapshot());
+    let s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_etcd_write_refused', { record: 'state' }), undefined);
+    m.applySnapshot(snapshot({ control: etcd(null) }));
+    s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_etcd_write_refused', { record: 'state' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_etcd_write_refused', { record: 'published' }), 0);
+    const tooLarge = { code: 'ETCD_VALUE_TOO_LARGE', message: 'the value of /llmgw/published/models/m is 600000 bytes' };
+    m.applySnapshot(snapshot({ control: etcd(tooLarge), stateError: tooLarge }));
+    s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_etcd_write_refused', { record: 'state' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_etcd_write_refused', { record: 'published' }), 1);
+    // another etcd failure is not a refusal by size
+    m.applySnapshot(snapshot({ control: etcd({ code: 'ETCD_FAILED', message: 'x' }) }));
+    s = await scrape(m);
+    assert.equal(sampleValue(s, 'llmgw_etcd_write_refused', { record: 'state' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_etcd_write_refused', { record: 'published' }), 0);
+  });
+});

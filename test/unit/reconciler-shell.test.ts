@@ -531,6 +531,35 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     }
   });
 
+  it('a wall-clock step first seen by an operator call between passes is applied, not lost: a drain in progress keeps its real time', async () => {
+    const w = rollSetup(5);
+    try {
+      await w.r.start();
+      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+      const [first] = w.r.readyReplicas('alpha');
+      w.busy.set(first!.id, 2);
+      await w.r.restart({ replicas: [first!.id] });
+      for (let i = 0; i < 400 && !w.r.record().stops[first!.id]; i++) {
+        w.busy.set(first!.id, 2);
+        await ticks(3);
+        w.clock.advance(200);
+        w.timers.fire();
+      }
+      const before = w.r.record().stops[first!.id];
+      assert.ok(before, 'draining');
+      // the wall clock steps 2 h ahead; the first to take a time is an operator call, not a pass
+      w.clock.step(2 * 3600_000);
+      const [other] = w.r.readyReplicas('alpha').filter((x) => x.id !== first!.id);
+      await w.r.restart({ replicas: [other!.id] });
+      const after = w.r.record().stops[first!.id];
+      assert.ok(after, 'still draining (its grace is real time, not 2 h of a stepped clock)');
+      assert.ok(Math.abs(after.since - (before.since + 2 * 3600_000)) < 60_000, `its start moved with the step (${after.since - before.since} ms)`);
+      assert.deepEqual(w.cuts, []);
+    } finally {
+      await w.r.stop();
+    }
+  });
+
   it('a controller restart in the middle of a drain continues it from the record: never restarts or forgets it, never cuts', async () => {
     const w = rollSetup(5);
     await w.r.start();

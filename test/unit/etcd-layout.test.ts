@@ -1,0 +1,192 @@
+/**
+ * Table tests of the per-key layout in etcd (pure): diffs, batches under etcd's limits, the head a
+ * reader relies on for whole saves, the state record and the published snapshot as entries.
+ */
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { LlmgwError } from '../../src/errors/catalogue.js';
+import type { WriteOp } from '../../src/ha/election.js';
+import { applyChanges, batchDiff, diffEntries, ETCD_LIMITS, headValue, keyPart, nameOfPart, readKeyed, refuseOversized, txnBytes, type EtcdLimits } from '../../src/ha/keyed-layout.js';
+import { publishedEntries, publishedFromEntries } from '../../src/ha/published.js';
+import { stateEntries, stateFromEntries } from '../../src/ha/state-layout.js';
+import { emptyState } from '../../src/reconciler/state.js';
+import { bigPublished, bigState, modelName } from '../harness/big-fleet.js';
+
+const m = (o: Record<string, string>): Map<string, string> => new Map(Object.entries(o));
+const keysOf = (ops: readonly WriteOp[]): string[] => ops.map((op) => ('put' in op ? `put ${op.put}` : `del ${op.delete}`));
+
+describe('diffEntries: only what changed', () => {
+  const cases: { name: string; prev: Record<string, string>; next: Record<string, string>; puts: string[]; deletes: string[] }[] = [
+    { name: 'equal: nothing', prev: { a: '1', b: '2' }, next: { b: '2', a: '1' }, puts: [], deletes: [] },
+    { name: 'from nothing: every entry', prev: {}, next: { a: '1', b: '2' }, puts: ['a', 'b'], deletes: [] },
+    { name: 'one value changed', prev: { a: '1', b: '2' }, next: { a: '1', b: '3' }, puts: ['b'], deletes: [] },
+    { name: 'one gone, one new', prev: { a: '1', b: '2' }, next: { a: '1', c: '2' }, puts: ['c'], deletes: ['b'] },
+    { name: 'everything gone', prev: { a: '1' }, next: {}, puts: [], deletes: ['a'] },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      const d = diffEntries(m(c.prev), m(c.next));
+      assert.deepEqual(d.puts.map(([k]) => k), c.puts);
+      assert.deepEqual(d.deletes, c.deletes);
+    });
+  }
+});
+
+describe('batchDiff: txns under the op and byte limits, the tail in the last', () => {
+  const small: EtcdLimits = { maxTxnOps: 3, maxTxnBytes: 200, maxValueBytes: 100 };
+  const head: WriteOp = { put: 'b/head', value: 'h' };
+  const cases: { name: string; puts: [string, string][]; deletes: string[]; tail: WriteOp[]; batches: string[][] }[] = [
+    { name: 'nothing changed: the tail alone', puts: [], deletes: [], tail: [head], batches: [['put b/head']] },
+    { name: 'a small diff: one txn with the head', puts: [['x', '1']], deletes: ['y'], tail: [head], batches: [['del b/y', 'put b/x', 'put b/head']] },
+    {
+      name: 'cut by op count; the head gets a txn of its own when the last is full',
+      puts: [['a', '1'], ['b', '1'], ['c', '1']],
+      deletes: [],
+      tail: [head],
+      batches: [['put b/a', 'put b/b', 'put b/c'], ['put b/head']],
+    },
+    {
+      name: 'cut by bytes',
+      puts: [['a', 'x'.repeat(90)], ['b', 'x'.repeat(90)], ['c', '1']],
+      deletes: [],
+      tail: [head],
+      batches: [['put b/a'], ['put b/b', 'put b/c', 'put b/head']],
+    },
+    { name: 'two tail ops stay together', puts: [['a', '1'], ['b', '1']], deletes: [], tail: [head, { delete: 'legacy' }], batches: [['put b/a', 'put b/b'], ['put b/head', 'del legacy']] },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      const batches = batchDiff({ puts: c.puts, deletes: c.deletes }, 'b', c.tail, small);
+      assert.deepEqual(batches.map(keysOf), c.batches);
+      for (const b of batches) {
+        assert.ok(b.length <= small.maxTxnOps);
+        assert.ok(txnBytes(b) <= small.maxTxnBytes, `${txnBytes(b)} bytes`);
+      }
+    });
+  }
+
+  it('5,000 models written from nothing: every txn under the default limits (etcd: 128 ops, 1.5 MiB), the head last', () => {
+    const entries = publishedEntries(bigPublished(5_000));
+    const batches = batchDiff(diffEntries(new Map(), entries), '/p/published', [{ put: '/p/published/head', value: headValue(entries.size) }]);
+    assert.ok(batches.length >= 40, `${batches.length} txns`);
+    for (const b of batches) {
+      assert.ok(b.length <= 128 && b.length <= ETCD_LIMITS.maxTxnOps);
+      assert.ok(txnBytes(b) <= 1.5 * 1024 * 1024 && txnBytes(b) <= ETCD_LIMITS.maxTxnBytes);
+    }
+    assert.deepEqual(keysOf(batches.at(-1)!).at(-1), 'put /p/published/head');
+    assert.equal(batches.flat().length, entries.size + 1);
+  });
+});
+
+describe('refuseOversized: a value past the limit is ETCD_VALUE_TOO_LARGE naming its key', () => {
+  it('refuses the largest, names key, size and limit; passes values at the limit', () => {
+    const limits: EtcdLimits = { maxTxnOps: 10, maxTxnBytes: 10_000, maxValueBytes: 100 };
+    assert.doesNotThrow(() => refuseOversized(m({ a: 'x'.repeat(100) }), 'b', 'saving', limits));
+    assert.throws(
+      () => refuseOversized(m({ a: 'x'.repeat(101), big: 'x'.repeat(500), c: '1' }), 'b', 'saving', limits),
+      (e: unknown) => e instanceof LlmgwError && e.code === 'ETCD_VALUE_TOO_LARGE' && e.message.includes('b/big') && e.message.includes('500 bytes') && e.message.includes('100-byte'),
+    );
+  });
+});
+
+describe('readKeyed: a reader sees whole saves only', () => {
+  const kv = (key: string, value: string, modRevision: number) => ({ key, value, modRevision });
+  const cases: { name: string; kvs: ReturnType<typeof kv>[]; head: boolean; complete: boolean; rereadAt: number | null; problem?: RegExp }[] = [
+    { name: 'nothing there', kvs: [], head: false, complete: false, rereadAt: null },
+    { name: 'entries without a head: a first save half-way', kvs: [kv('b/a', '1', 5)], head: false, complete: false, rereadAt: null },
+    { name: 'a complete save', kvs: [kv('b/a', '1', 5), kv('b/c', '1', 6), kv('b/head', headValue(2), 6)], head: true, complete: true, rereadAt: null },
+    { name: 'an entry newer than the head: read again at the head', kvs: [kv('b/a', '1', 9), kv('b/c', '1', 6), kv('b/head', headValue(2), 6)], head: true, complete: false, rereadAt: 6 },
+    { name: 'an entry deleted by a save half-way (the count is off)', kvs: [kv('b/a', '1', 5), kv('b/head', headValue(2), 6)], head: true, complete: false, rereadAt: 6 },
+    { name: 'a head this version does not read', kvs: [kv('b/a', '1', 5), kv('b/head', '{"v":7}', 6)], head: true, complete: false, rereadAt: null, problem: /not one this version reads/ },
+    { name: 'keys of another base are not entries', kvs: [kv('b/a', '1', 5), kv('bx/a', '1', 9), kv('b/head', headValue(1), 6)], head: true, complete: true, rereadAt: null },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      const r = readKeyed(c.kvs, 'b');
+      assert.equal(r.head, c.head);
+      assert.equal(r.complete, c.complete);
+      assert.equal(r.rereadAt, c.rereadAt);
+      if (c.problem) assert.match(r.problem ?? '', c.problem);
+      else assert.equal(r.problem, null);
+    });
+  }
+
+  it('applyChanges: puts and deletes of a watch applied at the head', () => {
+    assert.deepEqual([...applyChanges(m({ a: '1', b: '2' }), new Map([['b', null], ['c', '3'], ['a', '9']]))], [['a', '9'], ['c', '3']]);
+  });
+
+  it('keyPart: names with / and % round trip and never make a deeper key', () => {
+    for (const name of ['plain', 'a/b', '100%', '%2F', 'x/%/y']) {
+      assert.ok(!keyPart(name).includes('/'));
+      assert.equal(nameOfPart(keyPart(name)), name);
+    }
+  });
+});
+
+describe('the state record as entries', () => {
+  it('round trips (starts, stops, replica maps, avoid, retries); equal content gives equal entries whatever the key order', () => {
+    const s = {
+      ...bigState(20),
+      starts: { 'r-1': { model: modelName(1), node: 'n1', digest: 'd', startedAt: 5, readyAt: 6, endpoint: 'http://h:9000' }, 'r-2': { model: 'gone-model', node: 'n2', digest: 'd', startedAt: 7 } },
+      stops: { 'r-3': { model: modelName(2), node: 'n1', reason: 'failed', since: 8, drain: false } },
+      restarts: { 'r-4': 9 },
+      draining: { 'r-4': 10 },
+      accounted: { 'r-5': 11 },
+      unresponsiveSince: { 'r-5': 12 },
+      avoid: { [`${modelName(3)}@n1`]: 13, 'odd@name@n2': 14 },
+    };
+    const back = stateFromEntries(stateEntries(s));
+    assert.deepEqual(back, s);
+    const reordered = JSON.parse(JSON.stringify(s, (_k, v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).reverse()) : v))) as typeof s;
+    assert.deepEqual([...stateEntries(reordered)].sort(), [...stateEntries(s)].sort());
+    assert.deepEqual(stateFromEntries(stateEntries(emptyState)), emptyState);
+  });
+
+  it('one model parked: one entry changes; a replica gone: its entry is deleted', () => {
+    const s = bigState(1_000);
+    const name = modelName(1);
+    const h = s.models[name]!;
+    const lastError = { code: 'REPLICA_START_FAILED', message: 'x' };
+    const parked = { ...s, models: { ...s.models, [name]: { ...h, consecutiveFailures: 5, parked: { since: 1, lastError } } } };
+    const d = diffEntries(stateEntries(s), stateEntries(parked));
+    assert.deepEqual(d.puts.map(([k]) => k), [`models/${name}`]);
+    assert.deepEqual(d.deletes, []);
+    const replica = Object.keys(s.readySince)[0]!;
+    const { [replica]: _gone, ...readySince } = s.readySince;
+    const d2 = diffEntries(stateEntries(s), stateEntries({ ...s, readySince }));
+    assert.deepEqual(d2, { puts: [], deletes: [`replicas/${replica}`] });
+  });
+
+  it('entries that are not a record are refused saying which', () => {
+    assert.throws(() => stateFromEntries(m({ retries: '[]' })), /no fleet entry/);
+    assert.throws(() => stateFromEntries(m({ fleet: '{"version":2}', 'models/a': '[1]' })), /model a is not an object/);
+    assert.throws(() => stateFromEntries(m({ fleet: '{"version":99}' })), /not an llmgw state record/);
+  });
+});
+
+describe('the published snapshot as entries', () => {
+  it('round trips at 5,000 models; each entry stays small (the largest well under 64 KiB)', () => {
+    const p = bigPublished(5_000);
+    const entries = publishedEntries(p);
+    assert.equal(entries.size, 1 + 5_000 + 100);
+    assert.ok(Math.max(...[...entries.values()].map((v) => v.length)) < 4 * 1024);
+    const { snapshot, bad } = publishedFromEntries(entries);
+    assert.deepEqual(bad, []);
+    assert.deepEqual(snapshot, p);
+  });
+
+  it('an entry that is not its model (not JSON, another name) is left out and named; no fleet entry: none', () => {
+    const p = bigPublished(3);
+    const entries = publishedEntries(p);
+    const [first, second] = [p.models[0]!.name, p.models[1]!.name];
+    entries.set(`models/${first}`, '{not json');
+    entries.set(`models/${second}`, JSON.stringify({ ...p.models[2], name: 'someone-else' }));
+    const { snapshot, bad } = publishedFromEntries(entries);
+    assert.deepEqual(snapshot?.models.map((x) => x.name), [p.models[2]!.name]);
+    assert.deepEqual([...bad].sort(), [`models/${first}`, `models/${second}`].sort());
+    entries.delete('fleet');
+    assert.equal(publishedFromEntries(entries).snapshot, null);
+    entries.set('fleet', '{"v":2}');
+    assert.equal(publishedFromEntries(entries).snapshot, null, 'a format this version does not read');
+  });
+});
