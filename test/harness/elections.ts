@@ -30,7 +30,13 @@ export interface Instance {
 }
 
 export function instance(endpoint: string, prefix: string, id: string, extra: Partial<ElectionOptions> = {}): Instance {
-  const client = openEtcd(settings(endpoint, prefix), Date.now);
+  return instanceWith(settings(endpoint, prefix), id, extra);
+}
+
+/** An Election on a client opened with these settings (TLS, auth), started by the caller. */
+export function instanceWith(s: EtcdSettings, id: string, extra: Partial<ElectionOptions> = {}): Instance {
+  const prefix = s.prefix;
+  const client = openEtcd(s, Date.now);
   const election = new Election(client, { prefix, id, label: `${id}.test`, ...FAST, logger: pino({ level: 'silent' }), ...extra });
   return {
     client,

@@ -42,3 +42,12 @@ export function stateFor(spec: FleetSpec, over: Partial<ControllerState> = {}): 
 }
 
 export const memoryOf = (spec: FleetSpec): Record<string, number | null> => Object.fromEntries(Object.values(spec.models).map((m) => [m.name, m.memoryBytes]));
+
+/** The fleet with one always-on model, alpha (beta and gamma removed): a model whose starts the test fails. */
+export const alphaOnlySpec = (): Promise<FleetSpec> => specOf((f) => {
+  delete f['models/beta.yaml'];
+  delete f['models/gamma.yaml'];
+});
+
+/** The engine's reason an unknown-architecture start fails with (the kev demo model's). */
+export const KEV_FAILURE = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" } as const;

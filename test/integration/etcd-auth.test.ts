@@ -9,12 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
-import pino from 'pino';
 import { Election } from '../../src/ha/election.js';
-import { openEtcd } from '../../src/ha/etcd.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { until } from '../harness/wait.js';
-import { FAST, elected } from '../harness/elections.js';
+import { elected, instanceWith, settings } from '../harness/elections.js';
 
 const PREFIX = '/llmgw-auth/fleet';
 
@@ -50,14 +48,10 @@ describe('etcd with authentication', { timeout: 60_000 }, () => {
   const start = (id: string, username: string, password: string): Election => {
     const passwordFile = join(dir, `${id}.pw`);
     writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
-    const client = openEtcd({ hosts: [etcd.endpoint], prefix: PREFIX, tls: null, auth: { username, passwordFile }, ...FAST }, Date.now);
-    const election = new Election(client, { prefix: PREFIX, id, label: id, ...FAST, logger: pino({ level: 'silent' }) });
-    closers.push(async () => {
-      await election.stop();
-      client.close();
-    });
-    election.start();
-    return election;
+    const i = instanceWith({ ...settings(etcd.endpoint, PREFIX), auth: { username, passwordFile } }, id);
+    closers.push(() => i.close());
+    i.election.start();
+    return i.election;
   };
 
   it('the llmgw user with its password file leads and writes under its prefix', async () => {

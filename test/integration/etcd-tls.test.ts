@@ -9,12 +9,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import pino from 'pino';
 import { Election } from '../../src/ha/election.js';
-import { openEtcd, type EtcdSettings } from '../../src/ha/etcd.js';
+import type { EtcdSettings } from '../../src/ha/etcd.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { until } from '../harness/wait.js';
-import { FAST, elected } from '../harness/elections.js';
+import { elected, instanceWith, settings } from '../harness/elections.js';
 
 const PREFIX = '/llmgw-tls/fleet';
 
@@ -58,14 +57,10 @@ describe('etcd over TLS with client certificates', { timeout: 60_000 }, () => {
 
   const start = (id: string, tls: EtcdSettings['tls']): Election => {
     assert.match(etcd.endpoint, /^https:/);
-    const client = openEtcd({ hosts: [etcd.endpoint], prefix: PREFIX, tls, auth: null, ...FAST }, Date.now);
-    const election = new Election(client, { prefix: PREFIX, id, label: id, ...FAST, logger: pino({ level: 'silent' }) });
-    closers.push(async () => {
-      await election.stop();
-      client.close();
-    });
-    election.start();
-    return election;
+    const i = instanceWith({ ...settings(etcd.endpoint, PREFIX), tls }, id);
+    closers.push(() => i.close());
+    i.election.start();
+    return i.election;
   };
 
   it('the CA, client certificate and key files: leads and writes', async () => {

@@ -10,16 +10,12 @@ import { startConcluded } from '../../src/reconciler/outcomes.js';
 import { decide, freshPlacement, pruned, type DecideInput } from '../../src/reconciler/pass.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
 import { clockStepped, startLaunched, stateFromJson, type ControllerState } from '../../src/reconciler/state.js';
-import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+import { alphaOnlySpec, KEV_FAILURE, memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
-const spec = await specOf((f) => {
-  // only alpha: one always-on model whose starts fail
-  delete f['models/beta.yaml'];
-  delete f['models/gamma.yaml'];
-});
+const spec = await alphaOnlySpec(); // one always-on model whose starts fail
 const S = spec.settings;
 const alpha = spec.models.alpha!;
-const kev = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
+const kev = KEV_FAILURE;
 const died = { code: 'REPLICA_UNKNOWN_ARCHITECTURE' as const, message: kev.message, logTail: '' };
 
 /** alpha after one failure at t=0, its backoff over by `now`. */

@@ -17,17 +17,14 @@ import { initialHealth, retried, startFailed, stayedReady } from '../../src/reco
 import { startConcluded, type StartOutcome } from '../../src/reconciler/outcomes.js';
 import { ACCOUNTED_KEEP_MS, decide, pruned } from '../../src/reconciler/pass.js';
 import { startLaunched, type ControllerState } from '../../src/reconciler/state.js';
-import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+import { alphaOnlySpec, KEV_FAILURE, memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
 describe("a start's outcome from its own log", () => {
   it('a counted failure is never counted again, however its replica comes and goes in observations', async () => {
-    const spec = await specOf((f) => {
-      delete f['models/beta.yaml'];
-      delete f['models/gamma.yaml'];
-    });
+    const spec = await alphaOnlySpec();
     const S = spec.settings;
     const alpha = spec.models.alpha!;
-    const kev = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
+    const kev = KEV_FAILURE;
     // four failures counted, the fifth start launched and failed with the engine's reason
     let h = initialHealth(alpha.digest);
     for (let i = 0; i < 3; i++) h = startFailed(h, kev, i, S);
