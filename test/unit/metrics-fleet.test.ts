@@ -185,23 +185,17 @@ describe('metrics: fleet snapshot', () => {
     assert.equal(sampleValue(s, 'llmgw_reconcile_total', { result: 'error' }), 0);
     assert.equal(sampleValue(s, 'llmgw_git_sync_last_success_timestamp_seconds'), 0);
 
-    m.applySnapshot(
+    // one pass (a fresh snapshot object each time it is published)
+    const afterPass = () =>
       snapshot({
         appliedRevision: 'abc',
         specValid: false,
         rejected: { revision: 'def', problems: [] },
         lastPass: { startedAt: Date.parse('2025-01-01T00:00:00.000Z'), durationMs: 1500, result: 'ok', error: null, actions: 2 },
-      }),
-    );
+      });
+    m.applySnapshot(afterPass());
     // The same pass published twice is counted once.
-    m.applySnapshot(
-      snapshot({
-        appliedRevision: 'abc',
-        specValid: false,
-        rejected: { revision: 'def', problems: [] },
-        lastPass: { startedAt: Date.parse('2025-01-01T00:00:00.000Z'), durationMs: 1500, result: 'ok', error: null, actions: 2 },
-      }),
-    );
+    m.applySnapshot(afterPass());
     s = await scrape(m);
     assert.equal(sampleValue(s, 'llmgw_leader'), 1);
     assert.equal(sampleValue(s, 'llmgw_leader_changes_total'), 1);
