@@ -19,6 +19,7 @@ import type { StatusSink } from '../../src/reconciler/persist.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness/fake-node.js';
 import { specOf } from '../harness/reconciler-core.js';
 import { recordFault } from '../harness/fault-report.js';
+import type { ReplicaView } from '../../src/reconciler/view.js';
 
 const spec = await specOf((f) => {
   f['fleet.yaml'] = 'park_after_failures: 5\nplacement_reserve: 1GiB\npoll_interval: 1h\nbackoff: { initial: 1s, max: 4s }\n';
@@ -263,6 +264,24 @@ class SwappableSpec implements FleetSource {
  * ssh), so a start can launch its replica and conclude ready while a look from before it runs. status:
  * where each pass's status goes (none by default).
  */
+/**
+ * Both replicas of alpha ready, the first restarted with 2 requests in flight, time stepped until its
+ * replacement is ready and the first is draining (its stop in the record).
+ */
+async function restartUntilDraining(w: ReturnType<typeof rollSetup>): Promise<{ first: ReplicaView | undefined; ids: readonly string[] }> {
+  await w.drive(() => w.r.readyReplicas('alpha').length === 2);
+  const [first] = w.r.readyReplicas('alpha');
+  w.busy.set(first!.id, 2);
+  const ids = await w.r.restart({ replicas: [first!.id] });
+  for (let i = 0; i < 400 && !w.r.record().stops[first!.id]; i++) {
+    w.busy.set(first!.id, 2);
+    await ticks(3);
+    w.clock.advance(200);
+    w.timers.fire();
+  }
+  return { first, ids };
+}
+
 function rollSetup(seed: number, initial: ControllerState = emptyState, shared?: { nodes: Map<string, FakeNode>; clock: FakeClock; timers: FakeTimers; busy: Map<string, number>; log: FakeFleetLog }, opts: { slowLooks?: boolean; status?: StatusSink | null } = {}) {
   const random = rng(seed);
   const clock = shared?.clock ?? new FakeClock();
@@ -535,16 +554,7 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     const w = rollSetup(5);
     try {
       await w.r.start();
-      await w.drive(() => w.r.readyReplicas('alpha').length === 2);
-      const [first] = w.r.readyReplicas('alpha');
-      w.busy.set(first!.id, 2);
-      await w.r.restart({ replicas: [first!.id] });
-      for (let i = 0; i < 400 && !w.r.record().stops[first!.id]; i++) {
-        w.busy.set(first!.id, 2);
-        await ticks(3);
-        w.clock.advance(200);
-        w.timers.fire();
-      }
+      const { first } = await restartUntilDraining(w);
       const before = w.r.record().stops[first!.id];
       assert.ok(before, 'draining');
       // the wall clock steps 2 h ahead; the first to take a time is an operator call, not a pass
@@ -563,17 +573,7 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
   it('a controller restart in the middle of a drain continues it from the record: never restarts or forgets it, never cuts', async () => {
     const w = rollSetup(5);
     await w.r.start();
-    await w.drive(() => w.r.readyReplicas('alpha').length === 2);
-    const [first] = w.r.readyReplicas('alpha');
-    w.busy.set(first!.id, 2);
-    const ids = await w.r.restart({ replicas: [first!.id] });
-    // the replacement is ready and the old one drains with 2 in flight
-    for (let i = 0; i < 400 && !w.r.record().stops[first!.id]; i++) {
-      w.busy.set(first!.id, 2);
-      await ticks(3);
-      w.clock.advance(200);
-      w.timers.fire();
-    }
+    const { first, ids } = await restartUntilDraining(w);
     const rec = w.r.record().stops[first!.id];
     assert.ok(rec, 'draining');
     await w.r.stop();
