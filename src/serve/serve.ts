@@ -31,15 +31,12 @@ import type { NodeSpec } from '../fleet-spec/types.js';
 import type { Fence } from '../nodes/driver.js';
 import type { ControlView } from '../reconciler/view.js';
 import { HaController } from '../ha/controller.js';
-import { Requests } from '../ha/channel.js';
-import { Published } from '../ha/published-channel.js';
-import { Election } from '../ha/election.js';
 import { openEtcd } from '../ha/etcd.js';
-import { EtcdStateStore } from '../ha/etcd-state.js';
 import { clusterOwner, sharedValues } from '../ha/shared.js';
 import type { ShellTime } from '../ha/shell-time.js';
 import { nodeTimers } from '../reconciler/loop.js';
 import { instanceOf } from './instance.js';
+import { wireHa } from './ha-wiring.js';
 
 /** A node's owner record outlives its owner's last renewal by this much before another controller may take the node. */
 const OWNER_TTL_SECONDS = 60;
@@ -133,40 +130,25 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     const client = etcdClient;
     const shared = await sharedValues(client, e.prefix, engineApiKey);
     routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, time, log.child({ component: 'router-shares' }));
-    const election = new Election(client, { prefix: e.prefix, id: instance.id, label: instance.label, leaseTtlSeconds: e.leaseTtlSeconds, renewDeadlineMs: e.renewDeadlineMs, retryPeriodMs: e.retryPeriodMs, clock: time.now, monotonic: () => performance.now(), timers: time.timers, logger: log.child({ component: 'election' }) });
-    const stateStore = new EtcdStateStore(election, client, e.prefix, time.now);
     const owner = clusterOwner(shared.clusterId, e.prefix);
-    controller = new HaController({
-      election,
-      published: new Published(election, client, e.prefix, time.timers),
-      requests: new Requests(client, e.prefix, instance.id, time),
-      time,
-      stateStore,
+    controller = wireHa({
+      client,
+      etcd: e,
       instance,
-      prefix: e.prefix,
+      time,
+      monotonic: () => performance.now(),
+      logger: log,
       tracker: new SpecTracker(repo),
       engineApiKey: shared.engineApiKey,
-      logger: log,
       onLeadership: (leading) => metrics.leaderChanged(leading),
-      makeReconciler: (t) =>
-        new Reconciler({
-          ...common,
-          // a status-branch epoch above etcd's own revision is a forgery (or from before a restore): it fences nothing
-          status: new StatusWriter(repo, () => election.revision()),
-          tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
-          driverFor: (n, supersede) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }), supersede)),
-          // an owner-record epoch above etcd's revision was not made by this etcd (a restore, a forgery): taken over
-          epochBound: () => election.revision(),
-          stateStore,
-          initialState: t.initialState,
-          initialStateProblem: t.initialStateProblem,
-          engineApiKey: shared.engineApiKey,
-          leader: t.leader,
-          control: t.control,
-          epoch: () => t.epoch,
-          onDeposed: t.onDeposed,
-        }),
-    });
+      term: (t, election) => ({
+        ...common,
+        // a status-branch epoch above etcd's own revision is a forgery (or from before a restore): it fences nothing
+        status: new StatusWriter(repo, () => election.revision()),
+        tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
+        driverFor: (n, supersede) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }), supersede)),
+      }),
+    }).controller;
   } else {
     const statePath = join(cfg.stateDir, 'state.json');
     const { state, problem: stateProblem } = await loadState(statePath);
