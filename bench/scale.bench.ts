@@ -1,23 +1,49 @@
 /**
- * Scale (#28): a fleet of N on-demand models on one local node, run by the real `llmgw serve` and
- * measured through its public interface only (HTTP, the CLI, /proc) — /metrics bytes and time per
- * scrape, controller RSS and V8 heap after start and after 5 activations (real llama-server on a tiny
- * GGUF), GET /admin/v1/models, `ctl status`, `llmgw validate` wall time — plus the in-process fleet
- * load and a status-branch write of N files (real git objects). Every figure is also taken for a
- * 10-model fleet in the same run, and printed as a ratio to it (validate: to a bare `node -e ''`).
+ * Scale (#28), two parts (SCALE_PARTS=controller,serve; default both):
+ *
+ * controller — the acceptance figures at N models × 100 nodes: an in-process HA controller
+ *   (test/harness/scale-controller.ts: `llmgw serve --etcd`'s wiring, fake nodes for the pass, a real
+ *   etcd for the record and the published snapshot, a real git fleet repo for the status branch),
+ *   a few per cent of the models running a replica and one in a hundred parked. Per size: the steady
+ *   pass (lastPass.durationMs, median of 9 on an unchanged world), etcd bytes written per steady pass
+ *   and for one model's change (a replica died: each pass until the fleet is quiet again; the writers'
+ *   own byte counts, checked against etcd's revision delta and what a watch on the prefix saw), the
+ *   largest value under the prefix (one range read of it all), the failover read (a fresh client
+ *   reading the state record as a new leader does and the published snapshot as a standby does),
+ *   the status-branch write for that one changed model (TreeCache warm), /metrics bytes and render
+ *   time of the controller's registry, and the process's RSS. Each size runs in a child process of
+ *   its own (its RSS is its own), the 10-model baseline too.
+ * serve — a fleet of N on-demand models on one local node, run by the real `llmgw serve` and
+ *   measured through its public interface only (HTTP, the CLI, /proc) — /metrics bytes and time per
+ *   scrape, controller RSS and V8 heap after start and after 5 activations (real llama-server on a tiny
+ *   GGUF), GET /admin/v1/models, `ctl status`, `llmgw validate` wall time — plus the in-process fleet
+ *   load and a status-branch write of N files (real git objects).
+ *
+ * Every figure is also taken for a 10-model fleet in the same run, and printed as a ratio to it
+ * (validate: to a bare `node -e ''`).
  *
  *   npm run bench:scale                          (1,000 models)
  *   SCALE_MODELS=1000,10000 npm run bench:scale  (each size in turn)
- *   SCALE_ACTIVATIONS=0 …                        (skip the activations)
+ *   SCALE_PARTS=controller …                     (one part only)
+ *   SCALE_ACTIVATIONS=0 …                        (serve: skip the activations)
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pino from 'pino';
 import { dirFiles } from '../src/fleet-spec/dir-files.js';
 import { loadFleetSpec } from '../src/fleet-spec/load.js';
 import { TreeCache, writeFilesTree } from '../src/git/status-branch.js';
+import { Election } from '../src/ha/election.js';
+import { ETCD_DEFAULTS, openEtcd } from '../src/ha/etcd.js';
+import { EtcdStateStore } from '../src/ha/etcd-state.js';
+import { rangeAll } from '../src/ha/keyed-store.js';
+import { Published } from '../src/ha/published-channel.js';
+import { startEtcd } from '../test/harness/etcd.js';
 import { repoRoot } from '../test/harness/paths.js';
+import { SCALE_NODES, startScaleController, type PassCost, type ScaleController } from '../test/harness/scale-controller.js';
 import { chatOnce, makeScaleFleet, sampleOf, serveScaleFleet, waitFor, type ScaleServe } from '../test/harness/scale-fleet.js';
 
 const SIZES = (process.env['SCALE_MODELS'] ?? '1000').split(',').map(Number);
@@ -133,17 +159,204 @@ async function statusBranch(n: number): Promise<Figures> {
   }
 }
 
-const bare = wallMs(['-e', '']);
-console.log(`bench:scale — ${SIZES.join(', ')} on-demand models on one local node, baseline ${BASELINE} models; node -e '' ${bare.toFixed(0)} ms wall`);
-const base = await measure(BASELINE);
-for (const n of SIZES) {
-  const t0 = performance.now();
-  const at = await measure(n);
-  console.log(`\n${'figure'.padEnd(34)} ${`${BASELINE} models`.padStart(12)} ${`${n} models`.padStart(14)} ${'ratio'.padStart(8)}`);
-  for (const [k, v] of Object.entries(at)) {
-    const b = base[k] ?? NaN;
-    console.log(`${k.padEnd(34)} ${b.toFixed(1).padStart(12)} ${v.toFixed(1).padStart(14)} ${(v / b).toFixed(2).padStart(8)}`);
+async function servePart(): Promise<void> {
+  const bare = wallMs(['-e', '']);
+  console.log(`\nserve — ${SIZES.join(', ')} on-demand models on one local node, baseline ${BASELINE} models; node -e '' ${bare.toFixed(0)} ms wall`);
+  const base = await measure(BASELINE);
+  for (const n of SIZES) {
+    const t0 = performance.now();
+    const at = await measure(n);
+    console.log(`\n${'figure'.padEnd(34)} ${`${BASELINE} models`.padStart(12)} ${`${n} models`.padStart(14)} ${'ratio'.padStart(8)}`);
+    for (const [k, v] of Object.entries(at)) {
+      const b = base[k] ?? NaN;
+      console.log(`${k.padEnd(34)} ${b.toFixed(1).padStart(12)} ${v.toFixed(1).padStart(14)} ${(v / b).toFixed(2).padStart(8)}`);
+    }
+    console.log(`llmgw validate at ${n}: ${(at['validate wall ms']! / bare).toFixed(1)} × a bare node start (goal ≤ 500 ms wall at 1,000); load in-process goal ≤ 150 ms`);
+    console.log(`(${((performance.now() - t0) / 1000).toFixed(0)} s for ${n} models)`);
   }
-  console.log(`llmgw validate at ${n}: ${(at['validate wall ms']! / bare).toFixed(1)} × a bare node start (goal ≤ 500 ms wall at 1,000); load in-process goal ≤ 150 ms`);
-  console.log(`(${((performance.now() - t0) / 1000).toFixed(0)} s for ${n} models)`);
+}
+
+// ------------------------------------------------------------------ controller: N models × 100 nodes, etcd, git
+
+const quietLog = pino({ level: 'silent' });
+
+/** A fresh client reading what a new leader (the state record) and a standby (the published snapshot) read at takeover. */
+async function failoverReads(c: ScaleController): Promise<{ stateMs: number; publishedMs: number; parked: number }> {
+  const client = openEtcd(c.settings, Date.now);
+  const election = new Election(client, { prefix: c.settings.prefix, id: 'scale-reader', label: 'scale bench reader', ...ETCD_DEFAULTS, logger: quietLog });
+  try {
+    const [stateMs, loaded] = await timed(() => new EtcdStateStore(election, client, c.settings.prefix).load());
+    if (loaded.problem) throw new Error(`the state record read back with a problem: ${loaded.problem.message}`);
+    let seen!: () => void;
+    let refused!: (e: Error) => void;
+    const whole = new Promise<void>((resolve, reject) => ((seen = resolve), (refused = reject)));
+    const t0 = performance.now();
+    const close = await new Published(election, client, c.settings.prefix).watch((p, problem) => {
+      if (problem) refused(new Error(`the published snapshot read back with a problem: ${problem}`));
+      else if (p?.models.length === c.models) seen();
+    });
+    await whole;
+    const publishedMs = performance.now() - t0;
+    await close();
+    return { stateMs, publishedMs, parked: Object.values(loaded.state.models).filter((h) => h.parked).length };
+  } finally {
+    client.close();
+  }
+}
+
+/** The scrape /metrics serves (scrapeParts), timed: its bytes and the time to render them. */
+async function scrape(c: ScaleController): Promise<{ ms: number; bytes: number }> {
+  const [ms, r] = await timed(() => c.metrics.scrapeParts());
+  return { ms, bytes: r.parts.reduce((n, p) => n + p.length, 0) };
+}
+
+const etcdBytes = (x: PassCost): number => x.stateBytes + x.publishedBytes;
+const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
+
+async function measureController(n: number, endpoint: string, prefix: string): Promise<Figures> {
+  const f: Figures = {};
+  const note = (line: string): void => void process.stderr.write(`  [${n}] ${line}\n`);
+  const t0 = performance.now();
+  const c = await startScaleController({ models: n, etcdEndpoint: endpoint, prefix });
+  try {
+    f['start to first pass s'] = (performance.now() - t0) / 1000;
+    const t1 = performance.now();
+    const settlePasses = await c.settle(900_000);
+    f['settle s'] = (performance.now() - t1) / 1000;
+    const models = c.reconciler().snapshot().models;
+    f['models with a ready replica'] = models.filter((m) => m.phase === 'ready').length;
+    f['models parked'] = models.filter((m) => m.parked).length;
+    note(`settled in ${settlePasses} passes, ${f['settle s'].toFixed(1)} s; ${f['models with a ready replica']} ready, ${f['models parked']} parked, ${c.fleetLog.starts.length} starts on ${SCALE_NODES} fake nodes`);
+
+    const steady: PassCost[] = [];
+    const scrapes: { ms: number; bytes: number }[] = [];
+    for (let i = 0; i < 9; i++) {
+      steady.push(await c.pass('scale: nothing changed'));
+      scrapes.push(await scrape(c)); // the fleet part is rendered again after a pass (its pass counters moved)
+    }
+    f['steady pass ms'] = median(steady.map((x) => x.passMs));
+    f['steady pass ms (max of 9)'] = Math.max(...steady.map((x) => x.passMs));
+    f['steady: etcd bytes/pass'] = sum(steady.map(etcdBytes)) / steady.length;
+    f['steady: etcd revisions/pass'] = sum(steady.map((x) => x.revisions)) / steady.length;
+    f['steady: watched bytes/pass'] = sum(steady.map((x) => x.watchedBytes)) / steady.length;
+    f['steady: status write ms (no change)'] = median(steady.map((x) => x.statusMs));
+    f['steady: status commits'] = steady.filter((x) => x.statusCommitted).length;
+    f['/metrics MB'] = scrapes[0]!.bytes / 1e6;
+    f['/metrics render ms (after a pass)'] = median(scrapes.map((x) => x.ms));
+    const written = [...new Set(steady.flatMap((x) => x.watchedKeys))];
+    if (written.length) note(`keys a steady pass wrote: ${written.slice(0, 10).join(', ')}`);
+
+    // one model's change: a ready replica of a demanded model dies on its node
+    const victim = c.demanded[0]!;
+    const node = [...c.nodes.values()].find((x) => [...x.replicas.values()].some((r) => r.model === victim))!;
+    const [id] = [...node.replicas.entries()].find(([, r]) => r.model === victim)!;
+    node.replicas.delete(id);
+    const episode: PassCost[] = [await c.pass(`scale: a replica of ${victim} died`)];
+    const changedScrape = await scrape(c);
+    while (episode.length < 20) {
+      const x = await c.pass('scale: after the change');
+      episode.push(x);
+      if (x.actions === 0 && x.revisions === 0 && c.reconciler().model(victim)?.phase === 'ready') break;
+    }
+    const first = episode[0]!;
+    f['change: etcd bytes, first pass'] = etcdBytes(first);
+    f['change: etcd bytes, largest pass'] = Math.max(...episode.map(etcdBytes));
+    f['change: etcd bytes, all passes'] = sum(episode.map(etcdBytes));
+    f['change: passes to quiet'] = episode.length;
+    f['change: etcd revisions, all passes'] = sum(episode.map((x) => x.revisions));
+    f['change: txns, all passes'] = sum(episode.map((x) => x.txns));
+    f['change: watched bytes, all passes'] = sum(episode.map((x) => x.watchedBytes));
+    // the change pass's write shares the event loop with the replacement's start concluding (a summary
+    // and publish of the whole fleet); the writer alone on a quiet controller, 3 times:
+    f['status write ms, the change pass'] = first.statusCommitted ? first.statusMs : NaN;
+    const commits: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const w = await c.statusCommitOfOne(victim);
+      if (!w.committed) throw new Error('the status write of one changed model did not commit');
+      commits.push(w.ms);
+    }
+    f['status commit ms, 1 model changed (quiet)'] = median(commits);
+    f['/metrics render ms (after a change)'] = changedScrape.ms;
+    note(`one model changed (${victim}'s replica died): per pass ${episode.map((x) => `${etcdBytes(x)} B/${x.revisions} rev${x.statusCommitted ? '/commit' : ''}`).join(', ')}; keys: ${[...new Set(episode.flatMap((x) => x.watchedKeys))].join(', ')}`);
+
+    // what etcd holds: one range read of the whole prefix
+    const [readMs, all] = await timed(() => rangeAll(c.client, prefix, 0));
+    const largest = all.kvs.reduce((a, b) => (b.value.length > a.value.length ? b : a));
+    f['etcd keys under the prefix'] = all.kvs.length;
+    f['etcd kB under the prefix'] = sum(all.kvs.map((kv) => Buffer.byteLength(kv.key) + Buffer.byteLength(kv.value))) / 1e3;
+    f['largest etcd value B'] = Buffer.byteLength(largest.value);
+    f['range read of the prefix ms'] = readMs;
+    note(`largest value: ${largest.key.slice(prefix.length)} (${f['largest etcd value B']} B)`);
+
+    const reads: { stateMs: number; publishedMs: number; parked: number }[] = [];
+    for (let i = 0; i < 3; i++) reads.push(await failoverReads(c));
+    if (reads[0]!.parked !== f['models parked']) throw new Error(`the state record read back holds ${reads[0]!.parked} parked models, the leader ${f['models parked']}`);
+    f['failover: state record read ms'] = median(reads.map((x) => x.stateMs));
+    f['failover: published snapshot read ms'] = median(reads.map((x) => x.publishedMs));
+
+    const mem = process.memoryUsage();
+    f['RSS MB'] = mem.rss / 2 ** 20;
+    f['heap in use MB'] = mem.heapUsed / 2 ** 20;
+  } finally {
+    await c.close();
+  }
+  return f;
+}
+
+/** The acceptance goals (#28) of the controller part: [text, holds?] for a figure at n models. */
+const GOALS: Record<string, (v: number, n: number) => [string, boolean] | null> = {
+  'steady pass ms': (v, n) => (n >= 10_000 ? ['≤ 50 ms at 10,000', v <= 50] : null),
+  'steady: etcd bytes/pass': (v) => ['0', v === 0],
+  'steady: etcd revisions/pass': (v) => ['0', v === 0],
+  'change: etcd bytes, largest pass': (v) => ['≤ 4 KiB', v <= 4096],
+  'largest etcd value B': (v) => ['≤ 64 KiB', v <= 65_536],
+  '/metrics MB': (v, n) => (n === 1000 ? ['≤ 1 MB at 1,000', v <= 1] : null),
+  '/metrics render ms (after a pass)': (v, n) => (n === 1000 ? ['≤ 15 ms at 1,000', v <= 15] : null),
+};
+
+const CHILD = 'SCALE_CONTROLLER_CHILD';
+
+/** One size in a child process of its own (so RSS is that size's), on the shared etcd under a prefix of its own. */
+function controllerChild(n: number, endpoint: string): Figures {
+  const out = execFileSync(process.execPath, [fileURLToPath(import.meta.url)], {
+    env: { ...process.env, [CHILD]: JSON.stringify({ n, endpoint, prefix: `/llmgw-scale/${n}` }) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+    maxBuffer: 16 * 2 ** 20,
+    encoding: 'utf8',
+  });
+  return JSON.parse(out.trim().split('\n').pop()!) as Figures;
+}
+
+async function controllerPart(): Promise<void> {
+  const etcd = await startEtcd();
+  try {
+    console.log(`\ncontroller — N on-demand models × ${SCALE_NODES} fake nodes, real etcd (${etcd.endpoint}) and git; baseline ${BASELINE} models`);
+    const base = controllerChild(BASELINE, etcd.endpoint);
+    for (const n of SIZES) {
+      const t0 = performance.now();
+      const at = controllerChild(n, etcd.endpoint);
+      console.log(`\n${'figure'.padEnd(40)} ${`${BASELINE} models`.padStart(12)} ${`${n} models`.padStart(14)} ${'ratio'.padStart(8)}   goal`);
+      for (const [k, v] of Object.entries(at)) {
+        const b = base[k] ?? NaN;
+        const g = GOALS[k]?.(v, n);
+        console.log(`${k.padEnd(40)} ${b.toFixed(1).padStart(12)} ${v.toFixed(1).padStart(14)} ${(v / b).toFixed(2).padStart(8)}   ${g ? `${g[0]}: ${g[1] ? 'holds' : 'NOT MET'}` : ''}`);
+      }
+      console.log(`(${((performance.now() - t0) / 1000).toFixed(0)} s for ${n} models)`);
+    }
+  } finally {
+    await etcd.stop();
+  }
+}
+
+// ------------------------------------------------------------------ main
+
+const child = process.env[CHILD];
+if (child) {
+  const { n, endpoint, prefix } = JSON.parse(child) as { n: number; endpoint: string; prefix: string };
+  console.log(JSON.stringify(await measureController(n, endpoint, prefix)));
+  process.exit(0); // etcd3's channels and the election's timers are closed; nothing else should be left, but a bench child must not hang on one
+} else {
+  const PARTS = new Set((process.env['SCALE_PARTS'] ?? 'controller,serve').split(','));
+  if (PARTS.has('controller')) await controllerPart();
+  if (PARTS.has('serve')) await servePart();
 }

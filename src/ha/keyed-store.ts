@@ -25,7 +25,7 @@ export interface DocRead {
 }
 
 /** The keys under `<base>/` at one revision (0: now), in pages. */
-async function rangeAll(client: Etcd3, base: string, revision: number): Promise<{ kvs: StoredKv[]; revision: number }> {
+export async function rangeAll(client: Etcd3, base: string, revision: number): Promise<{ kvs: StoredKv[]; revision: number }> {
   const end = Buffer.from(`${base}0`); // '0' follows '/': the end of the prefix
   let from = Buffer.from(`${base}/`);
   let at = revision;

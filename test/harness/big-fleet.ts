@@ -9,7 +9,7 @@ import type { ModelHealth } from '../../src/reconciler/health.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 
 export const modelName = (i: number): string => `team-${i % 7}/finetune-${String(i).padStart(5, '0')}-q4_k_m`.replace('/', '-');
-const nodeName = (i: number): string => `node-${String(i % 100).padStart(3, '0')}`;
+export const nodeName = (i: number): string => `node-${String(i % 100).padStart(3, '0')}`;
 const digest = (i: number): string => `sha256:${(i * 2654435761).toString(16).padStart(12, '0')}${'0'.repeat(52)}`;
 
 export function isParked(i: number, parkEvery: number): boolean {
