@@ -14,7 +14,7 @@
  *    listeners. "pass" is lastPass.durationMs; "whole" is the request's wall time, all of it.
  *
  *   npm run build && node dist/bench/planner.bench.js [models,…] [nodes]
- *   (default: 1000,10000 models on 100 nodes)
+ *   (default: 1000,10000 models on 100 nodes; PASS_ONLY=1: the whole pass only, PASSES=n: n passes, for a profile)
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -218,7 +218,7 @@ async function wholePass(spec: FleetSpec, running: Map<string, ReplicaObservatio
   for (const list of running.values()) for (const x of list) if (spec.models[x.model]!.scaling.mode === 'on_demand') r.touch(x.model);
 
   const rows: Record<Phase, number>[] = [];
-  for (let pass = 0; pass < 8; pass++) {
+  for (let pass = 0; pass < Number(process.env['PASSES'] ?? 8); pass++) {
     stamp.reset();
     const t0 = performance.now();
     await r.requestPass('bench');
@@ -259,7 +259,7 @@ for (const models of sizes) {
   const running = runningReplicas(spec);
   const replicas = [...running.values()].reduce((n, l) => n + l.length, 0);
   console.log(`${models} models, ${nodeCount} nodes, ${replicas} replicas running (spec loaded in ${(performance.now() - t0).toFixed(0)} ms)`);
-  planningAlone(spec, running);
+  if (!process.env['PASS_ONLY']) planningAlone(spec, running);
   const w = await wholePass(spec, running);
   console.log(`  whole Reconciler pass, steady (median of 5 passes after 3): pass (durationMs) ${w.pass.toFixed(1)} ms, whole request ${w.whole.toFixed(1)} ms (target: pass ≤ 50 ms at 10,000)`);
   console.log(`    ${PHASES.slice(2).map((p) => `${p} ${w[p].toFixed(1)}`).join(' · ')} (ms)`);

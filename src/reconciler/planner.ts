@@ -10,6 +10,7 @@ import { mayStart, type ModelHealth } from './health.js';
 import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
 import { avoidKey } from './state.js';
 import { scheduleInForce } from '../schedule/schedule.js';
+import { modelsInOrder } from './spec-order.js';
 // --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
 import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, replicaDeviceBytes, type DeviceDelta, type ObservedDevice } from './device-use.js';
 import type { DeviceNeed } from './memory.js';
@@ -215,8 +216,7 @@ export function planPass(input: PlanInput): PlanOutput {
   }
   const busy = input.busy ?? new Set<string>();
   const wants: Want[] = [];
-  const models = Object.values(spec.models).sort((a, b) => a.name.localeCompare(b.name));
-  for (const m of models) {
+  for (const m of modelsInOrder(spec)) {
     const want = desiredNow(m, input.demand[m.name], now);
     desired[m.name] = want;
     const h = input.health[m.name];

@@ -7,6 +7,7 @@ import type { ModelHealth } from './health.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
+import { modelsInOrder, nodesInOrder } from './spec-order.js';
 import type { StartRecord, StopRecord } from './state.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
@@ -84,10 +85,15 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     const ready = s.readyAt !== undefined && s.endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false;
     replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? s.endpoint! : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
   }
-  const models: ModelView[] = Object.values(i.spec?.models ?? {})
-    .sort((a, b) => a.name.localeCompare(b.name))
+  const byModel = new Map<string, ReplicaView[]>();
+  for (const r of replicas) {
+    const list = byModel.get(r.model);
+    if (list) list.push(r);
+    else byModel.set(r.model, [r]);
+  }
+  const models: ModelView[] = (i.spec ? modelsInOrder(i.spec) : [])
     .map((m) => {
-      const mine = replicas.filter((r) => r.model === m.name);
+      const mine = byModel.get(m.name) ?? [];
       const ready = mine.filter((r) => r.phase === 'ready').length;
       const starting = mine.filter((r) => r.phase === 'starting').length;
       // A replica of it is being stopped while it has fewer ready than desired: its replacement
@@ -113,8 +119,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         lastHandledRetry: h?.lastHandledRetry ?? null,
       };
     });
-  const nodes: NodeView[] = Object.values(i.spec?.nodes ?? {})
-    .sort((a, b) => a.name.localeCompare(b.name))
+  const nodes: NodeView[] = (i.spec ? nodesInOrder(i.spec) : [])
     .map((n) => {
       const ns = i.nodes.get(n.name);
       return {

@@ -13,6 +13,7 @@ import {
   restartRequested,
   retryHandled,
   specApplied,
+  specModelsApplied,
   startLaunched,
   stateFromJson,
   type ControllerState,
@@ -110,6 +111,26 @@ describe('state record', () => {
     assert.equal(r.notes[0]?.msg, 'definition changed: failures reset, unparked');
     const unchanged = stateFor(spec);
     assert.equal(specApplied(unchanged, Object.values(spec.models)).state, unchanged);
+  });
+  it('the spec in force, by its models: what specApplied does, skipped only where it would change nothing', () => {
+    const s0 = { ...stateFor(spec), demand: { beta: 1, gone: 2 } };
+    const other = { alpha: { name: 'alpha', digest: 'new' }, beta: spec.models.beta! };
+    const first = specModelsApplied(s0, other);
+    assert.deepEqual(first, specApplied(s0, Object.values(other)));
+    const table: { name: string; before: ControllerState; models: Readonly<Record<string, { name: string; digest: string }>> }[] = [
+      { name: 'the record it returned, the same spec models: left as it is', before: first.state, models: other },
+      { name: 'a new record with the same models and demand objects', before: { ...first.state, readySince: { x: 1 } }, models: other },
+      { name: 'the same record, another spec (another revision)', before: first.state, models: spec.models },
+      { name: 'the record with a model\'s health changed since', before: { ...first.state, models: { ...first.state.models, alpha: { ...first.state.models.alpha!, digest: 'older' } } }, models: other },
+      { name: 'the record with demand from a model that left', before: { ...first.state, demand: { ...first.state.demand, gone: 3 } }, models: other },
+      { name: 'a record never seen', before: s0, models: spec.models },
+    ];
+    for (const t of table) {
+      const want = specApplied(t.before, Object.values(t.models));
+      const got = specModelsApplied(t.before, t.models);
+      assert.deepEqual(got, want, t.name);
+      if (want.state === t.before) assert.equal(got.state, t.before, t.name);
+    }
   });
 });
 
