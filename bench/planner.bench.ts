@@ -37,6 +37,7 @@ import { deriveEvents } from '../src/events/derive.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers } from '../test/harness/fake-node.js';
 import { FixedSpec } from '../test/harness/fixed-spec.js';
 import { tempFleet, type FleetFilesMap } from '../test/harness/fleet.js';
+import { writeTinyModel, type TinyModelFile } from '../test/fixtures/gguf.js';
 
 const sizes = (process.argv[2] ?? '1000,10000').split(',').map(Number);
 const nodeCount = Number(process.argv[3] ?? 100);
@@ -52,8 +53,11 @@ const replicasOf = (i: number): number => (alwaysOn(i) ? 1 + (i % 3) : i % 10 ==
 
 const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-/** The fleet repo's files: `models` models on `nodes` nodes of 256 GiB, every model with its memory set. */
-function fleetFiles(models: number, nodes: number): FleetFilesMap {
+/**
+ * The fleet repo's files: `models` models on `nodes` nodes of 256 GiB. Half the models set their
+ * memory; the other half have it estimated from their GGUF's header (a tiny one on the controller).
+ */
+function fleetFiles(models: number, nodes: number, gguf: TinyModelFile): FleetFilesMap {
   const f: FleetFilesMap = {
     'fleet.yaml': 'park_after_failures: 5\nplacement_reserve: 1GiB\npoll_interval: 1h\n',
     'engines/llama-cpp.yaml': 'versions:\n  b6500:\n    path: /opt/llama/b6500/llama-server\n',
@@ -63,13 +67,14 @@ function fleetFiles(models: number, nodes: number): FleetFilesMap {
   for (let i = 0; i < models; i++) {
     const scaling = alwaysOn(i) ? `replicas: ${replicasOf(i)}` : 'on_demand: { idle_timeout: 1h }';
     const selector = i % 7 === 0 ? 'node_selector: { zone: a }\n' : '';
-    f[`models/${modelName(i)}.yaml`] = `source: hf://org/${modelName(i)}/f.gguf\nsha256: ${SHA}\nprofile: chat\n${scaling}\n${selector}memory: ${1 + (i % 3)}GiB\n`;
+    const file = i % 2 ? `source: file://${gguf.path}\nsha256: ${gguf.sha256}\n` : `source: hf://org/${modelName(i)}/f.gguf\nsha256: ${SHA}\nmemory: ${1 + (i % 3)}GiB\n`;
+    f[`models/${modelName(i)}.yaml`] = `${file}profile: chat\n${scaling}\n${selector}`;
   }
   return f;
 }
 
-async function loadSpec(models: number, nodes: number): Promise<FleetSpec> {
-  const t = tempFleet(fleetFiles(models, nodes));
+async function loadSpec(models: number, nodes: number, gguf: TinyModelFile): Promise<FleetSpec> {
+  const t = tempFleet(fleetFiles(models, nodes, gguf));
   try {
     const r = await loadFleetSpec(dirFiles(t.dir), 'rev1');
     if (!r.ok) throw new Error(JSON.stringify(r.problems.slice(0, 3)));
@@ -102,7 +107,7 @@ function runningReplicas(spec: FleetSpec): Map<string, ReplicaObservation[]> {
 
 function planningAlone(spec: FleetSpec, running: Map<string, ReplicaObservation[]>): void {
   const health = Object.fromEntries(Object.values(spec.models).map((m) => [m.name, initialHealth(m.digest)]));
-  const memory = Object.fromEntries(Object.values(spec.models).map((m) => [m.name, m.memoryBytes]));
+  const memory = Object.fromEntries(Object.values(spec.models).map((m) => [m.name, m.memoryBytes ?? 2 * GiB]));
   const inUse = [...running.values()].flat().filter((r) => spec.models[r.model]!.scaling.mode === 'on_demand');
   const demand = Object.fromEntries(inUse.map((r) => [r.model, { lastRequestAt: 1e12 - 1000 }]));
   const observe = (withReplicas: boolean): ObservedNode[] =>
@@ -190,6 +195,8 @@ async function wholePass(spec: FleetSpec, running: Map<string, ReplicaObservatio
       path: file.path,
       save: async (s: ControllerState) => {
         stamp.mark('save');
+        if (process.env['DEBUG_SAME']) console.log('same record as the last save:', s === (globalThis as Record<string, unknown>)['lastSaved'], Object.keys(s).filter((k) => (s as unknown as Record<string, unknown>)[k] !== ((globalThis as Record<string, unknown>)['lastSaved'] as Record<string, unknown> | undefined)?.[k]));
+        (globalThis as Record<string, unknown>)['lastSaved'] = s;
         stamp.timed('state entries', () => stateEntries(s));
         const t0 = performance.now();
         const wrote = await file.save(s);
@@ -253,9 +260,11 @@ async function wholePass(spec: FleetSpec, running: Map<string, ReplicaObservatio
   return Object.fromEntries(PHASES.map((p) => [p, median(steady.map((x) => x[p]))])) as Record<Phase, number>;
 }
 
+const ggufDir = mkdtempSync(join(tmpdir(), 'llmgw-pass-bench-gguf-'));
+const gguf = await writeTinyModel(join(ggufDir, 'tiny.gguf'));
 for (const models of sizes) {
   const t0 = performance.now();
-  const spec = await loadSpec(models, nodeCount);
+  const spec = await loadSpec(models, nodeCount, gguf);
   const running = runningReplicas(spec);
   const replicas = [...running.values()].reduce((n, l) => n + l.length, 0);
   console.log(`${models} models, ${nodeCount} nodes, ${replicas} replicas running (spec loaded in ${(performance.now() - t0).toFixed(0)} ms)`);
@@ -264,3 +273,4 @@ for (const models of sizes) {
   console.log(`  whole Reconciler pass, steady (median of 5 passes after 3): pass (durationMs) ${w.pass.toFixed(1)} ms, whole request ${w.whole.toFixed(1)} ms (target: pass ≤ 50 ms at 10,000)`);
   console.log(`    ${PHASES.slice(2).map((p) => `${p} ${w[p].toFixed(1)}`).join(' · ')} (ms)`);
 }
+rmSync(ggufDir, { recursive: true, force: true });

@@ -107,13 +107,18 @@ export function liveness(i: LivenessInput): LivenessOutput {
   }
   for (const n of i.nodes) if (!n.reachable) for (const r of n.replicas) if (i.state.readySince[r.id] !== undefined) readySince[r.id] = i.state.readySince[r.id]!;
 
-  const state: ControllerState = {
-    ...i.state,
-    starts,
-    unresponsiveSince: sameNumbers(unresponsiveSince, i.state.unresponsiveSince) ? i.state.unresponsiveSince : unresponsiveSince,
-    readySince: sameNumbers(readySince, i.state.readySince) ? i.state.readySince : readySince,
-    models: models ?? i.state.models,
-  };
+  const keepUnresponsive = sameNumbers(unresponsiveSince, i.state.unresponsiveSince);
+  const keepReady = sameNumbers(readySince, i.state.readySince);
+  // nothing changed: the same record (an unchanged world keeps its record, and what is derived from it)
+  const state: ControllerState = starts === i.state.starts && keepUnresponsive && keepReady && models === null
+    ? i.state
+    : {
+      ...i.state,
+      starts,
+      unresponsiveSince: keepUnresponsive ? i.state.unresponsiveSince : unresponsiveSince,
+      readySince: keepReady ? i.state.readySince : readySince,
+      models: models ?? i.state.models,
+    };
   return { state, nodes, notes };
 }
 

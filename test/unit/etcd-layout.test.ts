@@ -9,7 +9,7 @@ import type { WriteOp } from '../../src/ha/election.js';
 import { applyChanges, batchDiff, diffEntries, ETCD_LIMITS, headValue, keyPart, nameOfPart, readKeyed, refuseOversized, txnBytes, type EtcdLimits } from '../../src/ha/keyed-layout.js';
 import { publishedEntries, publishedFromEntries } from '../../src/ha/published.js';
 import { stateEntries, stateFromEntries } from '../../src/ha/state-layout.js';
-import { emptyState } from '../../src/reconciler/state.js';
+import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import { bigPublished, bigState, modelName } from '../harness/big-fleet.js';
 
 const m = (o: Record<string, string>): Map<string, string> => new Map(Object.entries(o));
@@ -155,6 +155,26 @@ describe('the state record as entries', () => {
     const { [replica]: _gone, ...readySince } = s.readySince;
     const d2 = diffEntries(stateEntries(s), stateEntries({ ...s, readySince }));
     assert.deepEqual(d2, { puts: [], deletes: [`replicas/${replica}`] });
+  });
+
+  it('texts kept from an earlier record (same health objects, the same record) are those built afresh', () => {
+    const s = bigState(30);
+    const [a, b, c, d] = [modelName(1), modelName(2), modelName(4), modelName(5)];
+    assert.equal(stateEntries(s), stateEntries(s));
+    const table: { name: string; next: ControllerState }[] = [
+      { name: 'demand changed, health kept', next: { ...s, demand: { ...s.demand, [a]: 42 } } },
+      { name: 'demand gone, health kept', next: { ...s, demand: Object.fromEntries(Object.entries(s.demand).filter(([k]) => k !== modelName(3))) } },
+      { name: 'demand new, health kept', next: { ...s, demand: { ...s.demand, [b]: 7 } } },
+      { name: 'a start of a model', next: { ...s, starts: { 'r-1': { model: c, node: 'n1', digest: 'd', startedAt: 5 } } } },
+      { name: 'a stop and an avoided node', next: { ...s, stops: { 'r-3': { model: d, node: 'n1', reason: 'failed', since: 8, drain: false } }, avoid: { [`${a}@n1`]: 13 } } },
+      { name: 'two models sharing one health object', next: { ...s, models: { ...s.models, [b]: s.models[a]! } } },
+    ];
+    for (const t of table) {
+      stateEntries(t.next);
+      const fresh = structuredClone(t.next); // no object seen before: every text built afresh
+      assert.deepEqual([...stateEntries(t.next)].sort(), [...stateEntries(fresh)].sort(), t.name);
+      assert.deepEqual(stateFromEntries(stateEntries(t.next)), t.next, t.name);
+    }
   });
 
   it('entries that are not a record are refused saying which', () => {
