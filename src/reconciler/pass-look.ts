@@ -5,7 +5,7 @@
  */
 import type { ModelSpec, FleetSpec } from '../fleet-spec/types.js';
 import type { DownloadToken } from '../nodes/driver.js';
-import type { DeviceNeed, MemoryEstimator } from './memory.js';
+import type { DeviceNeed, MemoryEstimate, MemoryEstimator } from './memory.js';
 import type { NodeFleet } from './node-fleet.js';
 import type { ObservedNode } from './planner.js';
 import type { ControllerState } from './state.js';
@@ -23,14 +23,19 @@ export async function estimateMemory(spec: FleetSpec, memory: MemoryEstimator, n
   const needs: Record<string, number | null> = {};
   const errors: Record<string, string> = {};
   const devices: Record<string, DeviceNeed> = {};
-  await Promise.all(
-    Object.values(spec.models).map(async (m) => {
-      const e = await memory.estimate(m, spec.profiles[m.profile]!, () => nodes.rangeReaders(spec, m), async () => (await downloadToken(m))?.value ?? null);
-      needs[m.name] = 'bytes' in e ? e.bytes : null;
-      if ('bytes' in e && e.device) devices[m.name] = e.device; // devices (#24)
-      if ('error' in e) errors[m.name] = e.error;
-    }),
-  );
+  const take = (m: ModelSpec, e: MemoryEstimate): void => {
+    needs[m.name] = 'bytes' in e ? e.bytes : null;
+    if ('bytes' in e && e.device) devices[m.name] = e.device; // devices (#24)
+    if ('error' in e) errors[m.name] = e.error;
+  };
+  const reads: Promise<void>[] = [];
+  for (const m of Object.values(spec.models)) {
+    // known without a read (most, once their headers were read): no promise per model
+    const known = memory.known(m, spec.profiles[m.profile]!);
+    if (known !== undefined) take(m, known);
+    else reads.push(memory.estimate(m, spec.profiles[m.profile]!, () => nodes.rangeReaders(spec, m), async () => (await downloadToken(m))?.value ?? null).then((e) => take(m, e)));
+  }
+  await Promise.all(reads);
   return { needs, errors, devices };
 }
 

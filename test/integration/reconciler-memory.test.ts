@@ -87,6 +87,25 @@ describe('memory estimates', () => {
     }
   });
 
+  test('known(): what estimate() would answer, without a read — an override, a header read already, an http failure not due again; undefined when it takes a read', async () => {
+    const est = new MemoryEstimator();
+    const m = model(`file://${tiny.path}`);
+    assert.deepEqual(est.known(model(`file://${tiny.path}`, { memoryBytes: 123 }), profile), { bytes: 123 });
+    assert.equal(est.known(m, profile), undefined);
+    const e = await est.estimate(m, profile);
+    assert.deepEqual(est.known(m, profile), e);
+    assert.deepEqual(est.known(m, { ...profile, cacheRamBytes: 0 }), await new MemoryEstimator().estimate(m, { ...profile, cacheRamBytes: 0 }), 'the header read, the profile applied anew');
+    assert.deepEqual(est.known(model(`file://${tiny.path}`, { memoryBytes: 5 }), { ...profile, gpuLayers: 'all' } as ProfileSpec), await est.estimate(model(`file://${tiny.path}`, { memoryBytes: 5 }), { ...profile, gpuLayers: 'all' } as ProfileSpec), 'an override with gpu_layers: the header read for the device need');
+    const refused = model('http://127.0.0.1:1/m.gguf');
+    const failed = await est.estimate(refused, profile);
+    assert.ok('error' in failed, JSON.stringify(failed));
+    assert.deepEqual(est.known(refused, profile), failed);
+    const missing = model(`file://${join(dir, 'never.gguf')}`);
+    assert.ok('error' in (await est.estimate(missing, profile, () => [])));
+    assert.equal(est.known(missing, profile), undefined, 'a file:// source is tried again on the next pass');
+    assert.equal(est.reads, 3);
+  });
+
   test('nowhere: the reason names the controller and each node tried, and how to get past it', async () => {
     const missing = join(dir, 'nowhere.gguf');
     const e = await new MemoryEstimator().estimate(model(`file://${missing}`), profile, () => [nodeWith(missing, join(dir, 'also-missing.gguf'))]);
