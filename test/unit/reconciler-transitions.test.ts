@@ -235,6 +235,21 @@ describe('next wake', () => {
     assert.equal(nextWake({ ...base, state: s, readyReplicas: (m) => (m === 'alpha' ? ['a1'] : []) }), 500 + S.readyResetMs);
     assert.equal(nextWake({ ...base, state: stateFor(spec), extra: [3000, 2000] }), 2000);
   });
+  it('only what the spec still has and wants: a model gone from it, one desired at 0, a parked one are not due; the same health asked again at a later time', () => {
+    const failing = { ...startFailed(initialHealth(alpha.digest), kev, 0, S), nextAttemptAt: null };
+    const ready = { ...base, readyReplicas: (m: string) => (m === 'alpha' || m === 'gone' ? ['a1'] : []) };
+    const table: { name: string; state: ControllerState; desired?: Record<string, number>; want: number | null }[] = [
+      { name: 'a failing model gone from the spec', state: { ...stateFor(spec), models: { ...stateFor(spec).models, gone: failing }, readySince: { a1: 500 } }, want: null },
+      { name: 'a parked model with a ready replica', state: { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...failing, parked: { since: 0, lastError: kev } } }, readySince: { a1: 500 } }, want: null },
+      { name: 'demand of an on-demand model desired at 0', state: { ...stateFor(spec), demand: { beta: 800 } }, desired: {}, want: null },
+      { name: 'demand of an always-on model', state: { ...stateFor(spec), demand: { alpha: 800 } }, desired: { alpha: 1 }, want: null },
+      { name: 'demand of a model gone from the spec', state: { ...stateFor(spec), demand: { gone: 800 } }, desired: { gone: 1 }, want: null },
+    ];
+    for (const c of table) assert.equal(nextWake({ ...ready, state: c.state, ...(c.desired ? { desired: c.desired } : {}) }), c.want, c.name);
+    const backoff = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...initialHealth(alpha.digest), nextAttemptAt: 5000 } } };
+    assert.equal(nextWake({ ...base, state: backoff }), 5000);
+    assert.equal(nextWake({ ...base, state: backoff, now: 6000 }), null, 'a due time kept for the same health is still compared with now');
+  });
   it('after a pass: a model waiting for a busy replica\'s room is looked at again ROOM_RECHECK_MS after the decision', () => {
     assert.equal(wakeAfterPass({ ...base, state: stateFor(spec), waitingForRoom: true }), base.now + ROOM_RECHECK_MS);
     assert.equal(wakeAfterPass({ ...base, state: stateFor(spec), waitingForRoom: false }), null);
