@@ -198,8 +198,8 @@ async function wholePass(spec: FleetSpec, running: Map<string, ReplicaObservatio
     stateStore: {
       path: file.path,
       save: async (s: ControllerState) => {
+        if (s === lastSaved && passNo >= 3 && !stamp.first.has('save')) sameRecord++;
         stamp.mark('save');
-        if (s === lastSaved && passNo >= 3) sameRecord++;
         lastSaved = s;
         stamp.timed('state entries', () => stateEntries(s));
         const t0 = performance.now();

@@ -219,12 +219,15 @@ export function planPass(input: PlanInput): PlanOutput {
   for (const m of modelsInOrder(spec)) {
     const want = desiredNow(m, input.demand[m.name], now);
     desired[m.name] = want;
+    const located = byModel.get(m.name);
+    const pending = inflightByModel.get(m.name) ?? [];
+    // nothing of it anywhere and nothing wanted (most on-demand models): nothing to plan
+    if (want === 0 && located === undefined && pending.length === 0) continue;
     const h = input.health[m.name];
-    const alive = (byModel.get(m.name) ?? []).filter((l) => l.r.state !== 'failed');
+    const alive = (located ?? []).filter((l) => l.r.state !== 'failed');
     const isCurrent = (l: Located): boolean => l.r.digest === m.digest && !input.restarts.has(l.r.id) && keyMatches(l.r, input.keyFingerprint);
     const current = alive.filter(isCurrent);
     const outdated = alive.filter((l) => !isCurrent(l));
-    const pending = inflightByModel.get(m.name) ?? [];
     const currentReady = current.filter((l) => l.r.state === 'ready' && l.reachable).length;
     const currentStarting = current.filter((l) => l.r.state === 'starting').length + pending.length;
     const haveCurrent = current.length + pending.length;
