@@ -309,6 +309,8 @@ export class MemoryEstimator {
   private readonly clock: () => number;
   /** Headers read, by model file: what estimate() answers at once from then on. */
   private readonly read = new Map<string, GgufShape>();
+  /** The estimate last made for each model from a header read, with the profile and header it was made from. */
+  private readonly estimates = new WeakMap<ModelSpec, { readonly profile: ProfileSpec; readonly estimate: MemoryEstimate }>();
   /** Header reads started (for tests: a failed estimate is not read again on every pass). */
   reads = 0;
 
@@ -326,11 +328,21 @@ export class MemoryEstimator {
   known(model: ModelSpec, profile: ProfileSpec): MemoryEstimate | undefined {
     // an override is the host need; with gpu_layers the header is still read for the device need
     if (model.memoryBytes !== null && (profile.gpuLayers == null || profile.gpuLayers === 0)) return { bytes: model.memoryBytes };
+    // a header read is read for good (its read is kept; it never fails after): the estimate made from it stands
+    const kept = this.estimates.get(model);
+    if (kept?.profile === profile) return kept.estimate;
     const key = shapeKey(model);
     const failed = this.failed.get(key);
     if (failed && this.clock() < failed.retryAt) return { error: failed.error };
     const shape = this.read.get(key);
-    return shape === undefined ? undefined : withShape(model, profile, shape);
+    return shape === undefined ? undefined : this.fromRead(model, profile, shape);
+  }
+
+  /** The estimate from a header read, kept by model and profile object (a spec's objects are per revision). */
+  private fromRead(model: ModelSpec, profile: ProfileSpec, shape: GgufShape): MemoryEstimate {
+    const estimate = withShape(model, profile, shape);
+    this.estimates.set(model, { profile, estimate });
+    return estimate;
   }
 
   /**
@@ -358,7 +370,7 @@ export class MemoryEstimator {
       const shape = await p;
       this.failed.delete(key);
       this.read.set(key, shape);
-      return withShape(model, profile, shape);
+      return this.fromRead(model, profile, shape);
     } catch (e) {
       const why = redactUrls(e instanceof Error ? e.message : String(e));
       // file:// sources are read on the controller or over the nodes' shells (which have their own
