@@ -19,3 +19,14 @@ export function equalData(a: unknown, b: unknown): boolean {
   for (const k of keys) if (!Object.hasOwn(rb, k) || !equalData(ra[k], rb[k])) return false;
   return true;
 }
+
+/** Whether two records have the same keys with the same values (===): a shallow compare. */
+export function sameEntries<T>(a: Readonly<Record<string, T>>, b: Readonly<Record<string, T>>): boolean {
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length) return false;
+  for (const k of keys) {
+    const v = a[k];
+    if (v !== b[k] || (v === undefined && !Object.hasOwn(b, k))) return false;
+  }
+  return true;
+}

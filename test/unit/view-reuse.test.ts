@@ -1,7 +1,7 @@
 /**
  * Derivations kept by identity across passes (#28): equal plain data (util/equal-data.ts), a model's
  * view kept while it is equal (summarize.ts keptView), and what is derived from a kept view — its
- * published object and text, and no events between two snapshots that share it.
+ * published object and text, its status file's text, and no events between two snapshots that share it.
  */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
@@ -9,7 +9,8 @@ import { deriveEvents } from '../../src/events/derive.js';
 import { publishedEntries, publishedOf } from '../../src/ha/published.js';
 import { keptView } from '../../src/reconciler/summarize.js';
 import type { ModelView } from '../../src/reconciler/view.js';
-import { equalData } from '../../src/util/equal-data.js';
+import { equalData, sameEntries } from '../../src/util/equal-data.js';
+import { modelJson, statusFiles } from '../../src/wire/shape.js';
 import { specOf } from '../harness/reconciler-core.js';
 import { modelView, replicaView, snapshot } from '../harness/views.js';
 
@@ -73,5 +74,42 @@ describe('a model view kept while it is equal', () => {
     assert.deepEqual(deriveEvents(a, b), []);
     const c = snapshot({ at: 6, models: [keptView(base({ desired: 3, replicas: [replicaView('a1', 'alpha'), replicaView('a2', 'alpha', { phase: 'starting' })] }))] });
     assert.deepEqual(deriveEvents(b, c).map((e) => e.kind), ['replica-starting']);
+  });
+});
+
+describe('shallow-equal records', () => {
+  const table: [string, Record<string, unknown>, Record<string, unknown>, boolean][] = [
+    ['the same entries, in another order', { a: 1, b: 'x' }, { b: 'x', a: 1 }, true],
+    ['a value differs', { a: 1 }, { a: 2 }, false],
+    ['objects by identity, not content', { a: {} }, { a: {} }, false],
+    ['a key more', { a: 1 }, { a: 1, b: 2 }, false],
+    ['undefined is not absent', { a: undefined, b: 1 }, { c: undefined, b: 1 }, false],
+  ];
+  for (const [name, a, b, want] of table) it(name, () => assert.equal(sameEntries(a, b) && sameEntries(b, a), want));
+});
+
+describe('a model\'s status file kept by its view', () => {
+  const fileOf = (v: ModelView, at: number): string => statusFiles(snapshot({ at, models: [v] }), spec)[`models/${v.name}.json`]!;
+  const afresh = (v: ModelView, at: number): string => {
+    const { revision: _r, ...m } = modelJson(v, null, at);
+    return `${JSON.stringify(m, null, 2)}\n`;
+  };
+  it('the same text (the same string) for a kept view, built afresh it is equal; another view, its own text', () => {
+    const v = keptView(modelView(spec.models.beta!, { desired: 0, phase: 'idle', replicas: [] }));
+    const first = fileOf(v, 1000);
+    assert.equal(first, afresh(v, 1000));
+    assert.equal(fileOf(v, 99_000), first, 'an on-demand model\'s file does not move with the time');
+    const changed = keptView(modelView(spec.models.beta!, { desired: 1, phase: 'starting', replicas: [replicaView('b1', 'beta', { phase: 'starting' })] }));
+    assert.equal(fileOf(changed, 99_000), afresh(changed, 99_000));
+    assert.notEqual(fileOf(changed, 99_000), first);
+  });
+  it('a scheduled model\'s file follows the time (its count in force and next change)', () => {
+    const scheduled = { ...spec.models.alpha!, scaling: { mode: 'replicas' as const, replicas: 0, schedule: { timezone: 'UTC', entries: [{ cron: '0 8 * * *', replicas: 2 }, { cron: '0 20 * * *', replicas: 0 }] } } };
+    const v = keptView(modelView(scheduled));
+    const morning = Date.UTC(2026, 0, 5, 9);
+    const night = Date.UTC(2026, 0, 5, 21);
+    assert.equal(fileOf(v, morning), afresh(v, morning));
+    assert.equal(fileOf(v, night), afresh(v, night));
+    assert.notEqual(fileOf(v, morning), fileOf(v, night));
   });
 });
