@@ -172,7 +172,7 @@ class Stamps {
 const PHASES = ['pass', 'whole', 'sync', 'observe', 'memory+own', 'busy', 'decide+apply', 'save file', 'state entries', 'snapshot', 'metrics', 'published', 'events'] as const;
 type Phase = (typeof PHASES)[number];
 
-async function wholePass(spec: FleetSpec, running: Map<string, ReplicaObservation[]>): Promise<{ phases: Record<Phase, number>; sameRecord: number; steady: number }> {
+async function wholePass(spec: FleetSpec, running: Map<string, ReplicaObservation[]>): Promise<{ phases: Record<Phase, number>; sameRecord: number; steady: number; heapMB: number }> {
   const stamp = new Stamps();
   const fakeClock = new FakeClock();
   const nodes = new Map(Object.keys(spec.nodes).map((n) => [n, new FreshNode(n, fakeClock, stamp)]));
@@ -262,8 +262,11 @@ async function wholePass(spec: FleetSpec, running: Map<string, ReplicaObservatio
   }
   await r.stop();
   rmSync(dir, { recursive: true, force: true });
+  // what stays held after the passes (with --expose-gc: a full collection first, else garbage included)
+  (globalThis as { gc?: () => void }).gc?.();
+  const heapMB = process.memoryUsage().heapUsed / 2 ** 20;
   const steady = rows.slice(3);
-  return { phases: Object.fromEntries(PHASES.map((p) => [p, median(steady.map((x) => x[p]))])) as Record<Phase, number>, sameRecord, steady: steady.length };
+  return { phases: Object.fromEntries(PHASES.map((p) => [p, median(steady.map((x) => x[p]))])) as Record<Phase, number>, sameRecord, steady: steady.length, heapMB };
 }
 
 const ggufDir = mkdtempSync(join(tmpdir(), 'llmgw-pass-bench-gguf-'));
@@ -275,8 +278,9 @@ for (const models of sizes) {
   const replicas = [...running.values()].reduce((n, l) => n + l.length, 0);
   console.log(`${models} models, ${nodeCount} nodes, ${replicas} replicas running (spec loaded in ${(performance.now() - t0).toFixed(0)} ms)`);
   if (!process.env['PASS_ONLY']) planningAlone(spec, running);
-  const { phases: w, sameRecord, steady } = await wholePass(spec, running);
+  const { phases: w, sameRecord, steady, heapMB } = await wholePass(spec, running);
   console.log(`  whole Reconciler pass, steady (median of ${steady} passes after 3; ${sameRecord} of them saved the same record object): pass (durationMs) ${w.pass.toFixed(1)} ms, whole request ${w.whole.toFixed(1)} ms (target: pass ≤ 50 ms at 10,000)`);
   console.log(`    ${PHASES.slice(2).map((p) => `${p} ${w[p].toFixed(1)}`).join(' · ')} (ms)`);
+  console.log(`    heap in use after the passes, the controller still held: ${heapMB.toFixed(0)} MB${'gc' in globalThis ? ' (after a full GC)' : ' (run with --expose-gc for what is live)'}`);
 }
 rmSync(ggufDir, { recursive: true, force: true });
