@@ -309,7 +309,7 @@ export class MemoryEstimator {
   private readonly clock: () => number;
   /** Headers read, by model file: what estimate() answers at once from then on. */
   private readonly read = new Map<string, GgufShape>();
-  /** The estimate last made for each model from a header read, with the profile and header it was made from. */
+  /** The estimate last made for each model from its override or a header read, with the profile it was made for. */
   private readonly estimates = new WeakMap<ModelSpec, { readonly profile: ProfileSpec; readonly estimate: MemoryEstimate }>();
   /** Header reads started (for tests: a failed estimate is not read again on every pass). */
   reads = 0;
@@ -326,11 +326,11 @@ export class MemoryEstimator {
    * A pass asks this first, so a fleet whose needs are known costs no promise per model.
    */
   known(model: ModelSpec, profile: ProfileSpec): MemoryEstimate | undefined {
-    // an override is the host need; with gpu_layers the header is still read for the device need
-    if (model.memoryBytes !== null && (profile.gpuLayers == null || profile.gpuLayers === 0)) return { bytes: model.memoryBytes };
-    // a header read is read for good (its read is kept; it never fails after): the estimate made from it stands
+    // an override, or a header read (read for good: its read is kept, it never fails after): the estimate made stands
     const kept = this.estimates.get(model);
     if (kept?.profile === profile) return kept.estimate;
+    // an override is the host need; with gpu_layers the header is still read for the device need
+    if (model.memoryBytes !== null && (profile.gpuLayers == null || profile.gpuLayers === 0)) return this.keep(model, profile, { bytes: model.memoryBytes });
     const key = shapeKey(model);
     const failed = this.failed.get(key);
     if (failed && this.clock() < failed.retryAt) return { error: failed.error };
@@ -338,9 +338,13 @@ export class MemoryEstimator {
     return shape === undefined ? undefined : this.fromRead(model, profile, shape);
   }
 
-  /** The estimate from a header read, kept by model and profile object (a spec's objects are per revision). */
+  /** The estimate from a header read, kept. */
   private fromRead(model: ModelSpec, profile: ProfileSpec, shape: GgufShape): MemoryEstimate {
-    const estimate = withShape(model, profile, shape);
+    return this.keep(model, profile, withShape(model, profile, shape));
+  }
+
+  /** Kept by model and profile object (a spec's objects are per revision): the same object answered from then on. */
+  private keep(model: ModelSpec, profile: ProfileSpec, estimate: MemoryEstimate): MemoryEstimate {
     this.estimates.set(model, { profile, estimate });
     return estimate;
   }
