@@ -13,7 +13,7 @@
  *    file, and the etcd layout's entries as the HA store builds them), the snapshot and its
  *    listeners. "pass" is lastPass.durationMs; "whole" is the request's wall time, all of it.
  *
- *   npm run build && node dist/bench/planner.bench.js [models,…] [nodes]
+ *   npm run bench:planner [-- models,… nodes]   (node --expose-gc dist/bench/planner.bench.js …)
  *   (default: 1000,10000 models on 100 nodes; PASS_ONLY=1: the whole pass only, PASSES=n: n passes, for a profile)
  */
 import { mkdtempSync, rmSync } from 'node:fs';
