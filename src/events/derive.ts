@@ -115,7 +115,9 @@ export function deriveEvents(prev: FleetSnapshot | null, next: FleetSnapshot): F
 
   const prevModels = new Map(prev.models.map((m) => [m.name, m]));
   for (const m of next.models) {
-    const before = prevModels.get(m.name) ?? { ...m, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, lastHandledRetry: m.lastHandledRetry };
+    const was = prevModels.get(m.name);
+    if (was === m) continue; // the same view (summarize.ts keptView): nothing happened to it
+    const before = was ?? { ...m, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null, lastHandledRetry: m.lastHandledRetry };
     out.push(...modelEvents(at, before, m));
   }
   return out;

@@ -23,6 +23,25 @@ export interface PublishedSnapshot {
   readonly nodes: readonly PublishedNode[];
 }
 
+/** Each model view as published, by the view: an unchanged model keeps its view (summarize.ts keptView), and so its published object. */
+const publishedModels = new WeakMap<ModelView, PublishedModel>();
+function publishedModel(v: ModelView): PublishedModel {
+  let p = publishedModels.get(v);
+  if (p === undefined) {
+    const { spec: _spec, ...m } = v;
+    publishedModels.set(v, (p = m));
+  }
+  return p;
+}
+
+/** The JSON of each published model, by its object (above): an unchanged model is not serialized again. */
+const modelTexts = new WeakMap<PublishedModel, string>();
+function modelText(m: PublishedModel): string {
+  let t = modelTexts.get(m);
+  if (t === undefined) modelTexts.set(m, (t = JSON.stringify(m)));
+  return t;
+}
+
 export function publishedOf(s: FleetSnapshot): PublishedSnapshot {
   return {
     v: 1,
@@ -31,7 +50,7 @@ export function publishedOf(s: FleetSnapshot): PublishedSnapshot {
     rejected: s.rejected,
     lastSyncError: s.lastSyncError,
     stateError: s.stateError,
-    models: s.models.map(({ spec: _spec, ...m }) => m),
+    models: s.models.map(publishedModel),
     nodes: s.nodes.map(({ memory: _m, diskFreeBytes: _d, ...n }) => (n.devices ? { ...n, devices: n.devices.map((d) => ({ ...d, freeBytes: null })) } : n)),
   };
 }
@@ -59,7 +78,7 @@ export function publishedEntries(p: PublishedSnapshot): Map<string, string> {
   const { models, nodes, ...fleet } = p;
   const out = new Map<string, string>();
   out.set('fleet', JSON.stringify(fleet));
-  for (const m of models) out.set(`models/${keyPart(m.name)}`, JSON.stringify(m));
+  for (const m of models) out.set(`models/${keyPart(m.name)}`, modelText(m));
   for (const n of nodes) out.set(`nodes/${keyPart(n.name)}`, JSON.stringify(n));
   return out;
 }

@@ -38,8 +38,25 @@ function healthJson(h: ModelHealth): string {
   return t;
 }
 
+/**
+ * The text of a model's entry that holds its health alone (with its demand, if any), by the health
+ * object: most models' entries, unchanged from pass to pass, are not built again.
+ */
+const healthOnlyText = new WeakMap<ModelHealth, { readonly demand: number | undefined; readonly text: string }>();
+
 /** canonicalJson(e), built from its parts in key order (avoid, demand, health, starts, stops). */
 function modelEntryJson(e: ModelEntry): string {
+  const healthOnly = e.health !== undefined && e.avoid === undefined && e.starts === undefined && e.stops === undefined ? e.health : undefined;
+  if (healthOnly !== undefined) {
+    const hit = healthOnlyText.get(healthOnly);
+    if (hit !== undefined && hit.demand === e.demand) return hit.text;
+  }
+  const text = entryText(e);
+  if (healthOnly !== undefined) healthOnlyText.set(healthOnly, { demand: e.demand, text });
+  return text;
+}
+
+function entryText(e: ModelEntry): string {
   const parts: string[] = [];
   if (e.avoid !== undefined) parts.push(`"avoid":${canonicalJson(e.avoid)}`);
   if (e.demand !== undefined) parts.push(`"demand":${JSON.stringify(e.demand)}`);
@@ -65,7 +82,16 @@ class Gathered implements ModelEntry {
   avoid?: Record<string, number> = undefined;
 }
 
-export function stateEntries(s: ControllerState): Map<string, string> {
+/** The entries of each record, by the record: a pass on an unchanged world saves the same record again. */
+const entriesOf = new WeakMap<ControllerState, Entries>();
+
+export function stateEntries(s: ControllerState): Entries {
+  let out = entriesOf.get(s);
+  if (out === undefined) entriesOf.set(s, (out = entriesFor(s)));
+  return out;
+}
+
+function entriesFor(s: ControllerState): Map<string, string> {
   const models = new Map<string, Gathered>();
   const m = (name: string): Gathered => {
     let e = models.get(name);

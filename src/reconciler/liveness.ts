@@ -19,6 +19,7 @@ import type { FleetSpec } from '../fleet-spec/types.js';
 import { stayedReady, type ModelHealth } from './health.js';
 import type { ObservedNode } from './planner.js';
 import { omit, type ControllerState, type Note } from './state.js';
+import { sameEntries } from '../util/equal-data.js';
 
 export interface LivenessInput {
   readonly state: ControllerState;
@@ -107,19 +108,17 @@ export function liveness(i: LivenessInput): LivenessOutput {
   }
   for (const n of i.nodes) if (!n.reachable) for (const r of n.replicas) if (i.state.readySince[r.id] !== undefined) readySince[r.id] = i.state.readySince[r.id]!;
 
-  const state: ControllerState = {
-    ...i.state,
-    starts,
-    unresponsiveSince: sameNumbers(unresponsiveSince, i.state.unresponsiveSince) ? i.state.unresponsiveSince : unresponsiveSince,
-    readySince: sameNumbers(readySince, i.state.readySince) ? i.state.readySince : readySince,
-    models: models ?? i.state.models,
-  };
+  const keepUnresponsive = sameEntries(unresponsiveSince, i.state.unresponsiveSince);
+  const keepReady = sameEntries(readySince, i.state.readySince);
+  // nothing changed: the same record (an unchanged world keeps its record, and what is derived from it)
+  const state: ControllerState = starts === i.state.starts && keepUnresponsive && keepReady && models === null
+    ? i.state
+    : {
+      ...i.state,
+      starts,
+      unresponsiveSince: keepUnresponsive ? i.state.unresponsiveSince : unresponsiveSince,
+      readySince: keepReady ? i.state.readySince : readySince,
+      models: models ?? i.state.models,
+    };
   return { state, nodes, notes };
-}
-
-export function sameNumbers(a: Readonly<Record<string, number>>, b: Readonly<Record<string, number>>): boolean {
-  const ka = Object.keys(a);
-  if (ka.length !== Object.keys(b).length) return false;
-  for (const k of ka) if (a[k] !== b[k]) return false;
-  return true;
 }

@@ -280,6 +280,15 @@ export function estimateOf(shape: GgufShape, profile: ProfileSpec): { bytes: num
   return { bytes: Math.max(0, host - hostSavedFor(device, n)), device };
 }
 
+/** Which header a model's estimate reads (the same file at the same source: read once). */
+const shapeKey = (model: ModelSpec): string => `${model.sha256}|${model.source}`;
+
+/** The estimate from a header read: an override stays the host need (the header gives the device need). */
+function withShape(model: ModelSpec, profile: ProfileSpec, shape: GgufShape): MemoryEstimate {
+  const e = estimateOf(shape, profile);
+  return model.memoryBytes !== null ? { ...e, bytes: model.memoryBytes } : e;
+}
+
 export interface MemoryEstimatorOptions {
   /** Deadline of each HTTP read of a GGUF header (HEAD, each range request); default 5 s. */
   readonly httpTimeoutMs?: number;
@@ -298,6 +307,10 @@ export class MemoryEstimator {
   private readonly httpTimeoutMs: number;
   private readonly retryAfterMs: number;
   private readonly clock: () => number;
+  /** Headers read, by model file: what estimate() answers at once from then on. */
+  private readonly read = new Map<string, GgufShape>();
+  /** The estimate last made for each model from its override or a header read, with the profile it was made for. */
+  private readonly estimates = new WeakMap<ModelSpec, { readonly profile: ProfileSpec; readonly estimate: MemoryEstimate }>();
   /** Header reads started (for tests: a failed estimate is not read again on every pass). */
   reads = 0;
 
@@ -305,6 +318,35 @@ export class MemoryEstimator {
     this.httpTimeoutMs = o.httpTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS;
     this.retryAfterMs = o.retryAfterMs ?? DEFAULT_ESTIMATE_RETRY_MS;
     this.clock = o.clock ?? Date.now;
+  }
+
+  /**
+   * The estimate when no read is needed for it: an override (without gpu_layers), a header read
+   * already, a failure not due for another try yet; undefined when it takes a read (estimate()).
+   * A pass asks this first, so a fleet whose needs are known costs no promise per model.
+   */
+  known(model: ModelSpec, profile: ProfileSpec): MemoryEstimate | undefined {
+    // an override, or a header read (read for good: its read is kept, it never fails after): the estimate made stands
+    const kept = this.estimates.get(model);
+    if (kept?.profile === profile) return kept.estimate;
+    // an override is the host need; with gpu_layers the header is still read for the device need
+    if (model.memoryBytes !== null && (profile.gpuLayers == null || profile.gpuLayers === 0)) return this.keep(model, profile, { bytes: model.memoryBytes });
+    const key = shapeKey(model);
+    const failed = this.failed.get(key);
+    if (failed && this.clock() < failed.retryAt) return { error: failed.error };
+    const shape = this.read.get(key);
+    return shape === undefined ? undefined : this.fromRead(model, profile, shape);
+  }
+
+  /** The estimate from a header read, kept. */
+  private fromRead(model: ModelSpec, profile: ProfileSpec, shape: GgufShape): MemoryEstimate {
+    return this.keep(model, profile, withShape(model, profile, shape));
+  }
+
+  /** Kept by model and profile object (a spec's objects are per revision): the same object answered from then on. */
+  private keep(model: ModelSpec, profile: ProfileSpec, estimate: MemoryEstimate): MemoryEstimate {
+    this.estimates.set(model, { profile, estimate });
+    return estimate;
   }
 
   /**
@@ -318,11 +360,9 @@ export class MemoryEstimator {
     nodeReaders: () => readonly RangeReader[] = () => [],
     token: () => Promise<string | null> = async () => null,
   ): Promise<MemoryEstimate> {
-    // an override is the host need; with gpu_layers the header is still read for the device need
-    if (model.memoryBytes !== null && (profile.gpuLayers == null || profile.gpuLayers === 0)) return { bytes: model.memoryBytes };
-    const key = `${model.sha256}|${model.source}`;
-    const failed = this.failed.get(key);
-    if (failed && this.clock() < failed.retryAt) return { error: failed.error };
+    const known = this.known(model, profile);
+    if (known !== undefined) return known;
+    const key = shapeKey(model);
     let p = this.shapes.get(key);
     if (!p) {
       this.reads++;
@@ -333,8 +373,8 @@ export class MemoryEstimator {
     try {
       const shape = await p;
       this.failed.delete(key);
-      const e = estimateOf(shape, profile);
-      return model.memoryBytes !== null ? { ...e, bytes: model.memoryBytes } : e;
+      this.read.set(key, shape);
+      return this.fromRead(model, profile, shape);
     } catch (e) {
       const why = redactUrls(e instanceof Error ? e.message : String(e));
       // file:// sources are read on the controller or over the nodes' shells (which have their own

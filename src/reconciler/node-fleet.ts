@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 import { LlmgwError, reasonOf } from '../errors/catalogue.js';
 import type { NodeDriver } from '../nodes/driver.js';
-import type { FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
+import type { EngineVersionSpec, FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
 import type { RangeReader } from './memory.js';
 import { selectorMatches } from './placement.js';
 import type { NodeFence, Supersede } from './ownership.js';
@@ -31,6 +31,20 @@ function withTimeout<T>(p: Promise<T>, ms: number, node: string): Promise<T> {
 
 /** A node's owner record its fence names to take over (fence.ts), as the driver's fence asks for it. */
 export type SupersedeOf = () => { readonly epoch: number; readonly seq: number } | undefined;
+
+/** The spec's models whose profile offloads layers, with their engine version (once per spec). */
+const gpuModelsOf = new WeakMap<FleetSpec, readonly { readonly m: ModelSpec; readonly v: EngineVersionSpec }[]>();
+function gpuModels(spec: FleetSpec): readonly { readonly m: ModelSpec; readonly v: EngineVersionSpec }[] {
+  let out = gpuModelsOf.get(spec);
+  if (out !== undefined) return out;
+  out = Object.values(spec.models).flatMap((m) => {
+    const p = spec.profiles[m.profile];
+    const v = p && spec.engines[p.engine]?.versions[p.engineVersion];
+    return !p || !v || p.gpuLayers == null || p.gpuLayers === 0 ? [] : [{ m, v }];
+  });
+  gpuModelsOf.set(spec, out);
+  return out;
+}
 
 export class NodeFleet {
   private readonly drivers = new Map<string, { fingerprint: string; driver: NodeDriver }>();
@@ -91,10 +105,7 @@ export class NodeFleet {
    * devices are unknown and placement finds no device there.
    */
   prepareDeviceEngines(spec: FleetSpec, log: Logger, onInstalled: () => void): void {
-    for (const m of Object.values(spec.models)) {
-      const p = spec.profiles[m.profile];
-      const v = p && spec.engines[p.engine]?.versions[p.engineVersion];
-      if (!p || !v || p.gpuLayers == null || p.gpuLayers === 0) continue;
+    for (const { m, v } of gpuModels(spec)) {
       for (const n of Object.values(spec.nodes)) {
         const ns = this.states.get(n.name);
         if (!ns?.reachable || !ns.obs || !selectorMatches(m.nodeSelector, n.labels)) continue;

@@ -5,32 +5,57 @@
  */
 import type { ModelSpec, FleetSpec } from '../fleet-spec/types.js';
 import type { DownloadToken } from '../nodes/driver.js';
-import type { DeviceNeed, MemoryEstimator } from './memory.js';
+import type { DeviceNeed, MemoryEstimate, MemoryEstimator } from './memory.js';
 import type { NodeFleet } from './node-fleet.js';
 import type { ObservedNode } from './planner.js';
 import type { ControllerState } from './state.js';
 import type { InFlight } from './stops.js';
+import { modelsInOrder } from './spec-order.js';
 
 /** Each model's memory need (null: not known), why it is not known, and its device need (#24). */
 export interface MemoryLook {
-  readonly needs: Record<string, number | null>;
-  readonly errors: Record<string, string>;
+  readonly needs: Readonly<Record<string, number | null>>;
+  readonly errors: Readonly<Record<string, string>>;
   /** devices (#24): device need of models whose profile offloads layers. */
-  readonly devices: Record<string, DeviceNeed>;
+  readonly devices: Readonly<Record<string, DeviceNeed>>;
 }
 
+/** The look last made for a spec: by which estimator, from which estimates (in the spec's model order). */
+const lastLook = new WeakMap<FleetSpec, { readonly memory: MemoryEstimator; readonly estimates: readonly MemoryEstimate[]; readonly look: MemoryLook }>();
+
+/**
+ * Each model's estimate: those known without a read at once (most, once their headers were read:
+ * no promise per model), the others read. When every estimate is the object the last look for this
+ * spec was made from (unchanged: kept by the estimator), that look is answered again, not rebuilt.
+ */
 export async function estimateMemory(spec: FleetSpec, memory: MemoryEstimator, nodes: NodeFleet, downloadToken: (m: ModelSpec) => Promise<DownloadToken | undefined>): Promise<MemoryLook> {
+  const models = modelsInOrder(spec);
+  const estimates = new Array<MemoryEstimate>(models.length);
+  const reads: Promise<void>[] = [];
+  models.forEach((m, i) => {
+    const profile = spec.profiles[m.profile]!;
+    const known = memory.known(m, profile);
+    if (known !== undefined) estimates[i] = known;
+    else reads.push(memory.estimate(m, profile, () => nodes.rangeReaders(spec, m), async () => (await downloadToken(m))?.value ?? null).then((e) => void (estimates[i] = e)));
+  });
+  await Promise.all(reads);
+  const last = lastLook.get(spec);
+  if (last?.memory === memory && last.estimates.every((e, i) => e === estimates[i])) return last.look;
+  const look = lookOf(models, estimates);
+  lastLook.set(spec, { memory, estimates, look });
+  return look;
+}
+
+function lookOf(models: readonly ModelSpec[], estimates: readonly MemoryEstimate[]): MemoryLook {
   const needs: Record<string, number | null> = {};
   const errors: Record<string, string> = {};
   const devices: Record<string, DeviceNeed> = {};
-  await Promise.all(
-    Object.values(spec.models).map(async (m) => {
-      const e = await memory.estimate(m, spec.profiles[m.profile]!, () => nodes.rangeReaders(spec, m), async () => (await downloadToken(m))?.value ?? null);
-      needs[m.name] = 'bytes' in e ? e.bytes : null;
-      if ('bytes' in e && e.device) devices[m.name] = e.device; // devices (#24)
-      if ('error' in e) errors[m.name] = e.error;
-    }),
-  );
+  models.forEach((m, i) => {
+    const e = estimates[i]!;
+    needs[m.name] = 'bytes' in e ? e.bytes : null;
+    if ('bytes' in e && e.device) devices[m.name] = e.device; // devices (#24)
+    if ('error' in e) errors[m.name] = e.error;
+  });
   return { needs, errors, devices };
 }
 

@@ -10,6 +10,7 @@ import { mayStart, type ModelHealth } from './health.js';
 import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
 import { avoidKey } from './state.js';
 import { scheduleInForce } from '../schedule/schedule.js';
+import { modelsInOrder } from './spec-order.js';
 // --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
 import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, replicaDeviceBytes, type DeviceDelta, type ObservedDevice } from './device-use.js';
 import type { DeviceNeed } from './memory.js';
@@ -215,16 +216,18 @@ export function planPass(input: PlanInput): PlanOutput {
   }
   const busy = input.busy ?? new Set<string>();
   const wants: Want[] = [];
-  const models = Object.values(spec.models).sort((a, b) => a.name.localeCompare(b.name));
-  for (const m of models) {
+  for (const m of modelsInOrder(spec)) {
     const want = desiredNow(m, input.demand[m.name], now);
     desired[m.name] = want;
+    const located = byModel.get(m.name);
+    const pending = inflightByModel.get(m.name) ?? [];
+    // nothing of it anywhere and nothing wanted (most on-demand models): nothing to plan
+    if (want === 0 && located === undefined && pending.length === 0) continue;
     const h = input.health[m.name];
-    const alive = (byModel.get(m.name) ?? []).filter((l) => l.r.state !== 'failed');
+    const alive = (located ?? []).filter((l) => l.r.state !== 'failed');
     const isCurrent = (l: Located): boolean => l.r.digest === m.digest && !input.restarts.has(l.r.id) && keyMatches(l.r, input.keyFingerprint);
     const current = alive.filter(isCurrent);
     const outdated = alive.filter((l) => !isCurrent(l));
-    const pending = inflightByModel.get(m.name) ?? [];
     const currentReady = current.filter((l) => l.r.state === 'ready' && l.reachable).length;
     const currentStarting = current.filter((l) => l.r.state === 'starting').length + pending.length;
     const haveCurrent = current.length + pending.length;

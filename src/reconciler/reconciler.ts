@@ -35,7 +35,7 @@ import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
 import type { InFlight } from './stops.js';
-import { clockStepped, retryHandled, revisionApplied, specApplied, type ControllerState, type Note } from './state.js';
+import { clockStepped, retryHandled, revisionApplied, specModelsApplied, type ControllerState, type Note } from './state.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
@@ -308,7 +308,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     const spec = applied?.spec ?? null;
     this.state = revisionApplied(this.state, applied?.revision ?? null);
     if (spec) {
-      const s = specApplied(this.state, Object.values(spec.models));
+      const s = specModelsApplied(this.state, spec.models);
       this.state = s.state;
       this.logNotes(log, s.notes);
     }

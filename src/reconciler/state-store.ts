@@ -50,12 +50,18 @@ async function removeStaleTemps(path: string): Promise<void> {
 
 export class StateStore {
   private last: string | null = null;
+  /** The record last written (or found equal to it): the same object again is the same content, not serialized again. */
+  private lastState: ControllerState | null = null;
   constructor(readonly path: string) {}
 
   /** Writes when the content differs from the last write; returns whether it wrote. Throws STATE_WRITE_FAILED. */
   async save(state: ControllerState): Promise<boolean> {
+    if (state === this.lastState) return false;
     const text = `${JSON.stringify(state, null, 2)}\n`;
-    if (text === this.last) return false;
+    if (text === this.last) {
+      this.lastState = state;
+      return false;
+    }
     const dir = dirname(this.path);
     const tmp = `${this.path}.tmp.${process.pid}`;
     try {
@@ -79,6 +85,7 @@ export class StateStore {
       throw new LlmgwError('STATE_WRITE_FAILED', `writing the state file ${this.path} failed: ${reasonOf(e).message}`, { path: this.path }, { cause: e });
     }
     this.last = text;
+    this.lastState = state;
     return true;
   }
 }

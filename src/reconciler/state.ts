@@ -247,6 +247,22 @@ export function specApplied(s: ControllerState, models: readonly { name: string;
   return { state: { ...s, models: health, demand }, notes };
 }
 
+/** Records specApplied left as they were, by their models: the spec's models and the demand then. */
+const fixedPoints = new WeakMap<object, { readonly spec: object; readonly demand: object }>();
+
+/**
+ * specApplied for a spec's models, skipped when it would change nothing: specApplied is idempotent,
+ * so a record whose models and demand are those it last returned for the same spec's models (a spec's
+ * objects are per revision, the record's immutable) is left as it is — without a look at each model.
+ */
+export function specModelsApplied(s: ControllerState, models: Readonly<Record<string, { readonly name: string; readonly digest: string }>>): { state: ControllerState; notes: Note[] } {
+  const seen = fixedPoints.get(s.models);
+  if (seen?.spec === models && seen.demand === s.demand) return { state: s, notes: [] };
+  const r = specApplied(s, Object.values(models));
+  fixedPoints.set(r.state.models, { spec: models, demand: r.state.demand });
+  return r;
+}
+
 const shift = (rec: Readonly<Record<string, number>>, by: number): Record<string, number> => Object.fromEntries(Object.entries(rec).map(([k, t]) => [k, t + by]));
 
 /**

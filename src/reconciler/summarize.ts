@@ -1,12 +1,14 @@
 /** The end of a pass (pure): the fleet snapshot everyone reads. */
 import type { ReasonRef } from '../errors/catalogue.js';
 import type { NodeObservation } from '../nodes/driver.js';
-import type { FleetSpec, Problem } from '../fleet-spec/types.js';
+import type { FleetSpec, ModelSpec, Problem } from '../fleet-spec/types.js';
+import { equalData } from '../util/equal-data.js';
 import { phaseOf } from './availability.js';
 import type { ModelHealth } from './health.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
+import { modelsInOrder, nodesInOrder } from './spec-order.js';
 import type { StartRecord, StopRecord } from './state.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
@@ -61,6 +63,29 @@ export interface SummaryInput {
 
 const desiredOf = (i: SummaryInput, model: string): number => i.desired[model] ?? 0;
 
+/** The last view built of each model, by its spec object (a spec's objects are per revision). */
+const lastViews = new WeakMap<ModelSpec, ModelView>();
+
+/**
+ * The view built before for the same spec object when it is equal to this one, else this one: an
+ * unchanged model keeps its view object from snapshot to snapshot, so what is derived from a view
+ * (the published entry's text, the events between two snapshots) is derived once, by its identity.
+ */
+export function keptView(v: ModelView): ModelView {
+  const last = lastViews.get(v.spec);
+  if (last !== undefined && sameView(last, v)) return last;
+  lastViews.set(v.spec, v);
+  return v;
+}
+
+function sameView(a: ModelView, b: ModelView): boolean {
+  for (const k in b) {
+    if (k === 'spec') continue; // the key: the same object
+    if (!equalData(a[k as keyof ModelView], b[k as keyof ModelView])) return false;
+  }
+  return Object.keys(a).length === Object.keys(b).length;
+}
+
 export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   const replicas: ReplicaView[] = [];
   const seen = new Set<string>();
@@ -84,10 +109,15 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     const ready = s.readyAt !== undefined && s.endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false;
     replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? s.endpoint! : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
   }
-  const models: ModelView[] = Object.values(i.spec?.models ?? {})
-    .sort((a, b) => a.name.localeCompare(b.name))
+  const byModel = new Map<string, ReplicaView[]>();
+  for (const r of replicas) {
+    const list = byModel.get(r.model);
+    if (list) list.push(r);
+    else byModel.set(r.model, [r]);
+  }
+  const models: ModelView[] = (i.spec ? modelsInOrder(i.spec) : [])
     .map((m) => {
-      const mine = replicas.filter((r) => r.model === m.name);
+      const mine = byModel.get(m.name) ?? [];
       const ready = mine.filter((r) => r.phase === 'ready').length;
       const starting = mine.filter((r) => r.phase === 'starting').length;
       // A replica of it is being stopped while it has fewer ready than desired: its replacement
@@ -96,7 +126,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
       const h = i.health[m.name];
       const desired = i.desired[m.name] ?? 0;
       const unplaceable = i.unplaceable[m.name] ?? null;
-      return {
+      return keptView({
         name: m.name,
         spec: m,
         phase: phaseOf(desired, ready, starting + (replacing ? 1 : 0), h, unplaceable !== null),
@@ -111,10 +141,9 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         nextAttemptAt: h?.nextAttemptAt ?? null,
         memoryBytes: i.memory[m.name] ?? null,
         lastHandledRetry: h?.lastHandledRetry ?? null,
-      };
+      });
     });
-  const nodes: NodeView[] = Object.values(i.spec?.nodes ?? {})
-    .sort((a, b) => a.name.localeCompare(b.name))
+  const nodes: NodeView[] = (i.spec ? nodesInOrder(i.spec) : [])
     .map((n) => {
       const ns = i.nodes.get(n.name);
       return {

@@ -21,26 +21,48 @@ export interface WakeInput {
   readonly now: number;
 }
 
+/** What the record's health holds that is due some time: backoffs' ends, and the models whose failure count may reset. */
+interface HealthDue {
+  readonly attempts: readonly number[];
+  readonly failing: readonly string[];
+}
+
+/** By the record's health object (unchanged from pass to pass while nothing happens to any model). */
+const healthDue = new WeakMap<ControllerState['models'], HealthDue>();
+
+function healthDueOf(models: ControllerState['models']): HealthDue {
+  let due = healthDue.get(models);
+  if (due !== undefined) return due;
+  const attempts: number[] = [];
+  const failing: string[] = [];
+  for (const [name, h] of Object.entries(models)) {
+    if (h.nextAttemptAt !== null) attempts.push(h.nextAttemptAt);
+    if (h.consecutiveFailures > 0 && !h.parked) failing.push(name);
+  }
+  healthDue.set(models, (due = { attempts, failing }));
+  return due;
+}
+
 /** The earliest due time after now, or null when nothing is due. */
 export function nextWake(i: WakeInput): number | null {
   const { state, spec, now } = i;
-  const times: number[] = [...(i.extra ?? [])];
-  for (const h of Object.values(state.models)) if (h.nextAttemptAt !== null) times.push(h.nextAttemptAt);
+  const health = healthDueOf(state.models);
+  const times: number[] = [...(i.extra ?? []), ...health.attempts];
   for (const since of Object.values(state.draining)) times.push(since + spec.settings.drainGraceMs);
   for (const [id, since] of Object.entries(state.unresponsiveSince)) {
     const m = spec.models[i.modelOf(id) ?? ''];
     const limit = m ? spec.profiles[m.profile]?.startTimeoutMs : undefined;
     if (limit !== undefined) times.push(since + limit);
   }
-  for (const m of Object.values(spec.models)) {
-    const asked = state.demand[m.name];
-    if (m.scaling.mode === 'on_demand' && asked !== undefined && (i.desired[m.name] ?? 0) > 0) times.push(asked + m.scaling.idleTimeoutMs);
-    const h = state.models[m.name];
-    if (h && h.consecutiveFailures > 0 && !h.parked) {
-      const since = i.readyReplicas(m.name).map((id) => state.readySince[id] ?? Infinity);
-      const first = Math.min(...since);
-      if (Number.isFinite(first)) times.push(first + spec.settings.readyResetMs);
-    }
+  for (const [name, asked] of Object.entries(state.demand)) {
+    const m = spec.models[name];
+    if (m?.scaling.mode === 'on_demand' && (i.desired[name] ?? 0) > 0) times.push(asked + m.scaling.idleTimeoutMs);
+  }
+  for (const name of health.failing) {
+    if (!spec.models[name]) continue;
+    const since = i.readyReplicas(name).map((id) => state.readySince[id] ?? Infinity);
+    const first = Math.min(...since);
+    if (Number.isFinite(first)) times.push(first + spec.settings.readyResetMs);
   }
   let at: number | null = null;
   for (const t of times) if (t > now && (at === null || t < at)) at = t;

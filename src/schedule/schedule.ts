@@ -89,11 +89,18 @@ function compute(defaultReplicas: number, schedule: ReplicaSchedule, now: number
  * The earliest instant after `now` at which some model's scheduled count changes, or null: the
  * reconciler wakes then (add it to the times its wake timer considers).
  */
+/** The scaling of the spec's models with a schedule, found once per spec (a pass asks every time). */
+const scheduled = new WeakMap<FleetSpec['models'], readonly ModelScaling[]>();
+function scheduledOf(spec: FleetSpec): readonly ModelScaling[] {
+  let out = scheduled.get(spec.models);
+  if (out === undefined) scheduled.set(spec.models, (out = Object.values(spec.models).flatMap((m) => (m.scaling.mode === 'replicas' && m.scaling.schedule ? [m.scaling] : []))));
+  return out;
+}
+
 export function nextScheduleChange(spec: FleetSpec, now: number): number | null {
   let at: number | null = null;
-  for (const m of Object.values(spec.models)) {
-    if (m.scaling.mode !== 'replicas' || !m.scaling.schedule) continue;
-    const t = scheduleInForce(m.scaling, now).nextChangeAt;
+  for (const scaling of scheduledOf(spec)) {
+    const t = scheduleInForce(scaling, now).nextChangeAt;
     if (t !== null && (at === null || t < at)) at = t;
   }
   return at;

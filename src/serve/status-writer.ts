@@ -10,10 +10,12 @@ import { TreeCache, writeStatusBranch } from '../git/status-branch.js';
 import type { StatusSink } from '../reconciler/persist.js';
 import type { FleetSnapshot } from '../reconciler/view.js';
 import { statusFiles } from '../wire/shape.js';
+import { sameEntries } from '../util/equal-data.js';
 
 /** Writes the status branch when its files changed; remembers when it was last known up to date. */
 export class StatusWriter implements StatusSink {
-  private lastFiles: string | null = null;
+  /** The files last written (or confirmed written): equal files are not written again. */
+  private lastFiles: Readonly<Record<string, string>> | null = null;
   /** Epoch ms the branch was last written or confirmed up to date. */
   lastOk: number | null = null;
 
@@ -36,9 +38,9 @@ export class StatusWriter implements StatusSink {
    */
   async write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<ReasonRef | null> {
     const files = statusFiles(snap, spec);
-    const key = JSON.stringify(files);
     try {
-      if (key !== this.lastFiles) {
+      // an unchanged model's text is the same string as last time: compared at once
+      if (!this.lastFiles || !sameEntries(files, this.lastFiles)) {
         const r = await writeStatusBranch(this.repo, {
           branch: spec.settings.statusBranch,
           files,
@@ -47,7 +49,7 @@ export class StatusWriter implements StatusSink {
           ...(epoch && this.epochBound ? { epochBound: this.epochBound } : {}),
           treeCache: this.treeCache,
         });
-        this.lastFiles = key;
+        this.lastFiles = files;
         this.noteForged(r.forged ?? null, log);
         if (r.changed) log.debug({ oid: r.oid }, 'status branch written');
       }

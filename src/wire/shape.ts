@@ -315,12 +315,25 @@ export type StatusModelJson = Omit<ModelJson, 'revision'>;
  * moves on every pass (times of the pass, free memory) is in them, so a commit happens only when
  * something changed.
  */
+/**
+ * A model's status file text, by its view, for a model without a schedule (its file does not move
+ * with the time): an unchanged model keeps its view (summarize.ts keptView), and so its text.
+ */
+const statusModelTexts = new WeakMap<ModelView, string>();
+
+function statusModelText(m: ModelView, at: number): string {
+  const timeless = m.spec.scaling.mode !== 'replicas' || !m.spec.scaling.schedule;
+  let t = timeless ? statusModelTexts.get(m) : undefined;
+  if (t !== undefined) return t;
+  const { revision: _, ...model } = modelJson(m, null, at);
+  t = `${JSON.stringify(model satisfies StatusModelJson, null, 2)}\n`;
+  if (timeless) statusModelTexts.set(m, t);
+  return t;
+}
+
 export function statusFiles(s: FleetSnapshot, spec: FleetSpec | null): Record<string, string> {
   const files: Record<string, string> = {};
-  for (const m of s.models) {
-    const { revision: _, ...model } = modelJson(m, s.appliedRevision, s.at);
-    files[`models/${m.name}.json`] = `${JSON.stringify(model satisfies StatusModelJson, null, 2)}\n`;
-  }
+  for (const m of s.models) files[`models/${m.name}.json`] = statusModelText(m, s.at);
   const status = statusJson(s);
   const fleet: StatusFleetJson = {
     version: 2,

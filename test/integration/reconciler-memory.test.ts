@@ -9,9 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { MemoryEstimator, type RangeReader } from '../../src/reconciler/memory.js';
+import type { NodeFleet } from '../../src/reconciler/node-fleet.js';
+import { estimateMemory } from '../../src/reconciler/pass-look.js';
 import { ShellNodeDriver } from '../../src/nodes/shell-driver.js';
 import { openShell } from '../../src/nodes/transport.js';
-import type { ModelSpec, ProfileSpec } from '../../src/fleet-spec/types.js';
+import type { FleetSpec, ModelSpec, ProfileSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { localNodeSpec } from '../harness/sshd.js';
 import { startGatedOrigin } from '../harness/gated-origin.js';
@@ -85,6 +87,52 @@ describe('memory estimates', () => {
     } finally {
       await origin.close();
     }
+  });
+
+  test('known(): what estimate() would answer, without a read — an override, a header read already, an http failure not due again; undefined when it takes a read', async () => {
+    const est = new MemoryEstimator();
+    const m = model(`file://${tiny.path}`);
+    assert.deepEqual(est.known(model(`file://${tiny.path}`, { memoryBytes: 123 }), profile), { bytes: 123 });
+    assert.equal(est.known(m, profile), undefined);
+    const e = await est.estimate(m, profile);
+    assert.deepEqual(est.known(m, profile), e);
+    assert.deepEqual(est.known(m, { ...profile, cacheRamBytes: 0 }), await new MemoryEstimator().estimate(m, { ...profile, cacheRamBytes: 0 }), 'the header read, the profile applied anew');
+    assert.deepEqual(est.known(model(`file://${tiny.path}`, { memoryBytes: 5 }), { ...profile, gpuLayers: 'all' } as ProfileSpec), await est.estimate(model(`file://${tiny.path}`, { memoryBytes: 5 }), { ...profile, gpuLayers: 'all' } as ProfileSpec), 'an override with gpu_layers: the header read for the device need');
+    const refused = model('http://127.0.0.1:1/m.gguf');
+    const failed = await est.estimate(refused, profile);
+    assert.ok('error' in failed, JSON.stringify(failed));
+    assert.deepEqual(est.known(refused, profile), failed);
+    const missing = model(`file://${join(dir, 'never.gguf')}`);
+    assert.ok('error' in (await est.estimate(missing, profile, () => [])));
+    assert.equal(est.known(missing, profile), undefined, 'a file:// source is tried again on the next pass');
+    assert.equal(est.reads, 3);
+  });
+
+  test('a pass\'s look: every model\'s need; the same look again while every estimate is unchanged, a new one when one changes', async () => {
+    const chat = { ...profile, name: 'chat' } as ProfileSpec;
+    const specWith = (models: ModelSpec[]): FleetSpec => ({ models: Object.fromEntries(models.map((m) => [m.name, m])), profiles: { chat } }) as unknown as FleetSpec;
+    const spec = specWith([
+      model(`file://${tiny.path}`, { name: 'read', profile: 'chat' }),
+      model(`file://${tiny.path}`, { name: 'fixed', profile: 'chat', memoryBytes: 123 }),
+      model(`file://${join(dir, 'gone.gguf')}`, { name: 'gone', profile: 'chat', file: 'models/gone.yaml' }),
+    ]);
+    const nodes = { rangeReaders: () => [] } as unknown as NodeFleet;
+    const est = new MemoryEstimator();
+    const first = await estimateMemory(spec, est, nodes, async () => undefined);
+    const read = await new MemoryEstimator().estimate(spec.models.read!, chat);
+    assert.deepEqual(first.needs, { fixed: 123, gone: null, read: 'bytes' in read ? read.bytes : NaN });
+    assert.deepEqual(Object.keys(first.errors), ['gone']);
+    assert.match(first.errors.gone!, /memory need unknown/);
+    // a file:// source that is not there is read again on every pass (a fresh error): a new look, equal
+    const again = await estimateMemory(spec, est, nodes, async () => undefined);
+    assert.notEqual(again, first);
+    assert.deepEqual(again, first);
+    const known = specWith([spec.models.read!, spec.models.fixed!]);
+    const a = await estimateMemory(known, est, nodes, async () => undefined);
+    assert.equal(await estimateMemory(known, est, nodes, async () => undefined), a, 'every estimate known and unchanged: the same look');
+    const other = await estimateMemory(known, new MemoryEstimator(), nodes, async () => undefined);
+    assert.notEqual(other, a, 'another estimator: its own look');
+    assert.deepEqual(other, a);
   });
 
   test('nowhere: the reason names the controller and each node tried, and how to get past it', async () => {

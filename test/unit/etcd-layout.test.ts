@@ -157,6 +157,26 @@ describe('the state record as entries', () => {
     assert.deepEqual(d2, { puts: [], deletes: [`replicas/${replica}`] });
   });
 
+  it('texts kept from an earlier record (same health objects, the same record) are those built afresh', () => {
+    const s = bigState(30);
+    const [a, b, c, d] = [modelName(1), modelName(2), modelName(4), modelName(5)];
+    assert.equal(stateEntries(s), stateEntries(s));
+    const table: { name: string; next: ControllerState }[] = [
+      { name: 'demand changed, health kept', next: { ...s, demand: { ...s.demand, [a]: 42 } } },
+      { name: 'demand gone, health kept', next: { ...s, demand: Object.fromEntries(Object.entries(s.demand).filter(([k]) => k !== modelName(3))) } },
+      { name: 'demand new, health kept', next: { ...s, demand: { ...s.demand, [b]: 7 } } },
+      { name: 'a start of a model', next: { ...s, starts: { 'r-1': { model: c, node: 'n1', digest: 'd', startedAt: 5 } } } },
+      { name: 'a stop and an avoided node', next: { ...s, stops: { 'r-3': { model: d, node: 'n1', reason: 'failed', since: 8, drain: false } }, avoid: { [`${a}@n1`]: 13 } } },
+      { name: 'two models sharing one health object', next: { ...s, models: { ...s.models, [b]: s.models[a]! } } },
+    ];
+    for (const t of table) {
+      stateEntries(t.next);
+      const fresh = structuredClone(t.next); // no object seen before: every text built afresh
+      assert.deepEqual([...stateEntries(t.next)].sort(), [...stateEntries(fresh)].sort(), t.name);
+      assert.deepEqual(stateFromEntries(stateEntries(t.next)), t.next, t.name);
+    }
+  });
+
   it('handled retries: a retry writes one chunk of at most RETRY_CHUNK ids, a trim deletes the oldest chunk, every value stays small', () => {
     let s: ControllerState = { ...bigState(10), handledRetries: [] };
     const id = (i: number): string => `${i.toString(16).padStart(16, '0')}:${'m'.repeat(63)}`; // a trailer's id, at a long model name

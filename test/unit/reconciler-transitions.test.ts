@@ -14,6 +14,7 @@ import {
   restartRequested,
   retryHandled,
   specApplied,
+  specModelsApplied,
   startLaunched,
   stateFromJson,
   type ControllerState,
@@ -118,6 +119,26 @@ describe('state record', () => {
     const unchanged = stateFor(spec);
     assert.equal(specApplied(unchanged, Object.values(spec.models)).state, unchanged);
   });
+  it('the spec in force, by its models: what specApplied does, skipped only where it would change nothing', () => {
+    const s0 = { ...stateFor(spec), demand: { beta: 1, gone: 2 } };
+    const other = { alpha: { name: 'alpha', digest: 'new' }, beta: spec.models.beta! };
+    const first = specModelsApplied(s0, other);
+    assert.deepEqual(first, specApplied(s0, Object.values(other)));
+    const table: { name: string; before: ControllerState; models: Readonly<Record<string, { name: string; digest: string }>> }[] = [
+      { name: 'the record it returned, the same spec models: left as it is', before: first.state, models: other },
+      { name: 'a new record with the same models and demand objects', before: { ...first.state, readySince: { x: 1 } }, models: other },
+      { name: 'the same record, another spec (another revision)', before: first.state, models: spec.models },
+      { name: 'the record with a model\'s health changed since', before: { ...first.state, models: { ...first.state.models, alpha: { ...first.state.models.alpha!, digest: 'older' } } }, models: other },
+      { name: 'the record with demand from a model that left', before: { ...first.state, demand: { ...first.state.demand, gone: 3 } }, models: other },
+      { name: 'a record never seen', before: s0, models: spec.models },
+    ];
+    for (const t of table) {
+      const want = specApplied(t.before, Object.values(t.models));
+      const got = specModelsApplied(t.before, t.models);
+      assert.deepEqual(got, want, t.name);
+      if (want.state === t.before) assert.equal(got.state, t.before, t.name);
+    }
+  });
 });
 
 describe('start outcomes and replica failures', () => {
@@ -220,6 +241,21 @@ describe('next wake', () => {
     const s = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...startFailed(initialHealth(alpha.digest), kev, 0, S), nextAttemptAt: null } }, readySince: { a1: 500 } };
     assert.equal(nextWake({ ...base, state: s, readyReplicas: (m) => (m === 'alpha' ? ['a1'] : []) }), 500 + S.readyResetMs);
     assert.equal(nextWake({ ...base, state: stateFor(spec), extra: [3000, 2000] }), 2000);
+  });
+  it('only what the spec still has and wants: a model gone from it, one desired at 0, a parked one are not due; the same health asked again at a later time', () => {
+    const failing = { ...startFailed(initialHealth(alpha.digest), kev, 0, S), nextAttemptAt: null };
+    const ready = { ...base, readyReplicas: (m: string) => (m === 'alpha' || m === 'gone' ? ['a1'] : []) };
+    const table: { name: string; state: ControllerState; desired?: Record<string, number>; want: number | null }[] = [
+      { name: 'a failing model gone from the spec', state: { ...stateFor(spec), models: { ...stateFor(spec).models, gone: failing }, readySince: { a1: 500 } }, want: null },
+      { name: 'a parked model with a ready replica', state: { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...failing, parked: { since: 0, lastError: kev } } }, readySince: { a1: 500 } }, want: null },
+      { name: 'demand of an on-demand model desired at 0', state: { ...stateFor(spec), demand: { beta: 800 } }, desired: {}, want: null },
+      { name: 'demand of an always-on model', state: { ...stateFor(spec), demand: { alpha: 800 } }, desired: { alpha: 1 }, want: null },
+      { name: 'demand of a model gone from the spec', state: { ...stateFor(spec), demand: { gone: 800 } }, desired: { gone: 1 }, want: null },
+    ];
+    for (const c of table) assert.equal(nextWake({ ...ready, state: c.state, ...(c.desired ? { desired: c.desired } : {}) }), c.want, c.name);
+    const backoff = { ...stateFor(spec), models: { ...stateFor(spec).models, alpha: { ...initialHealth(alpha.digest), nextAttemptAt: 5000 } } };
+    assert.equal(nextWake({ ...base, state: backoff }), 5000);
+    assert.equal(nextWake({ ...base, state: backoff, now: 6000 }), null, 'a due time kept for the same health is still compared with now');
   });
   it('after a pass: a model waiting for a busy replica\'s room is looked at again ROOM_RECHECK_MS after the decision', () => {
     assert.equal(wakeAfterPass({ ...base, state: stateFor(spec), waitingForRoom: true }), base.now + ROOM_RECHECK_MS);
