@@ -29,6 +29,9 @@ export class Published {
   readonly legacyKey: string;
   private readonly writer: DocWriter;
   private legacyDeleted = false;
+  /** The snapshot to write next (the latest handed in), and the write running now. */
+  private next: PublishedSnapshot | null = null;
+  private writing: Promise<void> | null = null;
   private lastErrorValue: ReasonRef | null = null;
 
   constructor(
@@ -56,8 +59,31 @@ export class Published {
     return this.lastErrorValue;
   }
 
-  /** Guarded txns of what changed since the last publish (nothing when nothing did). */
-  async publish(p: PublishedSnapshot): Promise<void> {
+  /**
+   * Guarded txns of what changed since the last publish (nothing when nothing did). One write at a
+   * time, the latest snapshot wins: one handed in while another is written waits for it and then
+   * replaces any that waited before it (writes side by side would each diff from, or at a new term
+   * each re-read, the whole document: at 10,000 models a burst of snapshots overran etcd's deadline).
+   * Resolves once a snapshot at least as new as `p` is written.
+   */
+  publish(p: PublishedSnapshot): Promise<void> {
+    this.next = p;
+    this.writing ??= this.writeLatest();
+    return this.writing;
+  }
+
+  private async writeLatest(): Promise<void> {
+    try {
+      for (let p = this.next; p !== null; p = this.next) {
+        this.next = null;
+        await this.writeOne(p);
+      }
+    } finally {
+      this.writing = null; // in the turn the loop ended: a snapshot handed in later starts a new write
+    }
+  }
+
+  private async writeOne(p: PublishedSnapshot): Promise<void> {
     try {
       await this.writer.write(publishedEntries(p), 'publishing the fleet snapshot', this.legacyDeleted ? [] : [{ delete: this.legacyKey }]);
       this.legacyDeleted = true;

@@ -42,6 +42,7 @@ import { wakeAfterPass } from './wake.js';
 import type { ReconcilerOptions } from './reconciler-options.js';
 import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { shouldWarn, type LastWarning } from './warn-throttle.js';
+import { oncePerTurn } from '../util/once-per-turn.js';
 
 export type { FleetSource, ReconcilerOptions } from './reconciler-options.js';
 
@@ -111,6 +112,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     this.status = o.status;
     this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000, clock: this.clock });
     this.loop = new PassLoop((trigger) => this.pass(trigger), this.clock, o.timers);
+    const publishNextTurn = oncePerTurn(() => this.publish(this.summarize()));
     const ports: ShellPorts = {
       record: () => this.state,
       setRecord: (s) => void (this.state = s),
@@ -121,7 +123,10 @@ export class Reconciler extends ControllerShell implements FleetView {
       now: (log) => this.now(log),
       logNotes: (log, notes) => this.logNotes(log, notes),
       saveState: () => this.saveState(),
-      publish: () => this.publish(this.summarize()),
+      // at 10,000 models a snapshot and its listeners take tens of ms: 400 starts concluding together,
+      // each publishing, held the loop for 18 s and the leader lost its lease. Counted at once: a
+      // pass whose snapshot was built before publishes a fresh one (summarizeAndPersist)
+      publish: () => void (this.publications++, publishNextTurn()),
       requestPass: (trigger) => this.loop.request(trigger),
       stopSignal: () => this.stopSignal.signal,
     };

@@ -27,7 +27,10 @@ export interface ShellPorts {
   logNotes(log: Logger, notes: readonly Note[]): void;
   /** Writes the record (one write at a time; the latest record wins). */
   saveState(): Promise<void>;
-  /** Publishes a snapshot built now. */
+  /**
+   * Publishes a snapshot built at the next turn of the event loop: however many outcomes ask in one
+   * turn (hundreds of starts concluding together), one snapshot is built and published for them.
+   */
   publish(): void;
   requestPass(trigger: string): Promise<void>;
   /** Aborted when the controller stops (a new signal after each start()). */

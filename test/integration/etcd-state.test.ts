@@ -127,6 +127,13 @@ describe('state record, snapshot and requests in a real etcd', { timeout: 60_000
       await until('two changes seen', 5_000, () => seen.length === first + 2);
       assert.deepEqual(seen.slice(first - 1), ['rev-1', 'rev-2', 'rev-3']);
       assert.equal(pub.writes, 3);
+      // A burst handed in while one is written: one write at a time, the latest wins, each caller
+      // resolves once a snapshot at least as new as its own is written.
+      const burst = await Promise.all([4, 5, 6, 7, 8].map((n) => pub.publish(snap(n))));
+      assert.equal(burst.length, 5);
+      assert.equal(pub.writes, 5, 'the first of the burst, then only the latest');
+      await until('the latest seen', 5_000, () => seen.at(-1) === 'rev-8');
+      assert.ok(!seen.includes('rev-5') && !seen.includes('rev-6') && !seen.includes('rev-7'), `superseded ones never written: ${seen.join(' ')}`);
       // A standby cannot publish.
       await rejectsWith(new Published(b.election, b.client, prefix).publish(snap(9)), 'LEADER_DEPOSED');
     } finally {

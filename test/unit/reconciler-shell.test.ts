@@ -447,6 +447,7 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
       for (const x of w.nodes.values()) x.stopGate = null;
       for (let i = 0; i < 100 && w.r.record().stops[old.id]; i++) await ticks(1);
       assert.equal(w.r.record().stops[old.id], undefined, 'the stop finished');
+      await ticks(1); // the snapshot is published at the next turn of the loop
       assert.equal(w.r.snapshot().lastPass!.startedAt, passBefore, 'no pass ended meanwhile');
       assert.deepEqual(w.r.model('alpha')!.replicas.filter((x) => x.id === old.id), [], 'the snapshot no longer lists it');
       await assert.rejects(w.r.logs(old.id, 10), (e: unknown) => e instanceof LlmgwError && e.code === 'REPLICA_NOT_FOUND' && e.message === `no replica "${old.id}"`);
