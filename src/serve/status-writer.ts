@@ -2,6 +2,7 @@
  * The status branch writer: the wire format's status files (`wire/shape.ts`), committed to the
  * fleet repo's status branch when they changed. Injected into the reconciler as its StatusSink.
  */
+import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
@@ -11,9 +12,19 @@ import type { StatusSink } from '../reconciler/persist.js';
 import type { FleetSnapshot } from '../reconciler/view.js';
 import { statusFiles } from '../wire/shape.js';
 
+/**
+ * A digest of the files' paths and texts (each JSON-quoted, so self-delimiting): the writer keeps
+ * this, not a copy of every file, to see that nothing changed.
+ */
+function filesDigest(files: Readonly<Record<string, string>>): string {
+  const h = createHash('sha256');
+  for (const [path, text] of Object.entries(files)) h.update(JSON.stringify(path)).update(JSON.stringify(text));
+  return h.digest('hex');
+}
+
 /** Writes the status branch when its files changed; remembers when it was last known up to date. */
 export class StatusWriter implements StatusSink {
-  private lastFiles: string | null = null;
+  private lastDigest: string | null = null;
   /** Epoch ms the branch was last written or confirmed up to date. */
   lastOk: number | null = null;
 
@@ -36,9 +47,9 @@ export class StatusWriter implements StatusSink {
    */
   async write(snap: FleetSnapshot, spec: FleetSpec, now: () => number, log: Logger, epoch?: number): Promise<ReasonRef | null> {
     const files = statusFiles(snap, spec);
-    const key = JSON.stringify(files);
+    const key = filesDigest(files);
     try {
-      if (key !== this.lastFiles) {
+      if (key !== this.lastDigest) {
         const r = await writeStatusBranch(this.repo, {
           branch: spec.settings.statusBranch,
           files,
@@ -47,7 +58,7 @@ export class StatusWriter implements StatusSink {
           ...(epoch && this.epochBound ? { epochBound: this.epochBound } : {}),
           treeCache: this.treeCache,
         });
-        this.lastFiles = key;
+        this.lastDigest = key;
         this.noteForged(r.forged ?? null, log);
         if (r.changed) log.debug({ oid: r.oid }, 'status branch written');
       }
