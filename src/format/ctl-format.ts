@@ -93,34 +93,33 @@ export function drainingText(m: Pick<ModelJson, 'replicas'>): string | null {
 }
 
 /** Who this instance is, who leads and since when, and why this one does not act. */
-export function controlLines(s: StatusJson, at: string): [string, string][] {
+/** A line of the control section: key, text, and whether it is a problem to act on (with its hint). */
+export type ControlLine = readonly [key: string, text: string, problem?: boolean];
+
+export function controlLines(s: StatusJson, at: string): ControlLine[] {
   const c = s.control;
-  const lines: [string, string][] = [];
+  const lines: ControlLine[] = [];
+  /** A problem an operator must act on, and its hint (the page shows them in red). */
+  const problem = (key: string, text: string, hint?: string): void => {
+    lines.push([key, text, true]);
+    if (hint !== undefined) lines.push(['', `hint: ${hint}`, true]);
+  };
   const since = c.leader?.since ? ` since ${c.leader.since} (${relative(c.leader.since, at)})` : '';
   const epoch = c.leader?.epoch ? `, epoch ${c.leader.epoch}` : '';
-  if (c.mode === 'standalone') lines.push(['controller', s.leader ? `acting alone (${c.instance.label})` : `NOT acting (${c.instance.label})`]);
-  else if (c.leader?.self && s.leader) lines.push(['controller', `LEADER of the etcd cluster${epoch}${since}: ${c.instance.label}`]);
-  else lines.push(['controller', `standby (${c.instance.label}); leader: ${c.leader ? `${c.leader.label}${epoch}${since}` : 'NONE'}`]);
-  if (c.notActing && c.notActing.code !== 'CONTROLLER_STANDBY') {
-    lines.push(['not acting', reasonText(c.notActing)]);
-    lines.push(['', `hint: ${c.notActing.hint}`]);
-  }
-  if (c.etcd && !c.etcd.reachable) lines.push(['etcd', `UNREACHABLE${c.etcd.error ? `: ${reasonText(c.etcd.error)}` : ''}`]);
-  else if (c.etcd?.error) {
-    // reachable, and a write failed (e.g. a publish refused: ETCD_VALUE_TOO_LARGE)
-    lines.push(['etcd', `FAILED: ${reasonText(c.etcd.error)}`]);
-    lines.push(['', `hint: ${c.etcd.error.hint}`]);
-  }
+  if (c.mode === 'standalone') {
+    if (s.leader) lines.push(['controller', `acting alone (${c.instance.label})`]);
+    else problem('controller', `NOT acting (${c.instance.label})`);
+  } else if (c.leader?.self && s.leader) lines.push(['controller', `LEADER of the etcd cluster${epoch}${since}: ${c.instance.label}`]);
+  else if (c.leader) lines.push(['controller', `standby (${c.instance.label}); leader: ${c.leader.label}${epoch}${since}`]);
+  else problem('controller', `standby (${c.instance.label}); leader: NONE`);
+  if (c.notActing && c.notActing.code !== 'CONTROLLER_STANDBY') problem('not acting', reasonText(c.notActing), c.notActing.hint);
+  if (c.etcd && !c.etcd.reachable) problem('etcd', `UNREACHABLE${c.etcd.error ? `: ${reasonText(c.etcd.error)}` : ''}`);
+  // reachable, and a write failed (e.g. a publish refused: ETCD_VALUE_TOO_LARGE)
+  else if (c.etcd?.error) problem('etcd', `FAILED: ${reasonText(c.etcd.error)}`, c.etcd.error.hint);
   const kp = c.etcd?.keyProblem;
-  if (kp) {
-    lines.push(['leader key', `PROBLEM ${relative(kp.at, at)}: ${reasonText(kp)}`]);
-    lines.push(['', `hint: ${kp.hint}`]);
-  }
+  if (kp) problem('leader key', `PROBLEM ${relative(kp.at, at)}: ${reasonText(kp)}`, kp.hint);
   // absent in the answer of a controller older than the field
-  for (const f of c.forgedEpochs ?? []) {
-    lines.push(['FORGED EPOCH', reasonText(f)]);
-    lines.push(['', `hint: ${f.hint}`]);
-  }
+  for (const f of c.forgedEpochs ?? []) problem('FORGED EPOCH', reasonText(f), f.hint);
   return lines;
 }
 
@@ -144,7 +143,7 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
   const models: ModelsJson = healthy ? { ...attention, models: [...attention.models, ...healthy.models] } : attention;
   const at = s.at;
   const out: string[] = [];
-  const head: [string, string][] = [];
+  const head: (readonly [string, string, boolean?])[] = [];
 
   const rev = s.revision ? `revision ${s.revision.slice(0, 12)}` : 'no revision applied yet';
   const spec = s.spec.rejected ? `${s.revision ? ' in force' : ''}; revision ${s.spec.rejected.revision.slice(0, 12)} REJECTED (see below)` : s.spec.valid ? ', spec valid' : '';

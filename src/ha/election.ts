@@ -22,7 +22,7 @@ import { LlmgwError, type ReasonRef } from '../errors/catalogue.js';
 import { nodeTimers, type LoopTimers } from '../reconciler/loop.js';
 import { etcdError } from './etcd.js';
 import { Etcd3LeaderIO, type GuardCompare, type LeaderIO, type TxnOp } from './etcd-leader-io.js';
-import { dueAt, epochAt, initialLeadership, leaderRecord, leads, step, type Effect, type LeaderInfo, type LeadershipEvent, type LeadershipState } from './leadership.js';
+import { dueAt, epochAt, initialLeadership, leaderRecord, leads, shownProblem, step, type Effect, type LeaderInfo, type LeadershipEvent, type LeadershipState } from './leadership.js';
 
 export { cancelWatcher, type GuardCompare, type TxnOp, type WriteOp } from './etcd-leader-io.js';
 export type { LeaderInfo } from './leadership.js';
@@ -130,10 +130,11 @@ export class Election extends EventEmitter {
   }
   /**
    * The last thing about the leader key an operator must act on (LEADER_KEY_FORGED: someone else
-   * writes the etcd prefix; ETCD_REVISION_WENT_BACK: etcd was restored), with its wall-clock time, or null.
+   * writes the etcd prefix; ETCD_REVISION_WENT_BACK: etcd was restored), with its wall-clock time,
+   * while it was seen in the last hour (KEY_PROBLEM_SHOWN_MS), or null.
    */
   get keyProblem(): (ReasonRef & { readonly at: number }) | null {
-    const p = this.s.problem;
+    const p = shownProblem(this.s, this.mono());
     return p ? { ...p.reason, at: this.clock() - (this.mono() - p.at) } : null;
   }
   /** The machine's state (tests, diagnostics). */

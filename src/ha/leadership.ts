@@ -82,7 +82,7 @@ export interface LeadershipState {
   /** Mod revision of the last key value reported as forged or abandoned (reported once, removed on every sight). */
   readonly reportedKey: number | null;
   readonly started: boolean;
-  /** The last forged leader key or backwards revision seen, and when (for status; never cleared by itself). */
+  /** The last forged leader key or backwards revision seen, and when (status shows it for KEY_PROBLEM_SHOWN_MS: shownProblem). */
   readonly problem: { readonly reason: ReasonRef; readonly at: number } | null;
 }
 
@@ -144,6 +144,14 @@ export function leaderRecord(value: string, createRevision: number): LeaderInfo 
 }
 
 /** Whether this instance leads at `now`: elected, and the last good renewal sent less than the renew deadline ago. */
+/** How long status shows a leader-key problem after it was last seen (as the forged epochs: the last hour). */
+export const KEY_PROBLEM_SHOWN_MS = 60 * 60_000;
+
+/** The problem status shows at `now` (monotonic): the last one, while it was seen less than KEY_PROBLEM_SHOWN_MS ago. */
+export function shownProblem(s: Pick<LeadershipState, 'problem'>, now: number): LeadershipState['problem'] {
+  return s.problem !== null && now - s.problem.at < KEY_PROBLEM_SHOWN_MS ? s.problem : null;
+}
+
 export function leads(s: LeadershipState, now: number, c: Pick<LeadershipConfig, 'renewDeadlineMs'>): boolean {
   return s.phase.kind === 'leading' && now - s.phase.term.lastGoodSend < c.renewDeadlineMs;
 }

@@ -1,7 +1,9 @@
 /**
  * The state record as entries (pure), for the per-entry layout in etcd (keyed-layout.ts):
- * - `fleet`: the version and the applied revision;
- * - `retries`: the handled retry ids (bounded: MAX_HANDLED_RETRIES);
+ * - `fleet`: the version, the applied revision and how many retry ids were trimmed;
+ * - `retries/<chunk>`: the handled retry ids, RETRY_CHUNK a key, keyed by their absolute position
+ *   (retriesTrimmed + index): a retry rewrites the last chunk, a trim deletes the first. (Before,
+ *   one `retries` key held all of them: up to ~160 KiB. It is still read, and deleted on the next save);
  * - `models/<name>`: what the record holds of one model: its health, last demand, the starts and
  *   stops of its replicas, and the nodes it avoids;
  * - `replicas/<id>`: what it holds of one replica by id (restart asked, draining, ready or
@@ -10,7 +12,7 @@
  * record equal in content gives equal entries, whatever its key order).
  */
 import type { ModelHealth } from '../reconciler/health.js';
-import { stateFromJson, STATE_VERSION, type ControllerState, type StartRecord, type StopRecord } from '../reconciler/state.js';
+import { RETRY_CHUNK, stateFromJson, STATE_VERSION, type ControllerState, type StartRecord, type StopRecord } from '../reconciler/state.js';
 import { canonicalJson } from './canonical-json.js';
 import { group, keyPart, type Entries } from './keyed-layout.js';
 
@@ -85,11 +87,35 @@ export function stateEntries(s: ControllerState): Map<string, string> {
     }
   }
   const out = new Map<string, string>();
-  out.set('fleet', canonicalJson({ version: s.version, appliedRevision: s.appliedRevision }));
-  out.set('retries', JSON.stringify(s.handledRetries));
+  out.set('fleet', canonicalJson({ version: s.version, appliedRevision: s.appliedRevision, ...(s.retriesTrimmed > 0 ? { retriesTrimmed: s.retriesTrimmed } : {}) }));
+  for (const [key, ids] of retryChunks(s)) out.set(key, JSON.stringify(ids));
   for (const [name, e] of models) out.set(`models/${keyPart(name)}`, modelEntryJson(e));
   for (const [id, e] of replicas) out.set(`replicas/${keyPart(id)}`, `{${e.join(',')}}`);
   return out;
+}
+
+/** The handled retry ids in chunks, by key (`retries/<chunk>`, zero-padded so keys sort as numbers). */
+function retryChunks(s: Pick<ControllerState, 'handledRetries' | 'retriesTrimmed'>): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  s.handledRetries.forEach((id, i) => {
+    const key = `retries/${String(Math.floor((s.retriesTrimmed + i) / RETRY_CHUNK)).padStart(10, '0')}`;
+    let ids = out.get(key);
+    if (!ids) out.set(key, (ids = []));
+    ids.push(id);
+  });
+  return out;
+}
+
+/** The handled ids from the chunks in key order, after those of a legacy `retries` key. */
+function retriesOf(entries: Entries): unknown[] {
+  const chunks = group(entries, 'retries/').sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const ids: unknown[] = [];
+  for (const text of [entries.get('retries') ?? '[]', ...chunks.map(([, t]) => t)]) {
+    const v = JSON.parse(text) as unknown;
+    if (!Array.isArray(v)) throw new Error('a retries entry is not a list');
+    ids.push(...(v as unknown[]));
+  }
+  return ids;
 }
 
 function parsed(what: string, text: string): Record<string, unknown> {
@@ -103,7 +129,7 @@ export function stateFromEntries(entries: Entries): ControllerState {
   const fleetText = entries.get('fleet');
   if (fleetText === undefined) throw new Error('no fleet entry');
   const fleet = parsed('the fleet entry', fleetText);
-  const retries = JSON.parse(entries.get('retries') ?? '[]') as unknown;
+  const retries = retriesOf(entries);
   const rec: Record<string, Record<string, unknown>> = { models: {}, demand: {}, starts: {}, stops: {}, avoid: {}, ...Object.fromEntries(REPLICA_MAPS.map((k) => [k, {}])) };
   for (const [name, text] of group(entries, 'models/')) {
     const e = parsed(`the entry of model ${name}`, text) as ModelEntry;
@@ -117,5 +143,5 @@ export function stateFromEntries(entries: Entries): ControllerState {
     const e = parsed(`the entry of replica ${id}`, text) as ReplicaEntry;
     for (const map of REPLICA_MAPS) if (e[map] !== undefined) rec[map]![id] = e[map];
   }
-  return stateFromJson({ version: fleet.version ?? STATE_VERSION, appliedRevision: fleet.appliedRevision ?? null, handledRetries: retries, ...rec });
+  return stateFromJson({ version: fleet.version ?? STATE_VERSION, appliedRevision: fleet.appliedRevision ?? null, retriesTrimmed: fleet.retriesTrimmed, handledRetries: retries, ...rec });
 }

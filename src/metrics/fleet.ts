@@ -190,6 +190,11 @@ export class FleetMetrics {
   }
 
   /** A reconcile pass finished. Once called, passes are counted from here only, not from snapshots. */
+  /** The per-model gauges' exposition text (model-series.ts), rendered in slices. */
+  modelText(): Promise<Buffer[]> {
+    return this.models.text();
+  }
+
   passFinished(result: 'ok' | 'error', durationSeconds: number): void {
     this.explicitPasses = true;
     this.recordPass(result, durationSeconds, this.clock() / 1000);

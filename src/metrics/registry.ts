@@ -72,7 +72,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   const schedules = registerScheduleMetrics(live, opts.clock ?? Date.now);
   const eventLoop = registerEventLoopDelayMetrics(live);
   const registry = Registry.merge([modelRegistry, fleetRegistry, live]);
-  let modelText: Promise<Buffer> | null = null;
+  let modelText: Promise<Buffer[]> | null = null;
   let fleetText: Promise<Buffer> | null = null;
   const changed = <T>(r: T): T => {
     fleetText = null;
@@ -83,9 +83,10 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
     return Buffer.from(t === '' || t.endsWith('\n') ? t : `${t}\n`);
   };
   const scrapeParts = async (): Promise<{ contentType: string; parts: Buffer[] }> => {
-    modelText ??= bytes(modelRegistry);
+    modelText ??= fleet.modelText();
     fleetText ??= bytes(fleetRegistry);
-    return { contentType: registry.contentType, parts: await Promise.all([modelText, fleetText, bytes(live)]) };
+    const [model, ...rest] = await Promise.all([modelText, fleetText, bytes(live)]);
+    return { contentType: registry.contentType, parts: [...model, ...rest] };
   };
 
   return {

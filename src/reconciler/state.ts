@@ -19,13 +19,18 @@
  * - accounted: replicas whose failure was counted already (never counted twice);
  * - avoid: "model@node" → until when a model is placed elsewhere after the node failed it (a full
  *   disk, no free port);
- * - handledRetries: retry ids handled, most recent last (bounded).
+ * - handledRetries: retry ids handled, most recent last (bounded);
+ * - retriesTrimmed: how many ids were dropped from the front of handledRetries so far, always a
+ *   multiple of RETRY_CHUNK. An id's absolute position (retriesTrimmed + index) never changes, so
+ *   the etcd layout keys the ids in chunks by it: a retry rewrites one chunk, a trim deletes one.
  */
 import type { ReasonRef } from '../errors/catalogue.js';
 import { retried, withDigest, type ModelHealth } from './health.js';
 
 export const STATE_VERSION = 2;
 export const MAX_HANDLED_RETRIES = 2000;
+/** Ids per chunk of handledRetries, and what a trim drops at once (so chunks keep their contents). */
+export const RETRY_CHUNK = 40;
 
 export interface StartRecord {
   readonly model: string;
@@ -70,6 +75,7 @@ export interface ControllerState {
   readonly accounted: Readonly<Record<string, number>>;
   readonly avoid: Readonly<Record<string, number>>;
   readonly handledRetries: readonly string[];
+  readonly retriesTrimmed: number;
 }
 
 export const emptyState: ControllerState = Object.freeze({
@@ -86,6 +92,7 @@ export const emptyState: ControllerState = Object.freeze({
   accounted: {},
   avoid: {},
   handledRetries: [],
+  retriesTrimmed: 0,
 });
 
 /** Something a transition decided that the shell logs (object-first, like pino). */
@@ -148,6 +155,7 @@ export function stateFromJson(v: unknown): ControllerState {
     accounted: numbers(v.accounted),
     avoid: numbers(v.avoid),
     handledRetries: v.handledRetries.filter((x): x is string => typeof x === 'string'),
+    retriesTrimmed: typeof v.retriesTrimmed === 'number' && Number.isSafeInteger(v.retriesTrimmed) && v.retriesTrimmed >= 0 ? v.retriesTrimmed : 0,
   };
 }
 
@@ -190,9 +198,12 @@ export function drainStarted(s: ControllerState, ids: readonly string[], now: nu
   return { ...s, draining };
 }
 
-function rememberRetry(handled: readonly string[], id: string): string[] {
-  const out = [...handled, id];
-  return out.length > MAX_HANDLED_RETRIES ? out.slice(out.length - MAX_HANDLED_RETRIES) : out;
+/** The record with `id` handled last; past the bound, the oldest ids go, in whole chunks (RETRY_CHUNK). */
+function rememberRetry(s: ControllerState, id: string): Pick<ControllerState, 'handledRetries' | 'retriesTrimmed'> {
+  const out = [...s.handledRetries, id];
+  if (out.length <= MAX_HANDLED_RETRIES) return { handledRetries: out, retriesTrimmed: s.retriesTrimmed };
+  const trimmed = Math.ceil((s.retriesTrimmed + out.length - MAX_HANDLED_RETRIES) / RETRY_CHUNK) * RETRY_CHUNK;
+  return { handledRetries: out.slice(trimmed - s.retriesTrimmed), retriesTrimmed: trimmed };
 }
 
 /** What a retry did to its model: unparked it, or (not parked) cleared its backoff. The admin API and `ctl retry` answer this. */
@@ -206,10 +217,10 @@ export type RetryHandled = RetryOutcome | 'already-handled';
  */
 export function retryHandled(s: ControllerState, model: { name: string; digest: string } | null, id: string): { state: ControllerState; outcome: RetryHandled; note: Note } {
   if (s.handledRetries.includes(id)) return { state: s, outcome: 'already-handled', note: { level: 'debug', msg: 'retry already handled', fields: { retry: id } } };
-  if (!model) return { state: { ...s, handledRetries: rememberRetry(s.handledRetries, id) }, outcome: 'already-handled', note: { level: 'warn', msg: 'retry trailer names no model; ignored', fields: { retry: id } } };
+  if (!model) return { state: { ...s, ...rememberRetry(s, id) }, outcome: 'already-handled', note: { level: 'warn', msg: 'retry trailer names no model; ignored', fields: { retry: id } } };
   const { health, outcome } = retried(withDigest(s.models[model.name], model.digest), id);
   return {
-    state: { ...s, models: { ...s.models, [model.name]: health }, handledRetries: rememberRetry(s.handledRetries, id) },
+    state: { ...s, models: { ...s.models, [model.name]: health }, ...rememberRetry(s, id) },
     outcome,
     note: { level: 'info', msg: 'retry handled', fields: { model: model.name, retry: id, outcome } },
   };

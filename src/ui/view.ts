@@ -9,7 +9,7 @@ import { Reasons } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { formatBytes } from '../fleet-spec/units.js';
 import { MODEL_PHASES, type FleetSnapshot, type ModelPhase } from '../reconciler/view.js';
-import { controlLines, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../format/ctl-format.js';
+import { controlLines, type ControlLine, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../format/ctl-format.js';
 import type { RouterFigures } from './figures.js';
 import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
 
@@ -72,7 +72,7 @@ export interface PageView {
   readonly at: string;
   readonly status: StatusJson;
   /** The header's lines (label, text), in `ctl status`'s words. */
-  readonly control: readonly (readonly [string, string])[];
+  readonly control: readonly ControlLine[];
   readonly rejected: { readonly revision: string; readonly problems: readonly { readonly where: string; readonly message: string; readonly code: string }[]; readonly hint: string } | null;
   readonly groups: readonly PageGroup[];
   readonly nodes: readonly PageNode[];

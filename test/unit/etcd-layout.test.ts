@@ -9,7 +9,7 @@ import type { WriteOp } from '../../src/ha/election.js';
 import { applyChanges, batchDiff, diffEntries, ETCD_LIMITS, headValue, keyPart, nameOfPart, readKeyed, refuseOversized, txnBytes, type EtcdLimits } from '../../src/ha/keyed-layout.js';
 import { publishedEntries, publishedFromEntries } from '../../src/ha/published.js';
 import { stateEntries, stateFromEntries } from '../../src/ha/state-layout.js';
-import { emptyState } from '../../src/reconciler/state.js';
+import { emptyState, MAX_HANDLED_RETRIES, retryHandled, RETRY_CHUNK, type ControllerState } from '../../src/reconciler/state.js';
 import { bigPublished, bigState, modelName } from '../harness/big-fleet.js';
 
 const m = (o: Record<string, string>): Map<string, string> => new Map(Object.entries(o));
@@ -155,6 +155,24 @@ describe('the state record as entries', () => {
     const { [replica]: _gone, ...readySince } = s.readySince;
     const d2 = diffEntries(stateEntries(s), stateEntries({ ...s, readySince }));
     assert.deepEqual(d2, { puts: [], deletes: [`replicas/${replica}`] });
+  });
+
+  it('handled retries: a retry writes one chunk of at most RETRY_CHUNK ids, a trim deletes the oldest chunk, every value stays small', () => {
+    let s: ControllerState = { ...bigState(10), handledRetries: [] };
+    const id = (i: number): string => `${i.toString(16).padStart(16, '0')}:${'m'.repeat(63)}`; // a trailer's id, at a long model name
+    for (let i = 0; i < MAX_HANDLED_RETRIES; i++) s = retryHandled(s, null, id(i)).state;
+    const full = stateEntries(s);
+    assert.ok(Math.max(...[...full.values()].map((v) => Buffer.byteLength(v))) <= 4 * 1024, 'each chunk ≤ 4 KiB');
+    const next = retryHandled(s, null, id(MAX_HANDLED_RETRIES)).state;
+    const d = diffEntries(full, stateEntries(next));
+    assert.deepEqual(d.puts.map(([k]) => k).sort(), ['fleet', `retries/${String(MAX_HANDLED_RETRIES / RETRY_CHUNK).padStart(10, '0')}`]);
+    assert.deepEqual(d.deletes, [`retries/${'0'.padStart(10, '0')}`]);
+    assert.deepEqual(stateFromEntries(stateEntries(next)), next);
+    // a record saved by the version before the chunks (one `retries` key) reads the same, and its next save deletes that key
+    const legacy = new Map([...stateEntries(s)].filter(([k]) => !k.startsWith('retries/')));
+    legacy.set('retries', JSON.stringify(s.handledRetries));
+    assert.deepEqual(stateFromEntries(legacy), s);
+    assert.ok(diffEntries(legacy, stateEntries(s)).deletes.includes('retries'));
   });
 
   it('entries that are not a record are refused saying which', () => {

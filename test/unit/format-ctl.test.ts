@@ -3,7 +3,7 @@ import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
 import type { ModelJson, ModelsJson, NodesJson, StatusJson } from '../../src/wire/shape.js';
 import { Reasons } from '../../src/errors/catalogue.js';
-import { modelDetail, readyCount, relative, renderNodes, renderReplicas, renderStatus, shortDuration, table } from '../../src/format/ctl-format.js';
+import { controlLines, modelDetail, readyCount, relative, renderNodes, renderReplicas, renderStatus, shortDuration, table } from '../../src/format/ctl-format.js';
 import { assertGolden } from '../harness/golden.js';
 
 const AT = '2025-03-01T12:00:00.000Z';
@@ -96,6 +96,10 @@ describe('ctl status: a controller in trouble', () => {
     assert.match(text, /^etcd +UNREACHABLE: etcd did not answer \(14 UNAVAILABLE\) \[ETCD_UNAVAILABLE\]$/m);
     assert.match(text, /^leader key +PROBLEM 2m ago: the leader key at revision 812 was not written by a leader of this etcd .* \[LEADER_KEY_FORGED\]$/m);
     assert.match(text, /^ +hint: The etcd leader key held a value/m);
+    // each of these lines is a problem to act on, hints included: the status page shows them in red
+    const lines = controlLines(status, AT);
+    assert.deepEqual(lines.filter(([, , problem]) => !problem), []);
+    assert.deepEqual(lines.filter(([k]) => k !== '').map(([k]) => k), ['controller', 'not acting', 'etcd', 'leader key']);
   });
 
   test('a leader that passed over forged epochs: each one a FORGED EPOCH line with its code and hint, the leader line unchanged', () => {
@@ -128,6 +132,8 @@ describe('ctl status: a controller in trouble', () => {
     assert.match(text, /^FORGED EPOCH +status branch commit 0123456789ab carries Llmgw-Epoch 999999999999, above etcd's revision 812 \[STATUS_EPOCH_FORGED\]$/m);
     assert.match(text, /^FORGED EPOCH +node node-1: took over its owner record of epoch 5120 \[NODE_EPOCH_FORGED\]$/m);
     assert.equal(text.split('\n').filter((l) => /^ +hint: A (status-branch commit|node's owner record)/.test(l)).length, 2, text);
+    // the page marks the forged epochs and their hints, not the leader line
+    assert.deepEqual(controlLines(status, AT).map(([k, , problem]) => [k, problem === true]), [['controller', false], ['FORGED EPOCH', true], ['', true], ['FORGED EPOCH', true], ['', true]]);
     assert.doesNotMatch(text, /not acting/);
   });
 

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Kv } from '../../src/ha/etcd-leader-io.js';
-import { dueAt, initialLeadership, leads, step, type Effect, type LeaderInfo, type LeadershipEvent, type LeadershipState, type Term } from '../../src/ha/leadership.js';
+import { dueAt, initialLeadership, KEY_PROBLEM_SHOWN_MS, leads, shownProblem, step, type Effect, type LeaderInfo, type LeadershipEvent, type LeadershipState, type Term } from '../../src/ha/leadership.js';
 
 const C = { id: 'a', label: 'a.test', renewDeadlineMs: 2_000, retryPeriodMs: 500 };
 const WALL = 1_700_000_000_000;
@@ -120,6 +120,14 @@ describe('leadership transitions', () => {
     assert.equal(leads(s, 2_999, C), true);
     assert.equal(leads(s, 3_000, C), false);
     assert.equal(leads(standby(), 0, C), false);
+  });
+
+  it('a key problem is shown for an hour after it was last seen, then no more (a forgery seen again shows again)', () => {
+    const { state } = step(standby({ info: info('b', 5) }), { kind: 'watchPut', kv: rec('c', 999_999, { modRevision: 20 }) }, 1_200, WALL, C);
+    assert.equal(shownProblem(state, 1_200)?.reason.code, 'LEADER_KEY_FORGED');
+    assert.equal(shownProblem(state, 1_200 + KEY_PROBLEM_SHOWN_MS - 1)?.at, 1_200);
+    assert.equal(shownProblem(state, 1_200 + KEY_PROBLEM_SHOWN_MS), null);
+    assert.equal(shownProblem(initialLeadership, 0), null);
   });
 
   it('the next due time: a renewal, or the deadline while one is in flight, or the next look', () => {

@@ -1,5 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
+import { RENDER_SLICE } from '../../src/metrics/model-series.js';
 import { createMetrics, type LlmgwMetrics } from '../../src/metrics/registry.js';
 import { METRIC_NAMES, MODEL_STATES } from '../../src/metrics/names.js';
 import { findSamples, parseExposition, sampleValue, type Sample } from '../../src/metrics/parse.js';
@@ -321,6 +322,42 @@ describe('the per-model series between passes (scrape text reused while no model
       assert.equal(sampleValue(moved, 'llmgw_model_info', { model: 'a', digest: 'd2', profile: 'chat' }), 1);
       assert.equal(sampleValue(moved, 'llmgw_model_info', { model: 'a', digest: 'd1', profile: 'chat' }), undefined);
       assert.equal(findSamples(moved, 'llmgw_model_last_error_info').length, 0);
+    } finally {
+      m.close();
+    }
+  });
+});
+
+describe('the per-model text (written by model-series.ts, in slices)', () => {
+  const modelPart = (text: string): string[] => text.split('\n').filter((l) => /^(# (HELP|TYPE) )?llmgw_model_/.test(l));
+  const fleetOf = (n: number): ModelView[] =>
+    Array.from({ length: n }, (_, i) => {
+      const kinds = [model(`m-${i}`), { ...parkedModel, name: `parked-${i}` }, { ...oversize, name: `huge-${i}` }, model(`f-${i}`, { phase: 'failing', ready: 0, consecutiveFailures: 2, lastError: { code: 'REPLICA_EXITED', message: 'a "quoted" \\ line\nbreak' } })];
+      return kinds[i % kinds.length]!;
+    });
+
+  it('is the text prom-client renders for the same models, line for line and in order', async () => {
+    const m = createMetrics({ defaultMetrics: false });
+    try {
+      for (const models of [[], fleetOf(3), fleetOf(RENDER_SLICE * 2 + 7)]) {
+        m.applySnapshot(snapshot({ models }));
+        const ours = modelPart((await m.scrape()).body);
+        assert.ok(ours.length >= models.length * (PER_MODEL.length + MODEL_STATES.length), `${ours.length} lines for ${models.length} models`);
+        assert.deepEqual(ours, modelPart(await m.registry.metrics()));
+      }
+    } finally {
+      m.close();
+    }
+  });
+
+  it('gives the event loop a turn while it renders many models', async () => {
+    const m = createMetrics({ defaultMetrics: false });
+    try {
+      m.applySnapshot(snapshot({ models: fleetOf(RENDER_SLICE * 3) }));
+      let turned = false;
+      setImmediate(() => (turned = true));
+      await m.scrape(); // unsliced, its continuation (a microtask) would run before any setImmediate
+      assert.ok(turned, 'a setImmediate queued before the scrape ran before it finished');
     } finally {
       m.close();
     }

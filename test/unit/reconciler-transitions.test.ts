@@ -10,6 +10,7 @@ import {
   demanded,
   emptyState,
   MAX_HANDLED_RETRIES,
+  RETRY_CHUNK,
   restartRequested,
   retryHandled,
   specApplied,
@@ -96,8 +97,14 @@ describe('state record', () => {
     assert.deepEqual(noModel.state.handledRetries, ['c2:ghost']);
     let s: ControllerState = emptyState;
     for (let i = 0; i < MAX_HANDLED_RETRIES + 5; i++) s = retryHandled(s, null, `c${i}`).state;
-    assert.equal(s.handledRetries.length, MAX_HANDLED_RETRIES);
+    // past the bound the oldest go in one chunk (the etcd layout's keys keep their contents)
+    assert.equal(s.retriesTrimmed, RETRY_CHUNK);
+    assert.equal(s.handledRetries.length, MAX_HANDLED_RETRIES + 5 - RETRY_CHUNK);
+    assert.equal(s.handledRetries[0], `c${RETRY_CHUNK}`);
     assert.equal(s.handledRetries.at(-1), `c${MAX_HANDLED_RETRIES + 4}`);
+    for (let i = MAX_HANDLED_RETRIES + 5; s.retriesTrimmed === RETRY_CHUNK; i++) s = retryHandled(s, null, `c${i}`).state;
+    assert.equal(s.retriesTrimmed, 2 * RETRY_CHUNK);
+    assert.ok(s.handledRetries.length <= MAX_HANDLED_RETRIES && s.handledRetries.length > MAX_HANDLED_RETRIES - RETRY_CHUNK);
   });
   it('the spec in force: a new digest resets and unparks; models that left lose health and demand; no change is the same record', () => {
     const s0 = { ...stateFor(spec), demand: { beta: 1, gone: 2 } };

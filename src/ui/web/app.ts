@@ -78,7 +78,7 @@ function renderHeader(v: PageView): void {
   fact(dl, 'revision', s.revision ? h('span', {}, h('code', {}, s.revision.slice(0, 12)), ` in force; synced `, h('span', { 'data-ago': s.sync.lastOk ?? '' }, ago(s.sync.lastOk))) : 'none applied yet');
   if (s.sync.error) fact(dl, 'git sync', `FAILED: ${reasonText(s.sync.error)} — ${s.sync.error.hint}`, 'bad');
   fact(dl, 'spec', v.rejected ? `revision ${v.rejected.revision.slice(0, 12)} REJECTED (below)` : s.spec.valid ? 'valid' : 'not valid', v.rejected ? 'bad' : '');
-  for (const [k, text] of v.control) fact(dl, k || ' ', text, /NOT|UNREACHABLE|NONE/.test(text) ? 'bad' : '');
+  for (const [k, text, problem] of v.control) fact(dl, k || ' ', text, problem ? 'bad' : '');
   if (s.lastPass) {
     const p = s.lastPass;
     fact(dl, 'last pass', h('span', {}, `${p.result === 'ok' ? 'ok' : 'FAILED'} `, h('span', { 'data-ago': p.startedAt }, ago(p.startedAt)), `: ${p.actions} action${p.actions === 1 ? '' : 's'} in ${ms(p.durationMs)}${p.error ? `; ${reasonText(p.error)}` : ''}`), p.result === 'ok' ? '' : 'bad');

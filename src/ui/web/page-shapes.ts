@@ -48,7 +48,8 @@ export interface PageView {
     models: { total: number; desired: number; ready: number; byPhase: Record<string, number> };
     nodes: { total: number; reachable: number };
   };
-  control: [string, string][];
+  /** Key, text, and whether the line is a problem to act on (shown in red). */
+  control: [string, string, boolean?][];
   rejected: { revision: string; problems: { where: string; message: string; code: string }[]; hint: string } | null;
   groups: { phase: string; blurb: string | null; models: PageModel[] }[];
   nodes: PageNode[];
