@@ -1,6 +1,5 @@
 /** `llmgw serve` — the controller: git sync, reconciler, router and admin API in one process. */
 import { join, resolve } from 'node:path';
-import { prepareLocalFleet } from '../demo/prepare.js';
 import { usageError } from '../errors/catalogue.js';
 import { parse } from './args.js';
 import type { Io } from './io.js';
@@ -50,6 +49,7 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
   if (values.local) {
     // The bundled local fleet (npm start): one machine, no SSH, keys off, loopback only.
     const home = resolve(io.cwd, io.env.LLMGW_LOCAL_HOME ?? '.llmgw/local');
+    const { prepareLocalFleet } = await import('../demo/prepare.js');
     const local = await prepareLocalFleet(home, (line) => io.err(line));
     flags.fleet ??= local.fleetDir;
     flags.stateDir ??= local.stateDir;
@@ -60,7 +60,7 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
   const configPath = (values.config as string | undefined) ?? io.env.LLMGW_CONFIG;
   const cfg = resolveConfig({ flags, env: io.env, file: configPath ? readConfigFile(configPath) : {}, cwd: io.cwd });
   const format = effectiveLogFormat(cfg.logFormat, process.stdout.isTTY === true);
-  const log = createLogger(cfg.logLevel, logDestination(format, process.stdout.isTTY === true && !io.env.NO_COLOR));
+  const log = createLogger(cfg.logLevel, await logDestination(format, process.stdout.isTTY === true && !io.env.NO_COLOR));
   let served: Awaited<ReturnType<typeof serve>>;
   try {
     served = await serve(cfg, log);

@@ -1,12 +1,14 @@
 /**
  * One node's ssh connection (ssh2): opened lazily, shared by every channel (exec, sftp), reconnected
  * after a drop with backoff between failed connects, channels bounded; the host key pinned
- * (ssh-hostkey.ts). The commands that run over it are ssh.ts's.
+ * (ssh-hostkey.ts). The commands that run over it are ssh.ts's. ssh2 is imported at the first
+ * connect: a controller without ssh nodes does not load it (its crypto, a wasm poly1305 among it:
+ * ~15 MB of RSS).
  */
 import { readFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type { Logger } from 'pino';
-import { Client, type ConnectConfig } from 'ssh2';
+import type { Client, ConnectConfig } from 'ssh2';
 import { LlmgwError, type ReasonCode } from '../errors/catalogue.js';
 import type { NodeSpec } from '../fleet-spec/types.js';
 import { DEFAULT_TIMEOUTS, errText, raceAbort, type ShellTimeouts } from './shell.js';
@@ -165,6 +167,7 @@ export class SshConnection {
     const algos = pinned ? hostKeyAlgorithms(pinned.type) : undefined;
     if (algos) config.algorithms = { serverHostKey: algos };
 
+    const { Client } = await import('ssh2');
     const client = new Client();
     return new Promise<Client>((resolve, reject) => {
       let ready = false;

@@ -6,7 +6,6 @@
  * pino before either.
  */
 import type { DestinationStream } from 'pino';
-import pretty from 'pino-pretty';
 
 export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
 export type LogFormat = (typeof LOG_FORMATS)[number];
@@ -21,9 +20,10 @@ export function effectiveLogFormat(format: LogFormat, stdoutIsTty: boolean): 'js
   return format;
 }
 
-/** pino's destination for the format: undefined for JSON on stdout (pino's default). */
-export function logDestination(format: 'json' | 'pretty', colorize: boolean): DestinationStream | undefined {
+/** pino's destination for the format: undefined for JSON on stdout (pino's default). pino-pretty loads only for pretty. */
+export async function logDestination(format: 'json' | 'pretty', colorize: boolean): Promise<DestinationStream | undefined> {
   if (format === 'json') return undefined;
+  const { default: pretty } = await import('pino-pretty');
   return pretty({
     colorize,
     singleLine: true,

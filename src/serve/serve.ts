@@ -4,7 +4,6 @@
  */
 import { UsageBook, fanOut } from '../router/usage-book.js';
 import { UsageLog } from '../router/usage-log.js';
-import { RouterShares } from '../ha/router-shares.js';
 import { mkdirSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -28,15 +27,11 @@ import type { ServeConfig } from './config.js';
 import { ReloadingTls } from './tls.js';
 import type { Etcd3 } from 'etcd3';
 import type { NodeSpec } from '../fleet-spec/types.js';
-import type { Fence } from '../nodes/driver.js';
+import type { Fence, NodeDriver } from '../nodes/driver.js';
 import type { ControlView } from '../reconciler/view.js';
-import { HaController } from '../ha/controller.js';
-import { openEtcd } from '../ha/etcd.js';
-import { clusterOwner, sharedValues } from '../ha/shared.js';
-import type { ShellTime } from '../ha/shell-time.js';
-import { nodeTimers } from '../reconciler/loop.js';
+import type { HaController } from '../ha/controller.js';
+import type { RouterShares } from '../ha/router-shares.js';
 import { instanceOf } from './instance.js';
-import { wireHa } from './ha-wiring.js';
 
 /** A node's owner record outlives its owner's last renewal by this much before another controller may take the node. */
 const OWNER_TTL_SECONDS = 60;
@@ -102,15 +97,6 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []) });
   const memory = new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs });
   const readSecret = tokenSecrets(cfg.secretsDir);
-  // `supersede`: an owner record above etcd's revision the reconciler takes over (ownership.ts), named in every fence
-  const driverOptions = (n: NodeSpec, fence: () => Fence, supersede: SupersedeOf): Parameters<typeof openNodeDriver>[1] => ({
-    secretsDir: cfg.secretsDir,
-    logger: log.child({ component: 'node', node: n.name }),
-    fence: () => {
-      const s = supersede();
-      return s ? { ...fence(), supersede: s } : fence();
-    },
-  });
   const common = {
     memory,
     readSecret,
@@ -118,37 +104,26 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     onPass: (result: 'ok' | 'error', seconds: number) => metrics.passFinished(result, seconds),
     onEngineInstall: (node: string, engine: string, version: string, result: 'ok' | 'error') => metrics.engineInstall(node, engine, version, result),
   };
+  // `supersede`: an owner record above etcd's revision the reconciler takes over (ownership.ts), named in every fence
+  const openDriver = (n: NodeSpec, fence: () => Fence, supersede: SupersedeOf): NodeDriver =>
+    openNodeDriver(n, {
+      secretsDir: cfg.secretsDir,
+      logger: log.child({ component: 'node', node: n.name }),
+      fence: () => {
+        const s = supersede();
+        return s ? { ...fence(), supersede: s } : fence();
+      },
+    });
   let controller: Reconciler | HaController;
   let etcdClient: Etcd3 | null = null;
   let routerShares: RouterShares | null = null;
   if (cfg.etcd) {
-    // Several instances as one controller: the leader's reconciler is made per term from the record in etcd.
-    const e = cfg.etcd;
-    // The HA shells' clock and timers: the real ones, here only (src/ha reads no clock of its own).
-    const time: ShellTime = { now: () => Date.now(), timers: nodeTimers };
-    etcdClient = openEtcd(e, time.now);
-    const client = etcdClient;
-    const shared = await sharedValues(client, e.prefix, engineApiKey);
-    routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, time, log.child({ component: 'router-shares' }));
-    const owner = clusterOwner(shared.clusterId, e.prefix);
-    controller = wireHa({
-      client,
-      etcd: e,
-      instance,
-      time,
-      monotonic: () => performance.now(),
-      logger: log,
-      tracker: new SpecTracker(repo),
-      engineApiKey: shared.engineApiKey,
-      onLeadership: (leading) => metrics.leaderChanged(leading),
-      term: (t, election) => ({
-        ...common,
-        // a status-branch epoch above etcd's own revision is a forgery (or from before a restore): it fences nothing
-        status: new StatusWriter(repo, () => election.revision()),
-        tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
-        driverFor: (n, supersede) => openNodeDriver(n, driverOptions(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: OWNER_TTL_SECONDS }), supersede)),
-      }),
-    }).controller;
+    // Several instances as one controller; etcd3 and the HA modules load only here.
+    const { serveHa } = await import('./serve-ha.js');
+    const ha = await serveHa(cfg.etcd, { repo, instance, engineApiKey, log, ownerTtlSeconds: OWNER_TTL_SECONDS, common, openDriver, onLeadership: (leading) => metrics.leaderChanged(leading) });
+    controller = ha.controller;
+    etcdClient = ha.client;
+    routerShares = ha.routerShares;
   } else {
     const statePath = join(cfg.stateDir, 'state.json');
     const { state, problem: stateProblem } = await loadState(statePath);
@@ -160,7 +135,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
       ...common,
       status: new StatusWriter(repo),
       tracker: new SpecTracker(repo, state.appliedRevision ? { resumeFrom: state.appliedRevision } : {}),
-      driverFor: (n, supersede) => openNodeDriver(n, driverOptions(n, () => ({ owner: instance.id, label: instance.label, epoch: 0, ttlSeconds: ownerTtl() }), supersede)),
+      driverFor: (n, supersede) => openDriver(n, () => ({ owner: instance.id, label: instance.label, epoch: 0, ttlSeconds: ownerTtl() }), supersede),
       // a lone controller's epoch is always 0: a higher one of its own owner on a node is not its own
       epochBound: async () => 0,
       stateStore: new StateStore(statePath),
@@ -246,7 +221,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         // With --etcd a leader resigns at once, while its router drains, so a standby leads (and acts
         // on the fleet) before this router has closed; a lone controller keeps its view up to date
         // for the requests still in flight and stops after them.
-        const resigned = controller instanceof HaController ? controller.stop() : null;
+        const resigned = controller instanceof Reconciler ? null : controller.stop();
         await Promise.allSettled([routed, admin.close(), ...(resigned ? [resigned] : [])]);
         if (!resigned) await controller.stop();
         usageLog?.close();

@@ -33,6 +33,9 @@ const OTHER_TOOLS: Record<string, string> = {
   '--paginate': 'gh api',
   '--jq': 'gh api',
   '--yes': 'npx',
+  '--max-semi-space-size': 'node',
+  '--heap-growing-percent': 'node',
+  '--optimize-for-size': 'node',
 };
 
 const longFlags = (text: string): Set<string> => new Set([...text.matchAll(/(?<![\w-])--[a-z][a-z0-9-]*/g)].map((m) => m[0]));
