@@ -13,10 +13,13 @@
  * every pass by the timeout). file:// sources are tried again on every pass.
  */
 import { stat } from 'node:fs/promises';
-import { gguf } from '@huggingface/gguf';
 import { resolveModelSource } from '../nodes/sources.js';
 import type { ModelSpec, ProfileSpec } from '../fleet-spec/types.js';
 import { redactUrls } from '../util/redact-url.js';
+
+/** @huggingface/gguf (with its task tables, ~7 MB of RSS) loads at the first header read: a fleet whose models all declare their memory never loads it. */
+let ggufLib: Promise<typeof import('@huggingface/gguf')> | null = null;
+const parser = (): Promise<typeof import('@huggingface/gguf')> => (ggufLib ??= import('@huggingface/gguf'));
 
 export interface GgufShape {
   readonly fileBytes: number;
@@ -197,7 +200,7 @@ async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShap
     const body = r.data.buffer.slice(r.data.byteOffset, r.data.byteOffset + r.data.byteLength) as ArrayBuffer;
     return new Response(body, { status: 206, headers: { 'content-range': `bytes ${start}-${start + r.data.length - 1}/${r.size}` } });
   };
-  const h = await gguf(`https://node.llmgw.invalid${encodeURI(path)}`, { fetch: fetchRange as typeof fetch });
+  const h = await (await parser()).gguf(`https://node.llmgw.invalid${encodeURI(path)}`, { fetch: fetchRange as typeof fetch });
   return shapeOfHeader(h, size);
 }
 
@@ -223,7 +226,7 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
   if (src.kind === 'file') {
     const path = src.path;
     try {
-      const [h, st] = await Promise.all([gguf(path, { allowLocalFile: true }), stat(path)]);
+      const [h, st] = await Promise.all([parser().then((p) => p.gguf(path, { allowLocalFile: true })), stat(path)]);
       return shapeOfHeader(h, st.size);
     } catch (e) {
       if ((e as { code?: unknown }).code !== 'ENOENT') throw e;
@@ -259,7 +262,7 @@ async function readShape(source: string, nodeReaders: () => readonly RangeReader
     for (const [k, v] of Object.entries(auth)) headers.set(k, v);
     return timed(input, { ...init, headers });
   };
-  const h = await gguf(url, { fetch: withAuth as typeof fetch });
+  const h = await (await parser()).gguf(url, { fetch: withAuth as typeof fetch });
   return shapeOfHeader(h, len);
 }
 
