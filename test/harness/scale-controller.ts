@@ -27,8 +27,8 @@ import { until } from './wait.js';
 
 export const SCALE_NODES = 100;
 const STATUS_BRANCH = 'llmgw/status';
-/** Models demanded at once while settling. */
-const SETTLE_BATCH = 10;
+/** Models demanded at once while settling (default: all of them, one burst). */
+const SETTLE_BATCH = Number(process.env['SCALE_SETTLE_BATCH'] ?? Infinity);
 
 export interface ScaleControllerOptions {
   readonly models: number;
@@ -226,10 +226,11 @@ export async function startScaleController(o: ScaleControllerOptions): Promise<S
   };
 
   /**
-   * Demands the models a few at a time (SETTLE_BATCH), each batch until its models are ready or
-   * parked: every start's outcome re-summarizes and publishes the whole fleet, so hundreds concluding
-   * at once held the event loop past the election's renew deadline at 10,000 models (the leader was
-   * deposed). Then passes until one acts on nothing and writes nothing.
+   * Demands the models (SETTLE_BATCH at a time: by default all at once, as after an outage), each
+   * batch until its models are ready or parked, under one leader term: when every start's outcome
+   * re-summarized and published the whole fleet, 400 concluding together held the event loop past the
+   * election's renew deadline at 10,000 models and the leader was deposed. Then passes until one acts
+   * on nothing and writes nothing.
    */
   const settle = async (timeoutMs: number): Promise<number> => {
     const deadline = Date.now() + timeoutMs;
@@ -241,6 +242,7 @@ export async function startScaleController(o: ScaleControllerOptions): Promise<S
       return `leading: ${ha.reconciler() !== null}; phases: ${JSON.stringify(Object.fromEntries([...new Set(ms.map((m) => m.phase))].map((p) => [p, ms.filter((m) => m.phase === p).length])))}; parked ${ms.filter((m) => m.parked).length}; starts ${fleetLog.starts.length}`;
     };
     const settled = (batch: readonly string[]): boolean => batch.every((m) => (failSet.has(m) ? reconciler().model(m)?.parked != null : reconciler().model(m)?.phase === 'ready'));
+    const epoch = wiring.election.epoch;
     for (let i = 0; i < wanted.length; i += SETTLE_BATCH) {
       const batch = wanted.slice(i, i + SETTLE_BATCH);
       for (const m of batch) ha.touch(m);
@@ -251,6 +253,7 @@ export async function startScaleController(o: ScaleControllerOptions): Promise<S
       const c = await pass('scale: settle');
       return settled(wanted) && c.actions === 0 && c.revisions === 0;
     }, { diag });
+    if (wiring.election.epoch !== epoch) throw new Error(`the leader's term changed while settling (epoch ${epoch} → ${wiring.election.epoch}): it lost its lease`);
     return passes;
   };
 
