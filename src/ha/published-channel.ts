@@ -64,7 +64,7 @@ export class Published {
    * time, the latest snapshot wins: one handed in while another is written waits for it and then
    * replaces any that waited before it (writes side by side would each diff from, or at a new term
    * each re-read, the whole document: at 10,000 models a burst of snapshots overran etcd's deadline).
-   * Resolves once a snapshot at least as new as `p` is written.
+   * Resolves once a snapshot at least as new as `p` is written; rejects when the last one tried failed.
    */
   publish(p: PublishedSnapshot): Promise<void> {
     this.next = p;
@@ -76,7 +76,11 @@ export class Published {
     try {
       for (let p = this.next; p !== null; p = this.next) {
         this.next = null;
-        await this.writeOne(p);
+        try {
+          await this.writeOne(p);
+        } catch (e) {
+          if (this.next === null) throw e; // a newer snapshot waits: it is written instead, and says how that went
+        }
       }
     } finally {
       this.writing = null; // in the turn the loop ended: a snapshot handed in later starts a new write

@@ -53,18 +53,23 @@ class SnapshotGauge {
     return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values };
   }
 
+  /** The name as the exposition writes it. */
+  private get exposed(): string {
+    return escapeText(this.name);
+  }
+
   /** The HELP and TYPE lines. */
   head(): string[] {
-    const name = escapeText(this.name);
-    return [`# HELP ${name} ${escapeText(this.help)}`, `# TYPE ${name} ${this.type}`];
+    return [`# HELP ${this.exposed} ${escapeText(this.help)}`, `# TYPE ${this.exposed} ${this.type}`];
   }
 
   /** A model's sample lines. */
   lines(m: ModelView, into: string[]): void {
+    const name = this.exposed;
     for (const [labels, v] of this.rows(m)) {
       let l = '';
       for (const k in labels) l += `${l === '' ? '' : ','}${k}="${escapeLabel(labels[k]!)}"`;
-      into.push(`${this.name}${l === '' ? '' : `{${l}}`} ${valueText(numeric(v))}`);
+      into.push(`${name}${l === '' ? '' : `{${l}}`} ${valueText(numeric(v))}`);
     }
   }
 
