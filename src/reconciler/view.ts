@@ -5,6 +5,7 @@
  */
 import type { ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec, ModelSpec, Problem } from '../fleet-spec/types.js';
+import type { RolloutView } from '../rollout/types.js';
 import type { Unplaceable } from './placement.js';
 
 /**
@@ -59,6 +60,8 @@ export interface ModelView {
   readonly memoryBytes: number | null;
   /** Id of the last retry handled for the model. */
   readonly lastHandledRetry: string | null;
+  /** The model's rollout while one runs or holds a revision back (#34); absent otherwise. */
+  readonly rollout?: RolloutView;
 }
 
 export interface NodeView {
