@@ -170,7 +170,8 @@ export async function loadFleetSpec(files: FleetFiles, revision: string | null):
   const settings = normalizeFleet(fleetObj?.raw ?? (validateDefaults() as Record<string, unknown>));
 
   const modelLimits = keysObj ? normalizeModelLimits(keysObj.raw) : {};
-  const checked = checkSpec({ settings, nodes, engines, profiles, models, keys, modelLimits, objects });
+  const checkFiles = new Set(fleetFiles.filter((f) => f.kind === 'check').map((f) => f.name));
+  const checked = checkSpec({ settings, nodes, engines, profiles, models, keys, modelLimits, objects, checkFiles });
   problems.push(...checked.problems);
   if (problems.length > 0) return { ok: false, problems: sortProblems(problems), warnings: checked.warnings };
 

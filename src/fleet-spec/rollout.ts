@@ -74,7 +74,11 @@ function regexProblem(source: string): string | null {
   }
 }
 
-export function checkRollouts(objects: readonly ParsedObject[]): RolloutResult {
+/**
+ * `checkFiles`: the names of every checks/ file, read or not (one whose own problems kept it from
+ * being read is reported at its file, not as a dangling `use:`).
+ */
+export function checkRollouts(objects: readonly ParsedObject[], checkFiles: ReadonlySet<string> = new Set()): RolloutResult {
   const problems: Problem[] = [];
   const warnings: Problem[] = [];
   const add = (o: ParsedObject, path: Path, code: keyof typeof Reasons, message: string, hint?: string, into: Problem[] = problems): void => {
@@ -166,6 +170,7 @@ export function checkRollouts(objects: readonly ParsedObject[]): RolloutResult {
         name = use;
         used.add(use);
         const found = shared.get(use);
+        if (!found && checkFiles.has(use)) return; // it has problems of its own, reported at its file: the block is not built
         if (!found) {
           const have = [...shared.keys()].sort();
           add(o, [...at, 'use'], 'SPEC_DANGLING_REF', `check "${use}" does not exist`, have.length ? `shared checks: ${have.slice(0, 12).join(', ')}${have.length > 12 ? ', …' : ''} (checks/<name>.yaml)` : `there are no shared checks; add checks/${use}.yaml, or write the check here with name: and request:`);

@@ -22,6 +22,8 @@ export interface SpecParts {
   /** access/keys.yaml's per-model limits, by name or alias as written. */
   readonly modelLimits?: Readonly<Record<string, KeyLimits>>;
   readonly objects: readonly ParsedObject[];
+  /** The names of every checks/ file, read or not. */
+  readonly checkFiles?: ReadonlySet<string>;
 }
 
 export interface CheckResult {
@@ -66,7 +68,7 @@ export function checkSpec(p: SpecParts): CheckResult {
   }
 
   // rollout blocks and checks/ (each model's rollout in force, fleet.yaml's default filled in)
-  const rollouts = checkRollouts(p.objects);
+  const rollouts = checkRollouts(p.objects, p.checkFiles);
   problems.push(...rollouts.problems);
   warnings.push(...rollouts.warnings);
 
