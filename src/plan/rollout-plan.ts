@@ -7,8 +7,11 @@
  */
 import type { ModelSpec } from '../fleet-spec/types.js';
 import { formatDuration } from '../fleet-spec/units.js';
-import type { OnInconclusive, RolloutSpec } from '../rollout/types.js';
 import type { ModelOutcome } from './simulate.js';
+
+/** (rollout/types.ts's, as the spec carries them) */
+type RolloutSpec = NonNullable<ModelSpec['rollout']>;
+type OnInconclusive = NonNullable<RolloutSpec['canary']>['onInconclusive'];
 
 export interface RolloutPlan {
   /** The checks run on the new revision's first replica before any user request reaches it, by name. */
