@@ -56,7 +56,9 @@ interface Received {
 
 /** Reads one answer: the stream's content for a 2xx event stream, else the body (a JSON answer's content when it has one). */
 async function receive(url: string, headers: Record<string, string>, body: string, signal: AbortSignal, dispatcher: Dispatcher, timeoutMs: number, started: number, got: Received): Promise<void> {
-  const res = await request(url, { method: 'POST', headers, body, signal, dispatcher, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+  // reset: a connection of its own, closed after the answer. llama-server may close a kept-alive
+  // connection after a streamed answer while the next check is being sent on it ("other side closed").
+  const res = await request(url, { method: 'POST', headers, body, signal, dispatcher, reset: true, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
   got.status = res.statusCode;
   res.body.setEncoding('utf8');
   const contentType = String(res.headers['content-type'] ?? '');
@@ -130,16 +132,11 @@ export async function runCheck(endpoint: string, engineApiKey: string, check: Ro
 
 /** Runs the checks in order, stopping at the first that fails; every result so far, that one last. */
 export async function runChecks(endpoint: string, engineApiKey: string, checks: readonly RolloutCheck[], opts: RunCheckOptions = {}): Promise<CheckResult[]> {
-  const own = opts.dispatcher === undefined ? new Agent({ connections: 1 }) : null;
   const results: CheckResult[] = [];
-  try {
-    for (const check of checks) {
-      const r = await runCheck(endpoint, engineApiKey, check, { ...opts, dispatcher: opts.dispatcher ?? own! });
-      results.push(r);
-      if (!r.ok) break;
-    }
-  } finally {
-    if (own !== null) await own.destroy();
+  for (const check of checks) {
+    const r = await runCheck(endpoint, engineApiKey, check, opts);
+    results.push(r);
+    if (!r.ok) break;
   }
   return results;
 }
