@@ -66,8 +66,10 @@ async function counter(target: string, seen: string[]): Promise<{ url: string; s
     req.on('end', () => {
       const body = Buffer.concat(parts);
       if (req.method === 'POST') seen.push(`${/conv-(\d+)/.exec(body.toString())?.[0] ?? '?'}#${body.length}`);
-      const up = httpRequest({ host: t.hostname, port: t.port, method: req.method, path: req.url, headers: req.headers }, (ur) => {
-        res.writeHead(ur.statusCode ?? 502, ur.headers);
+      // a fresh connection to the replica for each request (no keep-alive race between the two hops)
+      const up = httpRequest({ host: t.hostname, port: t.port, method: req.method, path: req.url, headers: { ...req.headers, connection: 'close' }, agent: false }, (ur) => {
+        const { connection: _c, 'keep-alive': _k, ...headers } = ur.headers;
+        res.writeHead(ur.statusCode ?? 502, headers);
         ur.pipe(res);
       });
       up.on('error', () => res.destroy());
