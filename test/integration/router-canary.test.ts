@@ -122,16 +122,18 @@ describe('router canary split and arm figures with real llama-server replicas', 
     forwarders.push(fs.server, fc.server);
     fleet = new RolloutFleet(
       fakeSpec({
-        models: { chat: { parallel: 2 }, lb: { parallel: 2, routing: 'least_busy' }, ctx: { parallel: 1 }, kill: { parallel: 1 } },
+        models: { chat: { parallel: 2 }, lb: { parallel: 2, routing: 'least_busy' }, busy: { parallel: 1 }, ctx: { parallel: 1 }, kill: { parallel: 1 } },
         keys: KEYS.map((k) => ({ ...k, models: ['*'] })),
       }),
     );
     fleet.setReady('chat', [withDigest(replica('chat', fs.url, 'chat-stable'), STABLE), withDigest(replica('chat', fc.url, 'chat-canary'), CANARY)]);
     fleet.setReady('lb', [withDigest(replica('lb', stable!.url, 'lb-stable'), STABLE), withDigest(replica('lb', canary!.url, 'lb-canary'), CANARY)]);
+    fleet.setReady('busy', [withDigest(replica('busy', stable!.url, 'busy-stable'), STABLE), withDigest(replica('busy', canary!.url, 'busy-canary'), CANARY)]);
     fleet.setReady('ctx', [withDigest(replica('ctx', stable!.url, 'ctx-stable'), STABLE), withDigest(replica('ctx', small!.url, 'ctx-canary'), CANARY)]);
     fleet.setReady('kill', [withDigest(replica('kill', stable!.url, 'kill-stable'), STABLE), withDigest(replica('kill', kill!.url, 'kill-canary'), CANARY)]);
     fleet.rollouts.set('chat', canaryView(0.5));
     fleet.rollouts.set('lb', canaryView(0.5));
+    fleet.rollouts.set('busy', canaryView(1));
     fleet.rollouts.set('ctx', canaryView(1));
     fleet.rollouts.set('kill', canaryView(1));
     app = buildRouter({ fleet, auth: { required: true }, slotsRefreshMs: 0, usage: { record: (u) => usage.push(u) } });
@@ -245,6 +247,22 @@ describe('router canary split and arm figures with real llama-server replicas', 
     await idle();
     const w = windowOf('lb')!;
     assert.deepEqual([w.canary.requests, w.stable.requests], [canary * 3, (12 - canary) * 3]);
+  });
+
+  test('the drawn arm busy and the other free: the request still goes to its arm', async () => {
+    const client = clients.get('alice')!;
+    // the router counts one slot per replica here: a stream held open fills the canary's
+    const held = await client.chat.completions.create({ model: 'busy', messages: [{ role: 'user', content: 'busy conv-500' }], max_tokens: 3000, stream: true }).withResponse();
+    assert.equal(held.response.headers.get('x-llmgw-replica'), 'busy-canary');
+    const it = held.data[Symbol.asyncIterator]();
+    await it.next();
+    assert.equal(routerStats(app).inFlight(fleet.readyReplicas('busy')[1]!.endpoint), 1);
+    const r = await turn(client, 'busy', [{ role: 'user', content: 'busy conv-501' }], false);
+    assert.equal(r.replica, 'busy-canary', 'waited for (llama-server queued it on) its own arm, not the free stable replica');
+    held.data.controller.abort();
+    await idle();
+    const w = windowOf('busy')!;
+    assert.deepEqual([w.canary.requests, w.stable.requests], [1, 0], 'the answered turn counted; the held stream, left by its client, not');
   });
 
   test("a canary whose context is too small: llama-server's 400 counts as the canary's error; the client's own 400 does not count", async () => {
