@@ -28,6 +28,7 @@ import { SLOTS_REFRESH_MS, SlotWatcher } from './slots.js';
 import { RouterError, modelNotFound, renderError, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
+import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -94,6 +95,8 @@ export interface RouterDeps {
   readonly clock?: () => number;
   /** How many routers share the per-key limits (instances on etcd: ha/router-shares.ts); 1 by default. */
   readonly routers?: () => number;
+  /** Where the canary figures go (#34; serve hands the same object to the controller); the router's own by default. */
+  readonly rollouts?: RouterRollouts;
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -116,6 +119,7 @@ interface RouterRequest extends FastifyRequest {
 }
 
 const ROUTER_STATS = Symbol.for('llmgw.router.stats');
+const ROLLOUT_FIGURES = Symbol.for('llmgw.router.rollouts');
 
 /** Live numbers of a router built by buildRouter. */
 export function routerStats(app: FastifyInstance): RouterStats {
@@ -124,12 +128,20 @@ export function routerStats(app: FastifyInstance): RouterStats {
   return s;
 }
 
+/** What a router built by buildRouter saw of each arm of its models' canary steps (rollout-figures.ts). */
+export function rolloutFiguresOf(app: FastifyInstance): RolloutFigures {
+  const f = (app as unknown as Record<symbol, RolloutFigures | undefined>)[ROLLOUT_FIGURES];
+  if (!f) throw new Error('not an llmgw router');
+  return f;
+}
+
 export function buildRouter(deps: RouterDeps): FastifyInstance {
   const fleet = deps.fleet;
   const metrics = deps.metrics ?? noRouterMetrics;
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
-  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1));
+  const rollouts = deps.rollouts ?? new RouterRollouts();
+  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1), rollouts);
 
   // POST /v1/* goes straight to the core; the rest to fastify
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;
@@ -170,6 +182,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
       refreshSlots: () => slots.refresh(),
     } satisfies RouterStats,
   });
+  Object.defineProperty(app, ROLLOUT_FIGURES, { value: rollouts satisfies RolloutFigures });
   const sweepTimer = setInterval(() => {
     for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
     core.keyLimiter.sweep();
