@@ -13,6 +13,8 @@ export interface FleetSettings {
   readonly stopGraceMs: number;
   /** Every model's queue unless its model file sets its own. */
   readonly queue: QueueSpec;
+  /** llmgw_key_* series per key name on /metrics (fleet.yaml metrics_per_key; absent: off). */
+  readonly metricsPerKey?: boolean;
 }
 
 /** A model's wait queue at the router, used when every slot of its ready replicas is busy. */

@@ -95,7 +95,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     token: { ...(cfg.fleet.tokenFile ? { file: cfg.fleet.tokenFile } : {}), ...(cfg.fleet.tokenEnv ? { env: cfg.fleet.tokenEnv } : {}) },
   });
   const instance = instanceOf(cfg.stateDir);
-  const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []) });
+  // per-key series only when fleet.yaml asks for them (/metrics needs no token); `controller` is set below
+  const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []), perKey: () => controller?.spec()?.settings.metricsPerKey === true });
   const memory = new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs });
   const readSecret = tokenSecrets(cfg.secretsDir);
   const common = {
@@ -115,7 +116,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         return s ? { ...fence(), supersede: s } : fence();
       },
     });
-  let controller: Reconciler | HaController;
+  let controller: Reconciler | HaController | undefined;
   let etcdClient: Etcd3 | null = null;
   let routerShares: RouterShares | null = null;
   if (cfg.etcd) {

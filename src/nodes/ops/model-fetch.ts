@@ -22,13 +22,17 @@ export function modelPath(dataDir: string, sha256: string): string {
  */
 export function modelFromUrlScript(dataDir: string, sha256: string, url: string, tokenSecret: string | null = null, fence?: Fence | null): string {
   const sent = tokenSecret === null ? '' : `; sent the bearer token from secret '${tokenSecret}'`;
+  // the URL (a presigned one carries its signature) and the token go to curl on its stdin as a
+  // config (-K -), so neither is in an argv another user of the node can read (ps, /proc)
   const curl = (resume: boolean): string => {
-    const args = `-fsSL --retry 2 --connect-timeout 30${resume ? ' -C -' : ''} -o "$part" "$url" 2>"$err"`;
-    return tokenSecret === null ? `curl ${args}` : `printf 'Authorization: Bearer %s\\n' "$tok" | curl -H @- ${args}`;
+    const args = `-fsSL --retry 2 --connect-timeout 30${resume ? ' -C -' : ''} -o "$part" -K - 2>"$err"`;
+    return tokenSecret === null
+      ? `printf 'url = "%s"\\n' "$urlq" | curl ${args}`
+      : `printf 'header = "Authorization: Bearer %s"\\nurl = "%s"\\n' "$(llmgw_cfgq "$tok")" "$urlq" | curl ${args}`;
   };
   const wget = (resume: boolean): string =>
     tokenSecret === null
-      ? `wget -q${resume ? ' -c' : ''} -O "$part" "$url" 2>"$err"`
+      ? `printf '%s\\n' "$url" | wget -q${resume ? ' -c' : ''} -O "$part" -i - 2>"$err"`
       : `llmgw_fail ENGINE_TOOL_MISSING ${shq(`a download with token: needs curl on the node (wget would send the token on to the host the source redirects to)`)}`;
   const tokenSetup =
     tokenSecret === null ? '' : `IFS= read -r tok || [ -n "$tok" ] || llmgw_fail SECRET_NOT_FOUND ${shq(`no token on stdin for secret '${tokenSecret}'`)}`;
@@ -40,6 +44,10 @@ final="$m/"${shq(`${sha256}.gguf`)}
 part="$final.part"
 sha=${shq(sha256)}
 url=${shq(url)}
+urlq=${shq(curlConfigQuoted(url))}
+sent=${shq(sent)}
+# a value inside a curl config's double quotes: \\ and " escaped
+llmgw_cfgq() { printf '%s' "$1" | sed 's/[\\\\"]/\\\\&/g'; }
 if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 llmgw_need sha256sum
 llmgw_need flock
@@ -79,7 +87,7 @@ if [ $rc -ne 0 ]; then
   why=$(tail -n 2 "$err" 2>/dev/null | tr '\\n' ' ')
   cat "$err" >&2; rm -f "$err"
   llmgw_disk_full "$m"
-  llmgw_fail MODEL_DOWNLOAD_FAILED "download of $url failed (exit $rc${sent}): $why"
+  llmgw_fail MODEL_DOWNLOAD_FAILED "download of $url failed (exit $rc$sent): $why"
 fi
 rm -f "$err"
 got=$(llmgw_sha256 "$part")
@@ -87,6 +95,11 @@ if [ "$got" != "$sha" ]; then rm -f "$part"; llmgw_fail MODEL_CHECKSUM_MISMATCH 
 mv "$part" "$final" || exit 1
 stat -c %s "$final" 2>/dev/null || wc -c <"$final"
 `;
+}
+
+/** `v` as a value inside a curl config file's double quotes (backslash and quote escaped). */
+export function curlConfigQuoted(v: string): string {
+  return v.replace(/[\\"]/g, (c) => `\\${c}`);
 }
 
 /** Model from a file already on the node: verify, then hard-link (or copy) into the cache. */
