@@ -144,8 +144,9 @@ describe('forged and stale epochs, two instances on etcd', () => {
       }, { diag });
     }
     const k = killed!;
-    await until('the leader starting good again', 60_000, () => logLines(leader.proc.out().slice(k.mark)).some((l) => l['msg'] === 'starting replica' && l['model'] === 'good'), { diag });
-    const actedMs = Date.now() - k.at;
+    // when it acted: its log line's time (the pushes went on meanwhile)
+    const started = await until('the leader starting good again', 60_000, () => logLines(leader.proc.out().slice(k.mark)).find((l) => l['msg'] === 'starting replica' && l['model'] === 'good'), { diag });
+    const actedMs = Number(started['time']) - k.at;
     await until('good ready again on a new replica', 90_000, async () => {
       const id = await readyId(leader.proc);
       return id && id !== k.old ? id : null;
@@ -159,9 +160,13 @@ describe('forged and stale epochs, two instances on etcd', () => {
     assert.deepEqual(await Promise.all(procs.map(changes)), changes0, 'llmgw_leader_changes_total unchanged');
     assert.deepEqual(procs.flatMap((p, i) => codesLogged(p, marks[i]!, ['STATUS_EPOCH_STALE', 'NODE_FENCED', 'LEADER_DEPOSED'])), []);
     assert.ok(codesLogged(leader.proc, marks[li]!, ['STATUS_EPOCH_FORGED']).length > 0, 'the forgery is logged with its code');
-    const st = await statusOf(leader.proc);
-    const shown = st.control.forgedEpochs.find((f) => f.code === 'STATUS_EPOCH_FORGED');
-    assert.ok(shown && shown.message.includes(`carries Llmgw-Epoch ${epoch1}, above ${leader.epoch},`), JSON.stringify(st.control.forgedEpochs));
+    // shown from the pass after the write that found it
+    let shown = '';
+    await until('the forgery of epoch + 1 in the leader\'s status', 15_000, async () => {
+      const st = await statusOf(leader.proc);
+      shown = JSON.stringify(st.control.forgedEpochs);
+      return st.control.forgedEpochs.some((f) => f.code === 'STATUS_EPOCH_FORGED' && f.message.includes(`carries Llmgw-Epoch ${epoch1}, above ${leader.epoch},`));
+    }, { diag: () => `${shown}\n${diag()}` });
     assert.equal(await forgedMetric(leader.proc, 'STATUS_EPOCH_FORGED'), 1);
   });
 
