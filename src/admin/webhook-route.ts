@@ -7,7 +7,7 @@
  *   `webhookUnverifiedPerAddress` of them from one client address (so one client cannot hold them
  *   all), each for at most `webhookBodyMs`;
  * - a delivery seen in the last hour (its X-GitHub-Delivery / X-Gitea-Delivery /
- *   X-Gitlab-Event-UUID, or the same signed body) asks for no pass again (#36, N11);
+ *   X-Gitlab-Event-UUID, or the same HMAC-signed body) asks for no pass again (#36, N11);
  * - passes asked for by webhooks are coalesced to at most one a second (PassCoalescer).
  */
 import { createHash } from 'node:crypto';
@@ -17,7 +17,7 @@ import { LlmgwError } from '../errors/catalogue.js';
 import { constantTimeEqual } from './auth.js';
 import type { AdminBackend } from './backend.js';
 import { bodyDeadline, declaredTooLarge, Gate, gateHook } from './guard.js';
-import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
+import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig, type WebhookSource } from './webhook.js';
 
 export interface WebhookLimits {
   readonly webhookBodyBytes: number;
@@ -176,7 +176,7 @@ export function registerWebhook(app: FastifyInstance, o: { prefix: string; webho
         const cfg = o.webhook;
         if (!cfg) throw new LlmgwError('WEBHOOK_NOT_CONFIGURED', 'This controller accepts no push webhooks (no webhook secret configured).');
         const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-        let source: string;
+        let source: WebhookSource;
         try {
           source = verifyWebhookSignature(req.headers, raw, cfg.secret);
         } catch (e) {
@@ -185,10 +185,11 @@ export function registerWebhook(app: FastifyInstance, o: { prefix: string; webho
         }
         const decision = decideWebhook(req.headers, raw, cfg.branch);
         if (decision.action === 'pong') return noStore(reply).code(200).send({ accepted: true, action: 'pong' });
-        // a replay (the same delivery id, or the same signed body: a delivery id is not signed)
+        // a replay: the same delivery id, or the same HMAC-signed body (the id is not signed; a
+        // GitLab token is the secret itself, so its body proves nothing and only the id counts)
         const id = deliveryId(req.headers);
-        const digest = `body:${createHash('sha256').update(raw).digest('hex')}`;
-        if (seen.check(id === null ? [digest] : [id, digest])) {
+        const keys = [...(id === null ? [] : [id]), ...(source === 'gitlab' ? [] : [`body:${createHash('sha256').update(raw).digest('hex')}`])];
+        if (keys.length > 0 && seen.check(keys)) {
           log?.info({ source, delivery: id, ip: req.ip }, 'admin: webhook delivery seen before; ignored');
           return noStore(reply).code(202).send({ accepted: true, action: 'ignored', ref: decision.ref, reason: 'this delivery was received before (within the last hour)' });
         }
