@@ -29,6 +29,7 @@ import { RouterError, modelNotFound, renderError, routeNotFound } from './errors
 import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
 import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
+import { foreignRequest, type LocalOnly } from '../util/local-only.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -97,6 +98,15 @@ export interface RouterDeps {
   readonly routers?: () => number;
   /** Where the canary figures go (#34; serve hands the same object to the controller); the router's own by default. */
   readonly rollouts?: RouterRollouts;
+  /** Auth off: serve only requests whose Host and Origin are this machine's (or allowed hosts); null/absent: no check. */
+  readonly localOnly?: LocalOnly | null;
+}
+
+/** A JSON media type (`application/json`, `application/*+json`, any parameters). */
+export function isJsonContentType(value: string | undefined): boolean {
+  if (value === undefined) return false;
+  const type = value.split(';')[0]!.trim().toLowerCase();
+  return type === 'application/json' || /^application\/[a-z0-9.+-]+\+json$/.test(type);
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -140,6 +150,25 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   const metrics = deps.metrics ?? noRouterMetrics;
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
+  const localOnly = deps.localOnly ?? null;
+  const foreign = (req: IncomingMessage): RouterError | null => {
+    const f = localOnly ? foreignRequest(req.headers, localOnly) : null;
+    return f ? new RouterError(f.code, f.message) : null;
+  };
+  /**
+   * Why a POST /v1/* is refused before its body is read. Auth off only (with a key, a web page
+   * elsewhere cannot send one without a CORS preflight, and `curl -d` without a content type keeps
+   * working): a foreign Host or Origin, and a body not declared JSON (text/plain, a form, none: what
+   * a page may send another site without a preflight).
+   */
+  const refusal = (req: IncomingMessage): RouterError | null => {
+    if (localOnly === null) return null;
+    const f = foreign(req);
+    if (f) return f;
+    const type = req.headers['content-type'];
+    if (isJsonContentType(type)) return null;
+    return new RouterError('UNSUPPORTED_MEDIA_TYPE', `The router reads the request body only as JSON; this request's Content-Type is ${type === undefined ? 'missing' : JSON.stringify(String(type).slice(0, 100))}: send \`Content-Type: application/json\`.`);
+  };
   const rollouts = deps.rollouts ?? new RouterRollouts();
   const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1), rollouts);
 
@@ -147,8 +176,12 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;
   const serverFactory = (fastifyHandler: Handler, opts: Parameters<FastifyServerFactory>[1]): Server => {
     const listener: Handler = (req, res) => {
-      if (isProxyRequest(req.method, req.url)) core.handle(req, res);
-      else fastifyHandler(req, res);
+      if (isProxyRequest(req.method, req.url)) {
+        // refused from the headers, the body unread (and the connection closed with the answer)
+        const why = refusal(req);
+        if (why) core.fail(res, '', performance.now(), why, true);
+        else core.handle(req, res);
+      } else fastifyHandler(req, res);
     };
     const timeouts = { headersMs: limits.headersTimeoutMs, requestMs: limits.requestTimeoutMs };
     const server = deps.serverFactory ? (deps.serverFactory(listener, opts) as Server) : createServer(clientTimeoutOptions(timeouts), listener);
@@ -216,6 +249,16 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     core.fail(reply.raw, '', r.llmgwT0 || performance.now(), e);
   });
 
+  // auth off: a foreign Host or Origin gets nothing, on every route (the POST /v1/* hot path checks in the listener)
+  if (localOnly) {
+    app.addHook('onRequest', (request, reply, done) => {
+      const f = foreign(request.raw);
+      if (!f) return done();
+      reply.hijack();
+      core.fail(reply.raw, '', performance.now(), f, true);
+    });
+  }
+
   app.setNotFoundHandler((request, reply) => {
     reply.hijack();
     core.fail(reply.raw, '', performance.now(), routeNotFound(request.method, request.url));
@@ -236,7 +279,9 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
 
   const proxyRoute = (request: FastifyRequest, reply: FastifyReply): void => {
     reply.hijack();
-    core.handle(request.raw, reply.raw);
+    const why = refusal(request.raw);
+    if (why) core.fail(reply.raw, '', performance.now(), why, true);
+    else core.handle(request.raw, reply.raw);
   };
   for (const url of ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/*']) app.post(url, proxyRoute);
 

@@ -44,6 +44,9 @@ export type RouterReasonCode =
   | 'NO_VALID_SPEC'
   | 'LEADER_UNAVAILABLE'
   | 'ETCD_UNAVAILABLE'
+  | 'FOREIGN_HOST'
+  | 'FOREIGN_ORIGIN'
+  | 'UNSUPPORTED_MEDIA_TYPE'
   | 'INTERNAL';
 
 export interface RouterErrorDetail {

@@ -30,6 +30,8 @@ before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
   const files = fleet.baseFiles();
   for (const f of Object.keys(files)) if (f.startsWith('models/') && f !== 'models/good.yaml') delete files[f];
+  // per-key series on /metrics are opt-in (#36, N14)
+  files['fleet.yaml'] = `${files['fleet.yaml']!.trimEnd()}\nmetrics_per_key: true\n`;
   await fleet.push(files, 'fleet: one model');
   logPath = join(fleet.stateDir, 'usage.jsonl');
   serve = await spawnServe({ name: 'usage', fleet, args: ['--usage-log', logPath] });
