@@ -26,7 +26,7 @@ import type { StickyEntry } from './affinity.js';
 import { RouterError, renderFor, writeRendered } from './errors.js';
 import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
 import { forwardedHeaders } from './forward-headers.js';
-import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type ModelCounter, type ProxyContext } from './proxy-context.js';
+import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type EarlyEnd, type ModelCounter, type ProxyContext } from './proxy-context.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
 import { DOWN_FOR_MS, type Upstream } from './upstreams.js';
 
@@ -80,6 +80,10 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   private tailBytes = 0;
   /** keys hook: the response's last bytes for onUsage. */
   private usageTail: string | null = null;
+  /** keys hook: stream events passed to the client (what an early end is charged, usage.ts). */
+  private events = 0;
+  /** The replica's response ended whole (onComplete). */
+  private completed = false;
   /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
   sticky: StickyEntry | null = null;
   private readonly resumeFn = (): void => {
@@ -207,6 +211,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     const tail = this.tail;
     if (tail !== null) {
+      if (this.sse) this.events += countEvents(chunk);
       tail.push(chunk);
       this.tailBytes += chunk.length;
       while (tail.length > 1 && this.tailBytes - tail[0]!.length >= USAGE_TAIL_BYTES) this.tailBytes -= tail.shift()!.length;
@@ -219,6 +224,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   }
 
   onComplete(): void {
+    this.completed = true;
     const u = this.upstream;
     this.writeHead();
     this.releaseUpstream();
@@ -337,6 +343,18 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.finish(status, r.code);
   }
 
+  /**
+   * What an early end saw (keys hook): a call that reached a replica and ended before its response
+   * did, the client gone or the stream cut after its first byte (a router's own error before it is
+   * not charged). null: it completed, or was not early.
+   */
+  private earlyEnd(): EarlyEnd | null {
+    if (this.ctx.onUsage == null || this.completed || this.replica === null) return null;
+    if (!this.gotByte && !(this.abortReason instanceof ClientGone)) return null;
+    const tail = this.tail !== null && this.tail.length > 0 ? Buffer.concat(this.tail).toString('latin1') : null;
+    return { tail, events: this.events, bodyBytes: this.body.length };
+  }
+
   /** `reason`: the catalogue code the router ended the request with, NO_REASON for the replica's own answer. */
   private finish(status: number, reason: string): void {
     if (this.done) return;
@@ -356,9 +374,18 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     ctx.metrics.inFlight(this.model, -1);
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
-    ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail); // keys hook
+    ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail, this.earlyEnd()); // keys hook
     ctx.active.delete(this);
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }
+}
+
+const EVENT = Buffer.from('data: {');
+
+/** The stream events (`data: {`) a chunk starts: about one per token. */
+function countEvents(chunk: Buffer): number {
+  let n = 0;
+  for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) n++;
+  return n;
 }
