@@ -164,6 +164,7 @@ export const Reasons = catalogue({
   HEADERS_TOO_LARGE: { http: 431, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'headers_too_large' }, hint: 'The request headers are larger than the server accepts (16 KiB); send fewer or smaller headers.' },
   MALFORMED_HTTP: { http: 400, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'malformed_request' }, hint: 'The request is not valid HTTP/1.1 (request line, header syntax, method or framing); fix the client.' },
   ROUTER_SHUTTING_DOWN: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'router_shutting_down' }, hint: 'The router is shutting down; retry against another instance or after it restarts.' },
+  KEY_LIMITS_UNCOUNTED: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'key_limits_not_counted' }, hint: 'The API key has limits in access/keys.yaml, which the instances on etcd share, and this instance has not counted the live instances since it started (etcd has not answered), so it does not know its share; it refuses limited keys rather than enforce the whole limit alone. Keys without limits are served. Retry, or through another instance; check that etcd is reachable from this one.' },
 
   // --- admin API ---
   ADMIN_AUTH_MISSING: { http: 401, retryable: false, counts: false, hint: 'Send the admin token as `Authorization: Bearer TOKEN`; `llmgw ctl` takes it from --token, LLMGW_ADMIN_TOKEN or its config file (~/.config/llmgw/ctl.json).' },

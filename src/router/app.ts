@@ -28,6 +28,7 @@ import { SLOTS_REFRESH_MS, SlotWatcher } from './slots.js';
 import { RouterError, modelNotFound, renderError, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
+import type { RouterCount } from './limits.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -92,8 +93,8 @@ export interface RouterDeps {
   readonly usage?: UsageSink;
   /** The per-key limits' clock (ms); Date.now by default. */
   readonly clock?: () => number;
-  /** How many routers share the per-key limits (instances on etcd: ha/router-shares.ts); 1 by default. */
-  readonly routers?: () => number;
+  /** The routers sharing the per-key limits and this one's rank (instances on etcd: ha/router-shares.ts); 1 by default. */
+  readonly routers?: () => RouterCount;
 }
 
 /** Live numbers, for tests and the admin API. */
