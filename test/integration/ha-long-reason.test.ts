@@ -6,10 +6,12 @@
  * architecture. Both park; etcd's state record shows both parked (the save was not refused); no
  * ETCD_VALUE_TOO_LARGE is logged; `bad`'s reason is at most 2 KiB; a view-stream client gets a
  * `view` frame; `ctl status` and `ctl events` print no ESC byte, and neither does the serve log; a
- * SIGKILL of the leader keeps both parked. The whole engine line stays in the replica's log.
+ * SIGKILL of the leader keeps both parked. The whole engine line stays in the replica's log. And
+ * (#37 item 6) `ctl logs --lines 10000` of a 3 MB replica log through the standby answers within
+ * 5 s, at most 1 MiB, saying it was truncated.
  */
 import { strict as assert } from 'node:assert';
-import { chmodSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, chmodSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
@@ -60,7 +62,6 @@ before(async () => {
   chmodSync(wrapper, 0o755);
   const files: Record<string, string | null> = fleet.baseFiles();
   delete files['models/huge.yaml'];
-  delete files['models/good.yaml'];
   files['fleet.yaml'] = ['poll_interval: 1h', 'park_after_failures: 3', 'backoff: { initial: 100ms, max: 400ms }', 'placement_reserve: 256MiB', 'stop_grace: 2s', ''].join('\n');
   files['engines/wrapped.yaml'] = ['versions:', '  test:', `    path: ${wrapper}`, ''].join('\n');
   files['profiles/wrapped.yaml'] = ['engine: wrapped@test', 'ctx_size: 256', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'start_timeout: 60s', ''].join('\n');
@@ -136,6 +137,27 @@ describe('a 700 KiB engine error with a terminal escape, under HA on etcd', { ti
       assert.match(events.stdout, /unknown model architecture/);
       assert.ok(!events.stdout.includes('\x1b') && !events.stderr.includes('\x1b'), 'ctl events printed an ESC byte');
     }
+  });
+
+  it('ctl logs --lines 10000 of a 3 MB replica log through the standby: within 5 s, at most 1 MiB, saying it was truncated', async () => {
+    let id = '';
+    await until('good ready', 120_000, async () => {
+      const r = (await models(procs[0]!))['good'] as unknown as { phase: string; replicas: { id: string; phase: string }[] } | undefined;
+      id = r?.replicas.find((x) => x.phase === 'ready')?.id ?? '';
+      return id !== '';
+    }, { diag });
+    const line = (i: number): string => `${String(i).padStart(5, '0')} srv  log_server_r: request: POST /v1/chat/completions 127.0.0.1 200 ${'x'.repeat(222)}\n`;
+    appendFileSync(join(fleet.nodes[0]!.dataDir, 'replicas', id, 'log'), Array.from({ length: 10_000 }, (_, i) => line(i)).join(''));
+    const leader = (await agreedLeader(procs))!.proc;
+    const standby = procs.find((p) => p !== leader)!;
+    const t0 = performance.now();
+    const r = await runCli(['ctl', 'logs', id, '--lines', '10000', '--server', `http://127.0.0.1:${standby.adminPort}`]);
+    const ms = performance.now() - t0;
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok(ms < 5_000, `${Math.round(ms)} ms`);
+    assert.match(r.stdout, /\[llmgw: truncated: the first \d+ of \d+ bytes are left out/);
+    assert.ok(Buffer.byteLength(r.stdout) <= 1024 * 1024 + 1024, `${Buffer.byteLength(r.stdout)} bytes`);
+    assert.ok(r.stdout.includes(line(9_999).trim()), 'the newest line kept');
   });
 
   it('a SIGKILL of the leader keeps both parked', async () => {
