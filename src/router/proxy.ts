@@ -84,13 +84,18 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   private events = 0;
   /** The replica's response ended whole (onComplete). */
   private completed = false;
+  /** The keys hook was told (once per call). */
+  private usageReported = false;
   /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
   sticky: StickyEntry | null = null;
   private readonly resumeFn = (): void => {
     this.resumeUpstream?.();
   };
   private readonly onClientClose = (): void => {
-    if (!this.res.writableFinished) this.abort(new ClientGone());
+    if (this.res.writableFinished) return;
+    this.abort(new ClientGone());
+    // now, before the close's other listeners: key-usage.ts records the request at its close
+    this.reportUsage();
   };
 
   constructor(
@@ -123,7 +128,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       this.finish(CLIENT_CLOSED_STATUS, NO_REASON);
       return;
     }
-    this.res.on('close', this.onClientClose);
+    // first among the close's listeners: the usage of an early end is known before it is recorded
+    this.res.prependListener('close', this.onClientClose);
     this.attempt(first);
   }
 
@@ -355,6 +361,13 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     return { tail, events: this.events, bodyBytes: this.body.length };
   }
 
+  /** The keys hook, once: the replica that answered, its usage, or what an early end saw. */
+  private reportUsage(): void {
+    if (this.usageReported) return;
+    this.usageReported = true;
+    this.ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail, this.earlyEnd());
+  }
+
   /** `reason`: the catalogue code the router ended the request with, NO_REASON for the replica's own answer. */
   private finish(status: number, reason: string): void {
     if (this.done) return;
@@ -374,7 +387,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     ctx.metrics.inFlight(this.model, -1);
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
-    ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail, this.earlyEnd()); // keys hook
+    this.reportUsage();
     ctx.active.delete(this);
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
