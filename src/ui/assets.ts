@@ -45,6 +45,15 @@ const HTML = `<!doctype html>
     <section aria-labelledby="models-title">
       <h2 id="models-title">Models</h2>
       <p id="models-summary"></p>
+      <form id="models-filter" class="filter" role="search">
+        <label for="models-search">Find</label>
+        <input id="models-search" type="search" placeholder="model name or alias" autocomplete="off">
+        <label for="models-phase">Phase</label>
+        <select id="models-phase"><option value="">all phases</option><option>parked</option><option>unplaceable</option><option>failing</option><option>starting</option><option>pending</option><option>degraded</option><option>ready</option><option>idle</option></select>
+        <button id="models-prev" type="button">previous page</button>
+        <button id="models-next" type="button">next page</button>
+      </form>
+      <p id="models-page" aria-live="polite"></p>
       <div id="groups"></div>
     </section>
     <section aria-labelledby="nodes-title">
@@ -118,6 +127,8 @@ export interface PageAssets {
   readonly html: string;
   readonly css: string;
   readonly js: string;
+  /** The models' page and patches (src/ui/web/models-page.ts), a module app.js imports. */
+  readonly modelsJs: string;
   readonly icon: string;
 }
 
@@ -127,12 +138,15 @@ let cached: PageAssets | null = null;
 
 export function pageAssets(): PageAssets {
   if (cached) return cached;
-  let js: string;
-  try {
-    js = readFileSync(new URL('./web/app.js', import.meta.url), 'utf8').replace(/\n\/\/# sourceMappingURL=.*\n?$/, '\n');
-  } catch {
-    js = MISSING_JS;
-  }
-  cached = { html: HTML, css: CSS, js, icon: ICON };
+  const built = (file: string): string | null => {
+    try {
+      return readFileSync(new URL(`./web/${file}`, import.meta.url), 'utf8').replace(/\n\/\/# sourceMappingURL=.*\n?$/, '\n');
+    } catch {
+      return null;
+    }
+  };
+  const js = built('app.js');
+  const modelsJs = built('models-page.js');
+  cached = js !== null && modelsJs !== null ? { html: HTML, css: CSS, js, modelsJs, icon: ICON } : { html: HTML, css: CSS, js: MISSING_JS, modelsJs: '', icon: ICON };
   return cached;
 }
