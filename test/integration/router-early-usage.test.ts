@@ -91,8 +91,12 @@ describe('an aborted stream is charged what it used: tokens_per_minute binds, us
     );
     fleet.setReady('tiny-chat', [replica('tiny-chat', chat.url, 'chat-a')]);
     usageLog = new UsageLog({ path: join(tmp, 'usage.log'), flushMs: 50 });
+    // the limits' clock held still: on a loaded machine the three streams can take longer than the
+    // 60 s window, and the first one's charge would leave it before the fourth request is asked
+    const t0 = Date.now();
     app = buildRouter({
       fleet,
+      clock: () => t0,
       auth: { required: true },
       limits: { bodyBytes: 64 * 1024 },
       usage: fanOut([{ record: (r) => void records.push(r) }, keyMetrics, book, usageLog]),
