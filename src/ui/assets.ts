@@ -116,7 +116,8 @@ button[disabled] { opacity: .6; cursor: progress; }
 .login { max-width: 30rem; }
 .login input { font: inherit; padding: .3rem; width: 100%; margin: .3rem 0 .6rem; }
 .error { color: var(--bad); }
-.filter { display: flex; gap: .5rem; align-items: center; margin-bottom: .4rem; }
+.filter { display: flex; flex-wrap: wrap; gap: .5rem; align-items: center; margin-bottom: .4rem; }
+#models-search { min-width: 0; flex: 1 1 10rem; }
 @media (max-width: 40rem) { .facts, .kv { grid-template-columns: 1fr; } .facts dd, .kv dd { margin-bottom: .3rem; } main { padding: 0 .5rem 2rem; } }
 `;
 

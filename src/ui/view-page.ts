@@ -85,6 +85,8 @@ export interface ViewPatch {
   readonly order: readonly string[];
   /** Models new on the page or changed. */
   readonly upsert: readonly PageModel[];
+  /** The blurb of each group on the page that has one (a phase new on the page brings its own). */
+  readonly blurbs: Readonly<Record<string, string>>;
 }
 
 /**
@@ -122,7 +124,9 @@ export class PageDiff {
     this.sent = next;
     this.nodesText = nodesText;
     this.headText = head;
-    return { at: v.at, status: v.status, control: v.control, rejected: v.rejected, ...(nodesChanged ? { nodes: v.nodes } : {}), page: v.page!, order, upsert };
+    const blurbs: Record<string, string> = {};
+    for (const g of v.groups) if (g.blurb !== null) blurbs[g.phase] = g.blurb;
+    return { at: v.at, status: v.status, control: v.control, rejected: v.rejected, ...(nodesChanged ? { nodes: v.nodes } : {}), page: v.page!, order, upsert, blurbs };
   }
 }
 

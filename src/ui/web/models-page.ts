@@ -7,7 +7,6 @@ import type { PageModel, PageView, ViewPatch } from './page-shapes.js';
 
 /** The page of models asked for (the view stream sends that page, then its changes). */
 export const query = { page: 0, size: 100, phase: '', q: '' };
-const blurbs = new Map<string, string | null>();
 
 export function queryString(): string {
   const p = new URLSearchParams({ page: String(query.page), size: String(query.size) });
@@ -19,10 +18,7 @@ export function queryString(): string {
 /** The view after a patch: the page's models in the patch's order, the changed ones replaced. */
 export function applyPatch(v: PageView, p: ViewPatch): PageView {
   const byName = new Map<string, PageModel>();
-  for (const g of v.groups) {
-    blurbs.set(g.phase, g.blurb);
-    for (const m of g.models) byName.set(m.name, m);
-  }
+  for (const g of v.groups) for (const m of g.models) byName.set(m.name, m);
   for (const m of p.upsert) byName.set(m.name, m);
   const groups: PageView['groups'] = [];
   for (const name of p.order) {
@@ -30,7 +26,7 @@ export function applyPatch(v: PageView, p: ViewPatch): PageView {
     if (!m) continue;
     const last = groups[groups.length - 1];
     if (last && last.phase === m.phase) last.models.push(m);
-    else groups.push({ phase: m.phase, blurb: blurbs.get(m.phase) ?? null, models: [m] });
+    else groups.push({ phase: m.phase, blurb: p.blurbs[m.phase] ?? null, models: [m] });
   }
   return { ...v, at: p.at, status: p.status, control: p.control, rejected: p.rejected, nodes: p.nodes ?? v.nodes, page: p.page, groups };
 }

@@ -75,6 +75,7 @@ export interface ViewPatch {
   page: PageInfo;
   order: string[];
   upsert: PageModel[];
+  blurbs: Record<string, string>;
 }
 export interface FleetEvent {
   seq: number;
