@@ -30,6 +30,7 @@ import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
 import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
 import { foreignRequest, type LocalOnly } from '../util/local-only.js';
+import type { RouterCount } from './limits.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -94,8 +95,8 @@ export interface RouterDeps {
   readonly usage?: UsageSink;
   /** The per-key limits' clock (ms); Date.now by default. */
   readonly clock?: () => number;
-  /** How many routers share the per-key limits (instances on etcd: ha/router-shares.ts); 1 by default. */
-  readonly routers?: () => number;
+  /** The routers sharing the per-key limits and this one's rank (instances on etcd: ha/router-shares.ts); 1 by default. */
+  readonly routers?: () => RouterCount;
   /** Where the canary figures go (#34; serve hands the same object to the controller); the router's own by default. */
   readonly rollouts?: RouterRollouts;
   /** Auth off: serve only requests whose Host and Origin are this machine's (or allowed hosts); null/absent: no check. */

@@ -22,7 +22,7 @@ import { affinityKey, isPromptPath } from './affinity.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderFor, routeNotFound, writeRendered } from './errors.js';
 import { limitError, track, trackedOf, usageHook } from './key-usage.js';
-import { KeyLimiter, Ticket } from './limits.js';
+import { KeyLimiter, Ticket, type RouterCount } from './limits.js';
 import type { UsageSink } from './usage.js';
 import { ReplicaChoice } from './choose.js';
 import { ProxyCall } from './proxy.js';
@@ -104,7 +104,7 @@ export class RouterCore {
     private readonly log: CoreLog | null,
     private readonly usage: UsageSink | null = null,
     clock: () => number = Date.now,
-    routers: () => number = () => 1,
+    routers: () => RouterCount = () => 1,
     rollouts: RouterRollouts = new RouterRollouts(),
   ) {
     this.keyLimiter = new KeyLimiter(clock, routers);

@@ -26,7 +26,7 @@ import type { StickyEntry } from './affinity.js';
 import { RouterError, renderFor, writeRendered } from './errors.js';
 import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
 import { forwardedHeaders } from './forward-headers.js';
-import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type ModelCounter, type ProxyContext } from './proxy-context.js';
+import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type EarlyEnd, type ModelCounter, type ProxyContext } from './proxy-context.js';
 import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES, type PromptTokens } from './usage.js';
 import type { Split } from './canary.js';
 import { DOWN_FOR_MS, type Upstream } from './upstreams.js';
@@ -81,6 +81,12 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   private tailBytes = 0;
   /** keys hook: the response's last bytes for onUsage. */
   private usageTail: string | null = null;
+  /** keys hook: stream events passed to the client (what an early end is charged, usage.ts). */
+  private events = 0;
+  /** The replica's response ended whole (onComplete). */
+  private completed = false;
+  /** The keys hook was told (once per call). */
+  private usageReported = false;
   /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
   sticky: StickyEntry | null = null;
   /** Its side of a canary step (set by the caller; canary.ts): its arm, and its end is counted there. */
@@ -92,7 +98,10 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.resumeUpstream?.();
   };
   private readonly onClientClose = (): void => {
-    if (!this.res.writableFinished) this.abort(new ClientGone());
+    if (this.res.writableFinished) return;
+    this.abort(new ClientGone());
+    // now, before the close's other listeners: key-usage.ts records the request at its close
+    this.reportUsage();
   };
 
   constructor(
@@ -125,7 +134,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       this.finish(CLIENT_CLOSED_STATUS, NO_REASON);
       return;
     }
-    this.res.on('close', this.onClientClose);
+    // first among the close's listeners: the usage of an early end is known before it is recorded
+    this.res.prependListener('close', this.onClientClose);
     this.attempt(first);
   }
 
@@ -214,6 +224,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     const tail = this.tail;
     if (tail !== null) {
+      if (this.sse) this.events += countEvents(chunk);
       tail.push(chunk);
       this.tailBytes += chunk.length;
       while (tail.length > 1 && this.tailBytes - tail[0]!.length >= USAGE_TAIL_BYTES) this.tailBytes -= tail.shift()!.length;
@@ -226,6 +237,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   }
 
   onComplete(): void {
+    this.completed = true;
     const u = this.upstream;
     this.writeHead();
     this.releaseUpstream();
@@ -349,6 +361,25 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.finish(status, r.code);
   }
 
+  /**
+   * What an early end saw (keys hook): a call that reached a replica and ended before its response
+   * did, the client gone or the stream cut after its first byte (a router's own error before it is
+   * not charged). null: it completed, or was not early.
+   */
+  private earlyEnd(): EarlyEnd | null {
+    if (this.ctx.onUsage == null || this.completed || this.replica === null) return null;
+    if (!this.gotByte && !(this.abortReason instanceof ClientGone)) return null;
+    const tail = this.tail !== null && this.tail.length > 0 ? Buffer.concat(this.tail).toString('latin1') : null;
+    return { tail, events: this.events, bodyBytes: this.body.length };
+  }
+
+  /** The keys hook, once: the replica that answered, its usage, or what an early end saw. */
+  private reportUsage(): void {
+    if (this.usageReported) return;
+    this.usageReported = true;
+    this.ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail, this.earlyEnd());
+  }
+
   /** `reason`: the catalogue code the router ended the request with, NO_REASON for the replica's own answer. */
   private finish(status: number, reason: string): void {
     if (this.done) return;
@@ -368,7 +399,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     ctx.metrics.inFlight(this.model, -1);
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
-    ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail); // keys hook
+    this.reportUsage();
     if (this.split !== null && this.replica !== null) {
       this.split.ended(this.replica, { status, reason, tail: this.usageTail, tokens: this.tokens, t0: this.t0, firstByteAt: this.firstByteAt, now });
     }
@@ -376,4 +407,13 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }
+}
+
+const EVENT = Buffer.from('data: {');
+
+/** The stream events (`data: {`) a chunk starts: about one per token. */
+function countEvents(chunk: Buffer): number {
+  let n = 0;
+  for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) n++;
+  return n;
 }

@@ -103,7 +103,7 @@ describe('usage through llmgw serve', () => {
     assert.ok(kept.length >= before.length && kept.length <= before.length + 3, `${kept.length} lines`);
     assert.deepEqual(kept.slice(0, before.length), before, 'nothing written before is lost or changed');
     const l = before[0]!;
-    assert.deepEqual(Object.keys(l).sort(), ['cached_tokens', 'completion_tokens', 'duration_ms', 'key', 'model', 'prompt_tokens', 'reason', 'replica', 'status', 'time'].sort());
+    assert.deepEqual(Object.keys(l).sort(), ['cached_tokens', 'completion_tokens', 'duration_ms', 'ended_early', 'key', 'model', 'prompt_tokens', 'reason', 'replica', 'status', 'time'].sort());
     assert.equal(l.model, 'good');
     assert.equal(l.status, 200);
     assert.match(String(l.replica), /\S/);
