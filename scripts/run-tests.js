@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Runs the compiled test suite (dist/test/**/*.test.js) with node's test runner.
-// Usage: node scripts/run-tests.js [substring …]   (only test files whose path contains one)
+// Usage: node scripts/run-tests.js [--concurrency=N] [substring …]   (only test files whose path contains one)
+//   --concurrency=N  test files run at once (node's default: available cores − 1, so one at a time on 2 cores);
+//                    the unit tier (`npm run test:unit`) runs 2, its files start no servers.
 import { existsSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
@@ -9,7 +11,13 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(fileURLToPath(import.meta.url), '..', '..');
 const testRoot = join(root, 'dist', 'test');
-const filters = process.argv.slice(2);
+const args = process.argv.slice(2);
+const concurrency = args.filter((a) => a.startsWith('--concurrency=')).map((a) => a.slice('--concurrency='.length));
+const filters = args.filter((a) => !a.startsWith('--concurrency='));
+if (concurrency.some((c) => !/^[1-9][0-9]*$/.test(c))) {
+  console.error(`run-tests: --concurrency takes a positive whole number, not ${concurrency.join(', ')}`);
+  process.exit(2);
+}
 
 function walk(dir) {
   const out = [];
@@ -34,7 +42,8 @@ if (files.length === 0) {
 }
 // Fault tests (test/faults/) append what they injected and what held here; printed at the end.
 const faultReport = join(tmpdir(), `llmgw-faults-${process.pid}-${Date.now()}.jsonl`);
-const res = spawnSync(process.execPath, ['--test', '--test-reporter=spec', ...files], {
+const runnerFlags = ['--test', '--test-reporter=spec', ...concurrency.slice(-1).map((c) => `--test-concurrency=${c}`)];
+const res = spawnSync(process.execPath, [...runnerFlags, ...files], {
   cwd: root,
   stdio: 'inherit',
   env: { ...process.env, LLMGW_REPO_ROOT: root, LLMGW_FAULT_REPORT: faultReport },

@@ -29,6 +29,7 @@ import {
   type IOptions,
 } from 'etcd3';
 import { LlmgwError, type ReasonRef } from '../errors/catalogue.js';
+import { dropIpServername } from './tls-ip-servername.js';
 
 export interface EtcdSettings {
   /** Client URLs, http://host:port or https://host:port. */
@@ -121,6 +122,9 @@ export function etcdOptions(s: EtcdSettings, now: () => number): IOptions {
   }
   return opts;
 }
+
+// grpc-js hands tls.connect an IP address as servername, which Node 26 refuses (see the file).
+dropIpServername();
 
 /** Opens the client (no I/O until the first call). Throws ETCD_CONFIG_INVALID naming a bad file. */
 export function openEtcd(s: EtcdSettings, now: () => number): Etcd3 {

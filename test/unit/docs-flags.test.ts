@@ -36,6 +36,7 @@ const OTHER_TOOLS: Record<string, string> = {
   '--max-semi-space-size': 'node',
   '--heap-growing-percent': 'node',
   '--optimize-for-size': 'node',
+  '--ignore-scripts': 'npm',
 };
 
 const longFlags = (text: string): Set<string> => new Set([...text.matchAll(/(?<![\w-])--[a-z][a-z0-9-]*/g)].map((m) => m[0]));
