@@ -215,7 +215,7 @@ export class HaController extends ControllerShell {
     });
     const term: Term = { epoch, reconciler, off, stopServing: null };
     this.term = term;
-    log.info({ instance: this.o.instance.id, failures: Object.values(state.models).reduce((n, h) => n + h.consecutiveFailures, 0) }, 'leading the fleet: resuming from the state record in etcd');
+    log.info({ instance: this.o.instance.id, failures: Object.values(state.models).reduce((n, m) => n + m.health.consecutiveFailures, 0) }, 'leading the fleet: resuming from the state record in etcd');
     this.o.onLeadership?.(true);
     // Until the term's first pass has looked at the nodes, the published snapshot is the better view
     // (the new reconciler knows no replica yet): routing goes on from it, saying who leads now.

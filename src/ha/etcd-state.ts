@@ -15,7 +15,8 @@
  */
 import type { Etcd3 } from 'etcd3';
 import type { ReasonRef } from '../errors/catalogue.js';
-import { emptyState, stateFromJson, type ControllerState } from '../reconciler/state.js';
+import { emptyState, type ControllerState } from '../reconciler/state.js';
+import { stateFromJson } from '../reconciler/state-migrate.js';
 import type { Election, WriteOp } from './election.js';
 import { etcdError } from './etcd.js';
 import { ETCD_LIMITS, type EtcdLimits } from './keyed-layout.js';

@@ -34,8 +34,8 @@ import type { ShellPorts } from './shell-ports.js';
 import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
-import type { InFlight } from './stops.js';
-import { clockStepped, retryHandled, revisionApplied, specModelsApplied, type ControllerState, type Note } from './state.js';
+import { stopIds, type InFlight } from './stops.js';
+import { clockStepped, healthByModel, retryHandled, revisionApplied, specModelsApplied, type ControllerState, type Note } from './state.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
@@ -204,7 +204,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
-      const busy = await busyOnDemand(spec, this.nodes.observed(spec), this.state.stops, this.inFlight);
+      const busy = await busyOnDemand(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.now(log);
       const d = decide({
@@ -388,11 +388,10 @@ export class Reconciler extends ControllerShell implements FleetView {
       lastStatusWriteOk: this.status?.lastOk ?? null,
       stateError: this.saver.error,
       nodes: this.nodes.states,
-      health: this.state.models,
+      health: healthByModel(this.state),
       desired: this.desired,
       unplaceable: this.unplaceable,
-      starts: this.state.starts,
-      stops: this.state.stops,
+      replicas: this.state.replicas,
       stopProgress: this.stopOps.progress(),
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)

@@ -9,7 +9,8 @@ import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
 import { modelsInOrder, nodesInOrder } from './spec-order.js';
-import type { StartRecord, StopRecord } from './state.js';
+import type { ReplicaRecord } from './replica-life.js';
+import type { StopRecord } from './stops.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
 export interface NodeState {
@@ -29,7 +30,7 @@ export interface StopProgress {
 }
 
 /** A replica being stopped: 'draining' until it is signalled, then 'stopping'; never routable. */
-export function stopPhase(rec: StopRecord, p: StopProgress | undefined): { phase: 'draining' | 'stopping'; inFlight: number | null } {
+export function stopPhase(rec: Pick<StopRecord, 'drain'>, p: StopProgress | undefined): { phase: 'draining' | 'stopping'; inFlight: number | null } {
   if (!rec.drain) return { phase: 'stopping', inFlight: null };
   return { phase: p?.phase ?? 'draining', inFlight: p?.inFlight ?? null };
 }
@@ -49,10 +50,8 @@ export interface SummaryInput {
   readonly health: Readonly<Record<string, ModelHealth>>;
   readonly desired: Readonly<Record<string, number>>;
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
-  /** Starts in flight by replica id. */
-  readonly starts: Readonly<Record<string, StartRecord>>;
-  /** Stops in the record (out of routing from their start). */
-  readonly stops: Readonly<Record<string, StopRecord>>;
+  /** The record's replicas: a stop is out of routing from its start; a start is shown before a look shows it. */
+  readonly replicas: Readonly<Record<string, ReplicaRecord>>;
   /** Where each running stop is (its drain's last in-flight reading). */
   readonly stopProgress: ReadonlyMap<string, StopProgress>;
   readonly memory: Readonly<Record<string, number | null>>;
@@ -92,9 +91,9 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   for (const [node, ns] of [...i.nodes.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     for (const r of ns.obs?.replicas ?? []) {
       seen.add(r.id);
-      const stop = i.stops[r.id];
-      if (stop) {
-        const sp = stopPhase(stop, i.stopProgress.get(r.id));
+      const p = i.replicas[r.id]?.phase;
+      if (p?.kind === 'leaving' && p.why === 'stop') {
+        const sp = stopPhase(p, i.stopProgress.get(r.id));
         replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight });
         continue;
       }
@@ -102,12 +101,14 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
       replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt });
     }
   }
-  for (const [id, s] of Object.entries(i.starts)) {
-    if (seen.has(id)) continue;
+  for (const id in i.replicas) {
+    const s = i.replicas[id]!;
+    if (seen.has(id) || !(s.phase.kind === 'launching' || (s.phase.kind === 'ready' && !s.phase.seen))) continue;
     // a start that concluded ready is served at once, before a look shows its replica (not while its
     // node is out of reach: an observed ready replica there is shown starting too)
-    const ready = s.readyAt !== undefined && s.endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false;
-    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? s.endpoint! : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
+    const endpoint = s.phase.kind === 'ready' ? s.phase.endpoint : undefined;
+    const ready = endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false;
+    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? endpoint : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
   }
   const byModel = new Map<string, ReplicaView[]>();
   for (const r of replicas) {
