@@ -13,7 +13,8 @@ import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
 import { isInflightStart, moved } from './replica-life.js';
-import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type Note } from './state.js';
+import { plannedRollout, rolloutSettled, type PlannedRollout } from './rollout-life.js';
+import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type ModelRecord, type Note } from './state.js';
 import { stopIds, stopsRequested } from './stops.js';
 
 export interface DecideInput {
@@ -62,6 +63,17 @@ export function inflightStarts(s: ControllerState): InflightStart[] {
   return out;
 }
 
+/** The rollouts the planner keeps the stable revision for, by model (none: the same empty object). */
+const NO_ROLLOUTS: Readonly<Record<string, PlannedRollout>> = Object.freeze({});
+function rolloutsOf(s: ControllerState): Readonly<Record<string, PlannedRollout>> {
+  let out: Record<string, PlannedRollout> | null = null;
+  for (const name in s.models) {
+    const p = plannedRollout(s.models[name]!.rollout);
+    if (p) (out ??= {})[name] = p;
+  }
+  return out ?? NO_ROLLOUTS;
+}
+
 /** The replica facts the planner reads by id: restarts asked, surge drains (since), failures counted. */
 function replicaFacts(s: ControllerState): { restarts: Set<string>; draining: Record<string, number>; counted: Set<string> } {
   const restarts = new Set<string>();
@@ -98,6 +110,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     memory: i.memory,
     ...(i.deviceNeeds ? { deviceNeeds: i.deviceNeeds } : {}),
     accountedFailures: facts.counted,
+    rollouts: rolloutsOf(s),
     avoid: avoidanceAt(s, i.now).avoided,
     keyFingerprint: i.keyFingerprint ?? null,
     now: i.now,
@@ -175,10 +188,25 @@ export function pruned(s: ControllerState, nodes: readonly ObservedNode[], stops
     if (r.counted !== undefined && now - r.counted < ACCOUNTED_KEEP_MS) continue;
     gone.push(id);
   }
-  if (gone.length === 0) return s;
-  const replicas = { ...s.replicas };
-  for (const id of gone) delete replicas[id];
-  return { ...s, replicas };
+  let out = s;
+  if (gone.length > 0) {
+    const replicas = { ...s.replicas };
+    for (const id of gone) delete replicas[id];
+    out = { ...s, replicas };
+  }
+  return rolloutsSettled(out);
+}
+
+/** Promoted rollouts whose stable replicas are all gone end. */
+function rolloutsSettled(s: ControllerState): ControllerState {
+  let models: Record<string, ModelRecord> | null = null;
+  for (const name in s.models) {
+    const m = s.models[name]!;
+    if (m.rollout?.phase !== 'promoted' || rolloutSettled(m.rollout, name, s.replicas) !== undefined) continue;
+    const { rollout: _done, ...rest } = m;
+    (models ??= { ...s.models })[name] = rest;
+  }
+  return models ? { ...s, models } : s;
 }
 
 /**

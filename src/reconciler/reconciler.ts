@@ -34,8 +34,10 @@ import type { ShellPorts } from './shell-ports.js';
 import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
+import { RolloutRunner } from './rollout-runner.js';
+import { runChecks } from '../rollout/check.js';
 import { stopIds, type InFlight } from './stops.js';
-import { clockStepped, healthByModel, retryHandled, revisionApplied, specModelsApplied, type ControllerState, type Note } from './state.js';
+import { clockStepped, healthByModel, retryHandled, rolloutsByModel, revisionApplied, specModelsApplied, type ControllerState, type Note } from './state.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
@@ -75,6 +77,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   private readonly running: StartRunner;
   /** Stops this process runs (stops.ts: drain, then SIGTERM…), in the background. */
   private readonly stopOps: StopRunner;
+  private readonly rollouts: RolloutRunner;
   private readonly inFlight: (endpoint: string) => Promise<InFlight>;
   /** What it does for the router and operators (the ControllerShell's acts). */
   private readonly own: ReconcilerActs;
@@ -131,6 +134,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       stopSignal: () => this.stopSignal.signal,
     };
     this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
+    this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, run: o.runChecks ?? runChecks });
     this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
     this.own = new ReconcilerActs({
       ...ports,
@@ -177,7 +181,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     if (this.running.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const waited = await Promise.race([
-        Promise.allSettled([...this.running.running(), ...this.stopOps.running()]).then(() => true),
+        Promise.allSettled([...this.running.running(), ...this.stopOps.running(), ...this.rollouts.running()]).then(() => true),
         new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), STOP_WAIT_MS))),
       ]);
       clearTimeout(timer);
@@ -313,7 +317,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     const spec = applied?.spec ?? null;
     this.state = revisionApplied(this.state, applied?.revision ?? null);
     if (spec) {
-      const s = specModelsApplied(this.state, spec.models);
+      const s = specModelsApplied(this.state, spec.models, this.clock());
       this.state = s.state;
       this.logNotes(log, s.notes);
     }
@@ -361,6 +365,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (a.kind === 'start') this.running.launch(spec, a, log);
     }
     await this.stopOps.launchAll(log);
+    this.rollouts.launchAll(spec, log);
   }
 
   private scheduleWake(): void {
@@ -392,6 +397,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       desired: this.desired,
       unplaceable: this.unplaceable,
       replicas: this.state.replicas,
+      rollouts: rolloutsByModel(this.state),
       stopProgress: this.stopOps.progress(),
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)

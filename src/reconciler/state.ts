@@ -17,6 +17,7 @@
  */
 import { retried, withDigest, type ModelHealth } from './health.js';
 import type { Note } from './note.js';
+import { rolloutOnDefinition, rolloutRetried, type RolloutRecord } from './rollout-life.js';
 import { moved, type ReplicaPhase, type ReplicaRecord } from './replica-life.js';
 
 export type { Note } from './note.js';
@@ -33,6 +34,15 @@ export interface ModelRecord {
   readonly demand?: number;
   /** Node → epoch ms until which the model is placed elsewhere (the node failed its start). */
   readonly avoid?: Readonly<Record<string, number>>;
+  /** Its rollout while a new revision proves itself or is held back (rollout-life.ts). */
+  readonly rollout?: RolloutRecord;
+}
+
+/** What the record needs of a spec's model: its name, definition digest, and whether it carries rollout checks. */
+export interface SpecModel {
+  readonly name: string;
+  readonly digest: string;
+  readonly rollout?: { readonly checks: readonly unknown[] } | null;
 }
 
 export interface ControllerState {
@@ -67,6 +77,21 @@ export function healthByModel(s: Pick<ControllerState, 'models'>): Readonly<Reco
     const h: Record<string, ModelHealth> = {};
     for (const name in s.models) h[name] = s.models[name]!.health;
     healthOf.set(s.models, (out = h));
+  }
+  return out;
+}
+
+/** Each model's rollout, for the models that have one (by the record's models object). */
+const rolloutsOfModels = new WeakMap<object, Readonly<Record<string, RolloutRecord>>>();
+export function rolloutsByModel(s: Pick<ControllerState, 'models'>): Readonly<Record<string, RolloutRecord>> {
+  let out = rolloutsOfModels.get(s.models);
+  if (out === undefined) {
+    const r: Record<string, RolloutRecord> = {};
+    for (const name in s.models) {
+      const x = s.models[name]!.rollout;
+      if (x !== undefined) r[name] = x;
+    }
+    rolloutsOfModels.set(s.models, (out = r));
   }
   return out;
 }
@@ -164,8 +189,10 @@ export function retryHandled(s: ControllerState, model: { name: string; digest: 
   if (!model) return { state: { ...s, ...rememberRetry(s, id) }, outcome: 'already-handled', note: { level: 'warn', msg: 'retry trailer names no model; ignored', fields: { retry: id } } };
   const before = s.models[model.name];
   const { health, outcome } = retried(withDigest(before?.health, model.digest), id);
+  const rollout = rolloutRetried(before?.rollout, Date.now());
+  const entry: ModelRecord = { ...before, health, ...(rollout ? { rollout } : {}) };
   return {
-    state: { ...s, models: { ...s.models, [model.name]: { ...before, health } }, ...rememberRetry(s, id) },
+    state: { ...s, models: { ...s.models, [model.name]: entry }, ...rememberRetry(s, id) },
     outcome,
     note: { level: 'info', msg: 'retry handled', fields: { model: model.name, retry: id, outcome } },
   };
@@ -176,7 +203,7 @@ export function retryHandled(s: ControllerState, model: { name: string; digest: 
  * failures and unparks); models that left the spec leave the record (their health, demand and
  * avoidances). Their replicas stay until they are gone from their nodes.
  */
-export function specApplied(s: ControllerState, models: readonly { name: string; digest: string }[]): { state: ControllerState; notes: Note[] } {
+export function specApplied(s: ControllerState, models: readonly SpecModel[], now = 0): { state: ControllerState; notes: Note[] } {
   const notes: Note[] = [];
   const out: Record<string, ModelRecord> = {};
   let changed = Object.keys(s.models).length !== models.length;
@@ -184,9 +211,14 @@ export function specApplied(s: ControllerState, models: readonly { name: string;
     const before = s.models[m.name];
     const h = withDigest(before?.health, m.digest);
     if (before && before.health.digest !== m.digest) notes.push({ level: 'info', msg: 'definition changed: failures reset, unparked', fields: { model: m.name, digest: m.digest } });
-    if (before === undefined || h !== before.health) {
+    const checks = (m.rollout?.checks.length ?? 0) > 0;
+    if (before === undefined || h !== before.health || (before.rollout !== undefined && !checks)) {
       changed = true;
-      out[m.name] = { ...before, health: h };
+      // a definition change (or rollout checks gone) decides the model's rollout afresh
+      const r = before && before.health.digest !== m.digest ? rolloutOnDefinition(before, m.name, m.digest, checks, s.replicas, now) : { rollout: checks ? before?.rollout : undefined, note: null };
+      if (r.note) notes.push(r.note);
+      const { rollout: _was, ...rest } = before ?? { health: h };
+      out[m.name] = { ...rest, health: h, ...(r.rollout ? { rollout: r.rollout } : {}) };
     } else out[m.name] = before;
   }
   return { state: changed ? { ...s, models: out } : s, notes };
@@ -200,9 +232,9 @@ const fixedPoints = new WeakMap<object, object>();
  * so a record whose models are those it last returned for the same spec's models (a spec's objects
  * are per revision, the record's immutable) is left as it is — without a look at each model.
  */
-export function specModelsApplied(s: ControllerState, models: Readonly<Record<string, { readonly name: string; readonly digest: string }>>): { state: ControllerState; notes: Note[] } {
+export function specModelsApplied(s: ControllerState, models: Readonly<Record<string, SpecModel>>, now = 0): { state: ControllerState; notes: Note[] } {
   if (fixedPoints.get(s.models) === models) return { state: s, notes: [] };
-  const r = specApplied(s, Object.values(models));
+  const r = specApplied(s, Object.values(models), now);
   fixedPoints.set(r.state.models, models);
   return r;
 }
@@ -231,7 +263,7 @@ export function clockStepped(s: ControllerState, by: number): ControllerState {
   const models: Record<string, ModelRecord> = {};
   for (const [name, m] of Object.entries(s.models)) {
     const h = m.health.nextAttemptAt === null ? m.health : { ...m.health, nextAttemptAt: m.health.nextAttemptAt + by };
-    models[name] = { ...m, health: h, ...(m.demand !== undefined ? { demand: m.demand + by } : {}), ...(m.avoid !== undefined ? { avoid: shift(m.avoid, by) } : {}) };
+    models[name] = { ...m, health: h, ...(m.demand !== undefined ? { demand: m.demand + by } : {}), ...(m.avoid !== undefined ? { avoid: shift(m.avoid, by) } : {}), ...(m.rollout !== undefined ? { rollout: { ...m.rollout, since: m.rollout.since + by } } : {}) };
   }
   const replicas: Record<string, ReplicaRecord> = {};
   for (const [id, r] of Object.entries(s.replicas)) {

@@ -10,6 +10,8 @@ import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
 import { modelsInOrder, nodesInOrder } from './spec-order.js';
 import type { ReplicaRecord } from './replica-life.js';
+import type { RolloutRecord } from './rollout-life.js';
+import type { RolloutView } from '../rollout/types.js';
 import type { StopRecord } from './stops.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
@@ -52,6 +54,8 @@ export interface SummaryInput {
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
   /** The record's replicas: a stop is out of routing from its start; a start is shown before a look shows it. */
   readonly replicas: Readonly<Record<string, ReplicaRecord>>;
+  /** Rollouts by model (rollout-life.ts): a replica of a revision under test or held takes no request. */
+  readonly rollouts?: Readonly<Record<string, RolloutRecord>>;
   /** Where each running stop is (its drain's last in-flight reading). */
   readonly stopProgress: ReadonlyMap<string, StopProgress>;
   readonly memory: Readonly<Record<string, number | null>>;
@@ -85,6 +89,17 @@ function sameView(a: ModelView, b: ModelView): boolean {
   return Object.keys(a).length === Object.keys(b).length;
 }
 
+/** A replica of a revision whose checks run (or that is held back) takes no user request: shown starting. */
+function underTest(i: SummaryInput, model: string, digest: string): boolean {
+  const r = i.rollouts?.[model];
+  return r !== undefined && r.phase !== 'promoted' && r.digest === digest;
+}
+
+/** The rollout as the model's view shows it. */
+export function rolloutView(r: RolloutRecord): RolloutView {
+  return { phase: r.phase, stableDigest: r.stable, canaryDigest: r.digest, step: 0, share: 0, since: r.since, until: null, verdict: r.verdict ?? null };
+}
+
 export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   const replicas: ReplicaView[] = [];
   const seen = new Set<string>();
@@ -97,7 +112,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight });
         continue;
       }
-      const phase = !ns.reachable && r.state === 'ready' ? 'starting' : r.state;
+      const phase = r.state === 'ready' && (!ns.reachable || underTest(i, r.model, r.digest)) ? 'starting' : r.state;
       replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt });
     }
   }
@@ -107,7 +122,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     // a start that concluded ready is served at once, before a look shows its replica (not while its
     // node is out of reach: an observed ready replica there is shown starting too)
     const endpoint = s.phase.kind === 'ready' ? s.phase.endpoint : undefined;
-    const ready = endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false;
+    const ready = endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false && !underTest(i, s.model, s.digest);
     replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? endpoint : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
   }
   const byModel = new Map<string, ReplicaView[]>();
@@ -142,6 +157,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         nextAttemptAt: h?.nextAttemptAt ?? null,
         memoryBytes: i.memory[m.name] ?? null,
         lastHandledRetry: h?.lastHandledRetry ?? null,
+        ...(i.rollouts?.[m.name] ? { rollout: rolloutView(i.rollouts[m.name]!) } : {}),
       });
     });
   const nodes: NodeView[] = (i.spec ? nodesInOrder(i.spec) : [])
