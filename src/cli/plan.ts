@@ -24,6 +24,8 @@ Says what merging HEAD into the fleet would do, per model: added, removed, defin
 (Llmgw-Retry trailers), engine installs per node, and where each changed model's replicas go —
 simulated with the controller's own planner on the fleet's usage as the status branch reports it:
 fits, fits after evicting idle on-demand replicas, or fits nowhere.
+A model with a rollout: block shows the checks, canary steps and times a definition change runs,
+and whether a node has room for both revisions (else a replica is replaced: replicas − 1).
 
   --base REV            the revision in force (default: the merge-base of --head with --default-branch)
   --head REV            the proposed revision (default: HEAD)

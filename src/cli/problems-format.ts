@@ -9,9 +9,11 @@ export function location(p: Problem, prefix = ''): string {
   return p.line === null ? file : `${file}:${p.line}:${p.col ?? 1}`;
 }
 
-export function formatProblemText(p: Problem, prefix = ''): string {
+export type Severity = 'error' | 'warning';
+
+export function formatProblemText(p: Problem, prefix = '', severity: Severity = 'error'): string {
   const field = p.path ? ` (field ${p.path})` : '';
-  return `${location(p, prefix)}: error: ${p.message}${field} [${p.code}]\n    hint: ${p.hint}`;
+  return `${location(p, prefix)}: ${severity}: ${p.message}${field} [${p.code}]\n    hint: ${p.hint}`;
 }
 
 function ghEscapeData(s: string): string {
@@ -21,12 +23,12 @@ function ghEscapeProp(s: string): string {
   return ghEscapeData(s).replace(/:/g, '%3A').replace(/,/g, '%2C');
 }
 
-export function formatProblemGithub(p: Problem, prefix = ''): string {
+export function formatProblemGithub(p: Problem, prefix = '', severity: Severity = 'error'): string {
   const props = [`file=${ghEscapeProp(prefix ? join(prefix, p.file) : p.file)}`];
   if (p.line !== null) props.push(`line=${p.line}`, `col=${p.col ?? 1}`);
   props.push(`title=${ghEscapeProp(`llmgw ${p.code}`)}`);
   const field = p.path ? ` (field ${p.path})` : '';
-  return `::error ${props.join(',')}::${ghEscapeData(`${p.message}${field}. Hint: ${p.hint}`)}`;
+  return `::${severity} ${props.join(',')}::${ghEscapeData(`${p.message}${field}. Hint: ${p.hint}`)}`;
 }
 
 /** The path prefix that makes repo-relative files relative to the current directory. */

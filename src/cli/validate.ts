@@ -10,6 +10,7 @@ export const validateUsage = `usage: llmgw validate [DIR] [--rev REV] [--format 
 
 Validates a fleet repo: the files in DIR (default: the current directory), or with --rev the
 files committed at REV in the git repo at DIR (never the working tree).
+Warnings (e.g. a checks/ file no rollout uses) are printed and do not make the repo invalid.
 Exit status: 0 valid, 2 invalid or error.`;
 
 function summary(spec: FleetSpec): string {
@@ -43,19 +44,24 @@ export async function validateCommand(argv: readonly string[], io: Io): Promise<
     io.out(
       JSON.stringify(
         result.ok
-          ? { valid: true, source: input.label, revision: input.revision, problems: [], summary: summary(result.spec) }
-          : { valid: false, source: input.label, revision: input.revision, problems: result.problems },
+          ? { valid: true, source: input.label, revision: input.revision, problems: [], warnings: result.warnings, summary: summary(result.spec) }
+          : { valid: false, source: input.label, revision: input.revision, problems: result.problems, warnings: result.warnings },
         null,
         2,
       ),
     );
   } else if (format === 'github') {
+    for (const w of result.warnings) io.out(formatProblemGithub(w, input.prefix, 'warning'));
     if (result.ok) io.out(`::notice title=llmgw validate::${where} is valid: ${summary(result.spec)}`);
     else for (const p of result.problems) io.out(formatProblemGithub(p, input.prefix));
   } else if (result.ok) {
-    io.out(`${where}: valid — ${summary(result.spec)}`);
+    for (const w of result.warnings) io.out(formatProblemText(w, input.prefix, 'warning'));
+    const warned = result.warnings.length ? ` (${result.warnings.length} warning${result.warnings.length === 1 ? '' : 's'})` : '';
+    io.out(`${result.warnings.length ? '\n' : ''}${where}: valid — ${summary(result.spec)}${warned}`);
   } else {
-    for (const p of result.problems) io.out(formatProblemText(p, input.prefix));
+    const all = [...result.problems.map((p) => ({ p, s: 'error' as const })), ...result.warnings.map((p) => ({ p, s: 'warning' as const }))];
+    all.sort((a, b) => a.p.file.localeCompare(b.p.file) || (a.p.line ?? 0) - (b.p.line ?? 0));
+    for (const { p, s } of all) io.out(formatProblemText(p, input.prefix, s));
     const files = new Set(result.problems.map((p) => p.file)).size;
     io.out(`\n${where}: invalid — ${result.problems.length} problem${result.problems.length === 1 ? '' : 's'} in ${files} file${files === 1 ? '' : 's'}`);
   }

@@ -54,6 +54,7 @@ export const Reasons = catalogue({
   SPEC_DUPLICATE_NAME: { http: 422, retryable: false, counts: false, hint: 'Model names and aliases share one namespace; rename one of them.' },
   SPEC_INVALID_VALUE: { http: 422, retryable: false, counts: false, hint: 'Change the value to one within the allowed range.' },
   SPEC_MISSING_FLEET: { http: 422, retryable: false, counts: false, hint: 'Add a fleet.yaml at the top of the fleet repo (an empty mapping `{}` takes all defaults).' },
+  SPEC_UNUSED_CHECK: { http: 422, retryable: false, counts: false, hint: 'A warning, not an error: no rollout names this checks/ file. Name it from a model\'s (or fleet.yaml\'s) rollout.checks with `- use: NAME`, or remove the file.' },
 
   // --- git ---
   GIT_AUTH_FAILED: { http: 502, retryable: false, counts: false, hint: 'Check the git token (env var or file named in the controller config) and its read access to the fleet repo.' },

@@ -10,7 +10,7 @@ import { join, sep } from 'node:path';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { FleetEntry, FleetEntryKind, FleetFiles } from './files.js';
 
-const DESCEND = new Set(['nodes', 'engines', 'profiles', 'models', 'access']);
+const DESCEND = new Set(['nodes', 'engines', 'profiles', 'models', 'access', 'checks']);
 
 function kindOf(st: { isFile(): boolean; isDirectory(): boolean; isSymbolicLink(): boolean }): FleetEntryKind {
   return st.isSymbolicLink() ? 'symlink' : st.isFile() ? 'file' : st.isDirectory() ? 'dir' : 'other';

@@ -25,7 +25,7 @@ import type { FleetSpec, LoadResult, Problem } from './types.js';
 /** Fleet files are small; anything larger is refused before it is read. */
 export const MAX_FILE_BYTES = 256 * 1024;
 
-const KIND_DIRS: Readonly<Record<string, SchemaKind>> = { nodes: 'node', engines: 'engine', profiles: 'profile', models: 'model' };
+const KIND_DIRS: Readonly<Record<string, SchemaKind>> = { nodes: 'node', engines: 'engine', profiles: 'profile', models: 'model', checks: 'check' };
 /** File-level problems point at the file's start, so editors and GitHub annotations can show them. */
 const FILE_START = { line: 1, col: 1 };
 const IGNORED = /^(README(\.[a-z]+)?|\.gitkeep|\.keep|\.gitignore)$/i;
@@ -170,13 +170,14 @@ export async function loadFleetSpec(files: FleetFiles, revision: string | null):
   const settings = normalizeFleet(fleetObj?.raw ?? (validateDefaults() as Record<string, unknown>));
 
   const modelLimits = keysObj ? normalizeModelLimits(keysObj.raw) : {};
-  const checked = checkSpec({ settings, nodes, engines, profiles, models, keys, modelLimits, objects });
+  const checkFiles = new Set(fleetFiles.filter((f) => f.kind === 'check').map((f) => f.name));
+  const checked = checkSpec({ settings, nodes, engines, profiles, models, keys, modelLimits, objects, checkFiles });
   problems.push(...checked.problems);
   if (problems.length > 0) return { ok: false, problems: sortProblems(problems), warnings: checked.warnings };
 
   const spec: FleetSpec = deepFreeze({
     revision,
-    settings,
+    settings: { ...settings, rollout: checked.fleetRollout },
     nodes: Object.fromEntries(nodes.map((n) => [n.name, n])),
     engines: Object.fromEntries(engines.map((e) => [e.name, e])),
     profiles: Object.fromEntries(profiles.map((p) => [p.name, p])),

@@ -14,9 +14,9 @@ import { join } from 'node:path';
 import type { Ajv as AjvClass, ErrorObject, ValidateFunction } from 'ajv';
 import { packageRoot } from '../util/package-root.js';
 
-export type SchemaKind = 'fleet' | 'node' | 'engine' | 'profile' | 'model' | 'keys';
+export type SchemaKind = 'fleet' | 'node' | 'engine' | 'profile' | 'model' | 'keys' | 'check';
 
-export const SCHEMA_KINDS: readonly SchemaKind[] = ['fleet', 'node', 'engine', 'profile', 'model', 'keys'];
+export const SCHEMA_KINDS: readonly SchemaKind[] = ['fleet', 'node', 'engine', 'profile', 'model', 'keys', 'check'];
 /** Every schema file, the shared definitions first. */
 const SCHEMA_FILES: readonly string[] = ['common', ...SCHEMA_KINDS];
 export const GENERATED_VALIDATORS = join(packageRoot, 'schemas', 'validators.generated.cjs');

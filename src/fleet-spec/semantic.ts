@@ -7,6 +7,8 @@ import type { SchemaKind } from './schemas.js';
 import { formatBytes } from './units.js';
 import { problem } from './yaml.js';
 import { cronProblem, isTimeZone } from './cron.js';
+import { checkRollouts } from './rollout.js';
+import type { RolloutSpec } from '../rollout/types.js';
 import type { AccessKeySpec, EngineSpec, FleetSettings, KeyLimits, ModelSpec, NodeSpec, ProfileSpec, Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 
@@ -20,6 +22,8 @@ export interface SpecParts {
   /** access/keys.yaml's per-model limits, by name or alias as written. */
   readonly modelLimits?: Readonly<Record<string, KeyLimits>>;
   readonly objects: readonly ParsedObject[];
+  /** The names of every checks/ file, read or not. */
+  readonly checkFiles?: ReadonlySet<string>;
 }
 
 export interface CheckResult {
@@ -31,6 +35,8 @@ export interface CheckResult {
   readonly keys: AccessKeySpec[];
   /** access/keys.yaml's per-model limits by canonical model name. */
   readonly modelLimits: Record<string, KeyLimits>;
+  /** fleet.yaml's rollout block, normalized (null: none). */
+  readonly fleetRollout: RolloutSpec | null;
 }
 
 /** llama-server arguments llmgw sets itself; a profile may not set them in extra_args. */
@@ -60,6 +66,11 @@ export function checkSpec(p: SpecParts): CheckResult {
   if (p.settings.backoff.initialMs > p.settings.backoff.maxMs) {
     add('fleet', 'fleet', ['backoff', 'initial'], 'SPEC_INVALID_VALUE', 'backoff.initial is longer than backoff.max', 'make backoff.initial at most backoff.max');
   }
+
+  // rollout blocks and checks/ (each model's rollout in force, fleet.yaml's default filled in)
+  const rollouts = checkRollouts(p.objects, p.checkFiles);
+  problems.push(...rollouts.problems);
+  warnings.push(...rollouts.warnings);
 
   // nodes
   const endpoints = new Map<string, string>();
@@ -138,7 +149,8 @@ export function checkSpec(p: SpecParts): CheckResult {
       add('model', m.name, ['memory'], 'SPEC_INVALID_VALUE', `memory ${formatBytes(m.memoryBytes)} is not a plausible need for one replica`, `use a size between ${formatBytes(MIN_MODEL_MEMORY)} and ${formatBytes(MAX_MODEL_MEMORY)}, e.g. 6GiB`);
     }
     const engineVersion = profile ? engineByName.get(profile.engine)?.versions[profile.engineVersion] : undefined;
-    if (profile && engineVersion && m.scaling) {
+    const rollout = rollouts.byModel.get(m.name);
+    if (profile && engineVersion && m.scaling && rollout !== undefined) {
       models.push({
         name: m.name,
         file: m.file,
@@ -153,6 +165,8 @@ export function checkSpec(p: SpecParts): CheckResult {
         routing: m.routing,
         queue: { max: m.queue.max ?? p.settings.queue.max, timeoutMs: m.queue.timeoutMs ?? p.settings.queue.timeoutMs },
         token: m.token,
+        rollout,
+        // not of the rollout: changing how a revision rolls out does not roll it out
         digest: definitionDigest(m.source, m.sha256, profile, engineVersion),
       });
     }
@@ -193,7 +207,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     models: [...new Set(k.models.map((ref) => (ref === '*' ? ref : (names.get(ref) ?? ref))))],
     modelLimits: Object.fromEntries(Object.entries(k.modelLimits).map(([ref, l]) => [names.get(ref) ?? ref, l])),
   }));
-  return { problems, warnings, models, modelNames: Object.fromEntries(names), keys, modelLimits };
+  return { problems, warnings, models, modelNames: Object.fromEntries(names), keys, modelLimits, fleetRollout: rollouts.fleetDefault };
 }
 
 const CRON_FIELD_RANGES: Readonly<Record<string, string>> = {

@@ -1,4 +1,5 @@
 /** The validated, frozen desired state of a fleet at one revision. Sizes are bytes, durations ms. */
+import type { RolloutSpec } from '../rollout/types.js';
 
 export interface FleetSettings {
   readonly pollIntervalMs: number;
@@ -13,6 +14,11 @@ export interface FleetSettings {
   readonly stopGraceMs: number;
   /** Every model's queue unless its model file sets its own. */
   readonly queue: QueueSpec;
+  /**
+   * fleet.yaml's `rollout:` (normalized), every model's unless its file has its own block; null or
+   * absent: none. Models carry their own in force (ModelSpec.rollout): read that.
+   */
+  readonly rollout?: RolloutSpec | null;
 }
 
 /** A model's wait queue at the router, used when every slot of its ready replicas is busy. */
@@ -147,6 +153,12 @@ export interface ModelSpec {
    * who may fetch the file, not which file runs.
    */
   readonly token: string | null;
+  /**
+   * How a new revision rolls out: the model file's `rollout:` block, else fleet.yaml's (a model's
+   * block replaces the default whole; `rollout: {}` turns it off). null: today's surge rollout.
+   * Not part of the definition: changing it rolls nothing out.
+   */
+  readonly rollout: RolloutSpec | null;
   /** sha256 (hex) over the model's definition: source, sha256, resolved profile and engine version. */
   readonly digest: string;
 }

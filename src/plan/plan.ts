@@ -11,6 +11,7 @@ import { formatDuration } from '../fleet-spec/units.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 import type { Need } from './needs.js';
 import type { ObservedFleet } from './observed.js';
+import { rolloutPlan, type RolloutPlan } from './rollout-plan.js';
 import { simulateMerge, type ModelOutcome, type NodeUsage, type Simulation } from './simulate.js';
 
 export interface PlanRetry {
@@ -42,6 +43,8 @@ export interface ModelPlan {
   } | null;
   /** Memory per replica as the plan used it; null when unknown. */
   readonly memoryBytes: number | null;
+  /** The rollout the definition change runs (checks, canary steps, room for both revisions); null: none. */
+  readonly rollout: RolloutPlan | null;
 }
 
 export interface EngineInstallPlan {
@@ -156,7 +159,7 @@ export function planChanges(input: {
     const parked = observed?.models[name]?.parked ?? null;
     const retries = retriesByModel.get(name) ?? [];
     if (!h) {
-      models.push({ model: name, file: b?.file ?? `models/${name}.yaml`, change: 'removed', effects: ['removed: its replicas are stopped'], definitionChanged: false, unparks: false, retries: [], placement: null, memoryBytes: null });
+      models.push({ model: name, file: b?.file ?? `models/${name}.yaml`, change: 'removed', effects: ['removed: its replicas are stopped'], definitionChanged: false, unparks: false, retries: [], placement: null, memoryBytes: null, rollout: null });
       continue;
     }
     const effects: string[] = [];
@@ -187,6 +190,9 @@ export function planChanges(input: {
       if (b.maxConcurrency !== h.maxConcurrency) effects.push(`max_concurrency: ${b.maxConcurrency ?? 'none'} → ${h.maxConcurrency ?? 'none'}`);
       if (b.routing !== h.routing) effects.push(`routing: ${b.routing} → ${h.routing}`);
       if (!sameJson(b.queue, h.queue)) effects.push(`queue: max ${b.queue.max}, timeout ${b.queue.timeoutMs / 1000}s → max ${h.queue.max}, timeout ${h.queue.timeoutMs / 1000}s`);
+      if (!definitionChanged && !sameJson(b.rollout, h.rollout)) {
+        effects.push(h.rollout ? 'rollout changed: it applies from the next definition change; nothing rolls out now' : 'rollout removed: the next definition change rolls out as a plain surge; nothing rolls out now');
+      }
       if (b.token !== h.token) effects.push(`download token: ${b.token ?? 'none'} → ${h.token ?? 'none'} (the next download uses it; running replicas stay)`);
     }
     let unparks = false;
@@ -207,7 +213,7 @@ export function planChanges(input: {
       effects.push(`still parked: a new download token does not unpark; add the trailer "Llmgw-Retry: ${name}" to this commit, or run \`llmgw ctl retry ${name}\``);
     }
     const change = !b ? 'added' : effects.length ? 'changed' : 'unchanged';
-    models.push({ model: name, file: h.file, change, effects, definitionChanged, unparks, retries, placement: null, memoryBytes: null });
+    models.push({ model: name, file: h.file, change, effects, definitionChanged, unparks, retries, placement: null, memoryBytes: null, rollout: null });
   }
 
   // Where the replicas go: the planner on the base's usage.
@@ -233,8 +239,12 @@ export function planChanges(input: {
     const h = head.models[mp.model];
     if (!h) continue;
     // Nothing runs: nothing is replaced.
-    const effects = (sim.models[mp.model]?.before.length ?? 0) > 0 ? mp.effects : mp.effects.map((e) => e.replace(/^(definition changed \(.*\)): replicas are replaced one at a time$/, '$1'));
-    models[i] = { ...mp, effects, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs, mp.definitionChanged && (sim.models[mp.model]?.before.length ?? 0) > 0), memoryBytes: memory[mp.model] ?? null };
+    const replaced = (sim.models[mp.model]?.before.length ?? 0) > 0 ? mp.effects : mp.effects.map((e) => e.replace(/^(definition changed \(.*\)): replicas are replaced one at a time$/, '$1'));
+    // the rollout's sentences right after the definition change's
+    const rollout = mp.definitionChanged && mp.change === 'changed' ? rolloutPlan(h, sim.models[mp.model]) : null;
+    const at = replaced.findIndex((e) => e.startsWith('definition changed')) + 1;
+    const effects = rollout ? [...replaced.slice(0, at), ...rollout.effects, ...replaced.slice(at)] : replaced;
+    models[i] = { ...mp, effects, rollout: rollout?.plan ?? null, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs, mp.definitionChanged && (sim.models[mp.model]?.before.length ?? 0) > 0), memoryBytes: memory[mp.model] ?? null };
   }
   for (const r of input.retries) {
     if (!head.modelNames[r.model]) other.push(`retry trailer in ${r.commit.slice(0, 12)} names "${r.model}", which is not a model: ignored`);

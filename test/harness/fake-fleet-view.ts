@@ -72,6 +72,7 @@ export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: r
       routing: m.routing ?? 'affinity',
       queue: m.queue ?? settings.queue,
       token: null,
+      rollout: null,
       digest: sha256(`digest:${name}`),
     });
     if (m.parallel !== undefined) {

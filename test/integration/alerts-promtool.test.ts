@@ -216,7 +216,7 @@ function modelView(name: string, over: Partial<ModelView>): ModelView {
     name,
     spec: {
       name, file: `models/${name}.yaml`, source: `https://example.com/${name}.gguf`, sha256: '0'.repeat(64), profile: 'chat',
-      scaling: { mode: 'replicas', replicas: 1 }, aliases: [], nodeSelector: {}, memoryBytes: null, maxConcurrency: null, routing: 'affinity', queue: { max: 64, timeoutMs: 60_000 }, token: null, digest: `digest-${name}`,
+      scaling: { mode: 'replicas', replicas: 1 }, aliases: [], nodeSelector: {}, memoryBytes: null, maxConcurrency: null, routing: 'affinity', queue: { max: 64, timeoutMs: 60_000 }, token: null, rollout: null, digest: `digest-${name}`,
     },
     phase: 'ready', desired: 1, ready: 1, replicas: [], consecutiveFailures: 0, lastError: null, parked: null, unplaceable: null,
     nextAttemptAt: null, memoryBytes: null, lastHandledRetry: null,

@@ -25,6 +25,26 @@ describe('llmgw validate', () => {
     }
   });
 
+  it('a warning (a checks/ file no rollout uses) is printed in every format and leaves the repo valid', async () => {
+    const files = minimalFleet();
+    files['checks/spare.yaml'] = 'request: { prompt: "2+2=" }\npath: /v1/completions\nexpect: { contains: "4" }\n';
+    const f = tempFleet(files);
+    try {
+      const text = await runCli(['validate', f.dir]);
+      assert.equal(text.code, 0, text.stdout);
+      assert.match(text.stdout, /checks\/spare\.yaml:1:1: warning: no rollout uses check "spare" \[SPEC_UNUSED_CHECK\]\n    hint: .*use: spare/);
+      assert.match(text.stdout, /: valid — .* \(1 warning\)$/m);
+      const json = JSON.parse((await runCli(['validate', f.dir, '-f', 'json'])).stdout) as { valid: boolean; warnings: { file: string; code: string }[] };
+      assert.equal(json.valid, true);
+      assert.deepEqual(json.warnings.map((w) => [w.file, w.code]), [['checks/spare.yaml', 'SPEC_UNUSED_CHECK']]);
+      const gh = await runCli(['validate', f.dir, '-f', 'github']);
+      assert.equal(gh.code, 0);
+      assert.match(gh.stdout, /^::warning file=.*checks\/spare\.yaml,line=1,col=1,title=llmgw SPEC_UNUSED_CHECK::no rollout uses check "spare"/m);
+    } finally {
+      f.cleanup();
+    }
+  });
+
   it('json format lists the problems with file, line, col, field, code and hint', async () => {
     const files = minimalFleet();
     files['models/beta.yaml'] = files['models/beta.yaml']!.replace('memory: 6GiB', 'memory: 6 GiBs');

@@ -46,7 +46,7 @@ function isCodeNoToken(code: string, re?: RegExp) {
 function modelSpec(source: string, token: string | null): ModelSpec {
   return {
     name: 'gated', file: 'models/gated.yaml', source, sha256: tiny.sha256, profile: 'tiny', scaling: { mode: 'replicas', replicas: 1 },
-    aliases: [], nodeSelector: {}, memoryBytes: null, maxConcurrency: null, routing: 'affinity', queue: { max: 64, timeoutMs: 60_000 }, token, digest: 'd',
+    aliases: [], nodeSelector: {}, memoryBytes: null, maxConcurrency: null, routing: 'affinity', queue: { max: 64, timeoutMs: 60_000 }, token, rollout: null, digest: 'd',
   };
 }
 

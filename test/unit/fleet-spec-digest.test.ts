@@ -23,6 +23,9 @@ function edited(edit: (f: FleetFilesMap) => void): Promise<Record<string, string
   return digests(files);
 }
 
+/** A rollout block (#34): how a revision rolls out, never part of what runs. */
+const ROLLOUT = 'rollout:\n  checks:\n    - name: four\n      request: { messages: [{ role: user, content: "2+2?" }] }\n      expect: { matches: "4" }\n  canary: { steps: [10%, 50%], interval: 2m }\n';
+
 describe('definition digest', () => {
   const keeps: [string, (f: FleetFilesMap) => void][] = [
     ['whitespace and comments', (f) => (f['models/alpha.yaml'] = '\n# a new comment\n' + f['models/alpha.yaml']!.replace('profile: chat', 'profile:    chat   # tuned')),],
@@ -41,6 +44,12 @@ describe('definition digest', () => {
     }],
     ['the profile’s memory overhead and start timeout', (f) => (f['profiles/chat.yaml'] += 'memory_overhead: 2GiB\nstart_timeout: 10m\n')],
     ['routing and queue', (f) => (f['models/alpha.yaml'] += 'routing: least_busy\nqueue: { max: 3, timeout: 1s }\n')],
+    ['a rollout block added to the model', (f) => (f['models/alpha.yaml'] += ROLLOUT)],
+    ['a rollout default added to fleet.yaml', (f) => (f['fleet.yaml'] += ROLLOUT)],
+    ['a shared check used by the model', (f) => {
+      f['checks/four.yaml'] = 'request: { messages: [{ role: user, content: "2+2?" }] }\nexpect: { contains: "4" }\n';
+      f['models/alpha.yaml'] += 'rollout: { checks: [{ use: four }], canary: { on_inconclusive: rollback } }\n';
+    }],
   ];
   for (const [name, edit] of keeps) {
     it(`keeps the digest across: ${name}`, async () => {
@@ -64,6 +73,21 @@ describe('definition digest', () => {
     ['its profile’s engine version', (f) => (f['profiles/chat.yaml'] = f['profiles/chat.yaml']!.replace('llama-cpp@b6500', 'llama-cpp@b6600'))],
     ['the install spec of its engine version', (f) => (f['engines/llama-cpp.yaml'] = f['engines/llama-cpp.yaml']!.replace('/opt/llama/b6500/llama-server', '/opt/llama/b6500-fixed/llama-server'))],
   ];
+  it('changing the rollout block alone keeps the digest; a definition change beside a rollout block changes it as before', async () => {
+    const withRollout = await edited((f) => (f['models/alpha.yaml'] += ROLLOUT));
+    const otherRollout = await edited((f) => (f['models/alpha.yaml'] += ROLLOUT.replace('[10%, 50%]', '[5%, 25%, 100%]').replace('matches: "4"', 'contains: "four"')));
+    assert.equal(withRollout.alpha, base.alpha);
+    assert.equal(otherRollout.alpha, base.alpha);
+    const profileChanged = await edited((f) => {
+      f['models/alpha.yaml'] += ROLLOUT;
+      f['profiles/chat.yaml'] = f['profiles/chat.yaml']!.replace('ctx_size: 4096', 'ctx_size: 8192');
+    });
+    const profileChangedOnly = await edited((f) => (f['profiles/chat.yaml'] = f['profiles/chat.yaml']!.replace('ctx_size: 4096', 'ctx_size: 8192')));
+    assert.notEqual(profileChanged.alpha, base.alpha);
+    // the same digest as the change without a rollout block: the block takes no part in it
+    assert.equal(profileChanged.alpha, profileChangedOnly.alpha);
+  });
+
   for (const [name, edit] of changes) {
     it(`changes the digest when changing ${name}`, async () => {
       const after = await edited(edit);

@@ -105,6 +105,11 @@ describe('fleet spec loading', () => {
     assert.ok(r.ok, JSON.stringify(!r.ok && r.problems, null, 2));
     assert.equal(Object.keys(r.spec.nodes).length, 3);
     assert.equal(Object.keys(r.spec.engines['llama-cpp']!.versions).length, 2);
+    // its 7B chat model's rollout: a shared check from checks/ and one of its own, a two-step canary
+    const rollout = r.spec.models['qwen2.5-7b-instruct']!.rollout!;
+    assert.deepEqual(rollout.checks.map((c) => [c.name, c.file]), [['arithmetic', 'checks/arithmetic.yaml'], ['answers-in-json', 'models/qwen2.5-7b-instruct.yaml']]);
+    assert.deepEqual(rollout.canary?.steps, [0.1, 0.5]);
+    assert.deepEqual(r.warnings, []);
   });
 
   it('reports every problem at once', async () => {

@@ -13,7 +13,7 @@ import { parseYaml } from '../../src/fleet-spec/yaml.js';
 import { invalidCases } from '../fixtures/invalid-fleets.js';
 import { minimalFleet, type FleetFilesMap } from '../harness/fleet.js';
 
-const KIND_DIRS: Readonly<Record<string, SchemaKind>> = { nodes: 'node', engines: 'engine', profiles: 'profile', models: 'model' };
+const KIND_DIRS: Readonly<Record<string, SchemaKind>> = { nodes: 'node', engines: 'engine', profiles: 'profile', models: 'model', checks: 'check' };
 
 function kindOf(path: string): SchemaKind | null {
   if (path === 'fleet.yaml') return 'fleet';

@@ -24,6 +24,7 @@ function spec(name: string, over: Partial<ModelSpec> = {}): ModelSpec {
     routing: 'affinity',
     queue: { max: 64, timeoutMs: 60_000 },
     token: null,
+    rollout: null,
     digest: 'd1',
     ...over,
   };

@@ -6,7 +6,7 @@ import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
 import { registerScheduleMetrics } from '../../src/metrics/schedule.js';
 
 const base: Omit<ModelSpec, 'name' | 'file' | 'scaling'> = {
-  source: 'https://example.com/m.gguf', sha256: 'a'.repeat(64), profile: 'chat', aliases: [], nodeSelector: {}, memoryBytes: null, maxConcurrency: null, routing: 'affinity', queue: { max: 64, timeoutMs: 60_000 }, token: null, digest: 'd',
+  source: 'https://example.com/m.gguf', sha256: 'a'.repeat(64), profile: 'chat', aliases: [], nodeSelector: {}, memoryBytes: null, maxConcurrency: null, routing: 'affinity', queue: { max: 64, timeoutMs: 60_000 }, token: null, rollout: null, digest: 'd',
 };
 const chat: ModelSpec = {
   ...base, name: 'chat', file: 'models/chat.yaml',
