@@ -179,6 +179,13 @@ export const Reasons = catalogue({
 
   // --- CLI usage ---
   USAGE: { http: 400, retryable: false, counts: false, hint: 'Run `llmgw help` for usage.' },
+
+  // --- rollout (a model's `rollout:` block: checks, then a canary judged against the stable revision) ---
+  ROLLOUT_CHECK_FAILED: { http: 503, retryable: false, counts: false, hint: 'A check in the model\'s rollout (named in the message, with what it expected and what came back) failed against the new revision\'s first replica, so no user request reached it and the old revision keeps serving. Fix the definition (or the check) in the fleet repo, or run the checks again with `llmgw ctl retry MODEL`.' },
+  ROLLOUT_ROLLED_BACK: { http: 503, retryable: false, counts: false, hint: 'The canary did worse than the stable revision on the same traffic (the message gives both arms\' figures) and was rolled back; the old revision serves. The revision stays held until its definition changes or `llmgw ctl retry MODEL`; `llmgw ctl rollout MODEL` shows the figures of both arms.' },
+  ROLLOUT_INCONCLUSIVE: { http: 503, retryable: false, counts: false, hint: 'A canary step saw fewer requests on an arm than the rollout\'s min_requests, so it neither passed nor failed. Lower min_requests or lengthen interval to fit the model\'s traffic (docs/rollouts.md), or decide by hand: `llmgw ctl rollout promote MODEL` or `llmgw ctl rollout abort MODEL`.' },
+  ROLLOUT_HELD: { http: 503, retryable: false, counts: false, hint: 'The rollout is held where it was (a step was inconclusive and the rollout says on_inconclusive: hold; the message says why) until an operator decides: `llmgw ctl rollout promote MODEL` promotes the new revision, `llmgw ctl rollout abort MODEL` rolls it back, `llmgw ctl retry MODEL` runs the rollout again.' },
+  ROLLOUT_ABORTED: { http: 409, retryable: false, counts: false, hint: 'An operator aborted the rollout (`llmgw ctl rollout abort MODEL`); the old revision serves and the new one is held until its definition changes or `llmgw ctl retry MODEL`.' },
 });
 
 export type ReasonCode = keyof typeof Reasons;

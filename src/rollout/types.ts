@@ -146,7 +146,13 @@ export interface ArmFigures {
 }
 
 export type StepVerdict =
-  | { readonly kind: 'pass'; readonly stable: ArmFigures; readonly canary: ArmFigures }
+  | {
+      readonly kind: 'pass';
+      readonly stable: ArmFigures;
+      readonly canary: ArmFigures;
+      /** The TTFT bucket compared (the figures' ttftP95Ms), when one was. */
+      readonly bucket?: TtftBucket;
+    }
   | {
       readonly kind: 'fail';
       /** Which comparison failed. */
@@ -155,7 +161,7 @@ export type StepVerdict =
       readonly reason: ReasonRef;
       readonly stable: ArmFigures;
       readonly canary: ArmFigures;
-      /** The TTFT bucket compared, when on = 'ttft'. */
+      /** The TTFT bucket compared (the figures' ttftP95Ms), when one was: always when on = 'ttft'. */
       readonly bucket?: TtftBucket;
     }
   | {
@@ -164,6 +170,8 @@ export type StepVerdict =
       readonly reason: ReasonRef;
       readonly stable: ArmFigures;
       readonly canary: ArmFigures;
+      /** The TTFT bucket compared (the figures' ttftP95Ms), when one was. */
+      readonly bucket?: TtftBucket;
     };
 
 // ------------------------------------------------------------------ what the router reads
