@@ -11,7 +11,7 @@
  *
  * The Reconciler owns the record and runs the passes; its parts get the record and the effects
  * through ShellPorts (shell-ports.ts): the background starts (start-runner.ts) and stops with their
- * drains (stop-runner.ts), what a pass looks at besides the nodes (pass-look.ts), and what it does
+ * drains (stop-runner.ts), a rollout's checks (rollout-runner.ts), what a pass looks at besides the nodes (pass-look.ts), and what it does
  * for the router and operators (reconciler-acts.ts, the acts of its ControllerShell).
  */
 import { randomBytes } from 'node:crypto';
@@ -35,9 +35,9 @@ import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
 import { RolloutRunner } from './rollout-runner.js';
-import { runChecks } from '../rollout/check.js';
 import { stopIds, type InFlight } from './stops.js';
-import { clockStepped, healthByModel, retryHandled, rolloutsByModel, revisionApplied, specModelsApplied, type ControllerState, type Note } from './state.js';
+import { clockStepped, healthByModel, retryHandled, rolloutsByModel, revisionApplied, specModelsApplied, type ControllerState } from './state.js';
+import { logNotes } from './note.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
@@ -124,7 +124,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       spec: () => this.o.tracker.applied?.spec ?? null,
       leader: () => this.leader(),
       now: (log) => this.now(log),
-      logNotes: (log, notes) => this.logNotes(log, notes),
+      logNotes,
       saveState: () => this.saveState(),
       // at 10,000 models a snapshot and its listeners take tens of ms: 400 starts concluding together,
       // each publishing, held the loop for 18 s and the leader lost its lease. Counted at once: a
@@ -134,7 +134,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       stopSignal: () => this.stopSignal.signal,
     };
     this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
-    this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, run: o.runChecks ?? runChecks });
+    this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, ...(o.runChecks ? { run: o.runChecks } : {}) });
     this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
     this.own = new ReconcilerActs({
       ...ports,
@@ -230,7 +230,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       this.desired = d.desired;
       this.unplaceable = d.unplaceable;
       this.waitingForRoom = d.waitingForRoom;
-      this.logNotes(log, d.notes);
+      logNotes(log, d.notes);
       this.warnUnplaceable(spec, log);
       actions = d.actions.length;
       await this.apply(spec, d.actions, log);
@@ -303,10 +303,6 @@ export class Reconciler extends ControllerShell implements FleetView {
     log.warn({ stepMs: Math.round(step) }, 'the wall clock stepped: backoffs, idle timeouts, drains and health waits keep their real durations');
   }
 
-  private logNotes(log: Logger, notes: readonly Note[]): void {
-    for (const n of notes) log[n.level](n.fields, n.msg);
-  }
-
   /** sync + load: the tracker keeps the last valid spec in force when a revision is rejected. */
   private async sync(log: Logger): Promise<FleetSpec | null> {
     const r = await this.o.tracker.refresh();
@@ -319,14 +315,14 @@ export class Reconciler extends ControllerShell implements FleetView {
     if (spec) {
       const s = specModelsApplied(this.state, spec.models, this.clock());
       this.state = s.state;
-      this.logNotes(log, s.notes);
+      logNotes(log, s.notes);
     }
     for (const req of r.retries) {
       const name = spec?.modelNames[req.model];
       const m = name ? spec!.models[name]! : null;
       const h = retryHandled(this.state, m, retryId(req));
       this.state = h.state;
-      this.logNotes(log, [{ ...h.note, fields: { ...h.note.fields, commit: req.commit, model: req.model } }]);
+      logNotes(log, [{ ...h.note, fields: { ...h.note.fields, commit: req.commit, model: req.model } }]);
     }
     return spec;
   }

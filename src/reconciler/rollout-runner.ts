@@ -10,6 +10,7 @@
 import type { Logger } from 'pino';
 import { reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
+import { runChecks } from '../rollout/check.js';
 import type { CheckResult, RolloutCheck } from '../rollout/types.js';
 import { checksConcluded } from './rollout-life.js';
 import type { ShellPorts } from './shell-ports.js';
@@ -30,7 +31,7 @@ export class RolloutRunner {
 
   constructor(
     private readonly p: ShellPorts,
-    private readonly o: { readonly engineApiKey: string; readonly run: ChecksRun },
+    private readonly o: { readonly engineApiKey: string; readonly run?: ChecksRun },
   ) {}
 
   /** The runs in flight (the controller waits for them when it stops). */
@@ -72,7 +73,7 @@ export class RolloutRunner {
     log.info({ checks: checks.map((c) => c.name), endpoint }, 'rollout: running the new revision\'s checks');
     let failed: ReasonRef | null;
     try {
-      failed = checksVerdict(await this.o.run(endpoint, this.o.engineApiKey, checks, { signal: this.p.stopSignal() }));
+      failed = checksVerdict(await (this.o.run ?? runChecks)(endpoint, this.o.engineApiKey, checks, { signal: this.p.stopSignal() }));
     } catch (e) {
       // the runner itself failed (not a check): nothing is decided; the next pass runs them again
       log.warn({ code: reasonOf(e).code, err: reasonOf(e).message }, 'rollout: the checks could not run; tried again next pass');

@@ -14,6 +14,7 @@
 import { LlmgwError } from '../errors/catalogue.js';
 import type { ModelHealth } from './health.js';
 import type { ReplicaPhase, ReplicaRecord } from './replica-life.js';
+import type { RolloutRecord } from './rollout-life.js';
 import { STATE_VERSION, type ControllerState, type ModelRecord } from './state.js';
 
 function isRecord(v: unknown): v is Record<string, unknown> {
@@ -58,7 +59,16 @@ export function replicaFromJson(v: unknown): ReplicaRecord | null {
 export function modelFromJson(v: unknown): ModelRecord | null {
   if (!isRecord(v) || !isRecord(v.health)) return null;
   const avoid = numbers(v.avoid);
-  return { health: v.health as unknown as ModelHealth, ...(finite(v.demand) ? { demand: v.demand } : {}), ...(Object.keys(avoid).length ? { avoid } : {}) };
+  const rollout = rolloutFromJson(v.rollout);
+  return { health: v.health as unknown as ModelHealth, ...(finite(v.demand) ? { demand: v.demand } : {}), ...(Object.keys(avoid).length ? { avoid } : {}), ...(rollout ? { rollout } : {}) };
+}
+
+const ROLLOUT_PHASES: ReadonlySet<unknown> = new Set(['checking', 'held', 'promoted']);
+
+function rolloutFromJson(v: unknown): RolloutRecord | null {
+  if (!isRecord(v) || typeof v.digest !== 'string' || typeof v.stable !== 'string' || !ROLLOUT_PHASES.has(v.phase) || !finite(v.since)) return null;
+  const verdict = isRecord(v.verdict) && typeof v.verdict.code === 'string' && typeof v.verdict.message === 'string' ? { code: v.verdict.code, message: v.verdict.message } : null;
+  return { digest: v.digest, stable: v.stable, phase: v.phase as RolloutRecord['phase'], since: v.since, ...(verdict ? { verdict } : {}) };
 }
 
 function retriesOf(v: Record<string, unknown>): Pick<ControllerState, 'handledRetries' | 'retriesTrimmed'> {

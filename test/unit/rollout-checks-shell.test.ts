@@ -88,6 +88,7 @@ function world(): World {
       monotonic: clock.monotonic,
       timers,
       newReplicaId: (model) => `${model}-${++n}`,
+      inFlight: async () => 0,
       runChecks: async (endpoint: string, _key: string, checks: readonly RolloutCheck[]): Promise<CheckResult[]> => {
         await ticks(3);
         w.checked.push(endpoint);
@@ -106,7 +107,7 @@ function world(): World {
     },
     async until(what, done) {
       for (let i = 0; i < 400 && !done(); i++) await w.steps(1);
-      assert.ok(done(), `never: ${what}`);
+      assert.ok(done(), `never: ${what}: ${JSON.stringify({ processes: w.processes(), record: w.r.record(), view: w.r.model('alpha') })}`);
     },
     processes() {
       const all = [...nodes.values()].flatMap((x) => [...x.replicas.values()]).filter((x) => x.model === 'alpha');
