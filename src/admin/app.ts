@@ -15,14 +15,17 @@
  *   GET  /restart?ids=a,b[&wait=true&timeout=S]  whether a restart is done (200 done, 202 not yet)
  *   POST /webhook                    git push webhook, authenticated by its signature (webhook.ts)
  *   GET  /events, /events/stream, /view, /view/stream   the status page's feeds (src/ui/routes.ts)
- * and, without a token, the status page itself at /ui/ (/ redirects there).
- * Routes the embedding process adds at the root (e.g. /metrics) are outside the token scope.
+ * and, without a token, the status page itself at /ui/ (/ redirects there), and for load balancers
+ *   GET  /healthz                    200 while the process answers (no token, no gate)
+ *   GET  /readyz                     200 when this instance can route (a valid spec and a snapshot), else 503
+ * /metrics, which the embedding process adds, needs no token either. Which door each route is, and
+ * what each door may hold, is in doors.ts.
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerFactory } from 'fastify';
 import type { Registry } from 'prom-client';
 import { LlmgwError } from '../errors/catalogue.js';
 import { applyClientTimeouts, clientErrorHandler, clientTimeoutOptions, DEFAULT_CLIENT_TIMEOUTS } from '../util/client-timeouts.js';
-import { adminAuth, constantTimeEqual } from './auth.js';
+import { adminAuth } from './auth.js';
 import type { AdminBackend } from './backend.js';
 import type { ModelPhase } from '../reconciler/view.js';
 import { renderAdminError } from './errors.js';
@@ -42,8 +45,10 @@ import {
 } from '../wire/shape.js';
 import { registerUsageRoute, type UsageSource } from './usage-route.js';
 import { registerUi } from '../ui/routes.js';
-import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig } from './webhook.js';
-import { bodyDeadline, declaredTooLarge, Gate, gateHook } from './guard.js';
+import type { WebhookConfig } from './webhook.js';
+import { registerWebhook } from './webhook-route.js';
+import { doorsHook, SendWatch } from './doors.js';
+import type { LocalOnly } from '../util/local-only.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
 
@@ -61,6 +66,8 @@ export interface AdminAppDeps {
   readonly usage?: UsageSource;
   /** The controller's metrics registry: the status page shows the router's figures from it. */
   readonly metricsRegistry?: Registry;
+  /** Auth off: serve only requests whose Host and Origin are this machine's (or allowed hosts); null/absent: no check. */
+  readonly localOnly?: LocalOnly | null;
 }
 
 export interface AdminLimits {
@@ -78,12 +85,24 @@ export interface AdminLimits {
   readonly headersTimeoutMs: number;
   /** A client's whole request, body included, must arrive within this (408 and closed after). */
   readonly requestTimeoutMs: number;
-  /** Most requests in progress on the admin port at once (503 ADMIN_OVERLOADED above; guard.ts). */
+  /** Most token-authenticated requests in progress on the admin port at once (503 ADMIN_OVERLOADED above; doors.ts). */
   readonly maxInFlight: number;
+  /** Most requests without a token (/metrics, the page's files, webhooks) in progress at once (503 above). */
+  readonly maxPublicInFlight: number;
+  /** Most event streams (the status page's) open at once (503 above). */
+  readonly maxStreams: number;
+  /** A response of which the client has taken nothing for this long is cut (a client that stopped reading). */
+  readonly sendTimeoutMs: number;
   /** Most webhook bodies read at once before their signature is checked (503 above). */
   readonly webhookUnverified: number;
+  /** Of those, most from one client address. */
+  readonly webhookUnverifiedPerAddress: number;
   /** A webhook body must be in within this, or its connection is closed. */
   readonly webhookBodyMs: number;
+  /** A webhook delivery (its id, or its signed body) seen within this asks for no pass again. */
+  readonly webhookReplayMs: number;
+  /** Passes asked for by webhooks: at most one per this. */
+  readonly webhookPassEveryMs: number;
 }
 
 export const DEFAULT_ADMIN_LIMITS: AdminLimits = Object.freeze({
@@ -97,8 +116,14 @@ export const DEFAULT_ADMIN_LIMITS: AdminLimits = Object.freeze({
   headersTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.headersMs,
   requestTimeoutMs: DEFAULT_CLIENT_TIMEOUTS.requestMs,
   maxInFlight: 256,
-  webhookUnverified: 4,
+  maxPublicInFlight: 64,
+  maxStreams: 64,
+  sendTimeoutMs: 15_000,
+  webhookUnverified: 8,
+  webhookUnverifiedPerAddress: 2,
   webhookBodyMs: 5_000,
+  webhookReplayMs: 3_600_000,
+  webhookPassEveryMs: 1_000,
 });
 
 const MAX_NAME = 256;
@@ -163,7 +188,9 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
     }),
   }) as unknown as FastifyInstance;
   applyClientTimeouts(app.server, timeouts);
-  app.addHook('onRequest', gateHook(new Gate(limits.maxInFlight), 'requests'));
+  const sendWatch = new SendWatch(limits.sendTimeoutMs, (res) => log?.warn({ code: 'REQUEST_TIMEOUT', url: res.req?.url?.split('?')[0]?.slice(0, 200) }, 'admin: the client took nothing of its response for too long; cut'));
+  app.addHook('onClose', async () => sendWatch.stop());
+  app.addHook('onRequest', doorsHook({ auth, prefix: ADMIN_PREFIX, limits, localOnly: deps.localOnly ?? null, sendWatch }));
 
   app.setErrorHandler((err, request, reply) => {
     const r = renderAdminError(err);
@@ -358,67 +385,18 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
   // ------------------------------------------------------------------ the status page and its feeds (src/ui)
   registerUi(app, { backend, checkAuth, prefix: ADMIN_PREFIX, authEnabled: auth.enabled, ...(deps.metricsRegistry ? { registry: deps.metricsRegistry } : {}) });
 
-  // ------------------------------------------------------------------ webhook (signature-authenticated)
-  void app.register(
-    async (hook) => {
-      // keep the raw bytes: the signature is over them
-      hook.removeAllContentTypeParsers();
-      hook.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limits.webhookBodyBytes }, (_req, body, done) => done(null, body));
+  // ------------------------------------------------------------------ webhook (signature-authenticated; webhook-route.ts)
+  registerWebhook(app, { prefix: ADMIN_PREFIX, webhook: deps.webhook, backend, limits, log });
 
-      // refused before the body is read: no webhook configured, or no plausible signature header
-      // (an unauthenticated client cannot make the controller buffer a body)
-      hook.addHook('onRequest', (req, reply, done) => {
-        const why = !deps.webhook ? null : signatureHeaderProblem(req.headers);
-        if (!deps.webhook || why) void reply.header('connection', 'close');
-        if (!deps.webhook) done(new LlmgwError('WEBHOOK_NOT_CONFIGURED', 'This controller accepts no push webhooks (no webhook secret configured).'));
-        else if (why) {
-          log?.warn({ code: 'WEBHOOK_SIGNATURE_INVALID', ip: req.ip }, 'admin: webhook refused');
-          done(new LlmgwError('WEBHOOK_SIGNATURE_INVALID', why));
-        } else done();
-      });
-      // the budget of what an unverified body may hold (guard.ts)
-      const unverified = new Gate(limits.webhookUnverified);
-      const admitBody = gateHook(unverified, 'webhook bodies read before their signature is checked');
-      hook.addHook('onRequest', (req, reply, done) => {
-        if (reply.sent) return done();
-        if (declaredTooLarge(req, limits.webhookBodyBytes)) {
-          void reply.header('connection', 'close');
-          return done(new LlmgwError('ADMIN_BODY_TOO_LARGE', `The webhook delivery declares more than ${limits.webhookBodyBytes} bytes; the poll picks the push up.`));
-        }
-        const gitlab = req.headers['x-gitlab-token'];
-        if (typeof gitlab === 'string' && deps.webhook && !constantTimeEqual(gitlab, deps.webhook.secret)) {
-          void reply.header('connection', 'close');
-          log?.warn({ code: 'WEBHOOK_SIGNATURE_INVALID', ip: req.ip }, 'admin: webhook refused');
-          return done(new LlmgwError('WEBHOOK_SIGNATURE_INVALID', 'The X-Gitlab-Token does not match the webhook secret.'));
-        }
-        bodyDeadline(req, reply, limits.webhookBodyMs, () => log?.warn({ code: 'REQUEST_TIMEOUT', ip: req.ip }, 'admin: webhook body not in time; closed'));
-        admitBody(req, reply, done);
-      });
-
-      hook.post('/webhook', { bodyLimit: limits.webhookBodyBytes }, async (req, reply) => {
-        const cfg = deps.webhook;
-        if (!cfg) throw new LlmgwError('WEBHOOK_NOT_CONFIGURED', 'This controller accepts no push webhooks (no webhook secret configured).');
-        const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-        let source: string;
-        try {
-          source = verifyWebhookSignature(req.headers, raw, cfg.secret);
-        } catch (e) {
-          log?.warn({ code: (e as LlmgwError).code, ip: req.ip }, 'admin: webhook refused');
-          throw e;
-        }
-        const decision = decideWebhook(req.headers, raw, cfg.branch);
-        if (decision.action === 'pong') return noStore(reply).code(200).send({ accepted: true, action: 'pong' });
-        if (decision.action === 'pass-requested') {
-          log?.info({ source, ref: decision.ref }, 'admin: push webhook; pass requested');
-          void backend.requestPass('webhook').catch((e: unknown) => log?.error({ err: e }, 'admin: pass after webhook failed'));
-        } else {
-          log?.debug({ source, ref: decision.ref, reason: decision.reason }, 'admin: webhook ignored');
-        }
-        return noStore(reply).code(202).send({ accepted: true, ...decision });
-      });
-    },
-    { prefix: ADMIN_PREFIX },
-  );
+  // ------------------------------------------------------------------ load balancers: no token, no gate (doors.ts)
+  app.get('/healthz', async (_req, reply) => noStore(reply).send({ ok: true }));
+  app.get('/readyz', async (_req, reply) => {
+    const s = backend.snapshot();
+    const ready = backend.spec() !== null && s.appliedRevision !== null;
+    return noStore(reply)
+      .code(ready ? 200 : 503)
+      .send({ ready, revision: s.appliedRevision, leader: s.leader, ...(ready ? {} : { reason: 'NO_VALID_SPEC' }) });
+  });
 
   return app;
 }

@@ -20,6 +20,8 @@ ${Object.values(SETTINGS)
   .join('\n')}
   --no-router-auth         LLMGW_NO_ROUTER_AUTH=1     serve the router without API keys (local single-user only)
   --no-admin-auth          LLMGW_NO_ADMIN_AUTH=1      serve the admin API without a token (local single-user only)
+  --unsafe-listen-without-auth  LLMGW_UNSAFE_LISTEN_WITHOUT_AUTH=1  let a port with authentication off listen beyond
+                                                      loopback (refused otherwise; a warning is logged)
   --local                                             run the bundled local demo fleet (what \`npm start\` does):
                                                       builds llama-server once, writes tiny models, creates
                                                       .llmgw/local/fleet (LLMGW_LOCAL_HOME moves it)`;
@@ -31,6 +33,7 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
     config: { type: 'string', short: 'c' },
     'no-router-auth': { type: 'boolean' },
     'no-admin-auth': { type: 'boolean' },
+    'unsafe-listen-without-auth': { type: 'boolean' },
     local: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   });
@@ -39,13 +42,14 @@ export async function serveCommand(argv: readonly string[], io: Io): Promise<num
     return 0;
   }
   if (positionals.length) throw usageError(`unexpected argument ${positionals[0]}`);
-  const flags: Partial<Record<SettingName, string>> & { noRouterAuth?: boolean; noAdminAuth?: boolean } = {};
+  const flags: Partial<Record<SettingName, string>> & { noRouterAuth?: boolean; noAdminAuth?: boolean; unsafeListenWithoutAuth?: boolean } = {};
   for (const [name, s] of Object.entries(SETTINGS) as [SettingName, (typeof SETTINGS)[SettingName]][]) {
     const v = (values as Record<string, unknown>)[s.flag];
     if (typeof v === 'string') flags[name] = v;
   }
   if (values['no-router-auth']) flags.noRouterAuth = true;
   if (values['no-admin-auth']) flags.noAdminAuth = true;
+  if (values['unsafe-listen-without-auth']) flags.unsafeListenWithoutAuth = true;
   if (values.local) {
     // The bundled local fleet (npm start): one machine, no SSH, keys off, loopback only.
     const home = resolve(io.cwd, io.env.LLMGW_LOCAL_HOME ?? '.llmgw/local');

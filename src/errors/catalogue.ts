@@ -63,7 +63,7 @@ export const Reasons = catalogue({
   GIT_REF_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'Check the branch or revision name; it does not exist in the fleet repo.' },
   GIT_PUSH_REJECTED: { http: 409, retryable: true, counts: false, hint: 'Someone else moved the branch; llmgw retries with the new tip.' },
   STATUS_EPOCH_STALE: { http: 409, retryable: false, counts: false, hint: 'A newer leader writes the status branch; this instance was deposed.' },
-  STATUS_EPOCH_FORGED: { http: 409, retryable: false, counts: false, hint: 'A status-branch commit (named in the message) carries an Llmgw-Epoch above etcd\'s own revision: no leader of this etcd wrote it (someone who can push llmgw/status, or a commit from before an etcd restore). It fences nothing and the leader writes on; it is shown while it is on the branch\'s first-parent history. Find who pushed it and restrict push access to the status branch; to clear it, reset the branch to a commit before it (or delete the branch: the leader writes it afresh).' },
+  STATUS_EPOCH_FORGED: { http: 409, retryable: false, counts: false, hint: 'A status-branch commit (named in the message) carries an Llmgw-Epoch above the epoch of the leader that holds the leader key (above etcd\'s own revision while none holds it): no leader of this etcd wrote it (someone who can push llmgw/status, or a commit from before an etcd restore). It fences nothing and the leader writes on; it is shown while it is on the branch\'s first-parent history. Find who pushed it and restrict push access to the status branch; to clear it, reset the branch to a commit before it (or delete the branch: the leader writes it afresh).' },
   ETCD_ENDPOINT_REFUSED: { http: 502, retryable: false, counts: false, hint: 'The snapshot published in etcd names a replica endpoint that is not its node\'s host and a port in that node\'s ports range; a standby does not route there. Someone other than the leader may be writing the etcd prefix: restrict write access to it.' },
   FORWARDED_REQUEST_REFUSED: { http: 400, retryable: false, counts: false, hint: 'A request under the etcd prefix\'s requests/ was unknown, malformed, or not attached to its sender\'s lease; the leader refused it without running it (one whose sender\'s lease was gone by its turn is logged at info: the sender gave up waiting). Someone other than an llmgw instance may be writing the etcd prefix: restrict write access to it.' },
   GIT_FAILED: { http: 500, retryable: true, counts: false, hint: 'See the error detail; the git operation failed.' },
@@ -125,12 +125,13 @@ export const Reasons = catalogue({
   ETCD_FAILED: { http: 500, retryable: true, counts: false, hint: 'An etcd request failed for another reason than reachability or credentials; see the message (etcd\'s own error).' },
   ETCD_CONFIG_INVALID: { http: 500, retryable: false, counts: false, hint: 'A file given for the etcd connection (CA, client certificate, client key, password) is missing, empty or not in the form expected; fix the file named in the message.' },
   ETCD_STATE_CORRUPT: { http: 500, retryable: false, counts: false, hint: 'The state record in etcd was not an llmgw state record; the leader started from an empty record (failure counts and parking start afresh) and overwrites it on its next save. A copy of the bad value is kept beside it (see the message).' },
-  ETCD_VALUE_TOO_LARGE: { http: 500, retryable: false, counts: false, hint: 'One value llmgw keeps in etcd (an entry of the state record or of the published snapshot: one model\'s, one node\'s, the handled retries) would pass the size etcd takes in one request, so nothing of that save or publish was written: the state record (or the standbys\' view) stays at its last complete save until the value is smaller. The message names the key and its size; usually a model with an unusually large record (many replicas, a long error text). Raise etcd\'s --max-request-bytes only together with llmgw\'s limit; see docs/ha-and-trust.md (sizing).' },
+  ETCD_VALUE_TOO_LARGE: { http: 500, retryable: false, counts: false, hint: 'Not raised since entries past the limit are cut (ETCD_VALUE_TRUNCATED); an older version refused the whole save or publish with it. One value llmgw keeps in etcd (an entry of the state record or of the published snapshot) would pass the size etcd takes in one request. Raise etcd\'s --max-request-bytes only together with llmgw\'s limit; see docs/ha-and-trust.md (sizing).' },
   ETCD_REVISION_WENT_BACK: { http: 503, retryable: true, counts: false, hint: 'etcd answered with a revision below one it had given already: it was restored from a backup (or an endpoint belongs to another cluster). A leader whose epoch is above that revision stepped down and a new election follows at once; leader records from before the restore are removed by the instances they name. Check that the restore was intended and that every --etcd URL is a member of the same cluster.' },
   LEADER_DEPOSED: { http: 409, retryable: true, counts: false, hint: 'This instance lost leadership (a newer leader holds the election key, or its key expired); its write was refused by etcd and it stopped acting. Nothing to do: the current leader carries on; check `llmgw ctl status` for which instance leads.' },
   LEADER_RENEWAL_OVERDUE: { http: 503, retryable: true, counts: false, hint: 'The leader could not renew its etcd lease within the renew deadline, so it stopped acting before the lease could expire; it campaigns again once etcd answers. Check the network between this instance and etcd, and etcd\'s load.' },
   LEADER_KEY_FORGED: { http: 409, retryable: true, counts: false, hint: 'The etcd leader key held a value no llmgw leader of this etcd wrote (not a leader record, attached to no lease, a create revision above etcd\'s revision, or the leader\'s own key overwritten in place): it was removed, not followed, and a new election followed. Someone other than llmgw writes the etcd prefix: find who, and restrict write access to it.' },
   LEADER_UNAVAILABLE: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'leader_unavailable' }, hint: 'This instance is a standby and the leader did not answer its forwarded request in time (no leader elected, or the leader is busy or cut off from etcd); retry shortly, or check `llmgw ctl status` for which instance leads.' },
+  ETCD_VALUE_TRUNCATED: { http: 500, retryable: false, counts: false, hint: 'One entry llmgw keeps in etcd (of the state record or the published snapshot: one model\'s, one node\'s) would pass the size of one etcd value, so its longest strings were cut (each ending in "… (N bytes cut)") and the rest of the save or publish was written as usual; the message names the key and its sizes. Reasons are capped at 2 KiB where they are made, so this means an unusually large record (very many replicas): look at that model.' },
 
   // --- router ---
   MODEL_NOT_FOUND: { http: 404, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'model_not_found' }, hint: 'No model or alias of that name exists in the fleet spec; GET /v1/models lists the models your key may use.' },
@@ -166,6 +167,10 @@ export const Reasons = catalogue({
   HEADERS_TOO_LARGE: { http: 431, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'headers_too_large' }, hint: 'The request headers are larger than the server accepts (16 KiB); send fewer or smaller headers.' },
   MALFORMED_HTTP: { http: 400, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'malformed_request' }, hint: 'The request is not valid HTTP/1.1 (request line, header syntax, method or framing); fix the client.' },
   ROUTER_SHUTTING_DOWN: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'router_shutting_down' }, hint: 'The router is shutting down; retry against another instance or after it restarts.' },
+  FOREIGN_HOST: { http: 403, retryable: false, counts: false, openai: { type: 'permission_error', code: 'foreign_host' }, hint: 'Authentication is off (serve --local, --no-admin-auth or --no-router-auth), so llmgw serves only this machine: the request\'s Host must be loopback (localhost, 127.0.0.1, [::1]) or a host given with --allowed-hosts. Use http://127.0.0.1:PORT, add the name to --allowed-hosts, or turn authentication on.' },
+  FOREIGN_ORIGIN: { http: 403, retryable: false, counts: false, openai: { type: 'permission_error', code: 'foreign_origin' }, hint: 'Authentication is off, so llmgw serves only this machine: a request a web page from another site sends (its Origin is not loopback or an allowed host) is refused, so the page cannot act on the fleet or use the models (CSRF, DNS rebinding). Open the status page from this machine, add the host to --allowed-hosts, or turn authentication on.' },
+  UNSUPPORTED_MEDIA_TYPE: { http: 415, retryable: false, counts: false, openai: { type: 'invalid_request_error', code: 'unsupported_media_type' }, hint: 'The router reads a request body only as JSON: send `Content-Type: application/json` (the OpenAI and Anthropic clients do).' },
+  KEY_LIMITS_UNCOUNTED: { http: 503, retryable: true, counts: false, openai: { type: 'server_error', code: 'key_limits_not_counted' }, hint: 'The API key has limits in access/keys.yaml, which the instances on etcd share, and this instance has not counted the live instances since it started (etcd has not answered), so it does not know its share; it refuses limited keys rather than enforce the whole limit alone. Keys without limits are served. Retry, or through another instance; check that etcd is reachable from this one.' },
 
   // --- admin API ---
   ADMIN_AUTH_MISSING: { http: 401, retryable: false, counts: false, hint: 'Send the admin token as `Authorization: Bearer TOKEN`; `llmgw ctl` takes it from --token, LLMGW_ADMIN_TOKEN or its config file (~/.config/llmgw/ctl.json).' },
@@ -173,7 +178,7 @@ export const Reasons = catalogue({
   WEBHOOK_SIGNATURE_INVALID: { http: 401, retryable: false, counts: false, hint: 'Give the git server\'s webhook the same secret as the controller config; llmgw checks X-Hub-Signature-256 (GitHub), X-Gitea-Signature (Gitea, Forgejo) or X-Gitlab-Token (GitLab).' },
   WEBHOOK_NOT_CONFIGURED: { http: 404, retryable: false, counts: false, hint: 'The controller has no webhook secret configured; set one in the controller config to accept git push webhooks (polling still picks up commits).' },
   NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'Nothing of that name exists in the fleet in force; `llmgw ctl models`, `llmgw ctl replicas` and `llmgw ctl nodes` list what does.' },
-  ADMIN_ROUTE_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The admin API serves /admin/v1/status, /models, /models/NAME, /models/NAME/retry, /replicas, /replicas/ID/logs, /nodes, /restart and /webhook; check the URL and method.' },
+  ADMIN_ROUTE_NOT_FOUND: { http: 404, retryable: false, counts: false, hint: 'The admin API serves /admin/v1/status, /models, /models/NAME, /models/NAME/retry, /replicas, /replicas/ID/logs, /nodes, /restart and /webhook (and /healthz, /readyz, /metrics and the status page at /ui/); check the URL and method.' },
   ADMIN_BODY_TOO_LARGE: { http: 413, retryable: false, counts: false, hint: 'The request body is larger than the admin API accepts (a webhook delivery: 64 KiB, read before its signature is checked); a push whose delivery is bigger is still picked up by polling.' },
   ADMIN_OVERLOADED: { http: 503, retryable: true, counts: false, hint: 'The admin port is at its limit of requests in progress (or of webhook bodies read before their signature is checked); retry after Retry-After seconds. Many clients at once here is unusual: look for a flood.' },
   ADMIN_BAD_REQUEST: { http: 400, retryable: false, counts: false, hint: 'Fix the request as the message says: JSON bodies and query parameters as the admin API documents them (`llmgw ctl --help` shows what the CLI sends).' },
@@ -197,10 +202,12 @@ export class LlmgwError extends Error {
   readonly detail: Readonly<Record<string, unknown>>;
   constructor(code: ReasonCode, message: string, detail: Record<string, unknown> = {}, options?: { cause?: unknown }) {
     // a presigned source's query or a URL's user info never leaves in a message or its detail
-    super(redactUrls(message), options);
+    // and a message is bounded and printable (reasonText): it reaches etcd, the status branch and terminals
+    super(reasonText(redactUrls(message)), options);
     this.name = 'LlmgwError';
     this.reason = Reasons[code];
-    this.detail = Object.freeze(Object.fromEntries(Object.entries(detail).map(([k, v]) => [k, typeof v === 'string' ? redactUrls(v) : v])));
+    // detail goes to logs (a log tail, stderr): kept whole, but without terminal controls
+    this.detail = Object.freeze(Object.fromEntries(Object.entries(detail).map(([k, v]) => [k, typeof v === 'string' ? printable(redactUrls(v)) : v])));
   }
   get code(): ReasonCode {
     return this.reason.code as ReasonCode;
@@ -225,7 +232,43 @@ export interface ReasonRef {
 /** The reason of any error: its catalogue code, or INTERNAL for an error no adapter translated. */
 export function reasonOf(e: unknown): ReasonRef {
   if (e instanceof LlmgwError) return { code: e.code, message: e.message };
-  return { code: 'INTERNAL', message: redactUrls(e instanceof Error ? e.message : String(e)) };
+  return { code: 'INTERNAL', message: reasonText(redactUrls(e instanceof Error ? e.message : String(e))) };
+}
+
+/** The most bytes (UTF-8) of a reason's message, its cut note included. */
+export const REASON_MAX_BYTES = 2048;
+
+// C0 but tab and newline, DEL, C1, and a UTF-16 surrogate without its pair
+// eslint-disable-next-line no-control-regex
+const UNPRINTABLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/**
+ * `text` with every control character but tab and newline (C0, DEL, C1: an ESC that starts an OSC 52
+ * clipboard write, a CR that overwrites a line) and every unpaired surrogate replaced by U+FFFD; a CR
+ * before a newline is dropped. What comes from outside (an engine's log line, a node's stderr, a
+ * GGUF's strings) is safe to print on a terminal after this.
+ */
+export function printable(text: string): string {
+  return text.replace(/\r\n/g, '\n').replace(UNPRINTABLE, '\ufffd');
+}
+
+/**
+ * A reason's message as it may be kept and shown: printable(), and at most `maxBytes` of UTF-8 —
+ * a longer one keeps its head and ends in "… (N bytes cut)". Every reason is made through it
+ * (LlmgwError, reasonOf, the engine's failure line): a model's state entry in etcd, the status
+ * branch and `ctl status` stay small whatever a GGUF or an engine says. The whole line stays in the
+ * replica's log (`llmgw ctl logs`).
+ */
+export function reasonText(text: string, maxBytes: number = REASON_MAX_BYTES): string {
+  const t = printable(text);
+  // a UTF-16 unit is at most 3 bytes of UTF-8 (a pair: 4 for 2)
+  if (t.length * 3 <= maxBytes) return t;
+  const buf = Buffer.from(t, 'utf8');
+  if (buf.length <= maxBytes) return t;
+  const budget = Math.max(0, maxBytes - Buffer.byteLength(`… (${buf.length} bytes cut)`));
+  let end = budget;
+  while (end > 0 && (buf[end]! & 0xc0) === 0x80) end--; // not inside a character
+  return `${buf.subarray(0, end).toString('utf8')}… (${buf.length - end} bytes cut)`;
 }
 
 /**

@@ -58,6 +58,11 @@ export class SseClient {
     return this.ended === null;
   }
 
+  /** The socket is full (the client has not read the frames before): a frame now would wait. */
+  get behind(): boolean {
+    return this.res.writableNeedDrain;
+  }
+
   /** Bytes waiting in the socket. */
   get buffered(): number {
     return this.res.writableLength;

@@ -38,6 +38,7 @@ export function normalizeFleet(raw: Raw): FleetSettings {
     placementReserveBytes: size(raw.placement_reserve) ?? 0,
     unplaceableLogIntervalMs: dur(raw.unplaceable_log_interval),
     queue: { max: num(obj(raw.queue).max) ?? 64, timeoutMs: raw.queue && obj(raw.queue).timeout !== undefined ? dur(obj(raw.queue).timeout) : 60_000 },
+    ...(raw.metrics_per_key === true ? { metricsPerKey: true } : {}),
   };
 }
 

@@ -19,6 +19,8 @@ export interface FleetSettings {
    * absent: none. Models carry their own in force (ModelSpec.rollout): read that.
    */
   readonly rollout?: RolloutSpec | null;
+  /** llmgw_key_* series per key name on /metrics (fleet.yaml metrics_per_key; absent: off). */
+  readonly metricsPerKey?: boolean;
 }
 
 /** A model's wait queue at the router, used when every slot of its ready replicas is busy. */

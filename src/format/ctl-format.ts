@@ -2,7 +2,7 @@
  * `llmgw ctl`'s tables. Pure functions of the admin API's JSON; times are shown relative to the
  * snapshot's `at`, so the same answer always prints the same text.
  */
-import { hintFor } from '../errors/catalogue.js';
+import { hintFor, printable } from '../errors/catalogue.js';
 import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../wire/shape.js';
 import { MODEL_PHASES, type ModelPhase } from '../reconciler/view.js';
 import { formatBytes, formatDuration } from '../fleet-spec/units.js';
@@ -34,8 +34,9 @@ export function relative(iso: string | null, at: string): string {
   return d > 0 ? `${shortDuration(d)} ago` : `in ${shortDuration(d)}`;
 }
 
+/** A reason as ctl prints it; its text printable whatever server sent it (reasons are made printable, catalogue.ts). */
 export function reasonText(r: ReasonJson): string {
-  return `${r.message} [${r.code}]`;
+  return `${printable(r.message)} [${r.code}]`;
 }
 
 /** "1/1", "0/1", "0/0 idle", "1/2 degraded" is left to the phase column. */

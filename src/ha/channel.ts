@@ -255,7 +255,7 @@ export class Requests {
       // Only while the request exists (its sender's lease lives), so the answer's lease does too.
       await election.guardedTxn(
         [
-          { put: this.responsesPrefix + req.id, value: JSON.stringify(response), lease: req.lease },
+          { put: this.responsesPrefix + req.id, value: answerText(req.kind, response), lease: req.lease },
           { delete: requestKey },
         ],
         [{ key: requestKey, column: 'Mod', cmp: '==', value: kv.modRevision }],
@@ -265,4 +265,39 @@ export class Requests {
       // Deposed (the election says so and steps down) or etcd gone: the request stays for the next leader.
     }
   }
+}
+
+/** The most bytes of an answer's JSON: etcd takes 1.5 MiB in one request by default; this leaves room for the txn. */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
+
+/**
+ * An answer as it goes into etcd: at most MAX_ANSWER_BYTES of JSON, or etcd would refuse the txn
+ * and the sender wait out its timeout. A text answer (a replica's log) longer than that keeps its
+ * end, from a line's start, after a line saying it was truncated; any other answer that large is
+ * an error naming its size. Pure.
+ */
+export function answerText(kind: string, response: WireResponse, max: number = MAX_ANSWER_BYTES): string {
+  const text = JSON.stringify(response);
+  if (Buffer.byteLength(text) <= max) return text;
+  if ('ok' in response && typeof response.ok === 'string') {
+    const whole = response.ok;
+    // JSON escapes (a log's colour codes: 6 bytes each) can take more than the text: cut until it fits
+    for (let keep = max - 256; keep > 0; keep = Math.floor(keep / 2)) {
+      const out = JSON.stringify({ ok: truncatedTail(whole, keep) });
+      if (Buffer.byteLength(out) <= max) return out;
+    }
+  }
+  const error: ReasonRef = { code: 'INTERNAL', message: `the leader's answer to ${kind} is ${Buffer.byteLength(text)} bytes, above the ${max} an answer through etcd may have` };
+  return JSON.stringify({ error });
+}
+
+/** The end of `text` in at most about `keep` bytes, from a line's start, after a line saying how much was left out. */
+export function truncatedTail(text: string, keep: number): string {
+  const buf = Buffer.from(text, 'utf8');
+  if (buf.length <= keep) return text;
+  let from = buf.length - keep;
+  const nl = buf.indexOf(0x0a, from);
+  from = nl >= 0 && nl < buf.length - 1 ? nl + 1 : from;
+  while (from < buf.length && (buf[from]! & 0xc0) === 0x80) from++; // not inside a character
+  return `[llmgw: truncated: the first ${from} of ${buf.length} bytes are left out; an answer through a standby is at most 1 MiB (ask the leader for more)]\n${buf.subarray(from).toString('utf8')}`;
 }

@@ -21,7 +21,7 @@ import { Etcd3, type IKeyValue } from 'etcd3';
 import { LlmgwError, type ReasonRef } from '../errors/catalogue.js';
 import { nodeTimers, type LoopTimers } from '../reconciler/loop.js';
 import { etcdError } from './etcd.js';
-import { Etcd3LeaderIO, type GuardCompare, type LeaderIO, type TxnOp } from './etcd-leader-io.js';
+import { Etcd3LeaderIO, type GuardCompare, type Kv, type LeaderIO, type TxnOp } from './etcd-leader-io.js';
 import { dueAt, epochAt, initialLeadership, leaderRecord, leads, shownProblem, step, type Effect, type LeaderInfo, type LeadershipEvent, type LeadershipState } from './leadership.js';
 
 export { cancelWatcher, type GuardCompare, type TxnOp, type WriteOp } from './etcd-leader-io.js';
@@ -193,6 +193,27 @@ export class Election extends EventEmitter {
     }
     this.dispatch({ kind: 'revisionSeen', sent, revision });
     return revision;
+  }
+
+  /**
+   * The highest status-branch epoch that can be real (#36, N2). While this instance holds the leader
+   * key (read now: its create revision is this term's epoch and it is attached to this term's lease),
+   * no leader of a higher epoch exists, so the bound is this term's own epoch and a pushed
+   * `Llmgw-Epoch: <epoch + 1>` is a forgery. Otherwise it is etcd's current revision (revision()).
+   */
+  async fenceBound(): Promise<number> {
+    const sent = this.mono();
+    let read: { readonly kv: Kv | null; readonly revision: number };
+    try {
+      read = await this.io.get(this.key);
+      this.noteOk();
+    } catch (e) {
+      throw this.noteError(e, 'reading the leader key');
+    }
+    this.dispatch({ kind: 'revisionSeen', sent, revision: read.revision });
+    const p = this.s.phase;
+    const held = p.kind === 'leading' && read.kv !== null && read.kv.createRevision === p.term.epoch && read.kv.lease === p.term.lease;
+    return held ? p.term.epoch : read.revision;
   }
 
   stop(): Promise<void> {

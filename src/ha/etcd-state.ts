@@ -6,7 +6,7 @@
  * holds: a pass that changes nothing writes nothing, one that changes one model writes its entry.
  * A new leader reads it with one range read (at the revision of the last complete save: a leader
  * that died half-way through a save left nothing half-read). An entry that would pass etcd's limit
- * is refused (ETCD_VALUE_TOO_LARGE) and nothing of that save is written.
+ * is cut to fit (keyed-layout.ts fitOversized; told to onCut) and the rest of the save is written.
  *
  * Before this layout the record was one value at `<prefix>/state`: a leader that finds it (and no
  * per-key record) reads it, writes the per-key record and deletes it in the last txn of that write.
@@ -115,7 +115,12 @@ export class EtcdStateStore {
     };
   }
 
-  /** Writes what differs from what etcd holds; returns whether it wrote. ETCD_VALUE_TOO_LARGE: nothing written. */
+  /** Called with ETCD_VALUE_TRUNCATED when a save cut an entry past etcd's limit. */
+  set onCut(fn: ((r: ReasonRef) => void) | null) {
+    this.writer.onCut = fn;
+  }
+
+  /** Writes what differs from what etcd holds; returns whether it wrote. An entry past the limit is cut (onCut). */
   async save(state: ControllerState): Promise<boolean> {
     const tail: WriteOp[] = this.legacyPending ? [{ delete: this.legacyKey }] : [];
     const wrote = await this.writer.write(stateEntries(state), 'saving the state record', tail);

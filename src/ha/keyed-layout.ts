@@ -12,9 +12,10 @@
  *   read that finds otherwise caught a save half-way (or a leader that died half-way), and reads again
  *   at the head's revision, where the last complete save is whole. A watcher buffers the events
  *   between heads and applies them when the head arrives. So no reader ever sees a mix of two saves.
- * - An entry whose value alone would pass the limit is refused before anything is written.
+ * - An entry whose value alone would pass the limit is cut to fit, never refused: its longest strings
+ *   end in "… (N bytes cut)" (fitOversized). One entry's size never stops the rest of a save.
  */
-import { LlmgwError } from '../errors/catalogue.js';
+import { reasonText } from '../errors/catalogue.js';
 import type { WriteOp } from './etcd-leader-io.js';
 
 /** Entry name (relative to the base, e.g. `models/<name>`) → its value. */
@@ -25,7 +26,7 @@ export interface EtcdLimits {
   readonly maxTxnBytes: number;
   /** Writes in one txn, the head included (etcd's default --max-txn-ops is 128). */
   readonly maxTxnOps: number;
-  /** One value: larger ones are refused (ETCD_VALUE_TOO_LARGE). */
+  /** One value: larger ones are cut to fit (fitOversized). */
   readonly maxValueBytes: number;
 }
 
@@ -66,30 +67,82 @@ function opBytes(key: string, value: string): number {
   return Buffer.byteLength(key) + Buffer.byteLength(value) + OP_OVERHEAD_BYTES;
 }
 
-/** The first entry whose value alone passes the limit (the largest when several do), or null. */
-export function oversized(next: Entries, base: string, limits: EtcdLimits = ETCD_LIMITS): { entry: string; bytes: number } | null {
-  let worst: { entry: string; bytes: number } | null = null;
-  for (const [k, v] of next) {
-    const bytes = Buffer.byteLength(v);
-    if (bytes > limits.maxValueBytes || opBytes(`${base}/${k}`, v) > limits.maxTxnBytes) {
-      if (!worst || bytes > worst.bytes) worst = { entry: k, bytes };
-    }
-  }
-  return worst;
+/** The most bytes an entry's value may have under `base` (one value, and one op alone in a txn). */
+function valueRoom(base: string, entry: string, limits: EtcdLimits): number {
+  return Math.min(limits.maxValueBytes, limits.maxTxnBytes - OP_OVERHEAD_BYTES - Buffer.byteLength(`${base}/${entry}`));
 }
 
-/** Throws ETCD_VALUE_TOO_LARGE (naming the key and the limit) when an entry passes the limit. */
-export function refuseOversized(next: Entries, base: string, what: string, limits: EtcdLimits = ETCD_LIMITS): void {
-  const o = oversized(next, base, limits);
-  if (o) {
-    throw new LlmgwError('ETCD_VALUE_TOO_LARGE', `${what}: the value of ${base}/${o.entry} is ${o.bytes} bytes, above the ${limits.maxValueBytes}-byte limit of one etcd value; nothing was written`, { key: `${base}/${o.entry}`, bytes: o.bytes, limit: limits.maxValueBytes });
+/** The caps shrinkJson tries on a value's strings, longest first. */
+const STRING_CAPS = [64 * 1024, 8 * 1024, 1024, 256, 64] as const;
+
+function capStrings(v: unknown, cap: number): unknown {
+  if (typeof v === 'string') return reasonText(v, cap);
+  if (Array.isArray(v)) return v.map((x) => capStrings(x, cap));
+  if (v !== null && typeof v === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) out[k] = capStrings(x, cap);
+    return out;
   }
+  return v;
+}
+
+/**
+ * A JSON value's text with its strings cut ("… (N bytes cut)") until it is at most `maxBytes`: the
+ * least cut that fits, its keys in their order (a canonical entry stays canonical). null: the text is
+ * not JSON, or it does not fit even with every string at 64 bytes.
+ */
+export function shrinkJson(text: string, maxBytes: number): string | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(text) as unknown;
+  } catch {
+    return null;
+  }
+  for (const cap of STRING_CAPS) {
+    const out = JSON.stringify(capStrings(v, cap));
+    if (Buffer.byteLength(out) <= maxBytes) return out;
+  }
+  return null;
+}
+
+/** An entry that passed the limit: `bytes` it had; what was written instead (`bytes` of it), or null: left as it was. */
+export interface EntryCut {
+  readonly entry: string;
+  readonly bytes: number;
+  readonly written: number | null;
+}
+
+/**
+ * A diff's puts with every value that would pass the limit cut to fit (shrinkJson). One that cannot
+ * be cut is left out: the entry keeps what etcd holds, and a new one is not written (`leftOutNew`:
+ * how many, so the head counts what is there). A cut equal to what etcd holds is not put again.
+ */
+export function fitOversized(
+  puts: ReadonlyArray<readonly [string, string]>, known: Entries, base: string, limits: EtcdLimits = ETCD_LIMITS,
+): { puts: Array<readonly [string, string]>; cuts: EntryCut[]; leftOutNew: number } {
+  const out: Array<readonly [string, string]> = [];
+  const cuts: EntryCut[] = [];
+  let leftOutNew = 0;
+  for (const [k, v] of puts) {
+    const room = valueRoom(base, k, limits);
+    // a UTF-16 unit is at most 3 bytes
+    if (v.length * 3 <= room || Buffer.byteLength(v) <= room) {
+      out.push([k, v]);
+      continue;
+    }
+    const fitted = shrinkJson(v, room);
+    cuts.push({ entry: k, bytes: Buffer.byteLength(v), written: fitted === null ? null : Buffer.byteLength(fitted) });
+    if (fitted === null) {
+      if (!known.has(k)) leftOutNew++;
+    } else if (known.get(k) !== fitted) out.push([k, fitted]);
+  }
+  return { puts: out, cuts, leftOutNew };
 }
 
 /**
  * The txns of a diff, in order: deletes and puts in batches of at most maxTxnOps writes and
  * maxTxnBytes, `tail` ops (the head, a legacy key's delete) in the last one (a batch of their own
- * when the last is full). Keys are absolute (`base/entry`). Assumes refuseOversized passed.
+ * when the last is full). Keys are absolute (`base/entry`). Assumes fitOversized's puts.
  */
 export function batchDiff(d: EntryDiff, base: string, tail: readonly WriteOp[], limits: EtcdLimits = ETCD_LIMITS): WriteOp[][] {
   const batches: WriteOp[][] = [];

@@ -6,7 +6,8 @@
 import type { Etcd3 } from 'etcd3';
 import type { Election, WriteOp } from './election.js';
 import { etcdError } from './etcd.js';
-import { batchDiff, diffEntries, ETCD_LIMITS, HEAD, headValue, isEmptyDiff, readKeyed, refuseOversized, txnBytes, type Entries, type EtcdLimits, type KeyedRead, type StoredKv } from './keyed-layout.js';
+import type { ReasonRef } from '../errors/catalogue.js';
+import { batchDiff, diffEntries, ETCD_LIMITS, fitOversized, HEAD, headValue, isEmptyDiff, readKeyed, txnBytes, type Entries, type EntryCut, type EtcdLimits, type KeyedRead, type StoredKv } from './keyed-layout.js';
 
 /** Keys per page of a range read (each answer stays well under gRPC's 4 MiB message limit). */
 const PAGE_KEYS = 2_000;
@@ -102,21 +103,28 @@ export class DocWriter {
   }
 
   /**
+   * Called with ETCD_VALUE_TRUNCATED when a write cut an entry that would pass etcd's limit (one
+   * call per write that cut; the same cut again, pass after pass, is called again).
+   */
+  onCut: ((r: ReasonRef) => void) | null = null;
+
+  /**
    * Writes what differs from what etcd holds (reading it first when unknown), the head last, with
-   * `tail` (deletes of legacy keys) in the last txn. Refuses (ETCD_VALUE_TOO_LARGE) before writing
-   * anything when an entry passes the limit; LEADER_DEPOSED when a guard fails (what landed before
-   * stays known). Returns whether it wrote.
+   * `tail` (deletes of legacy keys) in the last txn. An entry that would pass the limit is cut to
+   * fit (fitOversized, told to onCut), never refused; LEADER_DEPOSED when a guard fails (what landed
+   * before stays known). Returns whether it wrote.
    */
   async write(next: Entries, what: string, tail: readonly WriteOp[] = []): Promise<boolean> {
     if (!this.known || this.knownEpoch === null || this.knownEpoch !== this.election.epoch) this.setKnown(await readDoc(this.client, this.base));
     const known = this.known!;
     const diff = diffEntries(known, next);
     const headKnown = known.get(HEAD);
-    const head = headValue(next.size);
+    const fit = fitOversized(diff.puts, known, this.base, this.limits);
+    if (fit.cuts.length > 0) this.onCut?.(cutReason(what, this.base, fit.cuts));
+    const head = headValue(next.size - fit.leftOutNew);
     // the head is an entry of `known` only as read: compare it apart
-    const d = { puts: diff.puts, deletes: diff.deletes.filter((k) => k !== HEAD) };
+    const d = { puts: fit.puts, deletes: diff.deletes.filter((k) => k !== HEAD) };
     if (isEmptyDiff(d) && headKnown === head && tail.length === 0) return false;
-    refuseOversized(new Map(d.puts), this.base, what, this.limits);
     for (const batch of batchDiff(d, this.base, [{ put: `${this.base}/${HEAD}`, value: head }, ...tail], this.limits)) {
       try {
         await this.election.guardedTxn(batch, [], what);
@@ -139,4 +147,11 @@ export class DocWriter {
     this.s.writes++;
     return true;
   }
+}
+
+/** What a write that cut entries says (ETCD_VALUE_TRUNCATED): which, from how many bytes to how many. */
+export function cutReason(what: string, base: string, cuts: readonly EntryCut[]): ReasonRef {
+  const each = cuts.slice(0, 5).map((c) => `${base}/${c.entry} (${c.bytes} bytes ${c.written === null ? 'left as it was: it does not fit even cut' : `cut to ${c.written}`})`);
+  const more = cuts.length > 5 ? ` and ${cuts.length - 5} more` : '';
+  return { code: 'ETCD_VALUE_TRUNCATED', message: `${what}: ${each.join(', ')}${more}: past the size of one etcd value; the rest was written` };
 }

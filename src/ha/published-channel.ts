@@ -54,7 +54,12 @@ export class Published {
     return this.writer.stats;
   }
 
-  /** Why the last publish failed (ETCD_VALUE_TOO_LARGE, LEADER_DEPOSED, ETCD_*), null after one that did not. */
+  /** Called with ETCD_VALUE_TRUNCATED when a publish cut an entry past etcd's limit. */
+  set onCut(fn: ((r: ReasonRef) => void) | null) {
+    this.writer.onCut = fn;
+  }
+
+  /** Why the last publish failed (LEADER_DEPOSED, ETCD_*), null after one that did not. */
   get lastError(): ReasonRef | null {
     return this.lastErrorValue;
   }

@@ -2,11 +2,13 @@
  * How many routers share the per-key limits (src/router/limits.ts), for instances on etcd: each
  * instance keeps a key `<prefix>/routers/<id>` on a lease of its own (kept alive by etcd3, so a
  * SIGKILLed instance's key goes within the lease TTL) and counts the keys under `<prefix>/routers/`
- * every `refreshMs`. Each router then enforces its share (limit / live routers, rounded up) of every
- * limit: no etcd traffic per request, one read per refresh. Clients spread over the routers (a load
- * balancer, DNS) keep the whole fleet within the limit; a client pinned to one router gets that
- * router's share. Until the first count, and whenever etcd cannot be read, the last count stands
- * (at first 1: each router enforces the whole limit).
+ * every `refreshMs`. Each router then enforces its share of every limit (router/limits.ts shareOf:
+ * the limit ÷ live routers floored, one more for each of the remainder's lowest ids, so the shares
+ * sum to the limit): no etcd traffic per request, one read per refresh. Clients spread over the
+ * routers (a load balancer, DNS) keep the whole fleet within the limit; a client pinned to one router
+ * gets that router's share. Whenever etcd cannot be read the last count stands; until the first
+ * count there is none (routers() is null) and limited keys are refused (KEY_LIMITS_UNCOUNTED): a
+ * router started while etcd is unreachable never enforces the whole limit by itself.
  *
  * Shell: the refresh waits on, and the registration's time comes from, the injected ShellTime; this
  * file reads no clock and sets no timer of its own.
@@ -14,12 +16,18 @@
 import type { Etcd3, Lease } from 'etcd3';
 import type { ShellTime } from './shell-time.js';
 
+/** This router's place among those sharing the limits (router/limits.ts RouterSlot): how many, its rank (0: the lowest id). */
+export interface RouterSlot {
+  readonly routers: number;
+  readonly rank: number;
+}
+
 export interface RouterSharesLog {
   warn(obj: object, msg: string): void;
 }
 
 export class RouterShares {
-  private n = 1;
+  private slot: RouterSlot | null = null;
   private lease: Lease | null = null;
   private timer: unknown = null;
   private stopped = false;
@@ -34,9 +42,9 @@ export class RouterShares {
     private readonly log: RouterSharesLog | null = null,
   ) {}
 
-  /** The live routers (at least 1). */
-  routers(): number {
-    return this.n;
+  /** The live routers and this one's rank among their ids; null until the first count. */
+  routers(): RouterSlot | null {
+    return this.slot;
   }
 
   start(): void {
@@ -60,9 +68,9 @@ export class RouterShares {
         this.lease = lease;
       }
       const keys = await this.client.getAll().prefix(`${this.prefix}/routers/`).keys();
-      this.n = Math.max(1, keys.length);
+      this.slot = slotAmong(keys, `${this.prefix}/routers/${this.id}`);
     } catch (err) {
-      this.log?.warn({ err, routers: this.n }, 'router shares: etcd not readable; keeping the last count of routers');
+      this.log?.warn({ err, routers: this.slot?.routers ?? null }, this.slot ? 'router shares: etcd not readable; keeping the last count of routers' : 'router shares: etcd not readable and no count yet; limited keys are refused until one');
     }
   }
 
@@ -73,4 +81,14 @@ export class RouterShares {
     this.lease = null;
     await lease?.revoke().catch(() => undefined);
   }
+}
+
+/**
+ * This router's slot among the registered keys: how many, and its rank in their order (byte order of
+ * the keys: the lowest id is rank 0). Its own key missing (a lease just lost) counts it last. Pure.
+ */
+export function slotAmong(keys: readonly string[], own: string): RouterSlot {
+  const sorted = [...new Set(keys)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const rank = sorted.indexOf(own);
+  return rank < 0 ? { routers: sorted.length + 1, rank: sorted.length } : { routers: sorted.length, rank };
 }

@@ -2,6 +2,8 @@
  * Usage per API key (a UsageSink, src/router/usage.ts): requests by key name, model and status code,
  * and tokens by key name, model and kind (prompt evaluated, cached from the prompt cache, completion),
  * as the replicas reported them. The key label is the key's name in access/keys.yaml, never its value.
+ * /metrics needs no token, so these series are opt-in (fleet.yaml `metrics_per_key: true`, #36 N14):
+ * `enabled` is asked at each record, and nothing is recorded while it says no.
  */
 import type { Registry } from 'prom-client';
 import type { UsageRecord, UsageSink } from './ports.js';
@@ -11,7 +13,7 @@ import { MetricNames as N } from './names.js';
 const MAX_LABEL = 128;
 const label = (s: string): string => (s.length <= MAX_LABEL ? s : s.slice(0, MAX_LABEL));
 
-export function createKeyMetrics(registry: Registry): UsageSink {
+export function createKeyMetrics(registry: Registry, enabled: () => boolean = () => true): UsageSink {
   const registers = [registry];
   const requests = new CellCounter({
     name: N.keyRequestsTotal,
@@ -27,6 +29,7 @@ export function createKeyMetrics(registry: Registry): UsageSink {
   });
   return {
     record(r: UsageRecord): void {
+      if (!enabled()) return;
       const key = label(r.key);
       const model = label(r.model);
       requests.cell(key, model, String(r.status)).value++;

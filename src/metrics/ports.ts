@@ -61,6 +61,11 @@ export interface UsageRecord {
   readonly reason: string;
   readonly durationSeconds: number;
   readonly tokens: TokenUsage;
+  /**
+   * The request ended before its response did (the client went away, the stream was cut): `tokens`
+   * are what the router saw of it (router/usage.ts earlyUsageOf), not what the replica reported.
+   */
+  readonly endedEarly?: boolean;
 }
 
 /** Where usage records go (metrics, the usage book behind GET /admin/v1/usage, the usage log). */

@@ -21,6 +21,8 @@ export interface MetricsOptions {
   readonly clock?: () => number;
   /** Also export prom-client's default process_* and nodejs_* metrics (default true). */
   readonly defaultMetrics?: boolean;
+  /** Whether llmgw_key_* series are recorded now (fleet.yaml metrics_per_key); default always. */
+  readonly perKey?: () => boolean;
 }
 
 export interface LlmgwMetrics {
@@ -67,7 +69,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: live });
   const fleet = new FleetMetrics(fleetRegistry, opts.clock ?? Date.now, modelRegistry);
   const router = createRouterMetrics(live);
-  const keys = createKeyMetrics(live);
+  const keys = createKeyMetrics(live, opts.perKey);
   registerCertificateMetrics(live, opts.certificates ?? (() => []));
   const schedules = registerScheduleMetrics(live, opts.clock ?? Date.now);
   const eventLoop = registerEventLoopDelayMetrics(live);

@@ -21,7 +21,7 @@
  * between. A dead process's log is final: reading it again later finds nothing more. Such a
  * failure is `silent`.
  */
-import type { ReasonCode } from '../errors/catalogue.js';
+import { reasonText, type ReasonCode } from '../errors/catalogue.js';
 
 export interface ClassifiedFailure {
   readonly code: ReasonCode;
@@ -64,9 +64,16 @@ function clean(line: string): string {
 
 /**
  * The reason a replica failed, from its log tail. `exit` (when known) is added to REPLICA_EXITED
- * messages, e.g. "killed by SIGKILL".
+ * messages, e.g. "killed by SIGKILL". The message is a reason's text (catalogue.ts reasonText): at most
+ * 2 KiB, control characters replaced; the whole line stays in the replica's log.
  */
 export function classifyFailure(logTail: string, exit?: string): ClassifiedFailure {
+  const f = classify(logTail, exit);
+  // the line may carry a GGUF's strings (a 700 KiB architecture name, a terminal escape): bounded and printable
+  return { ...f, message: reasonText(f.message) };
+}
+
+function classify(logTail: string, exit?: string): ClassifiedFailure {
   const lines = logTail.split('\n').map(clean).filter((l) => l !== '');
   for (const rule of RULES) {
     // the first matching line is usually the root cause (later ones are consequences)

@@ -21,7 +21,7 @@ import { buildInstallScript } from './ops/engine-build.js';
 import {
   engineCleanupScript, engineInstalledScript, engineStageDir, engineStageScript, parseInstalledBinary, pathEngineScript, type EnginePaths,
 } from './ops/engine.js';
-import { modelFromFileScript, modelFromUrlScript, modelPath, parseModelBytes } from './ops/model-fetch.js';
+import { modelFromFileScript, modelFromUrlInput, modelFromUrlScript, modelPath, parseModelBytes } from './ops/model-fetch.js';
 import { observeScript, parseObservation } from './ops/observe.js';
 import { failureOf, inspectReplicaScript, parseInspection, type Inspection, type ReplicaState } from './ops/replica-inspect.js';
 import { logTailScript, parseRange, readRangeScript } from './ops/replica-log.js';
@@ -253,8 +253,9 @@ export class ShellNodeDriver implements NodeDriver {
       throw new LlmgwError('MODEL_DOWNLOAD_FAILED', `node ${this.node}: ${(e as Error).message}`, { node: this.node, source });
     }
     const fence = this.fence();
-    const script = src.kind === 'file' ? modelFromFileScript(this.dataDir, sha, src.path, fence) : modelFromUrlScript(this.dataDir, sha, src.url, token?.secret ?? null, fence);
-    const stdin = src.kind === 'url' && token ? { stdin: `${token.value}\n` } : {};
+    const script = src.kind === 'file' ? modelFromFileScript(this.dataDir, sha, src.path, fence) : modelFromUrlScript(this.dataDir, sha, token?.secret ?? null, fence);
+    // the URL (a presigned one's signature) and the token on stdin: in no argv on the node
+    const stdin = src.kind === 'url' ? { stdin: modelFromUrlInput(src.url, token?.value ?? null) } : {};
     const res = await this.exec(script, `fetch model ${sha.slice(0, 12)}`, { timeoutMs: this.timeouts.downloadMs, fence, ...stdin });
     return { path: modelPath(this.dataDir, sha), bytes: parseModelBytes(res.stdout) };
   }

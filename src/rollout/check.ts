@@ -11,7 +11,8 @@
  * headers, body — is bounded by `check.timeoutMs`.
  *
  * A check fails (ROLLOUT_CHECK_FAILED, naming the check, what it expected and what came back) when
- * judgeAnswer says so, when no answer came within its time ("no answer within 30 s"), when the replica
+ * judgeAnswer says so, when no answer came within its time ("no answer within 30 s", or "no complete
+ * answer within 30 s (status 200, 812 characters so far: …)"), when the replica
  * could not be reached, and when a 2xx stream broke off (an error event, or no `data: [DONE]`). A
  * caller's own abort (`opts.signal`) is no verdict: runCheck rejects with the signal's reason.
  */
@@ -56,7 +57,9 @@ interface Received {
 
 /** Reads one answer: the stream's content for a 2xx event stream, else the body (a JSON answer's content when it has one). */
 async function receive(url: string, headers: Record<string, string>, body: string, signal: AbortSignal, dispatcher: Dispatcher, timeoutMs: number, started: number, got: Received): Promise<void> {
-  const res = await request(url, { method: 'POST', headers, body, signal, dispatcher, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+  // reset: a connection of its own, closed after the answer. llama-server may close a kept-alive
+  // connection after a streamed answer while the next check is being sent on it ("other side closed").
+  const res = await request(url, { method: 'POST', headers, body, signal, dispatcher, reset: true, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
   got.status = res.statusCode;
   res.body.setEncoding('utf8');
   const contentType = String(res.headers['content-type'] ?? '');
@@ -100,8 +103,24 @@ async function receive(url: string, headers: Record<string, string>, body: strin
   }
 }
 
+/**
+ * `endpoint + path`, or null when that would leave the replica: the engine key must never go to
+ * another host ("@evil.example/…" after "http://10.0.0.5:8080" names a user and another host).
+ */
+export function checkUrl(endpoint: string, path: string): string | null {
+  if (!path.startsWith('/')) return null;
+  const url = `${endpoint.replace(/\/+$/, '')}${path}`;
+  try {
+    return new URL(url).origin === new URL(endpoint).origin ? url : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Runs one check against a replica (`endpoint`: its base URL, e.g. http://10.0.0.5:8080). */
 export async function runCheck(endpoint: string, engineApiKey: string, check: RolloutCheck, opts: RunCheckOptions = {}): Promise<CheckResult> {
+  const url = checkUrl(endpoint, check.path);
+  if (url === null) return checkFailure(check, 'a path on the replica (starting with /)', `the path ${JSON.stringify(check.path)}`);
   const own = opts.dispatcher === undefined ? new Agent({ connections: 1 }) : null;
   const dispatcher = opts.dispatcher ?? own!;
   const timeout = AbortSignal.timeout(check.timeoutMs);
@@ -111,12 +130,13 @@ export async function runCheck(endpoint: string, engineApiKey: string, check: Ro
   const got: Received = { status: 0, text: '', ttftMs: null, broken: null };
   const within = `an answer within ${durationWords(check.timeoutMs)}`;
   try {
-    await receive(`${endpoint.replace(/\/+$/, '')}${check.path}`, headers, JSON.stringify(checkBody(check)), signal, dispatcher, check.timeoutMs, started, got);
+    await receive(url, headers, JSON.stringify(checkBody(check)), signal, dispatcher, check.timeoutMs, started, got);
   } catch (e) {
     if (opts.signal?.aborted === true) throw opts.signal.reason;
     if (timeout.aborted || isTimeout(e)) {
-      const partial = got.status === 0 ? '' : `: status ${got.status}, ${got.text.length} characters so far${got.text === '' ? '' : ` (${got.text})`}`;
-      return checkFailure(check, within, `no answer within ${durationWords(check.timeoutMs)}${partial}`);
+      const bound = durationWords(check.timeoutMs);
+      if (got.status === 0) return checkFailure(check, within, `no answer within ${bound}`);
+      return checkFailure(check, within, `no complete answer within ${bound} (status ${got.status}, ${got.text.length} characters so far${got.text === '' ? '' : `: ${got.text}`})`);
     }
     return checkFailure(check, within, `no answer: ${errorText(e)}`);
   } finally {
@@ -130,16 +150,11 @@ export async function runCheck(endpoint: string, engineApiKey: string, check: Ro
 
 /** Runs the checks in order, stopping at the first that fails; every result so far, that one last. */
 export async function runChecks(endpoint: string, engineApiKey: string, checks: readonly RolloutCheck[], opts: RunCheckOptions = {}): Promise<CheckResult[]> {
-  const own = opts.dispatcher === undefined ? new Agent({ connections: 1 }) : null;
   const results: CheckResult[] = [];
-  try {
-    for (const check of checks) {
-      const r = await runCheck(endpoint, engineApiKey, check, { ...opts, dispatcher: opts.dispatcher ?? own! });
-      results.push(r);
-      if (!r.ok) break;
-    }
-  } finally {
-    if (own !== null) await own.destroy();
+  for (const check of checks) {
+    const r = await runCheck(endpoint, engineApiKey, check, opts);
+    results.push(r);
+    if (!r.ok) break;
   }
   return results;
 }

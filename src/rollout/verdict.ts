@@ -20,8 +20,8 @@
  * 4. **TPOT.** The canary's time-per-output-token p95 over the stable's, when both arms have at least
  *    `bucketMinimum(minRequests)` samples (requests of 2+ tokens); over `maxTpotRatio` fails ('tpot').
  *
- * Boundaries: a figure exactly at its threshold passes (≤). Error rates are compared with a 1e-9
- * tolerance so that 5% − 3% at a 2% limit passes despite floating point. Latency ratios read both p95s
+ * Boundaries: a figure exactly at its threshold passes (≤). Error rates and ratios are compared with
+ * a 1e-9 tolerance so that 5% − 3% at a 2% limit passes despite floating point. Latency ratios read both p95s
  * no lower than 1 ms (RATIO_FLOOR_MS, the counts' first bound: finer is below their resolution), so a
  * stable p95 of 0 ms has no division by zero, and two sub-millisecond arms compare as 1×.
  */
@@ -33,8 +33,9 @@ import type { ArmFigures, ArmWindow, CanarySpec, CanaryWindow, LatencyCounts, Pr
 export const COMPARED_PERCENTILE = 0.95;
 /** Latencies below this (ms) count as this in a ratio: the first bound of the counts, their resolution. */
 export const RATIO_FLOOR_MS = LATENCY_BOUNDS_MS[0]!;
-/** Tolerance of the error-rate comparison (floating point). */
+/** Tolerances of the comparisons (floating point): a figure at its limit passes. */
 const RATE_EPSILON = 1e-9;
+const RATIO_EPSILON = 1e-9;
 
 /**
  * Samples each arm needs in a TTFT bucket (and in TPOT) for it to be compared: a quarter of the step's
@@ -72,9 +73,14 @@ export function percent(f: number): string {
   return `${Number(p.toFixed(digits))}%`;
 }
 
-/** A ratio: "2.4×", "1.52×" (at most two decimals). */
-export function times(r: number): string {
-  return `${Number(r.toFixed(2))}×`;
+/**
+ * A ratio: "2.4×", "1.52×" (at most two decimals). Given the limit it failed, enough decimals to
+ * read above it ("1.503×" at a limit of 1.5, not "1.5×").
+ */
+export function times(r: number, over?: number): string {
+  let digits = 2;
+  while (over !== undefined && digits < 6 && Number(r.toFixed(digits)) <= over) digits++;
+  return `${Number(r.toFixed(digits))}×`;
 }
 
 const roundMs = (ms: number): number => Number(ms.toFixed(ms < 10 ? 1 : 0));
@@ -133,13 +139,13 @@ export function judgeStep(spec: CanarySpec, w: CanaryWindow): StepVerdict {
       ` (at most ${percent(spec.maxErrorRateIncrease)} more)`;
     return { kind: 'fail', on: 'error_rate', reason: ref('ROLLOUT_ROLLED_BACK', message), stable, canary, ...bucket };
   }
-  if (ttft !== null && ttft.cmp.ratio > spec.maxTtftRatio) {
+  if (ttft !== null && ttft.cmp.ratio > spec.maxTtftRatio + RATIO_EPSILON) {
     const { canaryMs, stableMs, ratio } = ttft.cmp;
-    const message = `TTFT p95 ${times(ratio)} the stable revision's (${vsMillis(canaryMs, stableMs)}, ${bucketWords(ttft.bucket)}; at most ${times(spec.maxTtftRatio)})`;
+    const message = `TTFT p95 ${times(ratio, spec.maxTtftRatio)} the stable revision's (${vsMillis(canaryMs, stableMs)}, ${bucketWords(ttft.bucket)}; at most ${times(spec.maxTtftRatio)})`;
     return { kind: 'fail', on: 'ttft', reason: ref('ROLLOUT_ROLLED_BACK', message), stable, canary, bucket: ttft.bucket };
   }
-  if (tpot !== null && tpot.ratio > spec.maxTpotRatio) {
-    const message = `time per output token p95 ${times(tpot.ratio)} the stable revision's (${vsMillis(tpot.canaryMs, tpot.stableMs)}; at most ${times(spec.maxTpotRatio)})`;
+  if (tpot !== null && tpot.ratio > spec.maxTpotRatio + RATIO_EPSILON) {
+    const message = `time per output token p95 ${times(tpot.ratio, spec.maxTpotRatio)} the stable revision's (${vsMillis(tpot.canaryMs, tpot.stableMs)}; at most ${times(spec.maxTpotRatio)})`;
     return { kind: 'fail', on: 'tpot', reason: ref('ROLLOUT_ROLLED_BACK', message), stable, canary, ...bucket };
   }
   return { kind: 'pass', stable, canary, ...bucket };

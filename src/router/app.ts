@@ -28,6 +28,9 @@ import { SLOTS_REFRESH_MS, SlotWatcher } from './slots.js';
 import { RouterError, modelNotFound, renderError, routeNotFound } from './errors.js';
 import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
+import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
+import { foreignRequest, type LocalOnly } from '../util/local-only.js';
+import type { RouterCount } from './limits.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -92,8 +95,19 @@ export interface RouterDeps {
   readonly usage?: UsageSink;
   /** The per-key limits' clock (ms); Date.now by default. */
   readonly clock?: () => number;
-  /** How many routers share the per-key limits (instances on etcd: ha/router-shares.ts); 1 by default. */
-  readonly routers?: () => number;
+  /** The routers sharing the per-key limits and this one's rank (instances on etcd: ha/router-shares.ts); 1 by default. */
+  readonly routers?: () => RouterCount;
+  /** Where the canary figures go (#34; serve hands the same object to the controller); the router's own by default. */
+  readonly rollouts?: RouterRollouts;
+  /** Auth off: serve only requests whose Host and Origin are this machine's (or allowed hosts); null/absent: no check. */
+  readonly localOnly?: LocalOnly | null;
+}
+
+/** A JSON media type (`application/json`, `application/*+json`, any parameters). */
+export function isJsonContentType(value: string | undefined): boolean {
+  if (value === undefined) return false;
+  const type = value.split(';')[0]!.trim().toLowerCase();
+  return type === 'application/json' || /^application\/[a-z0-9.+-]+\+json$/.test(type);
 }
 
 /** Live numbers, for tests and the admin API. */
@@ -116,6 +130,7 @@ interface RouterRequest extends FastifyRequest {
 }
 
 const ROUTER_STATS = Symbol.for('llmgw.router.stats');
+const ROLLOUT_FIGURES = Symbol.for('llmgw.router.rollouts');
 
 /** Live numbers of a router built by buildRouter. */
 export function routerStats(app: FastifyInstance): RouterStats {
@@ -124,19 +139,50 @@ export function routerStats(app: FastifyInstance): RouterStats {
   return s;
 }
 
+/** What a router built by buildRouter saw of each arm of its models' canary steps (rollout-figures.ts). */
+export function rolloutFiguresOf(app: FastifyInstance): RolloutFigures {
+  const f = (app as unknown as Record<symbol, RolloutFigures | undefined>)[ROLLOUT_FIGURES];
+  if (!f) throw new Error('not an llmgw router');
+  return f;
+}
+
 export function buildRouter(deps: RouterDeps): FastifyInstance {
   const fleet = deps.fleet;
   const metrics = deps.metrics ?? noRouterMetrics;
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
-  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1));
+  const localOnly = deps.localOnly ?? null;
+  const foreign = (req: IncomingMessage): RouterError | null => {
+    const f = localOnly ? foreignRequest(req.headers, localOnly) : null;
+    return f ? new RouterError(f.code, f.message) : null;
+  };
+  /**
+   * Why a POST /v1/* is refused before its body is read. Auth off only (with a key, a web page
+   * elsewhere cannot send one without a CORS preflight, and `curl -d` without a content type keeps
+   * working): a foreign Host or Origin, and a body not declared JSON (text/plain, a form, none: what
+   * a page may send another site without a preflight).
+   */
+  const refusal = (req: IncomingMessage): RouterError | null => {
+    if (localOnly === null) return null;
+    const f = foreign(req);
+    if (f) return f;
+    const type = req.headers['content-type'];
+    if (isJsonContentType(type)) return null;
+    return new RouterError('UNSUPPORTED_MEDIA_TYPE', `The router reads the request body only as JSON; this request's Content-Type is ${type === undefined ? 'missing' : JSON.stringify(String(type).slice(0, 100))}: send \`Content-Type: application/json\`.`);
+  };
+  const rollouts = deps.rollouts ?? new RouterRollouts();
+  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1), rollouts);
 
   // POST /v1/* goes straight to the core; the rest to fastify
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;
   const serverFactory = (fastifyHandler: Handler, opts: Parameters<FastifyServerFactory>[1]): Server => {
     const listener: Handler = (req, res) => {
-      if (isProxyRequest(req.method, req.url)) core.handle(req, res);
-      else fastifyHandler(req, res);
+      if (isProxyRequest(req.method, req.url)) {
+        // refused from the headers, the body unread (and the connection closed with the answer)
+        const why = refusal(req);
+        if (why) core.fail(res, '', performance.now(), why, true);
+        else core.handle(req, res);
+      } else fastifyHandler(req, res);
     };
     const timeouts = { headersMs: limits.headersTimeoutMs, requestMs: limits.requestTimeoutMs };
     const server = deps.serverFactory ? (deps.serverFactory(listener, opts) as Server) : createServer(clientTimeoutOptions(timeouts), listener);
@@ -170,6 +216,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
       refreshSlots: () => slots.refresh(),
     } satisfies RouterStats,
   });
+  Object.defineProperty(app, ROLLOUT_FIGURES, { value: rollouts satisfies RolloutFigures });
   const sweepTimer = setInterval(() => {
     for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
     core.keyLimiter.sweep();
@@ -203,6 +250,16 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     core.fail(reply.raw, '', r.llmgwT0 || performance.now(), e);
   });
 
+  // auth off: a foreign Host or Origin gets nothing, on every route (the POST /v1/* hot path checks in the listener)
+  if (localOnly) {
+    app.addHook('onRequest', (request, reply, done) => {
+      const f = foreign(request.raw);
+      if (!f) return done();
+      reply.hijack();
+      core.fail(reply.raw, '', performance.now(), f, true);
+    });
+  }
+
   app.setNotFoundHandler((request, reply) => {
     reply.hijack();
     core.fail(reply.raw, '', performance.now(), routeNotFound(request.method, request.url));
@@ -223,7 +280,9 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
 
   const proxyRoute = (request: FastifyRequest, reply: FastifyReply): void => {
     reply.hijack();
-    core.handle(request.raw, reply.raw);
+    const why = refusal(request.raw);
+    if (why) core.fail(reply.raw, '', performance.now(), why, true);
+    else core.handle(request.raw, reply.raw);
   };
   for (const url of ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/*']) app.post(url, proxyRoute);
 

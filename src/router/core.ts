@@ -22,7 +22,7 @@ import { affinityKey, isPromptPath } from './affinity.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderFor, routeNotFound, writeRendered } from './errors.js';
 import { limitError, track, trackedOf, usageHook } from './key-usage.js';
-import { KeyLimiter, Ticket } from './limits.js';
+import { KeyLimiter, Ticket, type RouterCount } from './limits.js';
 import type { UsageSink } from './usage.js';
 import { ReplicaChoice } from './choose.js';
 import { ProxyCall } from './proxy.js';
@@ -31,6 +31,8 @@ import { Upstreams, type UpstreamTimeouts } from './upstreams.js';
 import { Activator } from './resolve.js';
 import { SlotQueues, slotsOf, type Pending } from './slot-queues.js';
 import { Ejections } from './eject.js';
+import { CanarySplitter, type Split } from './canary.js';
+import { RouterRollouts } from './rollout-figures.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
@@ -91,6 +93,8 @@ export class RouterCore {
   private upstreamHeaders: Record<string, string> = {};
   /** Per-key limits of access/keys.yaml. */
   readonly keyLimiter: KeyLimiter;
+  /** The canary split and its figures (canary.ts, rollout-figures.ts). */
+  readonly canary: CanarySplitter;
 
   constructor(
     private readonly fleet: FleetView,
@@ -100,9 +104,11 @@ export class RouterCore {
     private readonly log: CoreLog | null,
     private readonly usage: UsageSink | null = null,
     clock: () => number = Date.now,
-    routers: () => number = () => 1,
+    routers: () => RouterCount = () => 1,
+    rollouts: RouterRollouts = new RouterRollouts(),
   ) {
     this.keyLimiter = new KeyLimiter(clock, routers);
+    this.canary = new CanarySplitter(fleet, rollouts, clock);
     this.upstreams = new Upstreams(limits);
     this.choice = new ReplicaChoice(this.upstreams);
     const warn = (obj: object, msg: string): void => log?.warn(obj, msg);
@@ -269,23 +275,24 @@ export class RouterCore {
       if (tracked !== undefined) tracked.ticket = t;
       else t.end(0);
     }
-    // the only thing read from the parsed body after this point: `fields` is not held past here
+    // the only things read from the parsed body (the key; a canary step's split): `fields` is not held past here
     const key = adm.spec.models[model]?.routing === 'affinity' ? affinityKey(req.url ?? '/', fields) : null;
+    const split = this.canary.of(model, adm.grant.name, key, req.url ?? '/', fields);
     // activity from here until the response closes: waiting for activation, queued or proxied
     res.once('close', this.fleet.hold(model));
     const replicas = this.fleet.readyReplicas(model);
     if (replicas.length > 0) {
-      this.proxy(req, res, t0, adm.spec, model, body, key, replicas);
+      this.proxy(req, res, t0, adm.spec, model, body, key, split, replicas);
       return;
     }
-    void this.activateThenProxy(req, res, t0, adm.spec, model, body, key);
+    void this.activateThenProxy(req, res, t0, adm.spec, model, body, key, split);
   }
 
   /**
    * Sends the request to a replica, or, when every slot of the model's ready replicas is busy (or
    * others are already waiting), into the model's queue.
    */
-  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, replicas: readonly ReplicaView[]): void {
+  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null, replicas: readonly ReplicaView[]): void {
     const ms = spec.models[model]!;
     const counter = modelCounter(this.ctx, model);
     const max = ms.maxConcurrency;
@@ -293,9 +300,9 @@ export class RouterCore {
       this.fail(res, model, t0, new RouterError('CONCURRENCY_LIMIT', `Model '${model}' is at its concurrency limit of ${max} requests; retry shortly.`, { model, retryAfterSeconds: 1 }));
       return;
     }
-    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, key, slots: slotsOf(spec, ms) };
+    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, key, slots: slotsOf(spec, ms), split };
     const q = counter.queue;
-    if ((q !== null && q.length > 0) || !this.choice.hasFreeSlot(replicas, p.slots, performance.now())) {
+    if ((q !== null && q.length > 0) || !this.choice.hasFreeSlot(split === null ? replicas : split.replicas(replicas), p.slots, performance.now())) {
       this.queues.enqueue(p, counter, replicas.length);
       // a slot may be free while others wait (a replica just became ready): the oldest go now
       if (q !== null) this.queues.drainQueue(model, counter);
@@ -309,13 +316,16 @@ export class RouterCore {
    * the call. A request from the queue (`fromQueue`) goes only to a replica with a free slot: it has
    * waited for one already.
    */
-  private dispatch(p: Pending, replicas: readonly ReplicaView[], fromQueue = false): void {
+  private dispatch(p: Pending, ready: readonly ReplicaView[], fromQueue = false): void {
     const now = performance.now();
+    // in a canary step, the replicas of the request's arm (canary.ts)
+    const replicas = p.split === null ? ready : p.split.replicas(ready);
     const key = replicas.length > 1 ? p.key : null;
     let first: ReplicaView | null = null;
-    const call = new ProxyCall(this.ctx, p.model, p.path, this.headersFor(this.fleet.engineApiKey), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
+    const call = new ProxyCall(this.ctx, p.model, p.path, this.engineHeaders(), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
+    call.split = p.split;
     if (key !== null) {
-      const c = this.choice.affine(p.model, replicas, key, p.slots, null, now, fromQueue);
+      const c = this.choice.affine(p.split === null ? p.model : p.split.scope(replicas), replicas, key, p.slots, null, now, fromQueue);
       if (c !== null) {
         first = c.replica;
         call.sticky = c.entry;
@@ -338,7 +348,7 @@ export class RouterCore {
     for (const [model, counter] of this.ctx.modelInFlight) if (counter.n > 0) this.fleet.touch(model);
   }
 
-  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null): Promise<void> {
+  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null): Promise<void> {
     const gone = new AbortController();
     const onClose = (): void => {
       if (!res.writableFinished) gone.abort(new ClientGoneDuringActivation('client went away'));
@@ -362,7 +372,7 @@ export class RouterCore {
     }
     if (replicas !== null) {
       try {
-        this.proxy(req, res, t0, spec, model, body, key, replicas);
+        this.proxy(req, res, t0, spec, model, body, key, split, replicas);
       } catch (e) {
         this.fail(res, model, t0, e);
       }
@@ -393,22 +403,13 @@ export class RouterCore {
     return new RouterError('ROUTER_OVERLOADED', `The router is overloaded (${why}); retry shortly.`, { retryAfterSeconds: 1 });
   }
 
-  /** Requests in progress through handle() (for tests and metrics). */
-  get inProgress(): number {
-    return this.admitted;
-  }
-
   private tooLarge(): RouterError {
     return new RouterError('BODY_TOO_LARGE', `The request body is larger than the router's limit of ${this.limits.bodyBytes} bytes.`);
   }
 
-  /** The headers for a replica: the engine key. */
+  /** The headers for a replica: the engine key (rebuilt only when the key changes). */
   engineHeaders(): Record<string, string> {
-    return this.headersFor(this.fleet.engineApiKey);
-  }
-
-  /** The upstream request headers with the engine key, rebuilt only when the key changes. */
-  private headersFor(key: string): Record<string, string> {
+    const key = this.fleet.engineApiKey;
     if (key !== this.headersKey) {
       this.headersKey = key;
       this.upstreamHeaders = key ? { 'content-type': 'application/json', authorization: `Bearer ${key}` } : { 'content-type': 'application/json' };

@@ -30,6 +30,7 @@ export type RouterReasonCode =
   | 'KEY_RATE_LIMITED'
   | 'KEY_TOKENS_LIMITED'
   | 'KEY_CONCURRENCY_LIMITED'
+  | 'KEY_LIMITS_UNCOUNTED'
   | 'MODEL_OVERLOADED'
   | 'UPSTREAM_CONNECT'
   | 'UPSTREAM_FIRST_BYTE_TIMEOUT'
@@ -44,6 +45,9 @@ export type RouterReasonCode =
   | 'NO_VALID_SPEC'
   | 'LEADER_UNAVAILABLE'
   | 'ETCD_UNAVAILABLE'
+  | 'FOREIGN_HOST'
+  | 'FOREIGN_ORIGIN'
+  | 'UNSUPPORTED_MEDIA_TYPE'
   | 'INTERNAL';
 
 export interface RouterErrorDetail {

@@ -1,13 +1,14 @@
 /**
  * Per-key usage and limits at the router: a request's record (its key, model, replica, tokens and
  * limits ticket), followed to its response's close, where the ticket ends charged with the tokens the
- * replica reported and the usage row is written; and a refused limit as the 429 the client gets.
+ * replica reported (or, for a request that ended early, the tokens seen) and the usage row is
+ * written; and a refused limit as the 429 the client gets.
  */
 import type { ServerResponse } from 'node:http';
 import { RouterError } from './errors.js';
 import { refusalMessage, type Refusal, type Ticket } from './limits.js';
-import { CLIENT_CLOSED_STATUS } from './proxy-context.js';
-import { NO_TOKENS, usageOf, type TokenUsage, type UsageSink } from './usage.js';
+import { CLIENT_CLOSED_STATUS, type EarlyEnd } from './proxy-context.js';
+import { earlyUsageOf, NO_TOKENS, usageOf, type TokenUsage, type UsageSink } from './usage.js';
 
 /**
  * A limit refused with a longer wait than this is answered `x-should-retry: false`: an SDK at its
@@ -28,6 +29,8 @@ export interface Tracked {
   replica: string;
   reason: string;
   tokens: TokenUsage;
+  /** The request ended before its response did; `tokens` are what was seen (earlyUsageOf). */
+  early: boolean;
   ticket: Ticket | null;
 }
 
@@ -44,7 +47,7 @@ export function trackedOf(res: ServerResponse): Tracked | undefined {
  * tokens the replica reported) and its usage is recorded.
  */
 export function track(res: ServerResponse, key: string, t0: number, usage: UsageSink | null): void {
-  const t: Tracked = { key, model: '', replica: '', reason: '', tokens: NO_TOKENS, ticket: null };
+  const t: Tracked = { key, model: '', replica: '', reason: '', tokens: NO_TOKENS, early: false, ticket: null };
   (res as TrackedResponse)[TRACKED] = t;
   res.once('close', () => {
     const tokens = t.tokens;
@@ -58,14 +61,21 @@ export function track(res: ServerResponse, key: string, t0: number, usage: Usage
       reason: t.reason,
       durationSeconds: (performance.now() - t0) / 1000,
       tokens,
+      ...(t.early ? { endedEarly: true } : {}),
     });
   });
 }
 
-/** The keys hook of the proxy (ProxyContext.onUsage): the replica that answered and the tokens it reported. */
-export function usageHook(res: ServerResponse, replica: string, tail: string | null): void {
+/**
+ * The keys hook of the proxy (ProxyContext.onUsage): the replica that answered and the tokens it
+ * reported; for a request that ended early, the tokens seen (earlyUsageOf), charged as any others.
+ */
+export function usageHook(res: ServerResponse, replica: string, tail: string | null, early?: EarlyEnd | null): void {
   const t = trackedOf(res);
   if (t === undefined) return;
   t.replica = replica;
-  if (tail !== null) t.tokens = usageOf(tail) ?? NO_TOKENS;
+  if (early != null) {
+    t.tokens = earlyUsageOf(early);
+    t.early = true;
+  } else if (tail !== null) t.tokens = usageOf(tail) ?? NO_TOKENS;
 }

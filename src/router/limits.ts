@@ -13,6 +13,10 @@
  * A refused request changes nothing. Retry-After is the time until the window admits one more (for
  * concurrency, which frees when some request ends, 1 s).
  *
+ * With several routers (instances on etcd) each enforces its share of every limit (shareOf: floored,
+ * the remainder to the lowest ranks, so the shares sum to the limit); a router that has not counted
+ * the others yet refuses limited keys (KEY_LIMITS_UNCOUNTED) rather than take the whole limit.
+ *
  * Limits are passed with every call (from the spec the request was admitted under), so a new
  * revision of access/keys.yaml takes effect at the next request; counts are kept by key name and
  * model, so they carry over a revision.
@@ -21,7 +25,7 @@ import type { KeyLimits } from '../fleet-spec/types.js';
 
 export const WINDOW_MS = 60_000;
 
-export type LimitCode = 'KEY_RATE_LIMITED' | 'KEY_TOKENS_LIMITED' | 'KEY_CONCURRENCY_LIMITED';
+export type LimitCode = 'KEY_RATE_LIMITED' | 'KEY_TOKENS_LIMITED' | 'KEY_CONCURRENCY_LIMITED' | 'KEY_LIMITS_UNCOUNTED';
 
 /** Amounts charged at times, summed over the last WINDOW_MS. */
 export class SlidingWindow {
@@ -111,10 +115,34 @@ export interface Refusal {
   readonly routers: number;
 }
 
-/** A router's share of a limit shared by `routers` routers (at least 1). */
-export function shareOf(limit: number, routers: number): number {
-  return routers <= 1 ? limit : Math.max(1, Math.ceil(limit / routers));
+/**
+ * This router's place among the routers sharing the limits (instances on etcd, ha/router-shares.ts):
+ * how many there are and its rank among their ids (0: the lowest).
+ */
+export interface RouterSlot {
+  readonly routers: number;
+  readonly rank: number;
 }
+
+/**
+ * What a KeyLimiter is told of the routers sharing its limits: a slot, a count (rank 0 of that
+ * many), or null: not counted yet (a router whose etcd did not answer since it started), so it
+ * cannot know its share and refuses limited keys (KEY_LIMITS_UNCOUNTED) rather than take the whole.
+ */
+export type RouterCount = RouterSlot | number | null;
+
+/**
+ * A router's share of a limit shared by `routers` routers: the limit ÷ routers floored, and one more
+ * for each of the `limit mod routers` lowest ranks, so the shares sum to the limit (concurrency 1 over
+ * 3 routers: 1, 0, 0). A share may be 0: that router refuses the scope and the others serve it.
+ */
+export function shareOf(limit: number, routers: number, rank = 0): number {
+  if (routers <= 1) return limit;
+  const r = Math.min(Math.max(0, rank), routers - 1);
+  return Math.floor(limit / routers) + (r < limit % routers ? 1 : 0);
+}
+
+const slotOf = (c: RouterSlot | number): RouterSlot => (typeof c === 'number' ? { routers: Math.max(1, c), rank: 0 } : c);
 
 /** An admitted request's hold on its scopes; `end(tokens)` releases it once (later calls do nothing). */
 export class Ticket {
@@ -153,21 +181,23 @@ const scopeName = (key: string, model: string | null): string => (model === null
 
 /**
  * The first limit of `l` the scope (of `key`, on `model` or all its models when null) is at, or null.
- * With `routers` > 1 routers sharing the limits (several instances on etcd), this one enforces its
- * share of each (shareOf).
+ * With several routers sharing the limits (instances on etcd), this one enforces its share of each
+ * (shareOf, by its rank).
  */
-export function check(s: ScopeState, l: KeyLimits, now: number, key: string, model: string | null, routers = 1): Refusal | null {
+export function check(s: ScopeState, l: KeyLimits, now: number, key: string, model: string | null, slot: RouterSlot = { routers: 1, rank: 0 }): Refusal | null {
+  const { routers, rank } = slot;
+  const share = (limit: number): number => shareOf(limit, routers, rank);
   if (l.concurrency !== null) {
-    const c = shareOf(l.concurrency, routers);
+    const c = share(l.concurrency);
     if (s.active >= c) return { code: 'KEY_CONCURRENCY_LIMITED', retryAfterSeconds: 1, scope: scopeName(key, model), limit: c, declared: l.concurrency, routers };
   }
   if (l.requestsPerMinute !== null) {
-    const r = shareOf(l.requestsPerMinute, routers);
+    const r = share(l.requestsPerMinute);
     const w = s.requests.waitMs(now, r, 1);
     if (w > 0) return { code: 'KEY_RATE_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: r, declared: l.requestsPerMinute, routers };
   }
   if (l.tokensPerMinute !== null) {
-    const t = shareOf(l.tokensPerMinute, routers);
+    const t = share(l.tokensPerMinute);
     const w = s.tokens.waitMs(now, t, 1);
     if (w > 0) return { code: 'KEY_TOKENS_LIMITED', retryAfterSeconds: Math.max(1, Math.ceil(w / 1000)), scope: scopeName(key, model), limit: t, declared: l.tokensPerMinute, routers };
   }
@@ -183,12 +213,12 @@ export class KeyLimiter {
   private readonly keys = new Map<string, KeyStates>();
 
   /**
-   * `routers`: how many routers share the limits (the live instances on etcd, ha/router-shares.ts);
-   * each enforces its share. 1 (alone) by default.
+   * `routers`: the routers sharing the limits (the live instances on etcd, ha/router-shares.ts) and
+   * this one's rank; each enforces its share. 1 (alone) by default; null: not counted yet.
    */
   constructor(
     readonly now: () => number,
-    private readonly routers: () => number = () => 1,
+    private readonly routers: () => RouterCount = () => 1,
   ) {}
 
   /**
@@ -197,7 +227,12 @@ export class KeyLimiter {
    */
   admit(key: string, model: string, keyLimits: KeyLimits | null, modelLimits: KeyLimits | null): Ticket | Refusal {
     const now = this.now();
-    const routers = this.routers();
+    const count = keyLimits !== null || modelLimits !== null ? this.routers() : 1;
+    if (count === null) {
+      // not counted yet: its share unknown, the router takes none rather than the whole
+      return { code: 'KEY_LIMITS_UNCOUNTED', retryAfterSeconds: 1, scope: scopeName(key, keyLimits !== null ? null : model), limit: 0, declared: 0, routers: 0 };
+    }
+    const routers = slotOf(count);
     let ks = this.keys.get(key);
     if (ks === undefined) {
       ks = { all: new ScopeState(), byModel: new Map() };
@@ -249,10 +284,14 @@ const WHAT: Record<LimitCode, string> = {
   KEY_RATE_LIMITED: 'requests per minute',
   KEY_TOKENS_LIMITED: 'tokens per minute',
   KEY_CONCURRENCY_LIMITED: 'requests in progress',
+  KEY_LIMITS_UNCOUNTED: '',
 };
 
 /** The message of a refusal (names the key, never its value). */
 export function refusalMessage(r: Refusal): string {
+  if (r.code === 'KEY_LIMITS_UNCOUNTED') {
+    return `The API key has limits (${r.scope}, access/keys.yaml) that this router shares with the other instances, and it has not counted them yet (etcd has not answered since it started), so it does not know its share; retry, or through another instance.`;
+  }
   const shared = r.routers > 1 ? `, this router's share of ${r.declared} over ${r.routers} routers` : '';
   return r.code === 'KEY_CONCURRENCY_LIMITED'
     ? `The API key's limit is reached: ${r.scope} allows ${r.limit} ${WHAT[r.code]} (access/keys.yaml${shared}); retry when one ends.`

@@ -91,12 +91,23 @@ export interface ProxyContext {
   /**
    * keys hook (usage and per-key limits, key-usage.ts): called once per call as it ends, with the
    * replica that answered and the last bytes of a 200 response (null: none kept), where the
-   * replica reported its token usage.
+   * replica reported its token usage; `early` when the call ended before its response did (the
+   * client went away, the stream was cut): what was seen of it (usage.ts earlyUsageOf).
    */
-  readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null) => void) | null;
+  readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null, early?: EarlyEnd | null) => void) | null;
 }
 
 /** The breaker's port: an attempt that failed in a way that says the replica is not serving, or a response from it. */
+/** A call that ended before its response did: what the router saw of it. */
+export interface EarlyEnd {
+  /** The last bytes of the response streamed so far (null: none). */
+  readonly tail: string | null;
+  /** Stream events (`data: {…}`) passed to the client: about one per token generated. */
+  readonly events: number;
+  /** The request body's bytes (the prompt's size when the replica did not say its tokens). */
+  readonly bodyBytes: number;
+}
+
 export interface ReplicaHealth {
   failed(u: Upstream, failure: UpstreamFailure): void;
   responded(u: Upstream): void;

@@ -26,8 +26,9 @@ import type { StickyEntry } from './affinity.js';
 import { RouterError, renderFor, writeRendered } from './errors.js';
 import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
 import { forwardedHeaders } from './forward-headers.js';
-import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type ModelCounter, type ProxyContext } from './proxy-context.js';
-import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES } from './usage.js';
+import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type EarlyEnd, type ModelCounter, type ProxyContext } from './proxy-context.js';
+import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES, type PromptTokens } from './usage.js';
+import type { Split } from './canary.js';
 import { DOWN_FOR_MS, type Upstream } from './upstreams.js';
 
 class ClientGone extends Error {
@@ -80,13 +81,27 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   private tailBytes = 0;
   /** keys hook: the response's last bytes for onUsage. */
   private usageTail: string | null = null;
+  /** keys hook: stream events passed to the client (what an early end is charged, usage.ts). */
+  private events = 0;
+  /** The replica's response ended whole (onComplete). */
+  private completed = false;
+  /** The keys hook was told (once per call). */
+  private usageReported = false;
   /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
   sticky: StickyEntry | null = null;
+  /** Its side of a canary step (set by the caller; canary.ts): its arm, and its end is counted there. */
+  split: Split | null = null;
+  /** performance.now() at the first response byte (0: none yet), and the prompt tokens read off the tail. */
+  private firstByteAt = 0;
+  private tokens: PromptTokens | null = null;
   private readonly resumeFn = (): void => {
     this.resumeUpstream?.();
   };
   private readonly onClientClose = (): void => {
-    if (!this.res.writableFinished) this.abort(new ClientGone());
+    if (this.res.writableFinished) return;
+    this.abort(new ClientGone());
+    // now, before the close's other listeners: key-usage.ts records the request at its close
+    this.reportUsage();
   };
 
   constructor(
@@ -119,7 +134,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       this.finish(CLIENT_CLOSED_STATUS, NO_REASON);
       return;
     }
-    this.res.on('close', this.onClientClose);
+    // first among the close's listeners: the usage of an early end is known before it is recorded
+    this.res.prependListener('close', this.onClientClose);
     this.attempt(first);
   }
 
@@ -178,7 +194,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     this.status = statusCode;
     this.resumeUpstream = resume;
-    if ((this.countTokens || this.ctx.onUsage) && statusCode === 200) this.tail = [];
+    if (((this.countTokens || this.ctx.onUsage) && statusCode === 200) || (this.split !== null && statusCode >= 400)) this.tail = [];
     const out: Record<string, string> = { 'x-llmgw-replica': this.replica!.id };
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
@@ -202,11 +218,13 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   onData(chunk: Buffer): boolean {
     if (!this.gotByte) {
       this.gotByte = true;
-      this.ctx.metrics.timeToFirstToken(this.model, (performance.now() - this.t0) / 1000);
+      this.firstByteAt = performance.now();
+      this.ctx.metrics.timeToFirstToken(this.model, (this.firstByteAt - this.t0) / 1000);
       this.writeHead();
     }
     const tail = this.tail;
     if (tail !== null) {
+      if (this.sse) this.events += countEvents(chunk);
       tail.push(chunk);
       this.tailBytes += chunk.length;
       while (tail.length > 1 && this.tailBytes - tail[0]!.length >= USAGE_TAIL_BYTES) this.tailBytes -= tail.shift()!.length;
@@ -219,6 +237,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   }
 
   onComplete(): void {
+    this.completed = true;
     const u = this.upstream;
     this.writeHead();
     this.releaseUpstream();
@@ -227,7 +246,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       const start = t.length > USAGE_TAIL_BYTES ? t.length - USAGE_TAIL_BYTES : 0;
       const text = t.toString('latin1', start);
       this.usageTail = text; // keys hook
-      const tokens = this.countTokens ? promptTokensOf(text) : null;
+      const tokens = (this.tokens = this.countTokens ? promptTokensOf(text) : null);
       if (tokens !== null) {
         this.ctx.metrics.promptTokens(this.model, tokens.evaluated, tokens.cached);
         // what this replica's cache now holds of the key's prompt
@@ -280,6 +299,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       const next = this.nextReplica(true);
       if (next !== null) {
         if (isMove(kind)) this.moves++;
+        this.split?.failedAttempt(failed, this.t0);
         this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind, to: next.id }, 'replica failed before the first byte; trying another replica');
         this.attempt(next);
         return;
@@ -306,15 +326,19 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     // the model's ready replicas now (one may have become ready while this request waited on the
     // failed one), else those it was dispatched among
     const fresh = this.ctx.readyReplicas(this.model);
-    const replicas = fresh.length > 0 ? fresh : this.replicas;
+    const all = fresh.length > 0 ? fresh : this.replicas;
+    // in a canary step, its arm's replicas first, then the other arm's
+    const split = this.split;
+    const replicas = split === null ? all : split.replicas(all);
     let next: ReplicaView | null = null;
     if (this.key !== null && take) {
       if (this.sticky !== null) this.sticky.active--;
-      const c = this.ctx.choice.affine(this.model, replicas, this.key, this.slots, tried, now);
+      const c = this.ctx.choice.affine(split === null ? this.model : split.scope(replicas), replicas, this.key, this.slots, tried, now);
       this.sticky = c?.entry ?? null;
       next = c?.replica ?? null;
     }
     next ??= this.ctx.choice.pick(replicas, tried, now);
+    if (next === null && replicas !== all) next = this.ctx.choice.pick(all, tried, now);
     if (!take) tried.delete(failed.endpoint);
     return next;
   }
@@ -337,6 +361,25 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.finish(status, r.code);
   }
 
+  /**
+   * What an early end saw (keys hook): a call that reached a replica and ended before its response
+   * did, the client gone or the stream cut after its first byte (a router's own error before it is
+   * not charged). null: it completed, or was not early.
+   */
+  private earlyEnd(): EarlyEnd | null {
+    if (this.ctx.onUsage == null || this.completed || this.replica === null) return null;
+    if (!this.gotByte && !(this.abortReason instanceof ClientGone)) return null;
+    const tail = this.tail !== null && this.tail.length > 0 ? Buffer.concat(this.tail).toString('latin1') : null;
+    return { tail, events: this.events, bodyBytes: this.body.length };
+  }
+
+  /** The keys hook, once: the replica that answered, its usage, or what an early end saw. */
+  private reportUsage(): void {
+    if (this.usageReported) return;
+    this.usageReported = true;
+    this.ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail, this.earlyEnd());
+  }
+
   /** `reason`: the catalogue code the router ended the request with, NO_REASON for the replica's own answer. */
   private finish(status: number, reason: string): void {
     if (this.done) return;
@@ -356,9 +399,21 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     ctx.metrics.inFlight(this.model, -1);
     ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
-    ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail); // keys hook
+    this.reportUsage();
+    if (this.split !== null && this.replica !== null) {
+      this.split.ended(this.replica, { status, reason, tail: this.usageTail, tokens: this.tokens, t0: this.t0, firstByteAt: this.firstByteAt, now });
+    }
     ctx.active.delete(this);
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }
+}
+
+const EVENT = Buffer.from('data: {');
+
+/** The stream events (`data: {`) a chunk starts: about one per token. */
+function countEvents(chunk: Buffer): number {
+  let n = 0;
+  for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) n++;
+  return n;
 }

@@ -10,6 +10,7 @@ import type { ServerResponse } from 'node:http';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import type { Split } from './canary.js';
 import type { ReplicaChoice } from './choose.js';
 import { RouterError } from './errors.js';
 import { CLIENT_CLOSED_STATUS, type ModelCounter, type ProxyContext } from './proxy-context.js';
@@ -32,6 +33,8 @@ export interface Pending {
   readonly key: number | null;
   /** Slots per replica: the profile's parallel (Infinity when the spec has no such profile). */
   readonly slots: number;
+  /** Its side of the model's canary step, read at arrival (canary.ts); null outside one. */
+  readonly split: Split | null;
 }
 
 /** A model's slots per replica: its profile's `parallel`; Infinity (no queueing) when the profile is unknown. */

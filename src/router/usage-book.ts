@@ -21,6 +21,8 @@ interface Agg {
   prompt: number;
   cached: number;
   completion: number;
+  /** Requests that ended before their response did (their tokens: what was seen). */
+  endedEarly: number;
   /** latency bucket → count */
   readonly latency: Map<number, number>;
 }
@@ -32,7 +34,7 @@ export interface UsageQuery {
   readonly model?: string;
 }
 
-const newAgg = (): Agg => ({ requests: 0, errors: 0, prompt: 0, cached: 0, completion: 0, latency: new Map() });
+const newAgg = (): Agg => ({ requests: 0, errors: 0, prompt: 0, cached: 0, completion: 0, endedEarly: 0, latency: new Map() });
 
 function bucketOf(seconds: number): number {
   const ms = seconds * 1000;
@@ -85,6 +87,7 @@ export class UsageBook implements UsageSink {
     a.prompt += r.tokens.prompt;
     a.cached += r.tokens.cached;
     a.completion += r.tokens.completion;
+    if (r.endedEarly === true) a.endedEarly++;
     const b = bucketOf(r.durationSeconds);
     a.latency.set(b, (a.latency.get(b) ?? 0) + 1);
   }
@@ -109,13 +112,14 @@ export class UsageBook implements UsageSink {
         s.prompt += a.prompt;
         s.cached += a.cached;
         s.completion += a.completion;
+        s.endedEarly += a.endedEarly;
         for (const [b, n] of a.latency) s.latency.set(b, (s.latency.get(b) ?? 0) + n);
       }
     }
     const rows: UsageRow[] = [];
     for (const [id, s] of sums) {
       const sep = id.indexOf('\u0000');
-      rows.push({ key: id.slice(0, sep), model: id.slice(sep + 1), requests: s.requests, errors: s.errors, promptTokens: s.prompt, cachedTokens: s.cached, completionTokens: s.completion, p50LatencySeconds: p50(s.latency) });
+      rows.push({ key: id.slice(0, sep), model: id.slice(sep + 1), requests: s.requests, errors: s.errors, promptTokens: s.prompt, cachedTokens: s.cached, completionTokens: s.completion, endedEarly: s.endedEarly, p50LatencySeconds: p50(s.latency) });
     }
     return rows.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.model < b.model ? -1 : a.model > b.model ? 1 : 0));
   }

@@ -1,6 +1,7 @@
 /**
  * The usage log (`llmgw serve --usage-log FILE`): one JSON line per request —
- * `{"time","key","model","replica","status","reason","duration_ms","prompt_tokens","cached_tokens","completion_tokens"}`
+ * `{"time","key","model","replica","status","reason","duration_ms","prompt_tokens","cached_tokens","completion_tokens","ended_early"}`
+ * (`ended_early`: the request ended before its response did, its tokens are what was seen of it)
  * (the key's name, never its value; nothing of a prompt or a completion) — appended to FILE.
  *
  * Lines are buffered in memory and written with one append and one fsync per batch, at most
@@ -37,6 +38,7 @@ export function usageLine(r: UsageRecord): string {
       prompt_tokens: r.tokens.prompt,
       cached_tokens: r.tokens.cached,
       completion_tokens: r.tokens.completion,
+      ended_early: r.endedEarly === true,
     }) + '\n'
   );
 }

@@ -120,3 +120,18 @@ export function usageOf(tail: string): TokenUsage | null {
   return { prompt: input ?? 0, cached: unum(usage, 'cache_read_input_tokens') ?? 0, completion: output ?? 0 };
 }
 
+/** Bytes of a request body taken as one prompt token when the replica did not say (about 4 characters a token). */
+export const BODY_BYTES_PER_TOKEN = 4;
+
+/**
+ * The tokens a request that ended early used (the client went away, the stream was cut): what its
+ * last bytes report if they do (a stream's usage or timings events got through), else what was seen —
+ * one completion token per stream event passed to the client, and the prompt as the body's bytes
+ * ÷ 4 (llama-server evaluates the whole prompt before its first token; none of it taken as cached).
+ * Pure.
+ */
+export function earlyUsageOf(e: { readonly tail: string | null; readonly events: number; readonly bodyBytes: number }): TokenUsage {
+  const reported = e.tail !== null ? usageOf(e.tail) : null;
+  if (reported !== null && reported.completion >= e.events) return reported;
+  return { prompt: reported?.prompt ?? Math.ceil(e.bodyBytes / BODY_BYTES_PER_TOKEN), cached: reported?.cached ?? 0, completion: e.events };
+}

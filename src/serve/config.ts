@@ -9,6 +9,7 @@ import { usageError } from '../errors/catalogue.js';
 import { parseDuration, parseSize } from '../fleet-spec/units.js';
 import { isLogFormat, LOG_FORMATS, type LogFormat } from './log-format.js';
 import type { EtcdSettings } from '../ha/etcd.js';
+import { isLoopbackListen, parseAllowedHosts } from '../util/local-only.js';
 
 export interface Listen {
   readonly host: string;
@@ -37,6 +38,10 @@ export interface ServeConfig {
   readonly etcd: EtcdConfig | null;
   /** The usage log: one JSON line per router request (src/router/usage-log.ts); null = none. */
   readonly usageLog: { readonly path: string; readonly maxBytes: number } | null;
+  /** Host names an auth-off port accepts besides loopback (and its own listen address). */
+  readonly allowedHosts: readonly string[];
+  /** An auth-off port listens beyond loopback because the operator forced it (a warning is logged). */
+  readonly unsafeListenWithoutAuth: boolean;
 }
 
 /** --etcd and its settings: what the etcd layer opens a client and an election with. */
@@ -75,6 +80,7 @@ export const SETTINGS = {
   usageLog: { flag: 'usage-log', env: 'LLMGW_USAGE_LOG', key: 'usage_log', help: 'append one JSON line per router request to this file (time, key name, model, replica, status, tokens, duration; never prompt or completion text), fsynced at least every second' },
   usageLogMaxSize: { flag: 'usage-log-max-size', env: 'LLMGW_USAGE_LOG_MAX_SIZE', key: 'usage_log_max_size', help: 'rotate the usage log to FILE.1 … FILE.5 at this size (default 64MiB)' },
   logLevel: { flag: 'log-level', env: 'LLMGW_LOG_LEVEL', key: 'log_level', help: 'pino log level (default info)' },
+  allowedHosts: { flag: 'allowed-hosts', env: 'LLMGW_ALLOWED_HOSTS', key: 'allowed_hosts', help: 'with authentication off, Host names (comma-separated) served besides loopback; a request with another Host or a web page\'s Origin elsewhere gets 403 (default: loopback only)' },
   logFormat: { flag: 'log-format', env: 'LLMGW_LOG_FORMAT', key: 'log_format', help: 'json, pretty (readable lines) or auto: pretty when stdout is a terminal (default auto)' },
 } as const;
 
@@ -96,13 +102,13 @@ export function readConfigFile(path: string): Record<string, unknown> {
   }
   const v = parseYaml(text) as unknown;
   if (v === null || typeof v !== 'object' || Array.isArray(v)) throw usageError(`--config ${path}: expected a mapping of settings`);
-  const known = new Set(Object.values(SETTINGS).map((s) => s.key as string).concat(['no_router_auth', 'no_admin_auth']));
+  const known = new Set(Object.values(SETTINGS).map((s) => s.key as string).concat(['no_router_auth', 'no_admin_auth', 'unsafe_listen_without_auth']));
   for (const k of Object.keys(v)) if (!known.has(k)) throw usageError(`--config ${path}: unknown setting "${k}" (known: ${[...known].sort().join(', ')})`);
   return v as Record<string, unknown>;
 }
 
 export interface ConfigSources {
-  readonly flags: Partial<Record<SettingName, string>> & { readonly noRouterAuth?: boolean; readonly noAdminAuth?: boolean };
+  readonly flags: Partial<Record<SettingName, string>> & { readonly noRouterAuth?: boolean; readonly noAdminAuth?: boolean; readonly unsafeListenWithoutAuth?: boolean };
   readonly env: NodeJS.ProcessEnv;
   readonly file: Record<string, unknown>;
   readonly cwd: string;
@@ -144,19 +150,34 @@ export function resolveConfig(src: ConfigSources): ServeConfig {
   const usageMaxBytes = usageMax === null ? 64 * 1024 * 1024 : parseSize(usageMax);
   if (usageMax !== null && (!usageMaxBytes || usageMaxBytes < 4096)) throw usageError(`--usage-log-max-size must be a size of at least 4KiB, such as 64MiB (got ${JSON.stringify(usageMax)})`);
   if (usageMax !== null && usageLogPath === null) throw usageError('--usage-log-max-size needs --usage-log FILE');
+  const allowed = parseAllowedHosts(get('allowedHosts') ?? '');
+  if (allowed.bad !== null) throw usageError(`--allowed-hosts takes host names or addresses, comma-separated, such as llm.lan,10.0.0.5 (got ${JSON.stringify(allowed.bad)})`);
+  const unsafeListenWithoutAuth = Boolean(src.flags.unsafeListenWithoutAuth || truthy(src.env.LLMGW_UNSAFE_LISTEN_WITHOUT_AUTH) || truthy(src.file.unsafe_listen_without_auth));
+  const routerListen = parseListen('--router-listen', get('routerListen') ?? '127.0.0.1:8080');
+  const adminListen = parseListen('--admin-listen', get('adminListen') ?? '127.0.0.1:8081');
+  const routerAuth = !(src.flags.noRouterAuth || truthy(src.env.LLMGW_NO_ROUTER_AUTH) || truthy(src.file.no_router_auth));
+  const adminAuth = !(src.flags.noAdminAuth || truthy(src.env.LLMGW_NO_ADMIN_AUTH) || truthy(src.file.no_admin_auth));
+  // auth off means this machine only: a listener beyond loopback needs the operator to force it (#36, N7)
+  for (const [what, auth, listen, flag] of [['router', routerAuth, routerListen, '--no-router-auth'], ['admin API', adminAuth, adminListen, '--no-admin-auth']] as const) {
+    if (!auth && !isLoopbackListen(listen.host) && !unsafeListenWithoutAuth) {
+      throw usageError(`the ${what} has authentication off (${flag} or --local) and would listen on ${listen.host}, beyond this machine: listen on 127.0.0.1, turn authentication on, or force it with --unsafe-listen-without-auth`);
+    }
+  }
   return {
+    allowedHosts: allowed.hosts,
+    unsafeListenWithoutAuth,
     etcd: etcdConfig(get, duration, abs),
     fleet: { url: isUrl ? fleet : null, path: isUrl ? null : abs(fleet), branch: get('branch') ?? 'main', tokenFile: abs(get('gitTokenFile')), tokenEnv: get('gitTokenEnv') },
     secretsDir: abs(get('secretsDir')) ?? resolve(src.cwd, '.llmgw/secrets'),
     stateDir: abs(get('stateDir')) ?? resolve(src.cwd, '.llmgw/state'),
     router: {
-      listen: parseListen('--router-listen', get('routerListen') ?? '127.0.0.1:8080'),
-      auth: !(src.flags.noRouterAuth || truthy(src.env.LLMGW_NO_ROUTER_AUTH) || truthy(src.file.no_router_auth)),
+      listen: routerListen,
+      auth: routerAuth,
       bodyLimitBytes,
     },
     admin: {
-      listen: parseListen('--admin-listen', get('adminListen') ?? '127.0.0.1:8081'),
-      auth: !(src.flags.noAdminAuth || truthy(src.env.LLMGW_NO_ADMIN_AUTH) || truthy(src.file.no_admin_auth)),
+      listen: adminListen,
+      auth: adminAuth,
       tokenFile: abs(get('adminTokenFile')),
       tokenEnv: 'LLMGW_ADMIN_TOKEN',
     },

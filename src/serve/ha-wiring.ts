@@ -61,6 +61,8 @@ export function wireHa(o: HaWiringOptions): HaWiring {
   });
   const stateStore = new EtcdStateStore(election, o.client, prefix, o.time.now);
   const published = new Published(election, o.client, prefix, o.time.timers);
+  // an entry past etcd's limit is cut and the rest written (keyed-layout.ts): said, once per write
+  stateStore.onCut = published.onCut = (r) => o.logger.warn({ code: r.code, err: r.message }, 'an etcd entry past the size limit was cut to fit');
   const requests = new Requests(o.client, prefix, o.instance.id, o.time);
   const controller = new HaController({
     election,

@@ -62,8 +62,9 @@ export async function serveHa(e: EtcdConfig, p: HaServeParts): Promise<HaServed>
     onLeadership: p.onLeadership,
     term: (t, election) => ({
       ...p.common,
-      // a status-branch epoch above etcd's own revision is a forgery (or from before a restore): it fences nothing
-      status: new StatusWriter(repo, () => election.revision()),
+      // a status-branch epoch above this leader's own (while it holds the leader key; else above etcd's
+      // revision) is a forgery (or from before a restore): it fences nothing (#36, N2)
+      status: new StatusWriter(repo, () => election.fenceBound()),
       tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
       driverFor: (n, supersede) => p.openDriver(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: p.ownerTtlSeconds }), supersede),
     }),

@@ -32,6 +32,7 @@ import type { ControlView } from '../reconciler/view.js';
 import type { HaController } from '../ha/controller.js';
 import type { RouterShares } from '../ha/router-shares.js';
 import { instanceOf } from './instance.js';
+import { isLoopbackListen, type LocalOnly } from '../util/local-only.js';
 
 /** A node's owner record outlives its owner's last renewal by this much before another controller may take the node. */
 const OWNER_TTL_SECONDS = 60;
@@ -94,7 +95,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     token: { ...(cfg.fleet.tokenFile ? { file: cfg.fleet.tokenFile } : {}), ...(cfg.fleet.tokenEnv ? { env: cfg.fleet.tokenEnv } : {}) },
   });
   const instance = instanceOf(cfg.stateDir);
-  const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []) });
+  // per-key series only when fleet.yaml asks for them (/metrics needs no token); `controller` is set below
+  const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []), perKey: () => controller?.spec()?.settings.metricsPerKey === true });
   const memory = new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs });
   const readSecret = tokenSecrets(cfg.secretsDir);
   const common = {
@@ -114,7 +116,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         return s ? { ...fence(), supersede: s } : fence();
       },
     });
-  let controller: Reconciler | HaController;
+  let controller: Reconciler | HaController | undefined;
   let etcdClient: Etcd3 | null = null;
   let routerShares: RouterShares | null = null;
   if (cfg.etcd) {
@@ -157,6 +159,13 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         return server as unknown as Server;
       }
     : null;
+  // auth off means this machine only (#36, N7): loopback Hosts, the allowed ones, and the port's own listen address
+  const localOnly = (auth: boolean, listen: { host: string }): LocalOnly | null => {
+    if (auth) return null;
+    if (!isLoopbackListen(listen.host)) log.warn({ listen: listen.host }, 'authentication is off on a port listening beyond loopback (--unsafe-listen-without-auth): anyone who reaches it may use it');
+    const own = listen.host === '0.0.0.0' || listen.host === '::' ? [] : [listen.host.toLowerCase()];
+    return { allowedHosts: [...new Set([...cfg.allowedHosts, ...own])] };
+  };
   const usageBook = new UsageBook();
   const usageLog = cfg.usageLog ? new UsageLog({ path: cfg.usageLog.path, maxBytes: cfg.usageLog.maxBytes, log: log.child({ component: 'usage-log' }) }) : null;
   const router = buildRouter({
@@ -166,6 +175,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     usage: fanOut(usageLog ? [metrics.keys, usageBook, usageLog] : [metrics.keys, usageBook]),
     logger: log.child({ component: 'router' }),
     auth: { required: cfg.router.auth },
+    localOnly: localOnly(cfg.router.auth, cfg.router.listen),
     limits: {
       ...(cfg.router.bodyLimitBytes ? { bodyBytes: cfg.router.bodyLimitBytes } : {}),
       ...(cfg.routerMaxInFlight ? { maxInFlight: cfg.routerMaxInFlight } : {}),
@@ -178,6 +188,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const admin = buildAdminApp({
     backend: controller,
     token: adminToken,
+    localOnly: localOnly(cfg.admin.auth, cfg.admin.listen),
     usage: usageBook,
     ...(webhookSecret ? { webhook: { secret: webhookSecret, branch: cfg.fleet.branch } } : {}),
     logger: log.child({ component: 'admin' }),

@@ -24,7 +24,7 @@ export class StatusWriter implements StatusSink {
   /** A forged epoch on the branch, passed over (STATUS_EPOCH_FORGED), while it is there. */
   forged: ReasonRef | null = null;
 
-  /** `epochBound`: HA, etcd's current revision — an epoch above it on the branch is a forgery and fences nothing. */
+  /** `epochBound`: HA, the leader's own epoch while it holds the key (else etcd's revision) — an epoch above it on the branch is a forgery and fences nothing. */
   constructor(
     private readonly repo: FleetRepo,
     private readonly epochBound?: () => Promise<number>,
@@ -69,7 +69,7 @@ export class StatusWriter implements StatusSink {
       this.forged = null;
       return;
     }
-    const message = `status branch commit ${f.commit.slice(0, 12)} carries Llmgw-Epoch ${f.epoch}, above etcd's revision ${f.bound}: not an epoch this etcd made (forged, or from before an etcd restore); it fences nothing and this leader writes on`;
+    const message = `status branch commit ${f.commit.slice(0, 12)} carries Llmgw-Epoch ${f.epoch}, above ${f.bound}, the highest real epoch (this leader's own while it holds the leader key, else etcd's revision): no leader of this etcd wrote it (forged, or from before an etcd restore); it fences nothing and this leader writes on`;
     if (this.forged?.message !== message) log.error({ code: 'STATUS_EPOCH_FORGED', commit: f.commit, epoch: f.epoch, bound: f.bound }, 'status branch: a forged epoch, passed over');
     this.forged = { code: 'STATUS_EPOCH_FORGED', message };
   }

@@ -45,6 +45,15 @@ const HTML = `<!doctype html>
     <section aria-labelledby="models-title">
       <h2 id="models-title">Models</h2>
       <p id="models-summary"></p>
+      <form id="models-filter" class="filter" role="search">
+        <label for="models-search">Find</label>
+        <input id="models-search" type="search" placeholder="model name or alias" autocomplete="off">
+        <label for="models-phase">Phase</label>
+        <select id="models-phase"><option value="">all phases</option><option>parked</option><option>unplaceable</option><option>failing</option><option>starting</option><option>pending</option><option>degraded</option><option>ready</option><option>idle</option></select>
+        <button id="models-prev" type="button">previous page</button>
+        <button id="models-next" type="button">next page</button>
+      </form>
+      <p id="models-page" aria-live="polite"></p>
       <div id="groups"></div>
     </section>
     <section aria-labelledby="nodes-title">
@@ -107,7 +116,8 @@ button[disabled] { opacity: .6; cursor: progress; }
 .login { max-width: 30rem; }
 .login input { font: inherit; padding: .3rem; width: 100%; margin: .3rem 0 .6rem; }
 .error { color: var(--bad); }
-.filter { display: flex; gap: .5rem; align-items: center; margin-bottom: .4rem; }
+.filter { display: flex; flex-wrap: wrap; gap: .5rem; align-items: center; margin-bottom: .4rem; }
+#models-search { min-width: 0; flex: 1 1 10rem; }
 @media (max-width: 40rem) { .facts, .kv { grid-template-columns: 1fr; } .facts dd, .kv dd { margin-bottom: .3rem; } main { padding: 0 .5rem 2rem; } }
 `;
 
@@ -118,6 +128,8 @@ export interface PageAssets {
   readonly html: string;
   readonly css: string;
   readonly js: string;
+  /** The models' page and patches (src/ui/web/models-page.ts), a module app.js imports. */
+  readonly modelsJs: string;
   readonly icon: string;
 }
 
@@ -127,12 +139,15 @@ let cached: PageAssets | null = null;
 
 export function pageAssets(): PageAssets {
   if (cached) return cached;
-  let js: string;
-  try {
-    js = readFileSync(new URL('./web/app.js', import.meta.url), 'utf8').replace(/\n\/\/# sourceMappingURL=.*\n?$/, '\n');
-  } catch {
-    js = MISSING_JS;
-  }
-  cached = { html: HTML, css: CSS, js, icon: ICON };
+  const built = (file: string): string | null => {
+    try {
+      return readFileSync(new URL(`./web/${file}`, import.meta.url), 'utf8').replace(/\n\/\/# sourceMappingURL=.*\n?$/, '\n');
+    } catch {
+      return null;
+    }
+  };
+  const js = built('app.js');
+  const modelsJs = built('models-page.js');
+  cached = js !== null && modelsJs !== null ? { html: HTML, css: CSS, js, modelsJs, icon: ICON } : { html: HTML, css: CSS, js: MISSING_JS, modelsJs: '', icon: ICON };
   return cached;
 }

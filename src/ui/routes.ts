@@ -5,8 +5,9 @@
  *   GET /admin/v1/events/stream[?model=M]             the same as Server-Sent Events (`event: fleet-event`);
  *                                                     Last-Event-ID (BOOT:SEQ) replays what the ring still holds
  *   GET /admin/v1/view                                the page's view of the fleet (JSON)
- *   GET /admin/v1/view/stream                         that view again on every snapshot change and each new
- *                                                     router figure (SSE `event: view`)
+ *   GET /admin/v1/view/stream?page&size&phase&node&q  a page of that view (default the first 100 models,
+ *                                                     attention first) once (SSE `event: view`), then what
+ *                                                     changed on it, model by model (`event: patch`)
  * The API routes take the admin token like every other; the streams drop a client that does not
  * read (see sse.ts) and end when the app closes.
  */
@@ -20,7 +21,9 @@ import { DEFAULT_SSE, SseClient, sseFrame, type SseOptions } from '../events/sse
 import { pageAssets, CSP } from './assets.js';
 import type { EventJson, EventsJson } from '../wire/events.js';
 export type { EventJson, EventsJson } from '../wire/events.js';
-import { figuresText, pageView, type PageView } from './view.js';
+import { figuresText, viewBase, viewOfPage, type PageView, type ViewBase } from './view.js';
+import { ALL_MODELS, MAX_PAGE_SIZE, PageDiff, viewQueryOf, type ViewQuery } from './view-page.js';
+import { MODEL_PHASES } from '../reconciler/view.js';
 import { FiguresWindow, readRouterCounters, type RouterFigures } from './figures.js';
 
 export interface UiDeps {
@@ -76,18 +79,30 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
   const assets = pageAssets();
 
   let figures: Map<string, RouterFigures> | null = null;
-  let view: { for: unknown; figures: unknown; value: PageView } | null = null;
-  const currentView = (): PageView => {
+  // what every page of a snapshot shares: once per snapshot (a figure tick does not rebuild it)
+  let base: { for: unknown; value: ViewBase } | null = null;
+  const currentBase = (): ViewBase => {
     const s = feed.current;
-    if (view?.for !== s || view.figures !== figures) view = { for: s, figures, value: pageView(s, deps.backend.spec(), figures) };
-    return view.value;
+    if (base?.for !== s) base = { for: s, value: viewBase(s, deps.backend.spec()) };
+    return base.value;
   };
+  const currentView = (q: ViewQuery): PageView => viewOfPage(currentBase(), q, figures);
 
-  const viewClients = new Set<SseClient>();
+  // each client's page: its whole view once, then what changed, model by model (view-page.ts)
+  const viewClients = new Map<SseClient, { readonly q: ViewQuery; readonly diff: PageDiff }>();
+  const sendView = (c: SseClient, v: { readonly q: ViewQuery; readonly diff: PageDiff }): void => {
+    const page = currentView(v.q);
+    if (c.behind) {
+      // a client still reading the frame before gets one whole view when it has (only the newest is kept)
+      v.diff.whole(page);
+      c.latest(sseFrame('view', page));
+      return;
+    }
+    const patch = v.diff.patch(page);
+    if (patch !== null) c.send(sseFrame('patch', patch));
+  };
   const broadcast = (): void => {
-    if (viewClients.size === 0) return;
-    const frame = sseFrame('view', currentView());
-    for (const c of viewClients) c.latest(frame);
+    for (const [c, v] of viewClients) sendView(c, v);
   };
   feed.onSnapshot(broadcast);
 
@@ -156,6 +171,7 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
   app.get('/ui/', page('text/html; charset=utf-8', assets.html));
   app.get('/ui/app.css', page('text/css; charset=utf-8', assets.css));
   app.get('/ui/app.js', page('text/javascript; charset=utf-8', assets.js));
+  app.get('/ui/models-page.js', page('text/javascript; charset=utf-8', assets.modelsJs));
   app.get('/ui/icon.svg', page('image/svg+xml', assets.icon));
   app.get('/favicon.ico', async (_req, reply) => reply.redirect('/ui/icon.svg', 301));
   // whether to show the token form before asking for anything (a refused request is noise in the console)
@@ -207,17 +223,39 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
         },
       );
 
-      api.get('/view', async (_req, reply) => reply.header('cache-control', 'no-store').send(currentView()));
+      // a page of the models (page, size), a phase, a node, a search (q): the page's view; none: the whole fleet's
+      const viewQuerySchema = {
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            page: { type: 'integer', minimum: 0, maximum: 1_000_000 },
+            size: { type: 'integer', minimum: 1, maximum: MAX_PAGE_SIZE },
+            phase: { type: 'string', enum: [...MODEL_PHASES] },
+            node: { type: 'string', minLength: 1, maxLength: MAX_NAME },
+            q: { type: 'string', maxLength: MAX_NAME },
+          },
+        },
+      };
+      type ViewQs = { Querystring: { page?: number; size?: number; phase?: string; node?: string; q?: string } };
+      api.get<ViewQs>('/view', { schema: viewQuerySchema }, async (req, reply) => {
+        const q = Object.keys(req.query).length === 0 ? ALL_MODELS : viewQueryOf(req.query);
+        return reply.header('cache-control', 'no-store').send(currentView(q));
+      });
 
-      api.get('/view/stream', async (_req, reply) => {
+      api.get<ViewQs>('/view/stream', { schema: viewQuerySchema }, async (req, reply) => {
+        // the stream is always paged (default 100 models): one frame of the whole fleet passed a client's budget
+        const v = { q: viewQueryOf(req.query), diff: new PageDiff() };
         const c = open(reply);
-        viewClients.add(c);
+        viewClients.set(c, v);
         startFigures();
         c.whenEnded(() => {
           viewClients.delete(c);
           if (viewClients.size === 0) stopFigures();
         });
-        c.latest(sseFrame('view', currentView()));
+        const page = currentView(v.q);
+        v.diff.whole(page);
+        c.latest(sseFrame('view', page));
       });
     },
     { prefix: deps.prefix },

@@ -8,10 +8,11 @@
 import { Reasons } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { formatBytes } from '../fleet-spec/units.js';
-import { MODEL_PHASES, type FleetSnapshot, type ModelPhase } from '../reconciler/view.js';
+import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
 import { controlLines, type ControlLine, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../format/ctl-format.js';
 import type { RouterFigures } from './figures.js';
 import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
+import { ALL_MODELS, attentionOrder, selectPage, type ViewPageInfo, type ViewQuery } from './view-page.js';
 
 export interface PageReplica {
   readonly id: string;
@@ -76,6 +77,19 @@ export interface PageView {
   readonly rejected: { readonly revision: string; readonly problems: readonly { readonly where: string; readonly message: string; readonly code: string }[]; readonly hint: string } | null;
   readonly groups: readonly PageGroup[];
   readonly nodes: readonly PageNode[];
+  /** The page of the models the groups hold (view-page.ts): all of them without a query. */
+  readonly page?: ViewPageInfo;
+}
+
+/** What every page of one snapshot shares: built once per snapshot, not per client or figure tick. */
+export interface ViewBase {
+  readonly at: string;
+  readonly status: StatusJson;
+  readonly control: readonly ControlLine[];
+  readonly rejected: PageView['rejected'];
+  readonly nodes: readonly PageNode[];
+  /** Every model, in attention order (view-page.ts). */
+  readonly models: readonly ModelJson[];
 }
 
 const sized = (bytes: number): { bytes: number; text: string } => ({ bytes, text: formatBytes(bytes) });
@@ -115,27 +129,45 @@ function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, Router
   };
 }
 
+/** The whole fleet's view (GET /admin/v1/view without a query). */
 export function pageView(s: FleetSnapshot, spec: FleetSpec | null, figures: ReadonlyMap<string, RouterFigures> | null = null): PageView {
+  return viewOfPage(viewBase(s, spec), ALL_MODELS, figures);
+}
+
+/** The view of the page `q` selects: the base's header and nodes, the cards of that page's models only. */
+export function viewOfPage(base: ViewBase, q: ViewQuery, figures: ReadonlyMap<string, RouterFigures> | null = null): PageView {
+  const { models, info } = selectPage(base.models, q);
+  const groups: PageGroup[] = [];
+  for (const m of models) {
+    const last = groups[groups.length - 1];
+    const card = pageModel(m, base.at, figures);
+    if (last !== undefined && last.phase === m.phase) (last.models as PageModel[]).push(card);
+    else groups.push({ phase: m.phase, blurb: GROUP_BLURBS[m.phase] ?? null, models: [card] });
+  }
+  return { at: base.at, status: base.status, control: base.control, rejected: base.rejected, groups, nodes: base.nodes, page: info };
+}
+
+/** What every page of a snapshot shares (the header, the nodes, the models in attention order). */
+export function viewBase(s: FleetSnapshot, spec: FleetSpec | null): ViewBase {
   const status = statusJson(s);
   const at = status.at;
-  const models = s.models.map((m) => modelJson(m, s.appliedRevision, s.at));
-  const groups: PageGroup[] = MODEL_PHASES.map((phase) => ({
-    phase,
-    blurb: GROUP_BLURBS[phase] ?? null,
-    models: models.filter((m) => m.phase === phase).map((m) => pageModel(m, at, figures)),
-  })).filter((g) => g.models.length > 0);
+  const models = attentionOrder(s.models.map((m) => modelJson(m, s.appliedRevision, s.at)));
 
-  const memOf = new Map(s.models.map((m) => [m.name, m.memoryBytes]));
   const reserveBytes = spec?.settings.placementReserveBytes ?? 0;
+  // every replica by its node, in one walk over the models (not one per node: 10,000 models × 100 nodes)
+  const byNode = new Map<string, PageNodeReplica[]>();
+  for (const m of s.models) {
+    for (const r of m.replicas) {
+      const bytes = m.memoryBytes;
+      let list = byNode.get(r.node);
+      if (list === undefined) byNode.set(r.node, (list = []));
+      list.push({ id: r.id, model: r.model, phase: r.phase, bytes, text: `${r.model} (${r.phase}${bytes === null ? '' : `, ${formatBytes(bytes)}`})` });
+    }
+  }
   const nodes: PageNode[] = s.nodes.map((n) => {
     const declared = spec?.nodes[n.name]?.capacity.memoryBytes ?? null;
     const capacityBytes = declared ?? n.memory?.totalBytes ?? null;
-    const replicas: PageNodeReplica[] = s.models
-      .flatMap((m) => m.replicas.filter((r) => r.node === n.name))
-      .map((r) => {
-        const bytes = memOf.get(r.model) ?? null;
-        return { id: r.id, model: r.model, phase: r.phase, bytes, text: `${r.model} (${r.phase}${bytes === null ? '' : `, ${formatBytes(bytes)}`})` };
-      });
+    const replicas: PageNodeReplica[] = byNode.get(n.name) ?? [];
     // as the planner counts them: every replica but a failed one takes its model's need
     const taken = replicas.reduce((t, r) => t + (r.phase === 'failed' ? 0 : (r.bytes ?? 0)), 0);
     return {
@@ -156,7 +188,7 @@ export function pageView(s: FleetSnapshot, spec: FleetSpec | null, figures: Read
     status,
     control: controlLines(status, at),
     rejected: r ? { revision: r.revision, hint: r.hint, problems: r.problems.map((p) => ({ where: `${p.file}${p.line !== null ? `:${p.line}` : ''}`, message: p.message, code: p.code })) } : null,
-    groups,
     nodes,
+    models,
   };
 }

@@ -9,6 +9,8 @@ export interface UsageRow {
   readonly promptTokens: number;
   readonly cachedTokens: number;
   readonly completionTokens: number;
+  /** Requests that ended before their response did (client gone, stream cut): their tokens are what the router saw. */
+  readonly endedEarly: number;
   /** Median request duration (within 5 %), null when there were none. */
   readonly p50LatencySeconds: number | null;
 }

@@ -46,9 +46,9 @@ const rendered: Record<string, string> = {
   'buildInstallScript(fence)': scripts.buildInstallScript({ ...EF, git: '/srv/x.bundle', ref: 'main', cmakeFlags: [], target: 'llama-server', jobs: 1 }),
   pathEngineScript: scripts.pathEngineScript({ ...E, path: '/opt/llama server/llama-server`id`' }),
   'pathEngineScript(fence)': scripts.pathEngineScript({ ...EF, path: '/opt/llama-server' }),
-  modelFromUrlScript: scripts.modelFromUrlScript(H, SHA, "https://h.invalid/m.gguf?x='1'&y=$(id)"),
-  'modelFromUrlScript(token)': scripts.modelFromUrlScript(H, SHA, 'https://h.invalid/m.gguf', 'hf-token'),
-  'modelFromUrlScript(token, fence)': scripts.modelFromUrlScript(H, SHA, 'https://h.invalid/m.gguf', 'hf-token', F),
+  modelFromUrlScript: scripts.modelFromUrlScript(H, SHA),
+  'modelFromUrlScript(token)': scripts.modelFromUrlScript(H, SHA, 'hf-token'),
+  'modelFromUrlScript(token, fence)': scripts.modelFromUrlScript(H, SHA, 'hf-token', F),
   modelFromFileScript: scripts.modelFromFileScript(H, SHA, `${H}/m.gguf`),
   'modelFromFileScript(fence)': scripts.modelFromFileScript(H, SHA, `${H}/m.gguf`, F),
 };

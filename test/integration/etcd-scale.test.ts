@@ -3,7 +3,7 @@
  * model, past the size where one value would pass etcd's 1.5 MiB request limit. Publish, a standby's
  * view (complete, and never half of one save), a one-model change (one small txn), failover (a new
  * leader reads the record, parking intact, with one consistent read), a save left half-way by a
- * leader that died, the old single-value layout migrated, and a value past the limit refused.
+ * leader that died, the old single-value layout migrated, and a value past the limit cut to fit.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -234,24 +234,42 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
     }
   });
 
-  it('a value past the limit is refused with ETCD_VALUE_TOO_LARGE before anything is written; the publish after it goes through', async () => {
+  it('a value past the limit is cut to fit with a note (ETCD_VALUE_TRUNCATED), never refused: the rest of the publish and of the save is written', async () => {
     const prefix = freshPrefix();
     const a = await leaderOf(prefix, 'a');
     const pub = new Published(a.election, a.client, prefix);
+    const cuts: string[] = [];
+    pub.onCut = (r) => cuts.push(`${r.code} ${r.message}`);
     const p1 = bigPublished(500);
     await pub.publish(p1);
-    const rev = await revision(a);
-    const huge = { code: 'REPLICA_START_FAILED', message: 'x'.repeat(ETCD_LIMITS.maxValueBytes + 1) };
-    const bad: PublishedSnapshot = { ...p1, appliedRevision: 'e'.repeat(40), models: p1.models.map((m, i) => (i === 7 ? { ...m, lastError: huge } : m)) };
-    const err = await rejectsWith(pub.publish(bad), 'ETCD_VALUE_TOO_LARGE');
-    assert.match(err.message, new RegExp(`${prefix}/published/models/${p1.models[7]!.name}`));
-    assert.equal(pub.lastError?.code, 'ETCD_VALUE_TOO_LARGE');
-    assert.equal(await revision(a), rev, 'nothing of the refused publish was written');
+    // a reason written before reasons were capped where they are made (or a record that big anyway)
+    const huge = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: `unknown model architecture: '${'x'.repeat(ETCD_LIMITS.maxValueBytes + 1)}'` };
+    const bad: PublishedSnapshot = { ...p1, appliedRevision: 'e'.repeat(40), models: p1.models.map((m, i) => (i === 7 ? { ...m, lastError: huge } : i === 8 ? { ...m, desired: m.desired + 1 } : m)) };
+    await pub.publish(bad);
+    assert.equal(pub.lastError, null);
+    assert.equal(cuts.length, 1);
+    assert.match(cuts[0]!, new RegExp(`^ETCD_VALUE_TRUNCATED .*${prefix}/published/models/${p1.models[7]!.name} \\(\\d+ bytes cut to \\d+\\)`));
+    const stored = await a.client.get(`${prefix}/published/models/${p1.models[7]!.name}`).string();
+    assert.ok(stored !== null && Buffer.byteLength(stored) <= ETCD_LIMITS.maxValueBytes, `${stored?.length} bytes`);
+    const seen = await new Promise<PublishedSnapshot | null>((resolve) => {
+      void new Published(a.election, a.client, prefix).watch((p) => resolve(p)).then((close) => close());
+    });
+    assert.equal(seen?.appliedRevision, 'e'.repeat(40), 'the rest of the publish was written');
+    assert.equal(seen?.models[8]!.desired, p1.models[8]!.desired + 1);
+    assert.match(seen?.models[7]!.lastError?.message ?? '', /^unknown model architecture: 'x+… \(\d+ bytes cut\)$/);
+
     const store = new EtcdStateStore(a.election, a.client, prefix);
+    store.onCut = (r) => cuts.push(`${r.code} ${r.message}`);
     const s = bigState(10);
     const name = Object.keys(s.models).find((_, i) => isParked(i, 5))!;
-    await rejectsWith(store.save({ ...s, models: { ...s.models, [name]: { ...s.models[name]!, health: { ...s.models[name]!.health, lastError: huge } } } }), 'ETCD_VALUE_TOO_LARGE');
-    await pub.publish(p1);
-    assert.equal(pub.lastError, null);
+    const h = s.models[name]!.health;
+    const saved = { ...s, models: { ...s.models, [name]: { ...s.models[name]!, health: { ...h, lastError: huge, parked: { since: h.parked?.since ?? 1, lastError: huge } } } } };
+    assert.equal(await store.save(saved), true);
+    assert.equal(cuts.length, 2);
+    const loaded = (await new EtcdStateStore(a.election, a.client, prefix).load()).state;
+    assert.equal(Object.keys(loaded.models).length, Object.keys(s.models).length, 'every model saved');
+    assert.ok(loaded.models[name]!.health.parked, 'the model with the huge reason is parked in etcd');
+    assert.match(loaded.models[name]!.health.parked!.lastError.message, /bytes cut\)$/);
+    assert.equal(await store.save(saved), false, 'the same cut is not written again');
   });
 });

@@ -2,6 +2,9 @@
  * Forged and stale epochs on the real stack (#27): two `llmgw serve` instances on one real etcd, an
  * sshd node running a real llama-server, the fleet repo over git smart-HTTP.
  *
+ * (a0) #36 N2: ten pushes of `Llmgw-Epoch: <leader epoch + 1>` (below etcd's revision), each after
+ *     the leader wrote status: the term goes on (llmgw_leader_changes_total unchanged), the forgery
+ *     is shown (STATUS_EPOCH_FORGED), a replica killed meanwhile is replaced within lease + 2 passes.
  * (a) A commit `Llmgw-Epoch: 999999999999` pushed to llmgw/status, then the replica SIGKILLed: the
  *     leader's term goes on (no STATUS_EPOCH_STALE, no resign), it starts the replica again within
  *     lease + 2 passes, and the forgery is a reason in `ctl status` and in llmgw_forged_epochs (the
@@ -98,6 +101,73 @@ describe('forged and stale epochs, two instances on etcd', () => {
     leader = await until('one agreed leader', 90_000, () => agreedLeader(procs), { diag });
     await until('good ready', 120_000, () => readyId(leader.proc), { diag });
     await etcd.snapshotSave(snapshotFile);
+  });
+
+  it('(a0) #36 N2: ten pushes of Llmgw-Epoch <leader epoch + 1>, each after a pass the leader wrote: no leader change, the forgery shown, a killed replica replaced within lease + 2 passes', async (t) => {
+    const bare = join(fleet.git.root, 'fleet.git');
+    await until('the status branch written', 30_000, () => spawnSync('git', ['--git-dir', bare, 'rev-parse', '--verify', '-q', 'llmgw/status']).status === 0, { diag });
+    const url = fleet.git.authUrl('fleet.git');
+    const work = await WorkRepo.clone(url);
+    const changes = async (p: ServeProc): Promise<number> => {
+      const text = await (await fetch(`http://127.0.0.1:${p.adminPort}/metrics`)).text();
+      return parseExposition(text).filter((x) => x.name === 'llmgw_leader_changes_total').reduce((n, x) => n + x.value, 0);
+    };
+    const changes0 = await Promise.all(procs.map(changes));
+    const marks = procs.map((p) => p.out().length);
+    const li = procs.indexOf(leader.proc);
+    const firstParents = (): string[] => spawnSync('git', ['--git-dir', bare, 'log', '--first-parent', '--format=%H', 'llmgw/status'], { encoding: 'utf8' }).stdout.trim().split('\n');
+    const files = fleet.baseFiles();
+    delete files['models/huge.yaml'];
+    delete files['models/kev.yaml'];
+    const base = files['fleet.yaml']!.replace('poll_interval: 1h', `poll_interval: ${POLL_S}s`);
+    const epoch1 = leader.epoch + 1;
+    let killed: { at: number; old: string; mark: number } | null = null;
+    for (let i = 0; i < 10; i++) {
+      const forgedOid = await until(`forged push ${i + 1}`, 30_000, async () => {
+        await work.git(['-c', 'credential.helper=', 'fetch', '-q', url, '+llmgw/status:refs/remotes/origin/llmgw/status']);
+        await work.git(['checkout', '-q', '-B', 'llmgw/status', 'origin/llmgw/status']);
+        await work.write({ 'forged.txt': `the next epoch, push ${i + 1}\n` });
+        const oid = await work.commit(`depose the leader\n\nLlmgw-Epoch: ${epoch1}`);
+        await work.push(url, 'llmgw/status');
+        return oid;
+      }, { diag });
+      if (i === 5) {
+        const old = (await readyId(leader.proc))!;
+        killed = { at: Date.now(), old, mark: leader.proc.out().length };
+        killReplicasUnder(fleet.nodes[0]!.dataDir);
+      }
+      // a new fleet revision: the leader's next pass has new status to write, on top of the forgery
+      await fleet.push({ ...files, 'fleet.yaml': `${base}\n# round ${i + 1}\n` }, `fleet: round ${i + 1}`);
+      await until(`the leader writing status over forged push ${i + 1}`, 30_000, () => {
+        const fp = firstParents();
+        return fp.indexOf(forgedOid) > 0 ? true : null;
+      }, { diag });
+    }
+    const k = killed!;
+    // when it acted: its log line's time (the pushes went on meanwhile)
+    const started = await until('the leader starting good again', 60_000, () => logLines(leader.proc.out().slice(k.mark)).find((l) => l['msg'] === 'starting replica' && l['model'] === 'good'), { diag });
+    const actedMs = Number(started['time']) - k.at;
+    await until('good ready again on a new replica', 90_000, async () => {
+      const id = await readyId(leader.proc);
+      return id && id !== k.old ? id : null;
+    }, { diag });
+    t.diagnostic(`replica replaced: the leader started it again within ${actedMs} ms (allowed ${ACT_WITHIN_MS} ms)`);
+    assert.ok(actedMs <= ACT_WITHIN_MS, `acted after ${actedMs} ms\n${diag()}`);
+
+    const still = await until('one agreed leader', 10_000, () => agreedLeader(procs), { diag });
+    assert.equal(still.proc, leader.proc);
+    assert.equal(still.epoch, leader.epoch);
+    assert.deepEqual(await Promise.all(procs.map(changes)), changes0, 'llmgw_leader_changes_total unchanged');
+    assert.deepEqual(procs.flatMap((p, i) => codesLogged(p, marks[i]!, ['STATUS_EPOCH_STALE', 'NODE_FENCED', 'LEADER_DEPOSED'])), []);
+    assert.ok(codesLogged(leader.proc, marks[li]!, ['STATUS_EPOCH_FORGED']).length > 0, 'the forgery is logged with its code');
+    // shown from the pass after the write that found it
+    let shown = '';
+    await until('the forgery of epoch + 1 in the leader\'s status', 15_000, async () => {
+      const st = await statusOf(leader.proc);
+      shown = JSON.stringify(st.control.forgedEpochs);
+      return st.control.forgedEpochs.some((f) => f.code === 'STATUS_EPOCH_FORGED' && f.message.includes(`carries Llmgw-Epoch ${epoch1}, above ${leader.epoch},`));
+    }, { diag: () => `${shown}\n${diag()}` });
+    assert.equal(await forgedMetric(leader.proc, 'STATUS_EPOCH_FORGED'), 1);
   });
 
   it('(a) a forged Llmgw-Epoch on llmgw/status, then the replica SIGKILLed: the leader acts within lease + 2 passes, its term goes on, the forgery is a reason and a metric', async (t) => {

@@ -3,6 +3,8 @@
  * one-node sshd fleet running one model on the real llama-server; access/keys.yaml gives a key
  * 60 requests per minute; 200 requests spread over the three routers within a minute: 54–66 succeed
  * (each router enforces its share of the limit, ha/router-shares.ts), the rest get 429 KEY_RATE_LIMITED.
+ * A key with `concurrency: 1`: three long streams at once, one per router, give one 200 and two 429
+ * KEY_CONCURRENCY_LIMITED (the shares are floored, the remainder to the lowest id: 1, 0, 0).
  */
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
@@ -14,6 +16,7 @@ import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 const KEY = 'ha-limited-key-0001';
+const CONC_KEY = 'ha-concurrency-key-0002';
 const HA = (endpoint: string): string[] => ['--etcd', endpoint, '--lease-ttl', '4s', '--renew-deadline', '3s', '--retry-period', '1s'];
 
 let etcd: EtcdInstance;
@@ -25,7 +28,8 @@ before(async () => {
   [etcd, fleet] = await Promise.all([startEtcd(), startTestFleet({ nodes: 1 })]);
   const files = fleet.baseFiles();
   for (const f of Object.keys(files)) if (f.startsWith('models/') && f !== 'models/good.yaml') delete files[f];
-  files['access/keys.yaml'] = ['keys:', '  - name: limited', `    sha256: ${createHash('sha256').update(KEY).digest('hex')}`, '    models: ["*"]', '    limits: { requests_per_minute: 60 }', ''].join('\n');
+  files['access/keys.yaml'] = ['keys:', '  - name: limited', `    sha256: ${createHash('sha256').update(KEY).digest('hex')}`, '    models: ["*"]', '    limits: { requests_per_minute: 60 }',
+    '  - name: one-at-a-time', `    sha256: ${createHash('sha256').update(CONC_KEY).digest('hex')}`, '    models: ["*"]', '    limits: { concurrency: 1 }', ''].join('\n');
   await fleet.push(files, 'fleet: one model, a key with 60 rpm');
   procs = await Promise.all(['a', 'b', 'c'].map((name) => spawnServe({ name, fleet, args: HA(etcd.endpoint), routerAuth: true })));
 });
@@ -73,5 +77,21 @@ describe('a per-key limit over three instances on etcd', () => {
     assert.equal(r.status, 429);
     assert.match(((await r.json()) as { error: { message: string } }).error.message, /allows 20 requests per minute \(access\/keys.yaml, this router's share of 60 over 3 routers\)/);
     console.log(`ha-key-limits: ${ok} of 200 succeeded in ${took} ms`);
+  });
+
+  it('concurrency: 1 over three routers: three long streams at once, one per router, give one 200 and two 429', async () => {
+    const stream = async (p: ServeProc): Promise<{ status: number; reason: string }> => {
+      const r = await fetch(`http://127.0.0.1:${p.routerPort}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${CONC_KEY}` },
+        body: JSON.stringify({ model: 'good', messages: [{ role: 'user', content: 'hi' }], max_tokens: 200, ignore_eos: true, stream: true }),
+        signal: AbortSignal.timeout(120_000),
+      });
+      await r.arrayBuffer();
+      return { status: r.status, reason: r.headers.get('x-llmgw-reason') ?? '' };
+    };
+    const results = await Promise.all(procs.map((p) => stream(p)));
+    assert.deepEqual(results.map((r) => r.status).sort(), [200, 429, 429], JSON.stringify(results));
+    assert.deepEqual(results.filter((r) => r.status === 429).map((r) => r.reason), ['KEY_CONCURRENCY_LIMITED', 'KEY_CONCURRENCY_LIMITED']);
   });
 });

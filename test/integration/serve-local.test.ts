@@ -1,10 +1,12 @@
 /**
  * The front door: `npm start` (= `llmgw serve --local`) brings up the bundled local fleet; curl gets
  * a chat completion from the demo model; `llmgw ctl status` shows the parked and unplaceable models
- * with their reasons, and the openai client is refused for them at once. Runs the real binary (bin/llmgw.js on dist/) as a child process.
+ * with their reasons, and the openai client is refused for them at once; a foreign Host or Origin
+ * gets 403 on every route (auth is off: this machine only, #36 N7). Runs the real binary (bin/llmgw.js on dist/) as a child process.
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { request as httpRequest } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -102,6 +104,45 @@ describe('npm start: the bundled local fleet', () => {
       assert.equal((await answered(model, 503, catalogueCode)) - before, 1, `${model}: the SDK retried (or the refusal was not counted with its reason)`);
       assert.ok(ms < 5000, `${model}: ${ms} ms`);
     }
+  });
+
+  it('#36 N7: auth off means this machine only: a foreign Host or Origin gets 403 with its reason on admin and router routes (a no-body POST …/retry included); loopback is served', async () => {
+    const send = (port: number, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; reason: string; code: string }> =>
+      new Promise((resolve, reject) => {
+        const req = httpRequest({ host: '127.0.0.1', port, method, path, headers: { ...headers, ...(body !== undefined ? { 'content-length': String(Buffer.byteLength(body)) } : {}) }, agent: false }, (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => {
+            let code = '';
+            try {
+              code = String((JSON.parse(text) as { error?: { code?: string } }).error?.code ?? '');
+            } catch {
+              code = '';
+            }
+            resolve({ status: res.statusCode ?? 0, reason: String(res.headers['x-llmgw-reason'] ?? ''), code });
+          });
+        });
+        req.on('error', reject);
+        req.end(body);
+      });
+    const evilPage = { host: `127.0.0.1:${adminPort}`, origin: 'http://evil.example' };
+    // CSRF: a page's no-body POST needs no preflight
+    assert.deepEqual(await send(adminPort, 'POST', '/admin/v1/models/kev-demo/retry', evilPage), { status: 403, reason: '', code: 'FOREIGN_ORIGIN' });
+    // DNS rebinding: evil.example resolving to 127.0.0.1
+    for (const path of ['/admin/v1/status', '/admin/v1/replicas', '/metrics', '/ui/', '/healthz']) {
+      assert.deepEqual(await send(adminPort, 'GET', path, { host: `evil.example:${adminPort}` }), { status: 403, reason: '', code: 'FOREIGN_HOST' }, path);
+    }
+    assert.deepEqual(await send(adminPort, 'POST', '/admin/v1/restart', { host: `evil.example:${adminPort}`, 'content-type': 'application/json' }, '{"all":true}'), { status: 403, reason: '', code: 'FOREIGN_HOST' });
+    const chat = JSON.stringify({ model: 'demo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    assert.deepEqual(await send(routerPort, 'POST', '/v1/chat/completions', { host: `evil.example:${routerPort}`, 'content-type': 'application/json' }, chat), { status: 403, reason: 'FOREIGN_HOST', code: 'foreign_host' });
+    assert.deepEqual(await send(routerPort, 'POST', '/v1/chat/completions', { host: `127.0.0.1:${routerPort}`, origin: 'http://evil.example', 'content-type': 'application/json' }, chat), { status: 403, reason: 'FOREIGN_ORIGIN', code: 'foreign_origin' });
+    assert.deepEqual(await send(routerPort, 'GET', '/v1/models', { host: `evil.example:${routerPort}` }), { status: 403, reason: 'FOREIGN_HOST', code: 'foreign_host' });
+    // a page's text/plain body (no preflight) is not read as JSON
+    assert.deepEqual(await send(routerPort, 'POST', '/v1/chat/completions', { host: `127.0.0.1:${routerPort}`, 'content-type': 'text/plain;charset=UTF-8' }, chat), { status: 415, reason: 'UNSUPPORTED_MEDIA_TYPE', code: 'unsupported_media_type' });
+    // this machine: served (ctl and the page are the tests above and ui-browser)
+    assert.equal((await send(adminPort, 'GET', '/admin/v1/status', { host: `localhost:${adminPort}` })).status, 200);
+    assert.equal((await send(adminPort, 'GET', '/admin/v1/status', { host: `127.0.0.1:${adminPort}`, origin: `http://127.0.0.1:${adminPort}` })).status, 200);
+    assert.equal((await send(routerPort, 'POST', '/v1/chat/completions', { host: `127.0.0.1:${routerPort}`, 'content-type': 'application/json' }, chat)).status, 200);
   });
 
   it('SIGTERM shuts it down gracefully; the demo replica keeps running for the next start to adopt', async () => {

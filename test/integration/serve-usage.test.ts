@@ -30,6 +30,8 @@ before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
   const files = fleet.baseFiles();
   for (const f of Object.keys(files)) if (f.startsWith('models/') && f !== 'models/good.yaml') delete files[f];
+  // per-key series on /metrics are opt-in (#36, N14)
+  files['fleet.yaml'] = `${files['fleet.yaml']!.trimEnd()}\nmetrics_per_key: true\n`;
   await fleet.push(files, 'fleet: one model');
   logPath = join(fleet.stateDir, 'usage.jsonl');
   serve = await spawnServe({ name: 'usage', fleet, args: ['--usage-log', logPath] });
@@ -101,7 +103,7 @@ describe('usage through llmgw serve', () => {
     assert.ok(kept.length >= before.length && kept.length <= before.length + 3, `${kept.length} lines`);
     assert.deepEqual(kept.slice(0, before.length), before, 'nothing written before is lost or changed');
     const l = before[0]!;
-    assert.deepEqual(Object.keys(l).sort(), ['cached_tokens', 'completion_tokens', 'duration_ms', 'key', 'model', 'prompt_tokens', 'reason', 'replica', 'status', 'time'].sort());
+    assert.deepEqual(Object.keys(l).sort(), ['cached_tokens', 'completion_tokens', 'duration_ms', 'ended_early', 'key', 'model', 'prompt_tokens', 'reason', 'replica', 'status', 'time'].sort());
     assert.equal(l.model, 'good');
     assert.equal(l.status, 200);
     assert.match(String(l.replica), /\S/);

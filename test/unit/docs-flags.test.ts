@@ -48,6 +48,7 @@ describe('docs ↔ the flags llmgw takes', () => {
       ...Object.values(SETTINGS).map((s): [string, [string, string]] => [`\`--${s.flag}\``, [`\`${s.env}\``, `\`${s.key}\``]]),
       ['`--no-router-auth`', ['`LLMGW_NO_ROUTER_AUTH=1`', '`no_router_auth`']],
       ['`--no-admin-auth`', ['`LLMGW_NO_ADMIN_AUTH=1`', '`no_admin_auth`']],
+      ['`--unsafe-listen-without-auth`', ['`LLMGW_UNSAFE_LISTEN_WITHOUT_AUTH=1`', '`unsafe_listen_without_auth`']],
     ]);
     const where = `${PAGE}, the table under "${SERVE_FLAGS}"`;
     const seen = new Set<string>();

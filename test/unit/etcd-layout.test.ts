@@ -4,12 +4,12 @@
  */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
-import { LlmgwError } from '../../src/errors/catalogue.js';
 import type { WriteOp } from '../../src/ha/election.js';
-import { applyChanges, batchDiff, diffEntries, ETCD_LIMITS, headValue, keyPart, nameOfPart, readKeyed, refuseOversized, txnBytes, type EtcdLimits } from '../../src/ha/keyed-layout.js';
+import { applyChanges, batchDiff, diffEntries, ETCD_LIMITS, headValue, keyPart, nameOfPart, readKeyed, fitOversized, shrinkJson, txnBytes, type EtcdLimits } from '../../src/ha/keyed-layout.js';
 import { publishedEntries, publishedFromEntries } from '../../src/ha/published.js';
 import { stateEntries, stateFromEntries } from '../../src/ha/state-layout.js';
 import { canonicalJson } from '../../src/ha/canonical-json.js';
+import { LlmgwError } from '../../src/errors/catalogue.js';
 import { initialHealth } from '../../src/reconciler/health.js';
 import { emptyState, MAX_HANDLED_RETRIES, retryHandled, RETRY_CHUNK, STATE_VERSION, type ControllerState } from '../../src/reconciler/state.js';
 import { bigPublished, bigState, modelName } from '../harness/big-fleet.js';
@@ -80,14 +80,55 @@ describe('batchDiff: txns under the op and byte limits, the tail in the last', (
   });
 });
 
-describe('refuseOversized: a value past the limit is ETCD_VALUE_TOO_LARGE naming its key', () => {
-  it('refuses the largest, names key, size and limit; passes values at the limit', () => {
-    const limits: EtcdLimits = { maxTxnOps: 10, maxTxnBytes: 10_000, maxValueBytes: 100 };
-    assert.doesNotThrow(() => refuseOversized(m({ a: 'x'.repeat(100) }), 'b', 'saving', limits));
-    assert.throws(
-      () => refuseOversized(m({ a: 'x'.repeat(101), big: 'x'.repeat(500), c: '1' }), 'b', 'saving', limits),
-      (e: unknown) => e instanceof LlmgwError && e.code === 'ETCD_VALUE_TOO_LARGE' && e.message.includes('b/big') && e.message.includes('500 bytes') && e.message.includes('100-byte'),
-    );
+describe('fitOversized: a value past the limit is cut to fit, never refused', () => {
+  const limits: EtcdLimits = { maxTxnOps: 10, maxTxnBytes: 10_000, maxValueBytes: 400 };
+  const health = (msg: string) => JSON.stringify({ health: { consecutiveFailures: 3, lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: msg }, parked: { lastError: { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: msg }, since: 5 } } });
+
+  it('values at the limit pass unchanged; a JSON value past it has its long strings cut with a note, its keys in order, the rest kept', () => {
+    const atLimit = 'x'.repeat(398);
+    const big = health(`unknown model architecture: '${'A'.repeat(5_000)}'`);
+    const r = fitOversized([['a', JSON.stringify(atLimit)], ['m', big], ['c', '1']], new Map(), 'b', limits);
+    assert.deepEqual(r.puts.map(([k]) => k), ['a', 'm', 'c']);
+    assert.equal(r.puts[0]![1], JSON.stringify(atLimit));
+    const cut = r.puts[1]![1];
+    assert.ok(Buffer.byteLength(cut) <= 400, `${Buffer.byteLength(cut)} bytes`);
+    const v = JSON.parse(cut) as { health: { consecutiveFailures: number; parked: { since: number; lastError: { code: string; message: string } } } };
+    assert.equal(v.health.consecutiveFailures, 3);
+    assert.equal(v.health.parked.since, 5);
+    assert.equal(v.health.parked.lastError.code, 'REPLICA_UNKNOWN_ARCHITECTURE', 'short strings stay whole');
+    assert.match(v.health.parked.lastError.message, /^unknown model architecture: 'A+… \(\d+ bytes cut\)$/);
+    assert.deepEqual(Object.keys(JSON.parse(cut) as object), ['health']);
+    assert.deepEqual(r.cuts, [{ entry: 'm', bytes: Buffer.byteLength(big), written: Buffer.byteLength(cut) }]);
+    assert.equal(r.leftOutNew, 0);
+  });
+
+  it('the same cut as etcd holds is not put again; one that cannot be cut is left out (a new one counted apart)', () => {
+    const big = health('A'.repeat(5_000));
+    const once = fitOversized([['m', big]], new Map(), 'b', limits).puts[0]![1];
+    const again = fitOversized([['m', big]], new Map([['m', once]]), 'b', limits);
+    assert.deepEqual(again.puts, []);
+    assert.equal(again.cuts.length, 1);
+    const notJson = 'x'.repeat(500);
+    const manyKeys = JSON.stringify(Object.fromEntries(Array.from({ length: 200 }, (_, i) => [`k${i}`, i])));
+    const r = fitOversized([['old', notJson], ['new', manyKeys]], new Map([['old', '"before"']]), 'b', limits);
+    assert.deepEqual(r.puts, []);
+    assert.deepEqual(r.cuts.map((c) => [c.entry, c.written]), [['old', null], ['new', null]]);
+    assert.equal(r.leftOutNew, 1);
+  });
+
+  it('the room of one value is also what one op may carry in a txn (key included)', () => {
+    const tight: EtcdLimits = { maxTxnOps: 10, maxTxnBytes: 450, maxValueBytes: 10_000 };
+    const r = fitOversized([['m', health('B'.repeat(1_000))]], new Map(), 'a-long-base', tight);
+    assert.ok(txnBytes([{ put: 'a-long-base/m', value: r.puts[0]![1] }]) <= 450);
+  });
+
+  it('shrinkJson: the least cut that fits', () => {
+    const text = JSON.stringify({ a: 'x'.repeat(10_000), b: 'short' });
+    const out = shrinkJson(text, 9_000)!;
+    const v = JSON.parse(out) as { a: string; b: string };
+    assert.equal(v.b, 'short');
+    assert.ok(Buffer.byteLength(v.a) <= 8 * 1024 && Buffer.byteLength(v.a) > 1024, `${Buffer.byteLength(v.a)}`);
+    assert.equal(shrinkJson('{not json', 10), null);
   });
 });
 

@@ -9,7 +9,7 @@ import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, it } from 'node:test';
-import { modelFromFileScript, modelFromUrlScript, modelPath, parseModelBytes } from '../../src/nodes/ops/model-fetch.js';
+import { modelFromFileScript, modelFromUrlInput, modelFromUrlScript, modelPath, parseModelBytes } from '../../src/nodes/ops/model-fetch.js';
 import { scriptError } from '../../src/nodes/script-errors.js';
 import { makeDataDir, run, runOk, SHELLS, type DataDir } from '../harness/nodes-ops-fixture.js';
 
@@ -37,11 +37,11 @@ for (const shell of SHELLS) {
     const models = () => (existsSync(join(dataDir, 'models')) ? readdirSync(join(dataDir, 'models')).sort() : []);
 
     it('from a URL: downloaded, verified, renamed into place; its size printed; again: found', () => {
-      const res = runOk(shell, modelFromUrlScript(dataDir, sha, pathToFileURL(file).href));
+      const res = runOk(shell, modelFromUrlScript(dataDir, sha), { stdin: modelFromUrlInput(pathToFileURL(file).href) });
       assert.equal(parseModelBytes(res.stdout), body.length);
       assert.deepEqual(models(), [`${sha}.gguf`]);
       assert.ok(existsSync(modelPath(dataDir, sha)));
-      assert.equal(parseModelBytes(runOk(shell, modelFromUrlScript(dataDir, sha, 'file:///nonexistent')).stdout), body.length);
+      assert.equal(parseModelBytes(runOk(shell, modelFromUrlScript(dataDir, sha), { stdin: modelFromUrlInput('file:///nonexistent') }).stdout), body.length);
     });
 
     it('from a URL with a token: read from stdin; none there is SECRET_NOT_FOUND; the token is in no output', () => {
@@ -49,17 +49,17 @@ for (const shell of SHELLS) {
       const p = join(fx.root, `tok-${shell}.gguf`);
       writeFileSync(p, other);
       const s = createHash('sha256').update(other).digest('hex');
-      assert.equal(scriptError('n', 'fetch', run(shell, modelFromUrlScript(dataDir, s, pathToFileURL(p).href, 'hf-token'))).code, 'SECRET_NOT_FOUND');
-      const res = runOk(shell, modelFromUrlScript(dataDir, s, pathToFileURL(p).href, 'hf-token'), { stdin: 'tok-secret-value\n' });
+      assert.equal(scriptError('n', 'fetch', run(shell, modelFromUrlScript(dataDir, s, 'hf-token'), { stdin: modelFromUrlInput(pathToFileURL(p).href) })).code, 'SECRET_NOT_FOUND');
+      const res = runOk(shell, modelFromUrlScript(dataDir, s, 'hf-token'), { stdin: modelFromUrlInput(pathToFileURL(p).href, 'tok-secret-value') });
       assert.equal(parseModelBytes(res.stdout), 10);
       assert.ok(!res.stdout.includes('tok-secret-value') && !res.stderr.includes('tok-secret-value'));
     });
 
     it('from a URL: a wrong checksum and a failed download are their codes, and leave no part', () => {
-      const bad = scriptError('n', 'fetch', run(shell, modelFromUrlScript(dataDir, 'c'.repeat(64), pathToFileURL(file).href)));
+      const bad = scriptError('n', 'fetch', run(shell, modelFromUrlScript(dataDir, 'c'.repeat(64)), { stdin: modelFromUrlInput(pathToFileURL(file).href) }));
       assert.equal(bad.code, 'MODEL_CHECKSUM_MISMATCH');
       assert.match(bad.message, new RegExp(`downloaded file has sha256 ${sha}`));
-      assert.equal(scriptError('n', 'fetch', run(shell, modelFromUrlScript(dataDir, 'd'.repeat(64), pathToFileURL(join(fx.root, 'none.gguf')).href))).code, 'MODEL_DOWNLOAD_FAILED');
+      assert.equal(scriptError('n', 'fetch', run(shell, modelFromUrlScript(dataDir, 'd'.repeat(64)), { stdin: modelFromUrlInput(pathToFileURL(join(fx.root, 'none.gguf')).href) })).code, 'MODEL_DOWNLOAD_FAILED');
       assert.deepEqual(models().filter((n) => !n.endsWith('.gguf')), []);
     });
 

@@ -37,7 +37,8 @@ describe('node scripts', () => {
     syntaxOk(artifactInstallScript({ ...paths, url: null, sha256: SHA, binary: 'llama-server' }));
     syntaxOk(buildInstallScript({ ...paths, git: HOSTILE, ref: HOSTILE, cmakeFlags: [HOSTILE], target: 'llama-server', jobs: null }));
     syntaxOk(pathEngineScript({ ...paths, path: `/opt/${HOSTILE}` }));
-    syntaxOk(modelFromUrlScript(`/d/${HOSTILE}`, SHA, `https://h/${HOSTILE}`));
+    // the secret name reaches the script's messages: quoted like every other value (#36 N14)
+    syntaxOk(modelFromUrlScript(`/d/${HOSTILE}`, SHA, HOSTILE));
     syntaxOk(modelFromFileScript(`/d/${HOSTILE}`, SHA, `/m/${HOSTILE}`));
   });
 

@@ -8,7 +8,7 @@
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
 import { AnswerStream, MAX_ANSWER_CHARS, contentOf } from '../../src/rollout/answer-stream.js';
-import { CAP_CHARS, cap, checkBody, checkFailure, judgeAnswer, type Answer } from '../../src/rollout/check.js';
+import { CAP_CHARS, cap, checkBody, checkFailure, checkUrl, judgeAnswer, type Answer } from '../../src/rollout/check.js';
 import type { CheckExpect, RolloutCheck } from '../../src/rollout/types.js';
 
 const EXPECT: CheckExpect = { status: 200, matches: null, contains: null, notMatches: null, jsonSchema: null, maxTtftMs: null };
@@ -157,6 +157,15 @@ describe('a check\'s body and reason', () => {
     assert.equal(own['temperature'], 0.7);
     assert.equal(own['seed'], 7);
     assert.equal(own['stream'], true);
+  });
+
+  test('the URL stays on the replica: a path that would name another host is refused', () => {
+    assert.equal(checkUrl('http://10.0.0.5:8080', '/v1/chat/completions'), 'http://10.0.0.5:8080/v1/chat/completions');
+    assert.equal(checkUrl('http://10.0.0.5:8080/', '/v1/completions'), 'http://10.0.0.5:8080/v1/completions');
+    assert.equal(checkUrl('http://10.0.0.5:8080/engine', '/v1/completions'), 'http://10.0.0.5:8080/engine/v1/completions');
+    assert.equal(checkUrl('http://10.0.0.5:8080', '@evil.example/v1/chat/completions'), null);
+    assert.equal(checkUrl('http://10.0.0.5:8080', 'v1/chat/completions'), null);
+    assert.equal(checkUrl('http://10.0.0.5:8080', '/\\evil.example/x'), 'http://10.0.0.5:8080/\\evil.example/x');
   });
 
   test('a failure names the check, its file, what it expected and what came back, capped', () => {

@@ -233,7 +233,9 @@ describe('judgeStep: TPOT and the order of the checks', () => {
 
   test('number words', () => {
     assert.deepEqual([0, 0.02, 0.025, 0.3095, 1].map(percent), ['0%', '2%', '2.5%', '31%', '100%']);
-    assert.deepEqual([2.4, 1.5234, 1].map(times), ['2.4×', '1.52×', '1×']);
+    assert.deepEqual([2.4, 1.5234, 1].map((r) => times(r)), ['2.4×', '1.52×', '1×']);
+    assert.equal(times(1.5031, 1.5), '1.503×');
+    assert.equal(times(1.50004, 1.5), '1.50004×');
   });
 });
 

@@ -15,7 +15,7 @@ const rec = (i: number): UsageRecord => ({ time: Date.UTC(2026, 11, 1, 12, 0, i)
 
 describe('usage log', () => {
   test('one JSON line per request, with the key name, no text fields', () => {
-    assert.equal(usageLine(rec(3)), '{"time":"2026-12-01T12:00:03.000Z","key":"team-a","model":"m","replica":"m-r1","status":200,"reason":"","duration_ms":12.346,"prompt_tokens":3,"cached_tokens":1,"completion_tokens":2}\n');
+    assert.equal(usageLine(rec(3)), '{"time":"2026-12-01T12:00:03.000Z","key":"team-a","model":"m","replica":"m-r1","status":200,"reason":"","duration_ms":12.346,"prompt_tokens":3,"cached_tokens":1,"completion_tokens":2,"ended_early":false}\n');
   });
 
   test('lines wait at most flushMs, then are written in one batch; a new log appends', async () => {

@@ -67,3 +67,28 @@ describe('serve config: --shutdown-grace', () => {
     }
   });
 });
+
+describe('serve config: auth off means this machine only (#36, N7)', () => {
+  test('a port with auth off listening beyond loopback is refused unless forced; --allowed-hosts is parsed', () => {
+    const refused = (f: ConfigSources['flags'], env: NodeJS.ProcessEnv = {}): string => {
+      try {
+        resolveConfig(sources(f, env));
+      } catch (e) {
+        assert.ok(isUsageError(e), String(e));
+        return (e as Error).message;
+      }
+      return 'accepted';
+    };
+    assert.match(refused({ noAdminAuth: true, adminListen: '0.0.0.0:8081' }), /admin API has authentication off .* 0\.0\.0\.0.*--unsafe-listen-without-auth/);
+    assert.match(refused({ noRouterAuth: true, routerListen: '10.0.0.5:8080' }), /router has authentication off .* 10\.0\.0\.5/);
+    assert.match(refused({}, { LLMGW_NO_ROUTER_AUTH: '1', LLMGW_ROUTER_LISTEN: '[::]:8080' }), /router has authentication off/);
+    // loopback, auth on, or forced: accepted
+    assert.equal(refused({ noAdminAuth: true, noRouterAuth: true }), 'accepted');
+    assert.equal(refused({ noAdminAuth: true, adminListen: 'localhost:8081', routerListen: '0.0.0.0:8080' }), 'accepted');
+    assert.equal(refused({ adminListen: '0.0.0.0:8081', routerListen: '0.0.0.0:8080' }), 'accepted');
+    const forced = resolveConfig(sources({ noAdminAuth: true, adminListen: '0.0.0.0:8081', unsafeListenWithoutAuth: true }));
+    assert.equal(forced.unsafeListenWithoutAuth, true);
+    assert.deepEqual(resolveConfig(sources({ allowedHosts: 'LLM.lan, 10.0.0.5:8080' })).allowedHosts, ['llm.lan', '10.0.0.5']);
+    assert.match(refused({ allowedHosts: 'http://llm.lan' }), /--allowed-hosts/);
+  });
+});

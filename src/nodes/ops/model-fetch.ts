@@ -14,21 +14,26 @@ export function modelPath(dataDir: string, sha256: string): string {
 }
 
 /**
- * Model from a URL: download to <sha>.gguf.part (resuming a previous part), verify, rename. With
- * `tokenSecret` (the secret's name, for messages) the script reads a bearer token from its stdin and
- * hands it to curl on a pipe (`-H @-`), so it is in no argv; curl drops it on a redirect to another
- * host (Hugging Face redirects to a signed CDN URL). wget is refused then: it sends a header given
- * in its wgetrc on to the host a redirect leads to (seen with wget 1.21.3).
+ * Model from a URL: download to <sha>.gguf.part (resuming a previous part), verify, rename. The URL
+ * comes on the script's stdin (modelFromUrlInput), not in its text: the script itself is an argv on
+ * the node (`sh -c SCRIPT`), and a presigned URL's query string is a credential. With `tokenSecret`
+ * (the secret's name, for messages) a bearer token follows the URL on stdin. curl gets the URL and
+ * the token on a pipe as a config (`-K -`), so neither is in any argv another user of the node can
+ * read (ps, /proc); curl drops the token on a redirect to another host (Hugging Face redirects to a
+ * signed CDN URL). wget gets the URL with `-i -`, and is refused with a token: it sends a header
+ * given in its wgetrc on to the host a redirect leads to (seen with wget 1.21.3).
  */
-export function modelFromUrlScript(dataDir: string, sha256: string, url: string, tokenSecret: string | null = null, fence?: Fence | null): string {
+export function modelFromUrlScript(dataDir: string, sha256: string, tokenSecret: string | null = null, fence?: Fence | null): string {
   const sent = tokenSecret === null ? '' : `; sent the bearer token from secret '${tokenSecret}'`;
   const curl = (resume: boolean): string => {
-    const args = `-fsSL --retry 2 --connect-timeout 30${resume ? ' -C -' : ''} -o "$part" "$url" 2>"$err"`;
-    return tokenSecret === null ? `curl ${args}` : `printf 'Authorization: Bearer %s\\n' "$tok" | curl -H @- ${args}`;
+    const args = `-fsSL --retry 2 --connect-timeout 30${resume ? ' -C -' : ''} -o "$part" -K - 2>"$err"`;
+    return tokenSecret === null
+      ? `printf 'url = "%s"\\n' "$urlq" | curl ${args}`
+      : `printf 'header = "Authorization: Bearer %s"\\nurl = "%s"\\n' "$(llmgw_cfgq "$tok")" "$urlq" | curl ${args}`;
   };
   const wget = (resume: boolean): string =>
     tokenSecret === null
-      ? `wget -q${resume ? ' -c' : ''} -O "$part" "$url" 2>"$err"`
+      ? `printf '%s\\n' "$url" | wget -q${resume ? ' -c' : ''} -O "$part" -i - 2>"$err"`
       : `llmgw_fail ENGINE_TOOL_MISSING ${shq(`a download with token: needs curl on the node (wget would send the token on to the host the source redirects to)`)}`;
   const tokenSetup =
     tokenSecret === null ? '' : `IFS= read -r tok || [ -n "$tok" ] || llmgw_fail SECRET_NOT_FOUND ${shq(`no token on stdin for secret '${tokenSecret}'`)}`;
@@ -39,7 +44,9 @@ locks=${shq(`${dataDir}/.locks`)}
 final="$m/"${shq(`${sha256}.gguf`)}
 part="$final.part"
 sha=${shq(sha256)}
-url=${shq(url)}
+sent=${shq(sent)}
+# a value inside a curl config's double quotes: \\ and " escaped
+llmgw_cfgq() { printf '%s' "$1" | sed 's/[\\\\"]/\\\\&/g'; }
 if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 llmgw_need sha256sum
 llmgw_need flock
@@ -56,6 +63,9 @@ ${fence ? `  if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <
   ${fenceAct(fence)}` : ''}fi
 if [ -f "$final" ]; then stat -c %s "$final" 2>/dev/null || wc -c <"$final"; exit 0; fi
 err="$part.err"
+# the URL: the first line of stdin (never in the script's text, an argv on the node)
+IFS= read -r url || [ -n "$url" ] || llmgw_fail MODEL_DOWNLOAD_FAILED 'no source URL on stdin'
+urlq=$(llmgw_cfgq "$url")
 ${tokenSetup}
 llmgw_get() {  # $1 = resume (1/0)
   if command -v curl >/dev/null 2>&1; then
@@ -79,7 +89,7 @@ if [ $rc -ne 0 ]; then
   why=$(tail -n 2 "$err" 2>/dev/null | tr '\\n' ' ')
   cat "$err" >&2; rm -f "$err"
   llmgw_disk_full "$m"
-  llmgw_fail MODEL_DOWNLOAD_FAILED "download of $url failed (exit $rc${sent}): $why"
+  llmgw_fail MODEL_DOWNLOAD_FAILED "download of $url failed (exit $rc$sent): $why"
 fi
 rm -f "$err"
 got=$(llmgw_sha256 "$part")
@@ -87,6 +97,12 @@ if [ "$got" != "$sha" ]; then rm -f "$part"; llmgw_fail MODEL_CHECKSUM_MISMATCH 
 mv "$part" "$final" || exit 1
 stat -c %s "$final" 2>/dev/null || wc -c <"$final"
 `;
+}
+
+/** What modelFromUrlScript reads on its stdin: the URL, then the token (when the model has one). */
+export function modelFromUrlInput(url: string, token: string | null = null): string {
+  if (/[\r\n]/.test(url) || (token !== null && /[\r\n]/.test(token))) throw new Error('a source URL or token holds a line break');
+  return `${url}\n${token === null ? '' : `${token}\n`}`;
 }
 
 /** Model from a file already on the node: verify, then hard-link (or copy) into the cache. */

@@ -6,7 +6,8 @@
  * are read with fetch (EventSource cannot send headers), never with the token in a URL.
  */
 
-import type { Reason, PageModel, PageView, FleetEvent } from './page-shapes.js';
+import type { Reason, PageModel, PageView, FleetEvent, ViewPatch } from './page-shapes.js';
+import { applyPatch, query, queryString, wireModelsFilter } from './models-page.js';
 
 const API = '/admin/v1';
 const TOKEN_KEY = 'llmgw.adminToken';
@@ -46,7 +47,6 @@ let lastSeq = 0;
 let boot = '';
 let generation = 0;
 const knownModels = new Set<string>();
-
 const headers = (extra: Record<string, string> = {}): Record<string, string> => ({ ...extra, ...(token ? { authorization: `Bearer ${token}` } : {}) });
 
 class AuthNeeded extends Error {}
@@ -151,11 +151,19 @@ function renderModels(v: PageView): void {
   const s = v.status.models;
   const counts = Object.entries(s.byPhase).filter(([, n]) => n > 0).map(([p, n]) => `${n} ${p}`);
   byId('models-summary').textContent = `${s.total} model${s.total === 1 ? '' : 's'}${counts.length ? ` (${counts.join(', ')})` : ''}; replicas ${s.ready} of ${s.desired} wanted now are ready`;
+  const p = v.page;
+  const shown = v.groups.reduce((n, g) => n + g.models.length, 0);
+  byId('models-page').textContent = p
+    ? `${p.matched === 0 ? 'no model matches' : `${p.page * p.size + 1}–${p.page * p.size + shown} of ${p.matched}${p.matched === s.total ? '' : ' matching'}`}, page ${p.page + 1} of ${p.pages}; those that need attention first`
+    : '';
+  (byId('models-prev') as HTMLButtonElement).disabled = !p || p.page <= 0;
+  (byId('models-next') as HTMLButtonElement).disabled = !p || p.page >= p.pages - 1;
+  if (p && p.page !== query.page) query.page = p.page;
   const groups = byId('groups');
   groups.replaceChildren(
     ...v.groups.map((g) => h('section', { class: 'group', 'data-group': g.phase, 'aria-label': `${g.phase} models` }, h('h3', {}, `${g.phase.toUpperCase()} (${g.models.length})${g.blurb ? `: ${g.blurb}` : ''}`), ...g.models.map(modelCard))),
   );
-  if (v.groups.length === 0) groups.append(h('p', {}, 'no models in the fleet spec'));
+  if (v.groups.length === 0) groups.append(h('p', {}, s.total === 0 ? 'no models in the fleet spec' : 'no model on this page matches'));
   for (const g of v.groups) for (const m of g.models) addModelOption(m.name);
 }
 
@@ -264,7 +272,7 @@ async function retry(model: string, b: HTMLButtonElement): Promise<void> {
 
 // ------------------------------------------------------------------ streams
 /** Reads a Server-Sent Events response with fetch (headers, no token in the URL) until it ends. */
-async function readStream(path: string, gen: number, lastId: () => string | null, onFrame: (event: string, data: string) => void): Promise<void> {
+async function readStream(path: string, alive: () => boolean, lastId: () => string | null, onFrame: (event: string, data: string) => void): Promise<void> {
   const id = lastId();
   const r = await fetch(API + path, { headers: headers({ accept: 'text/event-stream', ...(id !== null ? { 'last-event-id': id } : {}) }), cache: 'no-store', credentials: 'omit' });
   if (r.status === 401) throw new AuthNeeded();
@@ -273,7 +281,7 @@ async function readStream(path: string, gen: number, lastId: () => string | null
   let buf = '';
   for (;;) {
     const { value, done } = await reader.read();
-    if (done || gen !== generation) {
+    if (done || !alive()) {
       void reader.cancel().catch(() => undefined);
       return;
     }
@@ -294,11 +302,11 @@ async function readStream(path: string, gen: number, lastId: () => string | null
 }
 
 /** Keeps a stream open: when it ends or fails, waits a little and opens it again (a restart, a failover). */
-async function keepReading(path: string, gen: number, lastId: () => string | null, onFrame: (event: string, data: string) => void, onOpen: () => void): Promise<void> {
+async function keepReading(path: string, alive: () => boolean, lastId: () => string | null, onFrame: (event: string, data: string) => void, onOpen: () => void): Promise<void> {
   let wait = 500;
-  while (gen === generation) {
+  while (alive()) {
     try {
-      const opened = readStream(path, gen, lastId, (e, d) => {
+      const opened = readStream(path, alive, lastId, (e, d) => {
         wait = 500;
         onFrame(e, d);
       });
@@ -307,7 +315,7 @@ async function keepReading(path: string, gen: number, lastId: () => string | nul
     } catch (e) {
       if (e instanceof AuthNeeded) return needToken('The token is no longer accepted.');
     }
-    if (gen !== generation) return;
+    if (!alive()) return;
     setConn('connection lost; reconnecting…', 'down');
     await new Promise((r) => setTimeout(r, wait));
     wait = Math.min(5000, wait * 2);
@@ -315,20 +323,29 @@ async function keepReading(path: string, gen: number, lastId: () => string | nul
 }
 
 let liveSince = 0;
-function startStreams(): void {
-  const gen = ++generation;
+/** (Re)opens the view stream for the page asked for: its whole view, then its changes. */
+let viewGeneration = 0;
+function startViewStream(): void {
+  const gen = generation;
+  const vgen = ++viewGeneration;
   void keepReading(
-    '/view/stream',
-    gen,
+    `/view/stream${queryString()}`,
+    () => gen === generation && vgen === viewGeneration,
     () => null,
     (event, data) => {
-      if (event !== 'view') return;
-      render(JSON.parse(data) as PageView);
+      if (event === 'view') render(JSON.parse(data) as PageView);
+      else if (event === 'patch' && view) render(applyPatch(view, JSON.parse(data) as ViewPatch));
+      else return;
       liveSince = Date.now();
       setConn('live', 'live');
     },
     () => undefined,
   );
+}
+
+function startStreams(): void {
+  const gen = ++generation;
+  startViewStream();
   void (async () => {
     // the events so far, then the stream from the newest of them (after a restart the numbers start again)
     for (;;) {
@@ -346,7 +363,7 @@ function startStreams(): void {
     }
     await keepReading(
       '/events/stream',
-      gen,
+      () => gen === generation,
       () => (boot ? `${boot}:${lastSeq}` : null),
       (event, data) => {
         if (event === 'hello') newBoot((JSON.parse(data) as { boot: string }).boot);
@@ -371,7 +388,7 @@ function needToken(message = ''): void {
 
 async function open(): Promise<void> {
   try {
-    render(await api<PageView>('/view'));
+    render(await api<PageView>(`/view${queryString()}`));
   } catch (e) {
     if (e instanceof AuthNeeded) return needToken(token ? 'That token is not valid.' : '');
     setConn(`cannot reach the controller: ${(e as Error).message}; trying again…`, 'down');
@@ -396,6 +413,10 @@ function init(): void {
     void open();
   });
   byId('events-model').addEventListener('change', renderEvents);
+  // the models' page, phase and search: the view stream again for that page
+  wireModelsFilter(() => {
+    if (view) startViewStream();
+  });
   void (async () => {
     // ask for the token first where one is needed (no refused request to begin with)
     try {

@@ -53,6 +53,29 @@ export interface PageView {
   rejected: { revision: string; problems: { where: string; message: string; code: string }[]; hint: string } | null;
   groups: { phase: string; blurb: string | null; models: PageModel[] }[];
   nodes: PageNode[];
+  /** The page of the models the groups hold (src/ui/view-page.ts). */
+  page?: PageInfo;
+}
+export interface PageInfo {
+  page: number;
+  size: number;
+  pages: number;
+  matched: number;
+  phase: string | null;
+  node: string | null;
+  q: string | null;
+}
+/** What changed on the page since the frame before (SSE `event: patch`). */
+export interface ViewPatch {
+  at: string;
+  status: PageView['status'];
+  control: PageView['control'];
+  rejected: PageView['rejected'];
+  nodes?: PageNode[];
+  page: PageInfo;
+  order: string[];
+  upsert: PageModel[];
+  blurbs: Record<string, string>;
 }
 export interface FleetEvent {
   seq: number;
