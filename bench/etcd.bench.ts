@@ -16,7 +16,7 @@ import { Election } from '../src/ha/election.js';
 import { openEtcd } from '../src/ha/etcd.js';
 import { EtcdStateStore } from '../src/ha/etcd-state.js';
 import { initialHealth } from '../src/reconciler/health.js';
-import { emptyState, type ControllerState } from '../src/reconciler/state.js';
+import { emptyState, type ControllerState, type ModelRecord, type ReplicaRecord } from '../src/reconciler/state.js';
 import { startEtcd } from '../test/harness/etcd.js';
 
 const modelCount = Number(process.argv[2] ?? 1000);
@@ -25,10 +25,12 @@ const FAST = { leaseTtlSeconds: 3, renewDeadlineMs: 2_000, retryPeriodMs: 500 };
 const silent = pino({ level: 'silent' });
 
 function fleetState(n: number, tick: number): ControllerState {
-  const models = Object.fromEntries(Array.from({ length: n }, (_, i) => [`m-${i}`, initialHealth(`digest-${i}`)]));
-  const demand = Object.fromEntries(Array.from({ length: n / 4 }, (_, i) => [`m-${i * 4}`, 1_700_000_000_000 + i]));
-  const readySince = Object.fromEntries(Array.from({ length: n }, (_, i) => [`m-${i}-r0`, 1_700_000_000_000 + i]));
-  return { ...emptyState, appliedRevision: `rev-${tick}`, models, demand, readySince, handledRetries: Array.from({ length: 200 }, (_, i) => `commit:${i.toString(16).padStart(12, '0')}`) };
+  const at = (i: number): number => 1_700_000_000_000 + i;
+  const models: Record<string, ModelRecord> = Object.fromEntries(Array.from({ length: n }, (_, i) => [`m-${i}`, { health: initialHealth(`digest-${i}`), ...(i % 4 === 0 ? { demand: at(i / 4) } : {}) }]));
+  const replicas: Record<string, ReplicaRecord> = Object.fromEntries(
+    Array.from({ length: n }, (_, i) => [`m-${i}-r0`, { model: `m-${i}`, node: `node-${i % 100}`, digest: `digest-${i}`, startedAt: at(i), phase: { kind: 'ready', since: at(i), seen: true } }]),
+  );
+  return { ...emptyState, appliedRevision: `rev-${tick}`, models, replicas, handledRetries: Array.from({ length: 200 }, (_, i) => `commit:${i.toString(16).padStart(12, '0')}`) };
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

@@ -67,7 +67,7 @@ async function main(): Promise<void> {
     status: null,
     driverFor: (n) => openNodeDriver(n, { secretsDir: root }),
     stateStore: { path: join(root, 'state.json'), save: async () => true },
-    initialState: { ...emptyState, models: { parked } },
+    initialState: { ...emptyState, models: { parked: { health: parked } } },
     engineApiKey: 'bench-engine-key',
     logger: pino({ level: 'silent' }),
   });

@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
+import { stopIds } from '../src/reconciler/stops.js';
 import { buildRouter } from '../src/router/app.js';
 import { writeTinyModel } from '../test/fixtures/gguf.js';
 import { modelYaml, startTestFleet } from '../test/harness/controller.js';
@@ -40,7 +41,7 @@ const dirs = fleet.nodes.map((n) => n.dataDir);
 const settled = (n: number) => (): boolean => {
   const m = ctl.reconciler.model('chat');
   const procs = dirs.reduce((s, d) => s + replicaProcesses(d).length, 0);
-  return !!m && m.replicas.length === n && m.replicas.every((r) => r.phase === 'ready' && r.digest === m.spec.digest) && procs === n && Object.keys(ctl.reconciler.record().stops).length === 0;
+  return !!m && m.replicas.length === n && m.replicas.every((r) => r.phase === 'ready' && r.digest === m.spec.digest) && procs === n && stopIds(ctl.reconciler.record()).length === 0;
 };
 await ctl.until('two replicas', 120_000, settled(2));
 

@@ -198,7 +198,7 @@ async function failoverReads(c: ScaleController): Promise<{ stateMs: number; pub
     await whole;
     const publishedMs = performance.now() - t0;
     await close();
-    return { stateMs, publishedMs, parked: Object.values(loaded.state.models).filter((h) => h.parked).length };
+    return { stateMs, publishedMs, parked: Object.values(loaded.state.models).filter((m) => m.health.parked).length };
   } finally {
     client.close();
   }

@@ -54,6 +54,7 @@ export const Reasons = catalogue({
   SPEC_DUPLICATE_NAME: { http: 422, retryable: false, counts: false, hint: 'Model names and aliases share one namespace; rename one of them.' },
   SPEC_INVALID_VALUE: { http: 422, retryable: false, counts: false, hint: 'Change the value to one within the allowed range.' },
   SPEC_MISSING_FLEET: { http: 422, retryable: false, counts: false, hint: 'Add a fleet.yaml at the top of the fleet repo (an empty mapping `{}` takes all defaults).' },
+  SPEC_NOT_ACTED_ON: { http: 422, retryable: false, counts: false, hint: 'A warning, not an error: the field is valid, but this llmgw does not act on it yet (the message says what happens instead). docs/rollouts.md says what runs today.' },
   SPEC_UNUSED_CHECK: { http: 422, retryable: false, counts: false, hint: 'A warning, not an error: no rollout names this checks/ file. Name it from a model\'s (or fleet.yaml\'s) rollout.checks with `- use: NAME`, or remove the file.' },
 
   // --- git ---
@@ -110,6 +111,7 @@ export const Reasons = catalogue({
 
   // --- controller ---
   INTERNAL: { http: 500, retryable: true, counts: false, openai: { type: 'server_error', code: 'internal_error' }, hint: 'An unexpected error inside llmgw; see the controller log for the stack and report it.' },
+  STATE_VERSION_NEWER: { http: 500, retryable: false, counts: false, hint: 'The state record (state file or etcd) was written by a newer llmgw than this instance. This instance does not write over it and does not act: upgrade it to the version of the others (a rolling upgrade moves every instance forward; going back to an older llmgw needs the record of its own version).' },
   STATE_FILE_CORRUPT: { http: 500, retryable: false, counts: false, hint: 'The state file was not an llmgw state record and was moved aside (see the message for where); the controller started from an empty record, so failure counts and parking start afresh. Look at the moved file for what went wrong (disk, a hand edit).' },
   STATE_UNREADABLE: { http: 500, retryable: true, counts: false, hint: 'The controller cannot read its state file; check the permissions and the disk of the state dir (--state-dir).' },
   CONTROLLER_STANDBY: { http: 503, retryable: true, counts: false, hint: 'This instance is a standby of an HA controller on etcd: the leader (see `llmgw ctl status`) places, starts and stops replicas and writes status; this one routes from the leader\'s published snapshot and forwards retries, restarts, log reads and on-demand activity to it. Nothing to do unless no instance leads.' },

@@ -64,6 +64,7 @@ export function unparkLine(name: string): string {
 
 /** One line of detail for a model: the reason it needs attention, or "-". */
 export function modelDetail(m: ModelJson, at: string): string {
+  if (m.rollout) return rolloutText(m.rollout, at);
   if (m.parked) return `parked ${relative(m.parked.since, at)}: ${reasonText(m.parked.lastError)}`;
   if (m.unplaceable) return m.unplaceable.reason;
   if (m.consecutiveFailures > 0 && (m.lastError || m.nextAttemptAt)) {
@@ -79,6 +80,14 @@ export function modelDetail(m: ModelJson, at: string): string {
   }
   if (m.replicas.some((r) => r.outdated)) return withDrain('replicas on an older definition are being replaced');
   return drain ?? '-';
+}
+
+/** A rollout in a line: the revision under test and where it stands, or why it is held back. */
+export function rolloutText(r: NonNullable<ModelJson['rollout']>, at: string): string {
+  const rev = `revision ${r.digest.slice(0, 12)}`;
+  if (r.phase === 'checking') return `rollout: ${rev} runs its checks (since ${relative(r.since, at)}); ${r.stableDigest.slice(0, 12)} serves meanwhile`;
+  if (r.phase === 'promoted') return `rollout: ${rev} passed its checks and replaces ${r.stableDigest.slice(0, 12)}`;
+  return `rollout HELD ${relative(r.since, at)}: ${r.verdict ? reasonText(r.verdict) : rev}; ${r.stableDigest.slice(0, 12)} serves`;
 }
 
 /** "draining 1 replica (2 in flight)": replicas being stopped, with what they still serve; null for none. */
@@ -192,6 +201,15 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
       out.push(`    last error  ${reasonText(p.lastError)}`);
       out.push(`    fix         ${p.lastError.hint}`);
       out.push(`    unpark      ${unparkLine(m.name)}`);
+    }
+  }
+
+  const rollouts = models.models.filter((m) => m.rollout);
+  if (rollouts.length) {
+    out.push('', `ROLLOUTS (${rollouts.length}): a new revision proves itself before it takes the model's traffic`);
+    for (const m of rollouts) {
+      out.push(`  ${m.name}  ${rolloutText(m.rollout!, at)}`);
+      if (m.rollout!.phase === 'held' && m.rollout!.verdict?.hint) out.push(`    hint  ${m.rollout!.verdict.hint}`);
     }
   }
 

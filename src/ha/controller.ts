@@ -17,7 +17,7 @@
  * clock and sets no timer of its own.
  */
 import type { Logger } from 'pino';
-import { reasonOf, type ReasonRef } from '../errors/catalogue.js';
+import { isLlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { ControllerShell, type ControllerActs } from '../reconciler/controller-shell.js';
 import type { FleetSource, Reconciler } from '../reconciler/reconciler.js';
@@ -98,6 +98,8 @@ export class HaController extends ControllerShell {
   private publishedValue: PublishedSnapshot | null = null;
   /** Why the term's last publish failed (status: the etcd line), null once one went through. */
   private publishError: ReasonRef | null = null;
+  /** The state record in etcd was written by a newer llmgw (STATE_VERSION_NEWER): this instance stands by and says so. */
+  private versionProblem: ReasonRef | null = null;
   private unwatch: (() => Promise<void>) | null = null;
   private syncTimer: unknown = null;
   private syncing: Promise<void> | null = null;
@@ -180,7 +182,20 @@ export class HaController extends ControllerShell {
     if (this.term) await this.endTerm(null);
     const log = this.log.child({ epoch });
     await this.syncing; // the standby's fleet repo look, if one runs, ends first (one git fetch at a time)
-    const { state, problem } = await this.o.stateStore.load();
+    let loaded: LoadedEtcdState;
+    try {
+      loaded = await this.o.stateStore.load();
+      this.versionProblem = null;
+    } catch (e) {
+      if (!isLlmgwError(e, 'STATE_VERSION_NEWER')) throw e;
+      // written by a newer llmgw: never written over. Stand by, say so, and let an instance that knows it lead.
+      this.versionProblem = reasonOf(e);
+      log.error({ code: e.code, err: e.message }, 'not leading: the state record is newer than this llmgw');
+      if (this.o.election.epoch === epoch) this.o.election.resignTerm(this.versionProblem);
+      this.setSnapshot({ ...this.snapshot(), control: this.control(false) });
+      return;
+    }
+    const { state, problem } = loaded;
     // Elected while the record loaded? The lease may have gone meanwhile: start nothing on a stale term.
     if (!this.o.election.isLeader() || this.o.election.epoch !== epoch) {
       log.warn('leadership ended before the term began');
@@ -215,7 +230,7 @@ export class HaController extends ControllerShell {
     });
     const term: Term = { epoch, reconciler, off, stopServing: null };
     this.term = term;
-    log.info({ instance: this.o.instance.id, failures: Object.values(state.models).reduce((n, h) => n + h.consecutiveFailures, 0) }, 'leading the fleet: resuming from the state record in etcd');
+    log.info({ instance: this.o.instance.id, failures: Object.values(state.models).reduce((n, m) => n + m.health.consecutiveFailures, 0) }, 'leading the fleet: resuming from the state record in etcd');
     this.o.onLeadership?.(true);
     // Until the term's first pass has looked at the nodes, the published snapshot is the better view
     // (the new reconciler knows no replica yet): routing goes on from it, saying who leads now.
@@ -288,9 +303,9 @@ export class HaController extends ControllerShell {
     const etcd = { prefix: this.o.prefix, reachable: e.reachable, error: (leading ? this.publishError : null) ?? e.lastError, keyProblem: e.keyProblem };
     const leader = l ? { id: l.id, label: l.label, since: l.since, epoch: l.epoch } : null;
     if (leading) return { mode: 'etcd', instance: this.o.instance, leader, notActing: null, etcd };
-    const notActing: ReasonRef = l
+    const notActing: ReasonRef = this.versionProblem ?? (l
       ? { code: 'CONTROLLER_STANDBY', message: `standby: ${l.label} leads (epoch ${l.epoch}, since ${new Date(l.since).toISOString()}); this instance routes from its published snapshot and forwards retries, restarts and demand to it` }
-      : { code: 'LEADER_UNAVAILABLE', message: e.reachable ? 'no instance leads the fleet right now (an election is in progress)' : `etcd is not reachable from this instance${e.lastError ? `: ${e.lastError.message}` : ''}` };
+      : { code: 'LEADER_UNAVAILABLE', message: e.reachable ? 'no instance leads the fleet right now (an election is in progress)' : `etcd is not reachable from this instance${e.lastError ? `: ${e.lastError.message}` : ''}` });
     return { mode: 'etcd', instance: this.o.instance, leader, notActing, etcd };
   }
 

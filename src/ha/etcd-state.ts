@@ -14,8 +14,9 @@
  * controller starts from an empty record, as the state file store does.
  */
 import type { Etcd3 } from 'etcd3';
-import type { ReasonRef } from '../errors/catalogue.js';
-import { emptyState, stateFromJson, type ControllerState } from '../reconciler/state.js';
+import { isLlmgwError, LlmgwError, type ReasonRef } from '../errors/catalogue.js';
+import { emptyState, type ControllerState } from '../reconciler/state.js';
+import { stateFromJson } from '../reconciler/state-migrate.js';
 import type { Election, WriteOp } from './election.js';
 import { etcdError } from './etcd.js';
 import { ETCD_LIMITS, type EtcdLimits } from './keyed-layout.js';
@@ -67,6 +68,8 @@ export class EtcdStateStore {
         const state = stateFromEntries(read.view);
         return { state, problem: read.problem ? { code: 'ETCD_STATE_CORRUPT', message: `the state record at ${this.path}: ${read.problem}` } : null };
       } catch (e) {
+        // a newer llmgw's record: never kept aside and written over (the caller stands by)
+        if (isLlmgwError(e, 'STATE_VERSION_NEWER')) throw new LlmgwError('STATE_VERSION_NEWER', `the state record at ${this.path}: ${e.message}`, { ...e.detail });
         return this.corrupt(JSON.stringify(Object.fromEntries(read.view)), (e as Error).message);
       }
     }
@@ -88,6 +91,7 @@ export class EtcdStateStore {
     try {
       state = stateFromJson(JSON.parse(text));
     } catch (e) {
+      if (isLlmgwError(e, 'STATE_VERSION_NEWER')) throw e;
       return this.corrupt(text, (e as Error).message, `etcd:${this.legacyKey}`);
     }
     // Written now (and the old key deleted with it) when this instance leads; if that fails, the

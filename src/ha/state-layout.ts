@@ -1,85 +1,31 @@
 /**
- * The state record as entries (pure), for the per-entry layout in etcd (keyed-layout.ts):
+ * The state record as entries (pure), for the per-entry layout in etcd (keyed-layout.ts): the
+ * identity map of the record, key by key.
  * - `fleet`: the version, the applied revision and how many retry ids were trimmed;
  * - `retries/<chunk>`: the handled retry ids, RETRY_CHUNK a key, keyed by their absolute position
  *   (retriesTrimmed + index): a retry rewrites the last chunk, a trim deletes the first. (Before,
  *   one `retries` key held all of them: up to ~160 KiB. It is still read, and deleted on the next save);
- * - `models/<name>`: what the record holds of one model: its health, last demand, the starts and
- *   stops of its replicas, and the nodes it avoids;
- * - `replicas/<id>`: what it holds of one replica by id (restart asked, draining, ready or
- *   unresponsive since, failure accounted).
+ * - `models/<name>`: the record's entry of one model (health, demand, avoided nodes);
+ * - `replicas/<id>`: the record's entry of one replica (model, node, digest, phase, …).
  * So a pass that changes one model writes one or two entries. Each entry is canonical JSON (a
- * record equal in content gives equal entries, whatever its key order).
+ * record equal in content gives equal entries, whatever its key order). A version-2 layout (models
+ * holding starts and stops, replicas holding five maps' facts) is read and migrated
+ * (state-migrate.ts); the next save writes this one.
  */
-import type { ModelHealth } from '../reconciler/health.js';
-import { RETRY_CHUNK, stateFromJson, STATE_VERSION, type ControllerState, type StartRecord, type StopRecord } from '../reconciler/state.js';
+import { RETRY_CHUNK, STATE_VERSION, type ControllerState, type ModelRecord, type ReplicaRecord } from '../reconciler/state.js';
+import { stateFromJson } from '../reconciler/state-migrate.js';
 import { canonicalJson } from './canonical-json.js';
 import { group, keyPart, type Entries } from './keyed-layout.js';
 
-interface ModelEntry {
-  health?: ModelHealth;
-  demand?: number;
-  starts?: Record<string, StartRecord>;
-  stops?: Record<string, StopRecord>;
-  avoid?: Record<string, number>;
-}
-
-/** In key order: an entry's text is built in it (the canonical JSON of the entry). */
-const REPLICA_MAPS = ['accounted', 'draining', 'readySince', 'restarts', 'unresponsiveSince'] as const;
-
 /**
- * Canonical JSON of a model's health, by object: the record's transitions are immutable, so a model
- * whose health did not change keeps its object and its text is not computed again each pass.
+ * Canonical JSON of an entry, by object: the record's transitions are immutable, so a model or a
+ * replica whose entry did not change keeps its object, and its text is not computed again each pass.
  */
-const healthText = new WeakMap<ModelHealth, string>();
-function healthJson(h: ModelHealth): string {
-  let t = healthText.get(h);
-  if (t === undefined) healthText.set(h, (t = canonicalJson(h)));
+const entryText = new WeakMap<object, string>();
+function textOf(e: ModelRecord | ReplicaRecord): string {
+  let t = entryText.get(e);
+  if (t === undefined) entryText.set(e, (t = canonicalJson(e)));
   return t;
-}
-
-/**
- * The text of a model's entry that holds its health alone (with its demand, if any), by the health
- * object: most models' entries, unchanged from pass to pass, are not built again.
- */
-const healthOnlyText = new WeakMap<ModelHealth, { readonly demand: number | undefined; readonly text: string }>();
-
-/** canonicalJson(e), built from its parts in key order (avoid, demand, health, starts, stops). */
-function modelEntryJson(e: ModelEntry): string {
-  const healthOnly = e.health !== undefined && e.avoid === undefined && e.starts === undefined && e.stops === undefined ? e.health : undefined;
-  if (healthOnly !== undefined) {
-    const hit = healthOnlyText.get(healthOnly);
-    if (hit !== undefined && hit.demand === e.demand) return hit.text;
-  }
-  const text = entryText(e);
-  if (healthOnly !== undefined) healthOnlyText.set(healthOnly, { demand: e.demand, text });
-  return text;
-}
-
-function entryText(e: ModelEntry): string {
-  const parts: string[] = [];
-  if (e.avoid !== undefined) parts.push(`"avoid":${canonicalJson(e.avoid)}`);
-  if (e.demand !== undefined) parts.push(`"demand":${JSON.stringify(e.demand)}`);
-  if (e.health !== undefined) parts.push(`"health":${healthJson(e.health)}`);
-  if (e.starts !== undefined) parts.push(`"starts":${canonicalJson(e.starts)}`);
-  if (e.stops !== undefined) parts.push(`"stops":${canonicalJson(e.stops)}`);
-  return `{${parts.join(',')}}`;
-}
-type ReplicaEntry = Partial<Record<(typeof REPLICA_MAPS)[number], number>>;
-
-/** The model an avoid key (`model@node`) is about. */
-function avoidModel(key: string): string {
-  const at = key.lastIndexOf('@');
-  return at > 0 ? key.slice(0, at) : key;
-}
-
-/** One model's part of the record while it is gathered (fixed fields: one object shape). */
-class Gathered implements ModelEntry {
-  health?: ModelHealth = undefined;
-  demand?: number = undefined;
-  starts?: Record<string, StartRecord> = undefined;
-  stops?: Record<string, StopRecord> = undefined;
-  avoid?: Record<string, number> = undefined;
 }
 
 /** The entries of each record, by the record: a pass on an unchanged world saves the same record again. */
@@ -92,31 +38,11 @@ export function stateEntries(s: ControllerState): Entries {
 }
 
 function entriesFor(s: ControllerState): Map<string, string> {
-  const models = new Map<string, Gathered>();
-  const m = (name: string): Gathered => {
-    let e = models.get(name);
-    if (!e) models.set(name, (e = new Gathered()));
-    return e;
-  };
-  for (const name in s.models) m(name).health = s.models[name];
-  for (const name in s.demand) m(name).demand = s.demand[name];
-  for (const [id, r] of Object.entries(s.starts)) (m(r.model).starts ??= {})[id] = r;
-  for (const [id, r] of Object.entries(s.stops)) (m(r.model).stops ??= {})[id] = r;
-  for (const [key, until] of Object.entries(s.avoid)) (m(avoidModel(key)).avoid ??= {})[key] = until;
-  // each replica's entry, its fields appended in key order: the canonical JSON of the entry
-  const replicas = new Map<string, string[]>();
-  for (const map of REPLICA_MAPS) {
-    for (const [id, v] of Object.entries(s[map])) {
-      let e = replicas.get(id);
-      if (!e) replicas.set(id, (e = []));
-      e.push(`"${map}":${JSON.stringify(v)}`);
-    }
-  }
   const out = new Map<string, string>();
   out.set('fleet', canonicalJson({ version: s.version, appliedRevision: s.appliedRevision, ...(s.retriesTrimmed > 0 ? { retriesTrimmed: s.retriesTrimmed } : {}) }));
   for (const [key, ids] of retryChunks(s)) out.set(key, JSON.stringify(ids));
-  for (const [name, e] of models) out.set(`models/${keyPart(name)}`, modelEntryJson(e));
-  for (const [id, e] of replicas) out.set(`replicas/${keyPart(id)}`, `{${e.join(',')}}`);
+  for (const name in s.models) out.set(`models/${keyPart(name)}`, textOf(s.models[name]!));
+  for (const id in s.replicas) out.set(`replicas/${keyPart(id)}`, textOf(s.replicas[id]!));
   return out;
 }
 
@@ -150,15 +76,12 @@ function parsed(what: string, text: string): Record<string, unknown> {
   return v as Record<string, unknown>;
 }
 
-/** The record from its entries, checked as the state file is (stateFromJson). Throws saying which entry is wrong. */
-export function stateFromEntries(entries: Entries): ControllerState {
-  const fleetText = entries.get('fleet');
-  if (fleetText === undefined) throw new Error('no fleet entry');
-  const fleet = parsed('the fleet entry', fleetText);
-  const retries = retriesOf(entries);
-  const rec: Record<string, Record<string, unknown>> = { models: {}, demand: {}, starts: {}, stops: {}, avoid: {}, ...Object.fromEntries(REPLICA_MAPS.map((k) => [k, {}])) };
+/** The version-2 entries as a version-2 record (state-migrate.ts migrates it). */
+function v2FromEntries(fleet: Record<string, unknown>, entries: Entries, retries: unknown[]): Record<string, unknown> {
+  const maps = ['accounted', 'draining', 'readySince', 'restarts', 'unresponsiveSince'] as const;
+  const rec: Record<string, Record<string, unknown>> = { models: {}, demand: {}, starts: {}, stops: {}, avoid: {}, ...Object.fromEntries(maps.map((k) => [k, {}])) };
   for (const [name, text] of group(entries, 'models/')) {
-    const e = parsed(`the entry of model ${name}`, text) as ModelEntry;
+    const e = parsed(`the entry of model ${name}`, text);
     if (e.health !== undefined) rec.models![name] = e.health;
     if (e.demand !== undefined) rec.demand![name] = e.demand;
     Object.assign(rec.starts!, e.starts ?? {});
@@ -166,8 +89,23 @@ export function stateFromEntries(entries: Entries): ControllerState {
     Object.assign(rec.avoid!, e.avoid ?? {});
   }
   for (const [id, text] of group(entries, 'replicas/')) {
-    const e = parsed(`the entry of replica ${id}`, text) as ReplicaEntry;
-    for (const map of REPLICA_MAPS) if (e[map] !== undefined) rec[map]![id] = e[map];
+    const e = parsed(`the entry of replica ${id}`, text);
+    for (const map of maps) if (e[map] !== undefined) rec[map]![id] = e[map];
   }
-  return stateFromJson({ version: fleet.version ?? STATE_VERSION, appliedRevision: fleet.appliedRevision ?? null, retriesTrimmed: fleet.retriesTrimmed, handledRetries: retries, ...rec });
+  return { version: fleet.version, appliedRevision: fleet.appliedRevision ?? null, retriesTrimmed: fleet.retriesTrimmed, handledRetries: retries, ...rec };
+}
+
+/** The record from its entries, checked as the state file is (stateFromJson). Throws saying which entry is wrong. */
+export function stateFromEntries(entries: Entries): ControllerState {
+  const fleetText = entries.get('fleet');
+  if (fleetText === undefined) throw new Error('no fleet entry');
+  const fleet = parsed('the fleet entry', fleetText);
+  const retries = retriesOf(entries);
+  const version = fleet.version ?? STATE_VERSION;
+  if (version !== STATE_VERSION) return stateFromJson(typeof version === 'number' && version < STATE_VERSION ? v2FromEntries({ ...fleet, version }, entries, retries) : { version });
+  const models: Record<string, unknown> = {};
+  for (const [name, text] of group(entries, 'models/')) models[name] = parsed(`the entry of model ${name}`, text);
+  const replicas: Record<string, unknown> = {};
+  for (const [id, text] of group(entries, 'replicas/')) replicas[id] = parsed(`the entry of replica ${id}`, text);
+  return stateFromJson({ version, appliedRevision: fleet.appliedRevision ?? null, retriesTrimmed: fleet.retriesTrimmed, handledRetries: retries, models, replicas });
 }

@@ -34,6 +34,7 @@ export const MetricNames = Object.freeze({
   etcdUp: 'llmgw_etcd_up',
   notActingInfo: 'llmgw_not_acting_info',
   forgedEpochs: 'llmgw_forged_epochs',
+  rolloutPhase: 'llmgw_rollout_phase',
   etcdWriteRefused: 'llmgw_etcd_write_refused',
   reconcileDurationSeconds: 'llmgw_reconcile_duration_seconds',
   reconcileTotal: 'llmgw_reconcile_total',

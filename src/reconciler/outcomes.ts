@@ -12,7 +12,8 @@
 import { avoidsNode, countsTowardParking, type ReasonRef } from '../errors/catalogue.js';
 import type { FleetSettings } from '../fleet-spec/types.js';
 import { setbackNotCounted, startFailed } from './health.js';
-import { avoidKey, omit, type ControllerState, type Note } from './state.js';
+import { moved } from './replica-life.js';
+import { withModel, withReplica, type ControllerState, type Note } from './state.js';
 
 type Backoff = Pick<FleetSettings, 'backoff' | 'parkAfterFailures' | 'readyResetMs'>;
 
@@ -38,40 +39,56 @@ export interface ReplicaFailure {
   readonly silent?: boolean;
 }
 
+/** The record with the replica's failure counted (its entry made, unready, when the record had none). */
+function counted(s: ControllerState, f: ReplicaFailure, now: number): ControllerState {
+  const r = s.replicas[f.replicaId];
+  return withReplica(s, f.replicaId, r ? { ...r, counted: now } : { model: f.model, node: f.node, digest: f.digest, startedAt: now, phase: { kind: 'unready' }, counted: now });
+}
+
 /** A replica failed. Counted at most once per replica id. */
 export function replicaFailed(s: ControllerState, f: ReplicaFailure, now: number, settings: Backoff): { state: ControllerState; notes: Note[] } {
-  if (s.accounted[f.replicaId] !== undefined) return { state: s, notes: [] };
-  const accounted = { ...s.accounted, [f.replicaId]: now };
-  const h = s.models[f.model];
+  if (s.replicas[f.replicaId]?.counted !== undefined) return { state: s, notes: [] };
+  const marked = counted(s, f, now);
+  const m = s.models[f.model];
+  const h = m?.health;
   const fields = { model: f.model, node: f.node, replica: f.replicaId, code: f.error.code, reason: f.error.message, ...(f.silent ? { silent: true } : {}) };
-  if (!h || h.digest !== f.digest) return { state: { ...s, accounted }, notes: [{ level: 'info', msg: 'replica of an older definition failed: not counted', fields }] };
-  if (h.parked) return { state: { ...s, accounted }, notes: [] };
+  if (!m || !h || h.digest !== f.digest) return { state: marked, notes: [{ level: 'info', msg: 'replica of an older definition failed: not counted', fields }] };
+  if (h.parked) return { state: marked, notes: [] };
   if (!countsTowardParking(f.error.code)) {
     const next = setbackNotCounted(h, f.error, now, settings);
     // The node's fault (its disk, its ports): the next attempt goes to another node for a while.
-    const avoid = avoidsNode(f.error.code) ? { ...s.avoid, [avoidKey(f.model, f.node)]: now + settings.backoff.maxMs } : s.avoid;
+    const avoid = avoidsNode(f.error.code) ? { ...m.avoid, [f.node]: now + settings.backoff.maxMs } : m.avoid;
     const note: Note = { level: 'warn', msg: avoidsNode(f.error.code) ? 'replica start set back by its node (not counted): placed elsewhere for a while' : 'replica start set back (not counted)', fields };
-    return { state: { ...s, accounted, avoid, models: { ...s.models, [f.model]: next } }, notes: [note] };
+    return { state: withModel(marked, f.model, { ...m, health: next, ...(avoid !== undefined ? { avoid } : {}) }), notes: [note] };
   }
   const next = startFailed(h, f.error, now, settings, f.silent === true);
   const note: Note = next.parked
     ? { level: 'error', msg: 'model parked: not started again until its definition changes or a retry', fields: { ...fields, failures: next.consecutiveFailures, parkAfter: settings.parkAfterFailures } }
     : { level: 'warn', msg: 'replica start failed', fields: { ...fields, failures: next.consecutiveFailures, nextAttemptAt: new Date(next.nextAttemptAt ?? 0).toISOString() } };
-  return { state: { ...s, accounted, models: { ...s.models, [f.model]: next } }, notes: [note] };
+  return { state: withModel(marked, f.model, { ...m, health: next }), notes: [note] };
 }
 
-/** A start this controller launched has concluded. An unknown id, or one concluded already, changes nothing. */
+/**
+ * A start this controller launched has concluded. An unknown id, or one concluded already, changes
+ * nothing; one whose replica was taken into the stop sequence meanwhile keeps that phase (a failure
+ * of it is still counted).
+ */
 export function startConcluded(s: ControllerState, replicaId: string, outcome: StartOutcome, now: number, settings: Backoff): { state: ControllerState; notes: Note[] } {
-  const rec = s.starts[replicaId];
-  if (!rec || rec.readyAt !== undefined) return { state: s, notes: [] };
-  const left: ControllerState = { ...s, starts: omit(s.starts, [replicaId]) };
+  const rec = s.replicas[replicaId];
+  if (!rec) return { state: s, notes: [] };
+  const failure = (o: Extract<StartOutcome, { kind: 'failed' }>): ReplicaFailure => ({ model: rec.model, digest: rec.digest, replicaId, node: rec.node, error: o.error, ...(o.silent ? { silent: true } : {}) });
+  if (rec.phase.kind !== 'launching') {
+    return rec.phase.kind === 'leaving' && outcome.kind === 'failed' ? replicaFailed(s, failure(outcome), now, settings) : { state: s, notes: [] };
+  }
   const fields = { model: rec.model, node: rec.node, replica: replicaId };
   switch (outcome.kind) {
-    case 'ready':
-      return { state: { ...s, starts: { ...s.starts, [replicaId]: { ...rec, readyAt: now, ...(outcome.endpoint ? { endpoint: outcome.endpoint } : {}), ...(outcome.startedAt ? { startedAt: outcome.startedAt } : {}) } } }, notes: [{ level: 'info', msg: 'replica ready', fields }] };
+    case 'ready': {
+      const r = moved({ ...rec, ...(outcome.startedAt ? { startedAt: outcome.startedAt } : {}) }, replicaId, { kind: 'ready', since: now, seen: false, ...(outcome.endpoint ? { endpoint: outcome.endpoint } : {}) });
+      return { state: withReplica(s, replicaId, r.rec), notes: [{ level: 'info', msg: 'replica ready', fields }] };
+    }
     case 'abandoned':
-      return { state: left, notes: [{ level: 'debug', msg: 'start abandoned: not counted', fields }] };
+      return { state: withReplica(s, replicaId, undefined), notes: [{ level: 'debug', msg: 'start abandoned: not counted', fields }] };
     case 'failed':
-      return replicaFailed(left, { model: rec.model, digest: rec.digest, replicaId, node: rec.node, error: outcome.error, ...(outcome.silent ? { silent: true } : {}) }, now, settings);
+      return replicaFailed(withReplica(s, replicaId, { ...rec, phase: { kind: 'unready' } }), failure(outcome), now, settings);
   }
 }

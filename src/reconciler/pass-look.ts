@@ -64,11 +64,11 @@ function lookOf(models: readonly ModelSpec[], estimates: readonly MemoryEstimate
  * on-demand models are asked (only they are stopped for idleness or room), and only their ready
  * replicas not being stopped.
  */
-export async function busyOnDemand(spec: FleetSpec, observed: readonly ObservedNode[], stops: ControllerState['stops'], inFlight: (endpoint: string) => Promise<InFlight>): Promise<ReadonlySet<string>> {
-  const stopping = new Set(Object.keys(stops));
+export async function busyOnDemand(spec: FleetSpec, observed: readonly ObservedNode[], stopping: readonly string[], inFlight: (endpoint: string) => Promise<InFlight>): Promise<ReadonlySet<string>> {
+  const stoppingIds = new Set(stopping);
   const asks = observed
     .flatMap((n) => (n.reachable ? n.replicas : []))
-    .filter((r) => r.state === 'ready' && !stopping.has(r.id) && spec.models[r.model]?.scaling.mode === 'on_demand');
+    .filter((r) => r.state === 'ready' && !stoppingIds.has(r.id) && spec.models[r.model]?.scaling.mode === 'on_demand');
   const busy = new Set<string>();
   await Promise.all(
     asks.map(async (r) => {

@@ -12,8 +12,10 @@ import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
-import { avoidanceAt, demanded, drainStarted, omit, type ControllerState, type Note } from './state.js';
-import { stopsRequested } from './stops.js';
+import { isInflightStart, moved } from './replica-life.js';
+import { plannedRollout, rolloutSettled, type PlannedRollout } from './rollout-life.js';
+import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type ModelRecord, type Note } from './state.js';
+import { stopIds, stopsRequested } from './stops.js';
 
 export interface DecideInput {
   readonly state: ControllerState;
@@ -53,30 +55,62 @@ export interface Decision {
 
 /** The starts in flight in the planner's terms. */
 export function inflightStarts(s: ControllerState): InflightStart[] {
-  return Object.entries(s.starts).map(([replicaId, r]) => ({ replicaId, model: r.model, node: r.node, digest: r.digest }));
+  const out: InflightStart[] = [];
+  for (const replicaId in s.replicas) {
+    const r = s.replicas[replicaId]!;
+    if (isInflightStart(r)) out.push({ replicaId, model: r.model, node: r.node, digest: r.digest });
+  }
+  return out;
+}
+
+/** The rollouts the planner keeps the stable revision for, by model (none: the same empty object). */
+const NO_ROLLOUTS: Readonly<Record<string, PlannedRollout>> = Object.freeze({});
+function rolloutsOf(s: ControllerState): Readonly<Record<string, PlannedRollout>> {
+  let out: Record<string, PlannedRollout> | null = null;
+  for (const name in s.models) {
+    const p = plannedRollout(s.models[name]!.rollout);
+    if (p) (out ??= {})[name] = p;
+  }
+  return out ?? NO_ROLLOUTS;
+}
+
+/** The replica facts the planner reads by id: restarts asked, surge drains (since), failures counted. */
+function replicaFacts(s: ControllerState): { restarts: Set<string>; draining: Record<string, number>; counted: Set<string> } {
+  const restarts = new Set<string>();
+  const draining: Record<string, number> = {};
+  const counted = new Set<string>();
+  for (const id in s.replicas) {
+    const r = s.replicas[id]!;
+    if (r.restartAsked !== undefined) restarts.add(id);
+    if (r.counted !== undefined) counted.add(id);
+    if (r.phase.kind === 'leaving' && r.phase.why === 'surge') draining[id] = r.phase.since;
+  }
+  return { restarts, draining, counted };
 }
 
 /** The planner's input from the state record and one observation. */
 /** Every replica being stopped: the record's stops and those this process runs. */
 export function stoppingOf(s: ControllerState, running: ReadonlySet<string>): ReadonlySet<string> {
-  return new Set([...Object.keys(s.stops), ...running]);
+  return new Set([...stopIds(s), ...running]);
 }
 
 export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
   const s = i.state;
+  const facts = replicaFacts(s);
   return {
     spec: i.spec,
     nodes: i.nodes,
-    health: s.models,
+    health: healthByModel(s),
     inflightStarts: inflightStarts(s),
     stopping: stoppingOf(s, i.stopping),
     ...(i.busy ? { busy: i.busy } : {}),
-    demand: Object.fromEntries(Object.entries(s.demand).map(([m, t]) => [m, { lastRequestAt: t }])),
-    restarts: new Set(Object.keys(s.restarts)),
-    draining: s.draining,
+    demand: Object.fromEntries(Object.entries(demandByModel(s)).map(([m, t]) => [m, { lastRequestAt: t }])),
+    restarts: facts.restarts,
+    draining: facts.draining,
     memory: i.memory,
     ...(i.deviceNeeds ? { deviceNeeds: i.deviceNeeds } : {}),
-    accountedFailures: new Set(Object.keys(s.accounted)),
+    accountedFailures: facts.counted,
+    rollouts: rolloutsOf(s),
     avoid: avoidanceAt(s, i.now).avoided,
     keyFingerprint: i.keyFingerprint ?? null,
     now: i.now,
@@ -106,8 +140,14 @@ export function decide(i: DecideInput): Decision {
   for (const a of out.actions) {
     if (a.kind === 'stop' && mismatched.has(a.replicaId)) notes.push({ level: 'warn', msg: 'replica started with another engine key (it refuses the router): replaced', fields: { model: a.model, node: a.node, replica: a.replicaId } });
   }
-  state = drainStarted(state, out.drainStarted, now);
-  state = stopsRequested(state, out.actions, now).state;
+  for (const id of out.drainStarted) {
+    const r = moved(state.replicas[id], id, { kind: 'leaving', why: 'surge', since: now });
+    if (r.refused) notes.push(r.refused);
+    else state = withReplica(state, id, r.rec);
+  }
+  const stopped = stopsRequested(state, out.actions, now);
+  state = stopped.state;
+  notes.push(...stopped.notes);
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
@@ -125,7 +165,7 @@ export function activityNow(s: ControllerState, spec: FleetSpec, busy: ReadonlyS
   const models = new Set(active ?? []);
   if (busy && busy.size > 0) for (const n of nodes) for (const r of n.replicas) if (busy.has(r.id)) models.add(r.model);
   let out = s;
-  for (const m of models) if (spec.models[m]?.scaling.mode === 'on_demand' && (out.demand[m] ?? -Infinity) < now) out = demanded(out, m, now);
+  for (const m of models) if (spec.models[m]?.scaling.mode === 'on_demand' && (out.models[m]?.demand ?? -Infinity) < now) out = demanded(out, m, now);
   return out;
 }
 
@@ -133,21 +173,40 @@ export function activityNow(s: ControllerState, spec: FleetSpec, busy: ReadonlyS
 export const ACCOUNTED_KEEP_MS = 10 * 60_000;
 
 /**
- * Bookkeeping of replicas no node shows any more (and no start runs) is dropped; so is a stop whose
- * replica is gone while no stop of this process runs for it (it finished under a previous leader).
+ * Replicas no node shows any more leave the record ("gone"), unless their start is in flight or a
+ * stop of this process runs for them; a counted failure stays a while after its replica is out of
+ * sight: an observation that began before the replica was removed can still show it (failed, maybe
+ * with its log gone), and it must never be counted again — with a reason that is not its own.
  */
 export function pruned(s: ControllerState, nodes: readonly ObservedNode[], stopsRunning: ReadonlySet<string> = new Set(), now = Infinity): ControllerState {
-  const seen = new Set(nodes.flatMap((n) => n.replicas.map((r) => r.id)));
-  const gone = (rec: Readonly<Record<string, unknown>>): string[] => Object.keys(rec).filter((id) => !seen.has(id) && s.starts[id] === undefined);
-  const d = gone(s.draining);
-  const r = gone(s.restarts);
-  // A counted failure is remembered a while after its replica is out of sight: an observation that
-  // began before the replica was removed can still show it (failed, maybe with its log gone), and it
-  // must never be counted again — with a reason that is not its own.
-  const a = gone(s.accounted).filter((id) => now - s.accounted[id]! >= ACCOUNTED_KEEP_MS);
-  const st = gone(s.stops).filter((id) => !stopsRunning.has(id));
-  if (d.length + r.length + a.length + st.length === 0) return s;
-  return { ...s, draining: omit(s.draining, d), restarts: omit(s.restarts, r), accounted: omit(s.accounted, a), stops: omit(s.stops, st) };
+  const seen = new Set<string>();
+  for (const n of nodes) for (const r of n.replicas) seen.add(r.id);
+  const gone: string[] = [];
+  for (const id in s.replicas) {
+    const r = s.replicas[id]!;
+    if (seen.has(id) || isInflightStart(r) || stopsRunning.has(id)) continue;
+    if (r.counted !== undefined && now - r.counted < ACCOUNTED_KEEP_MS) continue;
+    gone.push(id);
+  }
+  let out = s;
+  if (gone.length > 0) {
+    const replicas = { ...s.replicas };
+    for (const id of gone) delete replicas[id];
+    out = { ...s, replicas };
+  }
+  return rolloutsSettled(out);
+}
+
+/** Promoted rollouts whose stable replicas are all gone end. */
+function rolloutsSettled(s: ControllerState): ControllerState {
+  let models: Record<string, ModelRecord> | null = null;
+  for (const name in s.models) {
+    const m = s.models[name]!;
+    if (m.rollout?.phase !== 'promoted' || rolloutSettled(m.rollout, name, s.replicas) !== undefined) continue;
+    const { rollout: _done, ...rest } = m;
+    (models ??= { ...s.models })[name] = rest;
+  }
+  return models ? { ...s, models } : s;
 }
 
 /**
@@ -158,13 +217,13 @@ export function pruned(s: ControllerState, nodes: readonly ObservedNode[], stops
  */
 export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'memoryErrors' | 'stopping' | 'busy' | 'keyFingerprint' | 'now'>, model: string): 'pass' | Unplaceable | null {
   if (i.memory[model] === undefined) return 'pass';
-  if (i.state.models[model]?.parked) return null;
+  if (i.state.models[model]?.health.parked) return null;
   const out = planPass(planInputOf({ ...i, newReplicaId: () => 'preview' }));
   // A start for it, or evictions that make room for it (it starts in the pass after they are gone).
   if (out.actions.some((a) => (a.model === model && a.kind === 'start') || (a.kind === 'stop' && a.reason === 'evicted'))) return 'pass';
   const u = out.unplaceable[model];
   // A replica became ready since the last look (a start the record still holds): it may be evictable
   // once looked at, so look again rather than refuse on a view that does not show it yet.
-  if (u && Object.values(i.state.starts).some((s) => s.readyAt !== undefined)) return 'pass';
+  if (u && Object.values(i.state.replicas).some((r) => r.phase.kind === 'ready' && !r.phase.seen)) return 'pass';
   return u ? withMemoryError(u, i.memoryErrors, model) : null;
 }

@@ -8,6 +8,7 @@ import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
 import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
+import type { PlannedRollout } from './rollout-life.js';
 import { avoidKey } from './state.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 import { modelsInOrder } from './spec-order.js';
@@ -70,6 +71,12 @@ export interface PlanInput {
   readonly accountedFailures: ReadonlySet<string>;
   /** "model@node" pairs to place elsewhere for now (the node failed the model's start). */
   readonly avoid?: ReadonlySet<string>;
+  /**
+   * Models whose new revision proves itself first (rollout-life.ts): their replicas of the stable
+   * revision are kept as they are (never replaced while it runs), and `want` replicas of the new one
+   * run beside them (a check replica, or none while the revision is held).
+   */
+  readonly rollouts?: Readonly<Record<string, PlannedRollout>>;
   /**
    * The fingerprint of the engine key this controller starts replicas with: a replica recorded with
    * another (the key was lost and made anew) refuses the router, so it is replaced like an outdated one.
@@ -217,8 +224,11 @@ export function planPass(input: PlanInput): PlanOutput {
   const busy = input.busy ?? new Set<string>();
   const wants: Want[] = [];
   for (const m of modelsInOrder(spec)) {
-    const want = desiredNow(m, input.demand[m.name], now);
-    desired[m.name] = want;
+    const rollout = input.rollouts?.[m.name];
+    const asked = desiredNow(m, input.demand[m.name], now);
+    desired[m.name] = asked;
+    // a rollout: the new revision's replicas are what it wants of the current digest
+    const want = rollout ? rollout.want : asked;
     const located = byModel.get(m.name);
     const pending = inflightByModel.get(m.name) ?? [];
     // nothing of it anywhere and nothing wanted (most on-demand models): nothing to plan
@@ -243,10 +253,11 @@ export function planPass(input: PlanInput): PlanOutput {
       for (const l of extra) if (!(reason === 'idle' && busy.has(l.r.id))) stop(m.name, l, reason);
     }
 
-    // Outdated replicas (new digest or a restart): keep as many as still needed to serve.
+    // Outdated replicas (new digest or a restart): keep as many as still needed to serve — during a
+    // rollout, every replica of the stable revision (and only those) until it is promoted.
     if (outdated.length) {
-      const keep = Math.max(0, want - currentReady);
-      const byAge = [...outdated].sort((a, b) => a.r.startedAt - b.r.startedAt || a.r.id.localeCompare(b.r.id));
+      const byAge = [...outdated].sort((a, b) => (rollout ? (a.r.digest === rollout.stable ? 1 : 0) - (b.r.digest === rollout.stable ? 1 : 0) : 0) || a.r.startedAt - b.r.startedAt || a.r.id.localeCompare(b.r.id));
+      const keep = rollout ? outdated.filter((l) => l.r.digest === rollout.stable && !input.restarts.has(l.r.id)).length : Math.max(0, want - currentReady);
       const toStop = byAge.slice(0, Math.max(0, byAge.length - keep));
       for (const l of toStop) if (l.reachable) stop(m.name, l, 'replaced');
       // A drain that has run its grace: stop it now, its room goes to the new replica.

@@ -11,6 +11,7 @@ import type { ControllerActs } from './controller-shell.js';
 import type { Unplaceable } from './placement.js';
 import type { ShellPorts } from './shell-ports.js';
 import { demanded, restartRequested, retryHandled } from './state.js';
+import { stopOf } from './stops.js';
 import type { DemandResult, FleetSnapshot, ModelView } from './view.js';
 
 /** Requests' demand reaches the state file at most this often (a write carries the latest). */
@@ -98,7 +99,7 @@ export class ReconcilerActs implements ControllerActs {
    */
   restartDone(ids: readonly string[]): boolean {
     const shown = new Set(this.p.snapshot().models.flatMap((m) => m.replicas.map((r) => r.id)));
-    return ids.every((id) => this.p.record().restarts[id] === undefined && !shown.has(id));
+    return ids.every((id) => this.p.record().replicas[id]?.restartAsked === undefined && !shown.has(id));
   }
 
   async logs(replicaId: string, lines: number): Promise<string> {
@@ -110,7 +111,7 @@ export class ReconcilerActs implements ControllerActs {
     } catch (e) {
       // A stop removes the replica's directory, its log with it, before the next snapshot stops
       // listing it: say that rather than only that the node has no such replica.
-      const stopping = r.phase === 'draining' || r.phase === 'stopping' || this.p.record().stops[replicaId] !== undefined || this.p.stopping(replicaId);
+      const stopping = r.phase === 'draining' || r.phase === 'stopping' || stopOf(this.p.record(), replicaId) !== undefined || this.p.stopping(replicaId);
       if (!(e instanceof LlmgwError) || e.code !== 'REPLICA_NOT_FOUND' || !stopping) throw e;
       throw new LlmgwError('REPLICA_NOT_FOUND', `replica ${replicaId} of ${r.model} was being stopped and is gone from node ${r.node}: a stopped replica's log goes with it`, { ...e.detail, replica: replicaId, model: r.model, node: r.node });
     }

@@ -15,6 +15,7 @@ import type { StatusSink } from './persist.js';
 import type { ControllerState } from './state.js';
 import type { StateStore } from './state-store.js';
 import type { InFlight } from './stops.js';
+import type { ChecksRun } from './rollout-runner.js';
 import type { ControlView } from './view.js';
 
 /** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
@@ -66,6 +67,8 @@ export interface ReconcilerOptions {
   /** Called after every pass with its result (metrics). */
   readonly onPass?: (result: 'ok' | 'error', durationSeconds: number) => void;
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
+  /** Runs a rollout's checks against a replica (default: rollout/check.ts's runChecks over HTTP). */
+  readonly runChecks?: ChecksRun;
   /** What a replica has in flight (default: its GET /slots with the engine key). */
   readonly inFlight?: (endpoint: string) => Promise<InFlight>;
 }

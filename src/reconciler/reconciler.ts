@@ -11,7 +11,7 @@
  *
  * The Reconciler owns the record and runs the passes; its parts get the record and the effects
  * through ShellPorts (shell-ports.ts): the background starts (start-runner.ts) and stops with their
- * drains (stop-runner.ts), what a pass looks at besides the nodes (pass-look.ts), and what it does
+ * drains (stop-runner.ts), a rollout's checks (rollout-runner.ts), what a pass looks at besides the nodes (pass-look.ts), and what it does
  * for the router and operators (reconciler-acts.ts, the acts of its ControllerShell).
  */
 import { randomBytes } from 'node:crypto';
@@ -34,8 +34,10 @@ import type { ShellPorts } from './shell-ports.js';
 import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
-import type { InFlight } from './stops.js';
-import { clockStepped, retryHandled, revisionApplied, specModelsApplied, type ControllerState, type Note } from './state.js';
+import { RolloutRunner } from './rollout-runner.js';
+import { stopIds, type InFlight } from './stops.js';
+import { clockStepped, healthByModel, retryHandled, rolloutsByModel, revisionApplied, specModelsApplied, type ControllerState } from './state.js';
+import { logNotes } from './note.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
@@ -75,6 +77,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   private readonly running: StartRunner;
   /** Stops this process runs (stops.ts: drain, then SIGTERM…), in the background. */
   private readonly stopOps: StopRunner;
+  private readonly rollouts: RolloutRunner;
   private readonly inFlight: (endpoint: string) => Promise<InFlight>;
   /** What it does for the router and operators (the ControllerShell's acts). */
   private readonly own: ReconcilerActs;
@@ -121,7 +124,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       spec: () => this.o.tracker.applied?.spec ?? null,
       leader: () => this.leader(),
       now: (log) => this.now(log),
-      logNotes: (log, notes) => this.logNotes(log, notes),
+      logNotes,
       saveState: () => this.saveState(),
       // at 10,000 models a snapshot and its listeners take tens of ms: 400 starts concluding together,
       // each publishing, held the loop for 18 s and the leader lost its lease. Counted at once: a
@@ -131,6 +134,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       stopSignal: () => this.stopSignal.signal,
     };
     this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
+    this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, ...(o.runChecks ? { run: o.runChecks } : {}) });
     this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
     this.own = new ReconcilerActs({
       ...ports,
@@ -177,7 +181,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     if (this.running.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const waited = await Promise.race([
-        Promise.allSettled([...this.running.running(), ...this.stopOps.running()]).then(() => true),
+        Promise.allSettled([...this.running.running(), ...this.stopOps.running(), ...this.rollouts.running()]).then(() => true),
         new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), STOP_WAIT_MS))),
       ]);
       clearTimeout(timer);
@@ -204,7 +208,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
-      const busy = await busyOnDemand(spec, this.nodes.observed(spec), this.state.stops, this.inFlight);
+      const busy = await busyOnDemand(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.now(log);
       const d = decide({
@@ -226,7 +230,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       this.desired = d.desired;
       this.unplaceable = d.unplaceable;
       this.waitingForRoom = d.waitingForRoom;
-      this.logNotes(log, d.notes);
+      logNotes(log, d.notes);
       this.warnUnplaceable(spec, log);
       actions = d.actions.length;
       await this.apply(spec, d.actions, log);
@@ -299,10 +303,6 @@ export class Reconciler extends ControllerShell implements FleetView {
     log.warn({ stepMs: Math.round(step) }, 'the wall clock stepped: backoffs, idle timeouts, drains and health waits keep their real durations');
   }
 
-  private logNotes(log: Logger, notes: readonly Note[]): void {
-    for (const n of notes) log[n.level](n.fields, n.msg);
-  }
-
   /** sync + load: the tracker keeps the last valid spec in force when a revision is rejected. */
   private async sync(log: Logger): Promise<FleetSpec | null> {
     const r = await this.o.tracker.refresh();
@@ -313,16 +313,16 @@ export class Reconciler extends ControllerShell implements FleetView {
     const spec = applied?.spec ?? null;
     this.state = revisionApplied(this.state, applied?.revision ?? null);
     if (spec) {
-      const s = specModelsApplied(this.state, spec.models);
+      const s = specModelsApplied(this.state, spec.models, this.clock());
       this.state = s.state;
-      this.logNotes(log, s.notes);
+      logNotes(log, s.notes);
     }
     for (const req of r.retries) {
       const name = spec?.modelNames[req.model];
       const m = name ? spec!.models[name]! : null;
       const h = retryHandled(this.state, m, retryId(req));
       this.state = h.state;
-      this.logNotes(log, [{ ...h.note, fields: { ...h.note.fields, commit: req.commit, model: req.model } }]);
+      logNotes(log, [{ ...h.note, fields: { ...h.note.fields, commit: req.commit, model: req.model } }]);
     }
     return spec;
   }
@@ -361,6 +361,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (a.kind === 'start') this.running.launch(spec, a, log);
     }
     await this.stopOps.launchAll(log);
+    this.rollouts.launchAll(spec, log);
   }
 
   private scheduleWake(): void {
@@ -388,11 +389,11 @@ export class Reconciler extends ControllerShell implements FleetView {
       lastStatusWriteOk: this.status?.lastOk ?? null,
       stateError: this.saver.error,
       nodes: this.nodes.states,
-      health: this.state.models,
+      health: healthByModel(this.state),
       desired: this.desired,
       unplaceable: this.unplaceable,
-      starts: this.state.starts,
-      stops: this.state.stops,
+      replicas: this.state.replicas,
+      rollouts: rolloutsByModel(this.state),
       stopProgress: this.stopOps.progress(),
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)

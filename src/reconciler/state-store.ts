@@ -8,8 +8,9 @@
 import { createHash } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
-import { emptyState, stateFromJson, type ControllerState } from './state.js';
+import { isLlmgwError, LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
+import { emptyState, type ControllerState } from './state.js';
+import { stateFromJson } from './state-migrate.js';
 
 export interface LoadedState {
   readonly state: ControllerState;
@@ -29,6 +30,8 @@ export async function loadState(path: string, now: () => number = Date.now): Pro
   try {
     return { state: stateFromJson(JSON.parse(text)), problem: null };
   } catch (e) {
+    // written by a newer llmgw: never moved aside or written over (this instance does not act)
+    if (isLlmgwError(e, 'STATE_VERSION_NEWER')) throw new LlmgwError('STATE_VERSION_NEWER', `the state file ${path}: ${e.message}`, { path, ...e.detail });
     const aside = `${path}.corrupt-${now()}`;
     await rename(path, aside);
     return {

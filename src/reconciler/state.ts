@@ -1,79 +1,55 @@
 /**
- * The controller's one state record: everything that must outlive a pass, as plain data. It is what
- * the state file stores (and what an etcd store will store); nothing else in the controller
- * survives a pass or a restart. The transitions here are pure: (state, event, now) → state.
+ * The controller's one state record: everything that must outlive a pass, as plain data, one entry
+ * per thing it is about. It is what the state file stores and what etcd stores key by key
+ * (ha/state-layout.ts); nothing else in the controller survives a pass or a restart. The
+ * transitions here are pure: (state, event, now) → state.
  *
- * - models: per-model health (failures, backoff, parked, last error, digest, last handled retry);
- * - starts: replica starts launched and not yet settled. A start counts as in flight until its
- *   outcome is applied, whatever the node shows meanwhile (a replica that died on the node before
- *   its start reported is still one start, never a reason to launch another); one that concluded
- *   ready stays (with `readyAt`) until a look at its node shows the replica, or a look begun after
- *   it was ready does not: a look taken before the replica was on its node never hides it (#23);
- * - demand: the last request time per on-demand model (idle timeouts survive a restart);
- * - restarts: replicas an operator asked to replace, and when;
- * - draining: replicas draining because a restart had no room to surge, and since when;
- * - stops: replicas being stopped (stops.ts): out of routing from the record's `since`, waiting for
- *   their in-flight requests (bounded by drain_grace), then SIGTERM, stop_grace, SIGKILL. In the
- *   record so a controller restart or a failover continues a stop, never forgets or restarts it;
- * - readySince / unresponsiveSince: liveness bookkeeping per replica;
- * - accounted: replicas whose failure was counted already (never counted twice);
- * - avoid: "model@node" → until when a model is placed elsewhere after the node failed it (a full
- *   disk, no free port);
+ * - models: per model, its health (failures, backoff, parked, last error, digest, last handled
+ *   retry), its last demand (on-demand idle timeouts survive a restart) and the nodes it avoids for a
+ *   while after they failed its start (a full disk, no free port);
+ * - replicas: per replica, its model, node, digest and its life as one phase (replica-life.ts);
  * - handledRetries: retry ids handled, most recent last (bounded);
  * - retriesTrimmed: how many ids were dropped from the front of handledRetries so far, always a
  *   multiple of RETRY_CHUNK. An id's absolute position (retriesTrimmed + index) never changes, so
  *   the etcd layout keys the ids in chunks by it: a retry rewrites one chunk, a trim deletes one.
+ * Older records (version 1: health and retries; version 2: seven maps by replica id) are read by
+ * state-migrate.ts; a newer one is refused with STATE_VERSION_NEWER, never written over.
  */
-import type { ReasonRef } from '../errors/catalogue.js';
 import { retried, withDigest, type ModelHealth } from './health.js';
+import type { Note } from './note.js';
+import { rolloutOnDefinition, rolloutRetried, type RolloutRecord } from './rollout-life.js';
+import { moved, type ReplicaPhase, type ReplicaRecord } from './replica-life.js';
 
-export const STATE_VERSION = 2;
+export type { Note } from './note.js';
+export type { ReplicaPhase, ReplicaRecord } from './replica-life.js';
+
+export const STATE_VERSION = 3;
 export const MAX_HANDLED_RETRIES = 2000;
 /** Ids per chunk of handledRetries, and what a trim drops at once (so chunks keep their contents). */
 export const RETRY_CHUNK = 40;
 
-export interface StartRecord {
-  readonly model: string;
-  readonly node: string;
-  readonly digest: string;
-  /**
-   * Epoch ms (controller clock) when the start was launched; once it is ready, when the node
-   * launched the replica (as a look at the node shows it).
-   */
-  readonly startedAt: number;
-  /**
-   * Epoch ms (controller clock) when the start concluded ready; absent while it runs. The replica
-   * counts as the model's from the record until a look shows it (liveness.ts).
-   */
-  readonly readyAt?: number;
-  /** Where a ready start's replica answers: the snapshot offers it to the router before a look shows it. */
-  readonly endpoint?: string;
+export interface ModelRecord {
+  readonly health: ModelHealth;
+  /** Epoch ms of the last request for it (on-demand activity). */
+  readonly demand?: number;
+  /** Node → epoch ms until which the model is placed elsewhere (the node failed its start). */
+  readonly avoid?: Readonly<Record<string, number>>;
+  /** Its rollout while a new revision proves itself or is held back (rollout-life.ts). */
+  readonly rollout?: RolloutRecord;
 }
 
-export interface StopRecord {
-  readonly model: string;
-  readonly node: string;
-  /** Why (planner StopReason); 'failed' replicas skip the drain. */
-  readonly reason: string;
-  /** Epoch ms when the replica left routing (the drain's start). */
-  readonly since: number;
-  /** Whether the replica drains (waits for its in-flight requests) before SIGTERM. */
-  readonly drain: boolean;
+/** What the record needs of a spec's model: its name, definition digest, and whether it carries rollout checks. */
+export interface SpecModel {
+  readonly name: string;
+  readonly digest: string;
+  readonly rollout?: { readonly checks: readonly unknown[] } | null;
 }
 
 export interface ControllerState {
   readonly version: typeof STATE_VERSION;
   readonly appliedRevision: string | null;
-  readonly models: Readonly<Record<string, ModelHealth>>;
-  readonly starts: Readonly<Record<string, StartRecord>>;
-  readonly demand: Readonly<Record<string, number>>;
-  readonly restarts: Readonly<Record<string, number>>;
-  readonly draining: Readonly<Record<string, number>>;
-  readonly stops: Readonly<Record<string, StopRecord>>;
-  readonly readySince: Readonly<Record<string, number>>;
-  readonly unresponsiveSince: Readonly<Record<string, number>>;
-  readonly accounted: Readonly<Record<string, number>>;
-  readonly avoid: Readonly<Record<string, number>>;
+  readonly models: Readonly<Record<string, ModelRecord>>;
+  readonly replicas: Readonly<Record<string, ReplicaRecord>>;
   readonly handledRetries: readonly string[];
   readonly retriesTrimmed: number;
 }
@@ -82,25 +58,10 @@ export const emptyState: ControllerState = Object.freeze({
   version: STATE_VERSION,
   appliedRevision: null,
   models: {},
-  starts: {},
-  demand: {},
-  restarts: {},
-  draining: {},
-  stops: {},
-  readySince: {},
-  unresponsiveSince: {},
-  accounted: {},
-  avoid: {},
+  replicas: {},
   handledRetries: [],
   retriesTrimmed: 0,
 });
-
-/** Something a transition decided that the shell logs (object-first, like pino). */
-export interface Note {
-  readonly level: 'debug' | 'info' | 'warn' | 'error';
-  readonly msg: string;
-  readonly fields: Readonly<Record<string, unknown>>;
-}
 
 export function omit<V>(rec: Readonly<Record<string, V>>, keys: Iterable<string>): Record<string, V> {
   const out = { ...rec };
@@ -108,55 +69,60 @@ export function omit<V>(rec: Readonly<Record<string, V>>, keys: Iterable<string>
   return out;
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+/** Each model's health, by the record's models object (derived once per models object). */
+const healthOf = new WeakMap<object, Readonly<Record<string, ModelHealth>>>();
+export function healthByModel(s: Pick<ControllerState, 'models'>): Readonly<Record<string, ModelHealth>> {
+  let out = healthOf.get(s.models);
+  if (out === undefined) {
+    const h: Record<string, ModelHealth> = {};
+    for (const name in s.models) h[name] = s.models[name]!.health;
+    healthOf.set(s.models, (out = h));
+  }
+  return out;
 }
 
-function numbers(v: unknown): Record<string, number> {
-  if (!isRecord(v)) return {};
-  return Object.fromEntries(Object.entries(v).filter((e): e is [string, number] => typeof e[1] === 'number' && Number.isFinite(e[1])));
+/** Each model's rollout, for the models that have one (by the record's models object). */
+const rolloutsOfModels = new WeakMap<object, Readonly<Record<string, RolloutRecord>>>();
+export function rolloutsByModel(s: Pick<ControllerState, 'models'>): Readonly<Record<string, RolloutRecord>> {
+  let out = rolloutsOfModels.get(s.models);
+  if (out === undefined) {
+    const r: Record<string, RolloutRecord> = {};
+    for (const name in s.models) {
+      const x = s.models[name]!.rollout;
+      if (x !== undefined) r[name] = x;
+    }
+    rolloutsOfModels.set(s.models, (out = r));
+  }
+  return out;
 }
 
-/**
- * A state record from parsed JSON (version 1 files migrate: they held health, retries and the
- * revision). Throws with `what` for anything that is not one.
- */
-export function stateFromJson(v: unknown): ControllerState {
-  if (!isRecord(v) || (v.version !== 1 && v.version !== STATE_VERSION) || !isRecord(v.models) || !Array.isArray(v.handledRetries)) {
-    throw new Error(`not an llmgw state record (version ${STATE_VERSION})`);
+/** Each model's last demand (epoch ms), for the models that have one. */
+export function demandByModel(s: Pick<ControllerState, 'models'>): Readonly<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const name in s.models) {
+    const t = s.models[name]!.demand;
+    if (t !== undefined) out[name] = t;
   }
-  const starts: Record<string, StartRecord> = {};
-  if (isRecord(v.starts)) {
-    for (const [id, s] of Object.entries(v.starts)) {
-      if (isRecord(s) && typeof s.model === 'string' && typeof s.node === 'string' && typeof s.digest === 'string' && typeof s.startedAt === 'number') {
-        starts[id] = { model: s.model, node: s.node, digest: s.digest, startedAt: s.startedAt, ...(typeof s.readyAt === 'number' && Number.isFinite(s.readyAt) ? { readyAt: s.readyAt } : {}), ...(typeof s.endpoint === 'string' && s.endpoint !== '' ? { endpoint: s.endpoint } : {}) };
-      }
-    }
-  }
-  const stops: Record<string, StopRecord> = {};
-  if (isRecord(v.stops)) {
-    for (const [id, s] of Object.entries(v.stops)) {
-      if (isRecord(s) && typeof s.model === 'string' && typeof s.node === 'string' && typeof s.reason === 'string' && typeof s.since === 'number' && typeof s.drain === 'boolean') {
-        stops[id] = { model: s.model, node: s.node, reason: s.reason, since: s.since, drain: s.drain };
-      }
-    }
-  }
-  return {
-    version: STATE_VERSION,
-    appliedRevision: typeof v.appliedRevision === 'string' ? v.appliedRevision : null,
-    models: v.models as Record<string, ModelHealth>,
-    starts,
-    demand: numbers(v.demand),
-    restarts: numbers(v.restarts),
-    draining: numbers(v.draining),
-    stops,
-    readySince: numbers(v.readySince),
-    unresponsiveSince: numbers(v.unresponsiveSince),
-    accounted: numbers(v.accounted),
-    avoid: numbers(v.avoid),
-    handledRetries: v.handledRetries.filter((x): x is string => typeof x === 'string'),
-    retriesTrimmed: typeof v.retriesTrimmed === 'number' && Number.isSafeInteger(v.retriesTrimmed) && v.retriesTrimmed >= 0 ? v.retriesTrimmed : 0,
-  };
+  return out;
+}
+
+/** The record with one model's entry replaced (the same record when it is the same entry). */
+export function withModel(s: ControllerState, name: string, m: ModelRecord): ControllerState {
+  return s.models[name] === m ? s : { ...s, models: { ...s.models, [name]: m } };
+}
+
+/** The record with one replica's entry replaced, or deleted (undefined). */
+export function withReplica(s: ControllerState, id: string, r: ReplicaRecord | undefined): ControllerState {
+  if (s.replicas[id] === r) return s;
+  if (r === undefined) return { ...s, replicas: omit(s.replicas, [id]) };
+  return { ...s, replicas: { ...s.replicas, [id]: r } };
+}
+
+/** The ids of the replicas whose record matches. */
+export function replicaIds(s: ControllerState, pred: (r: ReplicaRecord) => boolean): string[] {
+  const out: string[] = [];
+  for (const id in s.replicas) if (pred(s.replicas[id]!)) out.push(id);
+  return out;
 }
 
 // ------------------------------------------------------------------ transitions
@@ -165,37 +131,40 @@ export function revisionApplied(s: ControllerState, revision: string | null): Co
   return revision === null || revision === s.appliedRevision ? s : { ...s, appliedRevision: revision };
 }
 
+/** The key the planner knows an avoided pair by. */
 export const avoidKey = (model: string, node: string): string => `${model}@${node}`;
 
 /** The model@node pairs still avoided at `now`; expired ones leave the record. */
 export function avoidanceAt(s: ControllerState, now: number): { state: ControllerState; avoided: ReadonlySet<string> } {
-  const live = Object.entries(s.avoid).filter(([, until]) => until > now);
-  const state = live.length === Object.keys(s.avoid).length ? s : { ...s, avoid: Object.fromEntries(live) };
-  return { state, avoided: new Set(live.map(([k]) => k)) };
-}
-
-/** A start was launched (before any I/O for it): it is in flight from now until its outcome. */
-export function startLaunched(s: ControllerState, replicaId: string, start: StartRecord): ControllerState {
-  return { ...s, starts: { ...s.starts, [replicaId]: start } };
+  let models: Record<string, ModelRecord> | null = null;
+  const avoided = new Set<string>();
+  for (const name in s.models) {
+    const m = s.models[name]!;
+    if (m.avoid === undefined) continue;
+    const live = Object.entries(m.avoid).filter(([, until]) => until > now);
+    for (const [node] of live) avoided.add(avoidKey(name, node));
+    if (live.length === Object.keys(m.avoid).length) continue;
+    models ??= { ...s.models };
+    const { avoid: _gone, ...rest } = m;
+    models[name] = live.length ? { ...rest, avoid: Object.fromEntries(live) } : rest;
+  }
+  return { state: models ? { ...s, models } : s, avoided };
 }
 
 /** A request wants a model: activity for an on-demand model's idle timeout and eviction order. */
 export function demanded(s: ControllerState, model: string, now: number): ControllerState {
-  return s.demand[model] === now ? s : { ...s, demand: { ...s.demand, [model]: now } };
+  const m = s.models[model];
+  if (m === undefined || m.demand === now) return s;
+  return withModel(s, model, { ...m, demand: now });
 }
 
 export function restartRequested(s: ControllerState, ids: readonly string[], now: number): ControllerState {
-  if (ids.length === 0) return s;
-  const restarts = { ...s.restarts };
-  for (const id of ids) restarts[id] ??= now;
-  return { ...s, restarts };
-}
-
-export function drainStarted(s: ControllerState, ids: readonly string[], now: number): ControllerState {
-  if (ids.length === 0) return s;
-  const draining = { ...s.draining };
-  for (const id of ids) draining[id] ??= now;
-  return { ...s, draining };
+  let out = s;
+  for (const id of ids) {
+    const r = out.replicas[id];
+    if (r !== undefined && r.restartAsked === undefined) out = withReplica(out, id, { ...r, restartAsked: now });
+  }
+  return out;
 }
 
 /** The record with `id` handled last; past the bound, the oldest ids go, in whole chunks (RETRY_CHUNK). */
@@ -218,9 +187,12 @@ export type RetryHandled = RetryOutcome | 'already-handled';
 export function retryHandled(s: ControllerState, model: { name: string; digest: string } | null, id: string): { state: ControllerState; outcome: RetryHandled; note: Note } {
   if (s.handledRetries.includes(id)) return { state: s, outcome: 'already-handled', note: { level: 'debug', msg: 'retry already handled', fields: { retry: id } } };
   if (!model) return { state: { ...s, ...rememberRetry(s, id) }, outcome: 'already-handled', note: { level: 'warn', msg: 'retry trailer names no model; ignored', fields: { retry: id } } };
-  const { health, outcome } = retried(withDigest(s.models[model.name], model.digest), id);
+  const before = s.models[model.name];
+  const { health, outcome } = retried(withDigest(before?.health, model.digest), id);
+  const rollout = rolloutRetried(before?.rollout, Date.now());
+  const entry: ModelRecord = { ...before, health, ...(rollout ? { rollout } : {}) };
   return {
-    state: { ...s, models: { ...s.models, [model.name]: health }, ...rememberRetry(s, id) },
+    state: { ...s, models: { ...s.models, [model.name]: entry }, ...rememberRetry(s, id) },
     outcome,
     note: { level: 'info', msg: 'retry handled', fields: { model: model.name, retry: id, outcome } },
   };
@@ -228,66 +200,80 @@ export function retryHandled(s: ControllerState, model: { name: string; digest: 
 
 /**
  * The spec in force: every model's health follows its definition digest (a new digest resets
- * failures and unparks); models that left the spec lose their health and demand.
+ * failures and unparks); models that left the spec leave the record (their health, demand and
+ * avoidances). Their replicas stay until they are gone from their nodes.
  */
-export function specApplied(s: ControllerState, models: readonly { name: string; digest: string }[]): { state: ControllerState; notes: Note[] } {
+export function specApplied(s: ControllerState, models: readonly SpecModel[], now = 0): { state: ControllerState; notes: Note[] } {
   const notes: Note[] = [];
-  const health: Record<string, ModelHealth> = {};
+  const out: Record<string, ModelRecord> = {};
   let changed = Object.keys(s.models).length !== models.length;
   for (const m of models) {
     const before = s.models[m.name];
-    const h = withDigest(before, m.digest);
-    if (before && before.digest !== m.digest) notes.push({ level: 'info', msg: 'definition changed: failures reset, unparked', fields: { model: m.name, digest: m.digest } });
-    if (h !== before) changed = true;
-    health[m.name] = h;
+    const h = withDigest(before?.health, m.digest);
+    if (before && before.health.digest !== m.digest) notes.push({ level: 'info', msg: 'definition changed: failures reset, unparked', fields: { model: m.name, digest: m.digest } });
+    const checks = (m.rollout?.checks.length ?? 0) > 0;
+    if (before === undefined || h !== before.health || (before.rollout !== undefined && !checks)) {
+      changed = true;
+      // a definition change (or rollout checks gone) decides the model's rollout afresh
+      const r = before && before.health.digest !== m.digest ? rolloutOnDefinition(before, m.name, m.digest, checks, s.replicas, now) : { rollout: checks ? before?.rollout : undefined, note: null };
+      if (r.note) notes.push(r.note);
+      const { rollout: _was, ...rest } = before ?? { health: h };
+      out[m.name] = { ...rest, health: h, ...(r.rollout ? { rollout: r.rollout } : {}) };
+    } else out[m.name] = before;
   }
-  const names = new Set(models.map((m) => m.name));
-  const demand = Object.fromEntries(Object.entries(s.demand).filter(([m]) => names.has(m)));
-  if (!changed && Object.keys(demand).length === Object.keys(s.demand).length) return { state: s, notes };
-  return { state: { ...s, models: health, demand }, notes };
+  return { state: changed ? { ...s, models: out } : s, notes };
 }
 
-/** Records specApplied left as they were, by their models: the spec's models and the demand then. */
-const fixedPoints = new WeakMap<object, { readonly spec: object; readonly demand: object }>();
+/** Records specApplied left as they were, by their models: the spec's models then. */
+const fixedPoints = new WeakMap<object, object>();
 
 /**
  * specApplied for a spec's models, skipped when it would change nothing: specApplied is idempotent,
- * so a record whose models and demand are those it last returned for the same spec's models (a spec's
- * objects are per revision, the record's immutable) is left as it is — without a look at each model.
+ * so a record whose models are those it last returned for the same spec's models (a spec's objects
+ * are per revision, the record's immutable) is left as it is — without a look at each model.
  */
-export function specModelsApplied(s: ControllerState, models: Readonly<Record<string, { readonly name: string; readonly digest: string }>>): { state: ControllerState; notes: Note[] } {
-  const seen = fixedPoints.get(s.models);
-  if (seen?.spec === models && seen.demand === s.demand) return { state: s, notes: [] };
-  const r = specApplied(s, Object.values(models));
-  fixedPoints.set(r.state.models, { spec: models, demand: r.state.demand });
+export function specModelsApplied(s: ControllerState, models: Readonly<Record<string, SpecModel>>, now = 0): { state: ControllerState; notes: Note[] } {
+  if (fixedPoints.get(s.models) === models) return { state: s, notes: [] };
+  const r = specApplied(s, Object.values(models), now);
+  fixedPoints.set(r.state.models, models);
   return r;
 }
 
 const shift = (rec: Readonly<Record<string, number>>, by: number): Record<string, number> => Object.fromEntries(Object.entries(rec).map(([k, t]) => [k, t + by]));
 
+function phaseShifted(p: ReplicaPhase, by: number): ReplicaPhase {
+  switch (p.kind) {
+    case 'launching':
+      return p;
+    case 'unready':
+      return p.since === undefined ? p : { ...p, since: p.since + by };
+    default:
+      return { ...p, since: p.since + by };
+  }
+}
+
 /**
  * The wall clock stepped by `by` ms (NTP, a VM resumed, an operator): the timers in the record move
  * with it, so a backoff, an idle timeout, a drain grace or the wait for /health still lasts the same
- * real time. What is history (when a model was parked, when it last failed) stays as it was.
+ * real time. What is history (when a model was parked, when it last failed, when a failure was
+ * counted) stays as it was.
  */
 export function clockStepped(s: ControllerState, by: number): ControllerState {
   if (by === 0) return s;
-  const models: Record<string, ModelHealth> = {};
-  for (const [m, h] of Object.entries(s.models)) models[m] = h.nextAttemptAt === null ? h : { ...h, nextAttemptAt: h.nextAttemptAt + by };
-  const starts: Record<string, StartRecord> = {};
-  for (const [id, st] of Object.entries(s.starts)) starts[id] = { ...st, startedAt: st.startedAt + by, ...(st.readyAt !== undefined ? { readyAt: st.readyAt + by } : {}) };
-  const stops: Record<string, StopRecord> = {};
-  for (const [id, st] of Object.entries(s.stops)) stops[id] = { ...st, since: st.since + by };
-  return {
-    ...s,
-    models,
-    starts,
-    stops,
-    demand: shift(s.demand, by),
-    restarts: shift(s.restarts, by),
-    draining: shift(s.draining, by),
-    readySince: shift(s.readySince, by),
-    unresponsiveSince: shift(s.unresponsiveSince, by),
-    avoid: shift(s.avoid, by),
-  };
+  const models: Record<string, ModelRecord> = {};
+  for (const [name, m] of Object.entries(s.models)) {
+    const h = m.health.nextAttemptAt === null ? m.health : { ...m.health, nextAttemptAt: m.health.nextAttemptAt + by };
+    models[name] = { ...m, health: h, ...(m.demand !== undefined ? { demand: m.demand + by } : {}), ...(m.avoid !== undefined ? { avoid: shift(m.avoid, by) } : {}), ...(m.rollout !== undefined ? { rollout: { ...m.rollout, since: m.rollout.since + by } } : {}) };
+  }
+  const replicas: Record<string, ReplicaRecord> = {};
+  for (const [id, r] of Object.entries(s.replicas)) {
+    replicas[id] = { ...r, startedAt: r.startedAt + by, phase: phaseShifted(r.phase, by), ...(r.restartAsked !== undefined ? { restartAsked: r.restartAsked + by } : {}) };
+  }
+  return { ...s, models, replicas };
+}
+
+/** A start was launched (before any I/O for it): it is in flight from now until its outcome. */
+export function startLaunched(s: ControllerState, replicaId: string, start: Omit<ReplicaRecord, 'phase'>): ControllerState {
+  const r = moved(s.replicas[replicaId], replicaId, { kind: 'launching' }, start);
+  return r.refused ? s : withReplica(s, replicaId, r.rec);
 }

@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { reasonOf } from '../errors/catalogue.js';
 import { nodeTimers, type LoopTimers } from './loop.js';
 import type { ShellPorts } from './shell-ports.js';
-import { drainStep, stopFinished, type InFlight } from './stops.js';
+import { drainStep, stopFinished, stopIds, stopOf, type InFlight } from './stops.js';
 import type { StopProgress } from './summarize.js';
 
 /** How often a draining replica is asked what it has in flight. */
@@ -49,14 +49,14 @@ export class StopRunner {
     // Every stop in the record runs in the background (this pass's, and those a previous leader or
     // run left unfinished): stopping replicas leave the router's view at once, and no stop holds up
     // the pass or the publication of what it started.
-    const toLaunch = Object.keys(this.p.record().stops).filter((id) => !this.ops.has(id));
+    const toLaunch = stopIds(this.p.record()).filter((id) => !this.ops.has(id));
     if (toLaunch.length === 0 || !this.p.leader()) return;
     // The record first (the state file, or etcd): a failover right after continues these drains from
     // their start instead of planning them anew.
     await this.p.saveState();
     let launched = false;
     for (const id of toLaunch) {
-      const rec = this.p.record().stops[id];
+      const rec = stopOf(this.p.record(), id);
       if (!rec || this.ops.has(id) || !this.p.leader()) continue;
       // One 'stopping replica' line a stop: here for one that drains first (out of routing now), from
       // the stop's own first step for one that does not (stops.ts drainStep).
@@ -102,7 +102,7 @@ export class StopRunner {
     const signal = this.p.stopSignal();
     const op = (async () => {
       for (;;) {
-        const seen = this.p.record().stops[id];
+        const seen = stopOf(this.p.record(), id);
         const spec = this.p.spec();
         if (!seen || !spec || signal.aborted || !this.p.leader()) return;
         const inFlight: InFlight = seen.drain ? await this.inFlight(this.endpointOf(seen.node, id)) : 'gone';
@@ -110,7 +110,7 @@ export class StopRunner {
         // the time first, then the record: taking the time applies a wall-clock step to the record,
         // and a drain start read before it would be judged against the stepped clock (cut at once)
         const now = this.p.now(log);
-        const rec = this.p.record().stops[id];
+        const rec = stopOf(this.p.record(), id);
         if (!rec) return;
         const step = drainStep(id, rec, inFlight, now, spec.settings.drainGraceMs);
         if (step.kind === 'wait') {

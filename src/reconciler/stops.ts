@@ -6,12 +6,43 @@
  *   offers it) → wait until llama-server reports nothing in flight (GET /slots), bounded by
  *   drain_grace from `since` → SIGTERM, stop_grace, SIGKILL (the node driver's stopReplica).
  *
- * A replica that failed or is unhealthy skips the wait (it serves nothing). The record is the
- * state's `stops`, so a controller restart or a failover continues a stop where it was. The shell
+ * A replica that failed or is unhealthy skips the wait (it serves nothing). The stop is the replica's
+ * phase in the record (leaving, why 'stop'), so a controller restart or a failover continues a stop
+ * where it was. The shell
  * (stop-runner.ts) runs each stop in the background: a stop never holds up a pass or its publication.
  */
 import type { Action, StopReason } from './planner.js';
-import { omit, type ControllerState, type Note, type StopRecord } from './state.js';
+import { moved } from './replica-life.js';
+import { withReplica, type ControllerState, type Note } from './state.js';
+
+/** A replica's stop as the record holds it (its phase, leaving why 'stop', with its model and node). */
+export interface StopRecord {
+  readonly model: string;
+  readonly node: string;
+  /** Why (planner StopReason); 'failed' replicas skip the drain. */
+  readonly reason: string;
+  /** Epoch ms when the replica left routing (the drain's start). */
+  readonly since: number;
+  /** Whether the replica drains (waits for its in-flight requests) before SIGTERM. */
+  readonly drain: boolean;
+}
+
+/** The replica's stop, when it is in the stop sequence. */
+export function stopOf(s: ControllerState, id: string): StopRecord | undefined {
+  const r = s.replicas[id];
+  if (r === undefined || r.phase.kind !== 'leaving' || r.phase.why !== 'stop') return undefined;
+  return { model: r.model, node: r.node, reason: r.phase.reason, since: r.phase.since, drain: r.phase.drain };
+}
+
+/** The ids of every replica in the stop sequence. */
+export function stopIds(s: ControllerState): string[] {
+  const out: string[] = [];
+  for (const id in s.replicas) {
+    const p = s.replicas[id]!.phase;
+    if (p.kind === 'leaving' && p.why === 'stop') out.push(id);
+  }
+  return out;
+}
 
 /** Reasons whose replica serves nothing: no drain. */
 const NO_DRAIN: ReadonlySet<StopReason> = new Set(['failed', 'orphan']);
@@ -19,20 +50,26 @@ const NO_DRAIN: ReadonlySet<StopReason> = new Set(['failed', 'orphan']);
 export const mayBeServing = (reason: string): boolean => !NO_DRAIN.has(reason as StopReason);
 
 /** The planner's stops enter the record (a stop already recorded keeps its start of drain). */
-export function stopsRequested(s: ControllerState, actions: readonly Action[], now: number): { state: ControllerState; added: string[] } {
-  const stops: Record<string, StopRecord> = { ...s.stops };
+export function stopsRequested(s: ControllerState, actions: readonly Action[], now: number): { state: ControllerState; added: string[]; notes: Note[] } {
+  let out = s;
   const added: string[] = [];
+  const notes: Note[] = [];
   for (const a of actions) {
-    if (a.kind !== 'stop' || stops[a.replicaId]) continue;
-    stops[a.replicaId] = { model: a.model, node: a.node, reason: a.reason, since: now, drain: mayBeServing(a.reason) };
+    if (a.kind !== 'stop' || stopOf(out, a.replicaId)) continue;
+    const r = moved(out.replicas[a.replicaId], a.replicaId, { kind: 'leaving', why: 'stop', since: now, reason: a.reason, drain: mayBeServing(a.reason) }, { model: a.model, node: a.node, digest: '', startedAt: now });
+    if (r.refused) {
+      notes.push(r.refused);
+      continue;
+    }
+    out = withReplica(out, a.replicaId, r.rec);
     added.push(a.replicaId);
   }
-  return added.length ? { state: { ...s, stops }, added } : { state: s, added };
+  return { state: out, added, notes };
 }
 
-/** A stop's process is gone (or was never there): it leaves the record. */
+/** A stop's process is gone (or was never there): the replica leaves the record. */
 export function stopFinished(s: ControllerState, id: string): ControllerState {
-  return s.stops[id] ? { ...s, stops: omit(s.stops, [id]) } : s;
+  return stopOf(s, id) ? withReplica(s, id, undefined) : s;
 }
 
 /**

@@ -9,7 +9,10 @@ import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
 import { modelsInOrder, nodesInOrder } from './spec-order.js';
-import type { StartRecord, StopRecord } from './state.js';
+import type { ReplicaRecord } from './replica-life.js';
+import type { RolloutRecord } from './rollout-life.js';
+import type { RolloutView } from '../rollout/types.js';
+import type { StopRecord } from './stops.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
 export interface NodeState {
@@ -29,7 +32,7 @@ export interface StopProgress {
 }
 
 /** A replica being stopped: 'draining' until it is signalled, then 'stopping'; never routable. */
-export function stopPhase(rec: StopRecord, p: StopProgress | undefined): { phase: 'draining' | 'stopping'; inFlight: number | null } {
+export function stopPhase(rec: Pick<StopRecord, 'drain'>, p: StopProgress | undefined): { phase: 'draining' | 'stopping'; inFlight: number | null } {
   if (!rec.drain) return { phase: 'stopping', inFlight: null };
   return { phase: p?.phase ?? 'draining', inFlight: p?.inFlight ?? null };
 }
@@ -49,10 +52,10 @@ export interface SummaryInput {
   readonly health: Readonly<Record<string, ModelHealth>>;
   readonly desired: Readonly<Record<string, number>>;
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
-  /** Starts in flight by replica id. */
-  readonly starts: Readonly<Record<string, StartRecord>>;
-  /** Stops in the record (out of routing from their start). */
-  readonly stops: Readonly<Record<string, StopRecord>>;
+  /** The record's replicas: a stop is out of routing from its start; a start is shown before a look shows it. */
+  readonly replicas: Readonly<Record<string, ReplicaRecord>>;
+  /** Rollouts by model (rollout-life.ts): a replica of a revision under test or held takes no request. */
+  readonly rollouts?: Readonly<Record<string, RolloutRecord>>;
   /** Where each running stop is (its drain's last in-flight reading). */
   readonly stopProgress: ReadonlyMap<string, StopProgress>;
   readonly memory: Readonly<Record<string, number | null>>;
@@ -86,28 +89,41 @@ function sameView(a: ModelView, b: ModelView): boolean {
   return Object.keys(a).length === Object.keys(b).length;
 }
 
+/** A replica of a revision whose checks run (or that is held back) takes no user request: shown starting. */
+function underTest(i: SummaryInput, model: string, digest: string): boolean {
+  const r = i.rollouts?.[model];
+  return r !== undefined && r.phase !== 'promoted' && r.digest === digest;
+}
+
+/** The rollout as the model's view shows it. */
+export function rolloutView(r: RolloutRecord): RolloutView {
+  return { phase: r.phase, stableDigest: r.stable, canaryDigest: r.digest, step: 0, share: 0, since: r.since, until: null, verdict: r.verdict ?? null };
+}
+
 export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   const replicas: ReplicaView[] = [];
   const seen = new Set<string>();
   for (const [node, ns] of [...i.nodes.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     for (const r of ns.obs?.replicas ?? []) {
       seen.add(r.id);
-      const stop = i.stops[r.id];
-      if (stop) {
-        const sp = stopPhase(stop, i.stopProgress.get(r.id));
+      const p = i.replicas[r.id]?.phase;
+      if (p?.kind === 'leaving' && p.why === 'stop') {
+        const sp = stopPhase(p, i.stopProgress.get(r.id));
         replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight });
         continue;
       }
-      const phase = !ns.reachable && r.state === 'ready' ? 'starting' : r.state;
+      const phase = r.state === 'ready' && (!ns.reachable || underTest(i, r.model, r.digest)) ? 'starting' : r.state;
       replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt });
     }
   }
-  for (const [id, s] of Object.entries(i.starts)) {
-    if (seen.has(id)) continue;
+  for (const id in i.replicas) {
+    const s = i.replicas[id]!;
+    if (seen.has(id) || !(s.phase.kind === 'launching' || (s.phase.kind === 'ready' && !s.phase.seen))) continue;
     // a start that concluded ready is served at once, before a look shows its replica (not while its
     // node is out of reach: an observed ready replica there is shown starting too)
-    const ready = s.readyAt !== undefined && s.endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false;
-    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? s.endpoint! : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
+    const endpoint = s.phase.kind === 'ready' ? s.phase.endpoint : undefined;
+    const ready = endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false && !underTest(i, s.model, s.digest);
+    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? endpoint : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
   }
   const byModel = new Map<string, ReplicaView[]>();
   for (const r of replicas) {
@@ -141,6 +157,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         nextAttemptAt: h?.nextAttemptAt ?? null,
         memoryBytes: i.memory[m.name] ?? null,
         lastHandledRetry: h?.lastHandledRetry ?? null,
+        ...(i.rollouts?.[m.name] ? { rollout: rolloutView(i.rollouts[m.name]!) } : {}),
       });
     });
   const nodes: NodeView[] = (i.spec ? nodesInOrder(i.spec) : [])

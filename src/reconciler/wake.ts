@@ -14,7 +14,7 @@ export interface WakeInput {
   readonly desired: Readonly<Record<string, number>>;
   /** Replica ids by model that are ready right now. */
   readonly readyReplicas: (model: string) => readonly string[];
-  /** The model of a replica being timed for /health (state.unresponsiveSince). */
+  /** The model of a replica being timed for /health (an entry of an older record may not know it). */
   readonly modelOf: (replicaId: string) => string | undefined;
   /** Further due times from elsewhere (e.g. a schedule's next change). */
   readonly extra?: readonly number[];
@@ -35,7 +35,7 @@ function healthDueOf(models: ControllerState['models']): HealthDue {
   if (due !== undefined) return due;
   const attempts: number[] = [];
   const failing: string[] = [];
-  for (const [name, h] of Object.entries(models)) {
+  for (const [name, { health: h }] of Object.entries(models)) {
     if (h.nextAttemptAt !== null) attempts.push(h.nextAttemptAt);
     if (h.consecutiveFailures > 0 && !h.parked) failing.push(name);
   }
@@ -48,19 +48,26 @@ export function nextWake(i: WakeInput): number | null {
   const { state, spec, now } = i;
   const health = healthDueOf(state.models);
   const times: number[] = [...(i.extra ?? []), ...health.attempts];
-  for (const since of Object.values(state.draining)) times.push(since + spec.settings.drainGraceMs);
-  for (const [id, since] of Object.entries(state.unresponsiveSince)) {
-    const m = spec.models[i.modelOf(id) ?? ''];
-    const limit = m ? spec.profiles[m.profile]?.startTimeoutMs : undefined;
-    if (limit !== undefined) times.push(since + limit);
+  for (const id in state.replicas) {
+    const r = state.replicas[id]!;
+    if (r.phase.kind === 'leaving' && r.phase.why === 'surge') times.push(r.phase.since + spec.settings.drainGraceMs);
+    if (r.phase.kind === 'unready' && r.phase.since !== undefined) {
+      const m = spec.models[r.model || (i.modelOf(id) ?? '')];
+      const limit = m ? spec.profiles[m.profile]?.startTimeoutMs : undefined;
+      if (limit !== undefined) times.push(r.phase.since + limit);
+    }
   }
-  for (const [name, asked] of Object.entries(state.demand)) {
+  for (const name in state.models) {
+    const asked = state.models[name]!.demand;
     const m = spec.models[name];
-    if (m?.scaling.mode === 'on_demand' && (i.desired[name] ?? 0) > 0) times.push(asked + m.scaling.idleTimeoutMs);
+    if (asked !== undefined && m?.scaling.mode === 'on_demand' && (i.desired[name] ?? 0) > 0) times.push(asked + m.scaling.idleTimeoutMs);
   }
   for (const name of health.failing) {
     if (!spec.models[name]) continue;
-    const since = i.readyReplicas(name).map((id) => state.readySince[id] ?? Infinity);
+    const since = i.readyReplicas(name).map((id) => {
+      const p = state.replicas[id]?.phase;
+      return p?.kind === 'ready' && p.seen ? p.since : Infinity;
+    });
     const first = Math.min(...since);
     if (Number.isFinite(first)) times.push(first + spec.settings.readyResetMs);
   }

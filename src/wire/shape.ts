@@ -11,6 +11,7 @@ import type { RetryOutcome } from '../reconciler/state.js';
 import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
+import type { RolloutView } from '../rollout/types.js';
 import { pickModels, type ModelsQuery } from './models-query.js';
 
 export { MODEL_PHASES } from '../reconciler/view.js';
@@ -55,6 +56,19 @@ export interface ModelJson {
   readonly memoryBytes: number | null;
   readonly lastHandledRetry: string | null;
   readonly replicas: readonly ReplicaJson[];
+  /** The model's rollout while a new revision proves itself or is held back; absent otherwise (and from older controllers). */
+  readonly rollout?: RolloutJson;
+}
+
+/** A rollout as the wire carries it (rollout-life.ts): the phase, both revisions, and why it is held. */
+export interface RolloutJson {
+  readonly phase: RolloutView['phase'];
+  /** The revision (definition digest) under test, and the one serving meanwhile. */
+  readonly digest: string;
+  readonly stableDigest: string;
+  readonly since: string;
+  /** Held back: the verdict (a failed check's expected and got) and what to do. */
+  readonly verdict: ReasonJson | null;
 }
 
 /** Why a model fits nowhere: the sub-code of MODEL_UNPLACEABLE, the reason and its figures. */
@@ -219,7 +233,13 @@ export function modelJson(m: ModelView, revision: string | null, at?: number): M
     memoryBytes: m.memoryBytes,
     lastHandledRetry: m.lastHandledRetry,
     replicas: m.replicas.map((r) => replicaJson(r, m.spec.digest)),
+    ...(m.rollout ? { rollout: rolloutJson(m.rollout, m.name) } : {}),
   };
+}
+
+function rolloutJson(r: RolloutView, model: string): RolloutJson {
+  const verdict = r.verdict ? { ...reasonJson(r.verdict), ...(Object.hasOwn(Reasons, r.verdict.code) ? { hint: hintFor(r.verdict.code as keyof typeof Reasons, model) } : {}) } : null;
+  return { phase: r.phase, digest: r.canaryDigest, stableDigest: r.stableDigest, since: isoNow(r.since), verdict };
 }
 
 export function nodeJson(n: NodeView, spec: FleetSpec | null): NodeJson {

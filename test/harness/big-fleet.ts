@@ -1,12 +1,11 @@
 /**
  * A large fleet's state record and published snapshot as plain objects (no nodes, no processes):
  * what the etcd layout tests store. Sizes are as a real fleet's: about 400 bytes of published
- * snapshot and 250 of state record per model. Every `parkEvery`-th model is parked after five
- * failed starts; the others have one ready replica on one of 100 nodes.
+ * snapshot and 530 of state record per model (its entry and its replica's). Every `parkEvery`-th
+ * model is parked after five failed starts; the others have one ready replica on one of 100 nodes.
  */
 import type { PublishedSnapshot } from '../../src/ha/published.js';
-import type { ModelHealth } from '../../src/reconciler/health.js';
-import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
+import { emptyState, type ControllerState, type ModelRecord, type ReplicaRecord } from '../../src/reconciler/state.js';
 
 export const modelName = (i: number): string => `team-${i % 7}/finetune-${String(i).padStart(5, '0')}-q4_k_m`.replace('/', '-');
 export const nodeName = (i: number): string => `node-${String(i % 100).padStart(3, '0')}`;
@@ -17,19 +16,20 @@ export function isParked(i: number, parkEvery: number): boolean {
 }
 
 export function bigState(models: number, parkEvery = 5, at = 1_790_000_000_000): ControllerState {
-  const health: Record<string, ModelHealth> = {};
-  const readySince: Record<string, number> = {};
-  const demand: Record<string, number> = {};
+  const entries: Record<string, ModelRecord> = {};
+  const replicas: Record<string, ReplicaRecord> = {};
   for (let i = 0; i < models; i++) {
     const name = modelName(i);
     const lastError = { code: 'REPLICA_START_FAILED', message: `llama-server exited with status 1 before it was ready (model ${name})` };
-    health[name] = isParked(i, parkEvery)
+    const health = isParked(i, parkEvery)
       ? { digest: digest(i), consecutiveFailures: 5, lastError, lastFailureAt: at - 60_000, nextAttemptAt: null, parked: { since: at - 60_000, lastError }, lastHandledRetry: null }
       : { digest: digest(i), consecutiveFailures: 0, lastError: null, lastFailureAt: null, nextAttemptAt: null, parked: null, lastHandledRetry: null };
-    if (!isParked(i, parkEvery)) readySince[`${name}-${(i * 7919).toString(16).padStart(8, '0')}`] = at - 3_600_000;
-    if (i % 3 === 0) demand[name] = at - i;
+    entries[name] = i % 3 === 0 ? { health, demand: at - i } : { health };
+    if (!isParked(i, parkEvery)) {
+      replicas[`${name}-${(i * 7919).toString(16).padStart(8, '0')}`] = { model: name, node: nodeName(i), digest: digest(i), startedAt: at - 3_600_000, phase: { kind: 'ready', since: at - 3_600_000, seen: true } };
+    }
   }
-  return { ...emptyState, appliedRevision: 'a'.repeat(40), models: health, readySince, demand, handledRetries: ['commit:abc', 'admin:1:00ff00'] };
+  return { ...emptyState, appliedRevision: 'a'.repeat(40), models: entries, replicas, handledRetries: ['commit:abc', 'admin:1:00ff00'] };
 }
 
 export function bigPublished(models: number, parkEvery = 5, revision = 'a'.repeat(40)): PublishedSnapshot {

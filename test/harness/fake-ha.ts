@@ -10,7 +10,8 @@ import type { PublishedChannel, StateRecordSource } from '../../src/ha/controlle
 import type { Election } from '../../src/ha/election.js';
 import { parsePublished, type PublishedSnapshot } from '../../src/ha/published.js';
 import type { StateStore } from '../../src/reconciler/state-store.js';
-import { emptyState, stateFromJson, type ControllerState } from '../../src/reconciler/state.js';
+import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
+import { stateFromJson } from '../../src/reconciler/state-migrate.js';
 import type { FakeEtcdClient } from './fake-etcd.js';
 
 export class FakePublished implements PublishedChannel {

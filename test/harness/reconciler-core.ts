@@ -9,7 +9,8 @@ import { loadFleetSpec } from '../../src/fleet-spec/load.js';
 import type { FleetSpec } from '../../src/fleet-spec/types.js';
 import { initialHealth } from '../../src/reconciler/health.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
-import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
+import type { ControllerState } from '../../src/reconciler/state.js';
+import { fromV2, type V2 } from './record-v2.js';
 import { minimalFleet, tempFleet, type FleetFilesMap } from './fleet.js';
 
 export const GiB = 2 ** 30;
@@ -35,10 +36,10 @@ export function node(name: string, replicas: ReplicaObservation[] = [], reachabl
   return { name, reachable, memoryTotalBytes: 64 * GiB, replicas };
 }
 
-/** A record with fresh health for every model of the spec, then the given fields. */
-export function stateFor(spec: FleetSpec, over: Partial<ControllerState> = {}): ControllerState {
+/** A record with fresh health for every model of the spec, then the given facts (as the version-2 maps name them). */
+export function stateFor(spec: FleetSpec, over: Partial<V2> = {}): ControllerState {
   const models = Object.fromEntries(Object.values(spec.models).map((m) => [m.name, initialHealth(m.digest)]));
-  return { ...emptyState, models, ...over, ...(over.models ? { models: { ...models, ...over.models } } : {}) };
+  return fromV2({ ...over, models: { ...models, ...over.models } });
 }
 
 export const memoryOf = (spec: FleetSpec): Record<string, number | null> => Object.fromEntries(Object.values(spec.models).map((m) => [m.name, m.memoryBytes]));

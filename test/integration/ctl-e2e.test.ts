@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { stopIds } from '../../src/reconciler/stops.js';
 import { runCli } from '../harness/cli.js';
 import { serveFront, type Front } from '../harness/front.js';
 import { keepAsking } from '../harness/router-client.js';
@@ -96,7 +97,7 @@ describe('llmgw ctl against the real stack', () => {
     // log is read is the one that stays: the fleet settled, good's one replica ready, none stopping.
     await ctl.until('good settled: its replica ready, none being stopped', 90_000, () => {
       const m = model('good');
-      return m.phase === 'ready' && m.replicas.length === m.desired && m.replicas.every((x) => x.phase === 'ready') && Object.keys(ctl.reconciler.record().stops).length === 0;
+      return m.phase === 'ready' && m.replicas.length === m.desired && m.replicas.every((x) => x.phase === 'ready') && stopIds(ctl.reconciler.record()).length === 0;
     });
     const [replica] = model('good').replicas;
     assert.ok(replica && !replaced.includes(replica.id), `the new replica, not one of ${replaced.join(', ')}`);

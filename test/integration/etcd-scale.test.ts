@@ -16,6 +16,7 @@ import { stateEntries } from '../../src/ha/state-layout.js';
 import { startEtcd } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
 import { bigPublished, bigState, isParked, modelName } from '../harness/big-fleet.js';
+import { asV2, fromV2 } from '../harness/record-v2.js';
 import { until } from '../harness/wait.js';
 import { GiB, node, specOf } from '../harness/reconciler-core.js';
 import { initialHealth } from '../../src/reconciler/health.js';
@@ -113,9 +114,9 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
     const ms = performance.now() - t0;
     assert.equal(problem, null);
     assert.deepEqual(state, s1);
-    const parked = Object.entries(state.models).filter(([, h]) => h.parked !== null).map(([n]) => n);
+    const parked = Object.entries(state.models).filter(([, m]) => m.health.parked !== null).map(([n]) => n);
     assert.equal(parked.length, MODELS / 5);
-    for (const n of parked) assert.equal(state.models[n]!.consecutiveFailures, 5);
+    for (const n of parked) assert.equal(state.models[n]!.health.consecutiveFailures, 5);
     assert.ok(ms < 5_000, `failover read ${ms.toFixed(0)} ms`);
     assert.equal(await storeB.save(state), false, 'the record just loaded is not written back');
     await rejectsWith(store.save({ ...s1, appliedRevision: 'c'.repeat(40) }), 'LEADER_DEPOSED');
@@ -123,7 +124,7 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
     // one model's health changes: one txn of a few hundred bytes
     const name = modelName(1);
     const before = storeB.stats;
-    assert.equal(await storeB.save({ ...state, models: { ...state.models, [name]: { ...state.models[name]!, consecutiveFailures: 1 } } }), true);
+    assert.equal(await storeB.save({ ...state, models: { ...state.models, [name]: { ...state.models[name]!, health: { ...state.models[name]!.health, consecutiveFailures: 1 } } } }), true);
     assert.equal(storeB.stats.txns - before.txns, 1);
     assert.ok(storeB.stats.bytes - before.bytes <= 4 * 1024, `${storeB.stats.bytes - before.bytes} bytes for one model`);
   });
@@ -134,7 +135,7 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
     const lastError = { code: 'REPLICA_START_FAILED', message: 'exited with status 1' };
     const parkedAlpha = { ...initialHealth(alpha.digest), consecutiveFailures: 5, lastError, lastFailureAt: 1, parked: { since: 1, lastError } };
     const big = bigState(MODELS);
-    const record = { ...big, models: { ...big.models, alpha: parkedAlpha } };
+    const record = { ...big, models: { ...big.models, alpha: { health: parkedAlpha } } };
     const prefix = freshPrefix();
     const a = await leaderOf(prefix, 'a');
     await new EtcdStateStore(a.election, a.client, prefix).save(record);
@@ -148,9 +149,9 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
       decide({ state: st, spec, nodes: [node('cpu-01'), node('cpu-02')], memory: { alpha: GiB, beta: GiB, gamma: GiB }, memoryErrors: {}, running: new Set(), stopping: new Set(), now: 10, newReplicaId: (m) => `${m}-new` })
         .actions.filter((x) => x.kind === 'start')
         .map((x) => (x.kind === 'start' ? x.model : ''));
-    assert.deepEqual(state.models.alpha, parkedAlpha);
+    assert.deepEqual(state.models.alpha, { health: parkedAlpha });
     assert.ok(!startsOf(state).includes('alpha'), 'the parked model was started again after the failover');
-    assert.ok(startsOf({ ...state, models: { ...state.models, alpha: initialHealth(alpha.digest) } }).includes('alpha'), 'the control: not parked, it is started');
+    assert.ok(startsOf({ ...state, models: { ...state.models, alpha: { health: initialHealth(alpha.digest) } } }).includes('alpha'), 'the control: not parked, it is started');
   });
 
   it('a save left half-way by a leader that died: the next leader reads the last complete one, and its own save completes the layout', async () => {
@@ -199,8 +200,10 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
   it('migration: the old single-value record and snapshot are read, written as keys and deleted; a standby reads the old snapshot until then', async () => {
     const prefix = freshPrefix();
     const seed = make(prefix, 'seed');
-    const s1 = bigState(4_000);
-    const legacyState = canonicalJson(s1);
+    // the single value was written by the version before the entity record (version 2): it is migrated too
+    const v2 = asV2(bigState(4_000));
+    const legacyState = canonicalJson({ version: 2, ...v2 });
+    const s1 = fromV2(v2);
     assert.ok(legacyState.length < ETCD_REQUEST_LIMIT);
     const p1 = bigPublished(2_000);
     await seed.client.put(`${prefix}/state`).value(legacyState);
@@ -218,7 +221,7 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
       assert.deepEqual(state, s1);
       assert.equal(await a.client.get(`${prefix}/state`).string(), null, 'the old record deleted');
       assert.deepEqual((await new EtcdStateStore(a.election, a.client, prefix).load()).state, s1, 'parking and replicas kept');
-      assert.equal(Object.values(state.models).filter((h) => h.parked).length, 800);
+      assert.equal(Object.values(state.models).filter((m) => m.health.parked).length, 800);
       assert.equal(await store.save(s1), false);
 
       const p2: PublishedSnapshot = { ...p1, appliedRevision: 'd'.repeat(40) };
@@ -259,14 +262,14 @@ describe('5,000 models in a real etcd: per-key layout', { timeout: 180_000 }, ()
     store.onCut = (r) => cuts.push(`${r.code} ${r.message}`);
     const s = bigState(10);
     const name = Object.keys(s.models).find((_, i) => isParked(i, 5))!;
-    const h = s.models[name]!;
-    const saved = { ...s, models: { ...s.models, [name]: { ...h, lastError: huge, parked: { since: h.parked?.since ?? 1, lastError: huge } } } };
+    const h = s.models[name]!.health;
+    const saved = { ...s, models: { ...s.models, [name]: { ...s.models[name]!, health: { ...h, lastError: huge, parked: { since: h.parked?.since ?? 1, lastError: huge } } } } };
     assert.equal(await store.save(saved), true);
     assert.equal(cuts.length, 2);
     const loaded = (await new EtcdStateStore(a.election, a.client, prefix).load()).state;
     assert.equal(Object.keys(loaded.models).length, Object.keys(s.models).length, 'every model saved');
-    assert.ok(loaded.models[name]!.parked, 'the model with the huge reason is parked in etcd');
-    assert.match(loaded.models[name]!.parked!.lastError.message, /bytes cut\)$/);
+    assert.ok(loaded.models[name]!.health.parked, 'the model with the huge reason is parked in etcd');
+    assert.match(loaded.models[name]!.health.parked!.lastError.message, /bytes cut\)$/);
     assert.equal(await store.save(saved), false, 'the same cut is not written again');
   });
 });

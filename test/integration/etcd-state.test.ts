@@ -11,6 +11,7 @@ import { Published } from '../../src/ha/published-channel.js';
 import { EtcdStateStore } from '../../src/ha/etcd-state.js';
 import type { PublishedSnapshot } from '../../src/ha/published.js';
 import { sharedValues } from '../../src/ha/shared.js';
+import { initialHealth } from '../../src/reconciler/health.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import { startEtcd } from '../harness/etcd.js';
 import { rejectsWith } from '../harness/errors.js';
@@ -23,7 +24,7 @@ function someState(n: number): ControllerState {
   return {
     ...emptyState,
     appliedRevision: `rev-${n}`,
-    demand: { 'model-a': 1_700_000_000_000 + n },
+    models: { 'model-a': { health: initialHealth('sha256:a'), demand: 1_700_000_000_000 + n } },
     handledRetries: ['commit:abc', `admin:${n}`],
   };
 }

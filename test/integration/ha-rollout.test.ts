@@ -26,6 +26,7 @@ import { readDoc } from '../../src/ha/keyed-store.js';
 import { stateFromEntries } from '../../src/ha/state-layout.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
+import { asV2 } from '../harness/record-v2.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
 import { agreedLeader, logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
@@ -112,7 +113,7 @@ async function pushWebhook(p: ServeProc): Promise<void> {
 /** The stop records in the state record in etcd. */
 async function etcdStops(): Promise<Record<string, StopRecordJson>> {
   const { view } = await readDoc(etcdClient, '/llmgw/state');
-  return view === null ? {} : (stateFromEntries(view).stops as Record<string, StopRecordJson>);
+  return view === null ? {} : asV2(stateFromEntries(view)).stops;
 }
 
 const logsOf = (p: ServeProc, msg: string, replica?: string): Record<string, unknown>[] => logLines(p.out()).filter((l) => l.msg === msg && (replica === undefined || l.replica === replica));

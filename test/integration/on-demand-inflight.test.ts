@@ -70,7 +70,7 @@ describe('on-demand: a stream longer than idle_timeout', { timeout: 5 * 60_000 }
       passes++;
       // the router touched od when the stream began and touches it again only at its end: a later
       // demand time in the record is the pass seeing the request held and the replica busy
-      const last = ctl.reconciler.record().demand.od ?? 0;
+      const last = ctl.reconciler.record().models.od?.demand ?? 0;
       if (ended === 0 && last - t0 > 2500) keptByActivity++;
       await new Promise((r) => setTimeout(r, 150));
     }

@@ -41,7 +41,7 @@ describe('replica lifecycle, end to end', () => {
     assert.equal(model('od-a').phase, 'idle');
     assert.equal(model('od-a').desired, 0, 'nobody asked: 0 of 0');
     const a = await ctl.reconciler.demand('od-a');
-    assert.equal(a.kind, 'starting');
+    assert.ok(a.kind === 'starting' || a.kind === 'ready', `activation began: ${a.kind}`); // a tiny model may be ready before the pass that started it has written its status
     assert.equal((await ctl.reconciler.waitReady('od-a', { timeoutMs: 60_000 })).length, 1);
     const b = await ctl.reconciler.demand('od-b');
     assert.notEqual(b.kind, 'unplaceable', JSON.stringify(b));

@@ -17,9 +17,11 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
+import { stopIds } from '../../src/reconciler/stops.js';
 import { buildRouter } from '../../src/router/app.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+import { asV2 } from '../harness/record-v2.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
 import { streamLoad, sampleProcesses, type Tally } from '../harness/stream-load.js';
 
@@ -51,7 +53,7 @@ const chatView = () => ctl.reconciler.model('chat');
 const settled = (n: number) => (): boolean => {
   const m = chatView();
   const procs = fleet.nodes.reduce((s, node) => s + replicaProcesses(node.dataDir).length, 0);
-  return !!m && m.replicas.length === n && m.replicas.every((r) => r.phase === 'ready' && r.digest === m.spec.digest) && procs === n && Object.keys(ctl.reconciler.record().stops).length === 0;
+  return !!m && m.replicas.length === n && m.replicas.every((r) => r.phase === 'ready' && r.digest === m.spec.digest) && procs === n && stopIds(ctl.reconciler.record()).length === 0;
 };
 
 /** Runs an operation under load until the fleet settles again; the tally and the most processes seen. */
@@ -128,7 +130,7 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     await sleep(2500);
     const [old] = ctl.reconciler.readyReplicas('chat');
     await ctl.reconciler.restart({ model: 'chat' });
-    await ctl.until('the drain to start', 30_000, () => ctl.reconciler.record().draining[old!.id] !== undefined);
+    await ctl.until('the drain to start', 30_000, () => asV2(ctl.reconciler.record()).draining[old!.id] !== undefined);
     const drainAt = performance.now();
     await ctl.until('the replacement ready', 120_000, () => ctl.reconciler.restartDone([old!.id]) && settled(1)());
     await sleep(1500);

@@ -8,7 +8,10 @@ import type { WriteOp } from '../../src/ha/election.js';
 import { applyChanges, batchDiff, diffEntries, ETCD_LIMITS, headValue, keyPart, nameOfPart, readKeyed, fitOversized, shrinkJson, txnBytes, type EtcdLimits } from '../../src/ha/keyed-layout.js';
 import { publishedEntries, publishedFromEntries } from '../../src/ha/published.js';
 import { stateEntries, stateFromEntries } from '../../src/ha/state-layout.js';
-import { emptyState, MAX_HANDLED_RETRIES, retryHandled, RETRY_CHUNK, type ControllerState } from '../../src/reconciler/state.js';
+import { canonicalJson } from '../../src/ha/canonical-json.js';
+import { LlmgwError } from '../../src/errors/catalogue.js';
+import { initialHealth } from '../../src/reconciler/health.js';
+import { emptyState, MAX_HANDLED_RETRIES, retryHandled, RETRY_CHUNK, STATE_VERSION, type ControllerState } from '../../src/reconciler/state.js';
 import { bigPublished, bigState, modelName } from '../harness/big-fleet.js';
 
 const m = (o: Record<string, string>): Map<string, string> => new Map(Object.entries(o));
@@ -164,17 +167,31 @@ describe('readKeyed: a reader sees whole saves only', () => {
 });
 
 describe('the state record as entries', () => {
-  it('round trips (starts, stops, replica maps, avoid, retries); equal content gives equal entries whatever the key order', () => {
-    const s = {
-      ...bigState(20),
-      starts: { 'r-1': { model: modelName(1), node: 'n1', digest: 'd', startedAt: 5, readyAt: 6, endpoint: 'http://h:9000' }, 'r-2': { model: 'gone-model', node: 'n2', digest: 'd', startedAt: 7 } },
-      stops: { 'r-3': { model: modelName(2), node: 'n1', reason: 'failed', since: 8, drain: false } },
-      restarts: { 'r-4': 9 },
-      draining: { 'r-4': 10 },
-      accounted: { 'r-5': 11 },
-      unresponsiveSince: { 'r-5': 12 },
-      avoid: { [`${modelName(3)}@n1`]: 13, 'odd@name@n2': 14 },
+  /** A replica entry of each phase, and avoided nodes (one of a model whose name holds '@'). */
+  const varied = (): ControllerState => {
+    const s = bigState(20);
+    const [one, two, three] = [modelName(1), modelName(2), modelName(3)];
+    return {
+      ...s,
+      models: {
+        ...s.models,
+        [three]: { ...s.models[three]!, avoid: { n1: 13 } },
+        'odd@name': { health: initialHealth('sha256:odd'), avoid: { n2: 14 } },
+      },
+      replicas: {
+        ...s.replicas,
+        'r-1': { model: one, node: 'n1', digest: 'd', startedAt: 5, phase: { kind: 'ready', since: 6, seen: false, endpoint: 'http://h:9000' } },
+        'r-2': { model: 'gone-model', node: 'n2', digest: 'd', startedAt: 7, phase: { kind: 'launching' } },
+        'r-3': { model: two, node: 'n1', digest: 'd', startedAt: 1, phase: { kind: 'leaving', why: 'stop', since: 8, reason: 'failed', drain: false } },
+        'r-4': { model: one, node: 'n2', digest: 'd', startedAt: 2, phase: { kind: 'leaving', why: 'surge', since: 10 }, restartAsked: 9 },
+        'r-5': { model: two, node: 'n2', digest: 'd', startedAt: 3, phase: { kind: 'unready', since: 12 }, counted: 11 },
+        'r-6': { model: two, node: 'n1', digest: 'd', startedAt: 4, phase: { kind: 'unready' } },
+      },
     };
+  };
+
+  it('round trips (every replica phase, restart asked, counted, demand, avoid, retries); equal content gives equal entries whatever the key order', () => {
+    const s = varied();
     const back = stateFromEntries(stateEntries(s));
     assert.deepEqual(back, s);
     const reordered = JSON.parse(JSON.stringify(s, (_k, v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).reverse()) : v))) as typeof s;
@@ -182,32 +199,50 @@ describe('the state record as entries', () => {
     assert.deepEqual(stateFromEntries(stateEntries(emptyState)), emptyState);
   });
 
+  it('the identity map of the record: models/<name> is the model entry, replicas/<id> the replica entry, each as canonical JSON', () => {
+    const s = varied();
+    const entries = stateEntries(s);
+    assert.deepEqual(JSON.parse(entries.get('fleet')!), { version: STATE_VERSION, appliedRevision: s.appliedRevision });
+    assert.deepEqual([...entries.keys()].filter((k) => k.startsWith('models/')).sort(), Object.keys(s.models).map((n) => `models/${keyPart(n)}`).sort());
+    assert.deepEqual([...entries.keys()].filter((k) => k.startsWith('replicas/')).sort(), Object.keys(s.replicas).map((id) => `replicas/${keyPart(id)}`).sort());
+    for (const [name, e] of Object.entries(s.models)) assert.equal(entries.get(`models/${keyPart(name)}`), canonicalJson(e), name);
+    for (const [id, e] of Object.entries(s.replicas)) assert.equal(entries.get(`replicas/${keyPart(id)}`), canonicalJson(e), id);
+    assert.deepEqual(JSON.parse(entries.get('replicas/r-3')!), { digest: 'd', model: modelName(2), node: 'n1', phase: { drain: false, kind: 'leaving', reason: 'failed', since: 8, why: 'stop' }, startedAt: 1 });
+  });
+
   it('one model parked: one entry changes; a replica gone: its entry is deleted', () => {
     const s = bigState(1_000);
     const name = modelName(1);
-    const h = s.models[name]!;
+    const m = s.models[name]!;
     const lastError = { code: 'REPLICA_START_FAILED', message: 'x' };
-    const parked = { ...s, models: { ...s.models, [name]: { ...h, consecutiveFailures: 5, parked: { since: 1, lastError } } } };
+    const parked = { ...s, models: { ...s.models, [name]: { ...m, health: { ...m.health, consecutiveFailures: 5, parked: { since: 1, lastError } } } } };
     const d = diffEntries(stateEntries(s), stateEntries(parked));
     assert.deepEqual(d.puts.map(([k]) => k), [`models/${name}`]);
     assert.deepEqual(d.deletes, []);
-    const replica = Object.keys(s.readySince)[0]!;
-    const { [replica]: _gone, ...readySince } = s.readySince;
-    const d2 = diffEntries(stateEntries(s), stateEntries({ ...s, readySince }));
+    const replica = Object.keys(s.replicas)[0]!;
+    const { [replica]: _gone, ...replicas } = s.replicas;
+    const d2 = diffEntries(stateEntries(s), stateEntries({ ...s, replicas }));
     assert.deepEqual(d2, { puts: [], deletes: [`replicas/${replica}`] });
   });
 
-  it('texts kept from an earlier record (same health objects, the same record) are those built afresh', () => {
+  it('texts kept from an earlier record (same entry objects, the same record) are those built afresh', () => {
     const s = bigState(30);
     const [a, b, c, d] = [modelName(1), modelName(2), modelName(4), modelName(5)];
+    const { demand: _demand, ...noDemand } = s.models[modelName(3)]!;
+    const someReplica = Object.keys(s.replicas)[0]!;
     assert.equal(stateEntries(s), stateEntries(s));
     const table: { name: string; next: ControllerState }[] = [
-      { name: 'demand changed, health kept', next: { ...s, demand: { ...s.demand, [a]: 42 } } },
-      { name: 'demand gone, health kept', next: { ...s, demand: Object.fromEntries(Object.entries(s.demand).filter(([k]) => k !== modelName(3))) } },
-      { name: 'demand new, health kept', next: { ...s, demand: { ...s.demand, [b]: 7 } } },
-      { name: 'a start of a model', next: { ...s, starts: { 'r-1': { model: c, node: 'n1', digest: 'd', startedAt: 5 } } } },
-      { name: 'a stop and an avoided node', next: { ...s, stops: { 'r-3': { model: d, node: 'n1', reason: 'failed', since: 8, drain: false } }, avoid: { [`${a}@n1`]: 13 } } },
-      { name: 'two models sharing one health object', next: { ...s, models: { ...s.models, [b]: s.models[a]! } } },
+      { name: 'demand changed, health kept', next: { ...s, models: { ...s.models, [a]: { ...s.models[a]!, demand: 42 } } } },
+      { name: 'demand gone, health kept', next: { ...s, models: { ...s.models, [modelName(3)]: noDemand } } },
+      { name: 'demand new, health kept', next: { ...s, models: { ...s.models, [b]: { ...s.models[b]!, demand: 7 } } } },
+      { name: 'a start of a model', next: { ...s, replicas: { ...s.replicas, 'r-1': { model: c, node: 'n1', digest: 'd', startedAt: 5, phase: { kind: 'launching' } } } } },
+      {
+        name: 'a stop and an avoided node',
+        next: { ...s, models: { ...s.models, [a]: { ...s.models[a]!, avoid: { n1: 13 } } }, replicas: { ...s.replicas, 'r-3': { model: d, node: 'n1', digest: 'd', startedAt: 1, phase: { kind: 'leaving', why: 'stop', since: 8, reason: 'failed', drain: false } } } },
+      },
+      { name: 'a replica in another phase', next: { ...s, replicas: { ...s.replicas, [someReplica]: { ...s.replicas[someReplica]!, phase: { kind: 'leaving', why: 'surge', since: 9 } } } } },
+      { name: 'two models sharing one entry object', next: { ...s, models: { ...s.models, [b]: s.models[a]! } } },
+      { name: 'two models sharing one health object', next: { ...s, models: { ...s.models, [b]: { health: s.models[a]!.health } } } },
     ];
     for (const t of table) {
       stateEntries(t.next);
@@ -235,10 +270,66 @@ describe('the state record as entries', () => {
     assert.ok(diffEntries(legacy, stateEntries(s)).deletes.includes('retries'));
   });
 
-  it('entries that are not a record are refused saying which', () => {
+  it('a version-2 layout (models/<name> with health, demand, starts, stops, avoid; replicas/<id> with the five maps) reads into the version-3 record; its next save writes version 3', () => {
+    const alpha = initialHealth('sha256:alpha');
+    const kev = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
+    const odd = { ...initialHealth('sha256:odd'), consecutiveFailures: 5, lastError: kev, lastFailureAt: 3, parked: { since: 3, lastError: kev } };
+    const json = (v: unknown): string => canonicalJson(v);
+    const v2 = m({
+      fleet: json({ version: 2, appliedRevision: 'rev-a', retriesTrimmed: 40 }),
+      [`retries/${'1'.padStart(10, '0')}`]: json(['commit:abc', 'admin:1:00ff00']),
+      'models/alpha': json({
+        health: alpha,
+        demand: 500,
+        starts: { 'a-1': { model: 'alpha', node: 'n1', digest: 'sha256:alpha', startedAt: 10 }, 'a-2': { model: 'alpha', node: 'n2', digest: 'sha256:alpha', startedAt: 11, readyAt: 20, endpoint: 'http://10.0.0.2:20000' } },
+        stops: { 'a-0': { model: 'alpha', node: 'n1', reason: 'replaced', since: 30, drain: true } },
+        avoid: { 'alpha@n3': 900 },
+      }),
+      [`models/${keyPart('team/odd@name')}`]: json({ health: odd, avoid: { 'team/odd@name@n2': 14 } }),
+      'models/gone': json({ starts: { 'g-1': { model: 'gone', node: 'n1', digest: 'sha256:gone', startedAt: 5 } } }),
+      'replicas/a-0': json({ restarts: 25 }),
+      'replicas/a-2': json({ accounted: 22 }),
+      'replicas/a-3': json({ readySince: 40, restarts: 45 }),
+      'replicas/a-4': json({ unresponsiveSince: 50, accounted: 55 }),
+      'replicas/a-5': json({ draining: 60 }),
+    });
+    const known = { model: '', node: '', digest: '', startedAt: 0 }; // facts v2 kept by id alone: filled in by the first look
+    const want: ControllerState = {
+      version: STATE_VERSION,
+      appliedRevision: 'rev-a',
+      handledRetries: ['commit:abc', 'admin:1:00ff00'],
+      retriesTrimmed: 40,
+      models: { alpha: { health: alpha, demand: 500, avoid: { n3: 900 } }, 'team/odd@name': { health: odd, avoid: { n2: 14 } } },
+      replicas: {
+        'a-0': { model: 'alpha', node: 'n1', digest: '', startedAt: 0, phase: { kind: 'leaving', why: 'stop', since: 30, reason: 'replaced', drain: true }, restartAsked: 25 },
+        'a-1': { model: 'alpha', node: 'n1', digest: 'sha256:alpha', startedAt: 10, phase: { kind: 'launching' } },
+        'a-2': { model: 'alpha', node: 'n2', digest: 'sha256:alpha', startedAt: 11, phase: { kind: 'ready', since: 20, seen: false, endpoint: 'http://10.0.0.2:20000' }, counted: 22 },
+        'a-3': { ...known, phase: { kind: 'ready', since: 40, seen: true }, restartAsked: 45 },
+        'a-4': { ...known, phase: { kind: 'unready', since: 50 }, counted: 55 },
+        'a-5': { ...known, phase: { kind: 'leaving', why: 'surge', since: 60 } },
+        'g-1': { model: 'gone', node: 'n1', digest: 'sha256:gone', startedAt: 5, phase: { kind: 'launching' } },
+      },
+    };
+    const back = stateFromEntries(v2);
+    assert.deepEqual(back, want);
+    // the next save writes the version-3 layout over it: the v2 entries that differ are rewritten, the model entry of no model deleted
+    const next = stateEntries(back);
+    assert.equal(JSON.parse(next.get('fleet')!).version, STATE_VERSION);
+    const d = diffEntries(v2, next);
+    assert.deepEqual(d.deletes, ['models/gone']);
+    assert.deepEqual(d.puts.map(([k]) => k).sort(), ['fleet', 'models/alpha', `models/${keyPart('team/odd@name')}`, 'replicas/a-0', 'replicas/a-1', 'replicas/a-2', 'replicas/a-3', 'replicas/a-4', 'replicas/a-5', 'replicas/g-1'].sort());
+    assert.deepEqual(stateFromEntries(next), want);
+  });
+
+  it('entries that are not a record are refused saying which; a newer version is STATE_VERSION_NEWER', () => {
     assert.throws(() => stateFromEntries(m({ retries: '[]' })), /no fleet entry/);
     assert.throws(() => stateFromEntries(m({ fleet: '{"version":2}', 'models/a': '[1]' })), /model a is not an object/);
-    assert.throws(() => stateFromEntries(m({ fleet: '{"version":99}' })), /not an llmgw state record/);
+    assert.throws(() => stateFromEntries(m({ fleet: `{"version":${STATE_VERSION}}`, 'models/a': '[1]' })), /model a is not an object/);
+    assert.throws(() => stateFromEntries(m({ fleet: `{"version":${STATE_VERSION}}`, 'replicas/r': '"x"' })), /replica r is not an object/);
+    assert.throws(
+      () => stateFromEntries(m({ fleet: '{"version":99}' })),
+      (e: unknown) => e instanceof LlmgwError && e.code === 'STATE_VERSION_NEWER' && e.message.includes(`state version 99 is newer than this llmgw (${STATE_VERSION})`),
+    );
   });
 });
 

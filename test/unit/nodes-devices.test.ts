@@ -205,8 +205,8 @@ describe('out of device memory', () => {
     const launched = startLaunched(stateFor(spec), 'a1', { model: 'alpha', node: 'cpu-01', digest: spec.models.alpha!.digest, startedAt: 0 });
     const oom = { code: 'REPLICA_DEVICE_OUT_OF_MEMORY', message: 'ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory' };
     const failed = startConcluded(launched, 'a1', { kind: 'failed', error: oom }, 0, S).state;
-    assert.equal(failed.models.alpha!.consecutiveFailures, 0, 'not counted toward parking');
-    assert.equal(failed.models.alpha!.parked, null);
+    assert.equal(failed.models.alpha!.health.consecutiveFailures, 0, 'not counted toward parking');
+    assert.equal(failed.models.alpha!.health.parked, null);
     const gpu = (name: string) => ({ ...node(name), devices: [{ name: 'Vulkan0', totalBytes: 2048 * MiB }] });
     const d = decide({
       state: failed, spec, nodes: [gpu('cpu-01'), gpu('cpu-02')], memory: { alpha: 1 * GiB }, deviceNeeds: { alpha: need }, memoryErrors: {},

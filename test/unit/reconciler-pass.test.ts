@@ -9,7 +9,9 @@ import { initialHealth, startFailed } from '../../src/reconciler/health.js';
 import { startConcluded } from '../../src/reconciler/outcomes.js';
 import { decide, freshPlacement, pruned, type DecideInput } from '../../src/reconciler/pass.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
-import { clockStepped, startLaunched, stateFromJson, type ControllerState } from '../../src/reconciler/state.js';
+import { clockStepped, startLaunched, type ControllerState } from '../../src/reconciler/state.js';
+import { stateFromJson } from '../../src/reconciler/state-migrate.js';
+import { asV2 } from '../harness/record-v2.js';
 import { alphaOnlySpec, KEV_FAILURE, memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
 const spec = await alphaOnlySpec(); // one always-on model whose starts fail
@@ -19,12 +21,12 @@ const kev = KEV_FAILURE;
 const died = { code: 'REPLICA_UNKNOWN_ARCHITECTURE' as const, message: kev.message, logTail: '' };
 
 /** alpha after one failure at t=0, its backoff over by `now`. */
-const failedOnce = (): ControllerState => ({ ...stateFor(spec), models: { alpha: startFailed(initialHealth(alpha.digest), kev, 0, S) } });
+const failedOnce = (): ControllerState => stateFor(spec, { models: { alpha: startFailed(initialHealth(alpha.digest), kev, 0, S) } });
 const NOW = S.backoff.initialMs * 10;
 
 function run(state: ControllerState, nodes: readonly ObservedNode[], over: Partial<DecideInput> = {}): ReturnType<typeof decide> {
   let n = 0;
-  return decide({ state, spec, nodes, memory: memoryOf(spec), memoryErrors: {}, running: new Set(Object.keys(state.starts)), stopping: new Set(), now: NOW, newReplicaId: (m) => `${m}-new${++n}`, ...over });
+  return decide({ state, spec, nodes, memory: memoryOf(spec), memoryErrors: {}, running: new Set(Object.keys(asV2(state).starts)), stopping: new Set(), now: NOW, newReplicaId: (m) => `${m}-new${++n}`, ...over });
 }
 
 const starts = (d: ReturnType<typeof decide>): string[] => d.actions.filter((a) => a.kind === 'start').map((a) => `${a.model}@${a.node}`);
@@ -93,7 +95,7 @@ describe('a pass decides (interleavings of a failing start)', () => {
       const d = run(c.state, c.nodes, c.running ? { running: new Set(c.running) } : {});
       assert.deepEqual(starts(d), c.starts);
       assert.deepEqual(stops(d), c.stops);
-      assert.equal(d.state.models.alpha!.consecutiveFailures, c.failures);
+      assert.equal(d.state.models.alpha!.health.consecutiveFailures, c.failures);
     });
   }
 
@@ -106,19 +108,19 @@ describe('a pass decides (interleavings of a failing start)', () => {
     const second = run(launched, [node('cpu-01', [observed(spec, a.replicaId, 'alpha', 'failed', { failure: died })]), node('cpu-02')]);
     const third = run(second.state, [node('cpu-01', [observed(spec, a.replicaId, 'alpha', 'failed', { failure: died })]), node('cpu-02')]);
     assert.deepEqual([second.actions, third.actions], [[], []]);
-    assert.equal(third.state.models.alpha!.consecutiveFailures, 1);
+    assert.equal(third.state.models.alpha!.health.consecutiveFailures, 1);
   });
 
   it('an observed failure is counted in the record, so the next pass does not count it again', () => {
     const crashed = [node('cpu-01', [observed(spec, 'c1', 'alpha', 'failed', { failure: { code: 'REPLICA_EXITED', message: 'gone', logTail: '' } })]), node('cpu-02')];
     const once = run(stateFor(spec), crashed);
     const twice = run(once.state, crashed);
-    assert.equal(twice.state.models.alpha!.consecutiveFailures, 1);
+    assert.equal(twice.state.models.alpha!.health.consecutiveFailures, 1);
   });
 
   it('bookkeeping of replicas no node shows any more is pruned; a start still running keeps its', () => {
-    const s: ControllerState = { ...stateFor(spec), restarts: { gone: 1, kept: 2, running: 3 }, draining: { gone: 1 }, accounted: { gone: 1, kept: 2 }, starts: { running: { model: 'alpha', node: 'cpu-01', digest: 'd', startedAt: 0 } } };
-    const p = pruned(s, [node('cpu-01', [observed(spec, 'kept', 'alpha', 'ready')]), node('cpu-02', [], false)]);
+    const s: ControllerState = stateFor(spec, { restarts: { gone: 1, kept: 2, running: 3 }, draining: { gone: 1 }, accounted: { gone: 1, kept: 2 }, starts: { running: { model: 'alpha', node: 'cpu-01', digest: 'd', startedAt: 0 } } });
+    const p = asV2(pruned(s, [node('cpu-01', [observed(spec, 'kept', 'alpha', 'ready')]), node('cpu-02', [], false)]));
     assert.deepEqual(p.restarts, { kept: 2, running: 3 });
     assert.deepEqual(p.draining, {});
     assert.deepEqual(p.accounted, { kept: 2 });
@@ -128,8 +130,8 @@ describe('a pass decides (interleavings of a failing start)', () => {
     const full = { code: 'NODE_DISK_FULL', message: "no space left on the node's data dir (12 KiB free)" };
     const launched = startLaunched(stateFor(spec), 'a1', { model: 'alpha', node: 'cpu-01', digest: alpha.digest, startedAt: 0 });
     const failed = startConcluded(launched, 'a1', { kind: 'failed', error: full }, 0, S).state;
-    assert.equal(failed.models.alpha!.consecutiveFailures, 0);
-    assert.equal(failed.avoid['alpha@cpu-01'], S.backoff.maxMs);
+    assert.equal(failed.models.alpha!.health.consecutiveFailures, 0);
+    assert.equal(asV2(failed).avoid['alpha@cpu-01'], S.backoff.maxMs);
     const next = run(failed, [node('cpu-01'), node('cpu-02')], { now: S.backoff.initialMs, running: new Set() });
     assert.deepEqual(starts(next), ['alpha@cpu-02']);
     // with the other node gone too, it is unplaceable and says why
@@ -140,7 +142,7 @@ describe('a pass decides (interleavings of a failing start)', () => {
     // after the setback, cpu-01 is a candidate again, and the entry leaves the record
     const later = run(failed, [node('cpu-01'), node('cpu-02', [], false)], { now: S.backoff.maxMs + 1, running: new Set() });
     assert.deepEqual(starts(later), ['alpha@cpu-01']);
-    assert.deepEqual(later.state.avoid, {});
+    assert.deepEqual(asV2(later.state).avoid, {});
   });
 
   it('a fresh placement for a request: the reason when it fits nowhere, a pass when something should start, nothing otherwise', () => {
@@ -148,14 +150,14 @@ describe('a pass decides (interleavings of a failing start)', () => {
     const free = [node('cpu-01'), node('cpu-02')];
     assert.equal(freshPlacement({ ...base, state: stateFor(spec), nodes: free }, 'alpha'), 'pass');
     assert.equal(freshPlacement({ ...base, state: inFlight, nodes: free }, 'alpha'), null, 'already starting');
-    assert.equal(freshPlacement({ ...base, state: { ...stateFor(spec), models: { alpha: { ...initialHealth(alpha.digest), parked: { since: 0, lastError: kev } } } }, nodes: free }, 'alpha'), null);
+    assert.equal(freshPlacement({ ...base, state: stateFor(spec, { models: { alpha: { ...initialHealth(alpha.digest), parked: { since: 0, lastError: kev } } } }), nodes: free }, 'alpha'), null);
     assert.equal(freshPlacement({ ...base, memory: {}, state: stateFor(spec), nodes: free }, 'alpha'), 'pass', 'memory need not estimated yet: the pass estimates it');
     const full = [{ ...node('cpu-01'), memoryTotalBytes: 2 * 2 ** 30 }, node('cpu-02', [], false)];
     const u = freshPlacement({ ...base, spec: { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: null, cpus: null } }, 'cpu-02': spec.nodes['cpu-02']! } }, state: stateFor(spec), nodes: full }, 'alpha');
     assert.ok(u && u !== 'pass', `want unplaceable, got ${JSON.stringify(u)}`);
     assert.equal(u.code, 'PLACEMENT_NO_ROOM');
     // a replica ready since the last look (its start still in the record) may be evictable once seen: look again, do not refuse
-    const readySince = { ...stateFor(spec), starts: { 'beta-r': { model: 'beta', node: 'cpu-01', digest: 'd', startedAt: 0, readyAt: NOW - 1 } } };
+    const readySince = stateFor(spec, { starts: { 'beta-r': { model: 'beta', node: 'cpu-01', digest: 'd', startedAt: 0, readyAt: NOW - 1 } } });
     assert.equal(freshPlacement({ ...base, spec: { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: null, cpus: null } }, 'cpu-02': spec.nodes['cpu-02']! } }, state: readySince, nodes: full }, 'alpha'), 'pass');
     const unknown = freshPlacement({ ...base, memory: { alpha: null }, memoryErrors: { alpha: 'memory need unknown: could not read the GGUF header (timed out)' }, state: stateFor(spec), nodes: free }, 'alpha');
     assert.deepEqual(unknown && unknown !== 'pass' ? [unknown.code, unknown.reason] : unknown, ['PLACEMENT_MEMORY_UNKNOWN', 'memory need unknown: could not read the GGUF header (timed out)']);
@@ -195,11 +197,11 @@ describe('requests in the router and busy replicas are activity (an on-demand mo
   ];
   for (const c of table) {
     it(c.name, () => {
-      let state: ControllerState = { ...stateFor(full), demand: { beta: T } };
+      let state: ControllerState = stateFor(full, { demand: { beta: T } });
       for (const t of c.busyAt) {
         const d = pass(state, t, ['beta-1']);
         assert.deepEqual(idleStops(d), [], 'a busy replica is never stopped as idle');
-        assert.equal(d.state.demand.beta, t, 'a busy look is activity');
+        assert.equal(d.state.models.beta!.demand, t, 'a busy look is activity');
         state = d.state;
       }
       const last = pass(state, c.lastPassAt, c.name.startsWith('busy at the pass') ? ['beta-1'] : []);
@@ -208,22 +210,22 @@ describe('requests in the router and busy replicas are activity (an on-demand mo
   }
 
   it('a request waiting for the replica (activation longer than idle_timeout) keeps it: the pass that sees it ready does not stop it as idle', () => {
-    const state: ControllerState = { ...stateFor(full), demand: { beta: T } };
+    const state: ControllerState = stateFor(full, { demand: { beta: T } });
     const waiting = pass(state, T + idleMs + 500, [], ['beta']);
     assert.deepEqual(idleStops(waiting), []);
-    assert.equal(waiting.state.demand.beta, T + idleMs + 500);
+    assert.equal(waiting.state.models.beta!.demand, T + idleMs + 500);
     assert.deepEqual(idleStops(pass(state, T + idleMs + 500, [], [])), ['beta-1'], 'without the request held, it would be');
   });
 
   it('an always-on model is not given demand by its activity', () => {
     const alphaSpec = full.models.alpha!;
     assert.equal(alphaSpec.scaling.mode, 'replicas');
-    assert.equal(pass(stateFor(full), T, [], ['alpha']).state.demand.alpha, undefined);
+    assert.equal(pass(stateFor(full), T, [], ['alpha']).state.models.alpha!.demand, undefined);
   });
 
   it('a pass that sees nothing busy leaves the record as it was (an unchanged world writes nothing)', () => {
-    const state: ControllerState = { ...stateFor(full), demand: { beta: T } };
-    assert.equal(pass(state, T + 1, []).state.demand, state.demand);
+    const state: ControllerState = stateFor(full, { demand: { beta: T } });
+    assert.equal(pass(state, T + 1, []).state.models, state.models);
   });
 });
 
@@ -323,7 +325,7 @@ describe('a pass decides (a rolling replacement concluded ready, and looks taken
       const d = run(c.state, c.nodes, { spec: rolled, now: NOW, running: new Set(c.running ?? []) });
       assert.deepEqual(starts(d), c.starts);
       assert.deepEqual(stops(d), c.stops);
-      assert.equal(d.state.starts['alpha-c'] !== undefined, c.counted, 'the record of alpha-c');
+      assert.equal(asV2(d.state).starts['alpha-c'] !== undefined, c.counted, 'the record of alpha-c');
       // never more than replicas + 1 processes: those the looks show, alpha-c where they do not, this pass's starts
       const shown = new Set(c.nodes.flatMap((n) => n.replicas.map((r) => r.id)));
       const processes = shown.size + (shown.has('alpha-c') || c.gone ? 0 : 1) + starts(d).length;
@@ -332,8 +334,8 @@ describe('a pass decides (a rolling replacement concluded ready, and looks taken
   }
 
   it('the record of a ready start survives a restart and a clock step; a second outcome changes nothing', () => {
-    assert.deepEqual(stateFromJson(JSON.parse(JSON.stringify(ready))).starts, ready.starts);
-    assert.equal(clockStepped(ready, 7_200_000).starts['alpha-c']!.readyAt, READY + 7_200_000);
+    assert.deepEqual(asV2(stateFromJson(JSON.parse(JSON.stringify(ready)))).starts, asV2(ready).starts);
+    assert.equal(asV2(clockStepped(ready, 7_200_000)).starts['alpha-c']!.readyAt, READY + 7_200_000);
     assert.equal(startConcluded(ready, 'alpha-c', { kind: 'failed', error: kev }, NOW, rolled.settings).state, ready);
   });
 });

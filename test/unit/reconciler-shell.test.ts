@@ -15,9 +15,11 @@ import { LlmgwError } from '../../src/errors/catalogue.js';
 import { backoffMs } from '../../src/reconciler/health.js';
 import { Reconciler, type FleetSource } from '../../src/reconciler/reconciler.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
+import { stopIds, stopOf } from '../../src/reconciler/stops.js';
 import type { StatusSink } from '../../src/reconciler/persist.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness/fake-node.js';
 import { specOf } from '../harness/reconciler-core.js';
+import { asV2 } from '../harness/record-v2.js';
 import { recordFault } from '../harness/fault-report.js';
 import type { ReplicaView } from '../../src/reconciler/view.js';
 
@@ -132,7 +134,7 @@ async function scenario(seed: number): Promise<void> {
     await run.drive(() => false, 40); // a parked model is left alone, however many triggers come
     assertStartsHonourBackoff(run, 0, S.parkAfterFailures, `seed ${seed}`);
     assert.equal(r.model('alpha')!.consecutiveFailures, S.parkAfterFailures);
-    assert.equal(run.saved().models.alpha!.consecutiveFailures, S.parkAfterFailures, 'the record on disk has the count');
+    assert.equal(run.saved().models.alpha!.health.consecutiveFailures, S.parkAfterFailures, 'the record on disk has the count');
     assert.equal(r.model('gamma')!.phase, 'ready', 'the healthy model is served meanwhile');
 
     // a Llmgw-Retry: trailer unparks it once: exactly five more starts
@@ -273,7 +275,7 @@ async function restartUntilDraining(w: ReturnType<typeof rollSetup>): Promise<{ 
   const [first] = w.r.readyReplicas('alpha');
   w.busy.set(first!.id, 2);
   const ids = await w.r.restart({ replicas: [first!.id] });
-  for (let i = 0; i < 400 && !w.r.record().stops[first!.id]; i++) {
+  for (let i = 0; i < 400 && !stopOf(w.r.record(), first!.id); i++) {
     w.busy.set(first!.id, 2);
     await ticks(3);
     w.clock.advance(200);
@@ -316,7 +318,7 @@ function rollSetup(seed: number, initial: ControllerState = emptyState, shared?:
   const checkCuts = (): void => {
     for (const x of nodes.values()) {
       for (const s of x.stopped.splice(0)) {
-        const since = saved.stops[s.id]?.since ?? r.record().stops[s.id]?.since;
+        const since = stopOf(saved, s.id)?.since ?? stopOf(r.record(), s.id)?.since;
         if ((busy.get(s.id) ?? 0) > 0 && (since === undefined || s.at - since < rollSpec.settings.drainGraceMs)) cuts.push(`${s.id} with ${busy.get(s.id)} in flight`);
       }
     }
@@ -356,17 +358,17 @@ async function rollingChange(seed: number, opts: { slowLooks?: boolean; by?: 'de
     let maxProcs = 0;
     const done = (): boolean => {
       const m = w.r.model('alpha');
-      return m !== null && w.r.restartDone(restarted) && m.replicas.length === 2 && m.replicas.every((x) => x.phase === 'ready' && x.digest === digest) && w.alive('alpha').length === 2 && Object.keys(w.r.record().stops).length === 0;
+      return m !== null && w.r.restartDone(restarted) && m.replicas.length === 2 && m.replicas.every((x) => x.phase === 'ready' && x.digest === digest) && w.alive('alpha').length === 2 && stopIds(w.r.record()).length === 0;
     };
     await w.drive(done, 4000, () => {
       maxProcs = Math.max(maxProcs, w.alive('alpha').length);
-      const stops = w.r.record().stops;
+      const stops = asV2(w.r.record()).stops;
       for (const rep of w.r.readyReplicas('alpha')) assert.ok(!stops[rep.id], `seed ${seed}: ${rep.id} is being stopped and still offered to routers`);
     });
     // done includes an empty stop record: a stop whose replica the node no longer has ends its record too
-    assert.ok(done(), `seed ${seed}: the rollout did not finish: ${JSON.stringify(w.r.model('alpha')?.replicas.map((x) => [x.id, x.phase]))}, stops ${JSON.stringify(w.r.record().stops)}`);
+    assert.ok(done(), `seed ${seed}: the rollout did not finish: ${JSON.stringify(w.r.model('alpha')?.replicas.map((x) => [x.id, x.phase]))}, stops ${JSON.stringify(asV2(w.r.record()).stops)}`);
     assert.deepEqual(w.cuts, [], `seed ${seed}: requests cut`);
-    assert.deepEqual(w.r.record().stops, {}, `seed ${seed}: stops left in the record`);
+    assert.deepEqual(asV2(w.r.record()).stops, {}, `seed ${seed}: stops left in the record`);
     return maxProcs;
   } finally {
     await w.r.stop();
@@ -445,8 +447,8 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
       void w.r.requestPass('test');
       for (const open of stops) open();
       for (const x of w.nodes.values()) x.stopGate = null;
-      for (let i = 0; i < 100 && w.r.record().stops[old.id]; i++) await ticks(1);
-      assert.equal(w.r.record().stops[old.id], undefined, 'the stop finished');
+      for (let i = 0; i < 100 && stopOf(w.r.record(), old.id); i++) await ticks(1);
+      assert.equal(stopOf(w.r.record(), old.id), undefined, 'the stop finished');
       await ticks(1); // the snapshot is published at the next turn of the loop
       assert.equal(w.r.snapshot().lastPass!.startedAt, passBefore, 'no pass ended meanwhile');
       assert.deepEqual(w.r.model('alpha')!.replicas.filter((x) => x.id === old.id), [], 'the snapshot no longer lists it');
@@ -490,8 +492,8 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
       // meanwhile the stop ends
       for (const x of w.nodes.values()) x.stopGate = null;
       for (const open of gates.splice(0, w.nodes.size)) open();
-      for (let i = 0; i < 200 && w.r.record().stops[old.id]; i++) await ticks(1);
-      assert.equal(w.r.record().stops[old.id], undefined, 'the stop ended');
+      for (let i = 0; i < 200 && stopOf(w.r.record(), old.id); i++) await ticks(1);
+      assert.equal(stopOf(w.r.record(), old.id), undefined, 'the stop ended');
       hold = null;
       for (const open of gates.splice(0)) open();
       await pass;
@@ -508,7 +510,7 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     const w = rollSetup(6);
     const early: string[] = [];
     const off = w.r.onSnapshot((snap) => {
-      for (const rep of snap.models.flatMap((m) => m.replicas)) if ((rep.phase === 'draining' || rep.phase === 'stopping') && !w.saved()?.stops[rep.id]) early.push(rep.id);
+      for (const rep of snap.models.flatMap((m) => m.replicas)) if ((rep.phase === 'draining' || rep.phase === 'stopping') && !stopOf(w.saved(), rep.id)) early.push(rep.id);
     });
     try {
       await w.r.start();
@@ -539,11 +541,11 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
       for (const n of w.nodes.values()) n.observeGate = null;
       open();
       await pass;
-      const [id, rec] = Object.entries(w.r.record().stops)[0] ?? [];
+      const [id, rec] = Object.entries(asV2(w.r.record()).stops)[0] ?? [];
       assert.ok(id && rec, 'the surplus replica is being stopped');
       assert.ok(Math.abs(rec.since - w.clock.t) < 60_000, `its drain started at the stepped time (${rec.since - w.clock.t} ms off)`);
       await w.r.requestPass('test');
-      assert.equal(w.r.record().stops[id]?.since, rec.since, 'the next pass does not move it again');
+      assert.equal(stopOf(w.r.record(), id)?.since, rec.since, 'the next pass does not move it again');
       await w.drive(() => !w.alive('alpha').includes(id), 400);
       assert.ok(!w.alive('alpha').includes(id), 'the drain ended and the replica was stopped');
     } finally {
@@ -556,13 +558,13 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     try {
       await w.r.start();
       const { first } = await restartUntilDraining(w);
-      const before = w.r.record().stops[first!.id];
+      const before = stopOf(w.r.record(), first!.id);
       assert.ok(before, 'draining');
       // the wall clock steps 2 h ahead; the first to take a time is an operator call, not a pass
       w.clock.step(2 * 3600_000);
       const [other] = w.r.readyReplicas('alpha').filter((x) => x.id !== first!.id);
       await w.r.restart({ replicas: [other!.id] });
-      const after = w.r.record().stops[first!.id];
+      const after = stopOf(w.r.record(), first!.id);
       assert.ok(after, 'still draining (its grace is real time, not 2 h of a stepped clock)');
       assert.ok(Math.abs(after.since - (before.since + 2 * 3600_000)) < 60_000, `its start moved with the step (${after.since - before.since} ms)`);
       assert.deepEqual(w.cuts, []);
@@ -575,15 +577,15 @@ describe('the stop sequence in the shell (fake nodes, fake clock)', () => {
     const w = rollSetup(5);
     await w.r.start();
     const { first, ids } = await restartUntilDraining(w);
-    const rec = w.r.record().stops[first!.id];
+    const rec = stopOf(w.r.record(), first!.id);
     assert.ok(rec, 'draining');
     await w.r.stop();
-    assert.deepEqual(w.saved().stops[first!.id], rec, 'the drain is in the record on disk');
+    assert.deepEqual(stopOf(w.saved(), first!.id), rec, 'the drain is in the record on disk');
     const w2 = rollSetup(5, w.saved(), { nodes: w.nodes, clock: w.clock, timers: w.timers, busy: w.busy, log: w.log });
     try {
       await w2.r.start();
       assert.equal(w2.r.model('alpha')!.replicas.find((x) => x.id === first!.id)?.phase, 'draining', 'the new controller shows it draining, not routable');
-      assert.equal(w2.r.record().stops[first!.id]!.since, rec.since, 'the same drain (its start kept)');
+      assert.equal(stopOf(w2.r.record(), first!.id)!.since, rec.since, 'the same drain (its start kept)');
       await w2.drive(() => !w2.alive('alpha').includes(first!.id), 2000);
       assert.ok(!w2.alive('alpha').includes(first!.id));
       assert.deepEqual(w2.cuts, []);

@@ -17,6 +17,7 @@ import { initialHealth, retried, startFailed, stayedReady } from '../../src/reco
 import { startConcluded, type StartOutcome } from '../../src/reconciler/outcomes.js';
 import { ACCOUNTED_KEEP_MS, decide, pruned } from '../../src/reconciler/pass.js';
 import { startLaunched, type ControllerState } from '../../src/reconciler/state.js';
+import { asV2 } from '../harness/record-v2.js';
 import { alphaOnlySpec, KEV_FAILURE, memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
 
 describe("a start's outcome from its own log", () => {
@@ -28,24 +29,24 @@ describe("a start's outcome from its own log", () => {
     // four failures counted, the fifth start launched and failed with the engine's reason
     let h = initialHealth(alpha.digest);
     for (let i = 0; i < 3; i++) h = startFailed(h, kev, i, S);
-    let s = startLaunched({ ...stateFor(spec), models: { alpha: h } }, 'a4', { model: 'alpha', node: 'cpu-01', digest: alpha.digest, startedAt: 100 });
+    let s = startLaunched(stateFor(spec, { models: { alpha: h } }), 'a4', { model: 'alpha', node: 'cpu-01', digest: alpha.digest, startedAt: 100 });
     const t = 10_000;
     s = startConcluded(s, 'a4', { kind: 'failed', error: kev }, t, S).state;
-    assert.equal(s.models.alpha!.consecutiveFailures, 4);
+    assert.equal(s.models.alpha!.health.consecutiveFailures, 4);
     const emptyLog = { code: 'REPLICA_EXITED' as const, message: 'llama-server exited with an empty log (process gone)', logTail: '' };
     const halfRemoved = observed(spec, 'a4', 'alpha', 'failed', { failure: emptyLog });
     const run = (state: typeof s, nodes: ReturnType<typeof node>[], now: number) =>
       decide({ state, spec, nodes, memory: memoryOf(spec), memoryErrors: {}, running: new Set(), stopping: new Set(), now, newReplicaId: () => 'next' });
     // a pass whose observation no longer shows it (a stop finished and forgot it)
     const d1 = run(s, [node('cpu-01'), node('cpu-02')], t + 1000);
-    assert.ok(d1.state.accounted.a4 !== undefined, 'remembered while out of sight');
+    assert.ok(asV2(d1.state).accounted.a4 !== undefined, 'remembered while out of sight');
     // the next observation shows it again, half removed by the other stop
     const d2 = run(d1.state, [node('cpu-01', [halfRemoved]), node('cpu-02')], t + 2000);
-    assert.equal(d2.state.models.alpha!.consecutiveFailures, 4, 'not counted a second time');
-    assert.equal(d2.state.models.alpha!.lastError?.code, 'REPLICA_UNKNOWN_ARCHITECTURE', "the start's own reason stands");
-    assert.equal(d2.state.models.alpha!.parked, null);
+    assert.equal(d2.state.models.alpha!.health.consecutiveFailures, 4, 'not counted a second time');
+    assert.equal(d2.state.models.alpha!.health.lastError?.code, 'REPLICA_UNKNOWN_ARCHITECTURE', "the start's own reason stands");
+    assert.equal(d2.state.models.alpha!.health.parked, null);
     // long out of sight, it is forgotten
-    assert.equal(pruned(d1.state, [node('cpu-01')], new Set(), t + ACCOUNTED_KEEP_MS).accounted.a4, undefined);
+    assert.equal(asV2(pruned(d1.state, [node('cpu-01')], new Set(), t + ACCOUNTED_KEEP_MS)).accounted.a4, undefined);
   });
 
   it("a silent failure is counted, and the model keeps the reason the engine gave (table)", async () => {
@@ -80,8 +81,8 @@ describe("a start's outcome from its own log", () => {
       let t = 1_000;
       steps.forEach((step, i) => {
         t += 60_000;
-        if (step === 'retry') s = { ...s, models: { alpha: retried(s.models.alpha!, `admin:${i}`).health } };
-        else if (step === 'stayed ready') s = { ...s, models: { alpha: stayedReady(s.models.alpha!, t - S.readyResetMs, t, S) } };
+        if (step === 'retry') s = { ...s, models: { alpha: { ...s.models.alpha!, health: retried(s.models.alpha!.health, `admin:${i}`).health } } };
+        else if (step === 'stayed ready') s = { ...s, models: { alpha: { ...s.models.alpha!, health: stayedReady(s.models.alpha!.health, t - S.readyResetMs, t, S) } } };
         else {
           // the start op's path: launched, concluded failed with its own reading of the log
           const id = `a${i}`;
@@ -90,7 +91,7 @@ describe("a start's outcome from its own log", () => {
           s = startConcluded(s, id, outcome, t, S).state;
         }
       });
-      const h = s.models.alpha!;
+      const h = s.models.alpha!.health;
       assert.deepEqual(h.lastError, lastError, what);
       assert.deepEqual(h.parked?.lastError ?? null, parked ? lastError : null, what);
     }
@@ -100,7 +101,7 @@ describe("a start's outcome from its own log", () => {
     for (let i = 0; i < 4; i++) h = startFailed(h, kev, i, S);
     const seen = observed(spec, 'a4', 'alpha', 'failed', { failure: { ...empty, code: 'REPLICA_EXITED', logTail: '', silent: true } });
     const d = decide({ state: stateFor(spec, { models: { alpha: h } }), spec, nodes: [node('cpu-01', [seen]), node('cpu-02')], memory: memoryOf(spec), memoryErrors: {}, running: new Set(), stopping: new Set(), now: 500_000, newReplicaId: () => 'next' });
-    assert.equal(d.state.models.alpha!.consecutiveFailures, 5, 'counted');
-    assert.deepEqual(d.state.models.alpha!.parked?.lastError, kev, 'parked with the engine\'s reason');
+    assert.equal(d.state.models.alpha!.health.consecutiveFailures, 5, 'counted');
+    assert.deepEqual(d.state.models.alpha!.health.parked?.lastError, kev, 'parked with the engine\'s reason');
   });
 });

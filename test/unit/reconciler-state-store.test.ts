@@ -8,6 +8,7 @@ import { isLlmgwError } from '../../src/errors/catalogue.js';
 import { initialHealth } from '../../src/reconciler/health.js';
 import { emptyState } from '../../src/reconciler/state.js';
 import { loadState, StateStore } from '../../src/reconciler/state-store.js';
+import { fromV2 } from '../harness/record-v2.js';
 
 const root = mkdtempSync(join(tmpdir(), 'llmgw-state-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -22,7 +23,7 @@ describe('state file', () => {
   it('a missing file is an empty record; what was saved loads back', async () => {
     const d = dir();
     assert.deepEqual(await loadState(join(d, 'state.json')), { state: emptyState, problem: null });
-    const s = { ...emptyState, models: { kev: initialHealth('d1') }, demand: { beta: 5 }, restarts: { r1: 6 } };
+    const s = fromV2({ models: { kev: initialHealth('d1') }, demand: { kev: 5 }, restarts: { r1: 6 } });
     const store = new StateStore(join(d, 'state.json'));
     assert.equal(await store.save(s), true);
     assert.equal(await store.save(s), false, 'unchanged content is not written again');

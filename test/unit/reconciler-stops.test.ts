@@ -7,8 +7,9 @@ import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { decide, pruned, type DecideInput } from '../../src/reconciler/pass.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
-import { clockStepped, emptyState, stateFromJson, type ControllerState, type StopRecord } from '../../src/reconciler/state.js';
-import { drainStep, mayBeServing, ROUTING_SETTLE_MS, stopFinished, stopsRequested, type InFlight } from '../../src/reconciler/stops.js';
+import { clockStepped, emptyState, healthByModel, type ControllerState } from '../../src/reconciler/state.js';
+import { stateFromJson } from '../../src/reconciler/state-migrate.js';
+import { drainStep, mayBeServing, ROUTING_SETTLE_MS, stopFinished, stopOf, stopsRequested, type InFlight, type StopRecord } from '../../src/reconciler/stops.js';
 import { buildSnapshot, stopPhase } from '../../src/reconciler/summarize.js';
 import { startConcluded } from '../../src/reconciler/outcomes.js';
 import { readyReplicasOf } from '../../src/reconciler/availability.js';
@@ -16,6 +17,7 @@ import { parsePublished, publishedJson, standbySnapshot } from '../../src/ha/pub
 import { drainingText } from '../../src/format/ctl-format.js';
 import { modelJson } from '../../src/wire/shape.js';
 import { memoryOf, node, observed, specOf, stateFor } from '../harness/reconciler-core.js';
+import { asV2, fromV2, type V2 } from '../harness/record-v2.js';
 
 const spec = await specOf((f) => {
   f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: 2');
@@ -60,27 +62,27 @@ describe('the stop sequence', () => {
     const a = { kind: 'stop' as const, model: 'alpha', node: 'cpu-01', replicaId: 'alpha-1', reason: 'replaced' as const };
     const s1 = stopsRequested(emptyState, [a], 1000);
     assert.deepEqual(s1.added, ['alpha-1']);
-    assert.deepEqual(s1.state.stops['alpha-1'], rec());
+    assert.deepEqual(stopOf(s1.state, 'alpha-1'), rec());
     const s2 = stopsRequested(s1.state, [a], 5000);
     assert.equal(s2.state, s1.state, 'a stop decided again is the same stop');
-    assert.equal(stopFinished(s2.state, 'alpha-1').stops['alpha-1'], undefined);
-    const failed = stopsRequested(emptyState, [{ ...a, reason: 'failed' }], 1000).state.stops['alpha-1']!;
+    assert.equal(stopOf(stopFinished(s2.state, 'alpha-1'), 'alpha-1'), undefined);
+    const failed = stopOf(stopsRequested(emptyState, [{ ...a, reason: 'failed' }], 1000).state, 'alpha-1')!;
     assert.equal(failed.drain, false);
   });
 
   it('the record survives a restart (JSON) and a wall-clock step moves its start with the clock', () => {
-    const s = { ...emptyState, stops: { 'alpha-1': rec() } };
-    assert.deepEqual(stateFromJson(JSON.parse(JSON.stringify(s))).stops, s.stops);
-    assert.deepEqual(stateFromJson({ ...JSON.parse(JSON.stringify(s)), stops: { bad: { model: 1 } } }).stops, {});
-    assert.equal(clockStepped(s, 7_200_000).stops['alpha-1']!.since, 1000 + 7_200_000);
+    const s = fromV2({ stops: { 'alpha-1': rec() } });
+    assert.deepEqual(asV2(stateFromJson(JSON.parse(JSON.stringify(s)))).stops, asV2(s).stops);
+    assert.deepEqual(asV2(stateFromJson({ ...JSON.parse(JSON.stringify(s)), replicas: { bad: { model: 1, phase: { kind: 'leaving', why: 'stop' } } } })).stops, {});
+    assert.equal(stopOf(clockStepped(s, 7_200_000), 'alpha-1')!.since, 1000 + 7_200_000);
   });
 
   it('a stop in the record outlives the controller: a new one (nothing running) keeps it while the replica is there, drops it once it is gone', () => {
-    const s = { ...stateFor(spec), stops: { 'alpha-1': rec() } };
+    const s = stateFor(spec, { stops: { 'alpha-1': rec() } });
     const there = [node('cpu-01', [observed(spec, 'alpha-1', 'alpha', 'ready')])];
-    assert.deepEqual(pruned(s, there).stops, s.stops);
-    assert.deepEqual(pruned(s, [node('cpu-01')]).stops, {});
-    assert.deepEqual(pruned(s, [node('cpu-01')], new Set(['alpha-1'])).stops, s.stops, 'a stop this process runs stays until it concludes');
+    assert.deepEqual(asV2(pruned(s, there)).stops, asV2(s).stops);
+    assert.deepEqual(asV2(pruned(s, [node('cpu-01')])).stops, {});
+    assert.deepEqual(asV2(pruned(s, [node('cpu-01')], new Set(['alpha-1']))).stops, asV2(s).stops, 'a stop this process runs stays until it concludes');
   });
 
   it('a pass records its stops, and the replica being stopped counts as neither serving nor free room', () => {
@@ -89,14 +91,14 @@ describe('the stop sequence', () => {
     const fresh = observed(spec, 'alpha-c', 'alpha', 'ready', { digest: 'new-digest', startedAt: 3 });
     const d1 = run(stateFor(changed), [node('cpu-01', [old('alpha-a', 1), old('alpha-b', 2), fresh])], { spec: changed });
     assert.deepEqual(d1.actions.map((a) => `${a.kind} ${a.replicaId}`), ['stop alpha-a']);
-    assert.deepEqual(Object.keys(d1.state.stops), ['alpha-a']);
+    assert.deepEqual(Object.keys(asV2(d1.state).stops), ['alpha-a']);
     // the next pass (the stop still running, or a new controller that inherited the record): nothing more
     const d2 = run(d1.state, [node('cpu-01', [old('alpha-a', 1), old('alpha-b', 2), fresh])], { spec: changed });
     assert.deepEqual(d2.actions, [], 'no second replacement while the first stop runs');
-    assert.deepEqual(Object.keys(d2.state.stops), ['alpha-a']);
+    assert.deepEqual(Object.keys(asV2(d2.state).stops), ['alpha-a']);
     // gone: the record is pruned and the next replacement starts
     const d3 = run(d2.state, [node('cpu-01', [old('alpha-b', 2), fresh])], { spec: changed });
-    assert.deepEqual(d3.state.stops, {});
+    assert.deepEqual(asV2(d3.state).stops, {});
     assert.deepEqual(d3.actions.map((a) => a.kind), ['start']);
   });
 
@@ -110,8 +112,8 @@ describe('the stop sequence', () => {
       spec, now: 0, leader: true, control: { mode: 'standalone', instance: { id: 'l', label: 'l' }, leader: null, notActing: null, etcd: null }, appliedRevision: null, rejected: null,
       lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null,
       nodes: new Map([['cpu-01', { reachable: true, error: null, obs, lookedAt: 0, installFailures: {} }]]),
-      health: stateFor(spec).models, desired: { alpha: 1 }, unplaceable: {}, starts: {},
-      stops: { 'alpha-1': rec() }, stopProgress: new Map([['alpha-1', { phase: 'draining', inFlight: 2 }]]), memory: {}, lastPass: null,
+      health: healthByModel(stateFor(spec)), desired: { alpha: 1 }, unplaceable: {},
+      replicas: fromV2({ stops: { 'alpha-1': rec() } }).replicas, stopProgress: new Map([['alpha-1', { phase: 'draining', inFlight: 2 }]]), memory: {}, lastPass: null,
     });
     const m = snap.models.find((x) => x.name === 'alpha')!;
     assert.deepEqual(m.replicas.map((r) => [r.phase, r.inFlight]), [['draining', 2]]);
@@ -130,15 +132,15 @@ describe('the stop sequence', () => {
 
   it('a start that concluded ready is offered to the router at once (with the endpoint it reported), before a look shows it', () => {
     const obs = { node: 'cpu-01', at: 0, memory: { totalBytes: 1, availableBytes: 1 }, cpus: 1, cpuFlags: [], arch: 'x86_64', diskFreeBytes: 1, engines: [], models: [], replicas: [] };
-    const snapOf = (starts: ControllerState['starts'], reachable = true) =>
+    const snapOf = (starts: V2['starts'], reachable = true) =>
       buildSnapshot({
         spec, now: 0, leader: true, control: { mode: 'standalone', instance: { id: 'l', label: 'l' }, leader: null, notActing: null, etcd: null }, appliedRevision: null, rejected: null,
         lastSyncOk: null, lastSyncError: null, lastStatusWriteOk: null, stateError: null,
         nodes: new Map([['cpu-01', { reachable, error: null, obs, lookedAt: 0, installFailures: {} }]]),
-        health: stateFor(spec).models, desired: { alpha: 2 }, unplaceable: {}, starts, stops: {}, stopProgress: new Map(), memory: {}, lastPass: null,
+        health: healthByModel(stateFor(spec)), desired: { alpha: 2 }, unplaceable: {}, replicas: fromV2({ starts }).replicas, stopProgress: new Map(), memory: {}, lastPass: null,
       }).models.find((x) => x.name === 'alpha')!;
     const start = { model: 'alpha', node: 'cpu-01', digest: spec.models.alpha!.digest, startedAt: 10 };
-    const table: [string, ControllerState['starts'], [string, string][]][] = [
+    const table: [string, V2['starts'], [string, string][]][] = [
       ['still starting', { 'alpha-a': start }, [['starting', '']]],
       ['ready, endpoint known: served now', { 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } }, [['ready', 'http://10.0.0.1:20001']]],
       ['ready, no endpoint recorded (a record from before it was kept): starting until a look', { 'alpha-a': { ...start, readyAt: 20 } }, [['starting', '']]],
@@ -151,11 +153,11 @@ describe('the stop sequence', () => {
     // its node out of reach: starting, as an observed ready replica there is
     assert.deepEqual(snapOf({ 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } }, false).replicas.map((r) => r.phase), ['starting']);
     // the start's outcome brings them: where the replica answers and when the node launched it (as a look shows it)
-    const launched = { ...emptyState, starts: { 'alpha-a': start } };
-    const concluded = startConcluded(launched, 'alpha-a', { kind: 'ready', endpoint: 'http://10.0.0.1:20001', startedAt: 15_000 }, 20, spec.settings).state.starts['alpha-a']!;
+    const launched: ControllerState = fromV2({ starts: { 'alpha-a': start } });
+    const concluded = asV2(startConcluded(launched, 'alpha-a', { kind: 'ready', endpoint: 'http://10.0.0.1:20001', startedAt: 15_000 }, 20, spec.settings).state).starts['alpha-a']!;
     assert.deepEqual([concluded.readyAt, concluded.endpoint, concluded.startedAt], [20, 'http://10.0.0.1:20001', 15_000]);
     // the endpoint survives a restart of the controller with the record
-    const rt = stateFromJson(JSON.parse(JSON.stringify({ ...emptyState, starts: { 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } } })));
-    assert.equal(rt.starts['alpha-a']!.endpoint, 'http://10.0.0.1:20001');
+    const rt = stateFromJson(JSON.parse(JSON.stringify(fromV2({ starts: { 'alpha-a': { ...start, readyAt: 20, endpoint: 'http://10.0.0.1:20001' } } }))));
+    assert.equal(asV2(rt).starts['alpha-a']!.endpoint, 'http://10.0.0.1:20001');
   });
 });
