@@ -17,7 +17,7 @@
  * caller's own abort (`opts.signal`) is no verdict: runCheck rejects with the signal's reason.
  */
 import { Agent, request, type Dispatcher } from 'undici';
-import { Reasons } from '../errors/catalogue.js';
+import { reasonText, Reasons } from '../errors/catalogue.js';
 import { cap, durationWords, judgeAnswer, type AnswerJudgement } from './answer.js';
 import { AnswerStream, MAX_ANSWER_CHARS, contentOf } from './answer-stream.js';
 import type { CheckResult, RolloutCheck } from './types.js';
@@ -41,8 +41,9 @@ export function checkBody(check: RolloutCheck): Record<string, unknown> {
 
 /** A failed check's result: the reason names the check, what it expected and what came back. */
 export function checkFailure(check: RolloutCheck, expected: string, got: string): CheckResult {
-  const e = cap(expected);
-  const g = cap(got);
+  // what came back is the model's text: printable and bounded, as every reason is (catalogue.ts)
+  const e = reasonText(cap(expected));
+  const g = reasonText(cap(got));
   const message = `check ${JSON.stringify(check.name)} (${check.file}) failed: expected ${e}, got ${g}`;
   return { ok: false, name: check.name, expected: e, got: g, reason: { code: Reasons.ROLLOUT_CHECK_FAILED.code, message } };
 }

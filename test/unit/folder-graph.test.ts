@@ -104,9 +104,9 @@ describe('folder graph', () => {
     assert.deepEqual(found, [], found.join('\n'));
   });
 
-  test('the wire format imports only the domain (the record, spec, events, usage rows) and the catalogue', () => {
+  test('the wire format imports only the domain (the record, spec, events, usage rows, the rollout\'s vocabulary) and the catalogue', () => {
     const g = folderGraph();
-    const allowed = new Set(['reconciler', 'fleet-spec', 'errors', 'schedule', 'events', 'util']);
+    const allowed = new Set(['reconciler', 'fleet-spec', 'errors', 'schedule', 'events', 'util', 'rollout']);
     const bad = [...(g.get('wire')?.entries() ?? [])].filter(([to]) => !allowed.has(to));
     assert.deepEqual(bad, []);
   });

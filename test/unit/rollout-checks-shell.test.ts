@@ -207,3 +207,16 @@ describe('rollout life (pure)', () => {
     assert.equal(clockStepped(s, 100).models.alpha!.rollout!.since, 105);
   });
 });
+
+describe('a failed check\'s reason is printable and bounded', () => {
+  it('what the model answered (escapes, 1 MiB) reaches the reason with no control byte and capped', async () => {
+    const { checkFailure } = await import('../../src/rollout/check.js');
+    const check: RolloutCheck = { name: 'answers', file: 'models/alpha.yaml', path: '/v1/chat/completions', request: {}, expect: { status: 200, matches: '4', contains: null, notMatches: null, jsonSchema: null, maxTtftMs: null }, timeoutMs: 1000 };
+    const r = checkFailure(check, 'text matching /4/', `\x1b]52;c;aGk=\x07${'x'.repeat(1 << 20)}`);
+    assert.equal(r.ok, false);
+    const message = r.ok ? '' : r.reason.message;
+    // eslint-disable-next-line no-control-regex
+    assert.doesNotMatch(message, /[\x00-\x08\x0b-\x1f\x7f-\x9f]/);
+    assert.ok(Buffer.byteLength(message) <= 2048, `${Buffer.byteLength(message)} bytes`);
+  });
+});
