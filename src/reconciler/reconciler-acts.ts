@@ -69,7 +69,7 @@ export class ReconcilerActs implements ControllerActs {
   async retry(name: string): Promise<{ model: string; outcome: 'unparked' | 'backoff-cleared' }> {
     const m = this.specModel(name);
     const now = this.p.now(); // before the record is read: taking the time may shift it for a clock step
-    const h = retryHandled(this.p.record(), m, `admin:${now}:${randomBytes(3).toString('hex')}`);
+    const h = retryHandled(this.p.record(), m, `admin:${now}:${randomBytes(3).toString('hex')}`, now);
     this.p.setRecord(h.state);
     this.p.logNotes(this.p.log, [h.note]);
     await this.requestPass('admin-retry');

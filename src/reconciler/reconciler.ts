@@ -320,7 +320,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     for (const req of r.retries) {
       const name = spec?.modelNames[req.model];
       const m = name ? spec!.models[name]! : null;
-      const h = retryHandled(this.state, m, retryId(req));
+      const h = retryHandled(this.state, m, retryId(req), this.clock());
       this.state = h.state;
       logNotes(log, [{ ...h.note, fields: { ...h.note.fields, commit: req.commit, model: req.model } }]);
     }

@@ -182,14 +182,15 @@ export type RetryHandled = RetryOutcome | 'already-handled';
 
 /**
  * A retry (admin call or `Llmgw-Retry:` trailer) for a model with the given digest: handled once per
- * id. A model name of null (the trailer names no model in the spec) only remembers the id.
+ * id. A model name of null (the trailer names no model in the spec) only remembers the id. A held
+ * rollout of the model runs its checks again from `now`.
  */
-export function retryHandled(s: ControllerState, model: { name: string; digest: string } | null, id: string): { state: ControllerState; outcome: RetryHandled; note: Note } {
+export function retryHandled(s: ControllerState, model: { name: string; digest: string } | null, id: string, now = 0): { state: ControllerState; outcome: RetryHandled; note: Note } {
   if (s.handledRetries.includes(id)) return { state: s, outcome: 'already-handled', note: { level: 'debug', msg: 'retry already handled', fields: { retry: id } } };
   if (!model) return { state: { ...s, ...rememberRetry(s, id) }, outcome: 'already-handled', note: { level: 'warn', msg: 'retry trailer names no model; ignored', fields: { retry: id } } };
   const before = s.models[model.name];
   const { health, outcome } = retried(withDigest(before?.health, model.digest), id);
-  const rollout = rolloutRetried(before?.rollout, Date.now());
+  const rollout = rolloutRetried(before?.rollout, now);
   const entry: ModelRecord = { ...before, health, ...(rollout ? { rollout } : {}) };
   return {
     state: { ...s, models: { ...s.models, [model.name]: entry }, ...rememberRetry(s, id) },
