@@ -13,6 +13,7 @@
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
+import { nodeTimers, type LoopTimers } from '../reconciler/loop.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import { constantTimeEqual } from './auth.js';
 import type { AdminBackend } from './backend.js';
@@ -73,11 +74,13 @@ export class SeenDeliveries {
 /** Runs `run` at most once every `everyMs`: a call within that time is folded into one later run. */
 export class PassCoalescer {
   private last = Number.NEGATIVE_INFINITY;
-  private timer: NodeJS.Timeout | null = null;
+  private timer: unknown = null;
   constructor(
     private readonly everyMs: number,
     private readonly run: () => void,
     private readonly now: () => number = () => performance.now(),
+    /** The loop's timers (fake ones in tests; node's, unref'd, by default). */
+    private readonly timers: Pick<LoopTimers, 'setTimeout' | 'clearTimeout'> = nodeTimers,
   ) {}
   /** 'now' when it ran at once, 'folded' when a later run covers it. */
   request(): 'now' | 'folded' {
@@ -88,16 +91,15 @@ export class PassCoalescer {
       this.run();
       return 'now';
     }
-    this.timer = setTimeout(() => {
+    this.timer = this.timers.setTimeout(() => {
       this.timer = null;
       this.last = this.now();
       this.run();
     }, this.everyMs - (t - this.last));
-    this.timer.unref();
     return 'folded';
   }
   stop(): void {
-    if (this.timer !== null) clearTimeout(this.timer);
+    if (this.timer !== null) this.timers.clearTimeout(this.timer);
     this.timer = null;
   }
 }
