@@ -94,6 +94,12 @@ export async function spawnServe(o: { name: string; fleet: TestFleet; args?: rea
   return p;
 }
 
+/** For a failing wait: each process's name, whether it still runs (or how it exited) and the tail of its output. */
+export function procsDiag(procs: readonly ServeProc[], tail = 2500): string {
+  const how = (p: ServeProc): string => (p.alive() ? 'running' : `exited (code ${p.child.exitCode}, signal ${p.child.signalCode})`);
+  return procs.map((p) => `--- ${p.name}: ${how(p)} ---\n${p.out().slice(-tail)}`).join('\n');
+}
+
 /** pino JSON lines of a process's output, parsed (lines that are not JSON are skipped). */
 export function logLines(out: string): Record<string, unknown>[] {
   const lines: Record<string, unknown>[] = [];

@@ -16,7 +16,7 @@ import { runCli } from '../harness/cli.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { agreedLeader, spawnServe, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, spawnServe, type HaStatusJson, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 const LEASE_S = 4;
@@ -33,7 +33,7 @@ let etcd: EtcdInstance;
 let fleet: TestFleet;
 let procs: ServeProc[] = [];
 
-const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-3000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 3000);
 
 async function models(p: ServeProc): Promise<Record<string, ModelJson>> {
   const r = await p.admin<{ models: ModelJson[] }>('/models');

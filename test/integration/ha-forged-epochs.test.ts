@@ -25,7 +25,7 @@ import { runCli } from '../harness/cli.js';
 import { killReplicasUnder, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startRestorableEtcd, type RestorableEtcd } from '../harness/etcd.js';
 import { makeTempDir, WorkRepo } from '../harness/git.js';
-import { agreedLeader, logLines, spawnServe, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, logLines, spawnServe, type HaStatusJson, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 const LEASE_S = 4;
@@ -49,7 +49,7 @@ let fleet: TestFleet;
 let procs: ServeProc[] = [];
 let snapshotFile: string;
 
-const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-4000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 4000);
 const statusOf = (p: ServeProc): Promise<StatusJson> => p.admin<StatusJson>('/status');
 
 async function good(p: ServeProc): Promise<ModelJson | undefined> {

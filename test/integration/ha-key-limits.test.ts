@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
-import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 const KEY = 'ha-limited-key-0001';
@@ -22,7 +22,7 @@ const HA = (endpoint: string): string[] => ['--etcd', endpoint, '--lease-ttl', '
 let etcd: EtcdInstance;
 let fleet: TestFleet;
 let procs: ServeProc[] = [];
-const diag = (): string => procs.map((p) => `--- ${p.name} ---\n${p.out().slice(-2500)}`).join('\n');
+const diag = (): string => procsDiag(procs, 2500);
 
 before(async () => {
   [etcd, fleet] = await Promise.all([startEtcd(), startTestFleet({ nodes: 1 })]);

@@ -20,7 +20,7 @@ import { REASON_MAX_BYTES } from '../../src/errors/catalogue.js';
 import { runCli } from '../harness/cli.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
-import { agreedLeader, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 const LEASE_S = 4;
@@ -40,7 +40,7 @@ let procs: ServeProc[] = [];
 let client: Etcd3;
 let wrapperDir = '';
 
-const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-3000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 3000);
 
 async function models(p: ServeProc): Promise<Record<string, ModelJson>> {
   const r = await p.admin<{ models: ModelJson[] }>('/models');

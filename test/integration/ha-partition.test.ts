@@ -24,7 +24,7 @@ import { writeTinyModel } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { logLines, spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 import { sshdNodeSpec } from '../harness/sshd.js';
 import { startTcpForwarder, type TcpForwarder } from '../harness/tcp-forwarder.js';
@@ -50,7 +50,7 @@ let fleet: TestFleet;
 let fwd: TcpForwarder;
 let origin: ThrottledOrigin;
 let procs: ServeProc[] = [];
-const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-4000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 4000);
 
 const timeOf = (p: ServeProc, msg: string): number | null => {
   const l = logLines(p.out()).find((x) => x.msg === msg);

@@ -29,7 +29,7 @@ import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller
 import { asV2 } from '../harness/record-v2.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { agreedLeader, logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, logLines, spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 import { sampleProcesses, streamLoad } from '../harness/stream-load.js';
 
@@ -66,7 +66,7 @@ let fleet: TestFleet;
 let chat: TinyModelFile;
 let procs: ServeProc[] = [];
 
-const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-4000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 4000);
 
 /** 4 slots of 6144 tokens, one thread: a stream of 80–200 tokens lasts seconds, one of LONG_TOKENS tens of seconds. */
 const profile = (cacheRam: string): string =>

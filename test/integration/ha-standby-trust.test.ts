@@ -20,7 +20,7 @@ import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { freePort } from '../harness/ports.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { agreedLeader, logLines, spawnServe, type HaStatusJson, type ServeProc } from '../harness/serve-proc.js';
+import { agreedLeader, logLines, spawnServe, type HaStatusJson, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 const PREFIX = '/llmgw-trust';
@@ -47,7 +47,7 @@ let procs: ServeProc[] = [];
 let leader: ServeProc;
 let standby: ServeProc;
 
-const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-3000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 3000);
 
 async function models(p: ServeProc): Promise<Record<string, ModelJson>> {
   const r = await p.admin<{ models: ModelJson[] }>('/models');

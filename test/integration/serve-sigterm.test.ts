@@ -11,7 +11,7 @@ import { after, describe, it } from 'node:test';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
-import { logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { logLines, spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 interface ModelJson {
@@ -85,7 +85,7 @@ describe('SIGTERM of llmgw serve with a stream in flight', { timeout: 10 * 60_00
   const fleets: TestFleet[] = [];
   let etcd: EtcdInstance | null = null;
   const procs: ServeProc[] = [];
-  const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-3000)}`).join('\n');
+  const diag = (): string => procsDiag(procs, 3000);
 
   after(async () => {
     await Promise.all(procs.map((p) => p.sigkill()));

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { runCli } from '../harness/cli.js';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
-import { logLines, spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { logLines, spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 interface StatusJson {
@@ -23,7 +23,7 @@ interface ModelJson {
 
 let fleet: TestFleet;
 const procs: ServeProc[] = [];
-const diag = (): string => procs.map((p) => `--- ${p.name} ---\n${p.out().slice(-3000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 3000);
 
 before(async () => {
   fleet = await startTestFleet({ nodes: 2 });

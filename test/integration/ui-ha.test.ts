@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
-import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
 
 const CHROMIUM = process.env.LLMGW_CHROMIUM ?? '/usr/bin/chromium';
@@ -27,7 +27,7 @@ let browser: Browser;
 let page: Page;
 const consoleErrors: string[] = [];
 
-const diag = (): string => procs.map((p) => `--- ${p.name} (${p.alive() ? 'running' : 'exited'}) ---\n${p.out().slice(-3000)}`).join('\n');
+const diag = (): string => procsDiag(procs, 3000);
 
 before(async () => {
   [etcd, fleet] = await Promise.all([startEtcd(), startTestFleet({ nodes: 2 })]);
