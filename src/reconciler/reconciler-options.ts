@@ -15,6 +15,7 @@ import type { StatusSink } from './persist.js';
 import type { ControllerState } from './state.js';
 import type { StateStore } from './state-store.js';
 import type { InFlight } from './stops.js';
+import type { RolloutFigures } from '../rollout/types.js';
 import type { ChecksRun } from './rollout-runner.js';
 import type { ControlView } from './view.js';
 
@@ -69,6 +70,8 @@ export interface ReconcilerOptions {
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
   /** Runs a rollout's checks against a replica (default: rollout/check.ts's runChecks over HTTP). */
   readonly runChecks?: ChecksRun;
+  /** What the routers saw of each arm of a canary step (serve: this instance's router, or every router's in HA); none: steps are judged on no figures. */
+  readonly rolloutFigures?: RolloutFigures;
   /** What a replica has in flight (default: its GET /slots with the engine key). */
   readonly inFlight?: (endpoint: string) => Promise<InFlight>;
 }

@@ -34,6 +34,7 @@ import type { ShellPorts } from './shell-ports.js';
 import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
+import { CanarySteps } from './canary-steps.js';
 import { RolloutRunner } from './rollout-runner.js';
 import { stopIds, type InFlight } from './stops.js';
 import { clockStepped, healthByModel, retryHandled, rolloutsByModel, revisionApplied, specModelsApplied, type ControllerState } from './state.js';
@@ -43,7 +44,7 @@ import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type 
 import { wakeAfterPass } from './wake.js';
 import type { ReconcilerOptions } from './reconciler-options.js';
 import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
-import { shouldWarn, type LastWarning } from './warn-throttle.js';
+import { warnUnplaceable, type LastWarning } from './warn-throttle.js';
 import { oncePerTurn } from '../util/once-per-turn.js';
 
 export type { FleetSource, ReconcilerOptions } from './reconciler-options.js';
@@ -78,6 +79,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   /** Stops this process runs (stops.ts: drain, then SIGTERM…), in the background. */
   private readonly stopOps: StopRunner;
   private readonly rollouts: RolloutRunner;
+  private readonly canary: CanarySteps;
   private readonly inFlight: (endpoint: string) => Promise<InFlight>;
   /** What it does for the router and operators (the ControllerShell's acts). */
   private readonly own: ReconcilerActs;
@@ -134,7 +136,8 @@ export class Reconciler extends ControllerShell implements FleetView {
       stopSignal: () => this.stopSignal.signal,
     };
     this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
-    this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, ...(o.runChecks ? { run: o.runChecks } : {}) });
+    this.canary = new CanarySteps(o.rolloutFigures ?? null);
+    this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, canary: this.canary, ...(o.runChecks ? { run: o.runChecks } : {}) });
     this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
     this.own = new ReconcilerActs({
       ...ports,
@@ -211,6 +214,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       const busy = await busyOnDemand(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.now(log);
+      this.state = this.canary.judge(this.state, spec, this.decidedAt, log);
       const d = decide({
         state: this.state,
         spec,
@@ -231,7 +235,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       this.unplaceable = d.unplaceable;
       this.waitingForRoom = d.waitingForRoom;
       logNotes(log, d.notes);
-      this.warnUnplaceable(spec, log);
+      warnUnplaceable(this.unplaceable, this.unplaceableWarned, spec.settings.unplaceableLogIntervalMs, this.clock(), log);
       actions = d.actions.length;
       await this.apply(spec, d.actions, log);
     } catch (e) {
@@ -341,16 +345,6 @@ export class Reconciler extends ControllerShell implements FleetView {
     return { secret: m.token, value: await this.o.readSecret(m.token) };
   }
 
-  private warnUnplaceable(spec: FleetSpec, log: Logger): void {
-    const now = this.clock();
-    for (const [model, u] of Object.entries(this.unplaceable)) {
-      if (!shouldWarn(this.unplaceableWarned.get(model), u.code, now, spec.settings.unplaceableLogIntervalMs)) continue;
-      log.warn({ model, code: u.code, reason: u.reason }, 'model unplaceable');
-      this.unplaceableWarned.set(model, { code: u.code, at: now });
-    }
-    for (const model of [...this.unplaceableWarned.keys()]) if (!this.unplaceable[model]) this.unplaceableWarned.delete(model);
-  }
-
   private async apply(spec: FleetSpec, actions: readonly Action[], log: Logger): Promise<void> {
     for (const [i, a] of actions.entries()) {
       // Fencing, first layer: a leader whose lease renewal is overdue stops acting, mid-pass included.
@@ -394,6 +388,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       unplaceable: this.unplaceable,
       replicas: this.state.replicas,
       rollouts: rolloutsByModel(this.state),
+      rolloutFigures: (m) => this.canary.figuresOf(m),
       stopProgress: this.stopOps.progress(),
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)

@@ -13,6 +13,7 @@ import type { FleetSpec } from '../fleet-spec/types.js';
 import { runChecks } from '../rollout/check.js';
 import type { CheckResult, RolloutCheck } from '../rollout/types.js';
 import { checksConcluded } from './rollout-life.js';
+import type { CanarySteps } from './canary-steps.js';
 import type { ShellPorts } from './shell-ports.js';
 import { withModel } from './state.js';
 
@@ -31,7 +32,7 @@ export class RolloutRunner {
 
   constructor(
     private readonly p: ShellPorts,
-    private readonly o: { readonly engineApiKey: string; readonly run?: ChecksRun },
+    private readonly o: { readonly engineApiKey: string; readonly canary: Pick<CanarySteps, 'begin'>; readonly run?: ChecksRun },
   ) {}
 
   /** The runs in flight (the controller waits for them when it stops). */
@@ -45,8 +46,10 @@ export class RolloutRunner {
     const s = this.p.record();
     for (const name in s.models) {
       const r = s.models[name]!.rollout;
-      const checks = spec.models[name]?.rollout?.checks;
-      if (r?.phase !== 'checking' || !checks || checks.length === 0 || spec.models[name]!.digest !== r.digest) continue;
+      const rollout = spec.models[name]?.rollout;
+      // a canary without checks passes them at once, once its replica is ready
+      if (r?.phase !== 'checking' || !rollout || (rollout.checks.length === 0 && !rollout.canary) || spec.models[name]!.digest !== r.digest) continue;
+      const checks = rollout.checks;
       const key = `${name}@${r.digest}`;
       if (this.runs.has(key)) continue;
       const endpoint = this.readyEndpoint(name, r.digest);
@@ -83,10 +86,13 @@ export class RolloutRunner {
     const now = this.p.now(log);
     const s = this.p.record();
     const m = s.models[model];
-    const next = checksConcluded(m?.rollout, digest, failed, now);
+    const canary = this.p.spec()?.models[model]?.rollout?.canary ?? null;
+    const next = checksConcluded(m?.rollout, digest, failed, now, canary !== null);
     if (!m || next === m.rollout) return;
     this.p.setRecord(withModel(s, model, { ...m, ...(next ? { rollout: next } : {}) }));
+    if (next?.phase === 'canary') this.o.canary.begin(model, next.digest, next.since);
     if (failed) log.error({ code: failed.code, reason: failed.message }, 'rollout held: a check failed; the stable revision keeps serving');
+    else if (next?.phase === 'canary') log.info({ steps: canary!.steps, intervalMs: canary!.intervalMs }, 'rollout: checks passed; the canary takes its first step');
     else log.info('rollout: checks passed; the new revision replaces the stable one');
     await this.p.saveState();
     this.p.publish();

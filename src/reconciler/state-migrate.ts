@@ -63,12 +63,13 @@ export function modelFromJson(v: unknown): ModelRecord | null {
   return { health: v.health as unknown as ModelHealth, ...(finite(v.demand) ? { demand: v.demand } : {}), ...(Object.keys(avoid).length ? { avoid } : {}), ...(rollout ? { rollout } : {}) };
 }
 
-const ROLLOUT_PHASES: ReadonlySet<unknown> = new Set(['checking', 'held', 'promoted']);
+const ROLLOUT_PHASES: ReadonlySet<unknown> = new Set(['checking', 'canary', 'held', 'rolled_back', 'promoted']);
 
 function rolloutFromJson(v: unknown): RolloutRecord | null {
   if (!isRecord(v) || typeof v.digest !== 'string' || typeof v.stable !== 'string' || !ROLLOUT_PHASES.has(v.phase) || !finite(v.since)) return null;
   const verdict = isRecord(v.verdict) && typeof v.verdict.code === 'string' && typeof v.verdict.message === 'string' ? { code: v.verdict.code, message: v.verdict.message } : null;
-  return { digest: v.digest, stable: v.stable, phase: v.phase as RolloutRecord['phase'], since: v.since, ...(verdict ? { verdict } : {}) };
+  const step = typeof v.step === 'number' && Number.isSafeInteger(v.step) && v.step >= 0 ? v.step : undefined;
+  return { digest: v.digest, stable: v.stable, phase: v.phase as RolloutRecord['phase'], since: v.since, ...(step !== undefined ? { step } : {}), ...(verdict ? { verdict } : {}) };
 }
 
 function retriesOf(v: Record<string, unknown>): Pick<ControllerState, 'handledRetries' | 'retriesTrimmed'> {

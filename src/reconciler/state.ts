@@ -38,11 +38,11 @@ export interface ModelRecord {
   readonly rollout?: RolloutRecord;
 }
 
-/** What the record needs of a spec's model: its name, definition digest, and whether it carries rollout checks. */
+/** What the record needs of a spec's model: its name, definition digest, and whether its rollout proves a revision (checks or a canary). */
 export interface SpecModel {
   readonly name: string;
   readonly digest: string;
-  readonly rollout?: { readonly checks: readonly unknown[] } | null;
+  readonly rollout?: { readonly checks: readonly unknown[]; readonly canary?: unknown } | null;
 }
 
 export interface ControllerState {
@@ -212,7 +212,7 @@ export function specApplied(s: ControllerState, models: readonly SpecModel[], no
     const before = s.models[m.name];
     const h = withDigest(before?.health, m.digest);
     if (before && before.health.digest !== m.digest) notes.push({ level: 'info', msg: 'definition changed: failures reset, unparked', fields: { model: m.name, digest: m.digest } });
-    const checks = (m.rollout?.checks.length ?? 0) > 0;
+    const checks = (m.rollout?.checks.length ?? 0) > 0 || (m.rollout?.canary ?? null) !== null;
     if (before === undefined || h !== before.health || (before.rollout !== undefined && !checks)) {
       changed = true;
       // a definition change (or rollout checks gone) decides the model's rollout afresh

@@ -10,8 +10,8 @@ import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
 import { modelsInOrder, nodesInOrder } from './spec-order.js';
 import type { ReplicaRecord } from './replica-life.js';
-import type { RolloutRecord } from './rollout-life.js';
-import type { RolloutView } from '../rollout/types.js';
+import { keptFromUsers, type RolloutRecord } from './rollout-life.js';
+import type { CanarySpec, RolloutView } from '../rollout/types.js';
 import type { StopRecord } from './stops.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
@@ -56,6 +56,8 @@ export interface SummaryInput {
   readonly replicas: Readonly<Record<string, ReplicaRecord>>;
   /** Rollouts by model (rollout-life.ts): a replica of a revision under test or held takes no request. */
   readonly rollouts?: Readonly<Record<string, RolloutRecord>>;
+  /** A canary step's live figures by model, as the controller last judged them (canary-steps.ts). */
+  readonly rolloutFigures?: (model: string) => RolloutView['figures'];
   /** Where each running stop is (its drain's last in-flight reading). */
   readonly stopProgress: ReadonlyMap<string, StopProgress>;
   readonly memory: Readonly<Record<string, number | null>>;
@@ -91,13 +93,24 @@ function sameView(a: ModelView, b: ModelView): boolean {
 
 /** A replica of a revision whose checks run (or that is held back) takes no user request: shown starting. */
 function underTest(i: SummaryInput, model: string, digest: string): boolean {
-  const r = i.rollouts?.[model];
-  return r !== undefined && r.phase !== 'promoted' && r.digest === digest;
+  return keptFromUsers(i.rollouts?.[model], digest);
 }
 
-/** The rollout as the model's view shows it. */
-export function rolloutView(r: RolloutRecord): RolloutView {
-  return { phase: r.phase, stableDigest: r.stable, canaryDigest: r.digest, step: 0, share: 0, since: r.since, until: null, verdict: r.verdict ?? null };
+/** The rollout as the model's view shows it: in a canary step, its share, its end and the live figures. */
+export function rolloutView(r: RolloutRecord, canary: CanarySpec | null = null, figures?: RolloutView['figures']): RolloutView {
+  const step = r.step ?? 0;
+  const inCanary = r.phase === 'canary' && canary !== null;
+  return {
+    phase: r.phase,
+    stableDigest: r.stable,
+    canaryDigest: r.digest,
+    step,
+    share: inCanary ? (canary.steps[step] ?? 1) : 0,
+    since: r.since,
+    until: inCanary ? r.since + canary.intervalMs : null,
+    verdict: r.verdict ?? null,
+    ...(inCanary && figures ? { figures } : {}),
+  };
 }
 
 export function buildSnapshot(i: SummaryInput): FleetSnapshot {
@@ -157,7 +170,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         nextAttemptAt: h?.nextAttemptAt ?? null,
         memoryBytes: i.memory[m.name] ?? null,
         lastHandledRetry: h?.lastHandledRetry ?? null,
-        ...(i.rollouts?.[m.name] ? { rollout: rolloutView(i.rollouts[m.name]!) } : {}),
+        ...(i.rollouts?.[m.name] ? { rollout: rolloutView(i.rollouts[m.name]!, m.rollout?.canary ?? null, i.rolloutFigures?.(m.name)) } : {}),
       });
     });
   const nodes: NodeView[] = (i.spec ? nodesInOrder(i.spec) : [])

@@ -5,6 +5,7 @@
  */
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { nextScheduleChange } from '../schedule/schedule.js';
+import { canaryDue } from './canary-steps.js';
 import type { ControllerState } from './state.js';
 
 export interface WakeInput {
@@ -71,6 +72,8 @@ export function nextWake(i: WakeInput): number | null {
     const first = Math.min(...since);
     if (Number.isFinite(first)) times.push(first + spec.settings.readyResetMs);
   }
+  const step = canaryDue(state, spec, now);
+  if (step !== null) times.push(step);
   let at: number | null = null;
   for (const t of times) if (t > now && (at === null || t < at)) at = t;
   return at;

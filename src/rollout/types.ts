@@ -195,4 +195,22 @@ export interface RolloutView {
   readonly until: number | null;
   /** The last verdict's reason (rolled back, held, or an inconclusive step), or null. */
   readonly verdict: ReasonRef | null;
+  /**
+   * Canary phase: both arms' figures over the step's window so far, as the controller judged them at
+   * its last pass (the live figures `ctl rollout MODEL` and the page show); absent before the first.
+   */
+  readonly figures?: { readonly stable: ArmFigures; readonly canary: ArmFigures; readonly verdict: StepVerdict['kind'] };
+}
+
+/**
+ * What the routers saw of each arm of a model's canary step, as the controller reads it: one
+ * router's (router/rollout-figures.ts RouterRollouts), or every router's added up (HA).
+ */
+export interface RolloutFigures {
+  /** Both arms' figures since the window began, or null when none are kept for that revision. */
+  window(model: string, canaryDigest: string): CanaryWindow | null;
+  /** A new window for the model's revision from `since` (epoch ms): the old figures are dropped. */
+  restart(model: string, canaryDigest: string, since: number): void;
+  /** Every model's window (plain data: the HA leader adds up every router's). */
+  all(): Record<string, { readonly canaryDigest: string; readonly window: CanaryWindow }>;
 }

@@ -11,18 +11,10 @@
  * - a request that started before the window began is not counted in it.
  * Figures are kept in place (window.ts ArmRecorder) and copied out only when read.
  */
-import type { ArmSample, CanaryWindow, RolloutView } from '../rollout/types.js';
+import type { ArmSample, CanaryWindow, RolloutFigures, RolloutView } from '../rollout/types.js';
 import { ArmRecorder } from '../rollout/window.js';
 
-/** The router's canary figures as the controller reads them. */
-export interface RolloutFigures {
-  /** Both arms' figures since the window began, or null when this router has none for that revision. */
-  window(model: string, canaryDigest: string): CanaryWindow | null;
-  /** A new window for the model's revision from `since` (epoch ms): the old figures are dropped. */
-  restart(model: string, canaryDigest: string, since: number): void;
-  /** Every model's window (plain data: the HA leader adds up every router's). */
-  all(): Record<string, { readonly canaryDigest: string; readonly window: CanaryWindow }>;
-}
+export type { RolloutFigures } from '../rollout/types.js';
 
 interface ModelWindow {
   readonly canaryDigest: string;

@@ -23,6 +23,7 @@ import { MemoryEstimator } from '../reconciler/memory.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
 import { clientTimeoutOptions } from '../util/client-timeouts.js';
 import { buildRouter } from '../router/app.js';
+import { RouterRollouts } from '../router/rollout-figures.js';
 import type { ServeConfig } from './config.js';
 import { ReloadingTls } from './tls.js';
 import type { Etcd3 } from 'etcd3';
@@ -99,7 +100,10 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const metrics = createMetrics({ certificates: () => (cfg.tls ? [cfg.tls.cert] : []), perKey: () => controller?.spec()?.settings.metricsPerKey === true });
   const memory = new MemoryEstimator({ httpTimeoutMs: cfg.sourceTimeoutMs });
   const readSecret = tokenSecrets(cfg.secretsDir);
+  // What this instance's router sees of each arm of a canary step; the controller judges the steps on it (#34)
+  const rolloutFigures = new RouterRollouts();
   const common = {
+    rolloutFigures,
     memory,
     readSecret,
     logger: log,
@@ -170,6 +174,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const usageLog = cfg.usageLog ? new UsageLog({ path: cfg.usageLog.path, maxBytes: cfg.usageLog.maxBytes, log: log.child({ component: 'usage-log' }) }) : null;
   const router = buildRouter({
     fleet: controller,
+    rollouts: rolloutFigures,
     metrics: metrics.router,
     ...(routerShares ? { routers: () => routerShares.routers() } : {}),
     usage: fanOut(usageLog ? [metrics.keys, usageBook, usageLog] : [metrics.keys, usageBook]),

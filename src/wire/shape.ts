@@ -67,8 +67,23 @@ export interface RolloutJson {
   readonly digest: string;
   readonly stableDigest: string;
   readonly since: string;
-  /** Held back: the verdict (a failed check's expected and got) and what to do. */
+  /** Canary: the step (0-based index into the rollout's steps), its share of the model's requests (0..1) and when it ends. */
+  readonly step: number | null;
+  readonly share: number | null;
+  readonly until: string | null;
+  /** Held back or rolled back: the verdict (a failed check's expected and got; both arms' figures) and what to do. */
   readonly verdict: ReasonJson | null;
+  /** Canary: both arms over the step's window so far, as the controller last judged them (null before). */
+  readonly arms: { readonly stable: ArmFiguresJson; readonly canary: ArmFiguresJson; readonly verdict: 'pass' | 'fail' | 'inconclusive' } | null;
+}
+
+/** One arm of a canary step: requests counted, errors, error rate (0..1), TTFT p95 of the compared bucket and time per output token p95 (ms). */
+export interface ArmFiguresJson {
+  readonly requests: number;
+  readonly errors: number;
+  readonly errorRate: number;
+  readonly ttftP95Ms: number | null;
+  readonly tpotP95Ms: number | null;
 }
 
 /** Why a model fits nowhere: the sub-code of MODEL_UNPLACEABLE, the reason and its figures. */
@@ -239,7 +254,18 @@ export function modelJson(m: ModelView, revision: string | null, at?: number): M
 
 function rolloutJson(r: RolloutView, model: string): RolloutJson {
   const verdict = r.verdict ? { ...reasonJson(r.verdict), ...(Object.hasOwn(Reasons, r.verdict.code) ? { hint: hintFor(r.verdict.code as keyof typeof Reasons, model) } : {}) } : null;
-  return { phase: r.phase, digest: r.canaryDigest, stableDigest: r.stableDigest, since: isoNow(r.since), verdict };
+  const canary = r.phase === 'canary';
+  return {
+    phase: r.phase,
+    digest: r.canaryDigest,
+    stableDigest: r.stableDigest,
+    since: isoNow(r.since),
+    step: canary ? r.step : null,
+    share: canary ? r.share : null,
+    until: canary && r.until !== null ? isoNow(r.until) : null,
+    verdict,
+    arms: canary && r.figures ? { stable: { ...r.figures.stable }, canary: { ...r.figures.canary }, verdict: r.figures.verdict } : null,
+  };
 }
 
 export function nodeJson(n: NodeView, spec: FleetSpec | null): NodeJson {
