@@ -190,8 +190,6 @@ export function checkRollouts(objects: readonly ParsedObject[], checkFiles: Read
       if (check) checks.push(check);
     });
     const canary = raw.canary === undefined ? null : readCanary(o, obj(raw.canary));
-    // the controller runs the checks; the canary's steps come in a later llmgw: say so where it is written
-    if (canary !== null) add(o, ['rollout', 'canary'], 'SPEC_NOT_ACTED_ON', 'canary: steps are not acted on yet by this llmgw: once its checks pass, a new revision replaces the stable one surge-first', 'keep the block (it is validated, and plan shows it) or remove it; docs/rollouts.md says what runs today', warnings);
     if (problems.length > before || checks.length !== items.length) return 'invalid';
     return checks.length === 0 && canary === null ? null : { checks, canary };
   };
