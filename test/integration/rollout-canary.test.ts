@@ -30,7 +30,7 @@ let chat: TinyModelFile;
 let figures: RouterRollouts;
 
 const INTERVAL_S = 8;
-const canary = (o: { minRequests?: number } = {}): string[] => [
+const canary = (o: { minRequests?: number; latency?: boolean } = {}): string[] => [
   'rollout:',
   '  canary:',
   '    steps: [30%, 60%]',
@@ -39,18 +39,18 @@ const canary = (o: { minRequests?: number } = {}): string[] => [
   '    max_error_rate_increase: 5%',
   // a tiny model's latency on a shared 2-core machine moves by more than 1.5× from run to run: these
   // tests judge the error rate; the latency comparisons have their table tests (canary-steps, verdict)
-  '    max_ttft_ratio: 20',
-  '    max_tpot_ratio: 20',
+  `    max_ttft_ratio: ${o.latency ? 1.5 : 20}`,
+  `    max_tpot_ratio: ${o.latency ? 1.5 : 20}`,
   '    on_inconclusive: hold',
 ];
 
-function files(o: { ctx: number; cacheRam: string; minRequests?: number }): Record<string, string | null> {
+function files(o: { ctx: number; cacheRam: string; minRequests?: number; latency?: boolean; model?: TinyModelFile }): Record<string, string | null> {
   const f: Record<string, string | null> = fleet.baseFiles();
   delete f['models/kev.yaml'];
   delete f['models/huge.yaml'];
   delete f['models/good.yaml'];
   f['profiles/chat.yaml'] = ['engine: llama-cpp@test', `ctx_size: ${o.ctx}`, 'threads: 1', 'parallel: 2', 'memory_overhead: 64MiB', `cache_ram: ${o.cacheRam}`, 'start_timeout: 60s', ''].join('\n');
-  f['models/chat.yaml'] = modelYaml(chat, ['replicas: 1', ...canary(o)]).replace('profile: tiny', 'profile: chat');
+  f['models/chat.yaml'] = modelYaml(o.model ?? chat, ['replicas: 1', ...canary(o)]).replace('profile: tiny', 'profile: chat');
   return f;
 }
 
@@ -175,10 +175,33 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     assert.ok(after.choices.length === 1, 'a long prompt is answered by the stable revision');
   });
 
+  it('a latency regression (a model with 8× the layers behind the same name) is rolled back on the TPOT or TTFT ratio, both figures in the reason', async () => {
+    const slow = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'chat-deep.gguf'), { seed: 5, embeddingLength: 256, layers: 32, tensorType: 'f16' });
+    const stable = view().spec.digest;
+    const l = load(3);
+    await fleet.push(files({ ctx: 2048, cacheRam: '16MiB', latency: true, model: slow }), 'chat: the same name on a model 8× as deep');
+    // (the revision of the test before is rolled back too: wait for this one's verdict)
+    const promoted = (): boolean => view().spec.digest !== stable && view().rollout === undefined && view().replicas.every((x) => x.digest === view().spec.digest);
+    await ctl
+      .until('rolled back (or promoted)', 120_000, () => promoted() || (view().spec.digest !== stable && view().rollout?.canaryDigest === view().spec.digest && view().rollout?.phase === 'rolled_back'))
+      .catch((e: unknown) => {
+        throw new Error(`${(e as Error).message}\nlast logs: ${JSON.stringify(ctl.logs.filter((x) => (x.level as number) >= 30).slice(-12))}`);
+      });
+    const t = await l.stop();
+    const rolloutLogs = (): string => JSON.stringify(ctl.logs.filter((x) => typeof x.msg === 'string' && x.msg.startsWith('rollout')).slice(-4).map((x) => ({ msg: x.msg, figures: x.figures, reason: x.reason })));
+    assert.ok(!promoted(), `the slower revision was promoted: ${rolloutLogs()}`);
+    const r = view().rollout!;
+    assert.match(r.verdict!.message, /^canary rolled back at 30%: (time per output token|TTFT) p95 [\d.]+× the stable revision's \(\d+ vs \d+ ms/);
+    assert.equal(t.failed, 0, `a slow revision fails no request: ${t.errors.join(' | ')}`);
+    await ctl.until('the canary drained and stopped', 60_000, () => view().replicas.every((x) => x.digest === stable) && view().ready === 1);
+    console.log(`rollout-canary: ${r.verdict!.message}`);
+  });
+
   it('too little traffic: the step holds as inconclusive, saying how many requests it saw', async () => {
     const l = load(1, 1500);
+    const before = view().spec.digest;
     await fleet.push(files({ ctx: 2048, cacheRam: '18MiB', minRequests: 200 }), 'chat: a change the traffic cannot judge');
-    await ctl.until('held', 120_000, () => view().rollout?.phase === 'held');
+    await ctl.until('held', 120_000, () => view().spec.digest !== before && view().rollout?.canaryDigest === view().spec.digest && view().rollout?.phase === 'held');
     await l.stop();
     const r = view().rollout!;
     assert.match(r.verdict!.message, /^held at 30%: \d+ of 200 requests on the canary \(stable: \d+ of 200\)/);
