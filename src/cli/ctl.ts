@@ -183,7 +183,8 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
     }
     case 'rollout': {
       const override = args.length === 2 && (args[0] === 'promote' || args[0] === 'abort') ? args[0] : null;
-      if (!(args.length === 1 || override)) throw usageError('usage: llmgw ctl rollout MODEL | llmgw ctl rollout promote|abort MODEL');
+      // `rollout promote` alone names no model (a model called so is shown by its alias, or by the admin API)
+      if (!((args.length === 1 && args[0] !== 'promote' && args[0] !== 'abort') || override)) throw usageError('usage: llmgw ctl rollout MODEL | llmgw ctl rollout promote|abort MODEL');
       const model = args[args.length - 1]!;
       const path = `/models/${encodeURIComponent(model)}/rollout`;
       run = async (c) => {

@@ -82,7 +82,8 @@ export function renderRollout(one: RolloutOneJson): string {
       break;
   }
   if (steps) head.push(['steps', steps]);
-  const w = Math.max(...head.map(([k]) => k.length), 'verdict'.length);
+  // one column of labels, the arms table's ('error rate') included
+  const w = Math.max(...head.map(([k]) => k.length), 'error rate'.length);
   const out = head.map(([k, v]) => `${k.padEnd(w)}  ${v}`);
   if (r.phase === 'canary') {
     out.push('');
