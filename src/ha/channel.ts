@@ -2,8 +2,8 @@
  * What the leader and the standbys exchange through etcd:
  * - Published: the leader's fleet snapshot, one key per model and node under `<prefix>/published/`
  *   (guarded txns of what changed); every instance watches it (current value first, then every change).
- * - Requests: a standby's request for the leader (on-demand activation, retry, rollout override, restart) at
- *   `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
+ * - Requests: a standby's request for the leader (on-demand activation, retry, rollout override,
+ *   restart) at `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
  *   the sender gives up. The leader handles pending requests and then new ones, writes the answer
  *   to `<prefix>/responses/<id>` on the same lease (guarded by its epoch, and only while the request
  *   still exists) and deletes the request in the same txn. The sender waits for the answer.

@@ -1,7 +1,7 @@
 /**
  * How an HA standby acts (ControllerActs): it reads the published view and forwards what acts on the
- * fleet — demand, request activity, retries, rollout overrides, restarts, log reads, passes — to the leader through
- * etcd (channel.ts Requests), each within its timeout. What the leader answers is held to the spec
+ * fleet — demand, request activity, retries, rollout overrides, restarts, log reads, passes — to
+ * the leader through etcd (channel.ts Requests), each within its timeout. What the leader answers is held to the spec
  * (allowedDemand: only replicas whose endpoints the spec allows).
  *
  * Shell: the activity flush waits on the injected timers (StandbyOptions.timers); this file reads no

@@ -6,8 +6,8 @@
  *   its ready replicas, a wait until one is ready. A lone Reconciler and an HA instance (leader or
  *   standby) both publish into one.
  * - ControllerActs: what acts on the fleet — demand, activity, retries, rollout overrides,
- *   restarts, log reads and passes. A Reconciler acts itself (reconciler-acts.ts); an HA standby forwards them to the leader
- *   (src/ha/standby.ts).
+ *   restarts, log reads and passes. A Reconciler acts itself (reconciler-acts.ts); an HA standby
+ *   forwards them to the leader (src/ha/standby.ts).
  * - ControllerShell: the whole API over a hub and whichever ControllerActs acts now (the HA
  *   instance: its term's reconciler while it leads, else its standby over the published view).
  */

@@ -1,7 +1,8 @@
 /**
  * What a Reconciler does for the router and the operators (ControllerActs, controller-shell.ts):
- * demand and activity from requests, `ctl retry`, `ctl rollout promote|abort`, `ctl restart` and log reads. Each changes the
- * record with one transition and asks for a pass; nothing here acts on a node but the log read.
+ * demand and activity from requests, `ctl retry`, `ctl rollout promote|abort`, `ctl restart` and
+ * log reads. Each changes the record with one transition and asks for a pass; nothing here acts on
+ * a node but the log read.
  */
 import { randomBytes } from 'node:crypto';
 import { LlmgwError } from '../errors/catalogue.js';
