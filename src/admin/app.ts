@@ -7,6 +7,7 @@
  *   GET  /status                     fleet summary
  *   GET  /models[?phase=a,b&name=GLOB&limit=N&after=NAME]  models by name (a page; total, next); GET /models/:name one
  *   POST /models/:name/retry         unpark / clear backoff; answers after the pass that handled it
+ *   GET  /models/:name/rollout, POST /models/:name/rollout/promote|abort   a model's rollout (rollout-routes.ts)
  *   GET  /replicas                   every replica
  *   GET  /replicas/:id/logs?lines=N  a replica's log tail
  *   GET  /nodes                      nodes: reachable, memory, engines
@@ -44,6 +45,7 @@ import {
   type RetryJson,
 } from '../wire/shape.js';
 import { registerUsageRoute, type UsageSource } from './usage-route.js';
+import { registerRolloutRoutes } from './rollout-routes.js';
 import { registerUi } from '../ui/routes.js';
 import type { WebhookConfig } from './webhook.js';
 import { registerWebhook } from './webhook-route.js';
@@ -296,6 +298,8 @@ export function buildAdminApp(deps: AdminAppDeps): FastifyInstance {
           return noStore(reply).send(body);
         },
       );
+
+      registerRolloutRoutes(api, { backend, canonicalModel, log });
 
       api.get('/replicas', async (_req, reply) => noStore(reply).send(replicasJson(backend.snapshot())));
 

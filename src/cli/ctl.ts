@@ -2,7 +2,8 @@
  * `llmgw ctl` — looks at and steers a running controller through its admin API.
  * Exit status: 0 ok, 1 failed (the request failed, or a retry/restart did not succeed), 2 usage.
  */
-import { MODEL_PHASES, type ModelsJson, type NodesJson, type ReplicasJson, type RestartJson, type RetryJson, type StatusJson, type LogsJson } from '../wire/shape.js';
+import { hostname } from 'node:os';
+import { MODEL_PHASES, type ModelsJson, type NodesJson, type ReplicasJson, type RestartJson, type RetryJson, type RolloutOneJson, type RolloutOverrideJson, type StatusJson, type LogsJson } from '../wire/shape.js';
 import { formatDuration, parseDuration } from '../fleet-spec/units.js';
 import { usageError } from '../errors/catalogue.js';
 import { oneOf, parse } from './args.js';
@@ -12,6 +13,7 @@ import type { Io } from './io.js';
 import type { UsageJson } from '../wire/usage.js';
 import { renderUsage } from './usage-format.js';
 import { ctlEvents } from './ctl-events.js';
+import { renderOverride, renderRollout } from '../format/rollout-format.js';
 
 export const ctlUsage = `usage: llmgw ctl <command> [options]
 
@@ -21,7 +23,12 @@ commands:
                                   models: phase, ready/wanted now, failures, reason
   replicas                        every replica: model, node, phase, age, endpoint
   nodes                           nodes: reachable, free memory, engines, problems
-  retry MODEL                     unpark MODEL (or clear its backoff) and start it again
+  retry MODEL                     unpark MODEL (or clear its backoff) and start it again;
+                                  a held or rolled-back rollout runs again from its checks
+  rollout MODEL                   MODEL's rollout: phase, both revisions, step and share,
+                                  time left, both arms' live figures, the verdict
+  rollout promote|abort MODEL     override the verdict: promote the revision under test,
+                                  or roll it back (the stable revision serves)
   restart REPLICA... | --model M | --all
                                   replace replicas surge-first; waits until done
   logs REPLICA [-n|--lines N]     the replica's log tail (default 100 lines)
@@ -174,6 +181,24 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
       };
       break;
     }
+    case 'rollout': {
+      const override = args.length === 2 && (args[0] === 'promote' || args[0] === 'abort') ? args[0] : null;
+      // `rollout promote` alone names no model (a model called so is shown by its alias, or by the admin API)
+      if (!((args.length === 1 && args[0] !== 'promote' && args[0] !== 'abort') || override)) throw usageError('usage: llmgw ctl rollout MODEL | llmgw ctl rollout promote|abort MODEL');
+      const model = args[args.length - 1]!;
+      const path = `/models/${encodeURIComponent(model)}/rollout`;
+      run = async (c) => {
+        if (override === null) {
+          const r = await c.call<RolloutOneJson>('GET', path);
+          io.out(output === 'json' ? json(r.body) : renderRollout(r.body));
+          return 0;
+        }
+        const r = await c.call<RolloutOverrideJson>('POST', `${path}/${override}`, { body: { by: whoAmI(io.env) }, timeoutMs: PASS_TIMEOUT_MS });
+        io.out(output === 'json' ? json(r.body) : renderOverride(r.body));
+        return 0;
+      };
+      break;
+    }
     case 'logs': {
       if (args.length !== 1) throw usageError('usage: llmgw ctl logs REPLICA [--lines N]');
       const replica = args[0]!;
@@ -217,6 +242,13 @@ export async function ctlCommand(argv: readonly string[], io: Io): Promise<numbe
   } finally {
     await client.close().catch(() => undefined);
   }
+}
+
+/** Who overrides a rollout, as the verdict and the controller's log say it: "llmgw ctl (alice@laptop)". Printable, bounded. */
+export function whoAmI(env: NodeJS.ProcessEnv, host: string = hostname()): string {
+  const user = env.USER ?? env.LOGNAME ?? env.USERNAME;
+  const who = `${user ? `${user}@` : ''}${host}`.replace(/[^\x21-\x7e]/g, '?').slice(0, 100);
+  return who ? `llmgw ctl (${who})` : 'llmgw ctl';
 }
 
 async function restart(

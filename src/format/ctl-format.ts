@@ -6,6 +6,10 @@ import { hintFor, printable } from '../errors/catalogue.js';
 import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../wire/shape.js';
 import { MODEL_PHASES, type ModelPhase } from '../reconciler/view.js';
 import { formatBytes, formatDuration } from '../fleet-spec/units.js';
+import { relative, shortDuration } from './time-words.js';
+import { stepText } from './rollout-format.js';
+
+export { relative, shortDuration } from './time-words.js';
 
 /** Aligned columns (two spaces apart), no trailing blanks. */
 export function table(header: readonly string[], rows: readonly (readonly string[])[], indent = ''): string {
@@ -14,24 +18,6 @@ export function table(header: readonly string[], rows: readonly (readonly string
   return all
     .map((r) => indent + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd())
     .join('\n');
-}
-
-/** "45s", "1m30s", "2h5m", "3d4h". */
-export function shortDuration(ms: number): string {
-  const s = Math.floor(Math.abs(ms) / 1000);
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${s % 60 ? `${s % 60}s` : ''}`;
-  if (s < 86_400) return `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60) ? `${Math.floor((s % 3600) / 60)}m` : ''}`;
-  return `${Math.floor(s / 86_400)}d${Math.floor((s % 86_400) / 3600) ? `${Math.floor((s % 86_400) / 3600)}h` : ''}`;
-}
-
-/** "5m ago" / "in 40s" relative to `at` (both ISO); "-" for null. */
-export function relative(iso: string | null, at: string): string {
-  if (iso === null) return '-';
-  const d = Date.parse(at) - Date.parse(iso);
-  if (!Number.isFinite(d)) return iso;
-  if (Math.abs(d) < 1000) return 'just now';
-  return d > 0 ? `${shortDuration(d)} ago` : `in ${shortDuration(d)}`;
 }
 
 /** A reason as ctl prints it; its text printable whatever server sent it (reasons are made printable, catalogue.ts). */
@@ -86,8 +72,10 @@ export function modelDetail(m: ModelJson, at: string): string {
 export function rolloutText(r: NonNullable<ModelJson['rollout']>, at: string): string {
   const rev = `revision ${r.digest.slice(0, 12)}`;
   if (r.phase === 'checking') return `rollout: ${rev} runs its checks (since ${relative(r.since, at)}); ${r.stableDigest.slice(0, 12)} serves meanwhile`;
-  if (r.phase === 'promoted') return `rollout: ${rev} passed its checks and replaces ${r.stableDigest.slice(0, 12)}`;
-  return `rollout HELD ${relative(r.since, at)}: ${r.verdict ? reasonText(r.verdict) : rev}; ${r.stableDigest.slice(0, 12)} serves`;
+  if (r.phase === 'canary') return `rollout: ${rev} ${stepText(r, at) ?? 'canary'}; ${r.stableDigest.slice(0, 12)} serves the rest`;
+  if (r.phase === 'promoted') return `rollout: ${rev} promoted; it replaces ${r.stableDigest.slice(0, 12)}`;
+  const what = r.phase === 'rolled_back' ? 'ROLLED BACK' : 'HELD';
+  return `rollout ${what} ${relative(r.since, at)}: ${r.verdict ? reasonText(r.verdict) : rev}; ${r.stableDigest.slice(0, 12)} serves`;
 }
 
 /** "draining 1 replica (2 in flight)": replicas being stopped, with what they still serve; null for none. */
@@ -208,8 +196,9 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
   if (rollouts.length) {
     out.push('', `ROLLOUTS (${rollouts.length}): a new revision proves itself before it takes the model's traffic`);
     for (const m of rollouts) {
-      out.push(`  ${m.name}  ${rolloutText(m.rollout!, at)}`);
-      if (m.rollout!.phase === 'held' && m.rollout!.verdict?.hint) out.push(`    hint  ${m.rollout!.verdict.hint}`);
+      const r = m.rollout!;
+      out.push(`  ${m.name}  ${rolloutText(r, at)}`);
+      if ((r.phase === 'held' || r.phase === 'rolled_back') && r.verdict?.hint) out.push(`    hint  ${r.verdict.hint}`);
     }
   }
 

@@ -2,8 +2,8 @@
  * What the leader and the standbys exchange through etcd:
  * - Published: the leader's fleet snapshot, one key per model and node under `<prefix>/published/`
  *   (guarded txns of what changed); every instance watches it (current value first, then every change).
- * - Requests: a standby's request for the leader (on-demand activation, retry, restart) at
- *   `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
+ * - Requests: a standby's request for the leader (on-demand activation, retry, rollout override,
+ *   restart) at `<prefix>/requests/<id>`, attached to a lease of the sender's so an unhandled one vanishes when
  *   the sender gives up. The leader handles pending requests and then new ones, writes the answer
  *   to `<prefix>/responses/<id>` on the same lease (guarded by its epoch, and only while the request
  *   still exists) and deletes the request in the same txn. The sender waits for the answer.
@@ -41,6 +41,7 @@ export type ForwardedRequest =
   | { readonly kind: 'demand'; readonly body: { readonly model: string } }
   | { readonly kind: 'touch'; readonly body: { readonly models: readonly string[] } }
   | { readonly kind: 'retry'; readonly body: { readonly model: string } }
+  | { readonly kind: 'rollout'; readonly body: { readonly model: string; readonly how: 'promote' | 'abort'; readonly by: string } }
   | { readonly kind: 'restart'; readonly body: { readonly all?: boolean; readonly model?: string; readonly replicas?: readonly string[] } }
   | { readonly kind: 'restart-done'; readonly body: { readonly ids: readonly string[] } }
   | { readonly kind: 'logs'; readonly body: { readonly replica: string; readonly lines?: number } }
@@ -61,6 +62,7 @@ const SHAPES: Record<ForwardedRequest['kind'], { readonly keys: readonly string[
   demand: { keys: ['model'], ok: (b) => NAME(b.model) },
   touch: { keys: ['models'], ok: (b) => NAMES(b.models) },
   retry: { keys: ['model'], ok: (b) => NAME(b.model) },
+  rollout: { keys: ['model', 'how', 'by'], ok: (b) => NAME(b.model) && (b.how === 'promote' || b.how === 'abort') && NAME(b.by) },
   restart: { keys: ['all', 'model', 'replicas'], ok: (b) => (b.all === undefined || typeof b.all === 'boolean') && (b.model === undefined || NAME(b.model)) && (b.replicas === undefined || NAMES(b.replicas)) },
   'restart-done': { keys: ['ids'], ok: (b) => NAMES(b.ids) },
   logs: { keys: ['replica', 'lines'], ok: (b) => NAME(b.replica) && (b.lines === undefined || (Number.isSafeInteger(b.lines) && (b.lines as number) > 0 && (b.lines as number) <= 100_000)) },

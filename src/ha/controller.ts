@@ -3,7 +3,7 @@
  * the router and the admin API; only the leader runs a Reconciler, made afresh for each term from
  * the state record in etcd, so a new leader resumes failure counts and parking where the old one
  * stopped. The leader publishes its snapshot; a standby answers from the published one and carries
- * demand, retries, restarts, log reads and webhook passes to the leader through etcd.
+ * demand, retries, rollout overrides, restarts, log reads and webhook passes to the leader through etcd.
  *
  * What the router and the admin API ask of it is the one ControllerShell (reconciler/controller-shell.ts):
  * its view is the snapshot it publishes (the term reconciler's, or the standby's look at the published
@@ -283,6 +283,8 @@ export class HaController extends ControllerShell {
         return null;
       case 'retry':
         return r.retry(m.body.model);
+      case 'rollout':
+        return r.overrideRollout(m.body.model, m.body.how, `${m.body.by} (via ${m.from})`);
       case 'restart':
         return r.restart(m.body);
       case 'restart-done':

@@ -1,7 +1,7 @@
 /**
  * How an HA standby acts (ControllerActs): it reads the published view and forwards what acts on the
- * fleet — demand, request activity, retries, restarts, log reads, passes — to the leader through
- * etcd (channel.ts Requests), each within its timeout. What the leader answers is held to the spec
+ * fleet — demand, request activity, retries, rollout overrides, restarts, log reads, passes — to
+ * the leader through etcd (channel.ts Requests), each within its timeout. What the leader answers is held to the spec
  * (allowedDemand: only replicas whose endpoints the spec allows).
  *
  * Shell: the activity flush waits on the injected timers (StandbyOptions.timers); this file reads no
@@ -10,7 +10,7 @@
 import type { Logger } from 'pino';
 import { reasonOf } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
-import type { RestartRequest, RetryOutcome } from '../reconciler/controller-api.js';
+import type { RestartRequest, RetryOutcome, RolloutOverride, RolloutOverridden } from '../reconciler/controller-api.js';
 import type { ControllerActs } from '../reconciler/controller-shell.js';
 import type { DemandResult, FleetSnapshot } from '../reconciler/view.js';
 import type { ForwardedRequest, RequestBody, Requests } from './channel.js';
@@ -79,6 +79,10 @@ export class StandbyActs implements ControllerActs {
 
   retry(model: string): Promise<{ model: string; outcome: RetryOutcome }> {
     return this.forward<{ model: string; outcome: RetryOutcome }, 'retry'>('retry', { model });
+  }
+
+  overrideRollout(model: string, how: RolloutOverride, by: string): Promise<RolloutOverridden> {
+    return this.forward<RolloutOverridden, 'rollout'>('rollout', { model, how, by });
   }
 
   restart(req: RestartRequest): Promise<readonly string[]> {

@@ -5,14 +5,14 @@
  * - SnapshotHub: the view — the snapshot last published, who hears of new ones, a model by name,
  *   its ready replicas, a wait until one is ready. A lone Reconciler and an HA instance (leader or
  *   standby) both publish into one.
- * - ControllerActs: what acts on the fleet — demand, activity, retries, restarts, log reads and
- *   passes. A Reconciler acts itself (reconciler-acts.ts); an HA standby forwards them to the leader
- *   (src/ha/standby.ts).
+ * - ControllerActs: what acts on the fleet — demand, activity, retries, rollout overrides,
+ *   restarts, log reads and passes. A Reconciler acts itself (reconciler-acts.ts); an HA standby
+ *   forwards them to the leader (src/ha/standby.ts).
  * - ControllerShell: the whole API over a hub and whichever ControllerActs acts now (the HA
  *   instance: its term's reconciler while it leads, else its standby over the published view).
  */
 import { EventEmitter } from 'node:events';
-import type { AdminBackend, RestartRequest, RetryOutcome } from './controller-api.js';
+import type { AdminBackend, RestartRequest, RetryOutcome, RolloutOverride, RolloutOverridden } from './controller-api.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { readyReplicasOf } from './availability.js';
 import { ModelIndex } from './model-index.js';
@@ -66,6 +66,7 @@ export interface ControllerActs {
   touch(model: string): void;
   hold(model: string): () => void;
   retry(model: string): Promise<{ model: string; outcome: RetryOutcome }>;
+  overrideRollout(model: string, how: RolloutOverride, by: string): Promise<RolloutOverridden>;
   restart(req: RestartRequest): Promise<readonly string[]>;
   restartDone(ids: readonly string[]): boolean;
   logs(replicaId: string, lines: number): Promise<string>;
@@ -96,6 +97,10 @@ export abstract class ControllerShell extends SnapshotHub implements FleetView, 
 
   retry(model: string): Promise<{ model: string; outcome: RetryOutcome }> {
     return this.acts().retry(model);
+  }
+
+  overrideRollout(model: string, how: RolloutOverride, by: string): Promise<RolloutOverridden> {
+    return this.acts().overrideRollout(model, how, by);
   }
 
   restart(req: RestartRequest): Promise<readonly string[]> {

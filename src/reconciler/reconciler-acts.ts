@@ -1,17 +1,21 @@
 /**
  * What a Reconciler does for the router and the operators (ControllerActs, controller-shell.ts):
- * demand and activity from requests, `ctl retry`, `ctl restart` and log reads. Each changes the
- * record with one transition and asks for a pass; nothing here acts on a node but the log read.
+ * demand and activity from requests, `ctl retry`, `ctl rollout promote|abort`, `ctl restart` and
+ * log reads. Each changes the record with one transition and asks for a pass; nothing here acts on
+ * a node but the log read.
  */
 import { randomBytes } from 'node:crypto';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { demandResultOf } from './availability.js';
+import type { RolloutOverride, RolloutOverridden } from './controller-api.js';
 import type { ControllerActs } from './controller-shell.js';
 import type { Unplaceable } from './placement.js';
+import { rolloutOverridden } from './rollout-life.js';
 import type { ShellPorts } from './shell-ports.js';
 import { demanded, restartRequested, retryHandled } from './state.js';
 import { stopOf } from './stops.js';
+import { rolloutView } from './summarize.js';
 import type { DemandResult, FleetSnapshot, ModelView } from './view.js';
 
 /** Requests' demand reaches the state file at most this often (a write carries the latest). */
@@ -74,6 +78,33 @@ export class ReconcilerActs implements ControllerActs {
     this.p.logNotes(this.p.log, [h.note]);
     await this.requestPass('admin-retry');
     return { model: m.name, outcome: h.outcome === 'already-handled' ? 'backoff-cleared' : h.outcome };
+  }
+
+  /**
+   * `llmgw ctl rollout promote|abort MODEL`: the operator's word over the verdict (rollout-life.ts
+   * rolloutOverridden), written before it answers. Answers the rollout as the transition left it.
+   */
+  async overrideRollout(name: string, how: RolloutOverride, by: string): Promise<RolloutOverridden> {
+    const m = this.specModel(name);
+    const canary = m.rollout?.canary ?? null;
+    const now = this.p.now(); // before the record is read: taking the time may shift it for a clock step
+    const s = this.p.record();
+    const before = s.models[m.name];
+    const o = rolloutOverridden(before?.rollout, how, now, canary, by);
+    if (o.outcome === 'no-rollout' || !before || !o.rollout) {
+      throw new LlmgwError('ROLLOUT_NONE', `${m.name} has no rollout to ${how}: revision ${m.digest.slice(0, 12)} serves with none under test or held back`, { model: m.name });
+    }
+    const fields = { model: m.name, how, by, outcome: o.outcome, digest: o.rollout.digest, stable: o.rollout.stable, was: before.rollout?.phase, phase: o.rollout.phase };
+    if (o.outcome === 'already') {
+      this.p.log.info(fields, `rollout ${how}: nothing to do, the rollout was ${o.rollout.phase === 'promoted' ? 'promoted' : 'rolled back'} already`);
+      return { model: m.name, outcome: 'already', rollout: rolloutView(o.rollout, canary) };
+    }
+    this.p.setRecord({ ...s, models: { ...s.models, [m.name]: { ...before, rollout: o.rollout } } });
+    this.p.log.info(fields, how === 'promote' ? 'rollout promoted by an operator' : 'rollout aborted by an operator');
+    await this.p.saveState();
+    this.p.publish();
+    await this.requestPass(`admin-rollout-${how}`);
+    return { model: m.name, outcome: o.outcome, rollout: rolloutView(o.rollout, canary) };
   }
 
   /** `llmgw ctl restart`: replace replicas surge-first (by id, all of a model, or all). */

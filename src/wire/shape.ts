@@ -8,10 +8,11 @@ import { hintFor, Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { RetryOutcome } from '../reconciler/state.js';
+import type { RolloutOverridden } from '../reconciler/controller-api.js';
 import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
-import type { RolloutView } from '../rollout/types.js';
+import type { CanarySpec, RolloutView } from '../rollout/types.js';
 import { pickModels, type ModelsQuery } from './models-query.js';
 
 export { MODEL_PHASES } from '../reconciler/view.js';
@@ -69,6 +70,8 @@ export interface RolloutJson {
   readonly since: string;
   /** Canary: the step (0-based index into the rollout's steps), its share of the model's requests (0..1) and when it ends. */
   readonly step: number | null;
+  /** Every step's share (0..1) as the rollout's canary says it (null: checks only); `step` indexes it. */
+  readonly steps: readonly number[] | null;
   readonly share: number | null;
   readonly until: string | null;
   /** Held back or rolled back: the verdict (a failed check's expected and got; both arms' figures) and what to do. */
@@ -176,6 +179,21 @@ export interface RetryJson {
   readonly phase: ModelPhase | null;
   readonly message: string;
 }
+/** GET /models/:name/rollout: the model's rollout, or null when none runs or holds a revision back. */
+export interface RolloutOneJson {
+  readonly at: string;
+  readonly model: string;
+  /** The definition in force. */
+  readonly digest: string;
+  readonly rollout: RolloutJson | null;
+}
+/** POST /models/:name/rollout/promote|abort: what the override did and the rollout after it. */
+export interface RolloutOverrideJson {
+  readonly model: string;
+  readonly outcome: RolloutOverridden['outcome'];
+  readonly rollout: RolloutJson;
+  readonly message: string;
+}
 export interface RestartJson {
   readonly ids: readonly string[];
   readonly done: boolean;
@@ -248,23 +266,25 @@ export function modelJson(m: ModelView, revision: string | null, at?: number): M
     memoryBytes: m.memoryBytes,
     lastHandledRetry: m.lastHandledRetry,
     replicas: m.replicas.map((r) => replicaJson(r, m.spec.digest)),
-    ...(m.rollout ? { rollout: rolloutJson(m.rollout, m.name) } : {}),
+    ...(m.rollout ? { rollout: rolloutJson(m.rollout, m.name, m.spec.rollout?.canary ?? null) } : {}),
   };
 }
 
-function rolloutJson(r: RolloutView, model: string): RolloutJson {
+/** A rollout as the wire carries it; `canary`: the model's spec's (its steps). */
+export function rolloutJson(r: RolloutView, model: string, canary: CanarySpec | null): RolloutJson {
   const verdict = r.verdict ? { ...reasonJson(r.verdict), ...(Object.hasOwn(Reasons, r.verdict.code) ? { hint: hintFor(r.verdict.code as keyof typeof Reasons, model) } : {}) } : null;
-  const canary = r.phase === 'canary';
+  const inCanary = r.phase === 'canary';
   return {
     phase: r.phase,
     digest: r.canaryDigest,
     stableDigest: r.stableDigest,
     since: isoNow(r.since),
-    step: canary ? r.step : null,
-    share: canary ? r.share : null,
-    until: canary && r.until !== null ? isoNow(r.until) : null,
+    step: inCanary ? r.step : null,
+    steps: canary ? [...canary.steps] : null,
+    share: inCanary ? r.share : null,
+    until: inCanary && r.until !== null ? isoNow(r.until) : null,
     verdict,
-    arms: canary && r.figures ? { stable: { ...r.figures.stable }, canary: { ...r.figures.canary }, verdict: r.figures.verdict } : null,
+    arms: inCanary && r.figures ? { stable: { ...r.figures.stable }, canary: { ...r.figures.canary }, verdict: r.figures.verdict } : null,
   };
 }
 

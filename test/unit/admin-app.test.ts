@@ -79,6 +79,10 @@ class FakeBackend implements AdminBackend {
     if (!this.specValue?.models[name]) throw new LlmgwError('NOT_FOUND', `no model named "${name}"`);
     return { model: name, outcome: this.snap.models.find((m) => m.name === name)?.parked ? 'unparked' : 'backoff-cleared' };
   }
+  /** No model here has a rollout (admin-rollout.test.ts and cli-ctl-rollout.test.ts test the routes). */
+  async overrideRollout(name: string): Promise<never> {
+    throw new LlmgwError('ROLLOUT_NONE', `${name} has no rollout`);
+  }
   async restart(req: RestartRequest): Promise<readonly string[]> {
     this.calls.restart.push(req);
     if (req.model && !this.specValue?.models[req.model]) throw new LlmgwError('NOT_FOUND', `no model named "${req.model}"`);

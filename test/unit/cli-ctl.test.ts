@@ -84,6 +84,10 @@ class FakeBackend implements AdminBackend {
     this.calls.retry.push(name);
     return { model: name, outcome: SNAPSHOT.models.find((m) => m.name === name)?.parked ? 'unparked' : 'backoff-cleared' };
   }
+  /** No model here has a rollout (admin-rollout.test.ts and cli-ctl-rollout.test.ts test the routes). */
+  async overrideRollout(name: string): Promise<never> {
+    throw new LlmgwError('ROLLOUT_NONE', `${name} has no rollout`);
+  }
   async restart(req: RestartRequest): Promise<readonly string[]> {
     this.calls.restart.push(req);
     const all = SNAPSHOT.models.flatMap((m) => m.replicas);

@@ -147,6 +147,9 @@ describe('forwarded requests as the leader checks them (checkRequest, then lease
     { name: 'a body that is not an object', value: req({ body: [true] }), why: /body is not an object/ },
     { name: 'an unknown body field', value: req({ body: { all: true, cmd: 'x' } }), why: /unknown body fields cmd/ },
     { name: 'a malformed field', value: req({ kind: 'logs', body: { replica: 'r', lines: 1e9 } }), why: /logs: a malformed body/ },
+    { name: 'a rollout override', value: req({ kind: 'rollout', body: { model: 'chat', how: 'abort', by: 'llmgw ctl' } }), why: null },
+    { name: 'a rollout override that neither promotes nor aborts', value: req({ kind: 'rollout', body: { model: 'chat', how: 'delete', by: 'x' } }), why: /rollout: a malformed body/ },
+    { name: 'a rollout override that says not who', value: req({ kind: 'rollout', body: { model: 'chat', how: 'promote' } }), why: /rollout: a malformed body/ },
   ];
   for (const c of cases) {
     it(c.name, () => {

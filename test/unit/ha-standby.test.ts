@@ -51,9 +51,11 @@ describe('StandbyActs: a standby forwards what acts on the fleet to the leader',
     ]);
   });
 
-  it('retry, restart, logs and pass are forwarded as their kinds of the typed union, with the forward timeout', async () => {
-    const { acts, sent } = standby((s) => (s.kind === 'restart' ? ['lazy-1'] : s.kind === 'logs' ? 'tail' : s.kind === 'retry' ? { model: 'lazy', outcome: 'unparked' } : null));
+  it('retry, rollout overrides, restart, logs and pass are forwarded as their kinds of the typed union, with the forward timeout', async () => {
+    const overridden = { model: 'lazy', outcome: 'aborted', rollout: { phase: 'rolled_back', stableDigest: 's', canaryDigest: 'c', step: 0, share: 0, since: 1, until: null, verdict: null } };
+    const { acts, sent } = standby((s) => (s.kind === 'restart' ? ['lazy-1'] : s.kind === 'logs' ? 'tail' : s.kind === 'retry' ? { model: 'lazy', outcome: 'unparked' } : s.kind === 'rollout' ? overridden : null));
     assert.deepEqual(await acts.retry('lazy'), { model: 'lazy', outcome: 'unparked' });
+    assert.deepEqual(await acts.overrideRollout('lazy', 'abort', 'llmgw ctl (ops@box)'), overridden);
     assert.deepEqual(await acts.restart({ all: true }), ['lazy-1']);
     assert.equal(await acts.logs('lazy-1', 50), 'tail');
     await acts.requestPass('webhook');
@@ -61,6 +63,7 @@ describe('StandbyActs: a standby forwards what acts on the fleet to the leader',
       sent.map((s) => [s.kind, s.body, s.timeoutMs]),
       [
         ['retry', { model: 'lazy' }, 60_000],
+        ['rollout', { model: 'lazy', how: 'abort', by: 'llmgw ctl (ops@box)' }, 60_000],
         ['restart', { all: true }, 60_000],
         ['logs', { replica: 'lazy-1', lines: 50 }, 60_000],
         ['pass', { trigger: 'webhook' }, 60_000],

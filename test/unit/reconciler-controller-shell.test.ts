@@ -13,6 +13,7 @@ function recording(name: string, calls: string[]): ControllerActs {
     touch: (m) => rec(`touch(${m})`),
     hold: (m) => (rec(`hold(${m})`), () => rec(`release(${m})`)),
     retry: async (m) => (rec(`retry(${m})`), { model: m, outcome: 'unparked' }),
+    overrideRollout: async (m, how, by) => (rec(`rollout(${m},${how},${by})`), { model: m, outcome: how === 'promote' ? 'promoted' : 'aborted', rollout: { phase: 'promoted', stableDigest: 's', canaryDigest: 'c', step: 0, share: 0, since: 0, until: null, verdict: null } }),
     restart: async () => (rec('restart'), []),
     restartDone: () => (rec('restartDone'), true),
     logs: async (id) => (rec(`logs(${id})`), ''),
@@ -49,12 +50,13 @@ describe('ControllerShell', () => {
     release(); // the release goes where the hold was taken
     shell.touch('m');
     await shell.retry('m');
+    await shell.overrideRollout('m', 'abort', 'ops');
     await shell.restart({ all: true });
     shell.restartDone(['x']);
     await shell.logs('x', 1);
     await shell.requestPass('t');
     shell.spec();
-    assert.deepEqual(calls, ['leader.demand(m,5)', 'leader.hold(m)', 'leader.release(m)', 'standby.touch(m)', 'standby.retry(m)', 'standby.restart', 'standby.restartDone', 'standby.logs(x)', 'standby.pass(t)', 'standby.spec']);
+    assert.deepEqual(calls, ['leader.demand(m,5)', 'leader.hold(m)', 'leader.release(m)', 'standby.touch(m)', 'standby.retry(m)', 'standby.rollout(m,abort,ops)', 'standby.restart', 'standby.restartDone', 'standby.logs(x)', 'standby.pass(t)', 'standby.spec']);
   });
 
   it('the view is what was published last: model, ready replicas, listeners, and a wait that ends when one is ready', async () => {
