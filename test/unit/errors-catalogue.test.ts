@@ -252,7 +252,9 @@ describe('catalogue ↔ src/', () => {
    * Codes in the catalogue that src/ does not raise yet, and why. An entry that src/ does use is
    * stale and fails the test: remove it.
    */
-  const UNUSED_BY_DESIGN: Record<string, string> = {};
+  const UNUSED_BY_DESIGN: Record<string, string> = {
+    SPEC_NOT_ACTED_ON: "validate's warning for a field llmgw reads and does not act on yet: none since the controller runs canary steps (a62abdc); kept for the next such field",
+  };
 
   const srcDir = join(repoRoot, 'src');
   const files = (dir: string): string[] =>

@@ -108,7 +108,8 @@ describe('fleet spec loading', () => {
     // its 7B chat model's rollout: a shared check from checks/ and one of its own, a two-step canary
     const rollout = r.spec.models['qwen2.5-7b-instruct']!.rollout!;
     assert.deepEqual(rollout.checks.map((c) => [c.name, c.file]), [['arithmetic', 'checks/arithmetic.yaml'], ['answers-in-json', 'models/qwen2.5-7b-instruct.yaml']]);
-    assert.equal(rollout.canary, null, 'the example keeps its canary commented out until the controller runs canary steps');
+    // the controller runs canary steps, so the example's canary is on (2273816)
+    assert.deepEqual(rollout.canary?.steps, [0.1, 0.5]);
     assert.deepEqual(r.warnings, []);
   });
 
