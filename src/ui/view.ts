@@ -95,7 +95,7 @@ export interface ViewBase {
   /** Every model, in attention order (view-page.ts). */
   readonly models: readonly ModelJson[];
   /** The canary each model in a rollout declares for the revision under test (its steps, what a step is judged on). */
-  readonly canaries?: ReadonlyMap<string, CanarySpec>;
+  readonly canaries: ReadonlyMap<string, CanarySpec>;
 }
 
 const sized = (bytes: number): { bytes: number; text: string } => ({ bytes, text: formatBytes(bytes) });
@@ -156,7 +156,7 @@ export function viewOfPage(base: ViewBase, q: ViewQuery, figures: ReadonlyMap<st
   const groups: PageGroup[] = [];
   for (const m of models) {
     const last = groups[groups.length - 1];
-    const card = pageModel(m, base.at, figures, base.canaries?.get(m.name) ?? null);
+    const card = pageModel(m, base.at, figures, base.canaries.get(m.name) ?? null);
     if (last !== undefined && last.phase === m.phase) (last.models as PageModel[]).push(card);
     else groups.push({ phase: m.phase, blurb: GROUP_BLURBS[m.phase] ?? null, models: [card] });
   }
