@@ -8,6 +8,7 @@ import type { FleetSnapshot, ModelPhase, ModelView } from '../reconciler/view.js
 import { MODEL_STATES, MetricNames as N } from './names.js';
 import { GaugeSeries } from './series.js';
 import { ModelSeries } from './model-series.js';
+import { RolloutMetrics } from './rollout.js';
 
 // MODEL_STATES and ModelPhase must list the same phases.
 type Missing<A, B> = Exclude<A, B> extends never ? true : never;
@@ -51,7 +52,8 @@ export class FleetMetrics {
   private readonly etcdUp: GaugeSeries<'prefix'>;
   private readonly notActing: GaugeSeries<'code'>;
   private readonly forgedEpochs: GaugeSeries<'code'>;
-  private readonly rolloutPhase: GaugeSeries<'model' | 'phase'>;
+  /** The rollouts' phase, step and arms (rollout.ts). */
+  private readonly rollouts: RolloutMetrics;
   private readonly etcdWriteRefused: GaugeSeries<'record'>;
   private readonly reconcileDuration: Histogram;
   private readonly reconcileTotal: Counter<'result'>;
@@ -98,7 +100,7 @@ export class FleetMetrics {
     this.etcdUp = gauge(N.etcdUp, '1 while this instance reaches etcd, 0 when it does not (present only with --etcd; prefix: its --etcd-prefix).', ['prefix']);
     this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED, NODE_EPOCH_FORGED.', ['code']);
     this.etcdWriteRefused = gauge(N.etcdWriteRefused, '1 while the leader\'s writes of record (state: the state record; published: the snapshot for the standbys) are refused because a value would pass etcd\'s size limit (ETCD_VALUE_TOO_LARGE), else 0 (present only with --etcd).', ['record']);
-    this.rolloutPhase = gauge(N.rolloutPhase, 'A model\'s rollout (always 1; present while it has one): checking (the new revision runs its checks and takes no request), held (a check failed: the new revision is held back, the stable one serves), promoted (the stable replicas are being replaced). Alert LlmgwRolloutRolledBack.', ['model', 'phase']);
+    this.rollouts = new RolloutMetrics(gauge);
     this.forgedEpochs = gauge(N.forgedEpochs, 'Epochs this etcd did not make that the leader passed over: STATUS_EPOCH_FORGED 1 while a status-branch commit above etcd\'s revision is on the branch; NODE_EPOCH_FORGED the nodes whose owner record above it the leader took over in the last hour (both series present, 0 when none).', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
     this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
@@ -129,7 +131,7 @@ export class FleetMetrics {
     this.notActing.replace(s.control.notActing ? [[{ code: s.control.notActing.code }, 1]] : []);
     const tooLarge = (r: { readonly code: string } | null | undefined): number => (r?.code === 'ETCD_VALUE_TOO_LARGE' ? 1 : 0);
     this.etcdWriteRefused.replace(s.control.etcd ? [[{ record: 'state' }, tooLarge(s.stateError)], [{ record: 'published' }, tooLarge(s.control.etcd.error)]] : []);
-    this.rolloutPhase.replace(s.models.flatMap((m) => (m.rollout ? [[{ model: m.name, phase: m.rollout.phase }, 1] as [{ model: string; phase: string }, number]] : [])));
+    this.rollouts.apply(s.models);
     const forged = s.control.forgedEpochs ?? [];
     this.forgedEpochs.replace(FORGED_CODES.map((code) => [{ code }, forged.filter((r) => r.code === code).length]));
 

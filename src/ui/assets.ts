@@ -118,6 +118,13 @@ button[disabled] { opacity: .6; cursor: progress; }
 .error { color: var(--bad); }
 .filter { display: flex; flex-wrap: wrap; gap: .5rem; align-items: center; margin-bottom: .4rem; }
 #models-search { min-width: 0; flex: 1 1 10rem; }
+.rollout { border-top: 1px solid var(--line); margin-top: .4rem; padding-top: .3rem; }
+.rollout h5 { margin: 0 0 .2rem; font-size: .95rem; }
+.rollout p { margin: .2rem 0; }
+.rollout .left { font-variant-numeric: tabular-nums; }
+table.arms { width: auto; min-width: 22rem; }
+table.arms td, table.arms th { padding-right: 1.5rem; }
+table.arms td { font-variant-numeric: tabular-nums; }
 @media (max-width: 40rem) { .facts, .kv { grid-template-columns: 1fr; } .facts dd, .kv dd { margin-bottom: .3rem; } main { padding: 0 .5rem 2rem; } }
 `;
 
@@ -130,6 +137,8 @@ export interface PageAssets {
   readonly js: string;
   /** The models' page and patches (src/ui/web/models-page.ts), a module app.js imports. */
   readonly modelsJs: string;
+  /** A model's rollout on its card (src/ui/web/rollout-panel.ts), a module app.js imports. */
+  readonly rolloutJs: string;
   readonly icon: string;
 }
 
@@ -148,6 +157,7 @@ export function pageAssets(): PageAssets {
   };
   const js = built('app.js');
   const modelsJs = built('models-page.js');
-  cached = js !== null && modelsJs !== null ? { html: HTML, css: CSS, js, modelsJs, icon: ICON } : { html: HTML, css: CSS, js: MISSING_JS, modelsJs: '', icon: ICON };
+  const rolloutJs = built('rollout-panel.js');
+  cached = js !== null && modelsJs !== null && rolloutJs !== null ? { html: HTML, css: CSS, js, modelsJs, rolloutJs, icon: ICON } : { html: HTML, css: CSS, js: MISSING_JS, modelsJs: '', rolloutJs: '', icon: ICON };
   return cached;
 }

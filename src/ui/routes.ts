@@ -172,6 +172,7 @@ export function registerUi(app: FastifyInstance, deps: UiDeps): EventFeed {
   app.get('/ui/app.css', page('text/css; charset=utf-8', assets.css));
   app.get('/ui/app.js', page('text/javascript; charset=utf-8', assets.js));
   app.get('/ui/models-page.js', page('text/javascript; charset=utf-8', assets.modelsJs));
+  app.get('/ui/rollout-panel.js', page('text/javascript; charset=utf-8', assets.rolloutJs));
   app.get('/ui/icon.svg', page('image/svg+xml', assets.icon));
   app.get('/favicon.ico', async (_req, reply) => reply.redirect('/ui/icon.svg', 301));
   // whether to show the token form before asking for anything (a refused request is noise in the console)

@@ -13,6 +13,8 @@ import { controlLines, type ControlLine, GROUP_BLURBS, modelDetail, readyCount, 
 import type { RouterFigures } from './figures.js';
 import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
 import { ALL_MODELS, attentionOrder, selectPage, type ViewPageInfo, type ViewQuery } from './view-page.js';
+import { pageRollout, type PageRollout } from './rollout-view.js';
+import type { CanarySpec } from '../rollout/types.js';
 
 export interface PageReplica {
   readonly id: string;
@@ -41,6 +43,8 @@ export interface PageModel {
   readonly replicas: readonly PageReplica[];
   /** The router's figures for it (from this controller's counters), in words; null before a reading. */
   readonly router: string | null;
+  /** Its rollout while one runs or holds a revision back (rollout-view.ts); null otherwise. */
+  readonly rollout: PageRollout | null;
 }
 
 export interface PageGroup {
@@ -90,6 +94,8 @@ export interface ViewBase {
   readonly nodes: readonly PageNode[];
   /** Every model, in attention order (view-page.ts). */
   readonly models: readonly ModelJson[];
+  /** The canary each model in a rollout declares for the revision under test (its steps, what a step is judged on). */
+  readonly canaries: ReadonlyMap<string, CanarySpec>;
 }
 
 const sized = (bytes: number): { bytes: number; text: string } => ({ bytes, text: formatBytes(bytes) });
@@ -107,7 +113,16 @@ export function figuresText(f: RouterFigures): string {
   return `${rps} req/s, ${p50}, queue ${f.queueDepth}, ${cache}`;
 }
 
-function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, RouterFigures> | null): PageModel {
+/** A replica's phase, and which revision it runs where that matters: the rollout's arm (stable, canary), or outdated. */
+function replicaPhase(r: ModelJson['replicas'][number], rollout: ModelJson['rollout']): string {
+  if (rollout && rollout.phase !== 'promoted') {
+    if (r.digest === rollout.stableDigest) return `${r.phase} (stable)`;
+    if (r.digest === rollout.digest) return `${r.phase} (${rollout.phase === 'canary' ? 'canary' : 'new revision'})`;
+  }
+  return r.outdated ? `${r.phase} (outdated)` : r.phase;
+}
+
+function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, RouterFigures> | null, canary: CanarySpec | null): PageModel {
   const f = figures?.get(m.name) ?? null;
   const reason = m.parked ? m.parked.lastError : m.unplaceable ? { code: m.unplaceable.code, message: m.unplaceable.reason, hint: m.unplaceable.hint } : m.consecutiveFailures > 0 ? m.lastError : null;
   return {
@@ -124,8 +139,9 @@ function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, Router
     unpark: m.parked ? unparkLine(m.name) : null,
     retry: m.parked !== null || m.consecutiveFailures > 0,
     memory: m.memoryBytes === null ? null : formatBytes(m.memoryBytes),
-    replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: r.outdated ? `${r.phase} (outdated)` : r.phase, since: r.startedAt })),
+    replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: replicaPhase(r, m.rollout), since: r.startedAt })),
     router: f ? figuresText(f) : figures ? figuresText({ requestsPerSecond: 0, p50Seconds: null, queueDepth: 0, cacheShare: null }) : null,
+    rollout: m.rollout ? pageRollout(m.rollout, canary) : null,
   };
 }
 
@@ -140,7 +156,7 @@ export function viewOfPage(base: ViewBase, q: ViewQuery, figures: ReadonlyMap<st
   const groups: PageGroup[] = [];
   for (const m of models) {
     const last = groups[groups.length - 1];
-    const card = pageModel(m, base.at, figures);
+    const card = pageModel(m, base.at, figures, base.canaries.get(m.name) ?? null);
     if (last !== undefined && last.phase === m.phase) (last.models as PageModel[]).push(card);
     else groups.push({ phase: m.phase, blurb: GROUP_BLURBS[m.phase] ?? null, models: [card] });
   }
@@ -182,6 +198,13 @@ export function viewBase(s: FleetSnapshot, spec: FleetSpec | null): ViewBase {
     };
   });
 
+  // the steps of a canary are the revision under test's (the spec in force, while its digest is that revision)
+  const canaries = new Map<string, CanarySpec>();
+  for (const m of s.models) {
+    const canary = m.spec.rollout?.canary;
+    if (m.rollout && canary && m.spec.digest === m.rollout.canaryDigest) canaries.set(m.name, canary);
+  }
+
   const r = status.spec.rejected;
   return {
     at,
@@ -190,5 +213,6 @@ export function viewBase(s: FleetSnapshot, spec: FleetSpec | null): ViewBase {
     rejected: r ? { revision: r.revision, hint: r.hint, problems: r.problems.map((p) => ({ where: `${p.file}${p.line !== null ? `:${p.line}` : ''}`, message: p.message, code: p.code })) } : null,
     nodes,
     models,
+    canaries,
   };
 }

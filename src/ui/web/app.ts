@@ -8,6 +8,7 @@
 
 import type { Reason, PageModel, PageView, FleetEvent, ViewPatch } from './page-shapes.js';
 import { applyPatch, query, queryString, wireModelsFilter } from './models-page.js';
+import { rolloutPanel, tickCountdowns } from './rollout-panel.js';
 
 const API = '/admin/v1';
 const TOKEN_KEY = 'llmgw.adminToken';
@@ -105,8 +106,8 @@ function renderHeader(v: PageView): void {
 function modelCard(m: PageModel): HTMLElement {
   const kv = h('dl', { class: 'kv' });
   const row = (k: string, v: Child): void => void kv.append(h('dt', {}, k), h('dd', {}, v));
-  // parked and unplaceable: the detail is the reason below
-  if (m.detail !== '-' && !(m.reason && (m.phase === 'parked' || m.phase === 'unplaceable'))) row('detail', m.detail);
+  // parked and unplaceable: the detail is the reason below; a rollout: its panel below
+  if (m.detail !== '-' && !m.rollout && !(m.reason && (m.phase === 'parked' || m.phase === 'unplaceable'))) row('detail', m.detail);
   if (m.reason) {
     row(m.phase === 'parked' ? 'last error' : m.phase === 'unplaceable' ? 'reason' : 'last error', h('span', { class: 'reason' }, reasonText(m.reason)));
     row('fix', m.reason.hint);
@@ -122,6 +123,7 @@ function modelCard(m: PageModel): HTMLElement {
   if (m.memory) row('memory', `${m.memory} per replica`);
   if (m.router) row('router', h('span', { class: 'figures' }, m.router));
   const card = h('article', { class: 'card model', 'data-model': m.name, 'data-phase': m.phase }, h('h4', {}, h('span', { class: `tag ${tagClass(m.phase)}` }, m.phase), m.name, ` — ${m.ready} ready`), kv);
+  if (m.rollout) card.append(rolloutPanel(m.name, m.rollout, h, Date.now() + skew, ago));
   if (m.retry) {
     const b = h('button', { type: 'button', id: `retry-${m.name}`, 'aria-describedby': `retry-msg-${m.name}` }, m.phase === 'parked' ? `Retry ${m.name}` : `Retry ${m.name} now`) as HTMLButtonElement;
     b.addEventListener('click', () => void retry(m.name, b));
@@ -432,6 +434,7 @@ function init(): void {
   // ages tick without a new view
   setInterval(() => {
     for (const el of document.querySelectorAll<HTMLElement>('[data-ago]')) el.textContent = ago(el.dataset.ago || null);
+    tickCountdowns(Date.now() + skew);
     if (view && byId('conn').dataset.state === 'live' && Date.now() - liveSince > 60_000) setConn('live (no change in the last minute)', 'live');
   }, 1000);
 }

@@ -22,6 +22,27 @@ export interface PageModel {
   memory: string | null;
   router: string | null;
   replicas: { id: string; node: string; port: string; phase: string; since: string }[];
+  /** Its rollout (src/ui/rollout-view.ts); null without one (absent from an older controller). */
+  rollout?: PageRollout | null;
+}
+export interface PageArm {
+  requests: string;
+  errors: string;
+  errorRate: string;
+  ttftP95: string;
+  tpotP95: string;
+  revision: string;
+}
+export interface PageRollout {
+  phase: 'checking' | 'canary' | 'held' | 'rolled_back' | 'promoted';
+  label: string;
+  summary: string;
+  since: string;
+  step: string | null;
+  until: string | null;
+  judgedOn: string | null;
+  arms: { stable: PageArm; canary: PageArm; verdict: 'pass' | 'fail' | 'inconclusive'; verdictText: string } | null;
+  verdict: { code: string; message: string; hint: string | null } | null;
 }
 export interface Sized {
   bytes: number;
