@@ -75,8 +75,8 @@ console.log(`Traffic: ${RATE} requests/s (Poisson), conversations under way for 
 console.log(`Flagger's model at the same interval: threshold ${FLAGGER.threshold} → rolled back at ${secs(flaggerRollbackMs(CANARY))}; stepWeight ${FLAGGER.stepWeight * 100}%, maxWeight ${FLAGGER.maxWeight * 100}% → promoted at ${secs(flaggerPromoteMs(CANARY))}.\n`);
 
 console.log('### Regressions: detected and rolled back (median (min–max) over the seeds)\n');
-console.log('| new revision | outcome | failed on | rolled back at | ÷ Flagger interval × threshold | its last request ended | requests to it | share of all requests | of them failed | Flagger: requests to it |');
-console.log('|---|---|---|---|---|---|---|---|---|---|');
+console.log('| new revision | outcome | failed on | rolled back at | ÷ Flagger interval × threshold | after min_requests on both arms | its last request ended | requests to it | share of all requests | of them failed | failed, share of all requests | Flagger: requests to it |');
+console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
 const examples: string[] = [];
 for (const [name, rev] of REGRESSIONS) {
   const rs = runSeeds({ ...base, candidate: rev });
@@ -88,10 +88,12 @@ for (const [name, rev] of REGRESSIONS) {
     failedOn(rs),
     range(at, secs),
     range(at.map((t) => t / flaggerRollbackMs(CANARY)), (x) => x.toFixed(2)),
+    range(back.map((r) => r.concludedAtMs! - (r.minRequestsAtMs[r.minRequestsAtMs.length - 1] ?? r.stepStartsMs[r.stepStartsMs.length - 1]!)), secs),
     range(back.map((r) => r.lastCandidateEndMs ?? r.concludedAtMs!), secs),
     range(back.map((r) => r.candidateRequests), whole),
     range(back.map((r) => r.candidateRequests / Math.max(1, r.requests)), pct),
     range(back.map((r) => r.candidateFailed), whole),
+    range(back.map((r) => r.candidateFailed / Math.max(1, r.requests)), pct),
     whole(flaggerBad(rs)),
   ];
   console.log(`| ${cells.join(' | ')} |`);

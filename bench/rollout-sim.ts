@@ -84,6 +84,8 @@ export interface SimResult {
   readonly reason: string | null;
   /** When each step began (ms after the first began). */
   readonly stepStartsMs: readonly number[];
+  /** When each step's window first held min_requests on both arms (ms after the first step began; null: never). */
+  readonly minRequestsAtMs: readonly (number | null)[];
   /** When the last request the new revision took ended (it drains), null if none. */
   readonly lastCandidateEndMs: number | null;
   /** Requests the router sent until the canary ended, in all and to the new revision. */
@@ -224,6 +226,7 @@ export function simulateCanary(cfg: SimConfig): SimResult {
   const inFlight: InFlight[] = [];
   let seq = 0;
   const stepStarts = [0];
+  const minReached: (number | null)[] = [null];
   let passes = 0;
   let requests = 0;
   let candidateRequests = 0;
@@ -284,7 +287,14 @@ export function simulateCanary(cfg: SimConfig): SimResult {
       firstByteAt: f.firstByteAt,
       now: f.endAt,
     });
-    if (f.view !== null) figures.record(MODEL, f.view, sample, f.arrivedAt);
+    if (f.view !== null) {
+      figures.record(MODEL, f.view, sample, f.arrivedAt);
+      const k = minReached.length - 1;
+      if (concluded === null && minReached[k] === null) {
+        const w = figures.window(MODEL, CANDIDATE_DIGEST);
+        if (w !== null && w.canary.requests >= canary.minRequests && w.stable.requests >= canary.minRequests) minReached[k] = f.endAt - T0;
+      }
+    }
     if (f.arm === 'canary') lastCandidateEnd = f.endAt;
     if (!f.ok && f.view !== null) {
       if (f.arm === 'canary') candidateFailed++;
@@ -316,7 +326,10 @@ export function simulateCanary(cfg: SimConfig): SimResult {
       concluded = { outcome: r.phase === 'promoted' ? 'promoted' : r.phase === 'held' ? 'held' : 'rolled_back', at, step: r.step ?? canary.steps.length - 1, reason: r.verdict?.message ?? null };
       return;
     }
-    if (r.since !== view.since) stepStarts.push(r.since - T0);
+    if (r.since !== view.since) {
+      stepStarts.push(r.since - T0);
+      minReached.push(null);
+    }
     view = rolloutView(r, canary);
     wake = canaryDue(state, spec, at);
   };
@@ -353,6 +366,7 @@ export function simulateCanary(cfg: SimConfig): SimResult {
     step: c?.step ?? (state.models[MODEL]!.rollout!.step ?? 0),
     reason: c?.reason ?? null,
     stepStartsMs: stepStarts,
+    minRequestsAtMs: minReached,
     lastCandidateEndMs: lastCandidateEnd === null ? null : lastCandidateEnd - T0,
     requests,
     candidateRequests,
