@@ -12,6 +12,9 @@
  * README's example 10), stepWeight 10 and maxWeight 50, and taken at its best: every check fails from
  * the first. Its requests to the bad revision are stepWeight × the arrivals over interval × threshold.
  *
+ * Tables: the regressions at 5 requests/s; the good revision with and without conversations under
+ * way (the cold canary's cache misses); by request rate; and with poll passes on top of the wakes.
+ *
  *   npm run bench:rollout-detection        (BENCH_SEEDS=N: seeds per row, default 20)
  */
 import type { CanarySpec } from '../src/rollout/types.js';
@@ -131,5 +134,18 @@ for (const rate of [1, 2.5, 5, 20]) {
   const up = good.filter((r) => r.outcome === 'promoted').map((r) => r.concludedAtMs!);
   console.log(
     `| ${rate} | ${outcomes(bad)} | ${range(at, secs)} | ${range(at.map((t) => t / flaggerRollbackMs(CANARY)), (x) => x.toFixed(2))} | ${range(back.map((r) => r.candidateRequests), whole)} | ${range(back.map((r) => r.candidateFailed), whole)} | ${outcomes(good)} | ${range(up, secs)} |`,
+  );
+}
+
+console.log('\n### With poll passes too (poll_interval 30 s, the default, the first 15 s into the step)\n');
+console.log('| new revision | outcome | failed on | rolled back at | ÷ Flagger | requests to it | of them failed | promoted at |');
+console.log('|---|---|---|---|---|---|---|---|');
+for (const [name, rev] of [['good', BASELINE], REGRESSIONS[0]!, REGRESSIONS[1]!] as const) {
+  const rs = runSeeds({ ...base, candidate: rev, pollMs: 30_000, pollFirstMs: 15_000 });
+  const back = rs.filter((r) => r.outcome === 'rolled_back');
+  const at = back.map((r) => r.concludedAtMs!);
+  const up = rs.filter((r) => r.outcome === 'promoted').map((r) => r.concludedAtMs!);
+  console.log(
+    `| ${name} | ${outcomes(rs)} | ${failedOn(rs)} | ${range(at, secs)} | ${range(at.map((t) => t / flaggerRollbackMs(CANARY)), (x) => x.toFixed(2))} | ${range(back.map((r) => r.candidateRequests), whole)} | ${range(back.map((r) => r.candidateFailed), whole)} | ${range(up, secs)} |`,
   );
 }

@@ -60,8 +60,9 @@ export interface SimConfig {
   readonly candidate: Revision;
   /** Give up (outcome 'none') after this long in the canary (default: 3 × steps × interval). */
   readonly horizonMs?: number;
-  /** A pass every pollMs too (poll_interval), the first at pollMs; null/absent: canaryDue's wakes only. */
-  readonly pollMs?: number | null;
+  /** A pass every pollMs too (poll_interval), the first pollFirstMs (default pollMs) after the first step began; absent: canaryDue's wakes only. */
+  readonly pollMs?: number;
+  readonly pollFirstMs?: number;
   /** Count the arrivals before this time as well (for a comparison over another window). */
   readonly countArrivalsUntilMs?: number;
   /** Share of arrivals that open a new conversation (default 0.3: about 3 turns each). */
@@ -156,7 +157,6 @@ interface Conversation {
 
 interface InFlight {
   readonly endAt: number;
-  readonly seq: number;
   readonly conv: Conversation;
   readonly arm: Arm;
   /** The canary view it arrived under (null: before the canary, not recorded). */
@@ -213,7 +213,7 @@ export function simulateCanary(cfg: SimConfig): SimResult {
   let view = rolloutView(checking, canary);
   let checksPassAt: number | null = T0;
   let wake: number | null = null;
-  let nextPoll = cfg.pollMs ? T0 + cfg.pollMs : Infinity;
+  let nextPoll = cfg.pollMs ? T0 + (cfg.pollFirstMs ?? cfg.pollMs) : Infinity;
 
   // The arrivals (their times only: which conversation and how it is answered come as they are routed).
   const mean = 1000 / cfg.ratePerS;
@@ -224,7 +224,6 @@ export function simulateCanary(cfg: SimConfig): SimResult {
   const idle: Conversation[] = [];
   let conversations = 0;
   const inFlight: InFlight[] = [];
-  let seq = 0;
   const stepStarts = [0];
   const minReached: (number | null)[] = [null];
   let passes = 0;
@@ -268,7 +267,7 @@ export function simulateCanary(cfg: SimConfig): SimResult {
     const ttftMs = (T.baseMs + T.prefillMsPerToken * evaluated + T.cachedMsPerToken * cached) * rev.ttftFactor * lognormal(answerRng, T.sigma);
     const tpotMs = (P.baseMs + P.perContextToken * prompt) * rev.tpotFactor * lognormal(answerRng, P.sigma);
     const endAt = ok ? at + ttftMs + (output - 1) * tpotMs : at + TRAFFIC.errorMs * lognormal(answerRng, T.sigma);
-    const f: InFlight = { endAt, seq: seq++, conv, arm, view: v, arrivedAt: at, ok, firstByteAt: ok ? at + ttftMs : 0, evaluated, cached, output, tpotMs };
+    const f: InFlight = { endAt, conv, arm, view: v, arrivedAt: at, ok, firstByteAt: ok ? at + ttftMs : 0, evaluated, cached, output, tpotMs };
     const i = inFlight.findIndex((g) => g.endAt > endAt);
     inFlight.splice(i < 0 ? inFlight.length : i, 0, f);
     conv.context = prompt;

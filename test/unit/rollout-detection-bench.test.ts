@@ -35,6 +35,14 @@ describe('the rollout bench simulation (tiny configuration)', () => {
     });
   }
 
+  test('poll passes come on top of the quarter wakes; a time both give is one pass', () => {
+    const r = simulateCanary({ ...tiny(1, BASELINE), pollMs: 10_000 });
+    assert.equal(r.outcome, 'promoted', JSON.stringify(r));
+    assert.equal(r.concludedAtMs, CANARY.intervalMs);
+    // quarters at 15, 30, 45, 60 s; polls at 10, 20, 30, 40, 50, 60 s
+    assert.equal(r.passes, 8);
+  });
+
   test('the same configuration gives the same figures', () => {
     const cfg = { ...tiny(7, { ...BASELINE, tpotFactor: 2 }), countArrivalsUntilMs: 120_000 };
     const a = simulateCanary(cfg);
