@@ -7,6 +7,7 @@
  * the fix; the next step and the promotion show live, without a reload. The countdown's words are
  * table-tested in the page itself. No console error; saves a screenshot.
  */
+import { LlmgwError } from '../../src/errors/catalogue.js';
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -69,6 +70,9 @@ class Controller implements AdminBackend {
   }
   async restart() {
     return [];
+  }
+  async overrideRollout(model: string): Promise<never> {
+    throw new LlmgwError('ROLLOUT_NONE', `the page's test controller overrides no rollout (${model})`);
   }
   restartDone() {
     return true;
