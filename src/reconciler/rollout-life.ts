@@ -155,7 +155,8 @@ export function rolloutOverridden(r: RolloutRecord | undefined, how: 'promote' |
   if (r === undefined) return { rollout: r, outcome: 'no-rollout' };
   if (how === 'promote') return r.phase === 'promoted' ? { rollout: r, outcome: 'already' } : { rollout: { ...base(r), phase: 'promoted', since: now }, outcome: 'promoted' };
   if (r.phase === 'promoted' || r.phase === 'rolled_back') return { rollout: r, outcome: 'already' };
-  const share = r.phase === 'canary' && canary ? (canary.steps[r.step ?? 0] ?? null) : null;
+  // the step it stands at (a canary's, or the one a held rollout was held at); none: it was in its checks
+  const share = r.step !== undefined && canary ? (canary.steps[Math.min(r.step, canary.steps.length - 1)] ?? null) : null;
   return { rollout: { ...base(r), phase: 'rolled_back', since: now, ...(r.step !== undefined ? { step: r.step } : {}), verdict: abortedReason(share, by) }, outcome: 'aborted' };
 }
 
