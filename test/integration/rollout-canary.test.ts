@@ -179,12 +179,13 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     const slow = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'chat-deep.gguf'), { seed: 5, embeddingLength: 256, layers: 32, tensorType: 'f16' });
     // the revision that serves: the stable one of the rollout the test before rolled back
     const stable = view().rollout?.stableDigest ?? view().spec.digest;
+    const pushedFrom = view().spec.digest;
     const l = load(3);
     await fleet.push(files({ ctx: 2048, cacheRam: '16MiB', latency: true, model: slow }), 'chat: the same name on a model 8× as deep');
     // (the revision of the test before is rolled back too: wait for this one's verdict)
-    const promoted = (): boolean => view().rollout === undefined && view().replicas.every((x) => x.digest === view().spec.digest);
+    const promoted = (): boolean => view().spec.digest !== pushedFrom && view().rollout === undefined && view().replicas.every((x) => x.digest === view().spec.digest);
     await ctl
-      .until('rolled back (or promoted)', 120_000, () => promoted() || (view().rollout?.canaryDigest === view().spec.digest && view().rollout?.phase === 'rolled_back' && view().rollout?.stableDigest === stable))
+      .until('rolled back (or promoted)', 120_000, () => promoted() || (view().spec.digest !== pushedFrom && view().rollout?.canaryDigest === view().spec.digest && view().rollout?.phase === 'rolled_back' && view().rollout?.stableDigest === stable))
       .catch((e: unknown) => {
         throw new Error(`${(e as Error).message}\nlast logs: ${JSON.stringify(ctl.logs.filter((x) => (x.level as number) >= 30).slice(-12))}`);
       });
