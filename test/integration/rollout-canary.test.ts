@@ -8,7 +8,9 @@
  * - an error regression (the new profile's context is too small for a third of the prompts): rolled
  *   back on the error rates of both arms, within the step; the clients' failures are only the
  *   canary's; the stable revision serves, and stays so across a restart of the controller;
- * - too little traffic: the step holds as inconclusive, saying how many requests it saw.
+ * - a latency regression (the same name on a model 8× as deep): rolled back on TTFT or TPOT, both figures named;
+ * - too little traffic: the step holds as inconclusive, saying how many requests it saw, until
+ *   `ctl rollout promote` promotes it.
  */
 import { strict as assert } from 'node:assert';
 import type { AddressInfo } from 'node:net';
@@ -199,7 +201,7 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     console.log(`rollout-canary: ${r.verdict!.message}`);
   });
 
-  it('too little traffic: the step holds as inconclusive, saying how many requests it saw', async () => {
+  it('too little traffic: the step holds as inconclusive, saying how many requests it saw; `ctl rollout promote` promotes it', async () => {
     const l = load(1, 1500);
     const before = view().spec.digest;
     await fleet.push(files({ ctx: 2048, cacheRam: '18MiB', minRequests: 200 }), 'chat: a change the traffic cannot judge');
@@ -209,5 +211,9 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     assert.match(r.verdict!.message, /^held at 30%: \d+ of 200 requests on the canary \(stable: \d+ of 200\)/);
     assert.equal(r.verdict!.code, 'ROLLOUT_HELD');
     await ctl.until('the held revision drained', 60_000, () => view().replicas.every((x) => x.digest === r.stableDigest) && view().ready === 1);
+    // an operator decides: `ctl rollout promote` (the admin call) promotes it, and it replaces the stable revision
+    const o = await ctl.reconciler.overrideRollout('chat', 'promote', 'the test');
+    assert.equal(o.outcome, 'promoted');
+    await ctl.until('promoted and settled', 120_000, () => view().rollout === undefined && view().ready === 1 && view().replicas.every((x) => x.digest === view().spec.digest && x.phase === 'ready'));
   });
 });
