@@ -1,7 +1,8 @@
 /**
  * Fleet events (pure): what changed between two snapshots, as the lines of the status page's
  * timeline and `llmgw ctl events`. No hooks in the reconciler: a start, a failed start, a park, an
- * unpark, a retry, a rejected commit or a new leader each shows as a difference of two snapshots.
+ * unpark, a retry, a rejected commit, a new leader or a rollout's move each shows as a difference of
+ * two snapshots.
  */
 import { Reasons } from '../errors/catalogue.js';
 import type { FleetSnapshot, ModelView, ReplicaView } from '../reconciler/view.js';
@@ -20,7 +21,8 @@ export type FleetEventKind =
   | 'revision-rejected'
   | 'leader-changed'
   | 'node-unreachable'
-  | 'node-reachable';
+  | 'node-reachable'
+  | 'rollout';
 
 /** An event before the ring numbers it. */
 export interface FleetEventDraft {
@@ -59,8 +61,31 @@ function replicaEvents(at: number, before: ModelView, after: ModelView): FleetEv
   return out;
 }
 
+/** A rollout's move (#34): its checks began, a canary step began, it was held, rolled back or promoted. */
+function rolloutEvent(at: number, before: ModelView, after: ModelView): FleetEventDraft | null {
+  const r = after.rollout;
+  const b = before.rollout;
+  if (r === undefined || (b !== undefined && b.phase === r.phase && b.step === r.step && b.canaryDigest === r.canaryDigest)) return null;
+  const m = after.name;
+  const rev = r.canaryDigest.replace(/^sha256:/, '').slice(0, 12);
+  const steps = after.spec.rollout?.canary?.steps.length ?? null;
+  switch (r.phase) {
+    case 'checking':
+      return draft(at, 'rollout', `${m}: revision ${rev} runs its checks before it takes traffic`, { model: m });
+    case 'canary':
+      return draft(at, 'rollout', `${m}: canary of revision ${rev} at ${Math.round(r.share * 100)}% (step ${r.step + 1}${steps !== null ? ` of ${steps}` : ''})`, { model: m });
+    case 'promoted':
+      return draft(at, 'rollout', `${m}: revision ${rev} promoted; it replaces the stable one`, { model: m });
+    case 'held':
+    case 'rolled_back':
+      return draft(at, 'rollout', `${m}: revision ${rev} ${r.phase === 'held' ? 'held' : 'rolled back'}: ${r.verdict?.message ?? 'no verdict'}`, { model: m, code: r.verdict?.code ?? null });
+  }
+}
+
 function modelEvents(at: number, before: ModelView, after: ModelView): FleetEventDraft[] {
   const out = replicaEvents(at, before, after);
+  const rollout = rolloutEvent(at, before, after);
+  if (rollout) out.push(rollout);
   const m = after.name;
   if (after.consecutiveFailures > before.consecutiveFailures && after.lastError) {
     const e = after.lastError;

@@ -39,6 +39,7 @@ const snap = (at: number, models: ModelView[], over: Partial<FleetSnapshot> = {}
   snapshot({ at, appliedRevision: 'aaaaaaaaaaaaaaaa', lastSyncOk: at, models, nodes: [nodeView('node-1')], ...over });
 
 const ARCH = { code: 'REPLICA_UNKNOWN_ARCHITECTURE', message: "unknown model architecture: 'kev'" };
+const ROLLOUT: NonNullable<ModelView['rollout']> = { phase: 'checking', stableDigest: 'sha256:111111111111aaaa', canaryDigest: 'sha256:222222222222bbbb', step: 0, share: 0, since: 1, until: null, verdict: null };
 const kinds = (ds: readonly FleetEventDraft[]): FleetEventKind[] => ds.map((d) => d.kind);
 
 describe('deriveEvents', () => {
@@ -97,6 +98,25 @@ describe('deriveEvents', () => {
       next: snap(2, [model('huge', { unplaceable: { code: 'PLACEMENT_NO_ROOM', reason: 'needs 1 TiB', needBytes: 2 ** 40, largestFree: null, checked: 1, excludedBySelector: 0, unknown: 0, avoided: 0 } })]),
       want: ['unplaceable'],
     },
+    {
+      name: 'a rollout moves: its canary step begins, then it is rolled back with the verdict',
+      prev: snap(1, [model('good', { rollout: ROLLOUT })]),
+      next: snap(2, [model('good', { rollout: { ...ROLLOUT, phase: 'canary', step: 1, share: 0.5 } })]),
+      want: ['rollout'],
+      check: (d) => assert.equal(d[0]!.message, 'good: canary of revision 222222222222 at 50% (step 2)'),
+    },
+    {
+      name: 'a rolled-back rollout says why, with the code and its hint',
+      prev: snap(1, [model('good', { rollout: { ...ROLLOUT, phase: 'canary', share: 0.1 } })]),
+      next: snap(2, [model('good', { rollout: { ...ROLLOUT, phase: 'rolled_back', verdict: { code: 'ROLLOUT_ROLLED_BACK', message: 'canary rolled back at 10%: error rate 31% vs 0%' } } })]),
+      want: ['rollout'],
+      check: (d) => {
+        assert.equal(d[0]!.message, 'good: revision 222222222222 rolled back: canary rolled back at 10%: error rate 31% vs 0%');
+        assert.equal(d[0]!.code, 'ROLLOUT_ROLLED_BACK');
+        assert.match(d[0]!.hint ?? '', /ctl retry/);
+      },
+    },
+    { name: 'an unchanged rollout says nothing', prev: snap(1, [model('good', { rollout: ROLLOUT })]), next: snap(2, [model('good', { rollout: { ...ROLLOUT } })]), want: [] },
     {
       name: 'a node becomes unreachable',
       prev: snap(1, []),
