@@ -10,7 +10,6 @@
  * up only when they are of the same revision (digest) AND began at the same `since`: a window of an
  * older step, or one begun again elsewhere, is never counted into the current one.
  */
-import { isValidName } from '../fleet-spec/names.js';
 import { LATENCY_BOUNDS_MS, totalOf } from './latency.js';
 import type { ArmWindow, CanaryWindow, LatencyCounts } from './types.js';
 import { mergeWindows } from './window.js';
@@ -21,6 +20,8 @@ export const MAX_PUBLISHED_BYTES = 256 * 1024;
 /** A count above this is not a window's (a router would need centuries of requests): the value is refused. */
 const MAX_COUNT = 1e12;
 const DIGEST_RE = /^[A-Za-z0-9:._+-]{1,160}$/;
+/** A model's name as a key (kept in a Map: a name that is no model's is never asked for). */
+const MAX_MODEL_NAME = 128;
 const TTFT_BUCKETS: ReadonlySet<string> = new Set(['p0', 'p512', 'p2k', 'p8k'].flatMap((b) => [`${b}:hit`, `${b}:miss`]));
 
 /** One model's window as a router keeps it (RolloutFigures.all()'s entries). */
@@ -75,7 +76,7 @@ export function decodeWindows(raw: string): Decoded {
   if (!isObject(v.models)) return { ok: false, problem: 'models is not an object' };
   const windows = new Map<string, ModelWindow>();
   for (const [model, e] of Object.entries(v.models)) {
-    if (!isValidName(model)) return { ok: false, problem: `model name ${JSON.stringify(model.slice(0, 80))} is not a valid name` };
+    if (model.length === 0 || model.length > MAX_MODEL_NAME) return { ok: false, problem: `a model name of ${model.length} characters (1–${MAX_MODEL_NAME})` };
     const problem = entryProblem(e);
     if (problem !== null) return { ok: false, problem: `${model}: ${problem}` };
     windows.set(model, e as ModelWindow);
