@@ -9,6 +9,7 @@ import type { NodeSpec } from '../fleet-spec/types.js';
 import type { FleetRepo } from '../git/repo.js';
 import type { HaController } from '../ha/controller.js';
 import { openEtcd } from '../ha/etcd.js';
+import { RolloutBoard } from '../ha/rollout-figures.js';
 import { RouterShares } from '../ha/router-shares.js';
 import { clusterOwner, sharedValues } from '../ha/shared.js';
 import type { ShellTime } from '../ha/shell-time.js';
@@ -40,6 +41,8 @@ export interface HaServed {
   readonly controller: HaController;
   readonly client: Etcd3;
   readonly routerShares: RouterShares;
+  /** This router's canary windows in etcd, and the leader's sum of every router's (#34); null without rollout figures. */
+  readonly rolloutBoard: RolloutBoard | null;
 }
 
 export async function serveHa(e: EtcdConfig, p: HaServeParts): Promise<HaServed> {
@@ -50,6 +53,27 @@ export async function serveHa(e: EtcdConfig, p: HaServeParts): Promise<HaServed>
   const shared = await sharedValues(client, e.prefix, p.engineApiKey);
   const routerShares = new RouterShares(client, e.prefix, instance.id, e.leaseTtlSeconds, e.retryPeriodMs, time, log.child({ component: 'router-shares' }));
   const owner = clusterOwner(shared.clusterId, e.prefix);
+  // Every router's canary windows in etcd; the leader judges a step on all of them (#34). Published:
+  // the windows of the step this instance's view shows (`view` is set just below).
+  let view: HaController | null = null;
+  const local = p.common.rolloutFigures;
+  const rolloutBoard = local
+    ? new RolloutBoard({
+        client,
+        prefix: e.prefix,
+        id: instance.id,
+        ttlSeconds: e.leaseTtlSeconds,
+        refreshMs: e.retryPeriodMs,
+        time,
+        local,
+        live: (model, w) => {
+          const r = view?.model(model)?.rollout;
+          return r?.phase === 'canary' && r.canaryDigest === w.canaryDigest && r.since === w.window.since;
+        },
+        log: log.child({ component: 'rollout-figures' }),
+      })
+    : null;
+  const rolloutFigures = rolloutBoard?.figures();
   const { controller } = wireHa({
     client,
     etcd: e,
@@ -59,9 +83,13 @@ export async function serveHa(e: EtcdConfig, p: HaServeParts): Promise<HaServed>
     logger: log,
     tracker: new SpecTracker(repo),
     engineApiKey: shared.engineApiKey,
-    onLeadership: p.onLeadership,
+    onLeadership: (leading) => {
+      rolloutBoard?.setLeading(leading);
+      p.onLeadership(leading);
+    },
     term: (t, election) => ({
       ...p.common,
+      ...(rolloutFigures ? { rolloutFigures } : {}),
       // a status-branch epoch above this leader's own (while it holds the leader key; else above etcd's
       // revision) is a forgery (or from before a restore): it fences nothing (#36, N2)
       status: new StatusWriter(repo, () => election.fenceBound()),
@@ -69,5 +97,6 @@ export async function serveHa(e: EtcdConfig, p: HaServeParts): Promise<HaServed>
       driverFor: (n, supersede) => p.openDriver(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: p.ownerTtlSeconds }), supersede),
     }),
   });
-  return { controller, client, routerShares };
+  view = controller;
+  return { controller, client, routerShares, rolloutBoard };
 }

@@ -32,6 +32,7 @@ import type { Fence, NodeDriver } from '../nodes/driver.js';
 import type { ControlView } from '../reconciler/view.js';
 import type { HaController } from '../ha/controller.js';
 import type { RouterShares } from '../ha/router-shares.js';
+import type { RolloutBoard } from '../ha/rollout-figures.js';
 import { instanceOf } from './instance.js';
 import { isLoopbackListen, type LocalOnly } from '../util/local-only.js';
 
@@ -123,6 +124,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   let controller: Reconciler | HaController | undefined;
   let etcdClient: Etcd3 | null = null;
   let routerShares: RouterShares | null = null;
+  let rolloutBoard: RolloutBoard | null = null;
   if (cfg.etcd) {
     // Several instances as one controller; etcd3 and the HA modules load only here.
     const { serveHa } = await import('./serve-ha.js');
@@ -130,6 +132,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     controller = ha.controller;
     etcdClient = ha.client;
     routerShares = ha.routerShares;
+    rolloutBoard = ha.rolloutBoard;
   } else {
     const statePath = join(cfg.stateDir, 'state.json');
     const { state, problem: stateProblem } = await loadState(statePath);
@@ -217,6 +220,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth, instance: instance.id, etcd: cfg.etcd ? cfg.etcd.hosts : null }, 'llmgw serving');
   controller.start().catch((err: unknown) => log.error({ err }, 'the controller failed to start'));
   routerShares?.start();
+  rolloutBoard?.start();
 
   let closed: Promise<void> | null = null;
   return {
@@ -242,6 +246,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
         if (!resigned) await controller.stop();
         usageLog?.close();
         await routerShares?.stop();
+        await rolloutBoard?.stop();
         etcdClient?.close();
         metrics.close();
         log.info({ ms: Date.now() - t0 }, 'shut down');
