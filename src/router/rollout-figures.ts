@@ -5,7 +5,8 @@
  *
  * A model's window belongs to one canary revision (its digest) and began at `since` (epoch ms):
  * - it begins at the step's start as the model's view says (RolloutView.since) when the router first
- *   records for that revision, and again whenever the view shows a later step (a newer `since`);
+ *   records for that revision, and again whenever the view shows a later step (a newer `since`); a
+ *   request routed on an older view (another revision, an earlier window) is not counted;
  * - `restart(model, digest, since)` drops the figures and begins again at `since` (a new step, or the
  *   controller's figures were lost: a window never carries figures across);
  * - a request that started before the window began is not counted in it.
@@ -36,11 +37,13 @@ export class RouterRollouts implements RolloutFigures {
    */
   record(model: string, view: RolloutView, sample: ArmSample, startedAt: number): void {
     let w = this.models.get(model);
-    if (w === undefined || w.canaryDigest !== view.canaryDigest || w.since < view.since) {
+    if (w === undefined || w.since < view.since) {
       w = fresh(view.canaryDigest, view.since);
       this.models.set(model, w);
     }
-    if (startedAt < w.since) return;
+    // a request routed on an older view (another revision's step, or before the window's restart)
+    // never counts in this window, nor replaces it
+    if (w.canaryDigest !== view.canaryDigest || startedAt < w.since) return;
     (sample.arm === 'canary' ? w.canary : w.stable).add(sample);
   }
 
@@ -51,6 +54,15 @@ export class RouterRollouts implements RolloutFigures {
 
   restart(model: string, canaryDigest: string, since: number): void {
     this.models.set(model, fresh(canaryDigest, since));
+  }
+
+  /**
+   * Drops the windows of models not in `keep` (a snapshot's models in a canary step: the others'
+   * canary ended) that began before `asOf` (the snapshot's time; a window begun since is kept), so
+   * the figures never outgrow the live steps.
+   */
+  retain(keep: ReadonlySet<string>, asOf: number): void {
+    for (const [model, w] of this.models) if (!keep.has(model) && w.since < asOf) this.models.delete(model);
   }
 
   all(): Record<string, { readonly canaryDigest: string; readonly window: CanaryWindow }> {

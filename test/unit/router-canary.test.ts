@@ -250,6 +250,25 @@ describe('RouterRollouts: the figures the controller reads', () => {
     assert.deepEqual([w.since, w.canary.requests], [50_000, 1]);
   });
 
+  test('a request routed on a stale view (the revision before, same or older step start) neither counts nor replaces the restarted window', () => {
+    const f = new RouterRollouts();
+    f.restart('m', 'sha256:next', 50_000);
+    f.record('m', rollout(0.5, { since: 40_000 }), ok('canary'), 55_000);
+    f.record('m', rollout(0.5, { since: 50_000 }), ok('canary'), 55_000);
+    const w = f.window('m', 'sha256:next')!;
+    assert.deepEqual([w.since, w.canary.requests, w.stable.requests], [50_000, 0, 0]);
+    assert.equal(f.window('m', CANARY), null);
+  });
+
+  test('retain: windows of models whose canary ended go, unless begun after the snapshot', () => {
+    const f = new RouterRollouts();
+    f.restart('a', CANARY, 1_000);
+    f.restart('b', CANARY, 1_000);
+    f.restart('c', CANARY, 9_000);
+    f.retain(new Set(['a']), 5_000);
+    assert.deepEqual(Object.keys(f.all()).sort(), ['a', 'c']);
+  });
+
   test('all(): every model, as plain data', () => {
     const f = new RouterRollouts();
     f.record('a', rollout(0.5), ok('canary'), 2_000);
