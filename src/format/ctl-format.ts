@@ -70,6 +70,11 @@ export function modelDetail(m: ModelJson, at: string): string {
 
 /** A rollout in a line: the revision under test and where it stands, or why it is held back. */
 export function rolloutText(r: NonNullable<ModelJson['rollout']>, at: string): string {
+  const text = rolloutPhaseText(r, at);
+  return r.stableGone ? `${text}; NO replica of ${r.stableDigest.slice(0, 12)} is left and it cannot be started again: promote the new revision or revert the definition` : text;
+}
+
+function rolloutPhaseText(r: NonNullable<ModelJson['rollout']>, at: string): string {
   const rev = `revision ${r.digest.slice(0, 12)}`;
   if (r.phase === 'checking') return `rollout: ${rev} runs its checks (since ${relative(r.since, at)}); ${r.stableDigest.slice(0, 12)} serves meanwhile`;
   if (r.phase === 'canary') return `rollout: ${rev} ${stepText(r, at) ?? 'canary'}; ${r.stableDigest.slice(0, 12)} serves the rest`;

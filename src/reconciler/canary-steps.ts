@@ -18,7 +18,7 @@ import type { CanarySpec, CanaryWindow, RolloutFigures, RolloutView, StepVerdict
 import { describeFigures, judgeStep } from '../rollout/verdict.js';
 import { emptyWindow } from '../rollout/window.js';
 import type { Note } from './note.js';
-import { stepConcluded, windowRestarted, type RolloutRecord } from './rollout-life.js';
+import { stableLeft, stepConcluded, windowRestarted, type RolloutRecord } from './rollout-life.js';
 import type { ControllerState, ModelRecord } from './state.js';
 
 /** A step's judgement (pure): the verdict over the window, where it leads, and what to log. */
@@ -71,6 +71,8 @@ export class CanarySteps {
   private readonly begun = new Set<string>();
   /** Each canary model's live figures as last judged (for the snapshot). */
   private readonly live = new Map<string, NonNullable<RolloutView['figures']>>();
+  /** Models told of having no stable replica left (said once until one is back). */
+  private readonly stableGone = new Set<string>();
 
   constructor(private readonly figures: RolloutFigures | null) {}
 
@@ -79,6 +81,19 @@ export class CanarySteps {
     this.begun.add(keyOf(model, digest, since));
     this.live.delete(model);
     this.figures?.restart(model, digest, since);
+  }
+
+  /**
+   * Says once (an error) when a rollout before promotion has no replica of the stable revision left:
+   * this controller cannot start it again (only the new definition is in the repo's head), so the
+   * model serves on the new revision's replica or not at all until an operator decides.
+   */
+  private watchStable(model: string, r: RolloutRecord | undefined, state: ControllerState, log: Logger): void {
+    const gone = r !== undefined && r.phase !== 'promoted' && !stableLeft(state.replicas, model, r.stable);
+    if (!gone) return void this.stableGone.delete(model);
+    if (this.stableGone.has(model)) return;
+    this.stableGone.add(model);
+    log.error({ model, stable: r.stable, digest: r.digest, phase: r.phase }, 'rollout: no replica of the stable revision is left, and this controller cannot start it again: promote the new revision (llmgw ctl rollout promote) or revert the definition in git');
   }
 
   /** The live figures of a model's canary step, or undefined. */
@@ -94,6 +109,7 @@ export class CanarySteps {
     for (const name in state.models) {
       const m = state.models[name]!;
       const r = m.rollout;
+      this.watchStable(name, r, state, log);
       const canary = spec.models[name]?.rollout?.canary ?? null;
       if (r?.phase !== 'canary' || canary === null || spec.models[name]!.digest !== r.digest) continue;
       let next: RolloutRecord | undefined;

@@ -160,6 +160,15 @@ export function rolloutOverridden(r: RolloutRecord | undefined, how: 'promote' |
   return { rollout: { ...base(r), phase: 'rolled_back', since: now, ...(r.step !== undefined ? { step: r.step } : {}), verdict: abortedReason(share, by) }, outcome: 'aborted' };
 }
 
+/** Whether a replica of the stable revision is left that serves or will (not one being stopped). */
+export function stableLeft(replicas: Readonly<Record<string, ReplicaRecord>>, model: string, stable: string): boolean {
+  for (const id in replicas) {
+    const x = replicas[id]!;
+    if (x.model === model && x.digest === stable && !(x.phase.kind === 'leaving' && x.phase.why === 'stop')) return true;
+  }
+  return false;
+}
+
 /** A promoted rollout ends once no replica of the stable revision is left. */
 export function rolloutSettled(r: RolloutRecord | undefined, model: string, replicas: Readonly<Record<string, ReplicaRecord>>): RolloutRecord | undefined {
   if (r?.phase !== 'promoted') return r;

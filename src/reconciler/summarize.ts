@@ -10,7 +10,7 @@ import type { DeviceNeed } from './memory.js';
 import { replicaDeviceBytes } from './device-use.js';
 import { modelsInOrder, nodesInOrder } from './spec-order.js';
 import type { ReplicaRecord } from './replica-life.js';
-import { keptFromUsers, type RolloutRecord } from './rollout-life.js';
+import { keptFromUsers, stableLeft, type RolloutRecord } from './rollout-life.js';
 import type { CanarySpec, RolloutView } from '../rollout/types.js';
 import type { StopRecord } from './stops.js';
 import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
@@ -97,7 +97,7 @@ function underTest(i: SummaryInput, model: string, digest: string): boolean {
 }
 
 /** The rollout as the model's view shows it: in a canary step, its share, its end and the live figures. */
-export function rolloutView(r: RolloutRecord, canary: CanarySpec | null = null, figures?: RolloutView['figures']): RolloutView {
+export function rolloutView(r: RolloutRecord, canary: CanarySpec | null = null, figures?: RolloutView['figures'], stableGone = false): RolloutView {
   const step = r.step ?? 0;
   const inCanary = r.phase === 'canary' && canary !== null;
   return {
@@ -110,6 +110,7 @@ export function rolloutView(r: RolloutRecord, canary: CanarySpec | null = null, 
     until: inCanary ? r.since + canary.intervalMs : null,
     verdict: r.verdict ?? null,
     ...(inCanary && figures ? { figures } : {}),
+    ...(stableGone && r.phase !== 'promoted' ? { stableGone: true as const } : {}),
   };
 }
 
@@ -170,7 +171,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         nextAttemptAt: h?.nextAttemptAt ?? null,
         memoryBytes: i.memory[m.name] ?? null,
         lastHandledRetry: h?.lastHandledRetry ?? null,
-        ...(i.rollouts?.[m.name] ? { rollout: rolloutView(i.rollouts[m.name]!, m.rollout?.canary ?? null, i.rolloutFigures?.(m.name)) } : {}),
+        ...(i.rollouts?.[m.name] ? { rollout: rolloutView(i.rollouts[m.name]!, m.rollout?.canary ?? null, i.rolloutFigures?.(m.name), !stableLeft(i.replicas, m.name, i.rollouts[m.name]!.stable)) } : {}),
       });
     });
   const nodes: NodeView[] = (i.spec ? nodesInOrder(i.spec) : [])

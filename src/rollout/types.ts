@@ -200,6 +200,12 @@ export interface RolloutView {
    * its last pass (the live figures `ctl rollout MODEL` and the page show); absent before the first.
    */
   readonly figures?: { readonly stable: ArmFigures; readonly canary: ArmFigures; readonly verdict: StepVerdict['kind'] };
+  /**
+   * Before promotion: no replica of the stable revision is left (it crashed, or drained for room).
+   * This controller cannot start it again (only the new definition is in the repo's head): until an
+   * operator promotes the new revision or reverts the definition, the stable revision serves nothing.
+   */
+  readonly stableGone?: true;
 }
 
 /**

@@ -78,6 +78,8 @@ export interface RolloutJson {
   readonly verdict: ReasonJson | null;
   /** Canary: both arms over the step's window so far, as the controller last judged them (null before). */
   readonly arms: { readonly stable: ArmFiguresJson; readonly canary: ArmFiguresJson; readonly verdict: 'pass' | 'fail' | 'inconclusive' } | null;
+  /** Before promotion: no replica of the stable revision is left, and this controller cannot start it again (RolloutView.stableGone). */
+  readonly stableGone: boolean;
 }
 
 /** One arm of a canary step: requests counted, errors, error rate (0..1), TTFT p95 of the compared bucket and time per output token p95 (ms). */
@@ -285,6 +287,7 @@ export function rolloutJson(r: RolloutView, model: string, canary: CanarySpec | 
     until: inCanary && r.until !== null ? isoNow(r.until) : null,
     verdict,
     arms: inCanary && r.figures ? { stable: { ...r.figures.stable }, canary: { ...r.figures.canary }, verdict: r.figures.verdict } : null,
+    stableGone: r.stableGone === true,
   };
 }
 

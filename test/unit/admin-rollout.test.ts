@@ -52,6 +52,7 @@ describe('GET /admin/v1/models/:name/rollout', () => {
         until: new Date(ROLLOUT_AT + 80_000).toISOString(),
         verdict: null,
         arms: { stable: CHAT_FIGURES.stable, canary: CHAT_FIGURES.canary, verdict: 'fail' },
+        stableGone: false,
       });
     }
   });

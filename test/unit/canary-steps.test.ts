@@ -8,7 +8,8 @@ import { describe, it } from 'node:test';
 import pino from 'pino';
 import type { FleetSpec } from '../../src/fleet-spec/types.js';
 import { CanarySteps, canaryDue, stepJudged } from '../../src/reconciler/canary-steps.js';
-import type { RolloutRecord } from '../../src/reconciler/rollout-life.js';
+import { stableLeft, type RolloutRecord } from '../../src/reconciler/rollout-life.js';
+import { rolloutView } from '../../src/reconciler/summarize.js';
 import { stateFromJson } from '../../src/reconciler/state-migrate.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import type { ArmSample, ArmWindow, CanarySpec, CanaryWindow, RolloutFigures } from '../../src/rollout/types.js';
@@ -149,5 +150,33 @@ describe('the record keeps a canary step across a restart', () => {
     assert.deepEqual(back.state.models.m!.rollout, { ...AT_STEP_0, step: 1 });
     const rolled = withRollout({ ...AT_STEP_0, phase: 'rolled_back', verdict: { code: 'ROLLOUT_ROLLED_BACK', message: 'x' } });
     assert.deepEqual(stateFromJson(JSON.parse(JSON.stringify(rolled))).models.m!.rollout, rolled.models.m!.rollout);
+  });
+});
+
+describe('a rollout with no replica of the stable revision left says so', () => {
+  const ready = (digest: string) => ({ model: 'm', node: 'n1', digest, startedAt: 1, phase: { kind: 'ready' as const, since: 1, seen: true } });
+  const stopping = (digest: string) => ({ ...ready(digest), phase: { kind: 'leaving' as const, why: 'stop' as const, since: 2, reason: 'replaced' as const, drain: true } });
+
+  it('stableLeft: a stable replica that serves or will counts; one being stopped does not', () => {
+    assert.equal(stableLeft({ a: ready('d1') }, 'm', 'd1'), true);
+    assert.equal(stableLeft({ a: ready('d2') }, 'm', 'd1'), false);
+    assert.equal(stableLeft({ a: stopping('d1') as never }, 'm', 'd1'), false);
+  });
+
+  it('the view and the log: once, an error, until a stable replica is back; a promoted rollout never', () => {
+    const lines: { level: number; msg: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s) as { level: number; msg: string }) });
+    const steps = new CanarySteps(new FakeFigures());
+    const held: RolloutRecord = { ...AT_STEP_0, phase: 'held', verdict: { code: 'ROLLOUT_HELD', message: 'x' } };
+    const gone = { ...withRollout(held), replicas: { c: ready('d2') } };
+    steps.judge(gone, specWith(CANARY), T0, log);
+    steps.judge(gone, specWith(CANARY), T0 + 1, log);
+    assert.equal(lines.filter((l) => /no replica of the stable revision is left/.test(l.msg)).length, 1);
+    assert.equal(lines[0]!.level, 50);
+    steps.judge({ ...gone, replicas: { s: ready('d1') } }, specWith(CANARY), T0 + 2, log);
+    steps.judge(gone, specWith(CANARY), T0 + 3, log);
+    assert.equal(lines.filter((l) => /no replica of the stable revision is left/.test(l.msg)).length, 2, 'said again after one came back and went');
+    assert.equal(rolloutView(held, CANARY, undefined, true).stableGone, true);
+    assert.equal(rolloutView({ ...held, phase: 'promoted' }, CANARY, undefined, true).stableGone, undefined);
   });
 });

@@ -16,6 +16,7 @@ const NEW = '5d41402abc4b2a76b9719d911017c592ae8f1c0d6a2f4e1b7c3d9e0f1a2b3c4d';
 const OLD = '7d793037a0760186574b0282f2f435e7a1b2c3d4e5f60718293a4b5c6d7e8f90';
 
 const canary: RolloutJson = {
+  stableGone: false,
   phase: 'canary',
   digest: NEW,
   stableDigest: OLD,
