@@ -11,12 +11,17 @@
  * 2. **Errors.** The canary's error rate minus the stable revision's over `maxErrorRateIncrease`
  *    fails the step ('error_rate'). Errors come first: a canary that fails requests has no latency
  *    worth comparing.
- * 3. **TTFT, like with like.** For each TtftBucket (prompt band × cache hit/miss) in which *both* arms
- *    have at least `bucketMinimum(minRequests)` samples, the canary's p95 over the stable's; the
- *    bucket with the highest ratio is the one compared, and over `maxTtftRatio` fails ('ttft'). A
- *    bucket only one arm has (a cold canary's misses while the stable arm's prompts hit its cache) is
- *    not compared: a cold canary must not fail for its cold cache. No comparable bucket: TTFT does not
- *    fail the step, and the figures' ttftP95Ms are null (describeFigures says why).
+ * 3. **TTFT, like with like.** For each TtftBucket (prompt band × cache state: hit, a first turn's
+ *    miss, a later turn's miss — 'resumed') in which *both* arms have at least
+ *    `bucketMinimum(minRequests)` samples, the canary's p95 over the stable's; the bucket with the
+ *    highest ratio is the one compared, and over `maxTtftRatio` fails ('ttft'). A bucket only one arm
+ *    has is not compared: a cold canary must not fail for its cold cache. That is why a later turn's
+ *    miss has a bucket of its own: a step that moves a conversation under way to the canary makes its
+ *    next turn evaluate the whole history there, near the top of its band, while the stable arm's
+ *    follow-ups hit its cache and its misses are new conversations' first prompts, anywhere in the
+ *    band — compared in one bucket, a revision no slower failed on the longer prompts alone
+ *    (bench/RESULTS.md, Canary detection). No comparable bucket: TTFT does not fail the step, and the
+ *    figures' ttftP95Ms are null (describeFigures says why).
  * 4. **TPOT.** The canary's time-per-output-token p95 over the stable's, when both arms have at least
  *    `bucketMinimum(minRequests)` samples (requests of 2+ tokens); over `maxTpotRatio` fails ('tpot').
  *
@@ -27,7 +32,7 @@
  */
 import { Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { LATENCY_BOUNDS_MS, percentile, totalOf } from './latency.js';
-import type { ArmFigures, ArmWindow, CanarySpec, CanaryWindow, LatencyCounts, PromptBand, StepVerdict, TtftBucket } from './types.js';
+import type { ArmFigures, ArmWindow, CacheState, CanarySpec, CanaryWindow, LatencyCounts, PromptBand, StepVerdict, TtftBucket } from './types.js';
 
 /** The latency percentile compared. */
 export const COMPARED_PERCENTILE = 0.95;
@@ -60,10 +65,16 @@ const BAND_WORDS: Readonly<Record<PromptBand, string>> = {
   p8k: 'prompts 8192+ tokens',
 };
 
-/** A bucket as a human reads it: "prompts 0–511 tokens, cache miss". */
+const CACHE_WORDS: Readonly<Record<CacheState, string>> = {
+  hit: 'cache hit',
+  miss: 'cache miss',
+  resumed: 'cache miss of a later turn',
+};
+
+/** A bucket as a human reads it: "prompts 0–511 tokens, cache miss"; "…, cache miss of a later turn". */
 export function bucketWords(bucket: TtftBucket): string {
-  const [band, cache] = bucket.split(':') as [PromptBand, 'hit' | 'miss'];
-  return `${BAND_WORDS[band]}, cache ${cache}`;
+  const [band, cache] = bucket.split(':') as [PromptBand, CacheState];
+  return `${BAND_WORDS[band]}, ${CACHE_WORDS[cache]}`;
 }
 
 /** A fraction as a percentage: "31%", "2.5%", "0%" (at most one decimal, none when ≥ 10%). */

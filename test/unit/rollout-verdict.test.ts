@@ -1,8 +1,8 @@
 /**
  * The canary's verdict (src/rollout/verdict.ts) and what it does to the rollout (outcome.ts), as
  * tables: sample sizes below, at and above the minimum; TTFT like with like (a cold canary's misses
- * against a warm stable arm's hits is no comparison; the same bucket 2.4× is a fail); ties and
- * boundaries; a stable latency of 0 ms; the error-rate boundary; TPOT; the order of the checks.
+ * against a warm stable arm's hits is no comparison, nor later turns' misses against first turns';
+ * the same bucket 2.4× is a fail); ties and boundaries; a stable latency of 0 ms; the error-rate boundary; TPOT; the order of the checks.
  */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
@@ -142,6 +142,29 @@ describe('judgeStep: TTFT like with like', () => {
     assert.ok(v.canary.ttftP95Ms! > v.stable.ttftP95Ms!);
   });
 
+  test('a canary whose misses are conversations moved to it (later turns, whole histories) against a stable arm of first-turn misses: not compared, no fail', () => {
+    // the step moved conversations under way to the canary: their next turns evaluate the whole history there (2,000 ms),
+    // while the stable arm's follow-ups hit its cache and its misses are new conversations' first prompts (600 ms)
+    const stable = { requests: 380, ttft: { 'p512:hit': [[300, 90]], 'p512:miss': [[80, 600]] } } satisfies ArmInput;
+    const canary = { requests: 42, ttft: { 'p512:hit': [[22, 90]], 'p512:miss': [[8, 700]], 'p512:resumed': [[12, 2000]] } } satisfies ArmInput;
+    const v = judgeStep(SPEC, win(stable, canary));
+    assert.equal(v.kind, 'pass');
+    assert.equal(v.bucket, 'p512:miss', 'first-turn misses compared with first-turn misses');
+  });
+
+  test('later turns\' misses compare with each other when both arms have enough of them (a stable arm whose cache evicts)', () => {
+    const stable = { requests: 380, ttft: { 'p512:hit': [[300, 90]], 'p512:resumed': [[80, 1800]] } } satisfies ArmInput;
+    const slow = { requests: 42, ttft: { 'p512:hit': [[30, 92]], 'p512:resumed': [[12, 4400]] } } satisfies ArmInput;
+    const v = judgeStep(SPEC, win(stable, slow));
+    assert.ok(v.kind === 'fail' && v.on === 'ttft');
+    assert.equal(v.bucket, 'p512:resumed');
+    assert.match(v.reason.message, /^TTFT p95 2\.\d+× the stable revision's \(\d+ vs \d+ ms, prompts 512–2047 tokens, cache miss of a later turn; at most 1\.5×\)$/);
+    const alike = { requests: 42, ttft: { 'p512:hit': [[30, 92]], 'p512:resumed': [[12, 1900]] } } satisfies ArmInput;
+    assert.equal(kindOf(judgeStep(SPEC, win(stable, alike))), 'pass');
+    const fewOnStable = { requests: 380, ttft: { 'p512:hit': [[373, 90]], 'p512:resumed': [[7, 1800]] } } satisfies ArmInput;
+    assert.equal(kindOf(judgeStep(SPEC, win(fewOnStable, slow))), 'pass', 'below the bucket minimum on the stable arm: not compared');
+  });
+
   test('per-bucket minimum: a bucket with one sample fewer than max(5, minRequests/4) on an arm is not compared; at it, it is', () => {
     assert.equal(bucketMinimum(30), 8);
     assert.equal(bucketMinimum(10), 5);
@@ -166,6 +189,7 @@ describe('judgeStep: TTFT like with like', () => {
     assert.equal(bucketWords('p0:miss'), 'prompts 0–511 tokens, cache miss');
     assert.equal(bucketWords('p2k:hit'), 'prompts 2048–8191 tokens, cache hit');
     assert.equal(bucketWords('p8k:miss'), 'prompts 8192+ tokens, cache miss');
+    assert.equal(bucketWords('p512:resumed'), 'prompts 512–2047 tokens, cache miss of a later turn');
   });
 });
 
