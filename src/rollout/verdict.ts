@@ -43,12 +43,21 @@ const RATE_EPSILON = 1e-9;
 const RATIO_EPSILON = 1e-9;
 
 /**
+ * The fewest samples whose p95 is not simply their largest: the 0.95·n-th of n samples is below the
+ * n-th only from n = 1 / (1 − 0.95) = 20 on.
+ */
+export const P95_SAMPLES = 20;
+
+/**
  * Samples each arm needs in a TTFT bucket (and in TPOT) for it to be compared: a quarter of the step's
- * `minRequests`, at least 5. A p95 of fewer is the slowest request or two; a bucket is a slice of the
- * step's requests, so asking it for the whole `minRequests` would leave most buckets out.
+ * `minRequests`, at least P95_SAMPLES. A bucket is a slice of the step's requests, so asking it for
+ * the whole `minRequests` would leave most buckets out. Fewer than 20 would compare a handful's
+ * slowest request with the other arm's p95: the verdict takes the worst of up to twelve buckets at
+ * every pass, so one slow request in a small bucket failed a good revision (bench/RESULTS.md, Canary
+ * detection: with at least 8, 3 of 20 identical revisions were rolled back so; with 20, none).
  */
 export function bucketMinimum(minRequests: number): number {
-  return Math.max(5, Math.ceil(minRequests / 4));
+  return Math.max(P95_SAMPLES, Math.ceil(minRequests / 4));
 }
 
 /** canary / stable, each read no lower than RATIO_FLOOR_MS. */
@@ -165,7 +174,7 @@ export function judgeStep(spec: CanarySpec, w: CanaryWindow): StepVerdict {
 /**
  * Both arms' figures in one line, for events, `ctl rollout` and the status page, saying what was not
  * compared and why: "error rate 0% vs 0% over 42 / 380 requests; TTFT p95 1.1× (370 vs 338 ms,
- * prompts 0–511 tokens, cache miss); TPOT p95 not compared (fewer than 8 samples of 2+ tokens on an arm)".
+ * prompts 0–511 tokens, cache miss); TPOT p95 not compared (fewer than 20 requests of 2+ tokens on an arm)".
  */
 export function describeFigures(spec: CanarySpec, v: StepVerdict): string {
   const min = bucketMinimum(spec.minRequests);
