@@ -123,9 +123,10 @@ export interface ArmSample {
   readonly cachedTokens: number | null;
   /**
    * The request is a later turn of a conversation: its `messages` hold an `assistant` message followed
-   * by another (router/canary.ts laterTurnOf). A miss on it counts as 'resumed', not 'miss'.
+   * by another (router/canary.ts laterTurnOf). A miss on it counts as 'resumed', not 'miss'. Absent:
+   * not one (a failed attempt, a sample made where the body is not known).
    */
-  readonly laterTurn: boolean;
+  readonly laterTurn?: boolean;
 }
 
 /**

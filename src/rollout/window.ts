@@ -32,7 +32,7 @@ export function recorded(w: ArmWindow, s: ArmSample): ArmWindow {
   if (s.outcome === 'error') return { requests: w.requests + 1, errors: w.errors + 1, ttft: w.ttft, tpot: w.tpot };
   let ttft = w.ttft;
   if (s.ttftMs !== null) {
-    const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens, s.laterTurn);
+    const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens, s.laterTurn === true);
     ttft = { ...w.ttft, [bucket]: plusOne(w.ttft[bucket], s.ttftMs) };
   }
   return { requests: w.requests + 1, errors: w.errors, ttft, tpot: s.tpotMs === null ? w.tpot : plusOne(w.tpot, s.tpotMs) };
@@ -71,7 +71,7 @@ export class ArmRecorder {
       return;
     }
     if (s.ttftMs !== null) {
-      const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens, s.laterTurn);
+      const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens, s.laterTurn === true);
       let c = this.ttft.get(bucket);
       if (c === undefined) this.ttft.set(bucket, (c = emptyCounts()));
       c[latencyIndex(s.ttftMs)]! += 1;

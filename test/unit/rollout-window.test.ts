@@ -25,6 +25,7 @@ describe('recorded: what one sample adds', () => {
     ['ok, 2048 tokens: p2k', sample({ ttftMs: 40, promptTokens: 2048, cachedTokens: 0 }), { requests: 1, errors: 0, ttft: { 'p2k:miss': 1 }, tpot: 0 }],
     ['a later turn, 600 tokens, 299 cached: p512:resumed (its history evaluated again)', sample({ ttftMs: 40, promptTokens: 600, cachedTokens: 299, laterTurn: true }), { requests: 1, errors: 0, ttft: { 'p512:resumed': 1 }, tpot: 0 }],
     ['a later turn, 600 tokens, 300 cached: p512:hit (a hit is a hit, whatever the turn)', sample({ ttftMs: 40, promptTokens: 600, cachedTokens: 300, laterTurn: true }), { requests: 1, errors: 0, ttft: { 'p512:hit': 1 }, tpot: 0 }],
+    ['no later-turn flag (a sample made where the body is not known): p0:miss', { arm: 'canary', outcome: 'ok', ttftMs: 40, tpotMs: null, promptTokens: 100, cachedTokens: 0 }, { requests: 1, errors: 0, ttft: { 'p0:miss': 1 }, tpot: 0 }],
     ['a later turn, tokens unknown: p0:resumed', sample({ ttftMs: 40, laterTurn: true }), { requests: 1, errors: 0, ttft: { 'p0:resumed': 1 }, tpot: 0 }],
     ['ok, 9000 tokens all cached: p8k:hit', sample({ ttftMs: 40, promptTokens: 9000, cachedTokens: 9000 }), { requests: 1, errors: 0, ttft: { 'p8k:hit': 1 }, tpot: 0 }],
     ['ok, tpot only (ttft unknown)', sample({ tpotMs: 12 }), { requests: 1, errors: 0, ttft: {}, tpot: 1 }],
