@@ -7,9 +7,10 @@
  *   (router/affinity.ts), and the arm is the router's sticky split: `canaryOf` the model's view,
  *   `drawOf(key name, prefix, canary digest)` and `armOfDraw(draw, share)` (router/canary.ts);
  * - a request's end becomes a sample through `armSampleOf` (router/canary.ts: outcomeOf, tpotOf) from a
- *   llama-server-shaped answer tail, recorded with the view it arrived under into the router's
- *   `RouterRollouts` (router/rollout-figures.ts, window.ts ArmRecorder: a request that began before the
- *   step's window is left out of it);
+ *   llama-server-shaped answer tail and `laterTurnOf` of the turn's body (a follow-up carries an
+ *   answer), recorded with the view it arrived under into the router's `RouterRollouts`
+ *   (router/rollout-figures.ts, window.ts ArmRecorder: a request that began before the step's window
+ *   is left out of it);
  * - the controller's passes are `CanarySteps.judge` (reconciler/canary-steps.ts: stepJudged →
  *   verdict.ts judgeStep, outcome.ts stepOutcome, rollout-life.ts stepConcluded; a new step restarts the
  *   router's window), at the wake times `canaryDue` gives after each pass (each quarter of the step's
@@ -37,7 +38,7 @@ import { rolloutView } from '../src/reconciler/summarize.js';
 import type { ModelView } from '../src/reconciler/view.js';
 import type { Arm, CanarySpec, RolloutView } from '../src/rollout/types.js';
 import { affinityKey } from '../src/router/affinity.js';
-import { armOfDraw, armSampleOf, canaryOf, drawOf } from '../src/router/canary.js';
+import { armOfDraw, armSampleOf, canaryOf, drawOf, laterTurnOf } from '../src/router/canary.js';
 import { RouterRollouts } from '../src/router/rollout-figures.js';
 
 /** How a revision answers, relative to the traffic model's baseline. */
@@ -149,6 +150,8 @@ const SILENT = pino({ level: 'silent' });
 interface Conversation {
   readonly key: string;
   readonly prefix: number;
+  /** Its first turn's body (system prompt and first user message). */
+  readonly opening: readonly { readonly role: string; readonly content: string }[];
   /** Tokens of its history (the next prompt's, before the new user message). */
   context: number;
   /** The arm its last turn went to (whose cache holds its history). */
@@ -162,6 +165,8 @@ interface InFlight {
   /** The canary view it arrived under (null: before the canary, not recorded). */
   readonly view: RolloutView | null;
   readonly arrivedAt: number;
+  /** The request is a later turn (router/canary.ts laterTurnOf of its body). */
+  readonly laterTurn: boolean;
   readonly ok: boolean;
   readonly firstByteAt: number;
   readonly evaluated: number;
@@ -247,8 +252,8 @@ export function simulateCanary(cfg: SimConfig): SimResult {
       pick -= w;
     }
     tokens = Math.round(tokens * (1 + TRAFFIC.firstPromptSpread * (2 * trafficRng() - 1)));
-    const body = { messages: [{ role: 'system', content: 'You are a helpful assistant.' }, { role: 'user', content: `seed ${cfg.seed}, conversation ${conversations}` }] };
-    return { key, prefix: affinityKey('/v1/chat/completions', body)!, context: tokens, lastArm: null };
+    const opening = [{ role: 'system', content: 'You are a helpful assistant.' }, { role: 'user', content: `seed ${cfg.seed}, conversation ${conversations}` }];
+    return { key, prefix: affinityKey('/v1/chat/completions', { messages: opening })!, opening, context: tokens, lastArm: null };
   };
 
   const arrive = (at: number): void => {
@@ -257,6 +262,8 @@ export function simulateCanary(cfg: SimConfig): SimResult {
     const fresh = idle.length === 0 || trafficRng() < newShare;
     const conv = fresh ? openConversation() : idle.splice(Math.floor(trafficRng() * idle.length), 1)[0]!;
     const prompt = conv.context + (fresh ? 0 : uniformInt(trafficRng, TRAFFIC.followUpTokens));
+    // the body's turns as the router reads them (the opening, then the last answer and the new message)
+    const laterTurn = laterTurnOf({ messages: fresh ? conv.opening : [...conv.opening, { role: 'assistant', content: '…' }, { role: 'user', content: '…' }] });
     const arm = v === null ? 'stable' : armOfDraw(drawOf(conv.key, conv.prefix, v.canaryDigest), v.share);
     const rev = arm === 'canary' ? cfg.candidate : cfg.stable;
     const cached = conv.lastArm === arm ? conv.context : 0;
@@ -267,7 +274,7 @@ export function simulateCanary(cfg: SimConfig): SimResult {
     const ttftMs = (T.baseMs + T.prefillMsPerToken * evaluated + T.cachedMsPerToken * cached) * rev.ttftFactor * lognormal(answerRng, T.sigma);
     const tpotMs = (P.baseMs + P.perContextToken * prompt) * rev.tpotFactor * lognormal(answerRng, P.sigma);
     const endAt = ok ? at + ttftMs + (output - 1) * tpotMs : at + TRAFFIC.errorMs * lognormal(answerRng, T.sigma);
-    const f: InFlight = { endAt, conv, arm, view: v, arrivedAt: at, ok, firstByteAt: ok ? at + ttftMs : 0, evaluated, cached, output, tpotMs };
+    const f: InFlight = { endAt, conv, arm, view: v, arrivedAt: at, laterTurn, ok, firstByteAt: ok ? at + ttftMs : 0, evaluated, cached, output, tpotMs };
     const i = inFlight.findIndex((g) => g.endAt > endAt);
     inFlight.splice(i < 0 ? inFlight.length : i, 0, f);
     conv.context = prompt;
@@ -285,7 +292,7 @@ export function simulateCanary(cfg: SimConfig): SimResult {
       t0: f.arrivedAt,
       firstByteAt: f.firstByteAt,
       now: f.endAt,
-    });
+    }, f.laterTurn);
     if (f.view !== null) {
       figures.record(MODEL, f.view, sample, f.arrivedAt);
       const k = minReached.length - 1;

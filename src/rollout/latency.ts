@@ -2,7 +2,7 @@
  * Latency as counts over fixed bounds, so figures from several routers add up by index and a
  * percentile is read from the counts (types.ts: LatencyCounts). Pure.
  */
-import type { LatencyCounts, PromptBand, TtftBucket } from './types.js';
+import type { CacheState, LatencyCounts, PromptBand, TtftBucket } from './types.js';
 
 /**
  * Upper bounds (ms) of the buckets: 1 ms to ~10 min, each ~19 % above the last (~1 % error at the
@@ -76,8 +76,16 @@ export function bandOf(promptTokens: number | null): PromptBand {
   return 'p8k';
 }
 
-/** A request's TTFT bucket: its band, and a hit when at least half its prompt came from the cache. */
-export function ttftBucketOf(promptTokens: number | null, cachedTokens: number | null): TtftBucket {
+/**
+ * A request's TTFT bucket: its band, and a hit when at least half its prompt came from the cache;
+ * otherwise 'resumed' for a later turn of a conversation (types.ts CacheState), else a 'miss'.
+ */
+export function ttftBucketOf(promptTokens: number | null, cachedTokens: number | null, laterTurn: boolean): TtftBucket {
   const hit = promptTokens !== null && promptTokens > 0 && cachedTokens !== null && cachedTokens * 2 >= promptTokens;
-  return `${bandOf(promptTokens)}:${hit ? 'hit' : 'miss'}`;
+  return `${bandOf(promptTokens)}:${hit ? 'hit' : laterTurn ? 'resumed' : 'miss'}`;
 }
+
+export const PROMPT_BANDS: readonly PromptBand[] = Object.freeze(['p0', 'p512', 'p2k', 'p8k']);
+export const CACHE_STATES: readonly CacheState[] = Object.freeze(['hit', 'miss', 'resumed']);
+/** Every TTFT bucket (what a window read off the wire may hold). */
+export const TTFT_BUCKETS: ReadonlySet<string> = new Set(PROMPT_BANDS.flatMap((b) => CACHE_STATES.map((c) => `${b}:${c}`)));

@@ -88,12 +88,22 @@ export type CheckResult =
 export type Arm = 'stable' | 'canary';
 
 /**
- * A request's prompt-length band and whether its prompt came mostly from the replica's cache: TTFT is
- * compared only between like buckets, so a cold canary does not fail for its cold cache.
+ * A request's prompt-length band and its cache state: TTFT is compared only between like buckets, so
+ * a cold canary does not fail for its cold cache.
  * Bands (prompt tokens): 0–511, 512–2047, 2048–8191, 8192+.
  */
 export type PromptBand = 'p0' | 'p512' | 'p2k' | 'p8k';
-export type TtftBucket = `${PromptBand}:${'hit' | 'miss'}`;
+/**
+ * - 'hit': at least half the prompt came from the replica's cache;
+ * - 'miss': mostly evaluated, and a first turn (or a request without turns: completions, a body
+ *   without messages);
+ * - 'resumed': mostly evaluated, and a later turn of a conversation (its body carries an earlier
+ *   answer): its whole history was evaluated again, as when a step moves a conversation under way to
+ *   the canary's cold cache. Such a prompt sits at the top of its band where a first turn's sits
+ *   anywhere in it, so the two are not compared with each other.
+ */
+export type CacheState = 'hit' | 'miss' | 'resumed';
+export type TtftBucket = `${PromptBand}:${CacheState}`;
 
 /** One request the router finished on an arm. */
 export interface ArmSample {
@@ -111,6 +121,12 @@ export interface ArmSample {
   readonly promptTokens: number | null;
   /** Prompt tokens served from the replica's cache (timings.cache_n / cached_tokens); null unknown (a miss). */
   readonly cachedTokens: number | null;
+  /**
+   * The request is a later turn of a conversation: its `messages` hold an `assistant` message followed
+   * by another (router/canary.ts laterTurnOf). A miss on it counts as 'resumed', not 'miss'. Absent:
+   * not one (a failed attempt, a sample made where the body is not known).
+   */
+  readonly laterTurn?: boolean;
 }
 
 /**

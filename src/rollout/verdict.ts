@@ -11,12 +11,17 @@
  * 2. **Errors.** The canary's error rate minus the stable revision's over `maxErrorRateIncrease`
  *    fails the step ('error_rate'). Errors come first: a canary that fails requests has no latency
  *    worth comparing.
- * 3. **TTFT, like with like.** For each TtftBucket (prompt band × cache hit/miss) in which *both* arms
- *    have at least `bucketMinimum(minRequests)` samples, the canary's p95 over the stable's; the
- *    bucket with the highest ratio is the one compared, and over `maxTtftRatio` fails ('ttft'). A
- *    bucket only one arm has (a cold canary's misses while the stable arm's prompts hit its cache) is
- *    not compared: a cold canary must not fail for its cold cache. No comparable bucket: TTFT does not
- *    fail the step, and the figures' ttftP95Ms are null (describeFigures says why).
+ * 3. **TTFT, like with like.** For each TtftBucket (prompt band × cache state: hit, a first turn's
+ *    miss, a later turn's miss — 'resumed') in which *both* arms have at least
+ *    `bucketMinimum(minRequests)` samples, the canary's p95 over the stable's; the bucket with the
+ *    highest ratio is the one compared, and over `maxTtftRatio` fails ('ttft'). A bucket only one arm
+ *    has is not compared: a cold canary must not fail for its cold cache. That is why a later turn's
+ *    miss has a bucket of its own: a step that moves a conversation under way to the canary makes its
+ *    next turn evaluate the whole history there, near the top of its band, while the stable arm's
+ *    follow-ups hit its cache and its misses are new conversations' first prompts, anywhere in the
+ *    band — compared in one bucket, a revision no slower failed on the longer prompts alone
+ *    (bench/RESULTS.md, Canary detection). No comparable bucket: TTFT does not fail the step, and the
+ *    figures' ttftP95Ms are null (describeFigures says why).
  * 4. **TPOT.** The canary's time-per-output-token p95 over the stable's, when both arms have at least
  *    `bucketMinimum(minRequests)` samples (requests of 2+ tokens); over `maxTpotRatio` fails ('tpot').
  *
@@ -27,7 +32,7 @@
  */
 import { Reasons, type ReasonRef } from '../errors/catalogue.js';
 import { LATENCY_BOUNDS_MS, percentile, totalOf } from './latency.js';
-import type { ArmFigures, ArmWindow, CanarySpec, CanaryWindow, LatencyCounts, PromptBand, StepVerdict, TtftBucket } from './types.js';
+import type { ArmFigures, ArmWindow, CacheState, CanarySpec, CanaryWindow, LatencyCounts, PromptBand, StepVerdict, TtftBucket } from './types.js';
 
 /** The latency percentile compared. */
 export const COMPARED_PERCENTILE = 0.95;
@@ -38,12 +43,21 @@ const RATE_EPSILON = 1e-9;
 const RATIO_EPSILON = 1e-9;
 
 /**
+ * The fewest samples whose p95 is not simply their largest: the 0.95·n-th of n samples is below the
+ * n-th only from n = 1 / (1 − 0.95) = 20 on.
+ */
+export const P95_SAMPLES = 20;
+
+/**
  * Samples each arm needs in a TTFT bucket (and in TPOT) for it to be compared: a quarter of the step's
- * `minRequests`, at least 5. A p95 of fewer is the slowest request or two; a bucket is a slice of the
- * step's requests, so asking it for the whole `minRequests` would leave most buckets out.
+ * `minRequests`, at least P95_SAMPLES. A bucket is a slice of the step's requests, so asking it for
+ * the whole `minRequests` would leave most buckets out. Fewer than 20 would compare a handful's
+ * slowest request with the other arm's p95: the verdict takes the worst of up to twelve buckets at
+ * every pass, so one slow request in a small bucket failed a good revision (bench/RESULTS.md, Canary
+ * detection: with at least 8, 3 of 20 identical revisions were rolled back so; with 20, none).
  */
 export function bucketMinimum(minRequests: number): number {
-  return Math.max(5, Math.ceil(minRequests / 4));
+  return Math.max(P95_SAMPLES, Math.ceil(minRequests / 4));
 }
 
 /** canary / stable, each read no lower than RATIO_FLOOR_MS. */
@@ -60,10 +74,16 @@ const BAND_WORDS: Readonly<Record<PromptBand, string>> = {
   p8k: 'prompts 8192+ tokens',
 };
 
-/** A bucket as a human reads it: "prompts 0–511 tokens, cache miss". */
+const CACHE_WORDS: Readonly<Record<CacheState, string>> = {
+  hit: 'cache hit',
+  miss: 'cache miss',
+  resumed: 'cache miss of a later turn',
+};
+
+/** A bucket as a human reads it: "prompts 0–511 tokens, cache miss"; "…, cache miss of a later turn". */
 export function bucketWords(bucket: TtftBucket): string {
-  const [band, cache] = bucket.split(':') as [PromptBand, 'hit' | 'miss'];
-  return `${BAND_WORDS[band]}, cache ${cache}`;
+  const [band, cache] = bucket.split(':') as [PromptBand, CacheState];
+  return `${BAND_WORDS[band]}, ${CACHE_WORDS[cache]}`;
 }
 
 /** A fraction as a percentage: "31%", "2.5%", "0%" (at most one decimal, none when ≥ 10%). */
@@ -154,7 +174,7 @@ export function judgeStep(spec: CanarySpec, w: CanaryWindow): StepVerdict {
 /**
  * Both arms' figures in one line, for events, `ctl rollout` and the status page, saying what was not
  * compared and why: "error rate 0% vs 0% over 42 / 380 requests; TTFT p95 1.1× (370 vs 338 ms,
- * prompts 0–511 tokens, cache miss); TPOT p95 not compared (fewer than 8 samples of 2+ tokens on an arm)".
+ * prompts 0–511 tokens, cache miss); TPOT p95 not compared (fewer than 20 requests of 2+ tokens on an arm)".
  */
 export function describeFigures(spec: CanarySpec, v: StepVerdict): string {
   const min = bucketMinimum(spec.minRequests);

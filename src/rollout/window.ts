@@ -5,8 +5,8 @@
  * - 'client' (the client's own 4xx or its abort): nothing — it says nothing of the revision;
  * - 'error': one request and one error; its latencies are not counted (an error's first byte is an
  *   error body or nothing, not the revision's speed);
- * - 'ok': one request, its TTFT in its bucket (prompt band × cache hit or miss, latency.ts
- *   ttftBucketOf) and its time per output token, each where known.
+ * - 'ok': one request, its TTFT in its bucket (prompt band × cache hit, miss or a later turn's miss,
+ *   latency.ts ttftBucketOf) and its time per output token, each where known.
  *
  * `recorded` and `mergeWindows` return new windows (the verdict and the HA leader's sum work on
  * immutable values); the router records every request of a canary-phase model, so it keeps an
@@ -32,7 +32,7 @@ export function recorded(w: ArmWindow, s: ArmSample): ArmWindow {
   if (s.outcome === 'error') return { requests: w.requests + 1, errors: w.errors + 1, ttft: w.ttft, tpot: w.tpot };
   let ttft = w.ttft;
   if (s.ttftMs !== null) {
-    const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens);
+    const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens, s.laterTurn === true);
     ttft = { ...w.ttft, [bucket]: plusOne(w.ttft[bucket], s.ttftMs) };
   }
   return { requests: w.requests + 1, errors: w.errors, ttft, tpot: s.tpotMs === null ? w.tpot : plusOne(w.tpot, s.tpotMs) };
@@ -71,7 +71,7 @@ export class ArmRecorder {
       return;
     }
     if (s.ttftMs !== null) {
-      const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens);
+      const bucket = ttftBucketOf(s.promptTokens, s.cachedTokens, s.laterTurn === true);
       let c = this.ttft.get(bucket);
       if (c === undefined) this.ttft.set(bucket, (c = emptyCounts()));
       c[latencyIndex(s.ttftMs)]! += 1;

@@ -28,7 +28,9 @@
  * - 'ok': the rest, with TTFT (arrival → first byte of the answer, as the router's TTFT metric),
  *   time per output token (llama-server's `timings.predicted_per_token_ms`, else (end − first byte)
  *   / (completion tokens − 1)), and the prompt and cached tokens the router read off the answer's tail
- *   (usage.ts `promptTokensOf`).
+ *   (usage.ts `promptTokensOf`), and whether the request is a later turn of a conversation
+ *   (`laterTurnOf` its parsed body, read once when the split is made): a later turn that misses the
+ *   cache counts in a TTFT bucket of its own (rollout/types.ts CacheState 'resumed').
  * - an attempt that failed before the first byte and sent the request to another replica counts as
  *   an error on the failed replica's arm (a replica that refuses connections is not hidden by the
  *   failover); a retry on the same replica of a keep-alive connection it had just closed does not.
@@ -120,6 +122,27 @@ export function tpotOf(tail: string | null, genMs: number): number | null {
   return completion >= 2 ? genMs / (completion - 1) : null;
 }
 
+/**
+ * True when a request body is a later turn of a conversation: its `messages` (chat completions,
+ * Anthropic's /v1/messages) hold an `assistant` message followed by a message of another role (the
+ * next user turn, a tool's result). Its prompt repeats the conversation so far, so a miss on it
+ * evaluates the whole history. A first turn (no answer yet, or only an assistant prefill at the end),
+ * a completion's `prompt` and a body without messages are not. A few-shot prompt written as earlier
+ * turns reads as a later turn: it then counts with them on both arms alike.
+ */
+export function laterTurnOf(body: Readonly<Record<string, unknown>>): boolean {
+  const messages = body['messages'];
+  if (!Array.isArray(messages)) return false;
+  let input = false;
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m: unknown = messages[i];
+    const role = typeof m === 'object' && m !== null ? (m as { role?: unknown }).role : undefined;
+    if (role !== 'assistant') input = true;
+    else if (input) return true;
+  }
+  return false;
+}
+
 /** What a call knows at its end. */
 export interface CallEnd {
   readonly status: number;
@@ -135,8 +158,8 @@ export interface CallEnd {
   readonly now: number;
 }
 
-/** The sample a call's end adds to arm `arm`. */
-export function armSampleOf(arm: Arm, e: CallEnd): ArmSample {
+/** The sample a call's end adds to arm `arm`; `laterTurn`: the request's `laterTurnOf`. */
+export function armSampleOf(arm: Arm, e: CallEnd, laterTurn: boolean): ArmSample {
   const outcome = outcomeOf(e.status, e.reason, e.tail);
   const got = e.firstByteAt > 0;
   return {
@@ -146,12 +169,13 @@ export function armSampleOf(arm: Arm, e: CallEnd): ArmSample {
     tpotMs: got && outcome === 'ok' ? tpotOf(e.tail, e.now - e.firstByteAt) : null,
     promptTokens: e.tokens === null ? null : e.tokens.evaluated + e.tokens.cached,
     cachedTokens: e.tokens === null ? null : e.tokens.cached,
+    laterTurn,
   };
 }
 
 const FAILED_ATTEMPT: { readonly [A in Arm]: ArmSample } = {
-  stable: Object.freeze({ arm: 'stable', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null }),
-  canary: Object.freeze({ arm: 'canary', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null }),
+  stable: Object.freeze({ arm: 'stable', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null, laterTurn: false }),
+  canary: Object.freeze({ arm: 'canary', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null, laterTurn: false }),
 };
 
 /** One request's split: its rollout, its draw, and where its figures go. Made only in phase 'canary'. */
@@ -164,6 +188,8 @@ export class Split {
     readonly model: string,
     readonly rollout: RolloutView,
     readonly draw: number,
+    /** The request is a later turn of a conversation (laterTurnOf its body). */
+    readonly laterTurn: boolean,
     private readonly figures: RouterRollouts,
     private readonly clock: () => number,
   ) {
@@ -188,7 +214,7 @@ export class Split {
 
   /** The request ended on `r`. */
   ended(r: ReplicaView, e: CallEnd): void {
-    this.figures.record(this.model, this.rollout, armSampleOf(armOfReplica(r, this.rollout), e), this.startedAt(e.t0));
+    this.figures.record(this.model, this.rollout, armSampleOf(armOfReplica(r, this.rollout), e, this.laterTurn), this.startedAt(e.t0));
   }
 
   private startedAt(t0: number): number {
@@ -206,12 +232,13 @@ export class CanarySplitter {
 
   /**
    * The split of a request for `model` (null outside phase 'canary'): `key` is its affinity key
-   * where the model routes by affinity; otherwise its prefix is read from the parsed body `fields`.
+   * where the model routes by affinity; otherwise its prefix is read from the parsed body `fields`,
+   * as is whether it is a later turn of a conversation (laterTurnOf).
    */
   of(model: string, keyName: string, key: number | null, path: string, fields: Readonly<Record<string, unknown>>): Split | null {
     const rollout = canaryOf(this.fleet.model(model));
     if (rollout === null) return null;
     const prefix = key ?? affinityKey(path, fields);
-    return new Split(model, rollout, drawOf(keyName, prefix, rollout.canaryDigest), this.figures, this.clock);
+    return new Split(model, rollout, drawOf(keyName, prefix, rollout.canaryDigest), laterTurnOf(fields), this.figures, this.clock);
   }
 }

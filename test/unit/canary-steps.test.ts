@@ -24,8 +24,8 @@ function arm(n: number, o: { errors?: number; ttftMs?: number; tpotMs?: number }
   for (let i = 0; i < n; i++) {
     const error = i < (o.errors ?? 0);
     const s: ArmSample = error
-      ? { arm: 'stable', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null }
-      : { arm: 'stable', outcome: 'ok', ttftMs: o.ttftMs ?? 100, tpotMs: o.tpotMs ?? 20, promptTokens: 40, cachedTokens: 0 };
+      ? { arm: 'stable', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null, laterTurn: false }
+      : { arm: 'stable', outcome: 'ok', ttftMs: o.ttftMs ?? 100, tpotMs: o.tpotMs ?? 20, promptTokens: 40, cachedTokens: 0, laterTurn: false };
     w = recorded(w, s);
   }
   return w;

@@ -1,8 +1,8 @@
 /**
  * The canary's verdict (src/rollout/verdict.ts) and what it does to the rollout (outcome.ts), as
  * tables: sample sizes below, at and above the minimum; TTFT like with like (a cold canary's misses
- * against a warm stable arm's hits is no comparison; the same bucket 2.4× is a fail); ties and
- * boundaries; a stable latency of 0 ms; the error-rate boundary; TPOT; the order of the checks.
+ * against a warm stable arm's hits is no comparison, nor later turns' misses against first turns';
+ * the same bucket 2.4× is a fail); ties and boundaries; a stable latency of 0 ms; the error-rate boundary; TPOT; the order of the checks.
  */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
@@ -119,7 +119,7 @@ describe('judgeStep: TTFT like with like', () => {
     assert.equal(v.bucket, undefined);
     assert.equal(v.canary.ttftP95Ms, null);
     assert.equal(v.stable.ttftP95Ms, null);
-    assert.match(describeFigures(SPEC, v), /TTFT not compared \(no prompt band and cache state with 8\+ samples on both arms\)/);
+    assert.match(describeFigures(SPEC, v), /TTFT not compared \(no prompt band and cache state with 20\+ samples on both arms\)/);
   });
 
   test('the same bucket 2.4× slower: fail on ttft, with both figures and the bucket in words', () => {
@@ -142,14 +142,38 @@ describe('judgeStep: TTFT like with like', () => {
     assert.ok(v.canary.ttftP95Ms! > v.stable.ttftP95Ms!);
   });
 
-  test('per-bucket minimum: a bucket with one sample fewer than max(5, minRequests/4) on an arm is not compared; at it, it is', () => {
-    assert.equal(bucketMinimum(30), 8);
-    assert.equal(bucketMinimum(10), 5);
+  test('a canary whose misses are conversations moved to it (later turns, whole histories) against a stable arm of first-turn misses: not compared, no fail', () => {
+    // the step moved conversations under way to the canary: their next turns evaluate the whole history there (2,000 ms),
+    // while the stable arm's follow-ups hit its cache and its misses are new conversations' first prompts (600 ms)
+    const stable = { requests: 380, ttft: { 'p512:hit': [[300, 90]], 'p512:miss': [[80, 600]] } } satisfies ArmInput;
+    const canary = { requests: 70, ttft: { 'p512:hit': [[25, 90]], 'p512:miss': [[20, 700]], 'p512:resumed': [[25, 2000]] } } satisfies ArmInput;
+    const v = judgeStep(SPEC, win(stable, canary));
+    assert.equal(v.kind, 'pass');
+    assert.equal(v.bucket, 'p512:miss', 'first-turn misses compared with first-turn misses');
+  });
+
+  test('later turns\' misses compare with each other when both arms have enough of them (a stable arm whose cache evicts)', () => {
+    const stable = { requests: 380, ttft: { 'p512:hit': [[300, 90]], 'p512:resumed': [[80, 1800]] } } satisfies ArmInput;
+    const slow = { requests: 50, ttft: { 'p512:hit': [[30, 92]], 'p512:resumed': [[20, 4400]] } } satisfies ArmInput;
+    const v = judgeStep(SPEC, win(stable, slow));
+    assert.ok(v.kind === 'fail' && v.on === 'ttft');
+    assert.equal(v.bucket, 'p512:resumed');
+    assert.match(v.reason.message, /^TTFT p95 2\.\d+× the stable revision's \(\d+ vs \d+ ms, prompts 512–2047 tokens, cache miss of a later turn; at most 1\.5×\)$/);
+    const alike = { requests: 50, ttft: { 'p512:hit': [[30, 92]], 'p512:resumed': [[20, 1900]] } } satisfies ArmInput;
+    assert.equal(kindOf(judgeStep(SPEC, win(stable, alike))), 'pass');
+    const fewOnStable = { requests: 380, ttft: { 'p512:hit': [[361, 90]], 'p512:resumed': [[19, 1800]] } } satisfies ArmInput;
+    assert.equal(kindOf(judgeStep(SPEC, win(fewOnStable, slow))), 'pass', 'below the bucket minimum on the stable arm: not compared');
+  });
+
+  test('per-bucket minimum: a bucket with one sample fewer than max(20, minRequests/4) on an arm is not compared; at it, it is', () => {
+    assert.equal(bucketMinimum(30), 20);
+    assert.equal(bucketMinimum(10), 20);
+    assert.equal(bucketMinimum(80), 20);
     assert.equal(bucketMinimum(100), 25);
     const canary = { requests: 42, ttft: { 'p0:miss': [[42, 812]] } } satisfies ArmInput;
-    assert.equal(kindOf(judgeStep(SPEC, win({ requests: 380, ttft: { 'p0:hit': [[373, 40]], 'p0:miss': [[7, 338]] } }, canary))), 'pass');
-    assert.equal(kindOf(judgeStep(SPEC, win({ requests: 380, ttft: { 'p0:hit': [[372, 40]], 'p0:miss': [[8, 338]] } }, canary))), 'fail:ttft');
-    const fewCanary = { requests: 42, ttft: { 'p0:hit': [[35, 40]], 'p0:miss': [[7, 812]] } } satisfies ArmInput;
+    assert.equal(kindOf(judgeStep(SPEC, win({ requests: 380, ttft: { 'p0:hit': [[361, 40]], 'p0:miss': [[19, 338]] } }, canary))), 'pass');
+    assert.equal(kindOf(judgeStep(SPEC, win({ requests: 380, ttft: { 'p0:hit': [[360, 40]], 'p0:miss': [[20, 338]] } }, canary))), 'fail:ttft');
+    const fewCanary = { requests: 42, ttft: { 'p0:hit': [[23, 40]], 'p0:miss': [[19, 812]] } } satisfies ArmInput;
     assert.equal(kindOf(judgeStep(SPEC, win({ requests: 380, ttft: { 'p0:hit': [[300, 40]], 'p0:miss': [[80, 338]] } }, fewCanary))), 'pass');
   });
 
@@ -166,6 +190,7 @@ describe('judgeStep: TTFT like with like', () => {
     assert.equal(bucketWords('p0:miss'), 'prompts 0–511 tokens, cache miss');
     assert.equal(bucketWords('p2k:hit'), 'prompts 2048–8191 tokens, cache hit');
     assert.equal(bucketWords('p8k:miss'), 'prompts 8192+ tokens, cache miss');
+    assert.equal(bucketWords('p512:resumed'), 'prompts 512–2047 tokens, cache miss of a later turn');
   });
 });
 
@@ -210,10 +235,10 @@ describe('judgeStep: TPOT and the order of the checks', () => {
 
   test('TPOT within its limit passes; too few samples of 2+ tokens are not compared', () => {
     assert.equal(kindOf(judgeStep(SPEC, win(healthy(200), healthy(40, { tpot: [[40, 22]] })))), 'pass');
-    const v = judgeStep(SPEC, win(healthy(200), healthy(40, { tpot: [[7, 90]] })));
+    const v = judgeStep(SPEC, win(healthy(200), healthy(40, { tpot: [[19, 90]] })));
     assert.equal(v.kind, 'pass');
     assert.equal(v.canary.tpotP95Ms, null);
-    assert.match(describeFigures(SPEC, v), /TPOT not compared \(fewer than 8 requests of 2\+ tokens on an arm\)/);
+    assert.match(describeFigures(SPEC, v), /TPOT not compared \(fewer than 20 requests of 2\+ tokens on an arm\)/);
   });
 
   test('errors before TTFT before TPOT', () => {

@@ -5,7 +5,7 @@ import { latencyIndex, LATENCY_BOUNDS_MS, percentile, totalOf } from '../../src/
 import type { ArmSample, ArmWindow } from '../../src/rollout/types.js';
 import { ArmRecorder, emptyWindow, mergeWindows, recorded } from '../../src/rollout/window.js';
 
-const sample = (s: Partial<ArmSample>): ArmSample => ({ arm: 'canary', outcome: 'ok', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null, ...s });
+const sample = (s: Partial<ArmSample>): ArmSample => ({ arm: 'canary', outcome: 'ok', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null, laterTurn: false, ...s });
 
 /** A window as plain numbers: requests, errors, counts per ttft bucket, tpot count. */
 const shape = (w: ArmWindow) => ({
@@ -23,6 +23,10 @@ describe('recorded: what one sample adds', () => {
     ['ok, 600 tokens, 300 cached: p512:hit (half counts as a hit)', sample({ ttftMs: 40, promptTokens: 600, cachedTokens: 300 }), { requests: 1, errors: 0, ttft: { 'p512:hit': 1 }, tpot: 0 }],
     ['ok, 600 tokens, 299 cached: p512:miss', sample({ ttftMs: 40, promptTokens: 600, cachedTokens: 299 }), { requests: 1, errors: 0, ttft: { 'p512:miss': 1 }, tpot: 0 }],
     ['ok, 2048 tokens: p2k', sample({ ttftMs: 40, promptTokens: 2048, cachedTokens: 0 }), { requests: 1, errors: 0, ttft: { 'p2k:miss': 1 }, tpot: 0 }],
+    ['a later turn, 600 tokens, 299 cached: p512:resumed (its history evaluated again)', sample({ ttftMs: 40, promptTokens: 600, cachedTokens: 299, laterTurn: true }), { requests: 1, errors: 0, ttft: { 'p512:resumed': 1 }, tpot: 0 }],
+    ['a later turn, 600 tokens, 300 cached: p512:hit (a hit is a hit, whatever the turn)', sample({ ttftMs: 40, promptTokens: 600, cachedTokens: 300, laterTurn: true }), { requests: 1, errors: 0, ttft: { 'p512:hit': 1 }, tpot: 0 }],
+    ['no later-turn flag (a sample made where the body is not known): p0:miss', { arm: 'canary', outcome: 'ok', ttftMs: 40, tpotMs: null, promptTokens: 100, cachedTokens: 0 }, { requests: 1, errors: 0, ttft: { 'p0:miss': 1 }, tpot: 0 }],
+    ['a later turn, tokens unknown: p0:resumed', sample({ ttftMs: 40, laterTurn: true }), { requests: 1, errors: 0, ttft: { 'p0:resumed': 1 }, tpot: 0 }],
     ['ok, 9000 tokens all cached: p8k:hit', sample({ ttftMs: 40, promptTokens: 9000, cachedTokens: 9000 }), { requests: 1, errors: 0, ttft: { 'p8k:hit': 1 }, tpot: 0 }],
     ['ok, tpot only (ttft unknown)', sample({ tpotMs: 12 }), { requests: 1, errors: 0, ttft: {}, tpot: 1 }],
     ['error: a request and an error, no latency even when measured', sample({ outcome: 'error', ttftMs: 40, tpotMs: 8, promptTokens: 10 }), { requests: 1, errors: 1, ttft: {}, tpot: 0 }],
@@ -60,7 +64,7 @@ describe('ArmRecorder: in place, snapshots immutable', () => {
   const run: ArmSample[] = [];
   for (let i = 0; i < 200; i++) {
     const outcome = i % 10 === 0 ? 'error' : i % 17 === 0 ? 'client' : 'ok';
-    run.push(sample({ outcome, ttftMs: 10 + i, tpotMs: i % 3 === 0 ? null : 5 + (i % 7), promptTokens: (i * 97) % 10_000, cachedTokens: i % 2 === 0 ? (i * 97) % 10_000 : 0 }));
+    run.push(sample({ outcome, ttftMs: 10 + i, tpotMs: i % 3 === 0 ? null : 5 + (i % 7), promptTokens: (i * 97) % 10_000, cachedTokens: i % 2 === 0 ? (i * 97) % 10_000 : 0, laterTurn: i % 3 === 1 }));
   }
 
   test('the recorder and a fold of recorded give the same window', () => {
@@ -76,6 +80,7 @@ describe('ArmRecorder: in place, snapshots immutable', () => {
     assert.equal(w.errors, run.filter((s) => s.outcome === 'error').length);
     const okWithTtft = run.filter((s) => s.outcome === 'ok').length;
     assert.equal(Object.values(w.ttft).reduce((n, c) => n + totalOf(c), 0), okWithTtft);
+    assert.ok(totalOf(w.ttft['p0:resumed']) > 0 && totalOf(w.ttft['p0:miss']) > 0 && totalOf(w.ttft['p0:hit']) > 0, 'the run fills all three cache states');
   });
 
   test('a snapshot does not move when more is recorded, and cannot be changed', () => {
@@ -103,8 +108,8 @@ describe('ArmRecorder: in place, snapshots immutable', () => {
 
 describe('mergeWindows: windows from several routers add up', () => {
   const fold = (samples: readonly ArmSample[]): ArmWindow => samples.reduce(recorded, emptyWindow());
-  const a = [sample({ ttftMs: 30, promptTokens: 10 }), sample({ outcome: 'error' }), sample({ ttftMs: 900, tpotMs: 20, promptTokens: 700, cachedTokens: 700 })];
-  const b = [sample({ ttftMs: 31, tpotMs: 4, promptTokens: 20 }), sample({ ttftMs: 5000, promptTokens: 3000 }), sample({ outcome: 'client', ttftMs: 1 })];
+  const a = [sample({ ttftMs: 30, promptTokens: 10 }), sample({ outcome: 'error' }), sample({ ttftMs: 900, tpotMs: 20, promptTokens: 700, cachedTokens: 700 }), sample({ ttftMs: 700, promptTokens: 900, laterTurn: true })];
+  const b = [sample({ ttftMs: 31, tpotMs: 4, promptTokens: 20 }), sample({ ttftMs: 5000, promptTokens: 3000 }), sample({ outcome: 'client', ttftMs: 1 }), sample({ ttftMs: 650, promptTokens: 800, laterTurn: true }), sample({ ttftMs: 90, promptTokens: 300, laterTurn: true })];
 
   const rows: [string, ArmSample[], ArmSample[]][] = [
     ['both empty', [], []],

@@ -9,10 +9,10 @@ import type { ReplicaView } from '../../src/reconciler/view.js';
 import { totalOf } from '../../src/rollout/latency.js';
 import type { RolloutView } from '../../src/rollout/types.js';
 import { affinityKey } from '../../src/router/affinity.js';
-import { armOfDraw, armReplicas, armSampleOf, canaryOf, drawOf, outcomeOf, Split, tpotOf, type CallEnd } from '../../src/router/canary.js';
+import { armOfDraw, armReplicas, armSampleOf, CanarySplitter, canaryOf, drawOf, laterTurnOf, outcomeOf, Split, tpotOf, type CallEnd } from '../../src/router/canary.js';
 import { RouterRollouts } from '../../src/router/rollout-figures.js';
 import { modelView } from '../harness/views.js';
-import { fakeSpec } from '../harness/fake-fleet-view.js';
+import { FakeFleetView, fakeSpec } from '../harness/fake-fleet-view.js';
 
 const STABLE = 'sha256:stable';
 const CANARY = 'sha256:canary';
@@ -123,7 +123,7 @@ describe('armReplicas: the arm, or the other when it has none', () => {
   test('Split: share 1 always goes to the canary replica while there is one, else to stable', () => {
     const figures = new RouterRollouts();
     for (let n = 0; n < 1000; n++) {
-      const s = new Split('m', rollout(1), drawOf('alice', conversation(n), CANARY), figures, Date.now);
+      const s = new Split('m', rollout(1), drawOf('alice', conversation(n), CANARY), false, figures, Date.now);
       assert.deepEqual(s.replicas([S1, C1, S2]).map((x) => x.id), ['c1']);
       assert.deepEqual(s.replicas([S1, S2]).map((x) => x.id), ['s1', 's2']);
     }
@@ -132,14 +132,14 @@ describe('armReplicas: the arm, or the other when it has none', () => {
   test('Split: share 0 never goes to the canary replica while stable has one', () => {
     const figures = new RouterRollouts();
     for (let n = 0; n < 1000; n++) {
-      const s = new Split('m', rollout(0), drawOf('alice', conversation(n), CANARY), figures, Date.now);
+      const s = new Split('m', rollout(0), drawOf('alice', conversation(n), CANARY), false, figures, Date.now);
       assert.deepEqual(s.replicas([S1, C1]).map((x) => x.id), ['s1']);
       assert.deepEqual(s.replicas([C1]).map((x) => x.id), ['c1']);
     }
   });
 
   test("Split.scope: the stable arm keeps the model's affinity scope, the canary arm has its own", () => {
-    const s = new Split('m', rollout(0.5), 0.1, new RouterRollouts(), Date.now);
+    const s = new Split('m', rollout(0.5), 0.1, false, new RouterRollouts(), Date.now);
     assert.equal(s.scope([S1, S2]), 'm');
     assert.notEqual(s.scope([C1, C2]), 'm');
     assert.equal(s.scope([C1]), s.scope([C2]));
@@ -185,23 +185,74 @@ describe('tpotOf: time per output token', () => {
 
 describe('armSampleOf: a request end as a sample', () => {
   const end = (e: Partial<CallEnd>): CallEnd => ({ status: 200, reason: '', tail: null, tokens: null, t0: 1000, firstByteAt: 0, now: 2000, ...e });
-  test('ok: ttft from arrival to first byte, tpot, prompt and cached tokens', () => {
-    const s = armSampleOf('canary', end({ firstByteAt: 1250, tail: '"timings":{"cache_n":30,"prompt_n":70,"predicted_n":5,"predicted_per_token_ms":12.5}}', tokens: { evaluated: 70, cached: 30 } }));
-    assert.deepEqual(s, { arm: 'canary', outcome: 'ok', ttftMs: 250, tpotMs: 12.5, promptTokens: 100, cachedTokens: 30 });
+  test('ok: ttft from arrival to first byte, tpot, prompt and cached tokens, the later-turn flag as given', () => {
+    const tail = '"timings":{"cache_n":30,"prompt_n":70,"predicted_n":5,"predicted_per_token_ms":12.5}}';
+    const s = armSampleOf('canary', end({ firstByteAt: 1250, tail, tokens: { evaluated: 70, cached: 30 } }), false);
+    assert.deepEqual(s, { arm: 'canary', outcome: 'ok', ttftMs: 250, tpotMs: 12.5, promptTokens: 100, cachedTokens: 30, laterTurn: false });
+    assert.equal(armSampleOf('canary', end({ firstByteAt: 1250, tail, tokens: { evaluated: 70, cached: 30 } }), true).laterTurn, true);
   });
   test('no first byte: no ttft, no tpot', () => {
-    assert.deepEqual(armSampleOf('stable', end({ status: 502, reason: 'UPSTREAM_CONNECT' })), { arm: 'stable', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null });
+    assert.deepEqual(armSampleOf('stable', end({ status: 502, reason: 'UPSTREAM_CONNECT' }), false), { arm: 'stable', outcome: 'error', ttftMs: null, tpotMs: null, promptTokens: null, cachedTokens: null, laterTurn: false });
   });
   test('an error with a first byte keeps its ttft (the window ignores it) but no tpot', () => {
-    const s = armSampleOf('canary', end({ status: 200, reason: 'UPSTREAM_FAILED', firstByteAt: 1100, tail: '"timings":{"predicted_n":5,"predicted_per_token_ms":9}' }));
+    const s = armSampleOf('canary', end({ status: 200, reason: 'UPSTREAM_FAILED', firstByteAt: 1100, tail: '"timings":{"predicted_n":5,"predicted_per_token_ms":9}' }), false);
     assert.equal(s.outcome, 'error');
     assert.equal(s.tpotMs, null);
   });
 });
 
+describe('laterTurnOf: a later turn of a conversation (its misses count as resumed)', () => {
+  const u = (content = 'q') => ({ role: 'user', content });
+  const a = (content = 'a') => ({ role: 'assistant', content });
+  const rows: [string, Record<string, unknown>, boolean][] = [
+    ['a first turn: system and user', { messages: [{ role: 'system', content: 's' }, u()] }, false],
+    ['a first turn: user only', { messages: [u()] }, false],
+    ['a second turn: user, assistant, user', { messages: [u(), a(), u()] }, true],
+    ['a later turn after a system prompt', { messages: [{ role: 'system', content: 's' }, u(), a(), u(), a(), u()] }, true],
+    ['a first turn with an assistant prefill at the end', { messages: [u(), a('Sure,')] }, false],
+    ['a later turn with an assistant prefill at the end', { messages: [u(), a(), u(), a('Sure,')] }, true],
+    ["a tool's result after the assistant's call", { messages: [u(), { role: 'assistant', tool_calls: [{ id: 't' }] }, { role: 'tool', tool_call_id: 't', content: '42' }] }, true],
+    ["Anthropic's /v1/messages body (system apart)", { system: 's', messages: [u(), a(), u()] }, true],
+    ['an assistant message alone', { messages: [a()] }, false],
+    ['a completion prompt', { prompt: 'Once upon a time' }, false],
+    ['no messages', {}, false],
+    ['messages not an array', { messages: 'hello' }, false],
+    ['empty messages', { messages: [] }, false],
+  ];
+  for (const [what, body, want] of rows) test(what, () => assert.equal(laterTurnOf(body), want));
+});
+
+describe('CanarySplitter: a later turn that misses the cache counts in its own bucket', () => {
+  const spec = fakeSpec({ models: { m: {} } });
+  const fleet = new FakeFleetView(spec);
+  const base = modelView(spec.models['m']!, {});
+  const view = { ...base, rollout: rollout(1, { since: Date.now() - 60_000 }) };
+  fleet.model = () => view;
+  const end = (evaluated: number, cached: number): CallEnd => {
+    const t = performance.now();
+    return { status: 200, reason: '', tail: null, tokens: { evaluated, cached }, t0: t - 50, firstByteAt: t - 10, now: t };
+  };
+  test('first turn miss, later turn miss (resumed), later turn hit', () => {
+    const figures = new RouterRollouts();
+    const splitter = new CanarySplitter(fleet, figures, Date.now);
+    const first = { messages: [{ role: 'user', content: 'conversation x' }] };
+    const later = { messages: [...first.messages, { role: 'assistant', content: 'a' }, { role: 'user', content: 'and?' }] };
+    const ended = (body: Record<string, unknown>, e: CallEnd) => {
+      const s = splitter.of('m', 'alice', null, '/v1/chat/completions', body)!;
+      assert.equal(s.laterTurn, body === later);
+      s.ended(C1, e);
+    };
+    ended(first, end(100, 0));
+    ended(later, end(140, 0));
+    ended(later, end(40, 100));
+    const w = figures.window('m', CANARY)!;
+    assert.deepEqual(Object.fromEntries(Object.entries(w.canary.ttft).map(([k, c]) => [k, totalOf(c)])), { 'p0:miss': 1, 'p0:resumed': 1, 'p0:hit': 1 });
+  });
+});
+
 describe('RouterRollouts: the figures the controller reads', () => {
-  const ok = (arm: 'stable' | 'canary') => armSampleOf(arm, { status: 200, reason: '', tail: '"timings":{"predicted_n":4,"predicted_per_token_ms":10}}', tokens: { evaluated: 10, cached: 0 }, t0: 0, firstByteAt: 30, now: 100 });
-  const err = (arm: 'stable' | 'canary') => armSampleOf(arm, { status: 500, reason: '', tail: null, tokens: null, t0: 0, firstByteAt: 0, now: 100 });
+  const ok = (arm: 'stable' | 'canary') => armSampleOf(arm, { status: 200, reason: '', tail: '"timings":{"predicted_n":4,"predicted_per_token_ms":10}}', tokens: { evaluated: 10, cached: 0 }, t0: 0, firstByteAt: 30, now: 100 }, false);
+  const err = (arm: 'stable' | 'canary') => armSampleOf(arm, { status: 500, reason: '', tail: null, tokens: null, t0: 0, firstByteAt: 0, now: 100 }, false);
 
   test('a window per model and canary revision, from the step the view says', () => {
     const f = new RouterRollouts();
@@ -209,7 +260,7 @@ describe('RouterRollouts: the figures the controller reads', () => {
     f.record('m', rollout(0.5), ok('stable'), 2_000);
     f.record('m', rollout(0.5), ok('canary'), 2_000);
     f.record('m', rollout(0.5), err('canary'), 2_000);
-    f.record('m', rollout(0.5), armSampleOf('canary', { status: 499, reason: '', tail: null, tokens: null, t0: 0, firstByteAt: 10, now: 20 }), 2_000);
+    f.record('m', rollout(0.5), armSampleOf('canary', { status: 499, reason: '', tail: null, tokens: null, t0: 0, firstByteAt: 10, now: 20 }, false), 2_000);
     const w = f.window('m', CANARY)!;
     assert.equal(w.since, 1_000);
     assert.deepEqual([w.stable.requests, w.stable.errors, w.canary.requests, w.canary.errors], [1, 0, 2, 1]);
@@ -283,7 +334,7 @@ describe('RouterRollouts: the figures the controller reads', () => {
   test('Split records on the arm of the replica the request really went to', () => {
     const f = new RouterRollouts();
     const now = Date.now();
-    const s = new Split('m', rollout(1, { since: now - 60_000 }), 0.2, f, Date.now);
+    const s = new Split('m', rollout(1, { since: now - 60_000 }), 0.2, false, f, Date.now);
     assert.equal(s.arm, 'canary');
     s.ended(S1, { status: 200, reason: '', tail: null, tokens: null, t0: performance.now(), firstByteAt: performance.now(), now: performance.now() });
     s.failedAttempt(C1, performance.now());
