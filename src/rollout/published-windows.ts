@@ -10,7 +10,7 @@
  * up only when they are of the same revision (digest) AND began at the same `since`: a window of an
  * older step, or one begun again elsewhere, is never counted into the current one.
  */
-import { LATENCY_BOUNDS_MS, totalOf } from './latency.js';
+import { LATENCY_BOUNDS_MS, totalOf, TTFT_BUCKETS } from './latency.js';
 import type { ArmWindow, CanaryWindow, LatencyCounts } from './types.js';
 import { mergeWindows } from './window.js';
 
@@ -22,7 +22,6 @@ const MAX_COUNT = 1e12;
 const DIGEST_RE = /^[A-Za-z0-9:._+-]{1,160}$/;
 /** A model's name as a key (kept in a Map: a name that is no model's is never asked for). */
 const MAX_MODEL_NAME = 128;
-const TTFT_BUCKETS: ReadonlySet<string> = new Set(['p0', 'p512', 'p2k', 'p8k'].flatMap((b) => [`${b}:hit`, `${b}:miss`]));
 
 /** One model's window as a router keeps it (RolloutFigures.all()'s entries). */
 export interface ModelWindow {

@@ -55,7 +55,8 @@ describe('encodeWindows / decodeWindows: one router\'s value', () => {
   test(`bounded: past ${MAX_PUBLISHED_BYTES} bytes the oldest windows are left out, the value still reads`, () => {
     // every TTFT bucket and tpot filled: the largest a window gets
     const full = (since: number): ModelWindow => {
-      const samples = ['p0', 'p512', 'p2k', 'p8k'].flatMap((_, i) => [0, 1].map((hit) => sample({ ttftMs: 12_345, tpotMs: 123, promptTokens: [10, 600, 3000, 9000][i]!, cachedTokens: hit ? 9000 : 0 })));
+      // hit, miss and the miss of a later turn (resumed) in every band
+      const samples = ['p0', 'p512', 'p2k', 'p8k'].flatMap((_, i) => [0, 1, 2].map((c) => sample({ ttftMs: 12_345, tpotMs: 123, promptTokens: [10, 600, 3000, 9000][i]!, cachedTokens: c === 1 ? 9000 : 0, laterTurn: c === 2 })));
       return mw(since, samples, samples);
     };
     const all: Record<string, ModelWindow> = {};
@@ -66,6 +67,7 @@ describe('encodeWindows / decodeWindows: one router\'s value', () => {
     const d = decodeWindows(value!);
     assert.ok(d.ok, d.ok ? '' : d.problem);
     assert.equal(d.windows.size + dropped.length, 400);
+    assert.equal(Object.keys([...d.windows.values()][0]!.window.canary.ttft).length, 12, 'every bucket, resumed ones too, read back');
     const keptSince = [...d.windows.values()].map((w) => w.window.since);
     const droppedSince = dropped.map((m) => all[m]!.window.since);
     assert.ok(Math.min(...keptSince) > Math.max(...droppedSince), 'the newest are kept');
