@@ -32,11 +32,11 @@ let chat: TinyModelFile;
 let figures: RouterRollouts;
 
 const INTERVAL_S = 8;
-const canary = (o: { minRequests?: number; latency?: boolean } = {}): string[] => [
+const canary = (o: { minRequests?: number; latency?: boolean; intervalS?: number } = {}): string[] => [
   'rollout:',
   '  canary:',
   '    steps: [30%, 60%]',
-  `    interval: ${INTERVAL_S}s`,
+  `    interval: ${o.intervalS ?? INTERVAL_S}s`,
   `    min_requests: ${o.minRequests ?? 5}`,
   '    max_error_rate_increase: 5%',
   // a tiny model's latency on a shared 2-core machine moves by more than 1.5× from run to run: these
@@ -46,7 +46,7 @@ const canary = (o: { minRequests?: number; latency?: boolean } = {}): string[] =
   '    on_inconclusive: hold',
 ];
 
-function files(o: { ctx: number; cacheRam: string; minRequests?: number; latency?: boolean; model?: TinyModelFile }): Record<string, string | null> {
+function files(o: { ctx: number; cacheRam: string; minRequests?: number; latency?: boolean; intervalS?: number; model?: TinyModelFile }): Record<string, string | null> {
   const f: Record<string, string | null> = fleet.baseFiles();
   delete f['models/kev.yaml'];
   delete f['models/huge.yaml'];
@@ -182,8 +182,9 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     // the revision that serves: the stable one of the rollout the test before rolled back
     const stable = view().rollout?.stableDigest ?? view().spec.digest;
     const pushedFrom = view().spec.digest;
-    const l = load(3);
-    await fleet.push(files({ ctx: 2048, cacheRam: '16MiB', latency: true, model: slow }), 'chat: the same name on a model 8× as deep');
+    // a latency p95 is compared on 20+ samples of a bucket on each arm (verdict.ts): a step long enough for the slow canary's
+    const l = load(4);
+    await fleet.push(files({ ctx: 2048, cacheRam: '16MiB', latency: true, intervalS: 40, minRequests: 20, model: slow }), 'chat: the same name on a model 8× as deep');
     // (the revision of the test before is rolled back too: wait for this one's verdict)
     const promoted = (): boolean => view().spec.digest !== pushedFrom && view().rollout === undefined && view().replicas.every((x) => x.digest === view().spec.digest);
     await ctl
