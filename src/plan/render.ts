@@ -26,7 +26,7 @@ function totals(r: PlanReport): string {
   if (r.other.length) parts.push(plural(r.other.length, 'other change'));
   if (evicting) parts.push(`${plural(evicting, 'model')} fit${evicting === 1 ? 's' : ''} only after evicting idle on-demand replicas`);
   if (partly) parts.push(`${plural(partly, 'model')} fit${partly === 1 ? 's' : ''} only in part`);
-  if (unknown) parts.push(`${plural(unknown, 'model')}' memory need${unknown === 1 ? ' is' : 's are'} unknown`);
+  if (unknown) parts.push(unknown === 1 ? "1 model's memory need is unknown" : `${unknown} models' memory needs are unknown`);
   if (nowhere) parts.push(`${nowhere} changed model${nowhere === 1 ? '' : 's'} fit${nowhere === 1 ? 's' : ''} nowhere`);
   return r.changed ? `${parts.join('; ')}.` : 'No changes.';
 }

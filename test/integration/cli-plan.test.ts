@@ -197,7 +197,7 @@ describe('llmgw plan', () => {
       const says = `memory need unknown: could not read the GGUF header of http://127.0.0.1:${port}/slow.gguf (timed out after 1s); set memory: in models/slow.yaml`;
       assert.equal(r.out.split(says).length - 1, 1, r.out);
       assert.doesNotMatch(r.out, /fits nowhere/);
-      assert.match(r.out, /1 model' memory need is unknown\.$/m);
+      assert.match(r.out, /1 model's memory need is unknown\.$/m);
     } finally {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => hang.close(() => resolve()));
