@@ -10,7 +10,7 @@ import { mayStart, type ModelHealth } from './health.js';
 import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
 import type { PlannedRollout } from './rollout-life.js';
 import { avoidKey } from './state.js';
-import { scheduleInForce } from '../schedule/schedule.js';
+import { countNow } from '../scale/range.js';
 import { modelsInOrder } from './spec-order.js';
 // --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
 import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, replicaDeviceBytes, type DeviceDelta, type ObservedDevice } from './device-use.js';
@@ -59,6 +59,8 @@ export interface PlanInput {
   readonly busy?: ReadonlySet<string>;
   /** On-demand activity per model. */
   readonly demand: Readonly<Record<string, Demand>>;
+  /** The count the record keeps for each model whose count follows its load (scale-life.ts), within its range. */
+  readonly scaled?: Readonly<Record<string, number>>;
   /** Replica ids an operator asked to restart (replaced surge-first, like an outdated digest). */
   readonly restarts: ReadonlySet<string>;
   /** Replica id → epoch ms when it began draining because a restart had no room to surge. */
@@ -130,9 +132,9 @@ export function keyMatches(r: Pick<ReplicaObservation, 'keyFingerprint'>, finger
   return !fingerprint || r.keyFingerprint === undefined || r.keyFingerprint === fingerprint;
 }
 
-export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number): number {
-  if (m.scaling.mode === 'replicas') return scheduleInForce(m.scaling, now).replicas;
-  return demand && now - demand.lastRequestAt < m.scaling.idleTimeoutMs ? 1 : 0;
+/** What the model should have now (scale/range.ts countNow; `scaled`: the count its load decided). */
+export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number, scaled?: number): number {
+  return countNow(m, m.scaling.mode !== 'on_demand' || (demand !== undefined && now - demand.lastRequestAt < m.scaling.idleTimeoutMs), now, scaled);
 }
 
 /**
@@ -225,7 +227,7 @@ export function planPass(input: PlanInput): PlanOutput {
   const wants: Want[] = [];
   for (const m of modelsInOrder(spec)) {
     const rollout = input.rollouts?.[m.name];
-    const asked = desiredNow(m, input.demand[m.name], now);
+    const asked = desiredNow(m, input.demand[m.name], now, input.scaled?.[m.name]);
     desired[m.name] = asked;
     // a rollout: the new revision's replicas are what it wants of the current digest
     const want = rollout ? rollout.want : asked;
@@ -242,11 +244,12 @@ export function planPass(input: PlanInput): PlanOutput {
     const currentStarting = current.filter((l) => l.r.state === 'starting').length + pending.length;
     const haveCurrent = current.length + pending.length;
 
-    // Too many current replicas: stop the extras (starting before ready, newest first).
+    // Too many current replicas: stop the extras (starting, then idle ones, newest first: the oldest is warmest).
     if (haveCurrent > want) {
+      const inUse = (l: Located): number => (busy.has(l.r.id) ? 1 : 0);
       const extra = [...current]
         .filter((l) => l.reachable)
-        .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || b.r.startedAt - a.r.startedAt)
+        .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || inUse(a) - inUse(b) || b.r.startedAt - a.r.startedAt)
         .slice(0, haveCurrent - want);
       const reason: StopReason = m.scaling.mode === 'on_demand' && want === 0 ? 'idle' : 'surplus';
       // A request in flight is activity: an idle replica serving one is not stopped yet.

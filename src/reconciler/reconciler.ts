@@ -227,6 +227,7 @@ export class Reconciler extends ControllerShell implements FleetView {
         busy,
         active: this.own.active(),
         keyFingerprint: this.keyFingerprint,
+        load: this.o.modelLoad?.(), // scaling (#42): the routers' load, read as the pass decides
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
       });

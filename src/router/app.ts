@@ -29,6 +29,7 @@ import { RouterError, modelNotFound, renderError, routeNotFound } from './errors
 import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
 import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
+import type { ModelLoad, RouterLoad } from './load-report.js';
 import { foreignRequest, type LocalOnly } from '../util/local-only.js';
 import type { RouterCount } from './limits.js';
 
@@ -99,6 +100,8 @@ export interface RouterDeps {
   readonly routers?: () => RouterCount;
   /** Where the canary figures go (#34; serve hands the same object to the controller); the router's own by default. */
   readonly rollouts?: RouterRollouts;
+  /** Where each model's load goes (#42; serve hands the same object to the controller, which scales on it). */
+  readonly load?: RouterLoad;
   /** Auth off: serve only requests whose Host and Origin are this machine's (or allowed hosts); null/absent: no check. */
   readonly localOnly?: LocalOnly | null;
 }
@@ -217,6 +220,12 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     } satisfies RouterStats,
   });
   Object.defineProperty(app, ROLLOUT_FIGURES, { value: rollouts satisfies RolloutFigures });
+  // each model's load (#42): its requests on replicas (slots busy) and in its queue
+  deps.load?.attach(() => {
+    const out: Record<string, ModelLoad> = {};
+    for (const [model, c] of core.ctx.modelInFlight) if (c.n > 0 || (c.queue?.length ?? 0) > 0) out[model] = { busy: c.n, queued: c.queue?.length ?? 0 };
+    return out;
+  });
   const sweepTimer = setInterval(() => {
     for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
     core.keyLimiter.sweep();
