@@ -6,7 +6,8 @@
  * replicas, or fits nowhere.
  */
 import type { DeviceNeed } from '../reconciler/memory.js';
-import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import { SCALE_DEFAULTS, type FleetSpec, type ModelSpec, type ScaleSpec } from '../fleet-spec/types.js';
+import { rangeText, scales } from '../scale/range.js';
 import { formatDuration } from '../fleet-spec/units.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 import type { Need } from './needs.js';
@@ -72,12 +73,19 @@ export interface PlanReport {
 const iso = (t: number): string => new Date(t).toISOString().replace(/:\d\d\.\d{3}Z$/, 'Z');
 
 function scalingText(m: ModelSpec): string {
-  if (m.scaling.mode === 'on_demand') return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas})`;
+  const follows = scales(m) ? `; ${followsText(m.scale ?? SCALE_DEFAULTS)}` : '';
+  if (m.scaling.mode === 'on_demand') return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas}${follows})`;
   const n = m.scaling.replicas;
-  const count = `${n} replica${n === 1 ? '' : 's'}`;
+  const max = m.scaling.max ?? n;
+  const count = max > n ? `${n}..${max} replicas` : `${n} replica${n === 1 ? '' : 's'}`;
   const sched = m.scaling.schedule;
-  if (!sched) return count;
-  return `${count} by default; schedule (${sched.timezone}): ${sched.entries.map((e) => `"${e.cron}" → ${e.replicas}`).join(', ')}`;
+  if (!sched) return `${count}${follows ? ` (${follows.slice(2)})` : ''}`;
+  return `${count} by default; schedule (${sched.timezone}): ${sched.entries.map((e) => `"${e.cron}" → ${rangeText({ min: e.replicas, max: e.max ?? e.replicas })}`).join(', ')}${follows}`;
+}
+
+/** "scales at 80 % busy, up after 10s, down after 5m" */
+function followsText(s: ScaleSpec): string {
+  return `scales at ${Math.round(s.target * 100)} % busy, up after ${formatDuration(s.upAfterMs)}, down after ${formatDuration(s.downAfterMs)}`;
 }
 
 /** "schedule: 2 replicas in force now (\"0 8 * * 1-5\" since …); next 0 at …" */

@@ -11,7 +11,7 @@ import { liveness } from './liveness.js';
 import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
-import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
+import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput, type ShortOfRoom } from './planner.js';
 import { isInflightStart, moved } from './replica-life.js';
 import { plannedRollout, rolloutSettled, type PlannedRollout } from './rollout-life.js';
 import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type ModelRecord, type Note } from './state.js';
@@ -52,6 +52,8 @@ export interface Decision {
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
   /** On-demand models waiting for a busy replica's room (planner.ts): look again soon. */
   readonly waitingForRoom: readonly string[];
+  /** Scaling models whose extra replicas fit nowhere (planner.ts ShortOfRoom). */
+  readonly short: Readonly<Record<string, ShortOfRoom>>;
   /** The observation after liveness (unresponsive replicas marked failed). */
   readonly nodes: readonly ObservedNode[];
   readonly notes: readonly Note[];
@@ -160,7 +162,7 @@ export function decide(i: DecideInput): Decision {
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
-  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, nodes: live.nodes, notes };
+  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, short: out.short ?? {}, nodes: live.nodes, notes };
 }
 
 /**

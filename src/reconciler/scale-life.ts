@@ -62,3 +62,13 @@ export function scaleDue(s: Pick<ControllerState, 'models'>, now: number): numbe
   }
   return at;
 }
+
+/** Each scaling model's record (the snapshot's scale views read their last change from it). */
+export function scaleRecords(s: Pick<ControllerState, 'models'>): Readonly<Record<string, ScaleRecord>> {
+  const out: Record<string, ScaleRecord> = {};
+  for (const name in s.models) {
+    const r = s.models[name]!.scale;
+    if (r !== undefined) out[name] = r;
+  }
+  return out;
+}
