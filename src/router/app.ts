@@ -223,7 +223,11 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   // each model's load (#42): its requests on replicas (slots busy) and in its queue
   deps.load?.attach(() => {
     const out: Record<string, ModelLoad> = {};
-    for (const [model, c] of core.ctx.modelInFlight) if (c.n > 0 || (c.queue?.length ?? 0) > 0) out[model] = { busy: c.n, queued: c.queue?.length ?? 0 };
+    for (const [model, c] of core.ctx.modelInFlight) {
+      // waiting for a slot: in the queue, or for the model's activation
+      const queued = (c.queue?.length ?? 0) + (c.activating ?? 0);
+      if (c.n > 0 || queued > 0) out[model] = { busy: c.n, queued };
+    }
     return out;
   });
   const sweepTimer = setInterval(() => {

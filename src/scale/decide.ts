@@ -70,7 +70,7 @@ export interface SummedLoad extends ModelLoad {
 export const LOAD_TTL_MS = 30_000;
 /** Down only where the load fits in one replica fewer at this share of the target (hysteresis). */
 export const DOWN_BAND = 0.9;
-/** While a model under load could still grow, its load is looked at least this often (ms). */
+/** While a model under load could still grow, its load is looked at least this often (ms); above its min, every tenth of down_after (1 s to 30 s). */
 export const SAMPLE_MS = 5_000;
 
 /** The model's load over the routers' reports at `now` (reports older than ttlMs count as zero). */
@@ -159,11 +159,18 @@ export function decideScale(i: ScaleInput): ScaleDecision {
     }
     return { record: keep({ count, downSince }), change: null, wants, nextAt: downSince + scale.downAfterMs };
   }
-  return { record: keep({ count }), change: null, wants, nextAt: load > 0 && count < range.max ? now + sampleMs(scale) : null };
+  // no window: look again soon while the load could take it up, less often while it could take it down
+  const nextAt = load > 0 && count < range.max ? now + sampleMs(scale) : count > range.min ? now + downSampleMs(scale) : null;
+  return { record: keep({ count }), change: null, wants, nextAt };
 }
 
 function sampleMs(scale: ScaleSpec): number {
   return Math.max(1000, Math.min(SAMPLE_MS, scale.upAfterMs));
+}
+
+/** Above its min with no window open: a tenth of down_after, between 1 s and 30 s (the down window opens that late at most). */
+function downSampleMs(scale: ScaleSpec): number {
+  return Math.min(30_000, Math.max(1000, scale.downAfterMs / 10));
 }
 
 /** Whether two records say the same (a decision that changed nothing keeps the record's object). */

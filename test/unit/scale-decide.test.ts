@@ -156,11 +156,13 @@ describe('the scaling decision', () => {
     assert.equal(stateFromJson({ ...spec, models: { m: { health: { digest: 'd' }, scale: { count: -1 } } } }).models.m!.scale, undefined);
   });
 
-  it('next look: at a window\'s end; every few seconds while a load could still grow; none when idle at min', () => {
+  it('next look: at a window\'s end; every few seconds while a load could still grow; less often above the min; none when idle at min', () => {
     const opened = decideScale({ range: { min: 1, max: 3 }, slots: 1, scale, load: load(1, 5), record: undefined, now: T0 });
     assert.equal(opened.nextAt, T0 + 10 * S);
     assert.equal(decideScale({ range: { min: 1, max: 3 }, slots: 4, scale, load: load(1), record: undefined, now: T0 }).nextAt, T0 + 5 * S);
     assert.equal(decideScale({ range: { min: 1, max: 3 }, slots: 1, scale, load: load(0), record: undefined, now: T0 }).nextAt, null);
+    // at its max, under load that keeps it there: a look every tenth of down_after (30 s here), for when the load falls
+    assert.equal(decideScale({ range: { min: 1, max: 3 }, slots: 1, scale, load: load(3), record: { count: 3 }, now: T0 }).nextAt, T0 + 30 * S);
   });
 });
 
