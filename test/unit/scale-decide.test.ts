@@ -209,3 +209,30 @@ describe('a pass keeps the decision (scale-life.ts) and the planner reads it', a
     assert.equal(stepped.models.alpha!.scale!.lookAt, T0 + 10 * S + 3600_000);
   });
 });
+
+describe('the range in force (scale/range.ts)', async () => {
+  const { rangeNow, scales } = await import('../../src/scale/range.js');
+  const spec = await specOf((f) => {
+    f['models/alpha.yaml'] = f['models/alpha.yaml']!.replace('replicas: 1', 'replicas: { min: 1, max: 4 }') + ['timezone: UTC', 'schedule:', '  - { cron: "0 8 * * *", min: 2 }', '  - { cron: "0 20 * * *", replicas: 1 }', '  - { cron: "0 22 * * *", max: 2 }', ''].join('\n');
+  });
+  const day = Date.parse('2026-03-02T00:00:00Z');
+  const h = (n: number): number => day + n * 3600_000;
+
+  it('a schedule entry sets the range from its firing on: min only (max the model\'s), a count (min = max), max only (min the model\'s)', () => {
+    const alpha = spec.models.alpha!;
+    assert.ok(scales(alpha));
+    assert.deepEqual(rangeNow(alpha, h(9)), { min: 2, max: 4 });
+    assert.deepEqual(rangeNow(alpha, h(21)), { min: 1, max: 1 });
+    assert.deepEqual(rangeNow(alpha, h(23)), { min: 1, max: 2 });
+    // a count decided at 4 in the morning's range is clamped by the evening's
+    assert.equal(desiredNow(alpha, undefined, h(9), 4), 4);
+    assert.equal(desiredNow(alpha, undefined, h(21), 4), 1);
+    assert.equal(desiredNow(alpha, undefined, h(23), 4), 2);
+  });
+
+  it('on demand: 1..max_replicas while active; a fixed count does not scale', () => {
+    assert.deepEqual(rangeNow(spec.models.beta!, day), { min: 1, max: 1 });
+    assert.ok(!scales(spec.models.beta!));
+    assert.ok(!scales(spec.models.gamma!));
+  });
+});
