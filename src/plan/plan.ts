@@ -8,6 +8,7 @@
 import type { DeviceNeed } from '../reconciler/memory.js';
 import { SCALE_DEFAULTS, type FleetSpec, type ModelSpec, type ScaleSpec } from '../fleet-spec/types.js';
 import { rangeText, scales } from '../scale/range.js';
+import { roomForMax } from './scale-room.js';
 import { formatDuration } from '../fleet-spec/units.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 import type { Need } from './needs.js';
@@ -251,7 +252,9 @@ export function planChanges(input: {
     // the rollout's sentences right after the definition change's
     const rollout = mp.definitionChanged && mp.change === 'changed' ? rolloutPlan(h, sim.models[mp.model]) : null;
     const at = replaced.findIndex((e) => e.startsWith('definition changed')) + 1;
-    const effects = rollout ? [...replaced.slice(0, at), ...rollout.effects, ...replaced.slice(at)] : replaced;
+    const withRollout = rollout ? [...replaced.slice(0, at), ...rollout.effects, ...replaced.slice(at)] : replaced;
+    const room = mp.change === 'unchanged' ? null : roomForMax(h, head, sim, memory[mp.model] ?? null); // scaling (#42)
+    const effects = room ? [...withRollout, room] : withRollout;
     models[i] = { ...mp, effects, rollout: rollout?.plan ?? null, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs, mp.definitionChanged && (sim.models[mp.model]?.before.length ?? 0) > 0), memoryBytes: memory[mp.model] ?? null };
   }
   for (const r of input.retries) {
