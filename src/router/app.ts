@@ -29,7 +29,7 @@ import { RouterError, modelNotFound, renderError, routeNotFound } from './errors
 import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
 import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
-import type { ModelLoad, RouterLoad } from './load-report.js';
+import { countingInFlight, type ModelLoad, type RouterLoad } from './load-report.js';
 import { foreignRequest, type LocalOnly } from '../util/local-only.js';
 import type { RouterCount } from './limits.js';
 
@@ -151,7 +151,9 @@ export function rolloutFiguresOf(app: FastifyInstance): RolloutFigures {
 
 export function buildRouter(deps: RouterDeps): FastifyInstance {
   const fleet = deps.fleet;
-  const metrics = deps.metrics ?? noRouterMetrics;
+  // requests per model in this router (waiting for activation, queued or proxied): its load (#42)
+  const inRouter = new Map<string, number>();
+  const metrics = deps.load ? countingInFlight(deps.metrics ?? noRouterMetrics, inRouter) : (deps.metrics ?? noRouterMetrics);
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
   const localOnly = deps.localOnly ?? null;
@@ -223,10 +225,10 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   // each model's load (#42): its requests on replicas (slots busy) and in its queue
   deps.load?.attach(() => {
     const out: Record<string, ModelLoad> = {};
-    for (const [model, c] of core.ctx.modelInFlight) {
+    for (const [model, n] of inRouter) {
       // waiting for a slot: in the queue, or for the model's activation
-      const queued = (c.queue?.length ?? 0) + (c.activating ?? 0);
-      if (c.n > 0 || queued > 0) out[model] = { busy: c.n, queued };
+      const busy = core.ctx.modelInFlight.get(model)?.n ?? 0;
+      if (n > 0) out[model] = { busy, queued: Math.max(0, n - busy) };
     }
     return out;
   });

@@ -357,8 +357,6 @@ export class RouterCore {
     const signal = AbortSignal.any([gone.signal, this.shutdown.signal]);
     this.metrics.inFlight(model, 1);
     this.activating++;
-    const counter = modelCounter(this.ctx, model); // its load while it waits (#42: router/load-report.ts)
-    counter.activating = (counter.activating ?? 0) + 1;
     let replicas: readonly ReplicaView[] | null = null;
     let failure: unknown = null;
     try {
@@ -370,7 +368,6 @@ export class RouterCore {
       res.removeListener('close', onClose);
       this.metrics.inFlight(model, -1);
       this.activating--;
-      counter.activating--;
       if (this.ctx.onIdle && this.busy === 0) this.ctx.onIdle();
     }
     if (replicas !== null) {

@@ -62,8 +62,6 @@ export interface ModelCounter {
   queue: WaitQueue<unknown> | null;
   /** True while the queue waits for a replica to become ready (none was; slot-queues.ts wakeOnReady). */
   waking: boolean;
-  /** Requests waiting for the model's activation (no replica was ready): load too (#42), set on first use. */
-  activating?: number;
 }
 
 /** Weight of the latest request in `serviceSeconds`. */

@@ -107,7 +107,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const routerLoad = new RouterLoad(instance.id);
   const common = {
     rolloutFigures,
-    modelLoad: () => [routerLoad.report()],
+    // under HA every router's report, read from etcd (ha/router-shares.ts), the leader summing them
+    modelLoad: () => routerShares?.loadReports() ?? [routerLoad.report()],
     memory,
     readSecret,
     logger: log,
@@ -134,6 +135,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     controller = ha.controller;
     etcdClient = ha.client;
     routerShares = ha.routerShares;
+    routerShares.reportLoad(() => routerLoad.report());
   } else {
     const statePath = join(cfg.stateDir, 'state.json');
     const { state, problem: stateProblem } = await loadState(statePath);
