@@ -6,6 +6,7 @@
 import type { ModelSpec } from '../fleet-spec/types.js';
 import { place, type DevicePlacement, type PlacementNode } from './placement.js';
 import type { Located, PlanInput } from './planner.js';
+import { rangeNow, scales } from '../scale/range.js';
 // devices (#24)
 import { addDeviceUse, deviceRequestOf, replicaDeviceBytes, type DeviceDelta } from './device-use.js';
 
@@ -39,6 +40,10 @@ export function evictFor(
     }
   }
   victims.sort((a, b) => a.lastRequestAt - b.lastRequestAt || a.located.r.id.localeCompare(b.located.r.id));
+  // scaling (#42): replicas above a model's floor give their room up first, however recent its requests
+  const extras = extraReplicas(w.model.name, input, byModel, stoppedIds, busyLater);
+  const extraIds = new Set(extras.map((e) => e.located.r.id));
+  victims.splice(0, victims.length, ...extras, ...victims.filter((v) => !extraIds.has(v.located.r.id)));
   const freed = new Map<string, number>();
   const devicesFreed: DeviceDelta = new Map(); // devices (#24)
   const chosen: { model: string; located: Located }[] = [];
@@ -58,4 +63,23 @@ export function evictFor(
     }
   }
   return null;
+}
+
+/**
+ * The replicas of scaling models above their floor (the range's min, 1 on demand), newest first, that
+ * an activation may take the room of (#42): never one with work in flight (unless `busyLater`), never
+ * the asking model's own.
+ */
+function extraReplicas(asking: string, input: PlanInput, byModel: ReadonlyMap<string, readonly Located[]>, stoppedIds: ReadonlySet<string>, busyLater: boolean): { model: string; located: Located; lastRequestAt: number }[] {
+  const out: { model: string; located: Located; lastRequestAt: number }[] = [];
+  for (const [model, list] of byModel) {
+    const m = input.spec.models[model];
+    if (!m || model === asking || !scales(m)) continue;
+    const alive = list.filter((l) => l.r.state !== 'failed' && !stoppedIds.has(l.r.id));
+    const spare = alive.length - (m.scaling.mode === 'on_demand' ? 1 : rangeNow(m, input.now).min);
+    if (spare <= 0) continue;
+    const free = alive.filter((l) => l.reachable && (busyLater || !(input.busy?.has(l.r.id) ?? false))).sort((a, b) => b.r.startedAt - a.r.startedAt || a.r.id.localeCompare(b.r.id));
+    for (const l of free.slice(0, spare)) out.push({ model, located: l, lastRequestAt: -Infinity });
+  }
+  return out;
 }

@@ -19,7 +19,7 @@ const spec = await specOf((f) => {
 });
 const NOW = 1_000_000;
 const replica = (id: string, model: string, extra: Partial<ReplicaObservation> = {}): ReplicaObservation => observed(spec, id, model, 'ready', extra);
-/** A node with room for two 6 GiB replicas (14 GiB less the 1 GiB reserve). */
+/** One node (cpu-01's file declares 16 GiB: room for two 6 GiB replicas, 3 GiB left, with the 1 GiB reserve). */
 const small = (replicas: ReplicaObservation[]): ObservedNode => ({ ...node('cpu-01', replicas), memoryTotalBytes: 14 * GiB });
 
 function input(over: Partial<PlanInput>): PlanInput {
@@ -76,6 +76,19 @@ describe('the planner on a scaling model', () => {
     assert.deepEqual(summary(out), []);
     assert.deepEqual(out.unplaceable, {});
     assert.deepEqual({ wants: out.short?.beta?.wants, fit: out.short?.beta?.fit }, { wants: 3, fit: 1 });
+  });
+
+  it('another model\'s activation takes the room of an extra replica (the newest idle one), never the last, however recent its load', () => {
+    // beta runs 2 (its count), asked for a moment ago; delta asked for now needs a 6 GiB room: beta's newer replica gives it up
+    const world = [small([replica('beta-1', 'beta', { startedAt: 1000 }), replica('beta-2', 'beta', { startedAt: 2000 })])];
+    const demand = { beta: { lastRequestAt: NOW }, delta: { lastRequestAt: NOW - 100 } };
+    const out = planPass(input({ nodes: world, scaled: { beta: 2 }, demand }));
+    assert.deepEqual(summary(out), ['stop beta-2 (evicted)']);
+    // at its floor (one replica), beta gives nothing up: delta is unplaceable
+    const memory = { ...Object.fromEntries(Object.values(spec.models).map((m) => [m.name, m.memoryBytes])), beta: 10 * GiB };
+    const one = planPass(input({ nodes: [small([replica('beta-1', 'beta')])], scaled: { beta: 1 }, demand, memory }));
+    assert.deepEqual(summary(one), []);
+    assert.equal(one.unplaceable.delta?.code, 'PLACEMENT_NO_ROOM');
   });
 
   it('scaling in stops a replica with nothing in flight before a busy one, whatever their age', () => {
