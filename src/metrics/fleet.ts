@@ -55,6 +55,7 @@ export class FleetMetrics {
   /** Scaling (#42): changes of a model's count, and the replicas it wants that fit nowhere. */
   private readonly scaleTotal: Counter<'model' | 'direction'>;
   private readonly shortReplicas: GaugeSeries<'model'>;
+  private readonly maxReplicas: GaugeSeries<'model'>;
   /** The last change counted per model (its time): a change is counted once, and none from before this process. */
   private readonly scaleCounted = new Map<string, number>();
   private readonly startedAt: number;
@@ -107,6 +108,7 @@ export class FleetMetrics {
     this.rolloutPhase = gauge(N.rolloutPhase, 'A model\'s rollout (always 1; present while it has one): checking (the new revision runs its checks and takes no request), held (a check failed: the new revision is held back, the stable one serves), promoted (the stable replicas are being replaced). Alert LlmgwRolloutRolledBack.', ['model', 'phase']);
     this.scaleTotal = new Counter({ name: N.modelScaleTotal, help: 'Changes of the replica count of a model that follows its load (#42), by direction (up, down), as this instance saw them.', labelNames: ['model', 'direction'], registers });
     this.shortReplicas = gauge(N.modelShortReplicas, 'Replicas a scaling model\'s load wants that fit on no node (present while some do not: the model serves with the others).', ['model']);
+    this.maxReplicas = gauge(N.modelMaxReplicas, 'The top of the replica range in force of a model that follows its load (#42; present only for those). Alert LlmgwModelAtMaxReplicas.', ['model']);
     this.startedAt = clock();
     this.forgedEpochs = gauge(N.forgedEpochs, 'Epochs this etcd did not make that the leader passed over: STATUS_EPOCH_FORGED 1 while a status-branch commit above etcd\'s revision is on the branch; NODE_EPOCH_FORGED the nodes whose owner record above it the leader took over in the last hour (both series present, 0 when none).', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
@@ -234,6 +236,7 @@ export class FleetMetrics {
   /** An engine install on a node finished (shows at once, before the next snapshot). */
   private applyScale(s: FleetSnapshot): void {
     applyScaleOf(s, this.scaleCounted, this.startedAt, this.scaleTotal, this.shortReplicas);
+    this.maxReplicas.replace(s.models.flatMap((m) => (m.scale ? [[{ model: m.name }, m.scale.max] as [{ model: string }, number]] : [])));
   }
 
   engineInstall(node: string, engine: string, version: string, result: 'ok' | 'error'): void {

@@ -35,6 +35,7 @@ describe('metrics: scaling', () => {
     assert.equal(sampleValue(s, 'llmgw_model_scale_total', { model: 'sc', direction: 'up' }), 1);
     assert.equal(sampleValue(s, 'llmgw_model_short_replicas', { model: 'sc' }), 1);
     assert.equal(sampleValue(s, 'llmgw_model_desired_replicas', { model: 'sc' }), 3);
+    assert.equal(sampleValue(s, 'llmgw_model_max_replicas', { model: 'sc' }), 3);
     m.applySnapshot(at({ min: 1, max: 3, count: 3, last: change(T0 + 2000, 2, 3), short: null }, 3));
     assert.deepEqual(findSamples(await scrape(), 'llmgw_model_short_replicas'), []);
   });
