@@ -22,7 +22,9 @@ export type FleetEventKind =
   | 'leader-changed'
   | 'node-unreachable'
   | 'node-reachable'
-  | 'rollout';
+  | 'rollout'
+  | 'scaled'
+  | 'short-of-room';
 
 /** An event before the ring numbers it. */
 export interface FleetEventDraft {
@@ -102,6 +104,13 @@ function modelEvents(at: number, before: ModelView, after: ModelView): FleetEven
     out.push(draft(at, 'unplaceable', `${m}: fits on no node: ${after.unplaceable.reason}`, { model: m, code: after.unplaceable.code }));
   }
   if (!after.unplaceable && before.unplaceable) out.push(draft(at, 'placeable', `${m}: fits again`, { model: m }));
+  // scaling (#42): a change of its count with its numbers, and extra replicas that fit nowhere
+  const last = after.scale?.last;
+  if (last && last.at !== before.scale?.last?.at) out.push(draft(at, 'scaled', `${m}: scaled ${last.from} → ${last.to}: ${last.why}`, { model: m }));
+  const short = after.scale?.short;
+  if (short && (short.wants !== before.scale?.short?.wants || short.fit !== before.scale?.short?.fit)) {
+    out.push(draft(at, 'short-of-room', `${m}: wants ${short.wants}, ${short.fit} fit: ${short.reason}`, { model: m, code: short.code }));
+  }
   return out;
 }
 

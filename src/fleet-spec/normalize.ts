@@ -12,8 +12,10 @@ import type {
   NodeSpec,
   ProfileSpec,
   Routing,
+  ScaleSpec,
   ScheduleEntry,
 } from './types.js';
+import { SCALE_DEFAULTS } from './types.js';
 
 type Raw = Record<string, unknown>;
 
@@ -39,6 +41,27 @@ export function normalizeFleet(raw: Raw): FleetSettings {
     unplaceableLogIntervalMs: dur(raw.unplaceable_log_interval),
     queue: { max: num(obj(raw.queue).max) ?? 64, timeoutMs: raw.queue && obj(raw.queue).timeout !== undefined ? dur(obj(raw.queue).timeout) : 60_000 },
     ...(raw.metrics_per_key === true ? { metricsPerKey: true } : {}),
+    scale: { ...SCALE_DEFAULTS, ...scaleFields(raw.scale) },
+  };
+}
+
+/** A scale target as written: "80%" or a share (0.8); null when it is neither. */
+export function parseTarget(v: unknown): number | null {
+  if (typeof v === 'number') return v;
+  if (typeof v !== 'string') return null;
+  const m = /^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$/.exec(v);
+  return m ? Number(m[1]) / 100 : null;
+}
+
+/** The fields a `scale:` block sets (fleet.yaml's or a model's), as written. */
+export function scaleFields(v: unknown): Partial<ScaleSpec> {
+  if (v === undefined || v === null || typeof v !== 'object') return {};
+  const o = obj(v);
+  const target = parseTarget(o.target);
+  return {
+    ...(target !== null ? { target } : {}),
+    ...(o.up_after !== undefined ? { upAfterMs: dur(o.up_after) } : {}),
+    ...(o.down_after !== undefined ? { downAfterMs: dur(o.down_after) } : {}),
   };
 }
 
@@ -129,17 +152,46 @@ export interface ModelDraft {
   /** As written (checked in semantic.ts): the schedule's entries and its time zone. */
   readonly schedule: readonly ScheduleEntry[] | null;
   readonly timezone: string | null;
+  /** The model file's own `scale:` fields (the rest come from fleet.yaml). */
+  readonly scale: Partial<ScaleSpec>;
+  /** Ranges as written, each with its field path (checked in semantic.ts: min ≤ max). */
+  readonly ranges: readonly DraftRange[];
+}
+
+/** A replica range as written, where it was written. */
+export interface DraftRange {
+  readonly path: readonly (string | number)[];
+  readonly min: number;
+  readonly max: number;
 }
 
 export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft {
   let scaling: ModelScaling | null = null;
+  const ranges: DraftRange[] = [];
   if (raw.on_demand !== undefined && raw.replicas === undefined) {
     const od = obj(raw.on_demand);
     scaling = { mode: 'on_demand', idleTimeoutMs: dur(od.idle_timeout), maxReplicas: num(od.max_replicas) ?? 1 };
   } else if (raw.replicas !== undefined && raw.on_demand === undefined) {
-    scaling = { mode: 'replicas', replicas: num(raw.replicas) ?? 0 };
+    const r = raw.replicas;
+    if (r !== null && typeof r === 'object') {
+      const min = num(obj(r).min) ?? 1;
+      const max = num(obj(r).max) ?? min;
+      scaling = { mode: 'replicas', replicas: min, max };
+      ranges.push({ path: ['replicas'], min, max });
+    } else scaling = { mode: 'replicas', replicas: num(r) ?? 0 };
   }
-  const schedule = Array.isArray(raw.schedule) ? (raw.schedule as Raw[]).map((e) => ({ cron: str(e.cron), replicas: num(e.replicas) ?? 0 })) : null;
+  // a schedule entry: a count, or a range whose unset end is the model's
+  const floor = scaling?.mode === 'replicas' ? scaling.replicas : 0;
+  const ceiling = scaling?.mode === 'replicas' ? (scaling.max ?? scaling.replicas) : 0;
+  const schedule = Array.isArray(raw.schedule)
+    ? (raw.schedule as Raw[]).map((e, i): ScheduleEntry => {
+        if (e.min === undefined && e.max === undefined) return { cron: str(e.cron), replicas: num(e.replicas) ?? 0 };
+        const min = num(e.min) ?? floor;
+        const max = num(e.max) ?? Math.max(ceiling, min);
+        ranges.push({ path: ['schedule', i, e.max !== undefined ? 'max' : 'min'], min, max });
+        return { cron: str(e.cron), replicas: min, max };
+      })
+    : null;
   const timezone = typeof raw.timezone === 'string' ? raw.timezone : null;
   if (scaling?.mode === 'replicas' && schedule) scaling = { ...scaling, schedule: { timezone: timezone ?? 'UTC', entries: schedule } };
   return {
@@ -158,6 +210,8 @@ export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft
     token: raw.token === undefined ? null : str(raw.token),
     schedule,
     timezone,
+    scale: scaleFields(raw.scale),
+    ranges,
   };
 }
 

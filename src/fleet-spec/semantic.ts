@@ -9,7 +9,7 @@ import { problem } from './yaml.js';
 import { cronProblem, isTimeZone } from './cron.js';
 import { checkRollouts } from './rollout.js';
 import type { RolloutSpec } from '../rollout/types.js';
-import type { AccessKeySpec, EngineSpec, FleetSettings, KeyLimits, ModelSpec, NodeSpec, ProfileSpec, Problem } from './types.js';
+import { SCALE_DEFAULTS, type AccessKeySpec, type EngineSpec, type FleetSettings, type KeyLimits, type ModelSpec, type NodeSpec, type ProfileSpec, type Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 
 export interface SpecParts {
@@ -112,6 +112,9 @@ export function checkSpec(p: SpecParts): CheckResult {
       add('model', m.name, [], 'SPEC_SCHEMA', 'set exactly one of "replicas" (always on) or "on_demand" (started by requests)', 'e.g. `replicas: 1` or `on_demand: { idle_timeout: 15m }`');
     }
     checkSchedule(m, (path, message, hint) => add('model', m.name, path, 'SPEC_INVALID_VALUE', message, hint));
+    for (const r of m.ranges) {
+      if (r.min > r.max) add('model', m.name, [...r.path], 'SPEC_INVALID_VALUE', `the replica range's min (${r.min}) is above its max (${r.max})`, 'set min ≤ max, e.g. replicas: { min: 1, max: 4 }');
+    }
     const profile = profileByName.get(m.profile);
     if (!profile) add('model', m.name, ['profile'], 'SPEC_DANGLING_REF', `profile "${m.profile}" does not exist`, listHint('profiles', [...profileByName.keys()], 'profiles/<profile>.yaml'));
     m.aliases.forEach((alias, i) => {
@@ -166,6 +169,7 @@ export function checkSpec(p: SpecParts): CheckResult {
         queue: { max: m.queue.max ?? p.settings.queue.max, timeoutMs: m.queue.timeoutMs ?? p.settings.queue.timeoutMs },
         token: m.token,
         rollout,
+        scale: { ...SCALE_DEFAULTS, ...p.settings.scale, ...m.scale },
         // not of the rollout: changing how a revision rolls out does not roll it out
         digest: definitionDigest(m.source, m.sha256, profile, engineVersion),
       });

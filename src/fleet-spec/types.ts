@@ -21,7 +21,24 @@ export interface FleetSettings {
   readonly rollout?: RolloutSpec | null;
   /** llmgw_key_* series per key name on /metrics (fleet.yaml metrics_per_key; absent: off). */
   readonly metricsPerKey?: boolean;
+  /** fleet.yaml's `scale:` (every model's unless its file sets fields of its own); absent: SCALE_DEFAULTS. */
+  readonly scale?: ScaleSpec;
 }
+
+/**
+ * How a model with a replica range (on_demand max_replicas > 1, replicas {min, max}) follows its load
+ * (src/scale/decide.ts): it aims for `target` of its slots busy; the load must stay above (below) for
+ * upAfterMs (downAfterMs) before a change.
+ */
+export interface ScaleSpec {
+  /** Share of the model's slots busy it aims for, in (0, 1]. */
+  readonly target: number;
+  readonly upAfterMs: number;
+  readonly downAfterMs: number;
+}
+
+/** fleet.yaml's scale: when it sets nothing. */
+export const SCALE_DEFAULTS: ScaleSpec = Object.freeze({ target: 0.8, upAfterMs: 10_000, downAfterMs: 300_000 });
 
 /** A model's wait queue at the router, used when every slot of its ready replicas is busy. */
 export interface QueueSpec {
@@ -115,11 +132,17 @@ export interface ProfileSpec {
 
 export type GpuLayers = 'all' | 'auto' | number;
 
-/** One entry of a model's replica schedule: from each firing of `cron` on, `replicas` replicas. */
+/**
+ * One entry of a model's replica schedule: from each firing of `cron` on, `replicas` replicas — or,
+ * with `max`, between `replicas` (the entry's min) and `max`, following the load.
+ */
 export interface ScheduleEntry {
   /** A node-cron expression (5 fields, or 6 with seconds first). */
   readonly cron: string;
+  /** The count, or the range's min when `max` is set. */
   readonly replicas: number;
+  /** The range's max (absent: a fixed count). */
+  readonly max?: number;
 }
 
 /** Replica counts over time; read in `timezone` (IANA). */
@@ -129,8 +152,11 @@ export interface ReplicaSchedule {
 }
 
 export type ModelScaling =
-  /** `replicas` always, or — with a schedule — until the first entry fires (the default). */
-  | { readonly mode: 'replicas'; readonly replicas: number; readonly schedule?: ReplicaSchedule }
+  /**
+   * `replicas` always, or — with a schedule — until the first entry fires (the default). With `max`
+   * (`replicas: {min, max}`), `replicas` is the min and the count follows the load up to `max`.
+   */
+  | { readonly mode: 'replicas'; readonly replicas: number; readonly max?: number; readonly schedule?: ReplicaSchedule }
   | { readonly mode: 'on_demand'; readonly idleTimeoutMs: number; readonly maxReplicas: number };
 
 export interface ModelSpec {
@@ -161,6 +187,11 @@ export interface ModelSpec {
    * Not part of the definition: changing it rolls nothing out.
    */
   readonly rollout: RolloutSpec | null;
+  /**
+   * How its count follows its load (the model file's `scale:` fields over fleet.yaml's); read only
+   * where the model has a range. Absent on hand-built specs: SCALE_DEFAULTS. Not part of the definition.
+   */
+  readonly scale?: ScaleSpec;
   /** sha256 (hex) over the model's definition: source, sha256, resolved profile and engine version. */
   readonly digest: string;
 }

@@ -37,6 +37,7 @@ export function scalingText(m: ModelJson, at?: string): string {
     const next = s.next ? `; ${s.next.replicas} ${at ? relative(s.next.at, at) : `at ${s.next.at}`}` : '';
     return `${s.replicas} replica${s.replicas === 1 ? '' : 's'} ${by}${next}`;
   }
+  if (m.scaling.mode === 'replicas' && (m.scaling.max ?? 0) > m.scaling.replicas) return `${m.scaling.replicas}..${m.scaling.max} replicas`;
   if (m.scaling.mode === 'replicas') return `${m.scaling.replicas} replica${m.scaling.replicas === 1 ? '' : 's'}`;
   return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas})`;
 }
@@ -65,7 +66,16 @@ export function modelDetail(m: ModelJson, at: string): string {
     return starting === 0 && drain ? `replacing: ${drain}` : withDrain(`starting ${plural(starting, 'replica')}`);
   }
   if (m.replicas.some((r) => r.outdated)) return withDrain('replicas on an older definition are being replaced');
+  if (m.scale) return withDrain(scaleText(m.scale, m.desired, at));
   return drain ?? '-';
+}
+
+/** "desired 3 of 1..3: scaled 1 → 3 2m ago: 1 busy and 5 waiting…", or "wants 3, 2 fit: …" (#42). */
+export function scaleText(s: NonNullable<ModelJson['scale']>, desired: number, at: string): string {
+  const of = `desired ${desired} of ${s.min === s.max ? s.min : `${s.min}..${s.max}`}`;
+  if (s.short) return `${of}: wants ${s.short.wants}, ${s.short.fit} fit: ${s.short.reason}`;
+  if (s.last) return `${of}: scaled ${s.last.from} → ${s.last.to} ${relative(s.last.at, at)}: ${s.last.why}`;
+  return `${of}: ${desired === 0 ? 'idle' : desired === s.min ? 'at its min' : 'as decided'}`;
 }
 
 /** A rollout in a line: the revision under test and where it stands, or why it is held back. */

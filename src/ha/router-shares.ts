@@ -14,6 +14,7 @@
  * file reads no clock and sets no timer of its own.
  */
 import type { Etcd3, Lease } from 'etcd3';
+import type { LoadReport } from '../scale/decide.js';
 import type { ShellTime } from './shell-time.js';
 
 /** This router's place among those sharing the limits (router/limits.ts RouterSlot): how many, its rank (0: the lowest id). */
@@ -28,6 +29,10 @@ export interface RouterSharesLog {
 
 export class RouterShares {
   private slot: RouterSlot | null = null;
+  /** This router's load report (#42), written beside its key each refresh; null: none. */
+  private load: (() => LoadReport) | null = null;
+  /** The other routers' load reports as the last refresh read them. */
+  private others: readonly LoadReport[] = [];
   private lease: Lease | null = null;
   private timer: unknown = null;
   private stopped = false;
@@ -41,6 +46,19 @@ export class RouterShares {
     private readonly time: ShellTime,
     private readonly log: RouterSharesLog | null = null,
   ) {}
+
+  /**
+   * Scaling (#42): each refresh writes this router's load report to `<prefix>/load/<id>` (on its
+   * lease: gone with the instance) and reads every other router's; the leader scales on them all.
+   */
+  reportLoad(load: () => LoadReport): void {
+    this.load = load;
+  }
+
+  /** Every router's load: this one's now, the others' as the last refresh read them (each with the time it was taken). */
+  loadReports(): LoadReport[] {
+    return [...(this.load ? [this.load()] : []), ...this.others];
+  }
 
   /** The live routers and this one's rank among their ids; null until the first count. */
   routers(): RouterSlot | null {
@@ -69,6 +87,11 @@ export class RouterShares {
       }
       const keys = await this.client.getAll().prefix(`${this.prefix}/routers/`).keys();
       this.slot = slotAmong(keys, `${this.prefix}/routers/${this.id}`);
+      if (this.load && this.lease) {
+        await this.lease.put(`${this.prefix}/load/${this.id}`).value(JSON.stringify(this.load()));
+        const all = await this.client.getAll().prefix(`${this.prefix}/load/`).strings();
+        this.others = Object.entries(all).flatMap(([k, v]) => (k === `${this.prefix}/load/${this.id}` ? [] : reportOf(v)));
+      }
     } catch (err) {
       this.log?.warn({ err, routers: this.slot?.routers ?? null }, this.slot ? 'router shares: etcd not readable; keeping the last count of routers' : 'router shares: etcd not readable and no count yet; limited keys are refused until one');
     }
@@ -91,4 +114,21 @@ export function slotAmong(keys: readonly string[], own: string): RouterSlot {
   const sorted = [...new Set(keys)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
   const rank = sorted.indexOf(own);
   return rank < 0 ? { routers: sorted.length + 1, rank: sorted.length } : { routers: sorted.length, rank };
+}
+
+/** A load report read from etcd, or none when it is not one (pure). */
+export function reportOf(text: string): LoadReport[] {
+  try {
+    const v = JSON.parse(text) as Partial<LoadReport>;
+    if (typeof v.router !== 'string' || typeof v.at !== 'number' || !Number.isFinite(v.at) || typeof v.models !== 'object' || v.models === null) return [];
+    const models: Record<string, { busy: number; queued: number }> = {};
+    for (const [m, l] of Object.entries(v.models)) {
+      const busy = Number((l as { busy?: unknown }).busy);
+      const queued = Number((l as { queued?: unknown }).queued);
+      if (Number.isFinite(busy) && Number.isFinite(queued)) models[m] = { busy: Math.max(0, busy), queued: Math.max(0, queued) };
+    }
+    return [{ router: v.router, at: v.at, models }];
+  } catch {
+    return [];
+  }
 }

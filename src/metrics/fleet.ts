@@ -54,6 +54,13 @@ export class FleetMetrics {
   private readonly forgedEpochs: GaugeSeries<'code'>;
   /** The rollouts' phase, step and arms (rollout.ts). */
   private readonly rollouts: RolloutMetrics;
+  /** Scaling (#42): changes of a model's count, and the replicas it wants that fit nowhere. */
+  private readonly scaleTotal: Counter<'model' | 'direction'>;
+  private readonly shortReplicas: GaugeSeries<'model'>;
+  private readonly maxReplicas: GaugeSeries<'model'>;
+  /** The last change counted per model (its time): a change is counted once, and none from before this process. */
+  private readonly scaleCounted = new Map<string, number>();
+  private readonly startedAt: number;
   private readonly etcdWriteRefused: GaugeSeries<'record'>;
   private readonly reconcileDuration: Histogram;
   private readonly reconcileTotal: Counter<'result'>;
@@ -101,6 +108,10 @@ export class FleetMetrics {
     this.notActing = gauge(N.notActingInfo, 'Why this instance does not act on the fleet (always 1; present while it does not): CONTROLLER_STANDBY, LEADER_UNAVAILABLE, NODE_OWNED, NODE_FENCED, NODE_EPOCH_FORGED.', ['code']);
     this.etcdWriteRefused = gauge(N.etcdWriteRefused, '1 while the leader\'s writes of record (state: the state record; published: the snapshot for the standbys) are refused because a value would pass etcd\'s size limit (ETCD_VALUE_TOO_LARGE), else 0 (present only with --etcd).', ['record']);
     this.rollouts = new RolloutMetrics(gauge);
+    this.scaleTotal = new Counter({ name: N.modelScaleTotal, help: 'Changes of the replica count of a model that follows its load (#42), by direction (up, down), as this instance saw them.', labelNames: ['model', 'direction'], registers });
+    this.shortReplicas = gauge(N.modelShortReplicas, 'Replicas a scaling model\'s load wants that fit on no node (present while some do not: the model serves with the others).', ['model']);
+    this.maxReplicas = gauge(N.modelMaxReplicas, 'The top of the replica range in force of a model that follows its load (#42; present only for those). Alert LlmgwModelAtMaxReplicas.', ['model']);
+    this.startedAt = clock();
     this.forgedEpochs = gauge(N.forgedEpochs, 'Epochs this etcd did not make that the leader passed over: STATUS_EPOCH_FORGED 1 while a status-branch commit above etcd\'s revision is on the branch; NODE_EPOCH_FORGED the nodes whose owner record above it the leader took over in the last hour (both series present, 0 when none).', ['code']);
     this.reconcileDuration = new Histogram({ name: N.reconcileDurationSeconds, help: 'Duration of reconcile passes.', buckets: RECONCILE_BUCKETS, registers });
     this.reconcileTotal = new Counter({ name: N.reconcileTotal, help: 'Reconcile passes by result (ok, error).', labelNames: ['result'], registers });
@@ -132,6 +143,7 @@ export class FleetMetrics {
     const tooLarge = (r: { readonly code: string } | null | undefined): number => (r?.code === 'ETCD_VALUE_TOO_LARGE' ? 1 : 0);
     this.etcdWriteRefused.replace(s.control.etcd ? [[{ record: 'state' }, tooLarge(s.stateError)], [{ record: 'published' }, tooLarge(s.control.etcd.error)]] : []);
     this.rollouts.apply(s.models);
+    this.applyScale(s);
     const forged = s.control.forgedEpochs ?? [];
     this.forgedEpochs.replace(FORGED_CODES.map((code) => [{ code }, forged.filter((r) => r.code === code).length]));
 
@@ -224,6 +236,11 @@ export class FleetMetrics {
   }
 
   /** An engine install on a node finished (shows at once, before the next snapshot). */
+  private applyScale(s: FleetSnapshot): void {
+    applyScaleOf(s, this.scaleCounted, this.startedAt, this.scaleTotal, this.shortReplicas);
+    this.maxReplicas.replace(s.models.flatMap((m) => (m.scale ? [[{ model: m.name }, m.scale.max] as [{ model: string }, number]] : [])));
+  }
+
   engineInstall(node: string, engine: string, version: string, result: 'ok' | 'error'): void {
     const labels = { node, engine, version };
     const key = engineKey(labels);
@@ -233,6 +250,17 @@ export class FleetMetrics {
     if (result === 'ok') this.engineInstalls.set(labels, 1);
     else if (!present) this.engineInstalls.set(labels, 0);
   }
+}
+
+/** Scaling (#42): each change of a model's count once (by its time), and the replicas that fit nowhere. */
+function applyScaleOf(s: FleetSnapshot, counted: Map<string, number>, startedAt: number, total: Counter<'model' | 'direction'>, short: GaugeSeries<'model'>): void {
+  for (const m of s.models) {
+    const last = m.scale?.last;
+    if (!last || last.at < startedAt || counted.get(m.name) === last.at) continue;
+    counted.set(m.name, last.at);
+    total.inc({ model: m.name, direction: last.direction });
+  }
+  short.replace(s.models.flatMap((m) => (m.scale?.short ? [[{ model: m.name }, Math.max(0, m.scale.short.wants - m.scale.short.fit)] as [{ model: string }, number]] : [])));
 }
 
 /** Replicas of a model on their way out (out of routing): draining, or signalled to stop. */

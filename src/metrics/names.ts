@@ -30,6 +30,9 @@ export const MetricNames = Object.freeze({
   // --- control plane ---
   leader: 'llmgw_leader',
   leaderChangesTotal: 'llmgw_leader_changes_total',
+  modelScaleTotal: 'llmgw_model_scale_total',
+  modelShortReplicas: 'llmgw_model_short_replicas',
+  modelMaxReplicas: 'llmgw_model_max_replicas',
   leaderEpoch: 'llmgw_leader_epoch',
   etcdUp: 'llmgw_etcd_up',
   notActingInfo: 'llmgw_not_acting_info',

@@ -6,7 +6,9 @@
  * replicas, or fits nowhere.
  */
 import type { DeviceNeed } from '../reconciler/memory.js';
-import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import { SCALE_DEFAULTS, type FleetSpec, type ModelSpec, type ScaleSpec } from '../fleet-spec/types.js';
+import { rangeText, scales } from '../scale/range.js';
+import { roomForMax } from './scale-room.js';
 import { formatDuration } from '../fleet-spec/units.js';
 import { scheduleInForce } from '../schedule/schedule.js';
 import type { Need } from './needs.js';
@@ -72,12 +74,19 @@ export interface PlanReport {
 const iso = (t: number): string => new Date(t).toISOString().replace(/:\d\d\.\d{3}Z$/, 'Z');
 
 function scalingText(m: ModelSpec): string {
-  if (m.scaling.mode === 'on_demand') return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas})`;
+  const follows = scales(m) ? `; ${followsText(m.scale ?? SCALE_DEFAULTS)}` : '';
+  if (m.scaling.mode === 'on_demand') return `on demand (idle ${formatDuration(m.scaling.idleTimeoutMs)}, max ${m.scaling.maxReplicas}${follows})`;
   const n = m.scaling.replicas;
-  const count = `${n} replica${n === 1 ? '' : 's'}`;
+  const max = m.scaling.max ?? n;
+  const count = max > n ? `${n}..${max} replicas` : `${n} replica${n === 1 ? '' : 's'}`;
   const sched = m.scaling.schedule;
-  if (!sched) return count;
-  return `${count} by default; schedule (${sched.timezone}): ${sched.entries.map((e) => `"${e.cron}" → ${e.replicas}`).join(', ')}`;
+  if (!sched) return `${count}${follows ? ` (${follows.slice(2)})` : ''}`;
+  return `${count} by default; schedule (${sched.timezone}): ${sched.entries.map((e) => `"${e.cron}" → ${rangeText({ min: e.replicas, max: e.max ?? e.replicas })}`).join(', ')}${follows}`;
+}
+
+/** "scales at 80 % busy, up after 10s, down after 5m" */
+function followsText(s: ScaleSpec): string {
+  return `scales at ${Math.round(s.target * 100)} % busy, up after ${formatDuration(s.upAfterMs)}, down after ${formatDuration(s.downAfterMs)}`;
 }
 
 /** "schedule: 2 replicas in force now (\"0 8 * * 1-5\" since …); next 0 at …" */
@@ -243,7 +252,9 @@ export function planChanges(input: {
     // the rollout's sentences right after the definition change's
     const rollout = mp.definitionChanged && mp.change === 'changed' ? rolloutPlan(h, sim.models[mp.model]) : null;
     const at = replaced.findIndex((e) => e.startsWith('definition changed')) + 1;
-    const effects = rollout ? [...replaced.slice(0, at), ...rollout.effects, ...replaced.slice(at)] : replaced;
+    const withRollout = rollout ? [...replaced.slice(0, at), ...rollout.effects, ...replaced.slice(at)] : replaced;
+    const room = mp.change === 'unchanged' ? null : roomForMax(h, head, sim, memory[mp.model] ?? null); // scaling (#42)
+    const effects = room ? [...withRollout, room] : withRollout;
     models[i] = { ...mp, effects, rollout: rollout?.plan ?? null, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs, mp.definitionChanged && (sim.models[mp.model]?.before.length ?? 0) > 0), memoryBytes: memory[mp.model] ?? null };
   }
   for (const r of input.retries) {

@@ -11,11 +11,13 @@ import { liveness } from './liveness.js';
 import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
-import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput } from './planner.js';
+import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput, type ShortOfRoom } from './planner.js';
 import { isInflightStart, moved } from './replica-life.js';
 import { plannedRollout, rolloutSettled, type PlannedRollout } from './rollout-life.js';
 import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type ModelRecord, type Note } from './state.js';
 import { stopIds, stopsRequested } from './stops.js';
+import type { LoadReport } from '../scale/decide.js';
+import { scaled, scaledCounts } from './scale-life.js';
 
 export interface DecideInput {
   readonly state: ControllerState;
@@ -37,6 +39,8 @@ export interface DecideInput {
   readonly active?: ReadonlySet<string>;
   /** The fingerprint of this controller's engine key (replicas started with another are replaced). */
   readonly keyFingerprint?: string | null;
+  /** The routers' load reports (scale/decide.ts): what models with a replica range scale on. */
+  readonly load?: readonly LoadReport[];
   readonly now: number;
   readonly newReplicaId: (model: string, digest: string) => string;
 }
@@ -48,6 +52,8 @@ export interface Decision {
   readonly unplaceable: Readonly<Record<string, Unplaceable>>;
   /** On-demand models waiting for a busy replica's room (planner.ts): look again soon. */
   readonly waitingForRoom: readonly string[];
+  /** Scaling models whose extra replicas fit nowhere (planner.ts ShortOfRoom). */
+  readonly short: Readonly<Record<string, ShortOfRoom>>;
   /** The observation after liveness (unresponsive replicas marked failed). */
   readonly nodes: readonly ObservedNode[];
   readonly notes: readonly Note[];
@@ -105,6 +111,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     stopping: stoppingOf(s, i.stopping),
     ...(i.busy ? { busy: i.busy } : {}),
     demand: Object.fromEntries(Object.entries(demandByModel(s)).map(([m, t]) => [m, { lastRequestAt: t }])),
+    scaled: scaledCounts(s),
     restarts: facts.restarts,
     draining: facts.draining,
     memory: i.memory,
@@ -129,6 +136,10 @@ export function decide(i: DecideInput): Decision {
   const live = liveness({ state: avoidanceAt(i.state, now).state, spec, nodes: i.nodes, running: i.running, stopping: stoppingOf(i.state, i.stopping), now });
   const notes: Note[] = [...live.notes];
   let state = activityNow(live.state, spec, i.busy, i.active, live.nodes, now);
+  // models whose count follows their load: this pass's decision, in the record (scale-life.ts)
+  const sc = scaled(state, spec, i.load ?? [], now);
+  state = sc.state;
+  notes.push(...sc.notes);
   // Failures the nodes show are counted before planning, so the replacement waits out its backoff.
   for (const f of observedFailures(planInputOf({ ...i, state, nodes: live.nodes }))) {
     const r = replicaFailed(state, { model: f.model, digest: f.digest, replicaId: f.replicaId, node: f.node, error: { code: f.failure.code, message: f.failure.message }, ...(f.failure.silent ? { silent: true } : {}) }, now, spec.settings);
@@ -151,7 +162,7 @@ export function decide(i: DecideInput): Decision {
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
-  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, nodes: live.nodes, notes };
+  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, short: out.short ?? {}, nodes: live.nodes, notes };
 }
 
 /**

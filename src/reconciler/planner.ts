@@ -7,13 +7,14 @@
 import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
-import { place, type DevicePlacement, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
+import { place, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
 import type { PlannedRollout } from './rollout-life.js';
 import { avoidKey } from './state.js';
-import { scheduleInForce } from '../schedule/schedule.js';
+import { countNow, rangeNow, scales } from '../scale/range.js';
+import { evictFor, optionalDevice } from './evict.js';
 import { modelsInOrder } from './spec-order.js';
 // --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
-import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, replicaDeviceBytes, type DeviceDelta, type ObservedDevice } from './device-use.js';
+import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, type DeviceDelta, type ObservedDevice } from './device-use.js';
 import type { DeviceNeed } from './memory.js';
 
 export interface ObservedNode {
@@ -59,6 +60,8 @@ export interface PlanInput {
   readonly busy?: ReadonlySet<string>;
   /** On-demand activity per model. */
   readonly demand: Readonly<Record<string, Demand>>;
+  /** The count the record keeps for each model whose count follows its load (scale-life.ts), within its range. */
+  readonly scaled?: Readonly<Record<string, number>>;
   /** Replica ids an operator asked to restart (replaced surge-first, like an outdated digest). */
   readonly restarts: ReadonlySet<string>;
   /** Replica id → epoch ms when it began draining because a restart had no room to surge. */
@@ -117,9 +120,19 @@ export interface PlanOutput {
    * never takes a replica with work in flight): they wait — not unplaceable — and a pass soon looks again.
    */
   readonly waitingForRoom: readonly string[];
+  /** Models serving at their floor whose extra replicas (scaling) fit nowhere: short, never unplaceable. */
+  readonly short?: Readonly<Record<string, ShortOfRoom>>;
 }
 
-interface Located {
+/** A scaling model that wants more replicas than fit: how many it wants, how many it has or got, and placement's reason. */
+export interface ShortOfRoom {
+  readonly wants: number;
+  readonly fit: number;
+  readonly code: string;
+  readonly reason: string;
+}
+
+export interface Located {
   readonly node: string;
   readonly reachable: boolean;
   readonly r: ReplicaObservation;
@@ -130,9 +143,9 @@ export function keyMatches(r: Pick<ReplicaObservation, 'keyFingerprint'>, finger
   return !fingerprint || r.keyFingerprint === undefined || r.keyFingerprint === fingerprint;
 }
 
-export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number): number {
-  if (m.scaling.mode === 'replicas') return scheduleInForce(m.scaling, now).replicas;
-  return demand && now - demand.lastRequestAt < m.scaling.idleTimeoutMs ? 1 : 0;
+/** What the model should have now (scale/range.ts countNow; `scaled`: the count its load decided). */
+export function desiredNow(m: ModelSpec, demand: Demand | undefined, now: number, scaled?: number): number {
+  return countNow(m, m.scaling.mode !== 'on_demand' || (demand !== undefined && now - demand.lastRequestAt < m.scaling.idleTimeoutMs), now, scaled);
 }
 
 /**
@@ -161,6 +174,7 @@ export function planPass(input: PlanInput): PlanOutput {
   const unplaceable: Record<string, Unplaceable> = {};
   const drainStarted: string[] = [];
   const waitingForRoom: string[] = [];
+  const short: Record<string, ShortOfRoom> = {};
 
   // Every replica we know of, by model (those being stopped apart: they only hold memory).
   const byModel = new Map<string, Located[]>();
@@ -220,12 +234,14 @@ export function planPass(input: PlanInput): PlanOutput {
     outdated: Located[];
     /** A replica of the model is being stopped: room comes when it is gone (wait, not unplaceable). */
     roomComing: boolean;
+    /** Replicas it serves with anyway (its range's min, 1 on demand): those above are extras (scaling); null: none are. */
+    floor: number | null;
   }
   const busy = input.busy ?? new Set<string>();
   const wants: Want[] = [];
   for (const m of modelsInOrder(spec)) {
     const rollout = input.rollouts?.[m.name];
-    const asked = desiredNow(m, input.demand[m.name], now);
+    const asked = desiredNow(m, input.demand[m.name], now, input.scaled?.[m.name]);
     desired[m.name] = asked;
     // a rollout: the new revision's replicas are what it wants of the current digest
     const want = rollout ? rollout.want : asked;
@@ -242,11 +258,12 @@ export function planPass(input: PlanInput): PlanOutput {
     const currentStarting = current.filter((l) => l.r.state === 'starting').length + pending.length;
     const haveCurrent = current.length + pending.length;
 
-    // Too many current replicas: stop the extras (starting before ready, newest first).
+    // Too many current replicas: stop the extras (starting, then idle ones, newest first: the oldest is warmest).
     if (haveCurrent > want) {
+      const inUse = (l: Located): number => (busy.has(l.r.id) ? 1 : 0);
       const extra = [...current]
         .filter((l) => l.reachable)
-        .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || b.r.startedAt - a.r.startedAt)
+        .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || inUse(a) - inUse(b) || b.r.startedAt - a.r.startedAt)
         .slice(0, haveCurrent - want);
       const reason: StopReason = m.scaling.mode === 'on_demand' && want === 0 ? 'idle' : 'surplus';
       // A request in flight is activity: an idle replica serving one is not stopped yet.
@@ -284,6 +301,7 @@ export function planPass(input: PlanInput): PlanOutput {
       surge: outdated.length > 0,
       outdated,
       roomComing: stoppingHere,
+      floor: scales(m) && !rollout ? (m.scaling.mode === 'on_demand' ? 1 : rangeNow(m, now).min) : null,
     });
   }
 
@@ -353,7 +371,10 @@ export function planPass(input: PlanInput): PlanOutput {
   for (const [i, r] of results.entries()) {
     const w = wants[i]!;
     const nodes = r.nodes;
-    if (r.unplaceable && nodes.length === 0) {
+    // extra replicas (scaling) that fit nowhere: the model serves at its floor, evicts nobody and is not unplaceable
+    const isShort = r.unplaceable !== null && w.floor !== null && w.existingOn.length >= w.floor;
+    if (isShort) short[w.model.name] = { wants: desired[w.model.name] ?? 0, fit: w.existingOn.length + nodes.length, code: r.unplaceable!.code, reason: r.unplaceable!.reason };
+    if (r.unplaceable && nodes.length === 0 && !isShort) {
       // Surge restart without room: drain the oldest outdated replica, then take its place.
       if (w.surge) {
         const oldest = [...w.outdated].sort((a, b) => a.r.startedAt - b.r.startedAt)[0];
@@ -392,56 +413,5 @@ export function planPass(input: PlanInput): PlanOutput {
       actions.push({ kind: 'start', model: w.model.name, node, replicaId: input.newReplicaId(w.model.name, w.model.digest), digest: w.model.digest, ...onDevice });
     }
   }
-  return { actions, failures, desired, unplaceable, drainStarted, waitingForRoom };
-}
-
-/** devices (#24) */
-function optionalDevice<T>(d: T | undefined): { device?: T } {
-  return d === undefined ? {} : { device: d };
-}
-
-function evictFor(
-  w: { model: ModelSpec; count: number; existingOn: string[]; avoidNodes: string[] },
-  input: PlanInput,
-  byModel: ReadonlyMap<string, readonly Located[]>,
-  stoppedIds: ReadonlySet<string>,
-  placementNodes: (extraFree: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta) => PlacementNode[],
-  /** Whether room would come once the busy replicas are done (they count as victims, whatever their last request). */
-  busyLater = false,
-): { stop: { model: string; located: Located }[]; nodes: readonly string[]; devices?: readonly DevicePlacement[] } | null {
-  const victims: { model: string; located: Located; lastRequestAt: number }[] = [];
-  // Only replicas used less recently than the model asking for room: two busy on-demand models
-  // never evict each other in turn.
-  const mine = input.demand[w.model.name]?.lastRequestAt ?? 0;
-  for (const [model, list] of byModel) {
-    const m = input.spec.models[model];
-    if (!m || m.scaling.mode !== 'on_demand' || model === w.model.name) continue;
-    const recent = (input.demand[model]?.lastRequestAt ?? 0) >= mine;
-    for (const l of list) {
-      const busy = input.busy?.has(l.r.id) ?? false;
-      if (busy ? !busyLater : recent) continue;
-      if (!l.reachable || l.r.state === 'failed' || stoppedIds.has(l.r.id)) continue;
-      victims.push({ model, located: l, lastRequestAt: input.demand[model]?.lastRequestAt ?? 0 });
-    }
-  }
-  victims.sort((a, b) => a.lastRequestAt - b.lastRequestAt || a.located.r.id.localeCompare(b.located.r.id));
-  const freed = new Map<string, number>();
-  const devicesFreed: DeviceDelta = new Map(); // devices (#24)
-  const chosen: { model: string; located: Located }[] = [];
-  for (const v of victims) {
-    freed.set(v.located.node, (freed.get(v.located.node) ?? 0) + (input.memory[v.model] ?? 0));
-    addDeviceUse(devicesFreed, v.located.node, replicaDeviceBytes(v.located.r, input.deviceNeeds?.[v.model], []), -1);
-    chosen.push(v);
-    const [r] = place({
-      nodes: placementNodes(freed, devicesFreed),
-      requests: [{ model: w.model.name, count: w.count, memoryBytes: input.memory[w.model.name] ?? null, nodeSelector: w.model.nodeSelector, existingOn: w.existingOn, avoidNodes: w.avoidNodes, ...optionalDevice(deviceRequestOf(input.spec, w.model.name, input.deviceNeeds)) }],
-      reserveBytes: input.spec.settings.placementReserveBytes,
-    });
-    if (r && !r.unplaceable) {
-      // Only evict on the nodes the new replica lands on.
-      const landing = new Set(r.nodes);
-      return { stop: chosen.filter((c) => landing.has(c.located.node)), nodes: r.nodes, ...(r.devices ? { devices: r.devices } : {}) };
-    }
-  }
-  return null;
+  return { actions, failures, desired, unplaceable, drainStarted, waitingForRoom, short };
 }

@@ -16,7 +16,11 @@ import type { ShellPorts } from './shell-ports.js';
 import { demanded, restartRequested, retryHandled } from './state.js';
 import { stopOf } from './stops.js';
 import { rolloutView } from './summarize.js';
+import { rangeNow, scales } from '../scale/range.js';
 import type { DemandResult, FleetSnapshot, ModelView } from './view.js';
+
+/** A model's requests ask for a look at its load at most this often (ms). */
+const LOAD_LOOK_MS = 1000;
 
 /** Requests' demand reaches the state file at most this often (a write carries the latest). */
 const DEMAND_SAVE_MS = 1000;
@@ -40,6 +44,8 @@ export class ReconcilerActs implements ControllerActs {
   private readonly held = new Map<string, number>();
   /** A write of the record that a request's demand asked for, pending. */
   private demandSave: NodeJS.Timeout | null = null;
+  /** When a request last asked for a pass to look at its model's load (#42), by model. */
+  private readonly loadLooks = new Map<string, number>();
 
   constructor(private readonly p: ActsPorts) {}
 
@@ -165,6 +171,7 @@ export class ReconcilerActs implements ControllerActs {
 
   hold(model: string): () => void {
     this.touch(model);
+    this.watchLoad(model);
     this.held.set(model, (this.held.get(model) ?? 0) + 1);
     let released = false;
     return () => {
@@ -175,6 +182,21 @@ export class ReconcilerActs implements ControllerActs {
       else this.held.delete(model);
       this.touch(model);
     };
+  }
+
+  /**
+   * A request for a model whose count follows its load (#42): a pass looks at the load soon, unless
+   * one is due anyway (the record's next look) or the model is at its max — at most once a second.
+   */
+  private watchLoad(model: string): void {
+    const m = this.spec()?.models[model];
+    if (!m || !scales(m)) return;
+    const now = this.p.now();
+    const rec = this.p.record().models[model]?.scale;
+    if ((rec?.lookAt ?? -Infinity) > now || (rec?.count ?? 0) >= rangeNow(m, now).max) return;
+    if (now - (this.loadLooks.get(model) ?? -Infinity) < LOAD_LOOK_MS) return;
+    this.loadLooks.set(model, now);
+    void this.requestPass('load');
   }
 
   async demand(model: string): Promise<DemandResult> {

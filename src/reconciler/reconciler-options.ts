@@ -18,6 +18,7 @@ import type { InFlight } from './stops.js';
 import type { RolloutFigures } from '../rollout/types.js';
 import type { ChecksRun } from './rollout-runner.js';
 import type { ControlView } from './view.js';
+import type { LoadReport } from '../scale/decide.js';
 
 /** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
 export type FleetSource = Pick<SpecTracker, 'refresh' | 'applied' | 'rejected' | 'lastSyncOk' | 'lastSyncError'>;
@@ -72,6 +73,8 @@ export interface ReconcilerOptions {
   readonly runChecks?: ChecksRun;
   /** What the routers saw of each arm of a canary step (serve: this instance's router, or every router's in HA); none: steps are judged on no figures. */
   readonly rolloutFigures?: RolloutFigures;
+  /** The routers' load reports, read each pass (#42: router/load-report.ts); absent: no load (ranged models keep their min). */
+  readonly modelLoad?: () => readonly LoadReport[];
   /** What a replica has in flight (default: its GET /slots with the engine key). */
   readonly inFlight?: (endpoint: string) => Promise<InFlight>;
 }

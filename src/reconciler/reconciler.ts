@@ -39,6 +39,7 @@ import { RolloutRunner } from './rollout-runner.js';
 import { stopIds, type InFlight } from './stops.js';
 import { clockStepped, healthByModel, retryHandled, rolloutsByModel, revisionApplied, specModelsApplied, type ControllerState } from './state.js';
 import { logNotes } from './note.js';
+import { scaleRecords } from './scale-life.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
@@ -91,6 +92,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   private desired: Readonly<Record<string, number>> = {};
   private unplaceable: Readonly<Record<string, Unplaceable>> = {};
   private waitingForRoom: readonly string[] = [];
+  private short: ReturnType<typeof decide>['short'] = {}; // scaling (#42): extra replicas that fit nowhere, last pass
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
   /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
@@ -227,6 +229,7 @@ export class Reconciler extends ControllerShell implements FleetView {
         busy,
         active: this.own.active(),
         keyFingerprint: this.keyFingerprint,
+        load: this.o.modelLoad?.(), // scaling (#42): the routers' load, read as the pass decides
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
       });
@@ -234,6 +237,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       this.desired = d.desired;
       this.unplaceable = d.unplaceable;
       this.waitingForRoom = d.waitingForRoom;
+      this.short = d.short; // scaling (#42)
       logNotes(log, d.notes);
       warnUnplaceable(this.unplaceable, this.unplaceableWarned, spec.settings.unplaceableLogIntervalMs, this.clock(), log);
       actions = d.actions.length;
@@ -393,6 +397,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)
       lastPass: this.lastPass,
+      scale: { records: scaleRecords(this.state), short: this.short }, // scaling (#42)
     });
   }
 

@@ -15,6 +15,7 @@ import { LlmgwError } from '../errors/catalogue.js';
 import type { ModelHealth } from './health.js';
 import type { ReplicaPhase, ReplicaRecord } from './replica-life.js';
 import type { RolloutRecord } from './rollout-life.js';
+import type { ScaleChange, ScaleRecord } from '../scale/decide.js';
 import { STATE_VERSION, type ControllerState, type ModelRecord } from './state.js';
 
 function isRecord(v: unknown): v is Record<string, unknown> {
@@ -60,7 +61,27 @@ export function modelFromJson(v: unknown): ModelRecord | null {
   if (!isRecord(v) || !isRecord(v.health)) return null;
   const avoid = numbers(v.avoid);
   const rollout = rolloutFromJson(v.rollout);
-  return { health: v.health as unknown as ModelHealth, ...(finite(v.demand) ? { demand: v.demand } : {}), ...(Object.keys(avoid).length ? { avoid } : {}), ...(rollout ? { rollout } : {}) };
+  const scale = scaleFromJson(v.scale);
+  return { health: v.health as unknown as ModelHealth, ...(finite(v.demand) ? { demand: v.demand } : {}), ...(Object.keys(avoid).length ? { avoid } : {}), ...(rollout ? { rollout } : {}), ...(scale ? { scale } : {}) };
+}
+
+const count = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** A model's scale entry (scale/decide.ts ScaleRecord), or null when it is not one (the model then starts from its range's min). */
+export function scaleFromJson(v: unknown): ScaleRecord | null {
+  if (!isRecord(v) || !count(v.count)) return null;
+  const l = v.last;
+  const last: ScaleChange | null =
+    isRecord(l) && finite(l.at) && count(l.from) && count(l.to) && (l.direction === 'up' || l.direction === 'down') && typeof l.why === 'string'
+      ? { at: l.at, from: l.from, to: l.to, direction: l.direction, why: l.why }
+      : null;
+  return {
+    count: v.count,
+    ...(finite(v.upSince) ? { upSince: v.upSince } : {}),
+    ...(finite(v.downSince) ? { downSince: v.downSince } : {}),
+    ...(finite(v.lookAt) ? { lookAt: v.lookAt } : {}),
+    ...(last ? { last } : {}),
+  };
 }
 
 const ROLLOUT_PHASES: ReadonlySet<unknown> = new Set(['checking', 'canary', 'held', 'rolled_back', 'promoted']);

@@ -19,6 +19,7 @@ import { retried, withDigest, type ModelHealth } from './health.js';
 import type { Note } from './note.js';
 import { rolloutOnDefinition, rolloutRetried, type RolloutRecord } from './rollout-life.js';
 import { moved, type ReplicaPhase, type ReplicaRecord } from './replica-life.js';
+import type { ScaleRecord } from '../scale/decide.js';
 
 export type { Note } from './note.js';
 export type { ReplicaPhase, ReplicaRecord } from './replica-life.js';
@@ -36,6 +37,8 @@ export interface ModelRecord {
   readonly avoid?: Readonly<Record<string, number>>;
   /** Its rollout while a new revision proves itself or is held back (rollout-life.ts). */
   readonly rollout?: RolloutRecord;
+  /** Its count and scaling windows, for a model whose count follows its load (scale-life.ts). */
+  readonly scale?: ScaleRecord;
 }
 
 /** What the record needs of a spec's model: its name, definition digest, and whether its rollout proves a revision (checks or a canary). */
@@ -264,13 +267,20 @@ export function clockStepped(s: ControllerState, by: number): ControllerState {
   const models: Record<string, ModelRecord> = {};
   for (const [name, m] of Object.entries(s.models)) {
     const h = m.health.nextAttemptAt === null ? m.health : { ...m.health, nextAttemptAt: m.health.nextAttemptAt + by };
-    models[name] = { ...m, health: h, ...(m.demand !== undefined ? { demand: m.demand + by } : {}), ...(m.avoid !== undefined ? { avoid: shift(m.avoid, by) } : {}), ...(m.rollout !== undefined ? { rollout: { ...m.rollout, since: m.rollout.since + by } } : {}) };
+    models[name] = { ...m, health: h, ...(m.demand !== undefined ? { demand: m.demand + by } : {}), ...(m.avoid !== undefined ? { avoid: shift(m.avoid, by) } : {}), ...(m.rollout !== undefined ? { rollout: { ...m.rollout, since: m.rollout.since + by } } : {}), ...(m.scale !== undefined ? { scale: scaleShifted(m.scale, by) } : {}) };
   }
   const replicas: Record<string, ReplicaRecord> = {};
   for (const [id, r] of Object.entries(s.replicas)) {
     replicas[id] = { ...r, startedAt: r.startedAt + by, phase: phaseShifted(r.phase, by), ...(r.restartAsked !== undefined ? { restartAsked: r.restartAsked + by } : {}) };
   }
   return { ...s, models, replicas };
+}
+
+/** A scale record's windows moved with the clock (its last change is history and stays). */
+function scaleShifted(r: ScaleRecord, by: number): ScaleRecord {
+  const at = (t: number | undefined): number | undefined => (t === undefined ? undefined : t + by);
+  const { upSince, downSince, lookAt, ...rest } = r;
+  return { ...rest, ...(upSince !== undefined ? { upSince: at(upSince)! } : {}), ...(downSince !== undefined ? { downSince: at(downSince)! } : {}), ...(lookAt !== undefined ? { lookAt: at(lookAt)! } : {}) };
 }
 
 /** A start was launched (before any I/O for it): it is in flight from now until its outcome. */

@@ -13,7 +13,10 @@ import type { ReplicaRecord } from './replica-life.js';
 import { keptFromUsers, stableLeft, type RolloutRecord } from './rollout-life.js';
 import type { CanarySpec, RolloutView } from '../rollout/types.js';
 import type { StopRecord } from './stops.js';
-import type { ControlView, FleetSnapshot, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
+import type { ScaleRecord } from '../scale/decide.js';
+import { rangeNow, scales } from '../scale/range.js';
+import type { ShortOfRoom } from './planner.js';
+import type { ControlView, FleetSnapshot, ScaleView, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
 
 export interface NodeState {
   readonly reachable: boolean;
@@ -64,6 +67,8 @@ export interface SummaryInput {
   /** The device need of models whose profile offloads layers (#24). */
   readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   readonly lastPass: PassSummary | null;
+  /** Scaling (#42): each scaling model's record, and those short of room for their extra replicas. */
+  readonly scale?: { readonly records: Readonly<Record<string, ScaleRecord>>; readonly short: Readonly<Record<string, ShortOfRoom>> };
 }
 
 const desiredOf = (i: SummaryInput, model: string): number => i.desired[model] ?? 0;
@@ -172,6 +177,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         memoryBytes: i.memory[m.name] ?? null,
         lastHandledRetry: h?.lastHandledRetry ?? null,
         ...(i.rollouts?.[m.name] ? { rollout: rolloutView(i.rollouts[m.name]!, m.rollout?.canary ?? null, i.rolloutFigures?.(m.name), !stableLeft(i.replicas, m.name, i.rollouts[m.name]!.stable)) } : {}),
+        ...(scales(m) ? { scale: scaleView(m, desired, i) } : {}),
       });
     });
   const nodes: NodeView[] = (i.spec ? nodesInOrder(i.spec) : [])
@@ -220,4 +226,11 @@ function deviceViews(i: SummaryInput, node: string, obs: NodeObservation): NodeD
     name: d.name, description: d.description, totalBytes: d.totalBytes, freeBytes: d.freeBytes,
     capacityBytes: declared[d.name] ?? d.totalBytes, reservedBytes: reserved.get(d.name) ?? 0,
   }));
+}
+
+/** A scaling model's view (#42): its range now, the count decided, its last change, what did not fit. */
+function scaleView(m: ModelSpec, desired: number, i: SummaryInput): ScaleView {
+  const r = rangeNow(m, i.now);
+  const rec = i.scale?.records[m.name];
+  return { min: r.min, max: r.max, count: desired, last: rec?.last ?? null, short: i.scale?.short[m.name] ?? null };
 }

@@ -3,6 +3,8 @@
  * API, `llmgw ctl`, the status branch and metrics, and the `FleetView` the router asks about models.
  * It holds domain values (epoch ms, structured reasons); each reader derives its own shape at the edge.
  */
+import type { ScaleChange } from '../scale/decide.js';
+import type { ShortOfRoom } from './planner.js';
 import type { ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec, ModelSpec, Problem } from '../fleet-spec/types.js';
 import type { RolloutView } from '../rollout/types.js';
@@ -62,6 +64,20 @@ export interface ModelView {
   readonly lastHandledRetry: string | null;
   /** The model's rollout while one runs or holds a revision back (#34); absent otherwise. */
   readonly rollout?: RolloutView;
+  /** A model whose count follows its load (#42): its range now, the count decided, why, and what did not fit. */
+  readonly scale?: ScaleView;
+}
+
+/** Where a scaling model stands (scale-life.ts, planner.ts ShortOfRoom). */
+export interface ScaleView {
+  readonly min: number;
+  readonly max: number;
+  /** The count its load decided (the range's min before any decision; 0 for an idle on-demand model). */
+  readonly count: number;
+  /** Its last change, with its numbers; null: none since it was last idle or the record began. */
+  readonly last: ScaleChange | null;
+  /** It wants more than fit: how many, how many it has, placement's reason; null: all fit. */
+  readonly short: ShortOfRoom | null;
 }
 
 export interface NodeView {

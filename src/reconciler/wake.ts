@@ -6,6 +6,7 @@
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { nextScheduleChange } from '../schedule/schedule.js';
 import { canaryDue } from './canary-steps.js';
+import { scaleDue } from './scale-life.js';
 import type { ControllerState } from './state.js';
 
 export interface WakeInput {
@@ -74,6 +75,8 @@ export function nextWake(i: WakeInput): number | null {
   }
   const step = canaryDue(state, spec, now);
   if (step !== null) times.push(step);
+  const scale = scaleDue(state, now);
+  if (scale !== null) times.push(scale);
   let at: number | null = null;
   for (const t of times) if (t > now && (at === null || t < at)) at = t;
   return at;

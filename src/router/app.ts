@@ -29,6 +29,7 @@ import { RouterError, modelNotFound, renderError, routeNotFound } from './errors
 import { listModels, modelEntry } from './models-route.js';
 import type { UsageSink } from './usage.js';
 import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
+import { countingInFlight, type ModelLoad, type RouterLoad } from './load-report.js';
 import { foreignRequest, type LocalOnly } from '../util/local-only.js';
 import type { RouterCount } from './limits.js';
 
@@ -99,6 +100,8 @@ export interface RouterDeps {
   readonly routers?: () => RouterCount;
   /** Where the canary figures go (#34; serve hands the same object to the controller); the router's own by default. */
   readonly rollouts?: RouterRollouts;
+  /** Where each model's load goes (#42; serve hands the same object to the controller, which scales on it). */
+  readonly load?: RouterLoad;
   /** Auth off: serve only requests whose Host and Origin are this machine's (or allowed hosts); null/absent: no check. */
   readonly localOnly?: LocalOnly | null;
 }
@@ -148,7 +151,9 @@ export function rolloutFiguresOf(app: FastifyInstance): RolloutFigures {
 
 export function buildRouter(deps: RouterDeps): FastifyInstance {
   const fleet = deps.fleet;
-  const metrics = deps.metrics ?? noRouterMetrics;
+  // requests per model in this router (waiting for activation, queued or proxied): its load (#42)
+  const inRouter = new Map<string, number>();
+  const metrics = deps.load ? countingInFlight(deps.metrics ?? noRouterMetrics, inRouter) : (deps.metrics ?? noRouterMetrics);
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
   const localOnly = deps.localOnly ?? null;
@@ -217,6 +222,16 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     } satisfies RouterStats,
   });
   Object.defineProperty(app, ROLLOUT_FIGURES, { value: rollouts satisfies RolloutFigures });
+  // each model's load (#42): its requests on replicas (slots busy) and in its queue
+  deps.load?.attach(() => {
+    const out: Record<string, ModelLoad> = {};
+    for (const [model, n] of inRouter) {
+      // waiting for a slot: in the queue, or for the model's activation
+      const busy = core.ctx.modelInFlight.get(model)?.n ?? 0;
+      if (n > 0) out[model] = { busy, queued: Math.max(0, n - busy) };
+    }
+    return out;
+  });
   const sweepTimer = setInterval(() => {
     for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
     core.keyLimiter.sweep();

@@ -24,6 +24,7 @@ import { loadState, StateStore } from '../reconciler/state-store.js';
 import { clientTimeoutOptions } from '../util/client-timeouts.js';
 import { buildRouter } from '../router/app.js';
 import { RouterRollouts } from '../router/rollout-figures.js';
+import { RouterLoad } from '../router/load-report.js';
 import type { ServeConfig } from './config.js';
 import { ReloadingTls } from './tls.js';
 import type { Etcd3 } from 'etcd3';
@@ -103,8 +104,12 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const readSecret = tokenSecrets(cfg.secretsDir);
   // What this instance's router sees of each arm of a canary step; the controller judges the steps on it (#34)
   const rolloutFigures = new RouterRollouts();
+  // Each model's load as this instance's router sees it; the controller scales models with a range on it (#42)
+  const routerLoad = new RouterLoad(instance.id);
   const common = {
     rolloutFigures,
+    // under HA every router's report, read from etcd (ha/router-shares.ts), the leader summing them
+    modelLoad: () => routerShares?.loadReports() ?? [routerLoad.report()],
     memory,
     readSecret,
     logger: log,
@@ -133,6 +138,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     etcdClient = ha.client;
     routerShares = ha.routerShares;
     rolloutBoard = ha.rolloutBoard;
+    routerShares.reportLoad(() => routerLoad.report());
   } else {
     const statePath = join(cfg.stateDir, 'state.json');
     const { state, problem: stateProblem } = await loadState(statePath);
@@ -180,6 +186,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const router = buildRouter({
     fleet: controller,
     rollouts: rolloutFigures,
+    load: routerLoad,
     metrics: metrics.router,
     ...(routerShares ? { routers: () => routerShares.routers() } : {}),
     usage: fanOut(usageLog ? [metrics.keys, usageBook, usageLog] : [metrics.keys, usageBook]),

@@ -59,6 +59,18 @@ export interface ModelJson {
   readonly replicas: readonly ReplicaJson[];
   /** The model's rollout while a new revision proves itself or is held back; absent otherwise (and from older controllers). */
   readonly rollout?: RolloutJson;
+  /** A model whose count follows its load (#42): its range, the count decided, its last change and what did not fit; absent otherwise. */
+  readonly scale?: ScaleJson;
+}
+
+/** A scaling model as the wire carries it. */
+export interface ScaleJson {
+  readonly min: number;
+  readonly max: number;
+  readonly count: number;
+  readonly last: { readonly at: string; readonly from: number; readonly to: number; readonly direction: 'up' | 'down'; readonly why: string } | null;
+  /** More wanted than fit: how many, how many it has, placement's code and reason. */
+  readonly short: { readonly wants: number; readonly fit: number; readonly code: string; readonly reason: string } | null;
 }
 
 /** A rollout as the wire carries it (rollout-life.ts): the phase, both revisions, and why it is held. */
@@ -269,6 +281,7 @@ export function modelJson(m: ModelView, revision: string | null, at?: number): M
     lastHandledRetry: m.lastHandledRetry,
     replicas: m.replicas.map((r) => replicaJson(r, m.spec.digest)),
     ...(m.rollout ? { rollout: rolloutJson(m.rollout, m.name, m.spec.rollout?.canary ?? null) } : {}),
+    ...(m.scale ? { scale: { ...m.scale, last: m.scale.last ? { ...m.scale.last, at: isoNow(m.scale.last.at) } : null } } : {}),
   };
 }
 
