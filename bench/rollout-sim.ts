@@ -40,6 +40,7 @@ import type { Arm, CanarySpec, RolloutView } from '../src/rollout/types.js';
 import { affinityKey } from '../src/router/affinity.js';
 import { armOfDraw, armSampleOf, canaryOf, drawOf, laterTurnOf } from '../src/router/canary.js';
 import { RouterRollouts } from '../src/router/rollout-figures.js';
+import { prng } from '../src/gguf/tiny-model.js';
 
 /** How a revision answers, relative to the traffic model's baseline. */
 export interface Revision {
@@ -102,17 +103,8 @@ export interface SimResult {
   readonly arrivalsUntil: number;
 }
 
-/** mulberry32: a small seeded PRNG, uniform in [0, 1). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
+/** mulberry32: a small seeded PRNG, uniform in [0, 1) (the tiny model's). */
+export { prng };
 
 /** The traffic's shape (fixed: the bench varies the rate and the revisions, not these). */
 export const TRAFFIC = Object.freeze({

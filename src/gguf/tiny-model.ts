@@ -17,8 +17,8 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { DEFAULT_ALIGNMENT, GGML_TYPE, GGUF_TYPE, GgufWriter, TOKEN_TYPE } from './gguf-writer.js';
 
-/** mulberry32: small, fast, seeded PRNG with uniform output in [0, 1). */
-function prng(seed: number): () => number {
+/** mulberry32: small, fast, seeded PRNG with uniform output in [0, 1) (the benches' simulations use it too). */
+export function prng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
