@@ -3,7 +3,7 @@
  * a tiny model, the fleet repo behind git http-backend, the router in front of the controller (the
  * router's figures handed to the controller, as serve does), and the official `openai` client.
  *
- * - a good change with two steps: each step passes on both arms' figures, the revision is promoted
+ * - a good change with a check and two steps: the check passes, each step passes on both arms' figures, the revision is promoted
  *   after steps × interval (± a pass), nothing fails, and at most replicas + 1 llama-servers run;
  * - an error regression (the new profile's context is too small for a third of the prompts): rolled
  *   back on the error rates of both arms, within the step; the clients' failures are only the
@@ -34,6 +34,10 @@ let figures: RouterRollouts;
 const INTERVAL_S = 8;
 const canary = (o: { minRequests?: number; latency?: boolean; intervalS?: number } = {}): string[] => [
   'rollout:',
+  '  checks:',
+  '    - name: answers',
+  '      request: { messages: [{ role: user, content: "What is 2+2?" }], max_tokens: 4 }',
+  '      expect: { status: 200, matches: "." }',
   '  canary:',
   '    steps: [30%, 60%]',
   `    interval: ${o.intervalS ?? INTERVAL_S}s`,
@@ -135,6 +139,7 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     const tookS = ((promotedAt.time as number) - began) / 1000;
     // two steps of INTERVAL_S each; a pass comes at each quarter of a step, and the end of one may wait for a pass in flight
     assert.ok(tookS >= 2 * INTERVAL_S && tookS <= 2 * INTERVAL_S + 10, `promoted ${tookS} s after the first step began (2 × ${INTERVAL_S} s)`);
+    assert.ok(ctl.logs.some((x) => x.msg === 'rollout: checks passed; the canary takes its first step' && x.digest === next()), 'its checks passed first');
     assert.ok(ctl.logs.some((x) => x.msg === 'rollout: the canary passed at 30%; next step 60%'), 'the first step passed on its figures');
     assert.ok(seen.some((x) => x.step === 0 && x.canaryRequests > 0) && seen.some((x) => x.step === 1 && x.canaryRequests > 0), `both steps saw canary requests: ${JSON.stringify(seen.slice(-3))}`);
     assert.equal(t.failed, 0, `nothing failed: ${t.errors.join(' | ')}`);
@@ -196,7 +201,7 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     const rolloutLogs = (): string => JSON.stringify(ctl.logs.filter((x) => typeof x.msg === 'string' && x.msg.startsWith('rollout')).slice(-4).map((x) => ({ msg: x.msg, figures: x.figures, reason: x.reason })));
     assert.ok(!promoted(), `the slower revision was promoted: ${rolloutLogs()}`);
     const r = view().rollout!;
-    assert.match(r.verdict!.message, /^canary rolled back at 30%: (time per output token|TTFT) p95 [\d.]+× the stable revision's \(\d+ vs \d+ ms/);
+    assert.match(r.verdict!.message, /^canary rolled back at 30%: (time per output token|TTFT) p95 [\d.]+× the stable revision's \([\d.]+ vs [\d.]+ ms/);
     assert.equal(t.failed, 0, `a slow revision fails no request: ${t.errors.join(' | ')}`);
     await ctl.until('the canary drained and stopped', 60_000, () => view().replicas.every((x) => x.digest === stable) && view().ready === 1);
     console.log(`rollout-canary: ${r.verdict!.message}`);
