@@ -59,25 +59,27 @@ describe('on-demand with max_replicas: 3 under 6 concurrent long requests', { ti
     let firstReadyAt = 0;
     let secondServingAt = 0;
     const served = new Set<string>();
-    let sampling = true;
     const stats = routerStats(router);
-    const sampler = (async () => {
-      while (sampling) {
-        const rs = replicasOf();
-        most = Math.max(most, rs.length);
-        const ready = rs.filter((r) => r.phase === 'ready');
-        if (ready.length > 0 && firstReadyAt === 0) firstReadyAt = Date.now();
-        for (const r of ready) if (r.endpoint && stats.inFlight(r.endpoint) > 0) served.add(r.id);
-        if (served.size >= 2 && secondServingAt === 0) secondServingAt = Date.now();
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    })();
+    // every snapshot the controller publishes (no count between two samples is missed), and which
+    // replicas have requests in flight at the router, read as the streams' chunks arrive
+    const look = (): void => {
+      const rs = replicasOf();
+      most = Math.max(most, rs.length);
+      const ready = rs.filter((r) => r.phase === 'ready');
+      if (ready.length > 0 && firstReadyAt === 0) firstReadyAt = Date.now();
+      for (const r of ready) if (r.endpoint && stats.inFlight(r.endpoint) > 0) served.add(r.id);
+      if (served.size >= 2 && secondServingAt === 0) secondServingAt = Date.now();
+    };
+    const offSnapshots = ctl.reconciler.onSnapshot(look);
     const t0 = Date.now();
     const results = await Promise.allSettled(
       Array.from({ length: 6 }, async (_, i) => {
         const stream = await client.chat.completions.create({ model: 'sc', messages: [{ role: 'user', content: `a long answer please (${i})` }], stream: true, max_tokens: 700, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsStreaming);
         let finished = false;
-        for await (const c of stream) if (c.choices[0]?.finish_reason) finished = true;
+        for await (const c of stream) {
+          look();
+          if (c.choices[0]?.finish_reason) finished = true;
+        }
         return finished;
       }),
     );
@@ -95,8 +97,7 @@ describe('on-demand with max_replicas: 3 under 6 concurrent long requests', { ti
 
     // after the load: one step per down_after, back to 1 (not 0: the idle timeout is 10 m) — no pass asked for by the test
     await until('back to 1 replica', 4 * DOWN_AFTER_MS + 60_000, () => replicasOf().length === 1 && ctl.reconciler.record().models.sc?.scale?.count === 1, { diag: () => JSON.stringify({ scale: ctl.reconciler.record().models.sc?.scale, replicas: replicasOf().map((r) => r.phase) }) });
-    sampling = false;
-    await sampler;
+    offSnapshots();
     const downs = ctl.logs.filter((l) => l.msg.startsWith('scaled sc ') && l.direction === 'down');
     assert.ok(downs.length >= 1 && downs.every((l) => Number(l.to) === Number(l.from) - 1), `one replica at a time: ${downs.map((l) => l.msg).join('; ')}`);
     // the load falls below as the streams end one by one (1 left on 3 replicas is below), so a step down
