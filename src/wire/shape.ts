@@ -34,16 +34,14 @@ export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' |
   readonly device?: ReplicaDeviceJson;
 }
 
+/** A replica on devices, K/M = layers/layersOf; layersFrom: llama-server's own count (its load log at -lv 4 and above) or the -ngl asked. */
 export interface ReplicaDeviceJson {
-  /** The node's devices it runs on, e.g. ["Vulkan0"]. */
   readonly devices: readonly string[];
-  /** K of K/M: layers on the devices (null: all, of a count not known yet). */
-  readonly layers: number | null;
-  /** M of K/M: the model's offloadable layers, its repeating layers and the output layer (null: not known yet). */
+  readonly layers: number | null; // null: all, of a count not known yet
+  /** The model's repeating layers and the output layer (null: not known yet). */
   readonly layersOf: number | null;
-  /** reported: llama-server's own count (its load log at -lv 4 and above); asked: the -ngl llmgw started it with. */
   readonly layersFrom: 'reported' | 'asked';
-  /** Device bytes placement reserves for it, by llmgw's estimate (null: the model's device need is not known yet). */
+  /** Placement's estimate (null: the model's device need is not known yet). */
   readonly reservedBytes: number | null;
 }
 
@@ -262,9 +260,7 @@ export function replicaJson(r: ReplicaView, modelDigest: string | null): Replica
   };
 }
 
-export function replicaDeviceJson(d: ReplicaDeviceView): ReplicaDeviceJson {
-  return { devices: [...d.devices], layers: d.layers, layersOf: d.of, layersFrom: d.from, reservedBytes: d.reservedBytes };
-}
+export const replicaDeviceJson = (d: ReplicaDeviceView): ReplicaDeviceJson => ({ devices: [...d.devices], layers: d.layers, layersOf: d.of, layersFrom: d.from, reservedBytes: d.reservedBytes });
 
 /** `at`: the snapshot's time (epoch ms), for a schedule's count in force. */
 export function modelJson(m: ModelView, revision: string | null, at?: number): ModelJson {
