@@ -17,7 +17,8 @@
  * - GPU use shown (#37 item 8): each GPU replica's device, its layers there (K of M, as its load log
  *   says) and the device bytes reserved for it, in /admin/v1/models and /admin/v1/replicas (the real
  *   admin app), `ctl replicas` and `ctl status` (the CLI against it) and the status page (Chromium);
- *   the reserved bytes within 15 % of the device buffers the replica's own log reports;
+ *   the reserved bytes within 15 % of the device buffers the replica's own log reports; at llama-server's
+ *   default verbosity (no offload line in its log) the layers asked are shown, marked so;
  * - out of device memory for real (Vulkan): node-1's engine gets a device buffer limit below what
  *   Vulkan0 reports (ggml-vulkan's GGML_VK_FORCE_MAX_BUFFER_SIZE), the start fails with
  *   ErrorOutOfDeviceMemory → REPLICA_DEVICE_OUT_OF_MEMORY, not counted toward parking, and the model is
@@ -33,13 +34,12 @@ import type { FastifyInstance } from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { buildRouter } from '../../src/router/app.js';
-import { nodesJson } from '../../src/wire/shape.js';
+import { nodesJson, replicasJson, type ModelOneJson, type ReplicasJson } from '../../src/wire/shape.js';
 import { renderNodes } from '../../src/format/ctl-format.js';
 import { formatBytes } from '../../src/fleet-spec/units.js';
 import type { DeviceObservation } from '../../src/nodes/devices.js';
 import { chromium, type Browser } from 'playwright-core';
 import { buildAdminApp } from '../../src/admin/app.js';
-import type { ModelOneJson, ReplicasJson } from '../../src/wire/shape.js';
 import { runCli } from '../harness/cli.js';
 import { freePort } from '../harness/ports.js';
 import { repoRoot } from '../harness/paths.js';
@@ -117,6 +117,8 @@ function gpuSuite(backend: GpuBackend): void {
     const gpu = (extra: string[]): string => [`engine: llama-cpp@${c.version}`, 'ctx_size: 256', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 120s', 'extra_args: ["-lv", "4"]', ...extra, ''].join('\n');
     out['profiles/gpu.yaml'] = gpu(['gpu_layers: all']);
     out['profiles/gpu-auto.yaml'] = gpu(['gpu_layers: auto']);
+    // llama-server at its default verbosity (no -lv 4): its log says nothing of the layers it offloaded
+    out['profiles/gpu-quiet.yaml'] = gpu(['gpu_layers: all']).replace('extra_args: ["-lv", "4"]\n', '');
     out['profiles/gpu-huge-ctx.yaml'] = gpu(['gpu_layers: all']).replace('ctx_size: 256', 'ctx_size: 2097152');
     for (const [p, t] of Object.entries(profiles)) out[`profiles/${p}.yaml`] = t;
     for (const [m, t] of Object.entries(models)) {
@@ -300,18 +302,26 @@ function gpuSuite(backend: GpuBackend): void {
         const sel = ['node_selector: { gpu: "yes" }'];
         await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel) }), 'first on node-1');
         await ctl.until('first ready', 5 * 60_000, () => readyReplica('first') !== undefined);
-        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel), second: modelFile(wide2, 'gpu', sel) }), 'second beside it');
+        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel), second: modelFile(wide2, 'gpu-quiet', sel) }), 'second beside it');
         await ctl.until('second unplaceable while first holds the device', 90_000, () => model('second')?.unplaceable != null);
         const u = model('second')!.unplaceable!;
         assert.equal(u.code, 'PLACEMENT_NO_DEVICE_ROOM');
         assert.match(u.reason, new RegExp(`^needs 2[45](\\.\\d)? MiB on a GPU; largest free 1[456](\\.\\d)? MiB on node-1/${dev}; 2 nodes checked, 1 excluded by selector`));
         assert.equal(ctl.starts.get('second') ?? 0, 0);
         // stop the first: its device memory is free for the next pass, which places the second
-        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', [...sel]).replace('replicas: 1', 'replicas: 0'), second: modelFile(wide2, 'gpu', sel) }), 'first to 0');
+        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', [...sel]).replace('replicas: 1', 'replicas: 0'), second: modelFile(wide2, 'gpu-quiet', sel) }), 'first to 0');
         await ctl.until('second ready once the first stopped', 5 * 60_000, () => readyReplica('second') !== undefined);
         assert.equal(model('first')!.replicas.filter((r) => r.phase !== 'stopping').length, 0);
         const r = readyReplica('second')!;
-        assert.match(replicaLog(r.node, r.id), /offloaded 9\/9 layers to GPU/);
+        // at llama-server's default verbosity its log does not say what it offloaded: shown as asked (-ngl all: 9 of 9)
+        assert.match(replicaState(r.node, r.id).argv.join(' '), new RegExp(`--device ${dev} -ngl all`));
+        assert.doesNotMatch(replicaLog(r.node, r.id), /offloaded \d+\/\d+ layers to GPU/);
+        await ctl.until('second shown on its device', 90_000, () => readyReplica('second')?.device !== undefined);
+        const d = replicasJson(ctl.reconciler.snapshot()).replicas.find((x) => x.id === r.id)!.device!;
+        assert.deepEqual({ devices: d.devices, layers: d.layers, layersOf: d.layersOf, layersFrom: d.layersFrom }, { devices: [dev], layers: 9, layersOf: 9, layersFrom: 'asked' });
+        assert.ok(d.reservedBytes !== null && d.reservedBytes > 20 * MIB && d.reservedBytes < 30 * MIB, `reserved ${d.reservedBytes}`);
+        const out = await runCli(['ctl', 'replicas', '--server', adminUrl]);
+        assert.match(out.stdout, new RegExp(`^${esc(r.id)} .* ${dev} 9/9 layers \\(asked\\), ${esc(formatBytes(d.reservedBytes))} reserved +http`, 'm'), out.stdout);
       });
     });
 
