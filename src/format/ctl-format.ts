@@ -3,7 +3,7 @@
  * snapshot's `at`, so the same answer always prints the same text.
  */
 import { hintFor, printable } from '../errors/catalogue.js';
-import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicasJson, StatusJson } from '../wire/shape.js';
+import type { ModelJson, ModelsJson, NodesJson, ReasonJson, ReplicaDeviceJson, ReplicasJson, StatusJson } from '../wire/shape.js';
 import { MODEL_PHASES, type ModelPhase } from '../reconciler/view.js';
 import { formatBytes, formatDuration } from '../fleet-spec/units.js';
 import { relative, shortDuration } from './time-words.js';
@@ -103,6 +103,21 @@ export function drainingText(m: Pick<ModelJson, 'replicas'>): string | null {
   if (draining.length) parts.push(`draining ${plural(draining.length, 'replica')} (${inFlight} in flight)`);
   if (leaving.length > draining.length) parts.push(`stopping ${plural(leaving.length - draining.length, 'replica')}`);
   return parts.join(', ');
+}
+
+/**
+ * A replica's place on devices: "Vulkan0 9/9 layers, 24.5 MiB reserved" (K of M as llama-server
+ * counted them; "(asked)" where its log does not say and the -ngl it was started with is shown).
+ */
+export function replicaDeviceText(d: ReplicaDeviceJson): string {
+  const layers = `${d.layers === null ? 'all' : d.layers}/${d.layersOf === null ? '?' : d.layersOf} layers${d.layersFrom === 'asked' ? ' (asked)' : ''}`;
+  return `${d.devices.join('+')} ${layers}, ${d.reservedBytes === null ? 'reserved bytes unknown' : `${formatBytes(d.reservedBytes)} reserved`}`;
+}
+
+/** A model's replicas on devices, each with its node ("node-1 Vulkan0 9/9 layers, 24.5 MiB reserved"), or null for none. */
+export function modelDevicesText(m: Pick<ModelJson, 'replicas'>): string | null {
+  const on = m.replicas.filter((r) => r.device !== undefined);
+  return on.length === 0 ? null : on.map((r) => `${r.node} ${replicaDeviceText(r.device!)}`).join('; ');
 }
 
 /** Who this instance is, who leads and since when, and why this one does not act. */
@@ -229,10 +244,12 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
     const order = (m: ModelJson): number => MODEL_PHASES.indexOf(m.phase);
     notReady.sort((a, b) => order(a) - order(b) || a.name.localeCompare(b.name));
     out.push('', `NOT READY (${notReady.length})`);
+    // an ON DEVICES column where a listed model has a replica on a device
+    const gpu = notReady.some((m) => modelDevicesText(m) !== null);
     out.push(
       table(
-        ['MODEL', 'PHASE', 'READY', 'FAILURES', 'DETAIL'],
-        notReady.map((m) => [m.name, m.phase, readyCount(m), String(m.consecutiveFailures), modelDetail(m, at)]),
+        ['MODEL', 'PHASE', 'READY', 'FAILURES', ...(gpu ? ['ON DEVICES'] : []), 'DETAIL'],
+        notReady.map((m) => [m.name, m.phase, readyCount(m), String(m.consecutiveFailures), ...(gpu ? [modelDevicesText(m) ?? '-'] : []), modelDetail(m, at)]),
         '  ',
       ),
     );
@@ -241,12 +258,13 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
   const ok = byPhase('ready', 'idle');
   if (ok.length) {
     out.push('', `READY / IDLE (${ok.length})`);
+    const gpu = ok.some((m) => modelDevicesText(m) !== null);
     out.push(
       table(
-        ['MODEL', 'READY', 'SCALING', 'NODES'],
+        ['MODEL', 'READY', 'SCALING', 'NODES', ...(gpu ? ['ON DEVICES'] : [])],
         ok.map((m) => {
           const nodes = [...new Set(m.replicas.filter((r) => r.phase === 'ready').map((r) => r.node))].sort();
-          return [m.name, readyCount(m), scalingText(m), nodes.length ? nodes.join(', ') : '-'];
+          return [m.name, readyCount(m), scalingText(m), nodes.length ? nodes.join(', ') : '-', ...(gpu ? [modelDevicesText(m) ?? '-'] : [])];
         }),
         '  ',
       ),
@@ -277,8 +295,10 @@ export function renderReplicas(rs: ReplicasJson): string {
     const p = r.phase === 'draining' && r.inFlight != null ? `draining (${r.inFlight} in flight)` : r.phase;
     return r.outdated ? `${p} (outdated)` : p;
   };
-  const rows = rs.replicas.map((r) => [r.id, r.model, r.node, phase(r), shortDuration(Date.parse(rs.at) - Date.parse(r.startedAt)), r.endpoint || '-']);
-  return table(['REPLICA', 'MODEL', 'NODE', 'PHASE', 'AGE', 'ENDPOINT'], rows);
+  // a DEVICE column (devices, layers K/M, reserved bytes) where some replica runs on a device
+  const gpu = rs.replicas.some((r) => r.device !== undefined);
+  const rows = rs.replicas.map((r) => [r.id, r.model, r.node, phase(r), shortDuration(Date.parse(rs.at) - Date.parse(r.startedAt)), ...(gpu ? [r.device ? replicaDeviceText(r.device) : '-'] : []), r.endpoint || '-']);
+  return table(['REPLICA', 'MODEL', 'NODE', 'PHASE', 'AGE', ...(gpu ? ['DEVICE'] : []), 'ENDPOINT'], rows);
 }
 
 export function renderNodes(ns: NodesJson): string {

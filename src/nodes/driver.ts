@@ -60,6 +60,8 @@ export interface ReplicaObservation {
   readonly devices?: readonly string[];
   /** Layers it was started with on them (-ngl), when it uses a device. */
   readonly gpuLayers?: number | 'all';
+  /** The layers llama-server says it offloaded, of the model's offloadable ones (its load log at -lv 4 and above); absent when the log does not say. */
+  readonly offloaded?: { readonly layers: number; readonly of: number };
 }
 
 /** The first 16 hex digits of sha256(key): tells keys apart without revealing them. */

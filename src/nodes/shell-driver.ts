@@ -137,7 +137,7 @@ export class ShellNodeDriver implements NodeDriver {
     const env = this.spec.env ?? {};
     const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence, env), 'observe', { timeoutMs: this.timeouts.observeMs });
     const o = parseObservation(res.stdout, res.stderr, nonce, this.node, env);
-    const replicas = await Promise.all(o.replicas.map((r) => this.replicaObservation(r.id, r.state, r.alive, r.logTail)));
+    const replicas = await Promise.all(o.replicas.map((r) => this.replicaObservation(r.id, r.state, r.alive, r.logTail, r.offloaded)));
     return {
       node: this.node,
       at,
@@ -154,7 +154,7 @@ export class ShellNodeDriver implements NodeDriver {
     };
   }
 
-  private async replicaObservation(id: string, st: ReplicaState | null, alive: boolean, logTail: string): Promise<ReplicaObservation> {
+  private async replicaObservation(id: string, st: ReplicaState | null, alive: boolean, logTail: string, offloaded?: ReplicaObservation['offloaded']): Promise<ReplicaObservation> {
     if (st === null) {
       return {
         id, model: '', digest: '', port: 0, pid: 0, startedAt: 0, endpoint: '', state: 'failed',
@@ -165,7 +165,7 @@ export class ShellNodeDriver implements NodeDriver {
     const base = {
       id, model: st.model, digest: st.digest, port: st.port, pid: st.pid, startedAt: st.startedAt, endpoint: this.endpoint(st.port),
       ...(st.keyFingerprint !== null ? { keyFingerprint: st.keyFingerprint } : {}),
-      ...(st.devices.length > 0 ? { devices: st.devices, ...(st.gpuLayers !== null ? { gpuLayers: st.gpuLayers } : {}) } : {}),
+      ...(st.devices.length > 0 ? { devices: st.devices, ...(st.gpuLayers !== null ? { gpuLayers: st.gpuLayers } : {}), ...(offloaded ? { offloaded } : {}) } : {}),
     };
     if (!alive) return { ...base, state: 'failed', failure: failureOf(logTail) };
     const code = await this.health(st.port);

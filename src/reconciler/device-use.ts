@@ -12,6 +12,7 @@ import type { ReplicaObservation } from '../nodes/driver.js';
 import { pinnable } from '../nodes/devices.js';
 import { allLayers, deviceBytesFor, type DeviceNeed } from './memory.js';
 import { deviceAllowed, type DeviceRequest, type PlacementDevice } from './placement.js';
+import type { ReplicaDeviceView } from './view.js';
 
 export interface ObservedDevice {
   readonly name: string;
@@ -37,6 +38,22 @@ export function replicaDeviceBytes(r: Pick<ReplicaObservation, 'devices' | 'gpuL
   const sum = split.reduce((a, b) => a + b, 0);
   devices.forEach((d, i) => out.set(d, Math.ceil(split.length === devices.length && sum > 0 ? (total * split[i]!) / sum : total / devices.length)));
   return out;
+}
+
+/**
+ * A running replica's place on devices as the snapshot shows it, or undefined for one on the host
+ * only: its devices, its layers there (llama-server's own count where its log says it, else the -ngl
+ * asked, at most the model's count), and what placement reserves for it (a failed one: nothing).
+ */
+export function replicaDeviceView(r: Pick<ReplicaObservation, 'devices' | 'gpuLayers' | 'offloaded' | 'state'>, need: DeviceNeed | undefined, split: readonly number[]): ReplicaDeviceView | undefined {
+  const devices = r.devices ?? [];
+  if (devices.length === 0) return undefined;
+  const of = r.offloaded?.of ?? (need ? allLayers(need) : null);
+  const asked = r.gpuLayers === undefined || r.gpuLayers === 'all' ? of : of === null ? r.gpuLayers : Math.min(r.gpuLayers, of);
+  let reservedBytes: number | null = null;
+  if (r.state === 'failed') reservedBytes = 0;
+  else if (need) reservedBytes = [...replicaDeviceBytes(r, need, split).values()].reduce((a, b) => a + b, 0);
+  return { devices: [...devices], layers: r.offloaded?.layers ?? asked, of, from: r.offloaded ? 'reported' : 'asked', reservedBytes };
 }
 
 export interface DeviceUseInput {

@@ -7,7 +7,7 @@ import { phaseOf } from './availability.js';
 import type { ModelHealth } from './health.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
-import { replicaDeviceBytes } from './device-use.js';
+import { replicaDeviceBytes, replicaDeviceView } from './device-use.js';
 import { modelsInOrder, nodesInOrder } from './spec-order.js';
 import type { ReplicaRecord } from './replica-life.js';
 import { keptFromUsers, stableLeft, type RolloutRecord } from './rollout-life.js';
@@ -125,14 +125,15 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   for (const [node, ns] of [...i.nodes.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     for (const r of ns.obs?.replicas ?? []) {
       seen.add(r.id);
+      const device = deviceOf(i, r);
       const p = i.replicas[r.id]?.phase;
       if (p?.kind === 'leaving' && p.why === 'stop') {
         const sp = stopPhase(p, i.stopProgress.get(r.id));
-        replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight });
+        replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight, ...device });
         continue;
       }
       const phase = r.state === 'ready' && (!ns.reachable || underTest(i, r.model, r.digest)) ? 'starting' : r.state;
-      replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt });
+      replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt, ...device });
     }
   }
   for (const id in i.replicas) {
@@ -210,6 +211,14 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     nodes,
     lastPass: i.lastPass,
   };
+}
+
+/** An observed replica's place on devices, as a spread into its view (nothing for one on the host only). */
+function deviceOf(i: SummaryInput, r: NodeObservation['replicas'][number]): { device?: ReplicaView['device'] } {
+  if ((r.devices?.length ?? 0) === 0) return {};
+  const m = i.spec?.models[r.model];
+  const device = replicaDeviceView(r, i.deviceNeeds?.[r.model], (m && i.spec?.profiles[m.profile]?.tensorSplit) || []);
+  return device ? { device } : {};
 }
 
 /** A node's devices with what llmgw's replicas reserve on them. */

@@ -28,6 +28,22 @@ export interface ReplicaView {
   readonly startedAt: number;
   /** Requests in flight as the replica last reported them (draining/stopping replicas; null = unknown). */
   readonly inFlight?: number | null;
+  /** Where it runs on devices (a replica placed with gpu_layers, once its node shows it); absent: host only. */
+  readonly device?: ReplicaDeviceView;
+}
+
+/** A replica on devices (#37 item 8): which, its layers there, and the device bytes llmgw reserves for it. */
+export interface ReplicaDeviceView {
+  /** The node's devices it was started on (Vulkan0; more than one with tensor_split). */
+  readonly devices: readonly string[];
+  /** Layers on them: what llama-server's load log reported, else what llmgw asked (-ngl, at most the model's count); null: -ngl all of a count not known yet. */
+  readonly layers: number | null;
+  /** The model's offloadable layers (its repeating layers and the output layer); null: not known yet (its GGUF not read). */
+  readonly of: number | null;
+  /** reported: llama-server's "offloaded K/M layers to GPU" (logged at -lv 4 and above); asked: the -ngl it was started with. */
+  readonly from: 'reported' | 'asked';
+  /** Device bytes placement counts for it on its devices, by llmgw's estimate (0 for a failed one); null: its model's device need is not known. */
+  readonly reservedBytes: number | null;
 }
 
 /**

@@ -9,9 +9,9 @@ import { Reasons } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { formatBytes } from '../fleet-spec/units.js';
 import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
-import { controlLines, type ControlLine, GROUP_BLURBS, modelDetail, readyCount, scalingText, unparkLine } from '../format/ctl-format.js';
+import { controlLines, type ControlLine, GROUP_BLURBS, modelDetail, readyCount, replicaDeviceText, scalingText, unparkLine } from '../format/ctl-format.js';
 import type { RouterFigures } from './figures.js';
-import { modelJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
+import { modelJson, replicaDeviceJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
 import { ALL_MODELS, attentionOrder, selectPage, type ViewPageInfo, type ViewQuery } from './view-page.js';
 import { pageRollout, type PageRollout } from './rollout-view.js';
 import type { CanarySpec } from '../rollout/types.js';
@@ -22,6 +22,8 @@ export interface PageReplica {
   readonly port: string;
   readonly phase: string;
   readonly since: string;
+  /** Its place on devices in `ctl replicas`' words ("Vulkan0 9/9 layers, 24.5 MiB reserved"); null: host only. */
+  readonly device: string | null;
 }
 
 export interface PageModel {
@@ -139,7 +141,7 @@ function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, Router
     unpark: m.parked ? unparkLine(m.name) : null,
     retry: m.parked !== null || m.consecutiveFailures > 0,
     memory: m.memoryBytes === null ? null : formatBytes(m.memoryBytes),
-    replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: replicaPhase(r, m.rollout), since: r.startedAt })),
+    replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: replicaPhase(r, m.rollout), since: r.startedAt, device: r.device ? replicaDeviceText(r.device) : null })),
     router: f ? figuresText(f) : figures ? figuresText({ requestsPerSecond: 0, p50Seconds: null, queueDepth: 0, cacheShare: null }) : null,
     rollout: m.rollout ? pageRollout(m.rollout, canary) : null,
   };
@@ -177,7 +179,8 @@ export function viewBase(s: FleetSnapshot, spec: FleetSpec | null): ViewBase {
       const bytes = m.memoryBytes;
       let list = byNode.get(r.node);
       if (list === undefined) byNode.set(r.node, (list = []));
-      list.push({ id: r.id, model: r.model, phase: r.phase, bytes, text: `${r.model} (${r.phase}${bytes === null ? '' : `, ${formatBytes(bytes)}`})` });
+      const device = r.device ? `; ${replicaDeviceText(replicaDeviceJson(r.device))}` : '';
+      list.push({ id: r.id, model: r.model, phase: r.phase, bytes, text: `${r.model} (${r.phase}${bytes === null ? '' : `, ${formatBytes(bytes)}`}${device})` });
     }
   }
   const nodes: PageNode[] = s.nodes.map((n) => {

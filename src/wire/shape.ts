@@ -9,7 +9,7 @@ import { redactUrls } from '../util/redact-url.js';
 import type { UnplaceableCode } from '../reconciler/placement.js';
 import type { RetryOutcome } from '../reconciler/state.js';
 import type { RolloutOverridden } from '../reconciler/controller-api.js';
-import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaView } from '../reconciler/view.js';
+import { MODEL_PHASES, type FleetSnapshot, type ModelPhase, type ModelView, type NodeView, type ReplicaDeviceView, type ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelScaling, Problem } from '../fleet-spec/types.js';
 import { scheduleJson, type ScheduleJson } from '../schedule/schedule.js';
 import type { CanarySpec, RolloutView } from '../rollout/types.js';
@@ -30,6 +30,19 @@ export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' |
   readonly startedAt: string;
   /** Requests in flight on a draining/stopping replica as it last reported them (null: unknown; absent otherwise). */
   readonly inFlight?: number | null;
+  /** A replica on devices: which, its layers there (K of M) and the device bytes reserved for it; absent: host only. */
+  readonly device?: ReplicaDeviceJson;
+}
+
+/** A replica on devices, K/M = layers/layersOf; layersFrom: llama-server's own count (its load log at -lv 4 and above) or the -ngl asked. */
+export interface ReplicaDeviceJson {
+  readonly devices: readonly string[];
+  readonly layers: number | null; // null: all, of a count not known yet
+  /** The model's repeating layers and the output layer (null: not known yet). */
+  readonly layersOf: number | null;
+  readonly layersFrom: 'reported' | 'asked';
+  /** Placement's estimate (null: the model's device need is not known yet). */
+  readonly reservedBytes: number | null;
 }
 
 export interface ModelJson {
@@ -243,8 +256,11 @@ export function replicaJson(r: ReplicaView, modelDigest: string | null): Replica
     outdated: modelDigest !== null && r.digest !== modelDigest,
     startedAt: isoNow(r.startedAt),
     ...(r.phase === 'draining' || r.phase === 'stopping' ? { inFlight: r.inFlight ?? null } : {}),
+    ...(r.device ? { device: replicaDeviceJson(r.device) } : {}),
   };
 }
+
+export const replicaDeviceJson = (d: ReplicaDeviceView): ReplicaDeviceJson => ({ devices: [...d.devices], layers: d.layers, layersOf: d.of, layersFrom: d.from, reservedBytes: d.reservedBytes });
 
 /** `at`: the snapshot's time (epoch ms), for a schedule's count in force. */
 export function modelJson(m: ModelView, revision: string | null, at?: number): ModelJson {

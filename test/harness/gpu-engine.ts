@@ -143,3 +143,14 @@ export function listedDevice(art: EngineArtifact, backend: GpuBackend): DeviceOb
   const missing = (ldd.stdout ?? '').split('\n').filter((l) => /not found/.test(l)).map((l) => l.trim());
   throw new Error(`${backend.device} is not listed by ${backend.pkg}'s ${backend.lib} here${missing.length > 0 ? `; unresolved libraries: ${missing.join(', ')}` : ''}\n${(r.stdout ?? '').slice(-2000)}${(r.stderr ?? '').slice(-2000)}`);
 }
+
+/**
+ * What llama-server allocated on a device by its own load log (-lv 4): the sum of its "<device> model /
+ * KV / compute / RS buffer size = N MiB" lines, those lines, and its "offloaded K/M layers to GPU" count.
+ */
+export function reportedDeviceBytes(log: string, device: string): { total: number; lines: string[]; offloaded: string | null } {
+  const lines = log.split('\n').filter((l) => new RegExp(`\\b${device} (model|KV|compute|RS) buffer size`).test(l));
+  let total = 0;
+  for (const l of lines) total += Number(/= *([\d.]+) MiB/.exec(l)?.[1] ?? 0) * 2 ** 20;
+  return { total, lines, offloaded: /offloaded (\d+\/\d+) layers to GPU/.exec(log)?.[1] ?? null };
+}

@@ -19,7 +19,7 @@ import { allLayers, deviceBytesFor, deviceNeedOf, shapeOfHeader } from '../../sr
 import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 import { writeTinyModel, type TinyModelFile, type TinyModelOptions } from '../fixtures/gguf.js';
 import { startLlamaServer } from '../harness/llama-server.js';
-import { GPU_BACKENDS, gpuEngineArtifact, listedDevice, VULKAN, type EngineArtifact, type GpuBackend } from '../harness/gpu-engine.js';
+import { GPU_BACKENDS, gpuEngineArtifact, listedDevice, reportedDeviceBytes, VULKAN, type EngineArtifact, type GpuBackend } from '../harness/gpu-engine.js';
 
 const MIB = 2 ** 20;
 const SHAPES: Record<string, TinyModelOptions> = {
@@ -27,14 +27,6 @@ const SHAPES: Record<string, TinyModelOptions> = {
   'wide-8': { layers: 8, embeddingLength: 256, seed: 12 },
   'ffn-2-f16': { layers: 2, embeddingLength: 512, feedForwardLength: 2048, tensorType: 'f16', seed: 13 },
 };
-
-/** Sum of the device's buffers in a load log: model + KV + compute ("Vulkan0 model buffer size = 2.04 MiB"). */
-export function reportedDeviceBytes(log: string, device: string): { total: number; lines: string[]; offloaded: string | null } {
-  const lines = log.split('\n').filter((l) => new RegExp(`\\b${device} (model|KV|compute|RS) buffer size`).test(l));
-  let total = 0;
-  for (const l of lines) total += Number(/= *([\d.]+) MiB/.exec(l)?.[1] ?? 0) * MIB;
-  return { total, lines, offloaded: /offloaded (\d+\/\d+) layers to GPU/.exec(log)?.[1] ?? null };
-}
 
 let dir: string;
 const arts = new Map<string, EngineArtifact>();

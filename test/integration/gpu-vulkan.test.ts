@@ -14,6 +14,11 @@
  *   small device budget starts partly offloaded;
  * - two models on one device: the second is placed only while both fit; stopping the first frees
  *   its device memory for the next pass;
+ * - GPU use shown (#37 item 8): each GPU replica's device, its layers there (K of M, as its load log
+ *   says) and the device bytes reserved for it, in /admin/v1/models and /admin/v1/replicas (the real
+ *   admin app), `ctl replicas` and `ctl status` (the CLI against it) and the status page (Chromium);
+ *   the reserved bytes within 15 % of the device buffers the replica's own log reports; at llama-server's
+ *   default verbosity (no offload line in its log) the layers asked are shown, marked so;
  * - out of device memory for real (Vulkan): node-1's engine gets a device buffer limit below what
  *   Vulkan0 reports (ggml-vulkan's GGML_VK_FORCE_MAX_BUFFER_SIZE), the start fails with
  *   ErrorOutOfDeviceMemory → REPLICA_DEVICE_OUT_OF_MEMORY, not counted toward parking, and the model is
@@ -21,25 +26,32 @@
  *   not run, with why.
  */
 import { strict as assert } from 'node:assert';
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { buildRouter } from '../../src/router/app.js';
-import { nodesJson } from '../../src/wire/shape.js';
+import { nodesJson, replicasJson, type ModelOneJson, type ReplicasJson } from '../../src/wire/shape.js';
 import { renderNodes } from '../../src/format/ctl-format.js';
 import { formatBytes } from '../../src/fleet-spec/units.js';
 import type { DeviceObservation } from '../../src/nodes/devices.js';
+import { chromium, type Browser } from 'playwright-core';
+import { buildAdminApp } from '../../src/admin/app.js';
+import { runCli } from '../harness/cli.js';
+import { freePort } from '../harness/ports.js';
+import { repoRoot } from '../harness/paths.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { startThrottledOrigin, type ThrottledOrigin } from '../harness/throttled-origin.js';
-import { GPU_BACKENDS, gpuEngineArtifact, listedDevice, type EngineArtifact, type GpuBackend } from '../harness/gpu-engine.js';
+import { GPU_BACKENDS, gpuEngineArtifact, listedDevice, reportedDeviceBytes, type EngineArtifact, type GpuBackend } from '../harness/gpu-engine.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 
 const MIB = 2 ** 20;
 const GIB = 2 ** 30;
 const esc = (x: string): string => x.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+const CHROMIUM = process.env.LLMGW_CHROMIUM ?? '/usr/bin/chromium';
 
 /** What each backend knows that the cases need: the figures the Vulkan cases have always asserted. */
 interface BackendCase {
@@ -78,6 +90,9 @@ function gpuSuite(backend: GpuBackend): void {
   let ctl: TestController;
   let router: FastifyInstance;
   let routerUrl: string;
+  let admin: FastifyInstance;
+  let adminUrl: string;
+  let browser: Browser | null = null;
   let origin: ThrottledOrigin;
   let art: EngineArtifact;
   let listed: DeviceObservation;
@@ -102,6 +117,8 @@ function gpuSuite(backend: GpuBackend): void {
     const gpu = (extra: string[]): string => [`engine: llama-cpp@${c.version}`, 'ctx_size: 256', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 120s', 'extra_args: ["-lv", "4"]', ...extra, ''].join('\n');
     out['profiles/gpu.yaml'] = gpu(['gpu_layers: all']);
     out['profiles/gpu-auto.yaml'] = gpu(['gpu_layers: auto']);
+    // llama-server at its default verbosity (no -lv 4): its log says nothing of the layers it offloaded
+    out['profiles/gpu-quiet.yaml'] = gpu(['gpu_layers: all']).replace('extra_args: ["-lv", "4"]\n', '');
     out['profiles/gpu-huge-ctx.yaml'] = gpu(['gpu_layers: all']).replace('ctx_size: 256', 'ctx_size: 2097152');
     for (const [p, t] of Object.entries(profiles)) out[`profiles/${p}.yaml`] = t;
     for (const [m, t] of Object.entries(models)) {
@@ -127,6 +144,40 @@ function gpuSuite(backend: GpuBackend): void {
     return JSON.parse(readFileSync(join(fleet.nodes[i]!.dataDir, 'replicas', id, 'state.json'), 'utf8')) as { argv: string[] };
   }
 
+
+  /**
+   * A ready GPU replica as every surface shows it (#37 item 8): its device, K of M layers as its load
+   * log says (the observe reads llama-server's own count) and the device bytes reserved for it, the
+   * same in /admin/v1/models, /admin/v1/replicas, `ctl replicas` and `ctl status`; the reserved bytes
+   * within 15 % of the device buffers its log reports. Returns the replica's device words.
+   */
+  async function shownOnDevice(name: string, layers: number, of: number): Promise<string> {
+    await ctl.until(`${name} shown on ${dev} with llama-server's count`, 90_000, () => readyReplica(name)?.device?.from === 'reported');
+    const r = readyReplica(name)!;
+    const want = { devices: [dev], layers, layersOf: of, layersFrom: 'reported' };
+    const one = (await (await fetch(`${adminUrl}/admin/v1/models/${name}`)).json()) as ModelOneJson;
+    const d = one.model.replicas.find((x) => x.id === r.id)!.device!;
+    assert.deepEqual({ devices: d.devices, layers: d.layers, layersOf: d.layersOf, layersFrom: d.layersFrom }, want, JSON.stringify(d));
+    const all = (await (await fetch(`${adminUrl}/admin/v1/replicas`)).json()) as ReplicasJson;
+    assert.deepEqual(all.replicas.find((x) => x.id === r.id)!.device, d, '/replicas shows what /models shows');
+    // the reservation (placement's estimate) against what llama-server allocated on the device
+    const reported = reportedDeviceBytes(replicaLog(r.node, r.id), dev);
+    assert.equal(reported.offloaded, `${layers}/${of}`);
+    assert.ok(reported.total > 0 && d.reservedBytes !== null, `${dev} buffers in the log: ${reported.lines.join('; ')}`);
+    const err = Math.abs(d.reservedBytes - reported.total) / reported.total;
+    console.log(`# ${name}: ${dev} ${layers}/${of} layers, reserved ${(d.reservedBytes / MIB).toFixed(2)} MiB, reported ${(reported.total / MIB).toFixed(2)} MiB (${(err * 100).toFixed(1)} %)`);
+    assert.ok(err <= 0.15, `reserved ${(d.reservedBytes / MIB).toFixed(2)} MiB vs reported ${(reported.total / MIB).toFixed(2)} MiB: ${(err * 100).toFixed(1)} % off\n${reported.lines.join('\n')}`);
+    const words = `${dev} ${layers}/${of} layers, ${formatBytes(d.reservedBytes)} reserved`;
+    const replicas = await runCli(['ctl', 'replicas', '--server', adminUrl]);
+    assert.equal(replicas.code, 0, replicas.stderr);
+    assert.match(replicas.stdout, /^REPLICA +MODEL +NODE +PHASE +AGE +DEVICE +ENDPOINT$/m);
+    assert.match(replicas.stdout, new RegExp(`^${esc(r.id)} +${name} +${r.node} +ready +\\S+ +${esc(words)} +http`, 'm'));
+    const status = await runCli(['ctl', 'status', '--server', adminUrl]);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, new RegExp(`^ +${name} +1/1 .* ${r.node} ${esc(words)}$`, 'm'), status.stdout);
+    return words;
+  }
+
   describe(`GPU backend ${backend.label}`, () => {
     before(async () => {
       if (skip !== null) return;
@@ -144,9 +195,15 @@ function gpuSuite(backend: GpuBackend): void {
       router = buildRouter({ fleet: ctl.reconciler, auth: { required: false } });
       await router.listen({ host: '127.0.0.1', port: 0 });
       routerUrl = `http://127.0.0.1:${(router.server.address() as AddressInfo).port}`;
+      admin = buildAdminApp({ backend: ctl.reconciler, token: null });
+      const adminPort = await freePort();
+      await admin.listen({ host: '127.0.0.1', port: adminPort });
+      adminUrl = `http://127.0.0.1:${adminPort}`;
     }, { timeout: 20 * 60_000 });
 
     after(async () => {
+      await browser?.close().catch(() => undefined);
+      await admin?.close();
       await router?.close();
       await origin?.close();
       await fleet?.cleanup();
@@ -185,6 +242,22 @@ function gpuSuite(backend: GpuBackend): void {
         const metrics = (await ctl.metricsApp.inject({ method: 'GET', url: '/metrics' })).body;
         assert.match(metrics, new RegExp(`llmgw_node_device_memory_bytes\\{node="${r.node}",device="${dev}",kind="total"\\} ${total}`));
         assert.match(metrics, new RegExp(`llmgw_node_device_memory_bytes\\{node="${r.node}",device="${dev}",kind="reserved_by_llmgw"\\} [1-9]\\d*`));
+        // GPU use shown: the API, ctl and the page say where the replica runs and what it holds there
+        const words = await shownOnDevice('narrow', 4, 4);
+        if (!existsSync(join(repoRoot, 'dist', 'src', 'ui', 'web', 'app.js'))) {
+          const b = spawnSync(process.execPath, [join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.web.json'], { cwd: repoRoot, encoding: 'utf8' });
+          assert.equal(b.status, 0, b.stdout + b.stderr);
+        }
+        browser = await chromium.launch({ executablePath: CHROMIUM, args: process.getuid?.() === 0 ? ['--no-sandbox'] : [] });
+        const page = await (await browser.newContext({ viewport: { width: 1200, height: 900 } })).newPage();
+        const pageErrors: string[] = [];
+        page.on('pageerror', (e) => pageErrors.push(e.message));
+        await page.goto(`${adminUrl}/ui/`);
+        const cell = page.locator(`article.model[data-model="narrow"] tr[data-replica="${r.id}"] td.device`);
+        await cell.waitFor({ timeout: 30_000 });
+        assert.equal(await cell.innerText(), words, 'the page shows the device, K of M layers and the reserved bytes');
+        assert.match(await page.locator(`article.model[data-model="narrow"] table thead`).innerText(), /device/);
+        assert.deepEqual(pageErrors, []);
         const res = await request(`${routerUrl}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'narrow', prompt: 'hello', max_tokens: 3 }) });
         const body = await res.body.text();
         assert.equal(res.statusCode, 200, body);
@@ -217,6 +290,7 @@ function gpuSuite(backend: GpuBackend): void {
         assert.ok(m, 'the log says how many layers were offloaded');
         assert.equal(Number(m[2]), 9);
         assert.equal(Number(m[1]), ngl, `the log counts ${m[1]} offloaded layers, placement chose ${ngl}`);
+        await shownOnDevice('partial', ngl, 9);
         const d = nodesJson(ctl.reconciler.snapshot(), ctl.reconciler.spec()).nodes.find((n) => n.name === r.node)!.devices!.find((x) => x.name === dev)!;
         assert.equal(d.capacityBytes, 12 * MIB, 'the declared budget is what placement offers');
         assert.ok(d.reservedBytes <= 12 * MIB && d.reservedBytes > 6 * MIB, `reserved ${d.reservedBytes / MIB} MiB of the 12 MiB budget`);
@@ -228,18 +302,26 @@ function gpuSuite(backend: GpuBackend): void {
         const sel = ['node_selector: { gpu: "yes" }'];
         await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel) }), 'first on node-1');
         await ctl.until('first ready', 5 * 60_000, () => readyReplica('first') !== undefined);
-        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel), second: modelFile(wide2, 'gpu', sel) }), 'second beside it');
+        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', sel), second: modelFile(wide2, 'gpu-quiet', sel) }), 'second beside it');
         await ctl.until('second unplaceable while first holds the device', 90_000, () => model('second')?.unplaceable != null);
         const u = model('second')!.unplaceable!;
         assert.equal(u.code, 'PLACEMENT_NO_DEVICE_ROOM');
         assert.match(u.reason, new RegExp(`^needs 2[45](\\.\\d)? MiB on a GPU; largest free 1[456](\\.\\d)? MiB on node-1/${dev}; 2 nodes checked, 1 excluded by selector`));
         assert.equal(ctl.starts.get('second') ?? 0, 0);
         // stop the first: its device memory is free for the next pass, which places the second
-        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', [...sel]).replace('replicas: 1', 'replicas: 0'), second: modelFile(wide2, 'gpu', sel) }), 'first to 0');
+        await fleet.push(files(budget, { partial: null, first: modelFile(wide, 'gpu', [...sel]).replace('replicas: 1', 'replicas: 0'), second: modelFile(wide2, 'gpu-quiet', sel) }), 'first to 0');
         await ctl.until('second ready once the first stopped', 5 * 60_000, () => readyReplica('second') !== undefined);
         assert.equal(model('first')!.replicas.filter((r) => r.phase !== 'stopping').length, 0);
         const r = readyReplica('second')!;
-        assert.match(replicaLog(r.node, r.id), /offloaded 9\/9 layers to GPU/);
+        // at llama-server's default verbosity its log does not say what it offloaded: shown as asked (-ngl all: 9 of 9)
+        assert.match(replicaState(r.node, r.id).argv.join(' '), new RegExp(`--device ${dev} -ngl all`));
+        assert.doesNotMatch(replicaLog(r.node, r.id), /offloaded \d+\/\d+ layers to GPU/);
+        await ctl.until('second shown on its device', 90_000, () => readyReplica('second')?.device !== undefined);
+        const d = replicasJson(ctl.reconciler.snapshot()).replicas.find((x) => x.id === r.id)!.device!;
+        assert.deepEqual({ devices: d.devices, layers: d.layers, layersOf: d.layersOf, layersFrom: d.layersFrom }, { devices: [dev], layers: 9, layersOf: 9, layersFrom: 'asked' });
+        assert.ok(d.reservedBytes !== null && d.reservedBytes > 20 * MIB && d.reservedBytes < 30 * MIB, `reserved ${d.reservedBytes}`);
+        const out = await runCli(['ctl', 'replicas', '--server', adminUrl]);
+        assert.match(out.stdout, new RegExp(`^${esc(r.id)} .* ${dev} 9/9 layers \\(asked\\), ${esc(formatBytes(d.reservedBytes))} reserved +http`, 'm'), out.stdout);
       });
     });
 

@@ -55,9 +55,12 @@ printf 'Available devices:\\n  Vulkan0: Fake GPU vis=%s (2048 MiB, 1024 MiB free
   live = p.pid!;
   replicaDir('live-1', JSON.stringify({ id: 'live-1', model: 'm', digest: 'd1', port: 24123, argv: [], log: '', pid: live, procStartTime: 1, startedAt: 5000, keyFingerprint: '0123456789abcdef', devices: ['Vulkan0'], gpuLayers: 'all' }), {
     pid: `${live}\n`, starttime: `${procStartTime(live)}\n`, port: '24123\n',
+    // its load log at -lv 4: a metadata string that says "offloaded" (a model's own text) is not the count
+    log: 'llama_model_loader: - kv   1: general.name str = offloaded 99/99 layers to GPU\nload_tensors: offloading 3 repeating layers to GPU\nload_tensors: offloaded 4/4 layers to GPU\nload_tensors: Vulkan0 model buffer size = 2.04 MiB\n',
   });
+  // a replica on the host only: its log is not read for an offload count, whatever it says
   replicaDir('dead-1', JSON.stringify({ id: 'dead-1', model: 'm', digest: 'd2', port: 24124, argv: [], log: '', pid: 999_999_999, procStartTime: 1, startedAt: 6000 }), {
-    pid: '999999999\n', starttime: '1\n', log: "loading\nllama_model_load: error loading model architecture: unknown model architecture: 'kev'\n",
+    pid: '999999999\n', starttime: '1\n', log: "load_tensors: offloaded 1/4 layers to GPU\nloading\nllama_model_load: error loading model architecture: unknown model architecture: 'kev'\n",
   });
   replicaDir('broken-1', '{not json');
   mkdirSync(join(d, 'replicas', 'nostate-1'));
@@ -97,7 +100,9 @@ describe('ops/observe: render, run under dash and bash, parse', () => {
       assert.equal(l.logTail, '');
       assert.deepEqual({ port: l.state?.port, pid: l.state?.pid, startedAt: l.state?.startedAt, key: l.state?.keyFingerprint, devices: l.state?.devices, layers: l.state?.gpuLayers },
         { port: 24123, pid: live, startedAt: 5000, key: '0123456789abcdef', devices: ['Vulkan0'], layers: 'all' });
+      assert.deepEqual(l.offloaded, { layers: 4, of: 4 }, "llama-server's own count, from its load_tensors line");
       const dd = byId.get('dead-1')!;
+      assert.equal(dd.offloaded, undefined, 'a replica without devices: no offload count');
       assert.equal(dd.alive, false);
       assert.match(dd.logTail, /unknown model architecture: 'kev'$/);
       assert.equal(failureOf(dd.logTail).code, 'REPLICA_UNKNOWN_ARCHITECTURE');

@@ -16,7 +16,7 @@ import { parseSections, tailOf } from './sections.js';
 export const STALE_INSTALL_MINUTES = 24 * 60;
 
 /** Every section the observe script prints, each read by parseObservation. */
-export const OBSERVE_SECTIONS = ['fence', 'mem', 'cpus', 'flags', 'arch', 'df', 'gpus', 'engine', 'devices', 'model', 'replica', 'state', 'alive', 'dead', 'end'] as const;
+export const OBSERVE_SECTIONS = ['fence', 'mem', 'cpus', 'flags', 'arch', 'df', 'gpus', 'engine', 'devices', 'model', 'replica', 'state', 'offload', 'alive', 'dead', 'end'] as const;
 export type ObserveSection = (typeof OBSERVE_SECTIONS)[number];
 
 /**
@@ -76,6 +76,12 @@ function replicaLoop(m: string, logLines: number): string {
   [ -f "$r/state.json" ] || continue
   echo ${shq(`${m} replica`)}; printf '%s\\n' "\${r##*/}"
   echo ${shq(`${m} state`)}; cat "$r/state.json"; echo
+  # a replica on a device: the layers llama-server says it offloaded (its load log, printed at -lv 4
+  # and above), read from the log's first MiB where the load lines are
+  if grep -q '"devices"' "$r/state.json" 2>/dev/null; then
+    o=$(head -c 1048576 "$r/log" 2>/dev/null | grep -m1 -o 'load_tensors: offloaded [0-9]*/[0-9]* layers to GPU')
+    [ -n "$o" ] && { echo ${shq(`${m} offload`)}; printf '%s\n' "$o"; }
+  fi
   if llmgw_alive "$r"; then echo ${shq(`${m} alive`)}; else echo ${shq(`${m} dead`)}; tail -n ${int(logLines)} "$r/log" 2>/dev/null; fi
 done`;
 }
@@ -86,6 +92,23 @@ export interface ObservedReplicaDir {
   readonly state: ReplicaState | null;
   readonly alive: boolean;
   readonly logTail: string;
+  /** What llama-server's load log says it offloaded ("offloaded 4/4 layers to GPU"); absent when the log does not say. */
+  readonly offloaded?: Offloaded;
+}
+
+/** Layers llama-server offloaded to its devices, of the model's offloadable ones (its repeating layers and the output layer). */
+export interface Offloaded {
+  readonly layers: number;
+  readonly of: number;
+}
+
+/** The figures of a load log's "offloaded K/M layers to GPU" line; null when it is not one (or K > M). */
+export function parseOffloaded(line: string): Offloaded | null {
+  const m = /offloaded (\d{1,6})\/(\d{1,6}) layers to GPU/.exec(line);
+  if (!m) return null;
+  const layers = Number(m[1]);
+  const of = Number(m[2]);
+  return of > 0 && layers <= of ? { layers, of } : null;
 }
 
 /** The observation the script's output holds; the replicas still need their health asked (the driver). */
@@ -111,8 +134,9 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
   const models: ModelFileObservation[] = [];
   let gpus: NvidiaGpu[] = [];
   let fenceView: NodeFenceView | null = null;
-  const pending: { id: string; stateText: string; alive: boolean; logTail: string }[] = [];
-  let cur: { id: string; stateText: string; alive: boolean; logTail: string } | null = null;
+  type Pending = { id: string; stateText: string; alive: boolean; logTail: string; offloaded: Offloaded | null };
+  const pending: Pending[] = [];
+  let cur: Pending | null = null;
   for (const s of sections) {
     switch (s.name as ObserveSection) {
       case 'mem':
@@ -159,11 +183,14 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
         if (fenceView === null) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${node}: observe: unreadable owner record report`, { node, lines: s.lines.slice(0, 3) });
         break;
       case 'replica':
-        cur = { id: (s.lines[0] ?? '').trim(), stateText: '', alive: false, logTail: '' };
+        cur = { id: (s.lines[0] ?? '').trim(), stateText: '', alive: false, logTail: '', offloaded: null };
         pending.push(cur);
         break;
       case 'state':
         if (cur) cur.stateText = s.lines.join('\n');
+        break;
+      case 'offload':
+        if (cur) cur.offloaded = parseOffloaded(s.lines[0] ?? '');
         break;
       case 'alive':
         if (cur) cur.alive = true;
@@ -189,7 +216,7 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
     engines,
     ...(engines.some((e) => e.devices) ? { devices: mergeDevices(engines.map((e) => e.devices ?? [])) } : {}),
     models,
-    replicas: pending.map((p) => ({ id: p.id, state: parseState(p.stateText), alive: p.alive, logTail: p.logTail })),
+    replicas: pending.map((p) => ({ id: p.id, state: parseState(p.stateText), alive: p.alive, logTail: p.logTail, ...(p.offloaded ? { offloaded: p.offloaded } : {}) })),
     ...(fenceView !== null ? { fence: fenceView } : {}),
   };
 }

@@ -130,6 +130,10 @@ function modelCard(m: PageModel): HTMLElement {
     card.append(h('p', {}, b, ' ', h('span', { id: `retry-msg-${m.name}`, role: 'status' }, retryMessages.get(m.name) ?? '')));
   }
   if (m.replicas.length) {
+    // a device column where a replica runs on a device (its layers K/M and the device bytes reserved)
+    const gpu = m.replicas.some((r) => r.device);
+    const cols = ['replica', 'node', 'port', 'phase', 'since', ...(gpu ? ['device'] : [])];
+    const deviceCell = (r: PageModel['replicas'][number]): HTMLElement[] => (gpu ? [h('td', { class: 'device' }, r.device ?? '-')] : []);
     card.append(
       h(
         'div',
@@ -138,8 +142,8 @@ function modelCard(m: PageModel): HTMLElement {
           'table',
           {},
           h('caption', { class: 'legend' }, `Replicas of ${m.name}`),
-          h('thead', {}, h('tr', {}, ...['replica', 'node', 'port', 'phase', 'since'].map((c) => h('th', { scope: 'col' }, c)))),
-          h('tbody', {}, ...m.replicas.map((r) => h('tr', { 'data-replica': r.id }, h('td', { class: 'mono' }, r.id), h('td', { class: 'node' }, r.node), h('td', {}, r.port), h('td', {}, r.phase), h('td', {}, h('span', { 'data-ago': r.since }, ago(r.since)))))),
+          h('thead', {}, h('tr', {}, ...cols.map((c) => h('th', { scope: 'col' }, c)))),
+          h('tbody', {}, ...m.replicas.map((r) => h('tr', { 'data-replica': r.id }, h('td', { class: 'mono' }, r.id), h('td', { class: 'node' }, r.node), h('td', {}, r.port), h('td', {}, r.phase), h('td', {}, h('span', { 'data-ago': r.since }, ago(r.since))), ...deviceCell(r)))),
         ),
       ),
     );

@@ -21,7 +21,8 @@ export interface PageModel {
   retry: boolean;
   memory: string | null;
   router: string | null;
-  replicas: { id: string; node: string; port: string; phase: string; since: string }[];
+  /** device: its place on devices ("Vulkan0 9/9 layers, 24.5 MiB reserved"); null or absent (an older controller): host only. */
+  replicas: { id: string; node: string; port: string; phase: string; since: string; device?: string | null }[];
   /** Its rollout (src/ui/rollout-view.ts); null without one (absent from an older controller). */
   rollout?: PageRollout | null;
 }
