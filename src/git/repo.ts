@@ -179,9 +179,10 @@ export class FleetRepo {
   /**
    * Fetches one branch of the remote into its tracking ref's objects; the remote tip, or null when
    * the branch does not exist there. `ref` is what isomorphic-git offers as "have": the tracking
-   * ref, so only new objects come.
+   * ref, so only new objects come. `depth`: fetch only that many commits of the branch (a shallow
+   * mirror; later fetches add what is new on top).
    */
-  async fetchBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth']): Promise<string | null> {
+  async fetchBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth'], depth?: number): Promise<string | null> {
     try {
       const res = await git.fetch({
         fs,
@@ -194,6 +195,7 @@ export class FleetRepo {
         singleBranch: true,
         tags: false,
         cache: this.cache,
+        ...(depth !== undefined ? { depth } : {}),
         ...(onAuth ? { onAuth } : {}),
       });
       return res.fetchHead ?? null;
@@ -201,6 +203,11 @@ export class FleetRepo {
       if ((e as { code?: string }).code === 'NotFoundError') return null;
       throw e;
     }
+  }
+
+  /** Fetch the whole history of a branch fetched shallow (`git fetch --unshallow`: deepen to git's infinite depth). */
+  async deepenBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth']): Promise<void> {
+    await this.fetchBranch(branch, onAuth, 0x7fffffff);
   }
 
   /** The best common ancestor of two commits, or null when they share none. */
