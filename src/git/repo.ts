@@ -180,7 +180,7 @@ export class FleetRepo {
    * Fetches one branch of the remote into its tracking ref's objects; the remote tip, or null when
    * the branch does not exist there. `ref` is what isomorphic-git offers as "have": the tracking
    * ref, so only new objects come. `depth`: fetch only that many commits of the branch (a shallow
-   * mirror; later fetches add what is new on top).
+   * mirror; later fetches add what is new on top; a larger depth deepens it, 0x7fffffff to all of it).
    */
   async fetchBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth'], depth?: number): Promise<string | null> {
     try {
@@ -203,11 +203,6 @@ export class FleetRepo {
       if ((e as { code?: string }).code === 'NotFoundError') return null;
       throw e;
     }
-  }
-
-  /** Fetch the whole history of a branch fetched shallow (`git fetch --unshallow`: deepen to git's infinite depth). */
-  async deepenBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth']): Promise<void> {
-    await this.fetchBranch(branch, onAuth, 0x7fffffff);
   }
 
   /** The best common ancestor of two commits, or null when they share none. */

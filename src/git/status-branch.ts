@@ -26,8 +26,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import git, { type TreeEntry } from 'isomorphic-git';
 import { LlmgwError } from '../errors/catalogue.js';
 import { REMOTE_NAME, type FleetRepo } from './repo.js';
-import { checkFence, type FenceResult } from './status-fence-walk.js';
-import { FENCE_TRAILER, FENCE_WALK, formatSummary, type History } from './status-fence.js';
+import { SHALLOW_DEPTH, checkFence, type FenceResult } from './status-fence-walk.js';
+import { FENCE_TRAILER, formatSummary, type History } from './status-fence.js';
 import { EPOCH_TRAILER, trailerValues, withTrailer } from './trailers.js';
 
 export const DEFAULT_STATUS_BRANCH = 'llmgw/status';
@@ -200,7 +200,7 @@ async function makeCommit(repo: FleetRepo, tree: string, parent: string | null, 
 }
 
 /** The fence check of the tip (none without an epoch or a tip). */
-async function fenceOf(repo: FleetRepo, branch: string, tip: string | null, opts: StatusBranchOptions, deepen: (() => Promise<void>) | null): Promise<FenceResult | null> {
+async function fenceOf(repo: FleetRepo, branch: string, tip: string | null, opts: StatusBranchOptions, deepen: ((depth: number) => Promise<void>) | null): Promise<FenceResult | null> {
   if (opts.epoch === undefined || tip === null) return null;
   return checkFence(repo, tip, {
     branch,
@@ -341,11 +341,11 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       const a = repo.auth();
       token = a.token;
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
-        // A first fetch takes the last FENCE_WALK + 1 commits, not the whole history (a year of churn
+        // A first fetch takes the last SHALLOW_DEPTH commits, not the whole history (a year of churn
         // is 10^5–10^6 commits, each with its own tree); a fence walk that must go further deepens it.
         const shallow = (await git.resolveRef({ fs, gitdir: repo.gitdir, ref: repo.branchRef(branch) }).catch(() => null)) === null;
-        const tip = await repo.fetchBranch(branch, a.onAuth, shallow ? FENCE_WALK + 1 : undefined);
-        const fence = await fenceOf(repo, branch, tip, opts, () => repo.deepenBranch(branch, a.onAuth));
+        const tip = await repo.fetchBranch(branch, a.onAuth, shallow ? SHALLOW_DEPTH : undefined);
+        const fence = await fenceOf(repo, branch, tip, opts, (depth) => repo.fetchBranch(branch, a.onAuth, depth).then(() => undefined));
         forged = fence?.forged ?? null;
         if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1, ...(forged ? { forged } : {}) };
         const commit = await makeCommit(repo, tree, tip, opts, fence?.history ?? null);

@@ -4,8 +4,9 @@
  * writer holds the leader key), judge the fence against the writer's epoch and bound, and say what
  * summary the writer's own commit carries.
  *
- * A remote's mirror may hold the branch shallow (its first fetch takes FENCE_WALK + 1 commits, not
- * the whole history): a walk that must go past the shallow end deepens the mirror first (`deepen`).
+ * A remote's mirror may hold the branch shallow (its first fetch takes SHALLOW_DEPTH commits, not the
+ * whole history): a walk that must go past the shallow end deepens the mirror first (`deepen`), to
+ * FENCE_WALK + 1 commits (enough for a cut), then to all of it.
  */
 import * as fs from 'node:fs';
 import git from 'isomorphic-git';
@@ -24,8 +25,8 @@ export interface FenceCheck {
   readonly epochBound?: () => Promise<number>;
   /** The cluster's fence key: summaries are trusted under it. null: none is trusted (every walk goes to the root). */
   readonly key: Buffer | null;
-  /** Fetch the branch's history in full (a shallow mirror); null: the repo is not shallow (local). */
-  readonly deepen: (() => Promise<void>) | null;
+  /** Fetch the branch's history to `depth` commits from its tip (a shallow mirror); null: the repo is not shallow (local). */
+  readonly deepen: ((depth: number) => Promise<void>) | null;
 }
 
 export interface FenceResult {
@@ -35,28 +36,34 @@ export interface FenceResult {
   readonly forged: { readonly epoch: number; readonly commit: string; readonly bound: number } | null;
 }
 
-/** Reads commits of the branch; a missing one (past a shallow mirror's end) deepens the mirror once. */
+/** Commits of the status branch a remote's first fetch takes: a signed summary is normally the tip's. */
+export const SHALLOW_DEPTH = 64;
+/** Depths a walk past the shallow end deepens to: enough for a cut, then git's infinite depth. */
+const DEEPEN = [FENCE_WALK + 1, 0x7fffffff];
+
+/** Reads commits of the branch; a missing one (past a shallow mirror's end) deepens the mirror. */
 class Reader {
-  private deepened = false;
+  private deepened = 0;
   /** Commits read (for tests' and logs' figures). */
   read = 0;
   constructor(
     private readonly repo: FleetRepo,
-    private readonly deepen: (() => Promise<void>) | null,
+    private readonly deepen: ((depth: number) => Promise<void>) | null,
   ) {}
 
   async commit(oid: string): Promise<WalkedCommit> {
-    let c;
-    try {
-      c = (await git.readCommit({ fs, gitdir: this.repo.gitdir, oid, cache: this.repo.cache })).commit;
-    } catch (e) {
-      if ((e as { code?: string }).code !== 'NotFoundError' || !this.deepen || this.deepened) throw e;
-      this.deepened = true;
-      await this.deepen();
-      c = (await git.readCommit({ fs, gitdir: this.repo.gitdir, oid, cache: this.repo.cache })).commit;
+    for (;;) {
+      try {
+        const c = (await git.readCommit({ fs, gitdir: this.repo.gitdir, oid, cache: this.repo.cache })).commit;
+        this.read++;
+        return { oid, parent: c.parent[0], message: c.message };
+      } catch (e) {
+        const depth = DEEPEN[this.deepened];
+        if ((e as { code?: string }).code !== 'NotFoundError' || !this.deepen || depth === undefined) throw e;
+        this.deepened++;
+        await this.deepen(depth);
+      }
     }
-    this.read++;
-    return { oid, parent: c.parent[0], message: c.message };
   }
 }
 

@@ -1,9 +1,9 @@
 /**
  * The status fence summary on a real branch (#37 item 5), against the real git smart-HTTP server:
  * a history of 5,000 commits without summaries (from before them, made with git fast-import), with
- * the highest epoch (7) at its root. A fresh writer fetches the last 1,001 commits, not all of them;
- * the key holder walks 1,000 of them and writes a summary signed with the cluster's key; the next
- * fresh writer reads one commit. Forged and copied summaries are walked through, never trusted; a
+ * the highest epoch (7) at its root. A fresh writer fetches the last 64 commits, not all of them;
+ * the key holder deepens to 1,001, walks 1,000 and writes a summary signed with the cluster's key;
+ * the next fresh writer fetches 64 and reads one commit. Forged and copied summaries are walked through, never trusted; a
  * writer that does not hold the key walks the whole history, deepening its shallow mirror, and finds
  * epoch 7 at the root.
  */
@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { FleetRepo } from '../../src/git/repo.js';
 import { writeStatusBranch } from '../../src/git/status-branch.js';
+import { SHALLOW_DEPTH } from '../../src/git/status-fence-walk.js';
 import { FENCE_TRAILER, FENCE_WALK } from '../../src/git/status-fence.js';
 import { trailerValues } from '../../src/git/trailers.js';
 import { WorkRepo, git, revParse, servedFleetRepo, type ServedFleetRepo } from '../harness/git.js';
@@ -40,11 +41,11 @@ describe('status fence summaries on a long branch', () => {
   });
   after(() => served.close());
 
-  it('the key holder fetches 1,001 commits and walks 1,000, then signs the summary; the next writer reads one commit', async () => {
+  it('the key holder fetches 64 commits, deepens to 1,001 and walks 1,000, then signs the summary; the next writer reads one commit', async () => {
     const w9 = await served.remote();
     const w = await writeStatusBranch(w9, { branch, files: files('9', 1), message: 'llmgw status', epoch: 9, epochBound: holder(9), fenceKey: KEY });
     assert.equal(w.changed, true);
-    assert.equal(await countIn(w9, branch), FENCE_WALK + 2, 'the first fetch is shallow: 1,001 commits, and its own pushed on top');
+    assert.equal(await countIn(w9, branch), FENCE_WALK + 2, 'the first fetch is shallow (64 commits), deepened to 1,001 for the walk, and its own pushed on top');
     const msg = await git(served.bare, ['log', '-1', '--format=%B', branch]);
     const [summary] = trailerValues(msg, FENCE_TRAILER);
     // epoch 2 seen in the 1,000 commits read; the rest (with its 7) covered by the holder's own epoch
@@ -54,7 +55,7 @@ describe('status fence summaries on a long branch', () => {
     const w8 = await served.remote();
     const stale = await rejectsWith(writeStatusBranch(w8, { branch, files: files('8', 1), message: 'llmgw status', epoch: 8, epochBound: deposed, fenceKey: KEY }), 'STATUS_EPOCH_STALE');
     assert.equal((stale.detail as { headEpoch: number }).headEpoch, 9);
-    assert.equal(await countIn(w8, branch), FENCE_WALK + 1, 'its mirror stayed shallow: not deepened');
+    assert.equal(await countIn(w8, branch), SHALLOW_DEPTH, 'its mirror stayed shallow: not deepened');
 
     // the holder's next write reads one commit (its own): a summary on top of its summary
     const w2 = await writeStatusBranch(w9, { branch, files: files('9', 2), message: 'llmgw status', epoch: 9, epochBound: holder(9), fenceKey: KEY });
