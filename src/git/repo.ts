@@ -179,9 +179,10 @@ export class FleetRepo {
   /**
    * Fetches one branch of the remote into its tracking ref's objects; the remote tip, or null when
    * the branch does not exist there. `ref` is what isomorphic-git offers as "have": the tracking
-   * ref, so only new objects come.
+   * ref, so only new objects come. `depth`: fetch only that many commits of the branch (a shallow
+   * mirror; later fetches add what is new on top; a larger depth deepens it, 0x7fffffff to all of it).
    */
-  async fetchBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth']): Promise<string | null> {
+  async fetchBranch(branch: string, onAuth: ReturnType<FleetRepo['auth']>['onAuth'], depth?: number): Promise<string | null> {
     try {
       const res = await git.fetch({
         fs,
@@ -194,6 +195,7 @@ export class FleetRepo {
         singleBranch: true,
         tags: false,
         cache: this.cache,
+        ...(depth !== undefined ? { depth } : {}),
         ...(onAuth ? { onAuth } : {}),
       });
       return res.fetchHead ?? null;

@@ -14,7 +14,9 @@
  * a newer epoch is refused (STATUS_EPOCH_STALE), never built on or retried over. Since the swap
  * only succeeds on that same tip, epochs along the branch's first-parent history never decrease.
  * The fence is the highest epoch anywhere on that history, not the tip's: a commit pushed without
- * the trailer (or with a lower one) on top of a newer epoch resets nothing.
+ * the trailer (or with a lower one) on top of a newer epoch resets nothing. Each commit carries a
+ * summary of the history below it (Llmgw-Fence, under the cluster's key), so a new writer reads only
+ * back to the last one that verifies, not the whole history (status-fence.ts).
  */
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -24,7 +26,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import git, { type TreeEntry } from 'isomorphic-git';
 import { LlmgwError } from '../errors/catalogue.js';
 import { REMOTE_NAME, type FleetRepo } from './repo.js';
-import { EPOCH_TRAILER, epochOf, trailerValues, withTrailer } from './trailers.js';
+import { SHALLOW_DEPTH, checkFence, type FenceResult } from './status-fence-walk.js';
+import { FENCE_TRAILER, formatSummary, type History } from './status-fence.js';
+import { EPOCH_TRAILER, trailerValues, withTrailer } from './trailers.js';
 
 export const DEFAULT_STATUS_BRANCH = 'llmgw/status';
 const ZERO_OID = '0000000000000000000000000000000000000000';
@@ -48,6 +52,12 @@ export interface StatusBranchOptions {
    * on and the result names it (`forged`). Asked only when the history's fence is above `epoch`.
    */
   readonly epochBound?: () => Promise<number>;
+  /**
+   * The cluster's status fence key (HA: shared through etcd; ≥ 16 bytes). Given with an epoch: each
+   * commit carries an `Llmgw-Fence` summary of the history below it under this key, and a summary
+   * that verifies ends the fence walk (status-fence.ts). Absent: no summary is written or trusted.
+   */
+  readonly fenceKey?: Buffer;
   readonly author?: { readonly name: string; readonly email: string };
   /**
    * Remembers the blobs and trees of earlier writes (one per writer of the branch): a write that
@@ -173,7 +183,7 @@ async function treeOf(repo: FleetRepo, commit: string): Promise<string> {
   return (await git.readCommit({ fs, gitdir: repo.gitdir, oid: commit, cache: repo.cache })).commit.tree;
 }
 
-async function makeCommit(repo: FleetRepo, tree: string, parent: string | null, opts: StatusBranchOptions): Promise<string> {
+async function makeCommit(repo: FleetRepo, tree: string, parent: string | null, opts: StatusBranchOptions, below: History | null): Promise<string> {
   const now = (opts.now ?? (() => new Date()))();
   const who = {
     name: opts.author?.name ?? 'llmgw',
@@ -181,9 +191,24 @@ async function makeCommit(repo: FleetRepo, tree: string, parent: string | null, 
     timestamp: Math.floor(now.getTime() / 1000),
     timezoneOffset: 0,
   };
-  const message =
-    opts.epoch === undefined ? (opts.message.endsWith('\n') ? opts.message : `${opts.message}\n`) : withTrailer(opts.message, EPOCH_TRAILER, String(opts.epoch));
+  let message = opts.epoch === undefined ? (opts.message.endsWith('\n') ? opts.message : `${opts.message}\n`) : withTrailer(opts.message, EPOCH_TRAILER, String(opts.epoch));
+  // the fence summary of the history below (status-fence.ts), under the cluster's key
+  if (opts.epoch !== undefined && opts.fenceKey && parent !== null && below !== null) {
+    message = withTrailer(message, FENCE_TRAILER, formatSummary(below, parent, opts.epoch, opts.fenceKey));
+  }
   return git.writeCommit({ fs, gitdir: repo.gitdir, commit: { tree, parent: parent ? [parent] : [], author: who, committer: who, message } });
+}
+
+/** The fence check of the tip (none without an epoch or a tip). */
+async function fenceOf(repo: FleetRepo, branch: string, tip: string | null, opts: StatusBranchOptions, deepen: ((depth: number) => Promise<void>) | null): Promise<FenceResult | null> {
+  if (opts.epoch === undefined || tip === null) return null;
+  return checkFence(repo, tip, {
+    branch,
+    epoch: opts.epoch,
+    ...(opts.epochBound ? { epochBound: opts.epochBound } : {}),
+    key: opts.fenceKey ?? null,
+    deepen,
+  });
 }
 
 function checkEpoch(opts: StatusBranchOptions): void {
@@ -191,97 +216,10 @@ function checkEpoch(opts: StatusBranchOptions): void {
   if (!Number.isSafeInteger(opts.epoch) || opts.epoch < 0) {
     throw new LlmgwError('USAGE', `status branch epoch ${String(opts.epoch)} is not a non-negative integer`);
   }
-  if (trailerValues(opts.message, EPOCH_TRAILER).length > 0) {
-    throw new LlmgwError('USAGE', `the status message already has an ${EPOCH_TRAILER} trailer; the writer adds the epoch itself`);
+  for (const t of [EPOCH_TRAILER, FENCE_TRAILER]) {
+    if (trailerValues(opts.message, t).length > 0) throw new LlmgwError('USAGE', `the status message already has an ${t} trailer; the writer adds it itself`);
   }
-}
-
-/**
- * The fence: the highest epoch on the tip's first-parent history, so a commit without the trailer
- * (anyone who can push the branch) resets nothing. Per commit, the FENCE_TOP highest distinct epochs
- * of its history are remembered (newest commit for each), so the fence under a bound (a forged epoch
- * above it passed over) is found without a walk while fewer than FENCE_TOP forged epochs sit above
- * the real ones; a writer's next tip is its own last commit: one step. At most FENCE_CACHE commits.
- */
-const FENCE_CACHE = 4096;
-const FENCE_TOP = 8;
-type Fenced = { readonly epoch: number; readonly commit: string };
-/** Highest epoch first; `complete`: every distinct epoch of the history is in `top`. */
-type TopEpochs = { readonly top: readonly Fenced[]; readonly complete: boolean };
-const fenceCache = new Map<string, TopEpochs>();
-
-/** `below` with the commit's epoch added (the commit is newer than every entry). */
-function withEpoch(below: TopEpochs, e: Fenced): TopEpochs {
-  const top = [e, ...below.top.filter((t) => t.epoch !== e.epoch)].sort((a, b) => b.epoch - a.epoch);
-  return top.length > FENCE_TOP ? { top: top.slice(0, FENCE_TOP), complete: false } : { top, complete: below.complete };
-}
-
-/** The fence counting only epochs ≤ bound, by a walk (when more forged epochs than FENCE_TOP sit above the bound). */
-async function boundedFence(repo: FleetRepo, tip: string, bound: number): Promise<Fenced> {
-  let found = { epoch: 0, commit: tip };
-  for (let oid: string | undefined = tip; oid !== undefined; ) {
-    const { commit } = await git.readCommit({ fs, gitdir: repo.gitdir, oid, cache: repo.cache });
-    const e = epochOf(commit.message);
-    if (e !== null && e <= bound && e > found.epoch) found = { epoch: e, commit: oid };
-    oid = commit.parent[0];
-  }
-  return found;
-}
-
-async function historyEpochs(repo: FleetRepo, tip: string): Promise<TopEpochs> {
-  const walked: Array<{ oid: string; epoch: number | null }> = [];
-  let found: TopEpochs = { top: [], complete: true };
-  for (let oid: string | undefined = tip; oid !== undefined; ) {
-    const cached = fenceCache.get(`${repo.gitdir}\0${oid}`);
-    if (cached) {
-      found = cached;
-      break;
-    }
-    const { commit } = await git.readCommit({ fs, gitdir: repo.gitdir, oid, cache: repo.cache });
-    walked.push({ oid, epoch: epochOf(commit.message) });
-    oid = commit.parent[0];
-  }
-  for (let i = walked.length - 1; i >= 0; i--) {
-    const w = walked[i]!;
-    if (w.epoch !== null) found = withEpoch(found, { epoch: w.epoch, commit: w.oid });
-    fenceCache.set(`${repo.gitdir}\0${w.oid}`, found);
-  }
-  while (fenceCache.size > FENCE_CACHE) fenceCache.delete(fenceCache.keys().next().value as string);
-  return found;
-}
-
-/** The highest epoch ≤ bound on the history (0 at the tip when there is none). */
-async function fenceUnder(repo: FleetRepo, tip: string, h: TopEpochs, bound: number): Promise<Fenced> {
-  const under = h.top.find((t) => t.epoch <= bound);
-  if (under) return under;
-  return h.complete ? { epoch: 0, commit: tip } : boundedFence(repo, tip, bound);
-}
-
-/**
- * Refuse to build on a branch whose first-parent history holds a newer epoch than this writer's;
- * an epoch above `epochBound` is not real and fences nothing (returned as `forged`).
- */
-async function assertTipNotNewer(repo: FleetRepo, branch: string, tip: string | null, epoch: number | undefined, epochBound?: () => Promise<number>): Promise<StatusWriteResult['forged']> {
-  if (epoch === undefined || tip === null) return null;
-  const history = await historyEpochs(repo, tip);
-  let fence: Fenced = history.top[0] ?? { epoch: 0, commit: tip };
-  let forged: StatusWriteResult['forged'] = null;
-  if (fence.epoch > epoch && epochBound) {
-    const bound = await epochBound();
-    if (fence.epoch > bound) {
-      forged = { epoch: fence.epoch, commit: fence.commit, bound };
-      fence = await fenceUnder(repo, tip, history, bound);
-    }
-  }
-  if (fence.epoch > epoch) {
-    const where = fence.commit === tip ? `its head ${tip.slice(0, 12)} was written` : `its history holds ${fence.commit.slice(0, 12)} (head ${tip.slice(0, 12)}), written`;
-    throw new LlmgwError(
-      'STATUS_EPOCH_STALE',
-      `status branch ${branch} (${repo.label}): ${where} by epoch ${fence.epoch}, newer than this writer's epoch ${epoch}; not written`,
-      { branch, epoch, headEpoch: fence.epoch, head: tip, ...(fence.commit === tip ? {} : { fencedBy: fence.commit }) },
-    );
-  }
-  return forged;
+  if (opts.fenceKey !== undefined && opts.fenceKey.length < 16) throw new LlmgwError('USAGE', 'the status fence key is shorter than 16 bytes');
 }
 
 // --- local repos: git's ref lock protocol ---
@@ -390,9 +328,10 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       await assertNotCheckedOut(repo.gitdir, ref);
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
         const tip = await readLocalRef(repo.gitdir, ref);
-        forged = await assertTipNotNewer(repo, branch, tip, opts.epoch, opts.epochBound);
+        const fence = await fenceOf(repo, branch, tip, opts, null);
+        forged = fence?.forged ?? null;
         if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1, ...(forged ? { forged } : {}) };
-        const commit = await makeCommit(repo, tree, tip, opts);
+        const commit = await makeCommit(repo, tree, tip, opts, fence?.history ?? null);
         await opts.beforeUpdate?.(attempt);
         const swap = await casLocalRef(repo.gitdir, ref, tip, commit);
         if (swap === 'swapped') return { changed: true, oid: commit, attempts: attempt + 1, ...(forged ? { forged } : {}) };
@@ -402,10 +341,14 @@ export async function writeStatusBranch(repo: FleetRepo, opts: StatusBranchOptio
       const a = repo.auth();
       token = a.token;
       for (let attempt = 0; attempt < maxAttempts; attempt++) {
-        const tip = await repo.fetchBranch(branch, a.onAuth);
-        forged = await assertTipNotNewer(repo, branch, tip, opts.epoch, opts.epochBound);
+        // A first fetch takes the last SHALLOW_DEPTH commits, not the whole history (a year of churn
+        // is 10^5–10^6 commits, each with its own tree); a fence walk that must go further deepens it.
+        const shallow = (await git.resolveRef({ fs, gitdir: repo.gitdir, ref: repo.branchRef(branch) }).catch(() => null)) === null;
+        const tip = await repo.fetchBranch(branch, a.onAuth, shallow ? SHALLOW_DEPTH : undefined);
+        const fence = await fenceOf(repo, branch, tip, opts, (depth) => repo.fetchBranch(branch, a.onAuth, depth).then(() => undefined));
+        forged = fence?.forged ?? null;
         if (tip && (await treeOf(repo, tip)) === tree) return { changed: false, oid: tip, attempts: attempt + 1, ...(forged ? { forged } : {}) };
-        const commit = await makeCommit(repo, tree, tip, opts);
+        const commit = await makeCommit(repo, tree, tip, opts, fence?.history ?? null);
         // The mirror's own branch ref is what push sends; the mirror has no working tree.
         await git.writeRef({ fs, gitdir: repo.gitdir, ref, value: commit, force: true });
         await opts.beforeUpdate?.(attempt);

@@ -91,8 +91,9 @@ export async function serveHa(e: EtcdConfig, p: HaServeParts): Promise<HaServed>
       ...p.common,
       ...(rolloutFigures ? { rolloutFigures } : {}),
       // a status-branch epoch above this leader's own (while it holds the leader key; else above etcd's
-      // revision) is a forgery (or from before a restore): it fences nothing (#36, N2)
-      status: new StatusWriter(repo, () => election.fenceBound()),
+      // revision) is a forgery (or from before a restore): it fences nothing (#36, N2); each commit's
+      // fence summary is signed with the cluster's key, so a new leader reads back to the last one (#37)
+      status: new StatusWriter(repo, () => election.fenceBound(), shared.statusFenceKey),
       tracker: new SpecTracker(repo, t.initialState.appliedRevision ? { resumeFrom: t.initialState.appliedRevision } : {}),
       driverFor: (n, supersede) => p.openDriver(n, () => ({ owner, label: `llmgw HA cluster ${e.prefix} (leader: ${instance.label})`, epoch: t.epoch, ttlSeconds: p.ownerTtlSeconds }), supersede),
     }),

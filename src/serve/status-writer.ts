@@ -28,6 +28,8 @@ export class StatusWriter implements StatusSink {
   constructor(
     private readonly repo: FleetRepo,
     private readonly epochBound?: () => Promise<number>,
+    /** HA: the cluster's status fence key (ha/shared.ts), which signs each commit's Llmgw-Fence summary. */
+    private readonly fenceKey?: Buffer,
   ) {
     this.treeCache = new TreeCache(repo.gitdir);
   }
@@ -47,6 +49,7 @@ export class StatusWriter implements StatusSink {
           message: `llmgw status at ${snap.appliedRevision?.slice(0, 12) ?? 'no revision'}`,
           ...(epoch ? { epoch } : {}),
           ...(epoch && this.epochBound ? { epochBound: this.epochBound } : {}),
+          ...(epoch && this.fenceKey ? { fenceKey: this.fenceKey } : {}),
           treeCache: this.treeCache,
         });
         this.lastFiles = files;
