@@ -226,7 +226,8 @@ const result = {
   ups,
   passes: (() => {
     const during = [...passes].filter(([at]) => at >= t0 && at <= loadEnd).map(([, ms]) => ms);
-    return { count: during.length, medianMs: quantile(0.5, during), maxMs: Math.max(...during) };
+    const list = [...passes].filter(([at]) => at >= t0 && at <= loadEnd).map(([at, ms]) => `+${((at - t0) / 1000).toFixed(1)} s: ${ms} ms`);
+    return { count: during.length, medianMs: quantile(0.5, during), maxMs: Math.max(...during), list };
   })(),
 };
 console.log(JSON.stringify(result, null, 2));
