@@ -118,7 +118,7 @@ export interface ScaleDecision {
   readonly change: ScaleChange | null;
   /** What the load wants now (clamped), whatever the windows say. */
   readonly wants: number;
-  /** When the decision wants to be taken again (a window's end, or the next sample); null: no need. */
+  /** When the decision wants to be taken again (a window's end, or a sample before it); null: no need. */
   readonly nextAt: number | null;
 }
 
@@ -140,9 +140,10 @@ export function decideScale(i: ScaleInput): ScaleDecision {
     if (now - upSince >= scale.upAfterMs) {
       const why = `${i.load.busy} busy and ${i.load.queued} waiting on ${capacity(count)} slot${capacity(count) === 1 ? '' : 's'} for ${secs(now - upSince)} (target ${pct(scale.target)} busy)`;
       const change: ScaleChange = { at: now, from: count, to: wants, direction: 'up', why };
-      return { record: { count: wants, last: change }, change, wants, nextAt: wants < range.max && load > 0 ? now + sampleMs(scale) : null };
+      return { record: { count: wants, last: change }, change, wants, nextAt: wants < range.max && load > 0 ? now + sampleMs(scale) : wants > range.min ? now + downSampleMs(scale) : null };
     }
-    return { record: keep({ count, upSince }), change: null, wants, nextAt: upSince + scale.upAfterMs };
+    // the window's end, and a look before it: a load that fell back in between resets the window
+    return { record: keep({ count, upSince }), change: null, wants, nextAt: Math.min(upSince + scale.upAfterMs, now + sampleMs(scale)) };
   }
 
   const fitsFewer = count > range.min && wantedFor(load, slots, scale.target * DOWN_BAND, range) < count;
@@ -157,7 +158,9 @@ export function decideScale(i: ScaleInput): ScaleDecision {
       const more = next > range.min;
       return { record: more ? { count: next, downSince: now, last: change } : { count: next, last: change }, change, wants, nextAt: more ? now + scale.downAfterMs : null };
     }
-    return { record: keep({ count, downSince }), change: null, wants, nextAt: downSince + scale.downAfterMs };
+    // the window's end, and looks before it: a load that came back in between resets the window
+    // (looked at only at its end, a load of 25 s on, 25 s off under down_after 60 s scaled in)
+    return { record: keep({ count, downSince }), change: null, wants, nextAt: Math.min(downSince + scale.downAfterMs, now + downSampleMs(scale)) };
   }
   // no window: look again soon while the load could take it up, less often while it could take it down
   const nextAt = load > 0 && count < range.max ? now + sampleMs(scale) : count > range.min ? now + downSampleMs(scale) : null;

@@ -17,8 +17,12 @@ export interface Tally {
   spans: [number, number, 'ok' | 'cut' | 'failed', number | null][];
 }
 
-/** Six workers streaming chat completions until stopped; every outcome counted. */
-export function streamLoad(client: OpenAI, model: string, concurrency: number): { stop: () => Promise<Tally>; tally: Tally } {
+/**
+ * `concurrency` workers streaming chat completions until stopped; every outcome counted. `o.maxTokens`:
+ * each request's max_tokens (default 80 to 199, by worker and request).
+ */
+export function streamLoad(client: OpenAI, model: string, concurrency: number, o: { maxTokens?: (worker: number, request: number) => number } = {}): { stop: () => Promise<Tally>; tally: Tally } {
+  const maxTokens = o.maxTokens ?? ((w: number, i: number): number => 80 + ((w * 37 + i * 53) % 120));
   const tally: Tally = { sent: 0, ok: 0, cut: 0, failed: 0, errors: [], spans: [] };
   let running = true;
   const worker = async (w: number): Promise<void> => {
@@ -33,7 +37,7 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number): 
           model,
           messages: [{ role: 'user', content: `worker ${w} request ${i}: tell me about fleets` }],
           stream: true,
-          max_tokens: 80 + ((w * 37 + i * 53) % 120),
+          max_tokens: maxTokens(w, i),
         });
         for await (const c of stream) {
           chunks++;

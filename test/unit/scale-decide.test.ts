@@ -156,9 +156,11 @@ describe('the scaling decision', () => {
     assert.equal(stateFromJson({ ...spec, models: { m: { health: { digest: 'd' }, scale: { count: -1 } } } }).models.m!.scale, undefined);
   });
 
-  it('next look: at a window\'s end; every few seconds while a load could still grow; less often above the min; none when idle at min', () => {
+  it('next look: at a window\'s end or a sample before it; every few seconds while a load could still grow; less often above the min; none when idle at min', () => {
     const opened = decideScale({ range: { min: 1, max: 3 }, slots: 1, scale, load: load(1, 5), record: undefined, now: T0 });
-    assert.equal(opened.nextAt, T0 + 10 * S);
+    // a sample inside the up window (5 s), so a load that fell back in between resets it
+    assert.equal(opened.nextAt, T0 + 5 * S);
+    assert.equal(decideScale({ range: { min: 1, max: 3 }, slots: 1, scale, load: load(1, 5), record: withLook(opened), now: T0 + 5 * S }).nextAt, T0 + 10 * S);
     assert.equal(decideScale({ range: { min: 1, max: 3 }, slots: 4, scale, load: load(1), record: undefined, now: T0 }).nextAt, T0 + 5 * S);
     assert.equal(decideScale({ range: { min: 1, max: 3 }, slots: 1, scale, load: load(0), record: undefined, now: T0 }).nextAt, null);
     // at its max, under load that keeps it there: a look every tenth of down_after (30 s here), for when the load falls
@@ -206,7 +208,7 @@ describe('a pass keeps the decision (scale-life.ts) and the planner reads it', a
     const s = scaled(stateFor(spec), spec, [{ router: 'r', at: T0, models: { alpha: load(2, 4) } }], T0).state;
     const stepped = clockStepped(s, 3600_000);
     assert.equal(stepped.models.alpha!.scale!.upSince, T0 + 3600_000);
-    assert.equal(stepped.models.alpha!.scale!.lookAt, T0 + 10 * S + 3600_000);
+    assert.equal(stepped.models.alpha!.scale!.lookAt, T0 + 5 * S + 3600_000);
   });
 });
 
