@@ -35,6 +35,8 @@ export interface DecideInput {
   readonly stopping: ReadonlySet<string>;
   /** Replicas with requests in flight (llama-server's /slots): never stopped as idle or evicted. */
   readonly busy?: ReadonlySet<string>;
+  /** Requests in flight per replica, where read (scale-in and an activation's room take the fewest first). */
+  readonly inFlight?: ReadonlyMap<string, number>;
   /** Models with requests in this process's router right now (waiting, queued or proxied): active now. */
   readonly active?: ReadonlySet<string>;
   /** The fingerprint of this controller's engine key (replicas started with another are replaced). */
@@ -100,7 +102,7 @@ export function stoppingOf(s: ControllerState, running: ReadonlySet<string>): Re
   return new Set([...stopIds(s), ...running]);
 }
 
-export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
+export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'inFlight' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
   const s = i.state;
   const facts = replicaFacts(s);
   return {
@@ -110,6 +112,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     inflightStarts: inflightStarts(s),
     stopping: stoppingOf(s, i.stopping),
     ...(i.busy ? { busy: i.busy } : {}),
+    ...(i.inFlight ? { inFlight: i.inFlight } : {}),
     demand: Object.fromEntries(Object.entries(demandByModel(s)).map(([m, t]) => [m, { lastRequestAt: t }])),
     scaled: scaledCounts(s),
     restarts: facts.restarts,

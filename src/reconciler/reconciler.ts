@@ -25,7 +25,7 @@ import { PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement } from './pass.js';
-import { busyOnDemand, estimateMemory } from './pass-look.js';
+import { busyOf, estimateMemory, replicasInFlight } from './pass-look.js';
 import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
 import type { Action } from './planner.js';
@@ -213,7 +213,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
-      const busy = await busyOnDemand(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
+      const inFlight = await replicasInFlight(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.now(log);
       this.state = this.canary.judge(this.state, spec, this.decidedAt, log);
@@ -226,7 +226,7 @@ export class Reconciler extends ControllerShell implements FleetView {
         memoryErrors: this.memoryErrors,
         running: this.running.ids(),
         stopping: this.stopOps.ids(),
-        busy,
+        busy: busyOf(inFlight), inFlight, // /slots of the replicas that may be stopped (idle, room, scale-in)
         active: this.own.active(),
         keyFingerprint: this.keyFingerprint,
         load: this.o.modelLoad?.(), // scaling (#42): the routers' load, read as the pass decides
