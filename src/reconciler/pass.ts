@@ -16,7 +16,7 @@ import { isInflightStart, moved } from './replica-life.js';
 import { plannedRollout, rolloutSettled, type PlannedRollout } from './rollout-life.js';
 import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type ModelRecord, type Note } from './state.js';
 import { stopIds, stopsRequested } from './stops.js';
-import type { LoadReport } from '../scale/decide.js';
+import type { LoadReport, SummedLoad } from '../scale/decide.js';
 import { scaled, scaledCounts } from './scale-life.js';
 
 export interface DecideInput {
@@ -56,6 +56,8 @@ export interface Decision {
   readonly waitingForRoom: readonly string[];
   /** Scaling models whose extra replicas fit nowhere (planner.ts ShortOfRoom). */
   readonly short: Readonly<Record<string, ShortOfRoom>>;
+  /** The routers' summed load each scaling decision read (scale-life.ts). */
+  readonly load: Readonly<Record<string, SummedLoad>>;
   /** The observation after liveness (unresponsive replicas marked failed). */
   readonly nodes: readonly ObservedNode[];
   readonly notes: readonly Note[];
@@ -165,7 +167,7 @@ export function decide(i: DecideInput): Decision {
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
-  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, short: out.short ?? {}, nodes: live.nodes, notes };
+  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, short: out.short ?? {}, load: sc.load, nodes: live.nodes, notes };
 }
 
 /**

@@ -92,7 +92,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   private desired: Readonly<Record<string, number>> = {};
   private unplaceable: Readonly<Record<string, Unplaceable>> = {};
   private waitingForRoom: readonly string[] = [];
-  private short: ReturnType<typeof decide>['short'] = {}; // scaling (#42): extra replicas that fit nowhere, last pass
+  private scaleSeen: Pick<ReturnType<typeof decide>, 'short' | 'load'> = { short: {}, load: {} }; // scaling (#42): extra replicas that fit nowhere, last pass
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
   /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
@@ -237,7 +237,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       this.desired = d.desired;
       this.unplaceable = d.unplaceable;
       this.waitingForRoom = d.waitingForRoom;
-      this.short = d.short; // scaling (#42)
+      this.scaleSeen = { short: d.short, load: d.load }; // scaling (#42)
       logNotes(log, d.notes);
       warnUnplaceable(this.unplaceable, this.unplaceableWarned, spec.settings.unplaceableLogIntervalMs, this.clock(), log);
       actions = d.actions.length;
@@ -397,7 +397,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)
       lastPass: this.lastPass,
-      scale: { records: scaleRecords(this.state), short: this.short }, // scaling (#42)
+      scale: { records: scaleRecords(this.state), ...this.scaleSeen }, // scaling (#42)
     });
   }
 
