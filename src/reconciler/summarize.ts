@@ -164,7 +164,8 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
       return keptView({
         name: m.name,
         spec: m,
-        phase: phaseOf(desired, ready, starting + (replacing ? 1 : 0), h, unplaceable !== null),
+        // a scaling model short of room (#42) is ready once every replica that fits is: it wants more, it lacks none it can have
+        phase: phaseOf(Math.min(desired, i.scale?.short[m.name]?.fit ?? desired), ready, starting + (replacing ? 1 : 0), h, unplaceable !== null),
         replacing,
         desired,
         ready,
