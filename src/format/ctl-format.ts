@@ -269,6 +269,8 @@ export function renderStatus(s: StatusJson, attention: ModelsJson, healthy?: Mod
         '  ',
       ),
     );
+    // scaling models (#42): the count of their range and why — "wants 3, 2 fit: …" where room is short
+    for (const m of ok) if (m.scale && m.phase === 'ready' && (m.scale.short || m.scale.last)) out.push(`  ${m.name}  ${scaleText(m.scale, m.desired, at)}`);
   }
   for (const page of healthy ? [attention, healthy] : []) {
     if (page.next === null) continue;

@@ -121,11 +121,12 @@ export function reportOf(text: string): LoadReport[] {
   try {
     const v = JSON.parse(text) as Partial<LoadReport>;
     if (typeof v.router !== 'string' || typeof v.at !== 'number' || !Number.isFinite(v.at) || typeof v.models !== 'object' || v.models === null) return [];
-    const models: Record<string, { busy: number; queued: number }> = {};
+    const models: Record<string, { busy: number; queued: number; waitMs?: number }> = {};
     for (const [m, l] of Object.entries(v.models)) {
       const busy = Number((l as { busy?: unknown }).busy);
       const queued = Number((l as { queued?: unknown }).queued);
-      if (Number.isFinite(busy) && Number.isFinite(queued)) models[m] = { busy: Math.max(0, busy), queued: Math.max(0, queued) };
+      const waitMs = Number((l as { waitMs?: unknown }).waitMs);
+      if (Number.isFinite(busy) && Number.isFinite(queued)) models[m] = { busy: Math.max(0, busy), queued: Math.max(0, queued), ...(Number.isFinite(waitMs) && waitMs > 0 ? { waitMs } : {}) };
     }
     return [{ router: v.router, at: v.at, models }];
   } catch {

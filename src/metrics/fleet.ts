@@ -58,6 +58,8 @@ export class FleetMetrics {
   private readonly scaleTotal: Counter<'model' | 'direction'>;
   private readonly shortReplicas: GaugeSeries<'model'>;
   private readonly maxReplicas: GaugeSeries<'model'>;
+  private readonly load: GaugeSeries<'model' | 'kind'>;
+  private readonly queueWait: GaugeSeries<'model'>;
   /** The last change counted per model (its time): a change is counted once, and none from before this process. */
   private readonly scaleCounted = new Map<string, number>();
   private readonly startedAt: number;
@@ -110,6 +112,8 @@ export class FleetMetrics {
     this.rollouts = new RolloutMetrics(gauge);
     this.scaleTotal = new Counter({ name: N.modelScaleTotal, help: 'Changes of the replica count of a model that follows its load (#42), by direction (up, down), as this instance saw them.', labelNames: ['model', 'direction'], registers });
     this.shortReplicas = gauge(N.modelShortReplicas, 'Replicas a scaling model\'s load wants that fit on no node (present while some do not: the model serves with the others).', ['model']);
+    this.load = gauge(N.modelLoad, 'The routers\' load of a model that follows its load (#42), summed over their fresh reports as its last scaling decision read it: kind busy (its slots busy), queued (requests waiting for a slot or its activation).', ['model', 'kind']);
+    this.queueWait = gauge(N.modelQueueWaitSeconds, 'How long the oldest request waiting for a slot of a model that follows its load had waited, the longest over the routers\' fresh reports, at its last scaling decision (0: none waits).', ['model']);
     this.maxReplicas = gauge(N.modelMaxReplicas, 'The top of the replica range in force of a model that follows its load (#42; present only for those). Alert LlmgwModelAtMaxReplicas.', ['model']);
     this.startedAt = clock();
     this.forgedEpochs = gauge(N.forgedEpochs, 'Epochs this etcd did not make that the leader passed over: STATUS_EPOCH_FORGED 1 while a status-branch commit above etcd\'s revision is on the branch; NODE_EPOCH_FORGED the nodes whose owner record above it the leader took over in the last hour (both series present, 0 when none).', ['code']);
@@ -239,6 +243,9 @@ export class FleetMetrics {
   private applyScale(s: FleetSnapshot): void {
     applyScaleOf(s, this.scaleCounted, this.startedAt, this.scaleTotal, this.shortReplicas);
     this.maxReplicas.replace(s.models.flatMap((m) => (m.scale ? [[{ model: m.name }, m.scale.max] as [{ model: string }, number]] : [])));
+    const loaded = s.models.flatMap((m) => (m.scale?.load ? [{ model: m.name, load: m.scale.load }] : []));
+    this.load.replace(loaded.flatMap(({ model, load }) => [[{ model, kind: 'busy' }, load.busy], [{ model, kind: 'queued' }, load.queued]] as [{ model: string; kind: string }, number][]));
+    this.queueWait.replace(loaded.map(({ model, load }) => [{ model }, load.waitMs / 1000] as [{ model: string }, number]));
   }
 
   engineInstall(node: string, engine: string, version: string, result: 'ok' | 'error'): void {

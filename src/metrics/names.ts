@@ -33,6 +33,8 @@ export const MetricNames = Object.freeze({
   modelScaleTotal: 'llmgw_model_scale_total',
   modelShortReplicas: 'llmgw_model_short_replicas',
   modelMaxReplicas: 'llmgw_model_max_replicas',
+  modelLoad: 'llmgw_model_load',
+  modelQueueWaitSeconds: 'llmgw_model_queue_wait_seconds',
   leaderEpoch: 'llmgw_leader_epoch',
   etcdUp: 'llmgw_etcd_up',
   notActingInfo: 'llmgw_not_acting_info',

@@ -21,13 +21,33 @@ export function roomForMax(m: ModelSpec, head: FleetSpec, sim: Simulation, need:
   const max = maxReplicasOf(m);
   const o = sim.models[m.name];
   const have = o ? Math.max(0, o.before.length - o.stops.length) + o.starts.length : 0;
+  const threads = head.profiles[m.profile]?.threads ?? null;
   let more = 0;
+  let byMemory = 0;
   for (const n of sim.nodes) {
-    const labels = head.nodes[n.name]?.labels ?? {};
+    const ns = head.nodes[n.name];
+    const labels = ns?.labels ?? {};
     if (!n.reachable || n.roomBytes === null || !Object.entries(m.nodeSelector).every(([k, v]) => labels[k] === v)) continue;
-    more += Math.floor(Math.max(0, n.roomBytes - n.usedAfter) / need);
+    const memoryMore = Math.floor(Math.max(0, n.roomBytes - n.usedAfter) / need);
+    byMemory += memoryMore;
+    more += Math.min(memoryMore, coresMore(threads, ns?.capacity.cpus ?? null, o ? onNode(o, n.name) : 0));
   }
   const fit = have + more;
   if (fit >= max) return null;
-  return `warning: the fleet has room for ${fit} of its max ${max} replicas (${formatBytes(need)} each): under load it serves with those, short of the rest`;
+  // the cores rule held it below what the memory allows: say so (docs/scaling.md)
+  const each = have + byMemory > fit ? `${formatBytes(need)} and ${threads === null ? 'every core' : `${threads} thread${threads === 1 ? '' : 's'}`} each, by the nodes' declared cpus` : `${formatBytes(need)} each`;
+  return `warning: the fleet has room for ${fit} of its max ${max} replicas (${each}): under load it serves with those, short of the rest`;
+}
+
+/** The model's replicas on a node after the merge. */
+function onNode(o: Simulation['models'][string], node: string): number {
+  const count = (list: readonly string[]): number => list.filter((x) => x === node).length;
+  return Math.max(0, count(o.before) - o.stops.filter((s) => s.node === node).length) + count(o.starts);
+}
+
+/** More replicas a node's declared cores take beside `have` (the cores rule, placement.ts coresAllow); unknown cores: no bound. */
+function coresMore(threads: number | null, cores: number | null, have: number): number {
+  if (cores === null || !(cores > 0)) return Infinity;
+  const t = threads !== null && threads > 0 ? threads : cores;
+  return Math.max(0, Math.floor(cores / t) - have);
 }

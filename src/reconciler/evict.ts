@@ -1,7 +1,8 @@
 /**
  * Room for an on-demand model by evicting idle on-demand replicas of others (pure; the planner's):
  * least recently used first, only those used less recently than the model asking, and only on the
- * nodes the newcomer lands on. With `busyLater`, whether room would come once busy replicas are done.
+ * nodes the newcomer lands on — extra replicas of scaling models before all of them, busy or not
+ * (extraReplicas). With `busyLater`, whether room would come once busy replicas are done.
  */
 import type { ModelSpec } from '../fleet-spec/types.js';
 import { place, type DevicePlacement, type PlacementNode } from './placement.js';
@@ -41,7 +42,7 @@ export function evictFor(
   }
   victims.sort((a, b) => a.lastRequestAt - b.lastRequestAt || a.located.r.id.localeCompare(b.located.r.id));
   // scaling (#42): replicas above a model's floor give their room up first, however recent its requests
-  const extras = extraReplicas(w.model.name, input, byModel, stoppedIds, busyLater);
+  const extras = extraReplicas(w.model.name, input, byModel, stoppedIds);
   const extraIds = new Set(extras.map((e) => e.located.r.id));
   victims.splice(0, victims.length, ...extras, ...victims.filter((v) => !extraIds.has(v.located.r.id)));
   const freed = new Map<string, number>();
@@ -66,20 +67,24 @@ export function evictFor(
 }
 
 /**
- * The replicas of scaling models above their floor (the range's min, 1 on demand), newest first, that
- * an activation may take the room of (#42): never one with work in flight (unless `busyLater`), never
- * the asking model's own.
+ * The replicas of scaling models above their floor (the range's min, 1 on demand) that an activation
+ * may take the room of (#42), never the asking model's own: those with nothing in flight first, then
+ * the fewest in flight (a stop drains them: their requests finish, new ones go to the model's other
+ * replicas), newest first among equals (the oldest has the warmest cache). Busy extras go before
+ * anyone's last replica: under load every extra is busy, and the room is the activation's.
  */
-function extraReplicas(asking: string, input: PlanInput, byModel: ReadonlyMap<string, readonly Located[]>, stoppedIds: ReadonlySet<string>, busyLater: boolean): { model: string; located: Located; lastRequestAt: number }[] {
+export function extraReplicas(asking: string, input: Pick<PlanInput, 'spec' | 'now' | 'busy' | 'inFlight'>, byModel: ReadonlyMap<string, readonly Located[]>, stoppedIds: ReadonlySet<string>): { model: string; located: Located; lastRequestAt: number }[] {
   const out: { model: string; located: Located; lastRequestAt: number }[] = [];
+  const inFlight = (l: Located): number => input.inFlight?.get(l.r.id) ?? (input.busy?.has(l.r.id) ? 1 : 0);
   for (const [model, list] of byModel) {
     const m = input.spec.models[model];
     if (!m || model === asking || !scales(m)) continue;
     const alive = list.filter((l) => l.r.state !== 'failed' && !stoppedIds.has(l.r.id));
     const spare = alive.length - (m.scaling.mode === 'on_demand' ? 1 : rangeNow(m, input.now).min);
     if (spare <= 0) continue;
-    const free = alive.filter((l) => l.reachable && (busyLater || !(input.busy?.has(l.r.id) ?? false))).sort((a, b) => b.r.startedAt - a.r.startedAt || a.r.id.localeCompare(b.r.id));
-    for (const l of free.slice(0, spare)) out.push({ model, located: l, lastRequestAt: -Infinity });
+    const cands = alive.filter((l) => l.reachable).sort((a, b) => inFlight(a) - inFlight(b) || b.r.startedAt - a.r.startedAt || a.r.id.localeCompare(b.r.id));
+    for (const l of cands.slice(0, spare)) out.push({ model, located: l, lastRequestAt: -Infinity });
   }
-  return out;
+  // idle extras of every model before any busy one
+  return out.sort((a, b) => Number(inFlight(a.located) > 0) - Number(inFlight(b.located) > 0));
 }

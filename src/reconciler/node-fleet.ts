@@ -136,6 +136,7 @@ export class NodeFleet {
       return {
         name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [],
         devices: (ns?.obs?.devices ?? []).map((d) => ({ name: d.name, totalBytes: d.totalBytes })),
+        ...(ns?.obs?.cpus ? { cpus: ns.obs.cpus } : {}),
         ...(ns?.lookedAt != null ? { lookedAt: ns.lookedAt } : {}),
       };
     });

@@ -11,6 +11,7 @@ import type { ObservedNode } from './planner.js';
 import type { ControllerState } from './state.js';
 import type { InFlight } from './stops.js';
 import { modelsInOrder } from './spec-order.js';
+import { scales } from '../scale/range.js';
 
 /** Each model's memory need (null: not known), why it is not known, and its device need (#24). */
 export interface MemoryLook {
@@ -60,21 +61,30 @@ function lookOf(models: readonly ModelSpec[], estimates: readonly MemoryEstimate
 }
 
 /**
- * On-demand replicas with requests in flight (their /slots): never stopped as idle or evicted. Only
- * on-demand models are asked (only they are stopped for idleness or room), and only their ready
- * replicas not being stopped.
+ * What the replicas that may be stopped for idleness, room or scale-in have in flight (their /slots):
+ * an on-demand replica with work is never stopped as idle or evicted whole; of a scaling model's
+ * replicas, scale-in and an activation's room take those with fewest first (#42). Only ready replicas
+ * not being stopped are asked; a replica whose /slots did not answer is left out (unknown).
  */
-export async function busyOnDemand(spec: FleetSpec, observed: readonly ObservedNode[], stopping: readonly string[], inFlight: (endpoint: string) => Promise<InFlight>): Promise<ReadonlySet<string>> {
+export async function replicasInFlight(spec: FleetSpec, observed: readonly ObservedNode[], stopping: readonly string[], inFlight: (endpoint: string) => Promise<InFlight>): Promise<ReadonlyMap<string, number>> {
   const stoppingIds = new Set(stopping);
   const asks = observed
     .flatMap((n) => (n.reachable ? n.replicas : []))
-    .filter((r) => r.state === 'ready' && !stoppingIds.has(r.id) && spec.models[r.model]?.scaling.mode === 'on_demand');
-  const busy = new Set<string>();
+    .filter((r) => {
+      const m = spec.models[r.model];
+      return r.state === 'ready' && !stoppingIds.has(r.id) && m !== undefined && (m.scaling.mode === 'on_demand' || scales(m));
+    });
+  const out = new Map<string, number>();
   await Promise.all(
     asks.map(async (r) => {
       const n = await inFlight(r.endpoint);
-      if (typeof n === 'number' && n > 0) busy.add(r.id);
+      if (typeof n === 'number') out.set(r.id, n);
     }),
   );
-  return busy;
+  return out;
+}
+
+/** The replicas with requests in flight. */
+export function busyOf(inFlight: ReadonlyMap<string, number>): ReadonlySet<string> {
+  return new Set([...inFlight].flatMap(([id, n]) => (n > 0 ? [id] : [])));
 }

@@ -16,7 +16,7 @@ import { isInflightStart, moved } from './replica-life.js';
 import { plannedRollout, rolloutSettled, type PlannedRollout } from './rollout-life.js';
 import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type ModelRecord, type Note } from './state.js';
 import { stopIds, stopsRequested } from './stops.js';
-import type { LoadReport } from '../scale/decide.js';
+import type { LoadReport, SummedLoad } from '../scale/decide.js';
 import { scaled, scaledCounts } from './scale-life.js';
 
 export interface DecideInput {
@@ -35,6 +35,8 @@ export interface DecideInput {
   readonly stopping: ReadonlySet<string>;
   /** Replicas with requests in flight (llama-server's /slots): never stopped as idle or evicted. */
   readonly busy?: ReadonlySet<string>;
+  /** Requests in flight per replica, where read (scale-in and an activation's room take the fewest first). */
+  readonly inFlight?: ReadonlyMap<string, number>;
   /** Models with requests in this process's router right now (waiting, queued or proxied): active now. */
   readonly active?: ReadonlySet<string>;
   /** The fingerprint of this controller's engine key (replicas started with another are replaced). */
@@ -54,6 +56,8 @@ export interface Decision {
   readonly waitingForRoom: readonly string[];
   /** Scaling models whose extra replicas fit nowhere (planner.ts ShortOfRoom). */
   readonly short: Readonly<Record<string, ShortOfRoom>>;
+  /** The routers' summed load each scaling decision read (scale-life.ts). */
+  readonly load: Readonly<Record<string, SummedLoad>>;
   /** The observation after liveness (unresponsive replicas marked failed). */
   readonly nodes: readonly ObservedNode[];
   readonly notes: readonly Note[];
@@ -100,7 +104,7 @@ export function stoppingOf(s: ControllerState, running: ReadonlySet<string>): Re
   return new Set([...stopIds(s), ...running]);
 }
 
-export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
+export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'inFlight' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
   const s = i.state;
   const facts = replicaFacts(s);
   return {
@@ -110,6 +114,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     inflightStarts: inflightStarts(s),
     stopping: stoppingOf(s, i.stopping),
     ...(i.busy ? { busy: i.busy } : {}),
+    ...(i.inFlight ? { inFlight: i.inFlight } : {}),
     demand: Object.fromEntries(Object.entries(demandByModel(s)).map(([m, t]) => [m, { lastRequestAt: t }])),
     scaled: scaledCounts(s),
     restarts: facts.restarts,
@@ -162,7 +167,7 @@ export function decide(i: DecideInput): Decision {
   for (const id of out.drainStarted) notes.push({ level: 'info', msg: 'no room to surge: draining the old replica before replacing it', fields: { replica: id, graceMs: spec.settings.drainGraceMs } });
   const unplaceable: Record<string, Unplaceable> = {};
   for (const [model, u] of Object.entries(out.unplaceable)) unplaceable[model] = withMemoryError(u, i.memoryErrors, model);
-  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, short: out.short ?? {}, nodes: live.nodes, notes };
+  return { state: pruned(state, live.nodes, i.stopping, now), actions: out.actions, desired: out.desired, unplaceable, waitingForRoom: out.waitingForRoom, short: out.short ?? {}, load: sc.load, nodes: live.nodes, notes };
 }
 
 /**

@@ -41,6 +41,8 @@ export interface PlacementNode {
   readonly usedBytes: number;
   readonly reachable: boolean;
   readonly devices?: readonly PlacementDevice[];
+  /** CPU cores the node offers (declared capacity.cpus, else observed); null or absent: not known. */
+  readonly cores?: number | null;
 }
 
 export interface PlacementRequest {
@@ -56,9 +58,15 @@ export interface PlacementRequest {
   readonly avoidNodes?: readonly string[];
   /** Set when the profile offloads layers to a device. */
   readonly device?: DeviceRequest;
+  /**
+   * The cores rule (an extra replica of a scaling model, #42): a node takes one more replica only
+   * where threads × (the model's replicas there + 1) ≤ its cores; threads null (the profile sets
+   * none): the engine takes every core, so one replica per node. Absent: the rule does not apply.
+   */
+  readonly cores?: { readonly threads: number | null };
 }
 
-export type UnplaceableCode = 'PLACEMENT_MEMORY_UNKNOWN' | 'PLACEMENT_NO_MATCHING_NODE' | 'PLACEMENT_NO_ROOM' | 'PLACEMENT_NO_DEVICE_ROOM';
+export type UnplaceableCode = 'PLACEMENT_MEMORY_UNKNOWN' | 'PLACEMENT_NO_MATCHING_NODE' | 'PLACEMENT_NO_ROOM' | 'PLACEMENT_NO_DEVICE_ROOM' | 'PLACEMENT_NO_CORES';
 
 /** Why a model fits nowhere, as domain values (the reason text is derived from them). */
 export interface Unplaceable {
@@ -74,6 +82,15 @@ export interface Unplaceable {
   readonly avoided: number;
   /** PLACEMENT_NO_DEVICE_ROOM: the device need and the largest free device ("node/Vulkan0"). */
   readonly device?: { readonly needBytes: number; readonly largestFree: { readonly node: string; readonly device: string; readonly bytes: number } | null };
+  /** PLACEMENT_NO_CORES: threads per replica, and the nodes with the memory whose cores the model's replicas take. */
+  readonly cores?: { readonly threads: number | null; readonly nodes: readonly CoresTaken[] };
+}
+
+/** A node whose cores a model's replicas already take (the cores rule). */
+export interface CoresTaken {
+  readonly node: string;
+  readonly cores: number;
+  readonly replicas: number;
 }
 
 export interface PlacementResult {
@@ -186,6 +203,7 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
   const hosting = new Map<string, number>();
   for (const n of req.existingOn) hosting.set(n, (hosting.get(n) ?? 0) + 1);
   let hostFits = false;
+  const coresTaken = new Map<string, CoresTaken>();
   for (let i = 0; i < req.count; i++) {
     // fewest replicas of this model first (spread), then most free room, then name
     let pick: PlacementNode | undefined;
@@ -194,6 +212,11 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
       const f = free.get(n.name)!;
       if (f < need) continue;
       hostFits = true;
+      const onNode = hosting.get(n.name) ?? 0;
+      if (req.cores && !coresAllow(req.cores.threads, n.cores, onNode)) {
+        coresTaken.set(n.name, { node: n.name, cores: n.cores!, replicas: onNode });
+        continue;
+      }
       const fit = req.device ? fitDevices(req.device, devFree.get(n.name)) : null;
       if (req.device && fit === null) continue;
       if (!pick) {
@@ -220,6 +243,12 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
   }
   const withDevices = req.device ? { devices: placedDevices } : {};
   if (placed.length === req.count) return { model: req.model, nodes: placed, ...withDevices, unplaceable: null };
+  if (req.cores && coresTaken.size > 0) {
+    // nodes with the memory, whose cores this model's replicas take: another replica there adds nothing
+    const taken = [...coresTaken.values()].sort((a, b) => b.cores - b.replicas * (req.cores!.threads ?? b.cores) - (a.cores - a.replicas * (req.cores!.threads ?? a.cores)) || a.node.localeCompare(b.node));
+    const reason = coresReason(req.cores.threads, taken, placed.length, req.count, base);
+    return { model: req.model, nodes: placed, ...withDevices, unplaceable: { ...base, code: 'PLACEMENT_NO_CORES', needBytes: need, largestFree: null, cores: { threads: req.cores.threads, nodes: taken }, reason } };
+  }
   if (req.device && hostFits) {
     // the host had room somewhere; the devices did not
     const devNeed = deviceNeedBytes(req.device);
@@ -241,6 +270,35 @@ function placeOne(req: PlacementRequest, nodes: readonly PlacementNode[], free: 
     if (!largest || f > largest.bytes) largest = { node: n.name, bytes: f };
   }
   return { model: req.model, nodes: placed, ...withDevices, unplaceable: { ...base, code: matching.length === 0 ? 'PLACEMENT_NO_MATCHING_NODE' : 'PLACEMENT_NO_ROOM', needBytes: need, largestFree: largest, reason: unplaceableReason(need, largest, placed.length, req.count, base) } };
+}
+
+/**
+ * The cores rule (pure): whether a node running `onNode` replicas of a model takes one more, each
+ * running `threads` threads (null: every core of the node). A node whose cores are not known is not held back.
+ */
+export function coresAllow(threads: number | null, cores: number | null | undefined, onNode: number): boolean {
+  if (cores === null || cores === undefined || !(cores > 0)) return true;
+  const t = threads !== null && threads > 0 ? threads : cores;
+  return t * (onNode + 1) <= cores;
+}
+
+/** "each replica runs 1 thread; cpu-01: 2 of its 2 cores taken by 2 replicas of it (another would compete for them); 1 node checked". */
+export function coresReason(
+  threads: number | null,
+  taken: readonly CoresTaken[],
+  placedCount: number,
+  wanted: number,
+  counts: { checked: number; excludedBySelector: number; unknown: number; avoided?: number },
+): string {
+  const each = threads === null ? 'each replica runs a thread on every core (the profile sets no threads)' : `each replica runs ${threads} thread${threads === 1 ? '' : 's'}`;
+  const pl = (n: number, w: string): string => `${n} ${w}${n === 1 ? '' : 's'}`;
+  const shown = taken.slice(0, 3).map((t) => {
+    if (t.replicas === 0) return `${t.node} has ${pl(t.cores, 'core')}, fewer than a replica's threads`;
+    const used = Math.min(t.cores, (threads ?? t.cores) * t.replicas);
+    return `${t.node}: ${used} of its ${pl(t.cores, 'core')} taken by ${pl(t.replicas, 'replica')} of it`;
+  });
+  const more = taken.length > 3 ? [`${taken.length - 3} more node${taken.length - 3 === 1 ? '' : 's'} alike`] : [];
+  return [each, `${shown.join(', ')} (another would compete for them)`, ...more, ...checkedParts(counts, placedCount, wanted)].join('; ');
 }
 
 export function unplaceableReason(

@@ -7,7 +7,8 @@
 import type { ReplicaObservation, ReplicaFailure } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { mayStart, type ModelHealth } from './health.js';
-import { place, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
+import type { PlacementNode, PlacementRequest, PlacementResult, Unplaceable } from './placement.js';
+import { placeInOrder } from './place-order.js';
 import type { PlannedRollout } from './rollout-life.js';
 import { avoidKey } from './state.js';
 import { countNow, rangeNow, scales } from '../scale/range.js';
@@ -26,6 +27,8 @@ export interface ObservedNode {
   readonly replicas: readonly ReplicaObservation[];
   /** devices (#24): the devices the node's engines list (absent: none known). */
   readonly devices?: readonly ObservedDevice[];
+  /** CPU cores the node shows (nproc); absent: not observed (the cores rule, #42). */
+  readonly cpus?: number;
   /**
    * Epoch ms (controller clock) when the look these replicas come from began; absent: unknown (taken
    * as older than any start's outcome). A replica that was ready before it is in it, unless gone.
@@ -58,6 +61,8 @@ export interface PlanInput {
   readonly stopping: ReadonlySet<string>;
   /** Replica ids with requests in flight (llama-server's /slots): never stopped as idle, never evicted. */
   readonly busy?: ReadonlySet<string>;
+  /** Requests in flight per replica (its /slots), where read: scale-in takes the one with fewest (#42). */
+  readonly inFlight?: ReadonlyMap<string, number>;
   /** On-demand activity per model. */
   readonly demand: Readonly<Record<string, Demand>>;
   /** The count the record keeps for each model whose count follows its load (scale-life.ts), within its range. */
@@ -236,6 +241,8 @@ export function planPass(input: PlanInput): PlanOutput {
     roomComing: boolean;
     /** Replicas it serves with anyway (its range's min, 1 on demand): those above are extras (scaling); null: none are. */
     floor: number | null;
+    /** Of `count`, those below the floor (all of them when the model does not scale). */
+    floorCount: number;
   }
   const busy = input.busy ?? new Set<string>();
   const wants: Want[] = [];
@@ -260,7 +267,7 @@ export function planPass(input: PlanInput): PlanOutput {
 
     // Too many current replicas: stop the extras (starting, then idle ones, newest first: the oldest is warmest).
     if (haveCurrent > want) {
-      const inUse = (l: Located): number => (busy.has(l.r.id) ? 1 : 0);
+      const inUse = (l: Located): number => input.inFlight?.get(l.r.id) ?? (busy.has(l.r.id) ? 1 : 0);
       const extra = [...current]
         .filter((l) => l.reachable)
         .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || inUse(a) - inUse(b) || b.r.startedAt - a.r.startedAt)
@@ -294,6 +301,7 @@ export function planPass(input: PlanInput): PlanOutput {
     if ((h.consecutiveFailures > 0 || rolling) && currentStarting > 0) continue;
     if (stoppingHere) continue;
     const count = h.consecutiveFailures > 0 || rolling ? 1 : missing;
+    const floor = scales(m) && !rollout ? (m.scaling.mode === 'on_demand' ? 1 : rangeNow(m, now).min) : null;
     wants.push({
       model: m,
       count,
@@ -301,7 +309,9 @@ export function planPass(input: PlanInput): PlanOutput {
       surge: outdated.length > 0,
       outdated,
       roomComing: stoppingHere,
-      floor: scales(m) && !rollout ? (m.scaling.mode === 'on_demand' ? 1 : rangeNow(m, now).min) : null,
+      floor,
+      // what is missing below the floor first; the rest are extras (placed last, under the cores rule)
+      floorCount: floor === null ? count : Math.min(count, Math.max(0, floor - haveCurrent)),
     });
   }
 
@@ -325,13 +335,14 @@ export function planPass(input: PlanInput): PlanOutput {
         capacityBytes: ns?.capacity.memoryBytes ?? n.memoryTotalBytes,
         usedBytes: (used.get(n.name) ?? 0) - (extraFree.get(n.name) ?? 0),
         reachable: n.reachable && ns !== undefined,
+        cores: ns?.capacity.cpus ?? n.cpus ?? null,
         devices: applyDeviceDelta(devices.get(n.name) ?? [], devicesPlaced.get(n.name), devicesFreed.get(n.name)),
       };
     });
   const avoided = (model: string): string[] => input.nodes.map((n) => n.name).filter((n) => input.avoid?.has(avoidKey(model, n)));
   const requests: PlacementRequest[] = wants.map((w) => ({
     model: w.model.name,
-    count: w.count,
+    count: w.floorCount,
     memoryBytes: input.memory[w.model.name] ?? null,
     nodeSelector: w.model.nodeSelector,
     existingOn: w.existingOn,
@@ -343,28 +354,25 @@ export function planPass(input: PlanInput): PlanOutput {
   const take = (model: string, nodes: readonly string[]): void => {
     for (const n of nodes) placedUse.set(n, (placedUse.get(n) ?? 0) + mem(model));
   };
-  // Always-on models are placed together; then on-demand ones one by one, most recently asked for
-  // first, against the room left: a model that evicted another gets the room once the victim is
-  // gone, never the victim.
-  const results: PlacementResult[] = new Array<PlacementResult>(wants.length);
   // devices (#24): what each placement takes on its devices
   const placeDevices = (r: PlacementResult): void =>
     r.nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, r.model, input.deviceNeeds, r.devices?.[k]), 1));
-  const always = wants.flatMap((w, i) => (w.model.scaling.mode === 'on_demand' ? [] : [i]));
-  const placedAlways = place({ nodes: placementNodes(), requests: always.map((i) => requests[i]!), reserveBytes: spec.settings.placementReserveBytes });
-  for (const [k, i] of always.entries()) {
-    results[i] = placedAlways[k]!;
-    take(placedAlways[k]!.model, placedAlways[k]!.nodes);
-    placeDevices(placedAlways[k]!); // devices (#24)
-  }
-  const recency = (i: number): number => input.demand[wants[i]!.model.name]?.lastRequestAt ?? 0;
-  const onDemand = wants.flatMap((w, i) => (w.model.scaling.mode === 'on_demand' ? [i] : [])).sort((a, b) => recency(b) - recency(a) || a - b);
-  for (const i of onDemand) {
-    const [r] = place({ nodes: placementNodes(new Map([...placedUse].map(([n, b]) => [n, -b]))), requests: [requests[i]!], reserveBytes: spec.settings.placementReserveBytes });
-    results[i] = r!;
-    take(r!.model, r!.nodes);
-    placeDevices(r!); // devices (#24)
-  }
+  // floors first (always-on together, then on-demand by recency), extras last (place-order.ts)
+  const ordered = placeInOrder(
+    wants.map((w, i) => ({
+      onDemand: w.model.scaling.mode === 'on_demand',
+      recency: input.demand[w.model.name]?.lastRequestAt ?? 0,
+      floor: requests[i]!,
+      extra: w.count > w.floorCount ? { ...requests[i]!, count: w.count - w.floorCount, cores: { threads: spec.profiles[w.model.profile]?.threads ?? null } } : null,
+    })),
+    () => placementNodes(new Map([...placedUse].map(([n, b]) => [n, -b]))),
+    spec.settings.placementReserveBytes,
+    (r) => {
+      take(r.model, r.nodes);
+      placeDevices(r); // devices (#24)
+    },
+  );
+  const results = ordered.map((o) => o.result);
   const roomAfterPlacements = (freed: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta): PlacementNode[] =>
     placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])), devicesFreed);
 
@@ -372,9 +380,9 @@ export function planPass(input: PlanInput): PlanOutput {
     const w = wants[i]!;
     const nodes = r.nodes;
     // extra replicas (scaling) that fit nowhere: the model serves at its floor, evicts nobody and is not unplaceable
-    const isShort = r.unplaceable !== null && w.floor !== null && w.existingOn.length >= w.floor;
-    if (isShort) short[w.model.name] = { wants: desired[w.model.name] ?? 0, fit: w.existingOn.length + nodes.length, code: r.unplaceable!.code, reason: r.unplaceable!.reason };
-    if (r.unplaceable && nodes.length === 0 && !isShort) {
+    const extraShort = ordered[i]!.extraUnplaceable;
+    if (extraShort) short[w.model.name] = { wants: desired[w.model.name] ?? 0, fit: w.existingOn.length + nodes.length, code: extraShort.code, reason: extraShort.reason };
+    if (r.unplaceable && nodes.length === 0) {
       // Surge restart without room: drain the oldest outdated replica, then take its place.
       if (w.surge) {
         const oldest = [...w.outdated].sort((a, b) => a.r.startedAt - b.r.startedAt)[0];
@@ -388,7 +396,7 @@ export function planPass(input: PlanInput): PlanOutput {
       // replica's stop is still running (its room may be the one it needs).
       if (w.model.scaling.mode === 'on_demand') {
         if (evictionsRunning) continue;
-        const evicted = evictFor({ ...w, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements);
+        const evicted = evictFor({ ...w, count: w.floorCount, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements);
         if (evicted) {
           for (const l of evicted.stop) {
             stop(l.model, l.located, 'evicted');
@@ -397,7 +405,7 @@ export function planPass(input: PlanInput): PlanOutput {
           continue;
         }
         // room held by replicas with work in flight: the newcomer waits for it to end
-        if (evictFor({ ...w, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements, true)) {
+        if (evictFor({ ...w, count: w.floorCount, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements, true)) {
           waitingForRoom.push(w.model.name);
           continue;
         }

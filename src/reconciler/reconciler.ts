@@ -25,7 +25,7 @@ import { PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement } from './pass.js';
-import { busyOnDemand, estimateMemory } from './pass-look.js';
+import { busyOf, estimateMemory, replicasInFlight } from './pass-look.js';
 import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
 import type { Action } from './planner.js';
@@ -92,7 +92,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   private desired: Readonly<Record<string, number>> = {};
   private unplaceable: Readonly<Record<string, Unplaceable>> = {};
   private waitingForRoom: readonly string[] = [];
-  private short: ReturnType<typeof decide>['short'] = {}; // scaling (#42): extra replicas that fit nowhere, last pass
+  private scaleSeen: Pick<ReturnType<typeof decide>, 'short' | 'load'> = { short: {}, load: {} }; // scaling (#42): extra replicas that fit nowhere, last pass
   private readonly unplaceableWarned = new Map<string, LastWarning>();
   private lastPass: PassSummary | null = null;
   /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
@@ -213,7 +213,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
-      const busy = await busyOnDemand(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
+      const inFlight = await replicasInFlight(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
       // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
       this.decidedAt = this.now(log);
       this.state = this.canary.judge(this.state, spec, this.decidedAt, log);
@@ -226,7 +226,7 @@ export class Reconciler extends ControllerShell implements FleetView {
         memoryErrors: this.memoryErrors,
         running: this.running.ids(),
         stopping: this.stopOps.ids(),
-        busy,
+        busy: busyOf(inFlight), inFlight, // /slots of the replicas that may be stopped (idle, room, scale-in)
         active: this.own.active(),
         keyFingerprint: this.keyFingerprint,
         load: this.o.modelLoad?.(), // scaling (#42): the routers' load, read as the pass decides
@@ -237,7 +237,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       this.desired = d.desired;
       this.unplaceable = d.unplaceable;
       this.waitingForRoom = d.waitingForRoom;
-      this.short = d.short; // scaling (#42)
+      this.scaleSeen = { short: d.short, load: d.load }; // scaling (#42)
       logNotes(log, d.notes);
       warnUnplaceable(this.unplaceable, this.unplaceableWarned, spec.settings.unplaceableLogIntervalMs, this.clock(), log);
       actions = d.actions.length;
@@ -397,7 +397,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)
       lastPass: this.lastPass,
-      scale: { records: scaleRecords(this.state), short: this.short }, // scaling (#42)
+      scale: { records: scaleRecords(this.state), ...this.scaleSeen }, // scaling (#42)
     });
   }
 

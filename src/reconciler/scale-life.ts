@@ -5,7 +5,7 @@
  * (its idle timeout passed) has no count to keep: it starts again from one replica when asked for.
  */
 import { SCALE_DEFAULTS, type FleetSpec, type ModelSpec } from '../fleet-spec/types.js';
-import { decideScale, loadOf, sameScale, withLook, type LoadReport, type ScaleRecord } from '../scale/decide.js';
+import { decideScale, loadOf, sameScale, withLook, type LoadReport, type ScaleRecord, type SummedLoad } from '../scale/decide.js';
 import { rangeNow, scales } from '../scale/range.js';
 import type { Note } from './note.js';
 import { withModel, type ControllerState, type ModelRecord } from './state.js';
@@ -20,10 +20,11 @@ const without = (m: ModelRecord): ModelRecord => {
   return rest;
 };
 
-/** The record after this pass's scaling decisions, and a note per change. */
-export function scaled(s: ControllerState, spec: FleetSpec, reports: readonly LoadReport[], now: number): { state: ControllerState; notes: Note[] } {
+/** The record after this pass's scaling decisions, a note per change, and the load each decision read. */
+export function scaled(s: ControllerState, spec: FleetSpec, reports: readonly LoadReport[], now: number): { state: ControllerState; notes: Note[]; load: Record<string, SummedLoad> } {
   let out = s;
   const notes: Note[] = [];
+  const loads: Record<string, SummedLoad> = {};
   for (const name in s.models) {
     const rec = s.models[name]!;
     const m = spec.models[name];
@@ -32,15 +33,16 @@ export function scaled(s: ControllerState, spec: FleetSpec, reports: readonly Lo
       continue;
     }
     const load = loadOf(reports, name, now);
+    loads[name] = load;
     const d = decideScale({ range: rangeNow(m, now), slots: spec.profiles[m.profile]?.parallel ?? Infinity, scale: m.scale ?? spec.settings.scale ?? SCALE_DEFAULTS, load, record: rec.scale, now });
     const next: ScaleRecord = withLook(d);
     if (!sameScale(rec.scale, next)) out = withModel(out, name, { ...rec, scale: next });
     if (d.change) {
       const c = d.change;
-      notes.push({ level: 'info', msg: `scaled ${name} ${c.from} → ${c.to}: ${c.why}`, fields: { model: name, from: c.from, to: c.to, direction: c.direction, busy: load.busy, queued: load.queued, ...(load.silent ? { silentRouters: load.silent } : {}) } });
+      notes.push({ level: 'info', msg: `scaled ${name} ${c.from} → ${c.to}: ${c.why}`, fields: { model: name, from: c.from, to: c.to, direction: c.direction, busy: load.busy, queued: load.queued, waitMs: load.waitMs, ...(load.silent ? { silentRouters: load.silent } : {}) } });
     }
   }
-  return { state: out, notes };
+  return { state: out, notes, load: loads };
 }
 
 /** Each scaling model's count as the record keeps it (the planner's desired count within the range). */

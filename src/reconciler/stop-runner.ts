@@ -100,6 +100,8 @@ export class StopRunner {
    */
   private launch(id: string, log: Logger): void {
     const signal = this.p.stopSignal();
+    // launchAll publishes the snapshot with it out of routing right after launching: the drain's settle counts from here
+    const publishedAt = this.p.now(log);
     const op = (async () => {
       for (;;) {
         const seen = stopOf(this.p.record(), id);
@@ -112,7 +114,7 @@ export class StopRunner {
         const now = this.p.now(log);
         const rec = stopOf(this.p.record(), id);
         if (!rec) return;
-        const step = drainStep(id, rec, inFlight, now, spec.settings.drainGraceMs);
+        const step = drainStep(id, rec, inFlight, now, spec.settings.drainGraceMs, publishedAt);
         if (step.kind === 'wait') {
           this.setStopProgress(id, { phase: 'draining', inFlight: count });
           await this.sleep(DRAIN_PROBE_MS);

@@ -89,14 +89,17 @@ export const ROUTING_SETTLE_MS = 1000;
 
 /**
  * One look at a draining replica: wait, or go on to SIGTERM. It goes on when the replica is gone,
- * when nothing is in flight once ROUTING_SETTLE_MS have passed since it left routing, or when
+ * when nothing is in flight once ROUTING_SETTLE_MS have passed since it left routing (`publishedAt`:
+ * this process published it out of routing; absent: the record's `since`), or when
  * drain_grace from the stop's start has passed (whatever is still in flight is then cut, and said
  * so). Unknown in-flight waits out the grace.
  */
-export function drainStep(id: string, rec: StopRecord, inFlight: InFlight, now: number, drainGraceMs: number): DrainStep {
+export function drainStep(id: string, rec: StopRecord, inFlight: InFlight, now: number, drainGraceMs: number, publishedAt = rec.since): DrainStep {
   const fields = { model: rec.model, node: rec.node, replica: id, reason: rec.reason };
   if (!rec.drain) return { kind: 'terminate', note: { level: 'info', msg: 'stopping replica', fields } };
-  if (inFlight === 0 && now - rec.since < Math.min(ROUTING_SETTLE_MS, drainGraceMs)) return { kind: 'wait', note: null };
+  // the settle counts from when the routers could first hear of it: the snapshot published at the
+  // stop's launch, which a slow pass (its state save) may put well after the record's `since`
+  if (inFlight === 0 && now - Math.max(rec.since, publishedAt) < Math.min(ROUTING_SETTLE_MS, drainGraceMs)) return { kind: 'wait', note: null };
   if (inFlight === 0 || inFlight === 'gone') return { kind: 'terminate', note: { level: 'info', msg: 'replica drained: stopping it', fields: { ...fields, drainedMs: now - rec.since } } };
   if (now - rec.since >= drainGraceMs) {
     return { kind: 'terminate', note: { level: 'warn', msg: 'drain grace over with requests still in flight: stopping the replica', fields: { ...fields, inFlight, graceMs: drainGraceMs } } };

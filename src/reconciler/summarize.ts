@@ -13,7 +13,7 @@ import type { ReplicaRecord } from './replica-life.js';
 import { keptFromUsers, stableLeft, type RolloutRecord } from './rollout-life.js';
 import type { CanarySpec, RolloutView } from '../rollout/types.js';
 import type { StopRecord } from './stops.js';
-import type { ScaleRecord } from '../scale/decide.js';
+import type { ScaleRecord, SummedLoad } from '../scale/decide.js';
 import { rangeNow, scales } from '../scale/range.js';
 import type { ShortOfRoom } from './planner.js';
 import type { ControlView, FleetSnapshot, ScaleView, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
@@ -68,7 +68,7 @@ export interface SummaryInput {
   readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   readonly lastPass: PassSummary | null;
   /** Scaling (#42): each scaling model's record, and those short of room for their extra replicas. */
-  readonly scale?: { readonly records: Readonly<Record<string, ScaleRecord>>; readonly short: Readonly<Record<string, ShortOfRoom>> };
+  readonly scale?: { readonly records: Readonly<Record<string, ScaleRecord>>; readonly short: Readonly<Record<string, ShortOfRoom>>; readonly load?: Readonly<Record<string, SummedLoad>> };
 }
 
 const desiredOf = (i: SummaryInput, model: string): number => i.desired[model] ?? 0;
@@ -165,7 +165,8 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
       return keptView({
         name: m.name,
         spec: m,
-        phase: phaseOf(desired, ready, starting + (replacing ? 1 : 0), h, unplaceable !== null),
+        // a scaling model short of room (#42) is ready once every replica that fits is: it wants more, it lacks none it can have
+        phase: phaseOf(Math.min(desired, i.scale?.short[m.name]?.fit ?? desired), ready, starting + (replacing ? 1 : 0), h, unplaceable !== null),
         replacing,
         desired,
         ready,
@@ -241,5 +242,6 @@ function deviceViews(i: SummaryInput, node: string, obs: NodeObservation): NodeD
 function scaleView(m: ModelSpec, desired: number, i: SummaryInput): ScaleView {
   const r = rangeNow(m, i.now);
   const rec = i.scale?.records[m.name];
-  return { min: r.min, max: r.max, count: desired, last: rec?.last ?? null, short: i.scale?.short[m.name] ?? null };
+  const load = i.scale?.load?.[m.name];
+  return { min: r.min, max: r.max, count: desired, last: rec?.last ?? null, short: i.scale?.short[m.name] ?? null, ...(load ? { load: { busy: load.busy, queued: load.queued, waitMs: load.waitMs } } : {}) };
 }

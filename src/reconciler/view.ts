@@ -94,6 +94,17 @@ export interface ScaleView {
   readonly last: ScaleChange | null;
   /** It wants more than fit: how many, how many it has, placement's reason; null: all fit. */
   readonly short: ShortOfRoom | null;
+  /**
+   * The routers' load its last decision read: busy slots, queued requests and the oldest one's wait
+   * (ms), summed over the fresh reports; absent: not decided since this process began (idle on demand).
+   */
+  readonly load?: ScaleLoad;
+}
+
+export interface ScaleLoad {
+  readonly busy: number;
+  readonly queued: number;
+  readonly waitMs: number;
 }
 
 export interface NodeView {

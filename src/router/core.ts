@@ -78,7 +78,7 @@ export class RouterCore {
   readonly ctx: ProxyContext;
   /** The replicas' circuit breakers (their probe runs from app.ts). */
   readonly ejections: Ejections;
-  private readonly activator: Activator;
+  readonly activator: Activator;
   /** Requests waiting for a free slot, per model. */
   private readonly queues: SlotQueues;
   private readonly connectionKeys = new ConnectionKeys();

@@ -101,6 +101,8 @@ export interface ActivateOptions {
 
 export class Activator {
   private readonly pending = new Map<string, Promise<DemandResult>>();
+  /** Requests waiting for each model's activation: their arrival times (epoch ms), oldest first. */
+  private readonly waiting = new Map<string, number[]>();
 
   constructor(
     private readonly fleet: FleetView,
@@ -122,6 +124,24 @@ export class Activator {
    * the signal's reason when it is aborted.
    */
   async activate(model: string, opts: ActivateOptions): Promise<readonly ReplicaView[]> {
+    const list = this.waiting.get(model) ?? [];
+    list.push(opts.startedAt);
+    this.waiting.set(model, list);
+    try {
+      return await this.activateNow(model, opts);
+    } finally {
+      list.splice(list.indexOf(opts.startedAt), 1);
+      if (list.length === 0) this.waiting.delete(model);
+    }
+  }
+
+  /** When the oldest request waiting for the model's activation arrived (epoch ms), or null: none waits (#42 queue wait). */
+  waitingSince(model: string): number | null {
+    const list = this.waiting.get(model);
+    return list === undefined || list.length === 0 ? null : Math.min(...list);
+  }
+
+  private async activateNow(model: string, opts: ActivateOptions): Promise<readonly ReplicaView[]> {
     const mv = this.fleet.model(model);
     // parked and failing: answered at once, with no placement attempt
     if (mv && (mv.phase === 'parked' || mv.phase === 'failing')) {

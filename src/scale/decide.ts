@@ -4,6 +4,9 @@
  *
  * - The load is the model's busy slots plus its queued requests, summed over every router whose
  *   report is fresh; a router silent for longer than the TTL counts as zero, never as its last figure.
+ *   The queue wait is the oldest waiting request's, the longest over the fresh reports (aged by the
+ *   report's age): it says how long requests have waited in the change's message and the metrics,
+ *   and does not move the count (the count follows busy + queued).
  * - What the load wants: ⌈load / (slots per replica × target)⌉, clamped to the range.
  * - Up: once the load has wanted more than the current count for `up_after` without a break, the
  *   count goes to what it wants then, however many replicas that adds.
@@ -49,8 +52,13 @@ export interface ScaleChange {
 export interface ModelLoad {
   /** Requests this router has on the model's replicas now (slots busy). */
   readonly busy: number;
-  /** Requests waiting in this router's queue for a slot of the model. */
+  /** Requests waiting in this router's queue for a slot of the model (or for its activation). */
   readonly queued: number;
+  /**
+   * How long the oldest of those has waited (ms) when the report was taken: the queue wait the
+   * figures carry (0 or absent: none waits). The fleet's is the longest over the fresh reports.
+   */
+  readonly waitMs?: number;
 }
 
 /** What one router reports: its figures per model, taken at `at` (epoch ms). */
@@ -62,6 +70,7 @@ export interface LoadReport {
 
 /** The fleet's load of one model: the fresh reports summed; `silent`: routers left out as too old. */
 export interface SummedLoad extends ModelLoad {
+  readonly waitMs: number;
   readonly routers: number;
   readonly silent: number;
 }
@@ -77,6 +86,7 @@ export const SAMPLE_MS = 5_000;
 export function loadOf(reports: readonly LoadReport[], model: string, now: number, ttlMs = LOAD_TTL_MS): SummedLoad {
   let busy = 0;
   let queued = 0;
+  let waitMs = 0;
   let routers = 0;
   let silent = 0;
   for (const r of reports) {
@@ -89,8 +99,10 @@ export function loadOf(reports: readonly LoadReport[], model: string, now: numbe
     if (m === undefined) continue;
     busy += Math.max(0, m.busy);
     queued += Math.max(0, m.queued);
+    // a report taken earlier than now: its oldest request has waited that much longer since
+    if (m.waitMs !== undefined && m.waitMs > 0 && m.queued > 0) waitMs = Math.max(waitMs, m.waitMs + Math.max(0, now - r.at));
   }
-  return { busy, queued, routers, silent };
+  return { busy, queued, waitMs, routers, silent };
 }
 
 const clamp = (n: number, r: ReplicaRange): number => Math.min(r.max, Math.max(r.min, n));
@@ -138,7 +150,8 @@ export function decideScale(i: ScaleInput): ScaleDecision {
   if (wants > count) {
     const upSince = i.record?.upSince ?? now;
     if (now - upSince >= scale.upAfterMs) {
-      const why = `${i.load.busy} busy and ${i.load.queued} waiting on ${capacity(count)} slot${capacity(count) === 1 ? '' : 's'} for ${secs(now - upSince)} (target ${pct(scale.target)} busy)`;
+      const oldest = i.load.waitMs !== undefined && i.load.waitMs > 0 && i.load.queued > 0 ? `, the oldest waiting ${secs(i.load.waitMs)}` : '';
+      const why = `${i.load.busy} busy and ${i.load.queued} waiting on ${capacity(count)} slot${capacity(count) === 1 ? '' : 's'} for ${secs(now - upSince)}${oldest} (target ${pct(scale.target)} busy)`;
       const change: ScaleChange = { at: now, from: count, to: wants, direction: 'up', why };
       return { record: { count: wants, last: change }, change, wants, nextAt: wants < range.max && load > 0 ? now + sampleMs(scale) : wants > range.min ? now + downSampleMs(scale) : null };
     }

@@ -84,6 +84,8 @@ export interface ScaleJson {
   readonly last: { readonly at: string; readonly from: number; readonly to: number; readonly direction: 'up' | 'down'; readonly why: string } | null;
   /** More wanted than fit: how many, how many it has, placement's code and reason. */
   readonly short: { readonly wants: number; readonly fit: number; readonly code: string; readonly reason: string } | null;
+  /** The routers' load its last decision read (busy slots, queued requests, the oldest one's wait in ms). */
+  readonly load?: { readonly busy: number; readonly queued: number; readonly waitMs: number };
 }
 
 /** A rollout as the wire carries it (rollout-life.ts): the phase, both revisions, and why it is held. */

@@ -1,7 +1,8 @@
 /**
  * Scaling's series (#42): llmgw_model_scale_total counts each change of a model's count once, by
  * direction, none from before this process; llmgw_model_short_replicas says how many replicas the
- * load wants that fit nowhere, present only while some do not; llmgw_model_desired_replicas is the count decided.
+ * load wants that fit nowhere, present only while some do not; llmgw_model_desired_replicas is the count decided;
+ * llmgw_model_load{kind=busy|queued} and llmgw_model_queue_wait_seconds the load the last decision read.
  */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
@@ -38,5 +39,21 @@ describe('metrics: scaling', () => {
     assert.equal(sampleValue(s, 'llmgw_model_max_replicas', { model: 'sc' }), 3);
     m.applySnapshot(at({ min: 1, max: 3, count: 3, last: change(T0 + 2000, 2, 3), short: null }, 3));
     assert.deepEqual(findSamples(await scrape(), 'llmgw_model_short_replicas'), []);
+  });
+
+  it('the load its last decision read: llmgw_model_load{kind=busy|queued} and the oldest wait; none before a decision', async () => {
+    const m = createMetrics({ defaultMetrics: false, clock: () => T0 });
+    const scrape = async () => parseExposition(await m.registry.metrics());
+    m.applySnapshot(at({ min: 1, max: 3, count: 1, last: null, short: null }, 1));
+    assert.deepEqual(findSamples(await scrape(), 'llmgw_model_load'), []);
+    m.applySnapshot(at({ min: 1, max: 3, count: 1, last: null, short: null, load: { busy: 1, queued: 5, waitMs: 9800 } }, 1));
+    let s = await scrape();
+    assert.equal(sampleValue(s, 'llmgw_model_load', { model: 'sc', kind: 'busy' }), 1);
+    assert.equal(sampleValue(s, 'llmgw_model_load', { model: 'sc', kind: 'queued' }), 5);
+    assert.equal(sampleValue(s, 'llmgw_model_queue_wait_seconds', { model: 'sc' }), 9.8);
+    m.applySnapshot(at({ min: 1, max: 3, count: 3, last: null, short: null, load: { busy: 3, queued: 0, waitMs: 0 } }, 3));
+    s = await scrape();
+    assert.equal(sampleValue(s, 'llmgw_model_load', { model: 'sc', kind: 'queued' }), 0);
+    assert.equal(sampleValue(s, 'llmgw_model_queue_wait_seconds', { model: 'sc' }), 0);
   });
 });

@@ -36,6 +36,16 @@ describe('plan: a scaling model', () => {
     assert.ok(delta.effects.includes('warning: the fleet has room for 2 of its max 4 replicas (6 GiB each): under load it serves with those, short of the rest'), delta.effects.join('\n'));
   });
 
+  it('the cores rule: a node whose declared cpus its replicas take holds the max below what its memory allows', async () => {
+    const base = await spec(minimalFleet());
+    const files = withDelta(['replicas: { min: 1, max: 4 }']);
+    files['nodes/cpu-01.yaml'] = files['nodes/cpu-01.yaml']!.replace('capacity: { memory: 16GiB }', 'capacity: { memory: 64GiB, cpus: 4 }');
+    files['profiles/chat.yaml'] = files['profiles/chat.yaml']! + 'threads: 2\n';
+    const delta = planChanges({ base, head: await spec(files), observed: null, needs: {}, retries: [], now: NOW }).models.find((m) => m.model === 'delta')!;
+    // delta's first on cpu-01 (most room); its 4 cpus take one more at 2 threads, cpu-02 (cpus not declared) one by memory: 3 of 4
+    assert.ok(delta.effects.includes('warning: the fleet has room for 3 of its max 4 replicas (6 GiB and 2 threads each, by the nodes\' declared cpus): under load it serves with those, short of the rest'), delta.effects.join('\n'));
+  });
+
   it('no warning where the max fits; an on-demand max_replicas counts too', async () => {
     const base = await spec(minimalFleet());
     const fits = planChanges({ base, head: await spec(withDelta(['replicas: { min: 1, max: 2 }'])), observed: null, needs: {}, retries: [], now: NOW }).models.find((m) => m.model === 'delta')!;

@@ -51,6 +51,11 @@ describe('the stop sequence', () => {
       assert.equal(step.note?.msg ?? null, msg, what);
     }
     assert.equal(drainStep('a', rec(), 3, 1000 + GRACE, GRACE).note?.level, 'warn');
+    // a slow pass published the stop 4 s after its record's since: the settle counts from the publication
+    assert.equal(drainStep('a', rec(), 0, 1000 + ROUTING_SETTLE_MS, GRACE, 5000).kind, 'wait');
+    assert.equal(drainStep('a', rec(), 0, 5000 + ROUTING_SETTLE_MS, GRACE, 5000).kind, 'terminate');
+    // the grace still counts from the record's since
+    assert.equal(drainStep('a', rec(), 2, 1000 + GRACE, GRACE, 5000).kind, 'terminate');
   });
 
   it('which stops drain: every reason a serving replica is stopped for, not failed or orphan replicas', () => {

@@ -127,9 +127,9 @@ describe('the scaling decision', () => {
   it('a silent router counts as zero after the TTL, never as its last figures', () => {
     const fresh = { router: 'a', at: T0, models: { m: load(1, 0) } };
     const silent = { router: 'b', at: T0 - LOAD_TTL_MS - 1, models: { m: load(5, 10) } };
-    assert.deepEqual(loadOf([fresh, silent], 'm', T0), { busy: 1, queued: 0, routers: 1, silent: 1 });
+    assert.deepEqual(loadOf([fresh, silent], 'm', T0), { busy: 1, queued: 0, waitMs: 0, routers: 1, silent: 1 });
     // both fresh: the leader sums them
-    assert.deepEqual(loadOf([fresh, { ...silent, at: T0 - 1000 }], 'm', T0), { busy: 6, queued: 10, routers: 2, silent: 0 });
+    assert.deepEqual(loadOf([fresh, { ...silent, at: T0 - 1000 }], 'm', T0), { busy: 6, queued: 10, waitMs: 0, routers: 2, silent: 0 });
     // a router reported 6 waiting, then went silent: the window it opened closes once its report is too old
     const reports = [{ router: 'b', at: T0, models: { m: load(1, 5) } }];
     let rec: ScaleRecord | undefined;
