@@ -50,6 +50,9 @@ before(async () => {
   f['fleet.yaml'] = ['poll_interval: 1h', 'placement_reserve: 256MiB', 'stop_grace: 1s', 'drain_grace: 30s', 'scale: { target: 100%, up_after: 2s, down_after: 5m }', 'queue: { max: 64, timeout: 5m }', ''].join('\n');
   f['profiles/one-slot.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 2048', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
   f[`models/${MODEL}.yaml`] = modelYaml(chat, ['on_demand: { idle_timeout: 10m, max_replicas: 3 }', 'memory: 300MiB']).replace('profile: tiny', 'profile: one-slot');
+  // this 2-core machine's node would take 2 one-thread replicas (the cores rule: scale-place and
+  // scale-short-evict test it); it is declared with 4 so the test reaches max_replicas: 3
+  f['nodes/node-1.yaml'] += 'capacity: { cpus: 4 }\n';
   await fleet.push(f, 'an on-demand model that scales to 3 on the routers\' summed load');
   procs = await Promise.all(['a', 'b', 'c'].map((name) => spawnServe({ name, fleet, args: HA(etcd.endpoint) })));
 });
