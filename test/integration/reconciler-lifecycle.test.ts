@@ -7,6 +7,7 @@ import { strict as assert } from 'node:assert';
 import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -72,7 +73,7 @@ describe('replica lifecycle, end to end', () => {
         const [r] = ctl.reconciler.readyReplicas('good');
         if (!r) {
           failed.push('no ready replica');
-          await new Promise((res) => setTimeout(res, 50));
+          await until('a ready replica again', 90_000, () => !running || ctl.reconciler.readyReplicas('good').length > 0);
           continue;
         }
         try {

@@ -468,8 +468,8 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       const r = await post(url, chat('m'));
       assert.equal(r.status, 200, r.body);
       assert.equal(r.headers['x-llmgw-replica'], 'live');
-      // deliberate: the short "down" mark (router/upstreams.ts DOWN_FOR_MS, 2 s of performance.now(), no injectable clock) must pass
-      if (posts() < 3) await new Promise((res) => setTimeout(res, 2100));
+      // past the short "down" mark (router/upstreams.ts DOWN_FOR_MS: 2 s of performance.now(), no injectable clock)
+      if (posts() < 3) await new Promise((res) => setTimeout(res, 2100)); // deliberate: the router's 2 s down mark passes in real time
     }
     assert.equal(await gauge('llmgw_router_ejected_replicas'), 1);
     assert.equal(await gauge('llmgw_router_replica_ejections_total'), 1);
