@@ -105,8 +105,9 @@ describe('replica lifecycle, end to end', () => {
   });
 
   it('restart without room: the old replica serves through the drain grace, then is replaced', async () => {
-    await fleet.push({ 'nodes/node-1.yaml': nodeWithCapacity(fleet.baseFiles(), 256 + 100) }, 'room for one replica only');
-    await ctl.until('applied', 90_000, () => ctl.reconciler.snapshot().nodes[0]?.reachable === true && model('good').phase === 'ready');
+    const oid = await fleet.push({ 'nodes/node-1.yaml': nodeWithCapacity(fleet.baseFiles(), 256 + 100) }, 'room for one replica only');
+    // the capacity in force (a ready model on a reachable node was already so before the push)
+    await ctl.until('applied', 90_000, () => ctl.reconciler.snapshot().appliedRevision === oid && ctl.reconciler.snapshot().nodes[0]?.reachable === true && model('good').phase === 'ready');
     const [old] = model('good').replicas.map((r) => r.id);
     const t0 = Date.now();
     const ids = await ctl.reconciler.restart({ model: 'good' });
