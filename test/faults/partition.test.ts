@@ -13,6 +13,7 @@ import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { accessSync, constants, existsSync, lstatSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
@@ -33,7 +34,6 @@ let model: TinyModelFile;
 const BYTES_PER_SECOND = 300 * 1024;
 const ENGINE_BYTES_PER_SECOND = 1024 * 1024;
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
@@ -166,7 +166,7 @@ async function engineInstallCase(version: string, seed: number) {
           seen.halfInstalled.push(`${readdirSync(final).join(',')}: ${(e as Error).message}`);
         }
       }
-      await sleep(50);
+      await sleep(50); // deliberate: the sampler's period (the most downloads, staging dirs, lock waiters at once)
     }
   })();
   const model = `m-${version}`;
@@ -228,7 +228,7 @@ describe('fault 3: a partition mid-download', () => {
     const sampler = (async () => {
       while (sampling) {
         maxDownloads = Math.max(maxDownloads, downloads());
-        await sleep(100);
+        await sleep(100); // deliberate: the sampler's period (the most downloads at once)
       }
     })();
     ctl = await fleet.startController();
@@ -236,7 +236,7 @@ describe('fault 3: a partition mid-download', () => {
     await until('the download 30 % through', 60_000, () => first() && first()!.sent > model.bytes * 0.3, { diag: () => JSON.stringify(origin.gets) });
     const sentAtCut = first()!.sent;
     fwd.cut();
-    await sleep(2000); // the partition: 2 s of real time against real sshd, not a wait for something
+    await sleep(2000); // deliberate: the partition, 2 s of real time against real sshd
     fwd.restore();
     await ctl.until('slowdl ready after the partition', 120_000, () => ctl.reconciler.model('slowdl')?.phase === 'ready');
     sampling = false;
@@ -276,7 +276,7 @@ describe('fault 3: a partition mid-download', () => {
     void ctl.reconciler.requestPass('test');
     await until('good starting', 60_000, () => ctl.logs.slice(mark).some((l) => l.msg === 'starting replica' && l.model === 'good'));
     fwd.cut();
-    await sleep(2000); // the partition: 2 s of real time against real sshd, not a wait for something
+    await sleep(2000); // deliberate: the partition, 2 s of real time against real sshd
     fwd.restore();
     await ctl.until('good ready after the partition', 120_000, () => ctl.reconciler.model('good')?.phase === 'ready');
     // settled: every llama-server of good on the node is a replica the controller reports
@@ -302,7 +302,7 @@ describe('fault 3: a partition mid-download', () => {
     await ctl.until('the artifact download held at 40 %', 60_000, () => c.origin.holding);
     const sentAtCut = c.origin.gets[0]!.sent;
     fwd.cut();
-    await sleep(2000); // the partition: 2 s of real time against real sshd, not a wait for something
+    await sleep(2000); // deliberate: the partition, 2 s of real time against real sshd
     const curlsAtRestore = c.curls();
     fwd.restore();
     // the retry reaches the node and waits on the install lock (were the lock broken, it would start
@@ -337,7 +337,7 @@ describe('fault 3: a partition mid-download', () => {
     assert.equal(c.origin.dropHeld(), 1);
     await until('the cut-off install to end after its download failed', 30_000, () => openers(c.lockFile) === 0);
     const leftByCutOff = c.stages();
-    await sleep(Math.max(0, cutAt + 2000 - Date.now()));
+    await sleep(Math.max(0, cutAt + 2000 - Date.now())); // deliberate: the partition lasts 2 s of real time against real sshd
     c.origin.release();
     fwd.restore();
     await ctl.until(`${c.model} ready after the partition`, 120_000, () => ctl.reconciler.model(c.model)?.phase === 'ready');

@@ -130,7 +130,7 @@ describe('fault 6: slow and abusive clients', () => {
       while (polling) {
         latencies.push((await status()).ms);
         rssPeak = Math.max(rssPeak, serve.rss());
-        await new Promise((r) => setTimeout(r, 200));
+        await new Promise((r) => setTimeout(r, 200)); // deliberate: the status poller's period (latency and RSS sampled under the drip)
       }
     })();
 

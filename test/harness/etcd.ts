@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { noop } from 'cockatiel';
 import { Etcd3 } from 'etcd3';
 import { freePort } from './ports.js';
+import { GiveUp, until } from './wait.js';
 
 export const ETCD_BIN = process.env.LLMGW_ETCD_BIN ?? '/usr/bin/etcd';
 export const ETCDCTL_BIN = process.env.LLMGW_ETCDCTL_BIN ?? '/usr/bin/etcdctl';
@@ -119,17 +120,17 @@ async function spawnMember(m: Member, all: readonly Member[], token: string, tls
   };
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
-  const deadline = Date.now() + 30_000;
-  while (!(await answers(m.client, 1_000, tls))) {
-    if (child.exitCode !== null || child.signalCode !== null) {
-      if (/address already in use/.test(out)) return 'port-taken';
-      throw new Error(`etcd ${m.name} exited (${child.exitCode ?? child.signalCode}) before answering:\n${out}`);
-    }
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`etcd ${m.name} did not answer on ${m.client} within 30 s:\n${out}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
+  const gone = (): boolean => child.exitCode !== null || child.signalCode !== null;
+  try {
+    await until(`etcd ${m.name} answering on ${m.client}`, 30_000, async () => {
+      if (await answers(m.client, 1_000, tls)) return true;
+      if (gone()) throw new GiveUp(`etcd ${m.name} exited (${child.exitCode ?? child.signalCode}) before answering`);
+      return false;
+    }, { diag: () => out, everyMs: 50 });
+  } catch (e) {
+    if (gone() && /address already in use/.test(out)) return 'port-taken';
+    if (!gone()) child.kill('SIGKILL');
+    throw e;
   }
   let stopped: Promise<void> | null = null;
   return {

@@ -234,7 +234,7 @@ export class FakeFleetView implements FleetView {
   async demand(model: string, opts?: { readonly timeoutMs?: number }): Promise<DemandResult> {
     this.calls.demand.push(model);
     this.demandTimeouts.push(opts?.timeoutMs);
-    if (this.demandDelayMs > 0) await new Promise((r) => setTimeout(r, this.demandDelayMs));
+    if (this.demandDelayMs > 0) await new Promise((r) => setTimeout(r, this.demandDelayMs)); // deliberate: the fleet's simulated latency
     const s = this.state(model);
     if (this.onDemand) {
       const r = await this.onDemand(model, opts);

@@ -72,8 +72,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { repoRoot } from './paths.js';
+import { GiveUp, until } from './wait.js';
 
 export const NODE_LLAMA_CPP_VERSION = process.env['NODE_LLAMA_CPP_VERSION'] ?? '3.21.1';
 
@@ -165,7 +165,9 @@ async function findOrBuild(): Promise<string> {
         process.stderr.write(`[llama-server harness] waiting for another build of llama-server (lock ${lock})\n`);
         said = true;
       }
-      await sleep(2000);
+      // a build takes minutes: look every 2 s until it is done, or its lock released or left by a dead owner
+      const ownerDead = (): boolean => Number.isInteger(owner) && owner > 0 && !pidAlive(owner);
+      await until('the other build of llama-server to finish', 24 * 3600_000, () => isComplete(dir) || !existsSync(lock) || ownerDead(), { everyMs: 2000 });
       continue;
     }
     try {
@@ -336,11 +338,20 @@ async function startOnce(dir: string, port: number, opts: StartLlamaServerOption
   };
 
   const timeoutMs = opts.timeoutMs ?? 60_000;
-  const deadline = Date.now() + timeoutMs;
   // "listening on" is printed once the model is loaded; it also tells the port when we asked for 0
   const listening = /listening on http:\/\/127\.0\.0\.1:(\d+)/;
   let url = '';
-  for (;;) {
+  try {
+    url = await until('llama-server healthy', timeoutMs, async () => {
+      if (exitInfo) throw new GiveUp('exited');
+      const m = listening.exec(logText);
+      if (!m) return false;
+      const u = `http://127.0.0.1:${m[1]}`;
+      const res = await fetch(`${u}/health`, { signal: AbortSignal.timeout(2000) }); // throws: not listening yet
+      await res.arrayBuffer();
+      return res.status === 200 && !exitInfo && u;
+    }, { everyMs: 50 });
+  } catch {
     if (exitInfo) {
       const log = logText;
       const cut = /exiting due to/.test(log) ? '' : ' (output may be cut short: llama-server does not drain its log thread at exit)';
@@ -351,25 +362,9 @@ async function startOnce(dir: string, port: number, opts: StartLlamaServerOption
         exitInfo.signal,
       );
     }
-    if (Date.now() > deadline) {
-      await stop(1000);
-      const log = logText;
-      throw new LlamaServerStartError(`llama-server not healthy within ${timeoutMs} ms:\n${tail(log)}`, log, null, null);
-    }
-    const m = listening.exec(logText);
-    if (!m) {
-      await Promise.race([sleep(50), exited]);
-      continue;
-    }
-    url = `http://127.0.0.1:${m[1]}`;
-    try {
-      const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
-      await res.arrayBuffer();
-      if (res.status === 200 && !exitInfo) break;
-    } catch {
-      /* not listening yet */
-    }
-    await Promise.race([sleep(100), exited]);
+    await stop(1000);
+    const log = logText;
+    throw new LlamaServerStartError(`llama-server not healthy within ${timeoutMs} ms:\n${tail(log)}`, log, null, null);
   }
   return { url, port: Number(new URL(url).port), proc, log: () => logText, exited, stop };
 }

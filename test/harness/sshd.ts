@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { NodeSpec } from '../../src/fleet-spec/types.js';
 import { freePort, replicaPortRange } from './ports.js';
+import { GiveUp, until } from './wait.js';
 
 const execFileP = promisify(execFile);
 
@@ -60,7 +61,6 @@ function canConnect(port: number): Promise<boolean> {
   });
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** All descendants of `pid` (children first in the returned order is not guaranteed). */
 async function descendants(pid: number): Promise<number[]> {
@@ -148,14 +148,15 @@ export async function startSshd(opts: SshdOptions = {}): Promise<SshdInstance> {
     proc.stderr!.setEncoding('utf8');
     proc.stderr!.on('data', (d: string) => { stderr = (stderr + d).slice(-200_000); });
     proc.once('exit', () => { exited = true; });
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline) {
-      if (exited) throw new Error(`sshd exited at start (port ${port}):\n${stderr}`);
-      if (await canConnect(port)) return;
-      await sleep(25);
+    try {
+      await until(`sshd accepting connections on port ${port}`, 10_000, async () => {
+        if (exited) throw new GiveUp(`sshd exited at start (port ${port})`);
+        return canConnect(port);
+      }, { diag: () => stderr, everyMs: 25 });
+    } catch (e) {
+      if (!exited) killQuiet(proc.pid!, 'SIGKILL');
+      throw e;
     }
-    killQuiet(proc.pid!, 'SIGKILL');
-    throw new Error(`sshd did not accept connections on port ${port} within 10 s:\n${stderr}`);
   };
 
   const kill = async (): Promise<void> => {

@@ -151,7 +151,7 @@ function watchCanary(p: () => ServeProc): { stop: () => Promise<CanaryLook[]> } 
       const m = await chatModel(p()).catch(() => undefined);
       const r = m?.rollout;
       if (r?.phase === 'canary') seen.push({ at: Date.now(), step: r.step!, since: Date.parse(r.since), stable: r.arms?.stable.requests ?? 0, canary: r.arms?.canary.requests ?? 0, verdict: r.arms?.verdict ?? 'none' });
-      await new Promise((res) => setTimeout(res, 250));
+      await new Promise((res) => setTimeout(res, 250)); // deliberate: the sampler's period (each canary phase seen)
     }
   })();
   return {

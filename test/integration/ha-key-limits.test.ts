@@ -9,7 +9,7 @@
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { Etcd3 } from 'etcd3';
 import { startTestFleet, type TestFleet } from '../harness/controller.js';
 import { startEtcd, type EtcdInstance } from '../harness/etcd.js';
 import { spawnServe, type ServeProc, procsDiag } from '../harness/serve-proc.js';
@@ -60,7 +60,24 @@ describe('a per-key limit over three instances on etcd', () => {
         return ms.models.find((m) => m.name === 'good')?.phase === 'ready';
       }, { diag });
     }
-    await sleep(3000); // each router has counted the three (refresh every retry period, 1 s)
+    // each router has counted the three (ha/router-shares.ts: a refresh every retry period counts the
+    // registered routers, then writes the router's load report): all three registered, then two
+    // reports of each router written after that, the second after a count that saw all three
+    const client = new Etcd3({ hosts: etcd.endpoint });
+    try {
+      await until('the three routers registered in etcd', 60_000, async () => (await client.getAll().prefix('/llmgw/routers/').keys()).length === 3, { diag });
+      const allRegisteredAt = Date.now();
+      const reports = new Map<string, Set<number>>();
+      await until('two load reports of each router after all three registered', 60_000, async () => {
+        for (const v of Object.values(await client.getAll().prefix('/llmgw/load/').strings())) {
+          const r = JSON.parse(v) as { router: string; at: number };
+          if (r.at > allRegisteredAt) reports.set(r.router, (reports.get(r.router) ?? new Set()).add(r.at));
+        }
+        return reports.size === 3 && [...reports.values()].every((ats) => ats.size >= 2);
+      }, { diag, everyMs: 200 });
+    } finally {
+      client.close();
+    }
     const t0 = Date.now();
     const results: { status: number; reason: string }[] = [];
     for (let batch = 0; batch < 20; batch++) {

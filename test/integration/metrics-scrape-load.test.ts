@@ -66,7 +66,7 @@ process.stdin.on('end', () => process.exit(0));
       last = performance.now();
       process.stdout.write((await (await fetch(process.argv[1])).arrayBuffer()).byteLength + '\\n');
     }
-    await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 5)); // deliberate: the scraper's pacing (a scrape every argv[2] ms)
   }
 })();
 `;
@@ -108,7 +108,7 @@ async function phase(scraper: Scraper, scrapes: boolean): Promise<{ latencies: n
     const end = performance.now() + PHASE_MS;
     for (let next = performance.now(); next < end; next += 1000 / RATE_PER_S) {
       const wait = next - performance.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait)); // deliberate: the load's pacing, RATE_PER_S requests a second
       pending.push(chatOnce(serve.routerUrl, 'hot'));
     }
   } finally {

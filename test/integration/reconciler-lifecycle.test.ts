@@ -7,6 +7,7 @@ import { strict as assert } from 'node:assert';
 import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -72,7 +73,7 @@ describe('replica lifecycle, end to end', () => {
         const [r] = ctl.reconciler.readyReplicas('good');
         if (!r) {
           failed.push('no ready replica');
-          await new Promise((res) => setTimeout(res, 50));
+          await until('a ready replica again', 90_000, () => !running || ctl.reconciler.readyReplicas('good').length > 0);
           continue;
         }
         try {
@@ -104,8 +105,9 @@ describe('replica lifecycle, end to end', () => {
   });
 
   it('restart without room: the old replica serves through the drain grace, then is replaced', async () => {
-    await fleet.push({ 'nodes/node-1.yaml': nodeWithCapacity(fleet.baseFiles(), 256 + 100) }, 'room for one replica only');
-    await ctl.until('applied', 90_000, () => ctl.reconciler.snapshot().nodes[0]?.reachable === true && model('good').phase === 'ready');
+    const oid = await fleet.push({ 'nodes/node-1.yaml': nodeWithCapacity(fleet.baseFiles(), 256 + 100) }, 'room for one replica only');
+    // the capacity in force (a ready model on a reachable node was already so before the push)
+    await ctl.until('applied', 90_000, () => ctl.reconciler.snapshot().appliedRevision === oid && ctl.reconciler.snapshot().nodes[0]?.reachable === true && model('good').phase === 'ready');
     const [old] = model('good').replicas.map((r) => r.id);
     const t0 = Date.now();
     const ids = await ctl.reconciler.restart({ model: 'good' });

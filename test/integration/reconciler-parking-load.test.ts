@@ -78,7 +78,7 @@ function hammer(url: string): { stop(): Promise<{ sent: number; wrong: string[] 
       const body = (await r.json()) as { error?: { code?: string } };
       sent++;
       if (r.status !== 503 || body.error?.code !== 'model_unplaceable') wrong.push(`${r.status} ${JSON.stringify(body)}`);
-      await new Promise((res) => setTimeout(res, 200));
+      await new Promise((res) => setTimeout(res, 200)); // deliberate: the client's pacing, five requests a second
     }
   })();
   return {
@@ -121,7 +121,7 @@ describe('parked after exactly 5, while a client hammers an unplaceable model', 
     const client = hammer(url);
     try {
       await until('kev parked the first time', 300_000, parked, kevNow);
-      await new Promise((r) => setTimeout(r, 1000)); // nothing more starts once parked
+      await new Promise((r) => setTimeout(r, 1000)); // deliberate: a non-event (nothing more starts once parked) has nothing to wait on
       assertCycle(0, 'cycle 1');
       for (let cycle = 2; cycle <= 10; cycle++) {
         const from = attempts.length;
@@ -129,7 +129,7 @@ describe('parked after exactly 5, while a client hammers an unplaceable model', 
         else await ctl.reconciler.retry('kev');
         await until(`cycle ${cycle}: kev started again`, 120_000, () => attempts.length > from, kevNow);
         await until(`cycle ${cycle}: kev parked again`, 300_000, parked, kevNow);
-        await new Promise((r) => setTimeout(r, 500));
+        await new Promise((r) => setTimeout(r, 500)); // deliberate: a non-event (nothing more starts once parked) has nothing to wait on
         assertCycle(from, `cycle ${cycle} (${cycle % 2 === 0 ? 'Llmgw-Retry' : 'ctl retry'})`);
       }
     } finally {

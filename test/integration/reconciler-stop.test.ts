@@ -53,7 +53,7 @@ describe('controller stop with a start in flight', () => {
     const stopping = ctl.stop().then(() => (stopped = true));
     // "stop() does not return while the start is held": nothing to wait for but time. 200 ms is
     // far more than stop() needs when it does not wait (it only closes the node connections).
-    await new Promise((r) => setTimeout(r, 200));
+    await new Promise((r) => setTimeout(r, 200)); // deliberate: a non-event (stop() not returning) has nothing to wait on
     assert.equal(stopped, false, 'stop() returned while the start was still in flight');
     release();
     await stopping;
@@ -63,7 +63,7 @@ describe('controller stop with a start in flight', () => {
     // and nothing is launched later either: a pass asked for now is refused, and for a while
     // (no event marks "nothing happened") nothing else launches
     await ctl.reconciler.requestPass('test');
-    await new Promise((r) => setTimeout(r, 200));
+    await new Promise((r) => setTimeout(r, 200)); // deliberate: a non-event (no launch) has nothing to wait on
     assert.deepEqual(launched, []);
   });
 });

@@ -84,7 +84,7 @@ function load(workers: number, pauseMs = 0): { stop: () => Promise<{ ok: number;
         else t.failedShort++;
         if (t.errors.length < 5) t.errors.push((e as Error).message);
       }
-      if (pauseMs > 0) await new Promise((r) => setTimeout(r, pauseMs));
+      if (pauseMs > 0) await new Promise((r) => setTimeout(r, pauseMs)); // deliberate: the load's pacing
     }
   };
   const all = Array.from({ length: workers }, () => worker());

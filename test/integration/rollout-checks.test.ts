@@ -20,6 +20,7 @@ import { buildRouter } from '../../src/router/app.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { streamLoad } from '../harness/stream-load.js';
+import { until } from '../harness/wait.js';
 
 let fleet: TestFleet;
 let ctl: TestController;
@@ -93,14 +94,11 @@ describe('rollout checks (real llama-server, sshd, git, the openai client)', { t
         if (newEndpoint === '') {
           newEndpoint = r.endpoint;
           // what its own llama-server predicted, read from the moment it is known until it is gone
-          reads = (async () => {
-            for (let i = 0; i < 1200; i++) {
-              const n = await predicted(newEndpoint);
-              if (n === null && seenTokens !== null) return;
-              if (n !== null) seenTokens = Math.max(seenTokens ?? 0, n);
-              await new Promise((res) => setTimeout(res, 50));
-            }
-          })();
+          reads = until('the revision under test read until it is gone', 240_000, async () => {
+            const n = await predicted(newEndpoint);
+            if (n !== null) seenTokens = Math.max(seenTokens ?? 0, n);
+            return n === null && seenTokens !== null;
+          }, { everyMs: 50 }).then(() => undefined);
         }
       }
     });

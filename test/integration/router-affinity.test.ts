@@ -161,11 +161,10 @@ describe('router affinity, slots and queue with three real llama-server replicas
     for (const h of held) h.abort();
     await Promise.all(held.map((h) => h.done));
     // once the slots are free again (two readings), the conversation stays where it moved: its cache is there now
-    for (let i = 0; i < 50 && stats.external(direct[0]!) > 0; i++) {
-      await new Promise((r) => setTimeout(r, 50));
+    await until('r-a\'s slots free again (two readings)', 10_000, async () => {
       await stats.refreshSlots();
-    }
-    assert.equal(stats.external(direct[0]!), 0);
+      return stats.external(direct[0]!) === 0;
+    });
     const next = await post('chat', { messages, max_tokens: 1 });
     assert.equal(next.headers.get('x-llmgw-replica'), movedTo);
     await next.text();
@@ -205,12 +204,10 @@ describe('router affinity, slots and queue with three real llama-server replicas
     assert.ok(longTimings.cache_n > 1000, `${JSON.stringify(longTimings)}`);
     assert.ok(shortTimings.cache_n + shortTimings.prompt_n < 200, `a short conversation: ${JSON.stringify(shortTimings)}`);
     // the outside load is gone again (two readings) before the next test
-    for (let i = 0; i < 50 && (stats.external(weighed[0]!) > 0 || stats.external(direct[0]!) > 0); i++) {
-      await new Promise((r) => setTimeout(r, 50));
+    await until('the outside load gone from both replicas (two readings)', 10_000, async () => {
       await stats.refreshSlots();
-    }
-    assert.equal(stats.external(weighed[0]!), 0);
-    assert.equal(stats.external(direct[0]!), 0);
+      return stats.external(weighed[0]!) === 0 && stats.external(direct[0]!) === 0;
+    });
   });
 
   test('load spread: 60 distinct prefixes in flight at once, 30 of them belonging to one replica, stay within the bound', async () => {

@@ -468,12 +468,13 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
       const r = await post(url, chat('m'));
       assert.equal(r.status, 200, r.body);
       assert.equal(r.headers['x-llmgw-replica'], 'live');
-      if (posts() < 3) await new Promise((res) => setTimeout(res, 2100)); // past the short "down" mark
+      // past the short "down" mark (router/upstreams.ts DOWN_FOR_MS: 2 s of performance.now(), no injectable clock)
+      if (posts() < 3) await new Promise((res) => setTimeout(res, 2100)); // deliberate: the router's 2 s down mark passes in real time
     }
     assert.equal(await gauge('llmgw_router_ejected_replicas'), 1);
     assert.equal(await gauge('llmgw_router_replica_ejections_total'), 1);
     // out of routing, also after the short "down" mark has passed
-    await new Promise((res) => setTimeout(res, 2100));
+    await new Promise((res) => setTimeout(res, 2100)); // deliberate: the 2 s "down" mark (DOWN_FOR_MS, performance.now()) passes in real time
     const before = posts();
     for (let i = 0; i < 4; i++) assert.equal((await post(url, chat('m'))).headers['x-llmgw-replica'], 'live');
     assert.equal(posts(), before, 'no request went to the ejected replica');
@@ -523,7 +524,7 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     const during = fleet.calls.touch.length;
     // ~480 ms of stream: the start, a touch every 100 ms while in flight, and the end
     assert.ok(during >= 4, `${during} touches`);
-    await new Promise((res) => setTimeout(res, 250));
+    await new Promise((res) => setTimeout(res, 250)); // deliberate: a non-event (no touch with nothing in flight) over 2.5 touch periods
     assert.equal(fleet.calls.touch.length, during, 'no activity once nothing is in flight');
     // a client that goes away mid-stream: its end touches too
     const gone = new Promise<void>((resolve) => {
@@ -543,19 +544,22 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
   test('no room to surge: requests queued while the old replica leaves routing wait for the new one and go to it as soon as it is ready', async () => {
     const old = await stub(defaultStubHandler({ chunks: 6, intervalMs: 50 }));
     const fresh = await stub();
-    const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
+    const { app, fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
     fleet.setReady('m', [replica('m', old.url, 'old')]);
     const streaming = post(url, chat('m', true));
     await until('the stream on the old replica', 5_000, () => old.requests.length === 1);
     // two more wait in the router's queue for the old replica's one slot
     const queued = [post(url, chat('m')), post(url, chat('m'))];
-    await new Promise((r) => setTimeout(r, 50));
+    await until('two requests in the queue', 5_000, () => routerStats(app).queued('m') === 2);
     // the old replica is drained: out of routing, its stream runs to its end, nothing is ready
     fleet.setReady('m', [], 'starting');
     assert.equal((await streaming).headers['x-llmgw-replica'], 'old');
     // …and a request that arrives in the gap waits too
     const inGap = post(url, chat('m'));
-    await new Promise((r) => setTimeout(r, 300));
+    // (the queue itself waits for a ready replica once: the two queued requests count 1 waiter)
+    const waiting = (): string => `queued ${routerStats(app).queued('m')}, waiting for a ready replica ${fleet.waiting('m')}`;
+    assert.equal(waiting(), 'queued 2, waiting for a ready replica 1');
+    await until('the request in the gap waiting for a ready replica beside the queue', 5_000, () => waiting() === 'queued 2, waiting for a ready replica 2', { diag: waiting });
     assert.equal(old.requests.length, 1, 'nothing more went to the old replica');
     const readyAt = performance.now();
     fleet.setReady('m', [replica('m', fresh.url, 'new')]);
@@ -568,12 +572,12 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
   test('a surge replica that becomes ready while every slot of the old one is busy takes the queued requests at once', async () => {
     const old = await stub(defaultStubHandler({ chunks: 30, intervalMs: 100 }));
     const fresh = await stub();
-    const { fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
+    const { app, fleet, url } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 10_000 } } });
     fleet.setReady('m', [replica('m', old.url, 'old')]);
     const streaming = post(url, chat('m', true));
     await until('the stream on the old replica', 5_000, () => old.requests.length === 1);
     const queued = post(url, chat('m'));
-    await new Promise((r) => setTimeout(r, 100));
+    await until('the request in the queue', 5_000, () => routerStats(app).queued('m') === 1);
     const readyAt = performance.now();
     fleet.setReady('m', [replica('m', old.url, 'old'), replica('m', fresh.url, 'new')]);
     const r = await queued;
@@ -585,12 +589,12 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
 
   test('past the queue timeout with no ready replica: 503 model_loading with the reason and Retry-After', async () => {
     const old = await stub(defaultStubHandler({ chunks: 4, intervalMs: 50 }));
-    const { fleet, url, counted } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 600 } } });
+    const { app, fleet, url, counted } = await router({ m: { parallel: 1, queue: { max: 8, timeoutMs: 600 } } });
     fleet.setReady('m', [replica('m', old.url, 'old')]);
     const streaming = post(url, chat('m', true));
     await until('the stream on the old replica', 5_000, () => old.requests.length === 1);
     const queued = post(url, chat('m'));
-    await new Promise((r) => setTimeout(r, 50));
+    await until('the request in the queue', 5_000, () => routerStats(app).queued('m') === 1);
     fleet.setReady('m', [], 'starting');
     await streaming;
     const r = await queued;

@@ -127,7 +127,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     while (Date.now() < lastRequestAt + (IDLE_S - 5) * 1000) {
       const m = await models();
       assert.deepEqual(m.good!.replicas.map((r) => `${r.id} ${r.phase}`), [`${goodReplica.id} ready`], 'the on-demand replica in use was stopped before its idle timeout');
-      await new Promise((r) => setTimeout(r, 1000));
+      await new Promise((r) => setTimeout(r, 1000)); // deliberate: sampled every second through the idle timeout (real time is what is tested)
     }
     // and stopped once the idle timeout from the last request has passed
     await until('the idle on-demand replica stopped', 60_000, async () => (await models()).good?.replicas.length === 0, { diag: logTail });
@@ -208,7 +208,7 @@ describe('SIGKILL of llmgw serve, restarted with the same state dir', () => {
     const total = started(old).length + started(out).length - setBack.length;
     assert.ok(total === 5 || (total === 6 && inFlightAtKill === 1), `${total} counted starts of kev (${inFlightAtKill} in flight at the kill; set back, not counted: ${setBack.join(', ') || 'none'})`);
     assert.ok(setBack.every((c) => !Reasons[c as keyof typeof Reasons]?.countsTowardParking), `a set-back start had a code that counts: ${setBack.join(', ')}`);
-    await new Promise((r) => setTimeout(r, 1500));
+    await new Promise((r) => setTimeout(r, 1500)); // deliberate: a non-event (a parked model not started again) has nothing to wait on
     assert.equal(started(out).length + started(old).length - setBack.length, total, 'a parked model is not started again');
     recordFault({ fault: '4 SIGKILL of the real controller', injected: "SIGKILL of `llmgw serve` after a failing model's third failure", held: `parked at exactly 5 counted failures across both controllers (${total} counted starts, ${setBack.length} set back by the node)` });
   });

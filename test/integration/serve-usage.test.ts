@@ -8,7 +8,6 @@
 import { strict as assert } from 'node:assert';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { runCli } from '../harness/cli.js';
@@ -93,8 +92,8 @@ describe('usage through llmgw serve', () => {
   });
 
   it('the usage log survives a SIGKILL with at most the last second lost, and holds no prompt or completion text', async () => {
-    await sleep(1500); // the lines so far are past their batch's second
-    const before = lines();
+    // the lines so far are past their batch's second: written (and fsynced) together
+    const before = await until('every request so far in the usage log', 10_000, () => lines().length === sent + 1 && lines(), { diag });
     assert.equal(before.length, sent + 1, 'every request so far, fsynced');
     const c = client();
     for (let i = 0; i < 3; i++) await c.chat.completions.create({ model: 'good', messages: [{ role: 'user', content: `${MARKER} late ${i}` }], max_tokens: 2 });

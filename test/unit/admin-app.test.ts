@@ -608,6 +608,16 @@ describe('admin API: what an unauthenticated client can make the port hold', () 
     sock.write(head);
     return { first: () => text.split('\r\n')[0] ?? '', closed: () => isClosed, sock };
   };
+  /**
+   * How many requests the server has parsed the headers of. The admin app's onRequest hooks (the
+   * gates) are synchronous and run in fastify's 'request' listener, registered before this one: a
+   * request counted here has been admitted or refused by them.
+   */
+  const requestsSeen = (a: FastifyInstance): (() => number) => {
+    let n = 0;
+    a.server.on('request', () => n++);
+    return () => n;
+  };
   const hookHead = (len: number, sig = `x-hub-signature-256: ${forged}`): string =>
     `POST /admin/v1/webhook HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: push\r\n${sig}\r\ncontent-length: ${len}\r\n\r\n{`;
 
@@ -633,8 +643,9 @@ describe('admin API: what an unauthenticated client can make the port hold', () 
     await a.listen({ host: '127.0.0.1', port: 0 });
     try {
       const port = (a.server.address() as import('node:net').AddressInfo).port;
+      const arrived = requestsSeen(a);
       const held = [await raw(port, hookHead(50_000)), await raw(port, hookHead(50_000))];
-      await new Promise((r) => setTimeout(r, 100));
+      await until('both held webhooks through their onRequest hooks (synchronous: done when the server has seen them)', 3000, () => arrived() === 2);
       const third = await raw(port, hookHead(50_000));
       await until('an answer to the third webhook', 3000, () => third.first() !== '');
       assert.equal(third.first(), 'HTTP/1.1 503 Service Unavailable');
@@ -658,8 +669,9 @@ describe('admin API: what an unauthenticated client can make the port hold', () 
     try {
       const port = (a.server.address() as import('node:net').AddressInfo).port;
       const head = `POST /admin/v1/restart HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${TOKEN}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`;
+      const arrived = requestsSeen(a);
       const held = [await raw(port, head), await raw(port, head)];
-      await new Promise((r) => setTimeout(r, 100));
+      await until('both held requests through their onRequest hooks (synchronous: done when the server has seen them)', 3000, () => arrived() === 2);
       const r = await fetch(`http://127.0.0.1:${port}/admin/v1/status`, { headers: auth });
       assert.equal(r.status, 503);
       assert.equal(r.headers.get('retry-after'), '1');

@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import { Registry } from 'prom-client';
 import { StaggeredDelay, registerEventLoopDelayMetrics, type DelayHistogram } from '../../src/metrics/event-loop.js';
 import { parseExposition, sampleValue } from '../../src/metrics/parse.js';
+import { until } from '../harness/wait.js';
 
 /** A histogram of recorded delays (ms), read as perf_hooks gives them (ns). */
 class FakeHistogram implements DelayHistogram {
@@ -64,14 +65,19 @@ describe('llmgw_event_loop_delay_*_seconds on the real loop', () => {
     const registry = new Registry();
     const m = registerEventLoopDelayMetrics(registry);
     try {
-      await new Promise((r) => setTimeout(r, 100)); // the monitors take some samples first
-      const until = performance.now() + 150;
-      while (performance.now() < until); // the loop is held: no timer runs
-      await new Promise((r) => setTimeout(r, 50)); // the monitor's next tick records how late it ran
-      const samples = parseExposition(await registry.metrics());
-      const max = sampleValue(samples, 'llmgw_event_loop_delay_max_seconds');
-      const p99 = sampleValue(samples, 'llmgw_event_loop_delay_p99_seconds');
-      assert.ok(max !== undefined && max >= 0.14, `max ${max} s after a 150 ms stall`);
+      const gauges = async (): Promise<{ max: number | undefined; p99: number | undefined }> => {
+        const samples = parseExposition(await registry.metrics());
+        return { max: sampleValue(samples, 'llmgw_event_loop_delay_max_seconds'), p99: sampleValue(samples, 'llmgw_event_loop_delay_p99_seconds') };
+      };
+      // the monitors have taken samples of the idle loop first (a sample is how late a 10 ms tick ran: above 0)
+      await until('the monitors\' first samples', 10_000, async () => ((await gauges()).max ?? 0) > 0);
+      const end = performance.now() + 150;
+      while (performance.now() < end); // the loop is held: no timer runs
+      // the monitor's next tick records how late it ran
+      const { max, p99 } = await until('the 150 ms stall in the max gauge', 10_000, async () => {
+        const g = await gauges();
+        return g.max !== undefined && g.max >= 0.14 && { max: g.max, p99: g.p99 };
+      });
       assert.ok(p99 !== undefined && p99 >= 0 && p99 <= max, `p99 ${p99} s within [0, max]`);
     } finally {
       m.close();

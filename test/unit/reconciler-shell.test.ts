@@ -4,12 +4,12 @@
  * start at least the backoff after the previous failure — while triggers keep arriving as a busy
  * router sends them — then parked; the same after a `Llmgw-Retry:` trailer and after `ctl retry`.
  * Run 200 times over varied interleavings (how long a start takes to report, how many triggers
- * arrive per step), each run in a few milliseconds.
+ * arrive per step), in two worker threads, each run in a few milliseconds.
  */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
+import { Worker } from 'node:worker_threads';
 import pino from 'pino';
-import type { RetryRequest } from '../../src/git/trailers.js';
 import type { RefreshResult } from '../../src/git/tracker.js';
 import { LlmgwError } from '../../src/errors/catalogue.js';
 import { backoffMs } from '../../src/reconciler/health.js';
@@ -21,144 +21,20 @@ import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from '../harness
 import { specOf } from '../harness/reconciler-core.js';
 import { asV2 } from '../harness/record-v2.js';
 import { recordFault } from '../harness/fault-report.js';
+import { S, assertStartsHonourBackoff, parked, rng, setup, spec } from '../harness/reconciler-shell-runs.js';
 import type { ReplicaView } from '../../src/reconciler/view.js';
-
-const spec = await specOf((f) => {
-  f['fleet.yaml'] = 'park_after_failures: 5\nplacement_reserve: 1GiB\npoll_interval: 1h\nbackoff: { initial: 1s, max: 4s }\n';
-  delete f['models/beta.yaml'];
-});
-const S = spec.settings;
-
-class FixedSpec implements FleetSource {
-  applied = { spec, revision: 'rev1', warnings: [], at: new Date(0) };
-  rejected = null;
-  lastSyncOk = null;
-  lastSyncError = null;
-  private pending: RetryRequest[] = [];
-  retryOnce(r: RetryRequest): void {
-    this.pending.push(r);
-  }
-  async refresh(): Promise<RefreshResult> {
-    await ticks(1);
-    const retries = this.pending.splice(0);
-    return { outcome: retries.length ? 'applied' : 'unchanged', head: 'rev1', retries, error: null };
-  }
-}
-
-/** A small deterministic PRNG, so each run's interleaving is varied and reproducible. */
-function rng(seed: number): () => number {
-  let x = seed || 1;
-  return () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-}
-
-interface Run {
-  readonly r: Reconciler;
-  readonly log: FakeFleetLog;
-  readonly clock: FakeClock;
-  readonly tracker: FixedSpec;
-  readonly saved: () => ControllerState;
-  /** Steps of the world until `done` holds (or maxSteps); up to triggersPerStep − 1 triggers arrive every step. */
-  drive(done: () => boolean, maxSteps?: number, triggersPerStep?: number): Promise<void>;
-}
-
-function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => void; observeMs?: number; saveMs?: number } = {}): Run {
-  const random = rng(seed);
-  const clock = new FakeClock();
-  const timers = new FakeTimers(clock);
-  const log = new FakeFleetLog();
-  const tracker = new FixedSpec();
-  const report = 1 + Math.floor(random() * 8);
-  const nodes = new Map(Object.keys(spec.nodes).map((n) => [n, new FakeNode(n, clock, log, new Set(['alpha']), report, opts.observeMs ?? 0)]));
-  opts.adopt?.(nodes);
-  let saved: ControllerState = emptyState;
-  let n = 0;
-  const r = new Reconciler({
-    tracker,
-    status: null,
-    driverFor: (node) => nodes.get(node.name)!,
-    stateStore: {
-      path: 'memory',
-      save: async (s) => {
-        saved = s;
-        clock.advance(opts.saveMs ?? 0); // a slow disk: time passes after the pass decided
-        return true;
-      },
-    },
-    initialState: emptyState,
-    engineApiKey: 'k',
-    logger: pino({ level: 'silent' }),
-    clock: clock.now,
-    monotonic: clock.monotonic,
-    timers,
-    newReplicaId: (model) => `${model}-${++n}`,
-  });
-  return {
-    r,
-    log,
-    clock,
-    tracker,
-    saved: () => saved,
-    async drive(done, maxSteps = 4000, triggersPerStep = 4) {
-      for (let step = 0; step < maxSteps && !done(); step++) {
-        const triggers = Math.floor(random() * triggersPerStep);
-        for (let i = 0; i < triggers; i++) void r.requestPass('demand');
-        await ticks(1 + Math.floor(random() * 6));
-        clock.advance(100 + Math.floor(random() * 500));
-        timers.fire();
-      }
-    },
-  };
-}
-
-const parked = (r: Reconciler): boolean => r.model('alpha')?.parked != null;
-
-/** Every start of `model` from index `from`: one at a time, each at least the backoff after the failure before it. */
-function assertStartsHonourBackoff(run: Run, from: number, count: number, what: string): void {
-  const starts = run.log.startsOf('alpha').slice(from);
-  const failures = run.log.failures.filter((f) => f.model === 'alpha').slice(from);
-  assert.equal(starts.length, count, `${what}: ${starts.length} starts, want ${count}`);
-  for (let i = 1; i < starts.length; i++) {
-    const gap = starts[i]!.mono - failures[i - 1]!.mono;
-    assert.ok(gap >= backoffMs(i, S), `${what}: start ${i + 1} came ${gap} ms after failure ${i}, backoff is ${backoffMs(i, S)} ms`);
-  }
-  assert.equal(run.log.maxInFlight.get('alpha'), 1, `${what}: two starts of alpha were in flight at once`);
-}
-
-async function scenario(seed: number): Promise<void> {
-  const run = setup(seed);
-  const { r } = run;
-  try {
-    await r.start();
-    await run.drive(() => parked(r));
-    assert.ok(parked(r), `seed ${seed}: alpha never parked`);
-    await run.drive(() => false, 40); // a parked model is left alone, however many triggers come
-    assertStartsHonourBackoff(run, 0, S.parkAfterFailures, `seed ${seed}`);
-    assert.equal(r.model('alpha')!.consecutiveFailures, S.parkAfterFailures);
-    assert.equal(run.saved().models.alpha!.health.consecutiveFailures, S.parkAfterFailures, 'the record on disk has the count');
-    assert.equal(r.model('gamma')!.phase, 'ready', 'the healthy model is served meanwhile');
-
-    // a Llmgw-Retry: trailer unparks it once: exactly five more starts
-    run.tracker.retryOnce({ model: 'alpha', commit: 'c0ffee', content: 'c0ffee0000000000', author: 'op <op@example.com>', timestamp: 0 });
-    await run.drive(() => !parked(r), 50);
-    await run.drive(() => parked(r));
-    await run.drive(() => false, 20);
-    assertStartsHonourBackoff(run, S.parkAfterFailures, S.parkAfterFailures, `seed ${seed}, after Llmgw-Retry`);
-
-    // and so does `ctl retry`
-    const retried = r.retry('alpha');
-    await run.drive(() => !parked(r), 50);
-    await retried;
-    await run.drive(() => parked(r));
-    await run.drive(() => false, 20);
-    assertStartsHonourBackoff(run, 2 * S.parkAfterFailures, S.parkAfterFailures, `seed ${seed}, after ctl retry`);
-  } finally {
-    await r.stop();
-  }
-}
 
 describe('the reconciler shell with fake nodes and a fake clock', () => {
   it('a failing model: exactly 5 starts, one at a time, backoff honoured, under a stream of triggers; the same after a trailer and after ctl retry (200 interleavings)', async () => {
-    for (let seed = 1; seed <= 200; seed++) await scenario(seed);
+    // seeds 1–100 and 101–200 in two worker threads (reconciler-shell-worker.ts), each run as it was
+    const half = (from: number, to: number): Promise<string | null> =>
+      new Promise((resolve, reject) => {
+        const w = new Worker(new URL('../harness/reconciler-shell-worker.js', import.meta.url), { workerData: { from, to } });
+        w.once('message', resolve);
+        w.once('error', reject);
+        w.once('exit', (code) => reject(new Error(`the scenario worker exited (${code}) before reporting`)));
+      });
+    assert.deepEqual((await Promise.all([half(1, 100), half(101, 200)])).filter((f) => f !== null), []);
   });
 
   it('a second pass over an unchanged world plans zero actions', async () => {

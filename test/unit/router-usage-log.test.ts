@@ -3,7 +3,6 @@ import { strict as assert } from 'node:assert';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, describe, test } from 'node:test';
 import { UsageLog, usageLine } from '../../src/router/usage-log.js';
 import type { UsageRecord } from '../../src/router/usage.js';
@@ -18,14 +17,18 @@ describe('usage log', () => {
     assert.equal(usageLine(rec(3)), '{"time":"2026-12-01T12:00:03.000Z","key":"team-a","model":"m","replica":"m-r1","status":200,"reason":"","duration_ms":12.346,"prompt_tokens":3,"cached_tokens":1,"completion_tokens":2,"ended_early":false}\n');
   });
 
-  test('lines wait at most flushMs, then are written in one batch; a new log appends', async () => {
+  test('lines wait at most flushMs, then are written in one batch; a new log appends', (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout'] }); // node's fake timers: the batch's flushMs passes on tick()
     const path = join(dir, 'a.jsonl');
     const log = new UsageLog({ path, flushMs: 50 });
     log.record(rec(1));
+    t.mock.timers.tick(30);
     log.record(rec(2));
     assert.equal(readFileSync(path, 'utf8'), '', 'buffered');
-    await sleep(120);
-    assert.equal(readFileSync(path, 'utf8').split('\n').length - 1, 2);
+    t.mock.timers.tick(19);
+    assert.equal(readFileSync(path, 'utf8'), '', 'still buffered 49 ms after the first line');
+    t.mock.timers.tick(1);
+    assert.equal(readFileSync(path, 'utf8').split('\n').length - 1, 2, 'both lines, flushMs after the first');
     log.close();
     const again = new UsageLog({ path, flushMs: 50 });
     again.record(rec(3));
