@@ -275,7 +275,7 @@ export function planPass(input: PlanInput): PlanOutput {
 
     // Outdated replicas (new digest or a restart): keep as many as still needed to serve — during a
     // rollout, every replica of the stable revision (and only those) until it is promoted.
-    const stable = rollout ? stablePlan({ stable: outdated.filter((l) => l.r.digest === rollout.stable), restarts: input.restarts, pending: inflight.length - pending.length, asked, canStart: rollout.stableModel !== undefined }) : null;
+    const stable = rollout ? stablePlan({ stable: outdated.filter((l) => l.r.digest === rollout.stable), restarts: input.restarts, pending: inflight.length - pending.length, asked: Math.max(0, asked - rollout.want), canStart: rollout.stableModel !== undefined }) : null;
     if (outdated.length) {
       const rank = (l: Located): number => (rollout ? stableRank(l, rollout.stable, input.restarts) : 0);
       const byAge = [...outdated].sort((a, b) => rank(a) - rank(b) || a.r.startedAt - b.r.startedAt || a.r.id.localeCompare(b.r.id));
@@ -291,7 +291,8 @@ export function planPass(input: PlanInput): PlanOutput {
 
     // a stable replica missing while the rollout is unpromoted: started again from the stable definition
     if (stable?.start && rollout?.stableModel && h && mayStart(h, now)) {
-      wants.push({ model: rollout.stableModel, count: 1, existingOn: alive.map((l) => l.node), surge: false, outdated: [], roomComing: false, floor: null });
+      const roomComing = (stoppingByModel.get(m.name) ?? []).length > 0 || actions.some((a) => a.kind === 'stop' && a.model === m.name);
+      wants.push({ model: rollout.stableModel, count: 1, existingOn: alive.map((l) => l.node), surge: false, outdated: [], roomComing, floor: null });
     }
 
     const missing = want - haveCurrent;

@@ -3,7 +3,8 @@
  * kept. With the stable definition loaded (the rollout's `stableModel`, from the fleet revision that
  * defined it), the stable revision also heals: a restarted replica is kept until a fresh one is
  * ready in its place (surge first, as a restart is), and a missing one (failed, or restarted) is
- * started again from that definition, one at a time, up to the model's desired count. Without it
+ * started again from that definition, one at a time, up to the model's desired count (less the
+ * new revision's one replica while it is checked or a canary). Without it
  * (a record from before the revision was kept, or a revision that cannot be read) a stable replica
  * that goes is not replaced, and the rollout view says the stable revision is gone.
  */
@@ -16,7 +17,12 @@ export interface StableInput {
   readonly restarts: ReadonlySet<string>;
   /** Starts of the stable revision in flight. */
   readonly pending: number;
-  /** The model's desired replica count now. */
+  /**
+   * How many stable replicas the model keeps serving now: its desired count, less the one a
+   * rollout's new replica may take the room of while it is checked or a canary (the model never
+   * drops below replicas − 1; healing up to the full count would take that room back, and the two
+   * would drain each other in turn).
+   */
   readonly asked: number;
   /** Whether the stable revision's definition is at hand. */
   readonly canStart: boolean;
