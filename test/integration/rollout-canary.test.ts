@@ -131,8 +131,9 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
       if (r?.phase === 'canary' && r.figures) seen.push({ step: r.step, since: r.since, canaryRequests: r.figures.canary.requests });
     });
     await ctl.until('in the canary', 120_000, () => view().rollout?.phase === 'canary');
-    const began = view().rollout!.since;
     await ctl.until('promoted and settled on the new revision', 180_000, () => view().rollout === undefined && view().ready === 1 && view().replicas.every((x) => x.digest === next() && x.phase === 'ready'));
+    // when the first step began, from the controller's log (a look at the view may come a step late on a loaded machine)
+    const began = ctl.logs.find((x) => x.msg === 'rollout: checks passed; the canary takes its first step')!.time as number;
     off();
     const t = await l.stop();
     const promotedAt = ctl.logs.find((x) => x.msg === 'rollout: the canary passed its last step; the new revision is promoted')!;
