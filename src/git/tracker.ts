@@ -119,6 +119,18 @@ export class SpecTracker {
     }
   }
 
+  /**
+   * The spec at an earlier revision, read and never applied (a rollout's stable revision: its
+   * replicas start again from it). Throws a typed error: the revision is gone (GIT_*), or it does
+   * not validate with this llmgw (SPEC_REJECTED).
+   */
+  async specAt(revision: string): Promise<FleetSpec> {
+    if (this.applied?.revision === revision) return this.applied.spec;
+    const r = await this.load(this.repo.files(revision), revision);
+    if (!r.ok) throw new LlmgwError('SPEC_REJECTED', `fleet revision ${revision} does not validate (${r.problems.length} problem(s); \`llmgw validate --rev ${revision}\` lists them)`);
+    return r.spec;
+  }
+
   private async doRefresh(): Promise<RefreshResult> {
     let head: string;
     try {

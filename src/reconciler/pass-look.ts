@@ -4,6 +4,7 @@
  * replicas have requests in flight (their GET /slots).
  */
 import type { ModelSpec, FleetSpec } from '../fleet-spec/types.js';
+import { LlmgwError } from '../errors/catalogue.js';
 import type { DownloadToken } from '../nodes/driver.js';
 import type { DeviceNeed, MemoryEstimate, MemoryEstimator } from './memory.js';
 import type { NodeFleet } from './node-fleet.js';
@@ -87,4 +88,11 @@ export async function replicasInFlight(spec: FleetSpec, observed: readonly Obser
 /** The replicas with requests in flight. */
 export function busyOf(inFlight: ReadonlyMap<string, number>): ReadonlySet<string> {
   return new Set([...inFlight].flatMap(([id, n]) => (n > 0 ? [id] : [])));
+}
+
+/** The model's download token (token: names a secret), read when it is needed; undefined for none. */
+export async function downloadTokenOf(m: ModelSpec, readSecret: ((name: string) => Promise<string>) | undefined): Promise<DownloadToken | undefined> {
+  if (m.token === null) return undefined;
+  if (!readSecret) throw new LlmgwError('SECRET_NOT_FOUND', `${m.file}: token: names secret '${m.token}', but this controller has no secrets dir`, { model: m.name, secret: m.token });
+  return { secret: m.token, value: await readSecret(m.token) };
 }

@@ -43,9 +43,13 @@ export interface DecideInput {
   readonly keyFingerprint?: string | null;
   /** The routers' load reports (scale/decide.ts): what models with a replica range scale on. */
   readonly load?: readonly LoadReport[];
+  /** The specs of unpromoted rollouts' stable revisions, by fleet revision: their replicas start again from them. */
+  readonly stableSpecs?: StableSpecsByRevision;
   readonly now: number;
   readonly newReplicaId: (model: string, digest: string) => string;
 }
+
+export type StableSpecsByRevision = ReadonlyMap<string, FleetSpec>;
 
 export interface Decision {
   readonly state: ControllerState;
@@ -75,10 +79,11 @@ export function inflightStarts(s: ControllerState): InflightStart[] {
 
 /** The rollouts the planner keeps the stable revision for, by model (none: the same empty object). */
 const NO_ROLLOUTS: Readonly<Record<string, PlannedRollout>> = Object.freeze({});
-function rolloutsOf(s: ControllerState): Readonly<Record<string, PlannedRollout>> {
+function rolloutsOf(s: ControllerState, stableSpecs: StableSpecsByRevision | undefined): Readonly<Record<string, PlannedRollout>> {
   let out: Record<string, PlannedRollout> | null = null;
   for (const name in s.models) {
-    const p = plannedRollout(s.models[name]!.rollout);
+    const r = s.models[name]!.rollout;
+    const p = plannedRollout(r, r?.stableRevision !== undefined ? stableSpecs?.get(r.stableRevision)?.models[name] : undefined);
     if (p) (out ??= {})[name] = p;
   }
   return out ?? NO_ROLLOUTS;
@@ -104,7 +109,7 @@ export function stoppingOf(s: ControllerState, running: ReadonlySet<string>): Re
   return new Set([...stopIds(s), ...running]);
 }
 
-export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'inFlight' | 'keyFingerprint' | 'now' | 'newReplicaId'>): PlanInput {
+export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'stopping' | 'busy' | 'inFlight' | 'keyFingerprint' | 'stableSpecs' | 'now' | 'newReplicaId'>): PlanInput {
   const s = i.state;
   const facts = replicaFacts(s);
   return {
@@ -122,7 +127,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     memory: i.memory,
     ...(i.deviceNeeds ? { deviceNeeds: i.deviceNeeds } : {}),
     accountedFailures: facts.counted,
-    rollouts: rolloutsOf(s),
+    rollouts: rolloutsOf(s, i.stableSpecs),
     avoid: avoidanceAt(s, i.now).avoided,
     keyFingerprint: i.keyFingerprint ?? null,
     now: i.now,

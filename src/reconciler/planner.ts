@@ -10,6 +10,7 @@ import { mayStart, type ModelHealth } from './health.js';
 import type { PlacementNode, PlacementRequest, PlacementResult, Unplaceable } from './placement.js';
 import { placeInOrder } from './place-order.js';
 import type { PlannedRollout } from './rollout-life.js';
+import { stablePlan, stableRank } from './stable-replicas.js';
 import { avoidKey } from './state.js';
 import { countNow, rangeNow, scales } from '../scale/range.js';
 import { evictFor, optionalDevice } from './evict.js';
@@ -253,9 +254,11 @@ export function planPass(input: PlanInput): PlanOutput {
     // a rollout: the new revision's replicas are what it wants of the current digest
     const want = rollout ? rollout.want : asked;
     const located = byModel.get(m.name);
-    const pending = inflightByModel.get(m.name) ?? [];
+    const inflight = inflightByModel.get(m.name) ?? [];
+    // a rollout's stable replicas starting again (stable-replicas.ts) are not the current revision's
+    const pending = rollout ? inflight.filter((p) => p.digest !== rollout.stable) : inflight;
     // nothing of it anywhere and nothing wanted (most on-demand models): nothing to plan
-    if (want === 0 && located === undefined && pending.length === 0) continue;
+    if (want === 0 && located === undefined && inflight.length === 0) continue;
     const h = input.health[m.name];
     const alive = (located ?? []).filter((l) => l.r.state !== 'failed');
     const isCurrent = (l: Located): boolean => l.r.digest === m.digest && !input.restarts.has(l.r.id) && keyMatches(l.r, input.keyFingerprint);
@@ -279,9 +282,11 @@ export function planPass(input: PlanInput): PlanOutput {
 
     // Outdated replicas (new digest or a restart): keep as many as still needed to serve — during a
     // rollout, every replica of the stable revision (and only those) until it is promoted.
+    const stable = rollout ? stablePlan({ stable: outdated.filter((l) => l.r.digest === rollout.stable), restarts: input.restarts, pending: inflight.length - pending.length, asked: Math.max(0, asked - rollout.want), canStart: rollout.stableModel !== undefined }) : null;
     if (outdated.length) {
-      const byAge = [...outdated].sort((a, b) => (rollout ? (a.r.digest === rollout.stable ? 1 : 0) - (b.r.digest === rollout.stable ? 1 : 0) : 0) || a.r.startedAt - b.r.startedAt || a.r.id.localeCompare(b.r.id));
-      const keep = rollout ? outdated.filter((l) => l.r.digest === rollout.stable && !input.restarts.has(l.r.id)).length : Math.max(0, want - currentReady);
+      const rank = (l: Located): number => (rollout ? stableRank(l, rollout.stable, input.restarts) : 0);
+      const byAge = [...outdated].sort((a, b) => rank(a) - rank(b) || a.r.startedAt - b.r.startedAt || a.r.id.localeCompare(b.r.id));
+      const keep = stable ? stable.keep : Math.max(0, want - currentReady);
       const toStop = byAge.slice(0, Math.max(0, byAge.length - keep));
       for (const l of toStop) if (l.reachable) stop(m.name, l, 'replaced');
       // A drain that has run its grace: stop it now, its room goes to the new replica.
@@ -289,6 +294,12 @@ export function planPass(input: PlanInput): PlanOutput {
         const since = input.draining[l.r.id];
         if (since !== undefined && now - since >= spec.settings.drainGraceMs && l.reachable) stop(m.name, l, 'drained');
       }
+    }
+
+    // a stable replica missing while the rollout is unpromoted: started again from the stable definition
+    if (stable?.start && rollout?.stableModel && h && mayStart(h, now)) {
+      const roomComing = (stoppingByModel.get(m.name) ?? []).length > 0 || actions.some((a) => a.kind === 'stop' && a.model === m.name);
+      wants.push({ model: rollout.stableModel, count: 1, floorCount: 1, existingOn: alive.map((l) => l.node), surge: false, outdated: [], roomComing, floor: null });
     }
 
     const missing = want - haveCurrent;

@@ -21,7 +21,7 @@ import type { ControlView } from './view.js';
 import type { LoadReport } from '../scale/decide.js';
 
 /** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
-export type FleetSource = Pick<SpecTracker, 'refresh' | 'applied' | 'rejected' | 'lastSyncOk' | 'lastSyncError'>;
+export type FleetSource = Pick<SpecTracker, 'refresh' | 'applied' | 'rejected' | 'lastSyncOk' | 'lastSyncError'> & Partial<Pick<SpecTracker, 'specAt'>>;
 
 export interface ReconcilerOptions {
   readonly tracker: FleetSource;

@@ -25,7 +25,7 @@ import { PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement } from './pass.js';
-import { busyOf, estimateMemory, replicasInFlight } from './pass-look.js';
+import { busyOf, downloadTokenOf, estimateMemory, replicasInFlight } from './pass-look.js';
 import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
 import type { Action } from './planner.js';
@@ -34,6 +34,7 @@ import type { ShellPorts } from './shell-ports.js';
 import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
+import { StableSpecs } from './stable-specs.js';
 import { CanarySteps } from './canary-steps.js';
 import { RolloutRunner } from './rollout-runner.js';
 import { stopIds, type InFlight } from './stops.js';
@@ -81,6 +82,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   private readonly stopOps: StopRunner;
   private readonly rollouts: RolloutRunner;
   private readonly canary: CanarySteps;
+  private readonly stableSpecs: StableSpecs; // unpromoted rollouts' stable revisions: their replicas start again from them
   private readonly inFlight: (endpoint: string) => Promise<InFlight>;
   /** What it does for the router and operators (the ControllerShell's acts). */
   private readonly own: ReconcilerActs;
@@ -139,8 +141,9 @@ export class Reconciler extends ControllerShell implements FleetView {
     };
     this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
     this.canary = new CanarySteps(o.rolloutFigures ?? null);
+    this.stableSpecs = new StableSpecs(o.tracker.specAt?.bind(o.tracker), () => void this.requestPass('stable-spec-read'));
     this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, canary: this.canary, ...(o.runChecks ? { run: o.runChecks } : {}) });
-    this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
+    this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall, specOf: (model, digest) => this.stableSpecs.forDigest(model, digest) });
     this.own = new ReconcilerActs({
       ...ports,
       snapshot: () => this.snapshot(),
@@ -230,6 +233,7 @@ export class Reconciler extends ControllerShell implements FleetView {
         active: this.own.active(),
         keyFingerprint: this.keyFingerprint,
         load: this.o.modelLoad?.(), // scaling (#42): the routers' load, read as the pass decides
+        stableSpecs: this.stableSpecs.wanted(this.state, this.decidedAt, log),
         now: this.decidedAt,
         newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
       });
@@ -319,9 +323,10 @@ export class Reconciler extends ControllerShell implements FleetView {
     else if (r.outcome === 'applied') log.info({ revision: r.head }, 'fleet revision applied');
     const applied = this.o.tracker.applied;
     const spec = applied?.spec ?? null;
+    const before = this.state.appliedRevision ?? null; // a rollout's stable revision is defined there
     this.state = revisionApplied(this.state, applied?.revision ?? null);
     if (spec) {
-      const s = specModelsApplied(this.state, spec.models, this.clock());
+      const s = specModelsApplied(this.state, spec.models, this.clock(), before);
       this.state = s.state;
       logNotes(log, s.notes);
     }
@@ -342,12 +347,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     this.deviceNeeds = e.devices;
   }
 
-  /** The model's download token (token: names a secret), read when it is needed; undefined for none. */
-  private async downloadToken(m: ModelSpec): Promise<DownloadToken | undefined> {
-    if (m.token === null) return undefined;
-    if (!this.o.readSecret) throw new LlmgwError('SECRET_NOT_FOUND', `${m.file}: token: names secret '${m.token}', but this controller has no secrets dir`, { model: m.name, secret: m.token });
-    return { secret: m.token, value: await this.o.readSecret(m.token) };
-  }
+  private readonly downloadToken = (m: ModelSpec): Promise<DownloadToken | undefined> => downloadTokenOf(m, this.o.readSecret);
 
   private async apply(spec: FleetSpec, actions: readonly Action[], log: Logger): Promise<void> {
     for (const [i, a] of actions.entries()) {

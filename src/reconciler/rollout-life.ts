@@ -22,12 +22,15 @@
  *   way `verdict` says why; the new replica drains and stops, the stable revision keeps serving, and
  *   it stays so until the definition changes again or a retry (`ctl retry`, `Llmgw-Retry:`) runs
  *   the rollout again from its checks — as parking does. `ctl rollout promote` promotes it;
+ * - until it is promoted, a stable replica that fails or is restarted is started again from the
+ *   stable revision's definition (`stableRevision`, the fleet revision applied before the change);
  * - promoted: the stable replicas are replaced surge-first, one at a time, as any definition change is.
  * A second push during a rollout replaces the revision under test (never a third beside them); a
  * push back to the stable revision ends the rollout.
  */
 import type { ReasonRef } from '../errors/catalogue.js';
 import { abortedReason, type StepOutcome } from '../rollout/outcome.js';
+import type { ModelSpec } from '../fleet-spec/types.js';
 import type { CanarySpec } from '../rollout/types.js';
 import type { Note } from './note.js';
 import type { ReplicaRecord } from './replica-life.js';
@@ -40,6 +43,12 @@ export interface RolloutRecord {
   readonly digest: string;
   /** The revision that serves until it is promoted. */
   readonly stable: string;
+  /**
+   * The fleet repo revision whose spec defines `stable` (the one applied before the change): a
+   * stable replica that fails or is restarted while the rollout is unpromoted is started again
+   * from it. Absent in records written before it was kept: stable replicas are then only kept.
+   */
+  readonly stableRevision?: string;
   readonly phase: RolloutPhase;
   /** Epoch ms the phase began (canary: the step's window, which begins again when its figures were lost). */
   readonly since: number;
@@ -65,11 +74,15 @@ export const keptFromUsers = (r: RolloutRecord | undefined, digest: string): boo
 export interface PlannedRollout {
   readonly stable: string;
   readonly want: number;
+  /** The stable revision's definition (loaded from `stableRevision`): its replicas are started again when one is missing. */
+  readonly stableModel?: ModelSpec;
 }
 
-export function plannedRollout(r: RolloutRecord | undefined): PlannedRollout | null {
+/** `stableModel`: the model's definition at the record's stableRevision, when it is loaded (and is the stable digest). */
+export function plannedRollout(r: RolloutRecord | undefined, stableModel?: ModelSpec): PlannedRollout | null {
   if (r === undefined || r.phase === 'promoted') return null;
-  return { stable: r.stable, want: r.phase === 'checking' || r.phase === 'canary' ? 1 : 0 };
+  const want = r.phase === 'checking' || r.phase === 'canary' ? 1 : 0;
+  return { stable: r.stable, want, ...(stableModel?.digest === r.stable ? { stableModel } : {}) };
 }
 
 /** Whether the model has a ready replica of this revision (one a rollout can be judged against). */
@@ -92,19 +105,23 @@ export function rolloutOnDefinition(
   checks: boolean,
   replicas: Readonly<Record<string, ReplicaRecord>>,
   now: number,
+  appliedBefore: string | null = null,
 ): { rollout: RolloutRecord | undefined; note: Note | null } {
   const was = m?.rollout;
   if (!checks) return { rollout: undefined, note: was ? { level: 'info', msg: 'rollout ended: the model has no rollout checks any more', fields: { model: name } } : null };
   if (was && was.phase !== 'promoted' && digest === was.stable) return { rollout: undefined, note: { level: 'info', msg: 'rollout ended: the definition is back at the stable revision', fields: { model: name, digest } } };
-  const stable = was && was.phase !== 'promoted' ? was.stable : m?.health.digest;
+  const underway = was !== undefined && was.phase !== 'promoted';
+  const stable = underway ? was.stable : m?.health.digest;
   if (stable === undefined || stable === digest || !servesOn(replicas, name, stable)) return { rollout: undefined, note: null };
+  // the revision that defined the stable one: the rollout's own when one is under way, else the one applied before this change
+  const stableRevision = underway ? was.stableRevision : (appliedBefore ?? undefined);
   return {
-    rollout: { digest, stable, phase: 'checking', since: now },
+    rollout: { digest, stable, ...(stableRevision !== undefined ? { stableRevision } : {}), phase: 'checking', since: now },
     note: { level: 'info', msg: was && was.phase !== 'promoted' ? 'rollout: a newer revision replaces the one under test' : 'rollout: the new revision runs its checks before it takes traffic', fields: { model: name, digest, stable } },
   };
 }
 
-const base = (r: RolloutRecord): Pick<RolloutRecord, 'digest' | 'stable'> => ({ digest: r.digest, stable: r.stable });
+const base = (r: RolloutRecord): Pick<RolloutRecord, 'digest' | 'stable' | 'stableRevision'> => ({ digest: r.digest, stable: r.stable, ...(r.stableRevision !== undefined ? { stableRevision: r.stableRevision } : {}) });
 
 /**
  * The checks of `digest` concluded: held on a failure; else the canary's first step (`canary` true:

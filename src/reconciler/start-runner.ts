@@ -17,6 +17,8 @@ export interface StartRunnerOptions {
   /** The model's download token (token: names a secret); undefined for none. */
   readonly downloadToken: (m: ModelSpec) => Promise<DownloadToken | undefined>;
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
+  /** The spec that defines another revision of a model than the one in force (a rollout's stable one), if read. */
+  readonly specOf?: (model: string, digest: string) => FleetSpec | undefined;
 }
 
 export class StartRunner {
@@ -43,7 +45,9 @@ export class StartRunner {
   }
 
   /** A replica start runs in the background (start-op.ts); it is in flight in the record from here. */
-  launch(spec: FleetSpec, a: Extract<Action, { kind: 'start' }>, log: Logger): void {
+  launch(inForce: FleetSpec, a: Extract<Action, { kind: 'start' }>, log: Logger): void {
+    // a rollout's stable replica starting again: its model, profile and engine from the stable revision's spec
+    const spec = inForce.models[a.model]?.digest === a.digest ? inForce : (this.o.specOf?.(a.model, a.digest) ?? inForce);
     const m = spec.models[a.model]!;
     const profile = spec.profiles[m.profile]!;
     const engine = spec.engines[profile.engine]!.versions[profile.engineVersion]!;
@@ -56,7 +60,7 @@ export class StartRunner {
       model: m,
       profile,
       engine,
-      driver: this.p.nodes.driver(spec.nodes[a.node]!),
+      driver: this.p.nodes.driver(inForce.nodes[a.node] ?? spec.nodes[a.node]!),
       engineApiKey: this.o.engineApiKey,
       downloadToken: () => this.o.downloadToken(m),
       stopSignal: this.p.stopSignal(),
@@ -67,7 +71,7 @@ export class StartRunner {
       },
       conclude: (outcome) => {
         const now = this.p.now(log); // before the record is read: taking the time may shift it for a clock step
-        const r = startConcluded(this.p.record(), a.replicaId, outcome, now, (this.p.spec() ?? spec).settings);
+        const r = startConcluded(this.p.record(), a.replicaId, outcome, now, (this.p.spec() ?? inForce).settings);
         this.p.setRecord(r.state);
         this.p.logNotes(log, r.notes);
         // a ready replica is routed to now, not after the next pass's look and status write

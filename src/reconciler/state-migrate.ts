@@ -90,7 +90,8 @@ function rolloutFromJson(v: unknown): RolloutRecord | null {
   if (!isRecord(v) || typeof v.digest !== 'string' || typeof v.stable !== 'string' || !ROLLOUT_PHASES.has(v.phase) || !finite(v.since)) return null;
   const verdict = isRecord(v.verdict) && typeof v.verdict.code === 'string' && typeof v.verdict.message === 'string' ? { code: v.verdict.code, message: v.verdict.message } : null;
   const step = typeof v.step === 'number' && Number.isSafeInteger(v.step) && v.step >= 0 ? v.step : undefined;
-  return { digest: v.digest, stable: v.stable, phase: v.phase as RolloutRecord['phase'], since: v.since, ...(step !== undefined ? { step } : {}), ...(verdict ? { verdict } : {}) };
+  const stableRevision = typeof v.stableRevision === 'string' ? v.stableRevision : undefined;
+  return { digest: v.digest, stable: v.stable, ...(stableRevision !== undefined ? { stableRevision } : {}), phase: v.phase as RolloutRecord['phase'], since: v.since, ...(step !== undefined ? { step } : {}), ...(verdict ? { verdict } : {}) };
 }
 
 function retriesOf(v: Record<string, unknown>): Pick<ControllerState, 'handledRetries' | 'retriesTrimmed'> {

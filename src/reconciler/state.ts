@@ -207,7 +207,7 @@ export function retryHandled(s: ControllerState, model: { name: string; digest: 
  * failures and unparks); models that left the spec leave the record (their health, demand and
  * avoidances). Their replicas stay until they are gone from their nodes.
  */
-export function specApplied(s: ControllerState, models: readonly SpecModel[], now = 0): { state: ControllerState; notes: Note[] } {
+export function specApplied(s: ControllerState, models: readonly SpecModel[], now = 0, appliedBefore: string | null = null): { state: ControllerState; notes: Note[] } {
   const notes: Note[] = [];
   const out: Record<string, ModelRecord> = {};
   let changed = Object.keys(s.models).length !== models.length;
@@ -219,7 +219,7 @@ export function specApplied(s: ControllerState, models: readonly SpecModel[], no
     if (before === undefined || h !== before.health || (before.rollout !== undefined && !checks)) {
       changed = true;
       // a definition change (or rollout checks gone) decides the model's rollout afresh
-      const r = before && before.health.digest !== m.digest ? rolloutOnDefinition(before, m.name, m.digest, checks, s.replicas, now) : { rollout: checks ? before?.rollout : undefined, note: null };
+      const r = before && before.health.digest !== m.digest ? rolloutOnDefinition(before, m.name, m.digest, checks, s.replicas, now, appliedBefore) : { rollout: checks ? before?.rollout : undefined, note: null };
       if (r.note) notes.push(r.note);
       const { rollout: _was, ...rest } = before ?? { health: h };
       out[m.name] = { ...rest, health: h, ...(r.rollout ? { rollout: r.rollout } : {}) };
@@ -236,9 +236,9 @@ const fixedPoints = new WeakMap<object, object>();
  * so a record whose models are those it last returned for the same spec's models (a spec's objects
  * are per revision, the record's immutable) is left as it is — without a look at each model.
  */
-export function specModelsApplied(s: ControllerState, models: Readonly<Record<string, SpecModel>>, now = 0): { state: ControllerState; notes: Note[] } {
+export function specModelsApplied(s: ControllerState, models: Readonly<Record<string, SpecModel>>, now = 0, appliedBefore: string | null = null): { state: ControllerState; notes: Note[] } {
   if (fixedPoints.get(s.models) === models) return { state: s, notes: [] };
-  const r = specApplied(s, Object.values(models), now);
+  const r = specApplied(s, Object.values(models), now, appliedBefore);
   fixedPoints.set(r.state.models, models);
   return r;
 }

@@ -240,7 +240,6 @@ const iso = (ms: number | null): string | null => (ms === null ? null : new Date
 const isoNow = (ms: number): string => new Date(ms).toISOString();
 
 const FALLBACK_HINT = 'See the message; the controller log has the detail.';
-
 export function reasonJson(r: ReasonRef): ReasonJson {
   return { code: r.code, message: r.message, hint: (Reasons as Record<string, { hint: string } | undefined>)[r.code]?.hint ?? FALLBACK_HINT };
 }

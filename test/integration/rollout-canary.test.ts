@@ -7,7 +7,8 @@
  *   after steps × interval (± a pass), nothing fails, and at most replicas + 1 llama-servers run;
  * - an error regression (the new profile's context is too small for a third of the prompts): rolled
  *   back on the error rates of both arms, within the step; the clients' failures are only the
- *   canary's; the stable revision serves, and stays so across a restart of the controller;
+ *   canary's; the stable revision serves, and stays so across a restart of the controller; its
+ *   replica, killed, starts again from the stable revision's spec read back from git;
  * - a latency regression (the same name on a model 8× as deep): rolled back on TTFT or TPOT, both figures named;
  * - too little traffic: the step holds as inconclusive, saying how many requests it saw, until
  *   `ctl rollout promote` promotes it.
@@ -21,7 +22,7 @@ import OpenAI from 'openai';
 import { buildRouter } from '../../src/router/app.js';
 import { RouterRollouts } from '../../src/router/rollout-figures.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
-import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+import { killReplicasUnder, modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { sampleProcesses } from '../harness/stream-load.js';
 
 let fleet: TestFleet;
@@ -130,8 +131,9 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
       if (r?.phase === 'canary' && r.figures) seen.push({ step: r.step, since: r.since, canaryRequests: r.figures.canary.requests });
     });
     await ctl.until('in the canary', 120_000, () => view().rollout?.phase === 'canary');
-    const began = view().rollout!.since;
     await ctl.until('promoted and settled on the new revision', 180_000, () => view().rollout === undefined && view().ready === 1 && view().replicas.every((x) => x.digest === next() && x.phase === 'ready'));
+    // when the first step began, from the controller's log (a look at the view may come a step late on a loaded machine)
+    const began = ctl.logs.find((x) => x.msg === 'rollout: checks passed; the canary takes its first step')!.time as number;
     off();
     const t = await l.stop();
     const promotedAt = ctl.logs.find((x) => x.msg === 'rollout: the canary passed its last step; the new revision is promoted')!;
@@ -180,6 +182,16 @@ describe('a canary judged against the stable revision (real llama-server, sshd, 
     assert.ok(view().replicas.every((x) => x.digest === stable), 'the stable revision serves');
     const after = await client.chat.completions.create({ model: 'chat', messages: [{ role: 'user', content: `after the restart: ${LONG}` }], max_tokens: 4 });
     assert.ok(after.choices.length === 1, 'a long prompt is answered by the stable revision');
+
+    // the stable replica dies while rolled back: it starts again from the stable revision's spec, read back from git
+    const was = view().replicas[0]!.id;
+    killReplicasUnder(fleet.nodes[0]!.dataDir);
+    await ctl.until('a new stable replica ready', 120_000, () => view().ready === 1 && view().replicas.some((x) => x.id !== was && x.digest === stable && x.phase === 'ready'));
+    assert.equal(view().rollout?.phase, 'rolled_back', 'still rolled back');
+    assert.ok(view().replicas.every((x) => x.digest === stable), 'no replica of the rolled-back revision started');
+    assert.ok(ctl.logs.some((x) => x.msg === 'rollout: the stable revision\'s spec is read; its replicas can start again'), 'the stable revision was read from the fleet repo');
+    const healed = await client.chat.completions.create({ model: 'chat', messages: [{ role: 'user', content: `after the crash: ${LONG}` }], max_tokens: 4 });
+    assert.ok(healed.choices.length === 1, 'a long prompt is answered by the stable revision started again');
   });
 
   it('a latency regression (a model with 8× the layers behind the same name) is rolled back on the TPOT or TTFT ratio, both figures in the reason', async () => {

@@ -39,11 +39,24 @@ class Source implements FleetSource {
   readonly rejected = null;
   readonly lastSyncOk = null;
   readonly lastSyncError = null;
+  /** Every revision pushed (what the fleet repo's history holds). */
+  readonly history = new Map<string, FleetSpec>();
+  /** Revisions read back (SpecTracker.specAt). */
+  readonly read: string[] = [];
   constructor(spec: FleetSpec) {
     this.applied = { spec, revision: 'rev1', warnings: [], at: new Date(0) };
+    this.history.set('rev1', spec);
   }
   push(spec: FleetSpec, revision: string): void {
     this.applied = { spec, revision, warnings: [], at: new Date(0) };
+    this.history.set(revision, spec);
+  }
+  async specAt(revision: string): Promise<FleetSpec> {
+    await ticks(2);
+    this.read.push(revision);
+    const spec = this.history.get(revision);
+    if (!spec) throw new Error(`no revision ${revision}`);
+    return spec;
   }
   async refresh(): Promise<RefreshResult> {
     await ticks(1);
@@ -176,6 +189,59 @@ describe('rollout checks through the reconciler', () => {
   });
 });
 
+describe('a held rollout\'s stable revision heals', () => {
+  it('a stable replica that fails while the rollout is held starts again from the stable revision\'s spec; the new one does not', async () => {
+    const w = world();
+    await w.r.start();
+    try {
+      await w.until('two ready replicas of v1', () => routable(w.r).filter((d) => d === A1).length === 2);
+      w.source.push(v2, 'rev2');
+      w.verdict = 'fail';
+      await w.until('held', () => w.r.model('alpha')?.rollout?.phase === 'held');
+      assert.equal(w.r.record().models.alpha!.rollout!.stableRevision, 'rev1', 'the rollout names the revision that defines the stable one');
+      await w.until('the new replica gone', () => w.processes().a2 === 0);
+      // a stable replica dies
+      const [node, victim] = [...w.nodes.values()].flatMap((n) => [...n.replicas.values()].filter((x) => x.digest === A1).map((x) => [n, x] as const))[0]!;
+      node.replicas.set(victim.id, { ...victim, state: 'failed' });
+      await w.until('two ready stable replicas again, one of them new', () => {
+        const ids = w.r.readyReplicas('alpha').filter((x) => x.digest === A1).map((x) => x.id);
+        return ids.length === 2 && !ids.includes(victim.id);
+      });
+      assert.deepEqual(w.source.read, ['rev1'], 'the stable revision was read once');
+      assert.equal(w.processes().a2, 0, 'the held revision did not start');
+      assert.equal(w.r.model('alpha')!.rollout?.phase, 'held', 'still held');
+      assert.deepEqual(routable(w.r).sort(), [A1, A1]);
+    } finally {
+      await w.r.stop();
+    }
+  });
+
+  it('a restart of a stable replica while held: a fresh stable replica first, then the old one goes', async () => {
+    const w = world();
+    await w.r.start();
+    try {
+      await w.until('two ready replicas of v1', () => routable(w.r).filter((d) => d === A1).length === 2);
+      w.source.push(v2, 'rev2');
+      w.verdict = 'fail';
+      await w.until('held', () => w.r.model('alpha')?.rollout?.phase === 'held');
+      await w.until('the new replica gone', () => w.processes().a2 === 0);
+      const old = w.r.readyReplicas('alpha')[0]!.id;
+      void w.r.restart({ replicas: [old] });
+      let fewest = 2;
+      await w.until('the restarted replica replaced', () => {
+        fewest = Math.min(fewest, w.r.readyReplicas('alpha').length);
+        const ids = w.r.readyReplicas('alpha').map((x) => x.id);
+        return ids.length === 2 && !ids.includes(old);
+      });
+      assert.equal(fewest, 2, 'never fewer than two ready stable replicas (surge first)');
+      assert.ok(w.processes().max <= 3, `at most replicas + 1 processes (saw ${w.processes().max})`);
+      assert.equal(w.processes().a2, 0);
+    } finally {
+      await w.r.stop();
+    }
+  });
+});
+
 describe('rollout life (pure)', () => {
   const ready = { a: { model: 'alpha', node: 'n', digest: 'd1', startedAt: 0, phase: { kind: 'ready' as const, since: 0, seen: true } } };
   const m = (rollout?: RolloutRecord): { health: ReturnType<typeof initialHealth>; rollout?: RolloutRecord } => ({ health: initialHealth('d1'), ...(rollout ? { rollout } : {}) });
@@ -186,6 +252,8 @@ describe('rollout life (pure)', () => {
     { name: 'no checks: no rollout (the surge rollout of before)', got: rolloutOnDefinition(m(), 'alpha', 'd2', false, ready, 5).rollout, want: undefined },
     { name: 'nothing serves the old revision: no rollout', got: rolloutOnDefinition(m(), 'alpha', 'd2', true, {}, 5).rollout, want: undefined },
     { name: 'a newer push during checking replaces the revision under test, same stable', got: rolloutOnDefinition(m(checking), 'alpha', 'd3', true, ready, 9).rollout, want: { digest: 'd3', stable: 'd1', phase: 'checking', since: 9 } },
+    { name: 'the revision applied before the change defines the stable one', got: rolloutOnDefinition(m(), 'alpha', 'd2', true, ready, 5, 'rev1').rollout, want: { ...checking, stableRevision: 'rev1' } },
+    { name: 'a newer push keeps the rollout\'s stable revision', got: rolloutOnDefinition(m({ ...checking, stableRevision: 'rev1' }), 'alpha', 'd3', true, ready, 9, 'rev2').rollout, want: { digest: 'd3', stable: 'd1', stableRevision: 'rev1', phase: 'checking', since: 9 } },
     { name: 'a push back to the stable revision ends the rollout', got: rolloutOnDefinition(m(checking), 'alpha', 'd1', true, ready, 9).rollout, want: undefined },
     { name: 'checks pass: promoted', got: checksConcluded(checking, 'd2', null, 7), want: { digest: 'd2', stable: 'd1', phase: 'promoted', since: 7 } },
     { name: 'a check fails: held with the reason', got: checksConcluded(checking, 'd2', fail, 7), want: { ...checking, phase: 'held', since: 7, verdict: fail } },
@@ -202,7 +270,7 @@ describe('rollout life (pure)', () => {
   it('the record keeps the rollout through JSON and a clock step', async () => {
     const { stateFromJson } = await import('../../src/reconciler/state-migrate.js');
     const { clockStepped } = await import('../../src/reconciler/state.js');
-    const s: ControllerState = { ...emptyState, models: { alpha: m({ ...checking, phase: 'held', verdict: fail }) } };
+    const s: ControllerState = { ...emptyState, models: { alpha: m({ ...checking, stableRevision: 'rev1', phase: 'held', verdict: fail }) } };
     assert.deepEqual(stateFromJson(JSON.parse(JSON.stringify(s))), s);
     assert.equal(clockStepped(s, 100).models.alpha!.rollout!.since, 105);
   });
