@@ -137,7 +137,9 @@ export class Reconciler extends ControllerShell implements FleetView {
       requestPass: (trigger) => this.loop.request(trigger),
       stopSignal: () => this.stopSignal.signal,
     };
-    this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
+    // this instance's router routes from this snapshot: it has a replica out once the snapshot does
+    const localOut = (model: string, replica: string): boolean => !this.model(model)?.replicas.some((r) => r.id === replica && r.phase === 'ready');
+    this.stopOps = new StopRunner(ports, this.inFlight, o.timers, { localOut, acks: o.routing ?? null });
     this.canary = new CanarySteps(o.rolloutFigures ?? null);
     this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, canary: this.canary, ...(o.runChecks ? { run: o.runChecks } : {}) });
     this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
