@@ -47,7 +47,6 @@ import type { ReconcilerOptions } from './reconciler-options.js';
 import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { warnUnplaceable, type LastWarning } from './warn-throttle.js';
 import { oncePerTurn } from '../util/once-per-turn.js';
-
 export type { FleetSource, ReconcilerOptions } from './reconciler-options.js';
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
@@ -137,9 +136,8 @@ export class Reconciler extends ControllerShell implements FleetView {
       requestPass: (trigger) => this.loop.request(trigger),
       stopSignal: () => this.stopSignal.signal,
     };
-    // this instance's router routes from this snapshot: it has a replica out once the snapshot does
-    const localOut = (model: string, replica: string): boolean => !this.model(model)?.replicas.some((r) => r.id === replica && r.phase === 'ready');
-    this.stopOps = new StopRunner(ports, this.inFlight, o.timers, { localOut, acks: o.routing ?? null });
+    // localOut: this instance's router routes from this snapshot, so it has a replica out once the snapshot does
+    this.stopOps = new StopRunner(ports, this.inFlight, o.timers, { localOut: (m, id) => !this.model(m)?.replicas.some((r) => r.id === id && r.phase === 'ready'), acks: o.routing ?? null });
     this.canary = new CanarySteps(o.rolloutFigures ?? null);
     this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, canary: this.canary, ...(o.runChecks ? { run: o.runChecks } : {}) });
     this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall });
