@@ -8,7 +8,7 @@
  *   stalled connection until its own deadlines or keepalive pings fail. `restore()` relays again
  *   what was held (TCP after a healed partition), and connects the held clients.
  * And a slow link: `delayDown(ms)` holds every byte from the target for `ms` before the client gets
- * it, in order (connections made from then on): a client whose etcd watch lags by that much.
+ * it, in order (open connections and new ones): a client whose etcd watch lags by that much.
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
@@ -22,7 +22,7 @@ export interface TcpForwarder {
   /** Bytes relayed from the target to clients so far. */
   readonly bytesDown: number;
   cut(): void;
-  /** Bytes from the target reach the client `ms` later, in order (connections made after this call). */
+  /** Bytes from the target reach the client `ms` later, in order, on every connection from now on (open ones too). */
   delayDown(ms: number): void;
   /** Stop relaying, keep the sockets open (see above). */
   stall(): void;
@@ -130,6 +130,14 @@ export async function startTcpForwarder(targetPort: number, targetHost = '127.0.
     cut,
     delayDown(ms: number) {
       delayMs = ms;
+      for (const pair of pairs) {
+        if (!pair.upstream || pair.delaying || ms === 0) continue;
+        pair.upstream.unpipe(pair.client);
+        pair.delayMs = ms;
+        pair.delaying = true;
+        delayedRelay(pair.upstream, pair.client, ms);
+        pair.upstream.resume(); // unpipe left it paused
+      }
     },
     stall() {
       if (down) return;
