@@ -190,7 +190,8 @@ export class HaController extends ControllerShell {
     const known = this.outSince.get(replica);
     if (known !== undefined) return known;
     const rev = this.publishedRevision;
-    const r = this.publishedValue?.models.find((m) => m.name === model)?.replicas.find((x) => x.id === replica);
+    const listed = this.publishedValue?.models.find((m) => m.name === model)?.replicas;
+    const r = Array.isArray(listed) ? listed.find((x) => x.id === replica) : undefined;
     if (rev === null || (r?.phase !== 'draining' && r?.phase !== 'stopping')) return null;
     this.outSince.set(replica, rev);
     return rev;
