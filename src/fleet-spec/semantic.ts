@@ -42,6 +42,14 @@ export interface CheckResult {
 /** llama-server arguments llmgw sets itself; a profile may not set them in extra_args. */
 const MANAGED_ARGS = new Set(['-m', '--model', '--host', '--port', '--api-key', '--api-key-file', '-c', '--ctx-size', '-np', '--parallel', '-t', '--threads', '--embeddings', '--embedding', '--reranking', '--rerank', '-mu', '--model-url', '-hf', '--hf-repo', '-hff', '--hf-file', '--log-file', '-cram', '--cache-ram']);
 
+/**
+ * llama-server arguments that take away what llmgw reads of a replica: GET /slots (what it has in
+ * flight: a drain before every stop waits on it) and the paths it serves (/health, /slots, the API).
+ * With them every drain would wait out drain_grace and then cut what runs. (Their environment forms,
+ * LLAMA_ARG_ENDPOINT_SLOTS and LLAMA_ARG_API_PREFIX, are refused with every LLAMA_* of a node's env by its schema.)
+ */
+const ENDPOINT_ARGS = new Set(['--no-slots', '--api-prefix']);
+
 const MIN_MODEL_MEMORY = 1024 * 1024;
 const MAX_MODEL_MEMORY = 16 * 2 ** 40;
 
@@ -98,6 +106,8 @@ export function checkSpec(p: SpecParts): CheckResult {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
         add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which llmgw manages`, 'use the profile fields (ctx_size, threads, parallel, embeddings, reranking, cache_ram) instead; the port, host, model and API key are set by llmgw');
+      } else if (ENDPOINT_ARGS.has(flag)) {
+        add('profile', pr.name, ['extra_args', i], 'SPEC_INVALID_VALUE', `extra_args sets ${flag}, which takes away the endpoints llmgw reads of every replica (GET /slots: what it has in flight, waited on before every stop; /health)`, 'remove it: without /slots at its default path every drain waits out drain_grace and then cuts the requests in flight');
       }
     });
   }

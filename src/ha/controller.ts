@@ -28,6 +28,7 @@ import type { Election } from './election.js';
 import type { LoadedEtcdState } from './etcd-state.js';
 import { publishedOf, refusedEndpoints, standbySnapshot, type PublishedSnapshot } from './published.js';
 import { sleep, type ShellTime } from './shell-time.js';
+import type { RouterApplied, RoutingAcks } from '../reconciler/routing-acks.js';
 import { StandbyActs } from './standby.js';
 
 /** What a term's reconciler is made with (serve builds it: tracker, drivers with the epoch's fence, status repo). */
@@ -38,6 +39,8 @@ export interface TermOptions {
   readonly leader: () => boolean;
   readonly control: () => ControlView;
   readonly onDeposed: (reason: ReasonRef) => void;
+  /** The other routers a drain waits for: the revision each routes from, and the save that took a replica out. */
+  readonly routing: RoutingAcks;
 }
 
 /** What the controller needs of the published snapshot (channel.ts Published; a fake in tests). */
@@ -45,10 +48,10 @@ export interface PublishedChannel {
   /** Guarded txns of what changed in the leader's snapshot since the last publish (nothing when nothing did). */
   publish(p: PublishedSnapshot): Promise<void>;
   /**
-   * Calls onValue with the current snapshot (null: none; `problem`: what this version could not read),
-   * then after every complete save; resolves to a closer.
+   * Calls onValue with the current snapshot (null: none; `problem`: what this version could not read)
+   * and the revision of its save (null: none known), then after every complete save; resolves to a closer.
    */
-  watch(onValue: (p: PublishedSnapshot | null, problem: string | null) => void): Promise<() => Promise<void>>;
+  watch(onValue: (p: PublishedSnapshot | null, problem: string | null, revision: number | null) => void): Promise<() => Promise<void>>;
 }
 
 /** What the controller needs of the state record (etcd-state.ts EtcdStateStore; a fake in tests): the read a term begins with. */
@@ -75,6 +78,18 @@ export interface HaControllerOptions {
   readonly forwardTimeoutMs?: number;
   /** This instance gained (true) or lost (false) leadership. */
   readonly onLeadership?: (leading: boolean) => void;
+  /**
+   * This router's applied revision in etcd, and every other router's (router-revisions.ts; stopped
+   * with the controller). Absent: a leader's drains wait for no other router.
+   */
+  readonly routerRevisions?: RouterRevisionsPort;
+}
+
+/** What the controller needs of the routers' revisions in etcd (router-revisions.ts RouterRevisions). */
+export interface RouterRevisionsPort {
+  applied(revision: number): void;
+  others(): Promise<readonly RouterApplied[] | null>;
+  stop(): Promise<void>;
 }
 
 interface Term {
@@ -96,6 +111,10 @@ export class HaController extends ControllerShell {
   private term: Term | null = null;
   private transitions: Promise<void> = Promise.resolve();
   private publishedValue: PublishedSnapshot | null = null;
+  /** The revision of the published save in publishedValue (null: none known). */
+  private publishedRevision: number | null = null;
+  /** Replicas being drained: the revision of the first published save seen with each out of routing. */
+  private readonly outSince = new Map<string, number>();
   /** Why the term's last publish failed (status: the etcd line), null once one went through. */
   private publishError: ReasonRef | null = null;
   /** The state record in etcd was written by a newer llmgw (STATE_VERSION_NEWER): this instance stands by and says so. */
@@ -136,7 +155,7 @@ export class HaController extends ControllerShell {
   private async watchPublished(): Promise<void> {
     while (!this.stopped && !this.unwatch) {
       try {
-        this.unwatch = await this.o.published.watch((p, problem) => this.onPublished(p, problem));
+        this.unwatch = await this.o.published.watch((p, problem, revision) => this.onPublished(p, problem, revision));
       } catch (err) {
         this.log.warn({ code: reasonOf(err).code, err: reasonOf(err).message }, 'standby: cannot watch the published snapshot yet; trying again');
         await sleep(this.o.time.timers, RETRY_MS);
@@ -145,14 +164,37 @@ export class HaController extends ControllerShell {
     if (this.stopped) await this.unwatch?.();
   }
 
-  private onPublished(p: PublishedSnapshot | null, problem: string | null): void {
+  private onPublished(p: PublishedSnapshot | null, problem: string | null, revision: number | null): void {
     this.publishedValue = p;
+    this.publishedRevision = revision;
     if (problem) this.log.error({ key: 'published', problem }, 'the published snapshot in etcd is not (wholly) one this version reads; standby answers wait for the next one');
     for (const r of refusedEndpoints(this.publishedValue, this.o.tracker.applied?.spec ?? null)) {
       this.log.error({ code: 'ETCD_ENDPOINT_REFUSED', ...r }, 'standby: a published endpoint the spec does not allow; not routed to');
     }
     if (this.publishedValue && this.publishedValue.appliedRevision !== this.o.tracker.applied?.revision) void this.syncSpec();
     this.refreshStandby();
+    // this router routes from the save now (a standby's view was just set from it; a leader's is ahead of it)
+    if (revision !== null) this.o.routerRevisions?.applied(revision);
+    if (this.outSince.size > 0) {
+      const listed = new Set((p?.models ?? []).flatMap((m) => (Array.isArray(m.replicas) ? m.replicas.map((r) => r.id) : [])));
+      for (const id of this.outSince.keys()) if (!listed.has(id)) this.outSince.delete(id);
+    }
+  }
+
+  /**
+   * The revision of the first published save this instance saw showing the replica draining or
+   * stopping (routing-acks.ts outAt); null until one does. Asked from a drain's first look on, so
+   * it is that save or one a little after it, never one before.
+   */
+  private outAt(model: string, replica: string): number | null {
+    const known = this.outSince.get(replica);
+    if (known !== undefined) return known;
+    const rev = this.publishedRevision;
+    const listed = this.publishedValue?.models.find((m) => m.name === model)?.replicas;
+    const r = Array.isArray(listed) ? listed.find((x) => x.id === replica) : undefined;
+    if (rev === null || (r?.phase !== 'draining' && r?.phase !== 'stopping')) return null;
+    this.outSince.set(replica, rev);
+    return rev;
   }
 
   async stop(): Promise<void> {
@@ -161,6 +203,7 @@ export class HaController extends ControllerShell {
     this.standby.stop();
     await this.transition(() => this.endTerm(null));
     await this.unwatch?.().catch(() => undefined);
+    await this.o.routerRevisions?.stop();
     await this.o.election.stop();
   }
 
@@ -214,6 +257,7 @@ export class HaController extends ControllerShell {
         if (this.o.election.epoch === epoch) this.o.election.resignTerm(reason);
         void this.transition(() => this.endTerm(reason));
       },
+      routing: { outAt: (model, replica) => this.outAt(model, replica), routers: () => this.o.routerRevisions?.others() ?? Promise.resolve([]) },
     });
     const off = reconciler.onSnapshot((s) => {
       this.setSnapshot(s);

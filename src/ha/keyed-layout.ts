@@ -206,6 +206,8 @@ export interface KeyedRead {
   /** The head's value as it is now (null: none). */
   readonly headText: string | null;
   readonly head: boolean;
+  /** The head's mod revision (null: no head): the revision of the save it ends, the same for every reader. */
+  readonly headRevision: number | null;
   readonly complete: boolean;
   readonly rereadAt: number | null;
   readonly problem: string | null;
@@ -224,11 +226,11 @@ export function readKeyed(kvs: readonly StoredKv[], base: string): KeyedRead {
       newest = Math.max(newest, kv.modRevision);
     }
   }
-  if (!head) return { present, headText: null, head: false, complete: false, rereadAt: null, problem: null };
+  if (!head) return { present, headText: null, head: false, headRevision: null, complete: false, rereadAt: null, problem: null };
   const h = parseHead(head.value);
-  if (!h) return { present, headText: head.value, head: true, complete: false, rereadAt: null, problem: `its head ${base}/${HEAD} is not one this version reads` };
+  if (!h) return { present, headText: head.value, head: true, headRevision: head.modRevision, complete: false, rereadAt: null, problem: `its head ${base}/${HEAD} is not one this version reads` };
   const complete = newest <= head.modRevision && h.entries === present.size;
-  return { present, headText: head.value, head: true, complete, rereadAt: complete ? null : head.modRevision, problem: null };
+  return { present, headText: head.value, head: true, headRevision: head.modRevision, complete, rereadAt: complete ? null : head.modRevision, problem: null };
 }
 
 /** `entries` with a watch's buffered changes applied (null: deleted). */

@@ -21,6 +21,8 @@ export interface DocRead {
   readonly headText: string | null;
   /** The revision `view` is at. */
   readonly revision: number;
+  /** The mod revision of the head of the save `view` is (null: no complete save): what a router routing from it has applied. */
+  readonly headRevision: number | null;
   /** Why the view is not a complete save (the head unreadable; half-way and compacted). */
   readonly problem: string | null;
 }
@@ -51,19 +53,19 @@ export async function readDoc(client: Etcd3, base: string): Promise<DocRead> {
     throw etcdError(e, `reading ${base}/`);
   }
   const r: KeyedRead = readKeyed(now.kvs, base);
-  if (!r.head) return { view: null, present: r.present, headText: r.headText, revision: now.revision, problem: null };
-  if (r.complete) return { view: r.present, present: r.present, headText: r.headText, revision: now.revision, problem: null };
-  if (r.rereadAt === null) return { view: null, present: r.present, headText: r.headText, revision: now.revision, problem: r.problem };
+  if (!r.head) return { view: null, present: r.present, headText: r.headText, revision: now.revision, headRevision: null, problem: null };
+  if (r.complete) return { view: r.present, present: r.present, headText: r.headText, revision: now.revision, headRevision: r.headRevision, problem: null };
+  if (r.rereadAt === null) return { view: null, present: r.present, headText: r.headText, revision: now.revision, headRevision: null, problem: r.problem };
   // A save caught half-way: the head's revision holds the last complete one.
   try {
     const then = await rangeAll(client, base, r.rereadAt);
     const t = readKeyed(then.kvs, base);
-    if (t.complete) return { view: t.present, present: r.present, headText: r.headText, revision: r.rereadAt, problem: null };
+    if (t.complete) return { view: t.present, present: r.present, headText: r.headText, revision: r.rereadAt, headRevision: t.headRevision, problem: null };
   } catch (e) {
     const err = etcdError(e, `reading ${base}/ at revision ${r.rereadAt}`);
     if (err.code === 'ETCD_UNAVAILABLE') throw err;
   }
-  return { view: r.present, present: r.present, headText: r.headText, revision: now.revision, problem: `a save under ${base}/ was left half-way and etcd has compacted the revision of the last complete one: using what is there (entries of two consecutive saves)` };
+  return { view: r.present, present: r.present, headText: r.headText, revision: now.revision, headRevision: r.headRevision, problem: `a save under ${base}/ was left half-way and etcd has compacted the revision of the last complete one: using what is there (entries of two consecutive saves)` };
 }
 
 export interface DocWriteStats {

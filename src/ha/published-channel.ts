@@ -106,19 +106,21 @@ export class Published {
 
   /**
    * Calls onValue with the current snapshot (null: none; `problem`: entries or a value this version
-   * does not read), then after every complete save; resolves to a closer.
+   * does not read) and its revision (the mod revision of the head of its save; null: none, or the
+   * legacy single key), then after every complete save; resolves to a closer.
    */
-  async watch(onValue: (p: PublishedSnapshot | null, problem: string | null) => void): Promise<() => Promise<void>> {
+  async watch(onValue: (p: PublishedSnapshot | null, problem: string | null, revision: number | null) => void): Promise<() => Promise<void>> {
     let entries: Map<string, string> | null = null;
     const pending = new Map<string, string | null>();
     const cache: EntryCache = new Map();
     let legacy: { readonly p: PublishedSnapshot | null; readonly text: string } | null = null;
+    let revision: number | null = null;
     const emit = (): void => {
       if (entries) {
         const { snapshot, bad } = publishedFromEntries(entries, cache);
-        onValue(snapshot, snapshot === null ? `the published snapshot under ${this.base}/ is not one this version reads` : bad.length > 0 ? `published entries this version does not read (left out): ${bad.slice(0, 5).join(', ')}` : null);
-      } else if (legacy) onValue(legacy.p, legacy.p ? null : `the published snapshot at ${this.legacyKey} is not one this version reads`);
-      else onValue(null, null);
+        onValue(snapshot, snapshot === null ? `the published snapshot under ${this.base}/ is not one this version reads` : bad.length > 0 ? `published entries this version does not read (left out): ${bad.slice(0, 5).join(', ')}` : null, revision);
+      } else if (legacy) onValue(legacy.p, legacy.p ? null : `the published snapshot at ${this.legacyKey} is not one this version reads`, null);
+      else onValue(null, null, null);
     };
     const prefix = `${this.base}/`;
     const closeNew = await lookAndWatch(`reading ${prefix}`, this.timers, async (closed, ended) => {
@@ -127,6 +129,7 @@ export class Published {
       // `raw`: the entries as of the read, then with each whole save applied; the view only once a save is whole
       let raw = new Map(r.view ?? r.present);
       entries = r.view ? raw : null;
+      revision = r.view ? r.headRevision : null;
       pending.clear();
       emit();
       const w = this.client.watch().prefix(prefix).startRevision(String(r.revision + 1)).watcher();
@@ -135,6 +138,7 @@ export class Published {
         if (name !== HEAD) return void pending.set(name, kv.value.toString('utf8'));
         raw = applyChanges(raw, pending);
         entries = raw;
+        revision = Number(kv.mod_revision);
         pending.clear();
         emit();
       });
@@ -142,6 +146,7 @@ export class Published {
         const name = kv.key.toString('utf8').slice(prefix.length);
         if (name !== HEAD) return void pending.set(name, null);
         entries = null;
+        revision = null;
         emit();
       });
       // ended by etcd: etcd3 has dropped this watcher already; cancelling it again would make it throw on the stream

@@ -14,6 +14,7 @@ import type { SupersedeOf } from './node-fleet.js';
 import type { StatusSink } from './persist.js';
 import type { ControllerState } from './state.js';
 import type { StateStore } from './state-store.js';
+import type { RoutingAcks } from './routing-acks.js';
 import type { InFlight } from './stops.js';
 import type { RolloutFigures } from '../rollout/types.js';
 import type { ChecksRun } from './rollout-runner.js';
@@ -77,4 +78,6 @@ export interface ReconcilerOptions {
   readonly modelLoad?: () => readonly LoadReport[];
   /** What a replica has in flight (default: its GET /slots with the engine key). */
   readonly inFlight?: (endpoint: string) => Promise<InFlight>;
+  /** The other routers a drain waits for (HA: the standbys, through etcd); absent: this instance's router is the only one. */
+  readonly routing?: RoutingAcks;
 }

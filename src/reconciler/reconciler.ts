@@ -48,7 +48,6 @@ import type { ReconcilerOptions } from './reconciler-options.js';
 import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { warnUnplaceable, type LastWarning } from './warn-throttle.js';
 import { oncePerTurn } from '../util/once-per-turn.js';
-
 export type { FleetSource, ReconcilerOptions } from './reconciler-options.js';
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
@@ -139,7 +138,8 @@ export class Reconciler extends ControllerShell implements FleetView {
       requestPass: (trigger) => this.loop.request(trigger),
       stopSignal: () => this.stopSignal.signal,
     };
-    this.stopOps = new StopRunner(ports, this.inFlight, o.timers);
+    // localOut: this instance's router routes from this snapshot, so it has a replica out once the snapshot does
+    this.stopOps = new StopRunner(ports, this.inFlight, o.timers, { localOut: (m, id) => !this.model(m)?.replicas.some((r) => r.id === id && r.phase === 'ready'), acks: o.routing ?? null });
     this.canary = new CanarySteps(o.rolloutFigures ?? null);
     this.stableSpecs = new StableSpecs(o.tracker.specAt?.bind(o.tracker), () => void this.requestPass('stable-spec-read'));
     this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, canary: this.canary, ...(o.runChecks ? { run: o.runChecks } : {}) });

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { reasonOf } from '../errors/catalogue.js';
 import { nodeTimers, type LoopTimers } from './loop.js';
 import type { ShellPorts } from './shell-ports.js';
+import { routersBehind, type RoutingAcks } from './routing-acks.js';
 import { drainStep, stopFinished, stopIds, stopOf, type InFlight } from './stops.js';
 import type { StopProgress } from './summarize.js';
 
@@ -23,6 +24,8 @@ export class StopRunner {
     /** What a replica has in flight (its GET /slots). */
     private readonly inFlight: (endpoint: string) => Promise<InFlight>,
     private readonly timers: LoopTimers | undefined,
+    /** The routers: whether this instance's own snapshot has the replica out of routing, and the other routers (HA; null: none). */
+    private readonly routing: { readonly localOut: (model: string, replica: string) => boolean; readonly acks: RoutingAcks | null },
   ) {}
 
   /** The replicas whose stop runs now. */
@@ -100,13 +103,22 @@ export class StopRunner {
    */
   private launch(id: string, log: Logger): void {
     const signal = this.p.stopSignal();
-    // launchAll publishes the snapshot with it out of routing right after launching: the drain's settle counts from here
-    const publishedAt = this.p.now(log);
     const op = (async () => {
+      // when the last look found nothing in flight with every router routing without the replica
+      let quietSince: number | null = null;
       for (;;) {
         const seen = stopOf(this.p.record(), id);
         const spec = this.p.spec();
         if (!seen || !spec || signal.aborted || !this.p.leader()) return;
+        // the routers first, then /slots: a zero counts only from a probe sent once they had the replica out
+        let behind: string[] = [];
+        let routers = 0;
+        if (seen.drain) {
+          const acks = this.routing.acks;
+          const others = acks ? { outAt: acks.outAt(seen.model, id), routers: await acks.routers() } : null;
+          behind = routersBehind(this.routing.localOut(seen.model, id), others);
+          routers = others?.routers?.length ?? 0;
+        }
         const inFlight: InFlight = seen.drain ? await this.inFlight(this.endpointOf(seen.node, id)) : 'gone';
         const count = typeof inFlight === 'number' ? inFlight : null;
         // the time first, then the record: taking the time applies a wall-clock step to the record,
@@ -114,8 +126,9 @@ export class StopRunner {
         const now = this.p.now(log);
         const rec = stopOf(this.p.record(), id);
         if (!rec) return;
-        const step = drainStep(id, rec, inFlight, now, spec.settings.drainGraceMs, publishedAt);
+        const step = drainStep(id, rec, { inFlight, behind, routers, quietSince }, now, spec.settings.drainGraceMs);
         if (step.kind === 'wait') {
+          quietSince = step.quietSince;
           this.setStopProgress(id, { phase: 'draining', inFlight: count });
           await this.sleep(DRAIN_PROBE_MS);
           continue;

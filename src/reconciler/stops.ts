@@ -2,9 +2,10 @@
  * The one stop sequence (pure): every stop of a replica that may be serving — replaced, surplus,
  * schedule, drained, idle, evicted, restart, key mismatch, removed — goes
  *
- *   out of routing (the record's `since`; the snapshot shows it 'draining', so no router instance
- *   offers it) → wait until llama-server reports nothing in flight (GET /slots), bounded by
- *   drain_grace from `since` → SIGTERM, stop_grace, SIGKILL (the node driver's stopReplica).
+ *   out of routing (the record's `since`; the snapshot shows it 'draining') → wait until every router
+ *   routes from a snapshot without it (routing-acks.ts) and llama-server reports nothing in flight
+ *   (GET /slots), bounded by drain_grace from `since` → SIGTERM, stop_grace, SIGKILL (the node
+ *   driver's stopReplica).
  *
  * A replica that failed or is unhealthy skips the wait (it serves nothing). The stop is the replica's
  * phase in the record (leaving, why 'stop'), so a controller restart or a failover continues a stop
@@ -78,31 +79,49 @@ export function stopFinished(s: ControllerState, id: string): ControllerState {
  */
 export type InFlight = number | 'gone' | 'unknown';
 
-export type DrainStep = { readonly kind: 'wait'; readonly note: Note | null } | { readonly kind: 'terminate'; readonly note: Note };
+/** One look at a draining replica, in this order: the routers, then what it has in flight. */
+export interface DrainLook {
+  readonly inFlight: InFlight;
+  /** The routers that may still send it a request (routing-acks.ts routersBehind); empty: none. */
+  readonly behind: readonly string[];
+  /** How many other routers (HA standbys) the drain waits for; 0 for a lone controller. */
+  readonly routers: number;
+  /** When a look first saw nothing in flight with no router behind (the last step's `quietSince`); null: the last look did not. */
+  readonly quietSince: number | null;
+}
+
+export type DrainStep = { readonly kind: 'wait'; readonly note: Note | null; readonly quietSince: number | null } | { readonly kind: 'terminate'; readonly note: Note };
 
 /**
- * How long a drained replica's "nothing in flight" waits for every router to have taken it out of
- * routing: a standby hears of it through the published snapshot (an etcd put and a watch), and a
- * request it dispatched just before is on its way to the replica, not yet in its /slots.
+ * How long "nothing in flight, every router routing without it" must hold, over two looks, before
+ * the replica is stopped: a request a router sent just before it took the snapshot without the
+ * replica is on the wire, not yet in llama-server's /slots. Not a wait for the routers (that is
+ * their applied revisions, however long a standby's watch lags), only for what was already sent.
  */
-export const ROUTING_SETTLE_MS = 1000;
+export const QUIET_MS = 250;
 
 /**
- * One look at a draining replica: wait, or go on to SIGTERM. It goes on when the replica is gone,
- * when nothing is in flight once ROUTING_SETTLE_MS have passed since it left routing (`publishedAt`:
- * this process published it out of routing; absent: the record's `since`), or when
- * drain_grace from the stop's start has passed (whatever is still in flight is then cut, and said
- * so). Unknown in-flight waits out the grace.
+ * One look at a draining replica: wait, or go on to SIGTERM.
+ * - It goes on when the replica is gone (nothing listens), or when every router routes without it
+ *   (routing-acks.ts) and two looks QUIET_MS apart found nothing in flight.
+ * - Else it waits, bounded by drain_grace from the stop's start. Then it goes on anyway and says
+ *   why: DRAIN_ROUTERS_BEHIND naming the routers that still offered it, or the requests still in
+ *   flight (unknown in-flight — /slots not answering — waits out the grace).
  */
-export function drainStep(id: string, rec: StopRecord, inFlight: InFlight, now: number, drainGraceMs: number, publishedAt = rec.since): DrainStep {
+export function drainStep(id: string, rec: StopRecord, look: DrainLook, now: number, drainGraceMs: number): DrainStep {
   const fields = { model: rec.model, node: rec.node, replica: id, reason: rec.reason };
   if (!rec.drain) return { kind: 'terminate', note: { level: 'info', msg: 'stopping replica', fields } };
-  // the settle counts from when the routers could first hear of it: the snapshot published at the
-  // stop's launch, which a slow pass (its state save) may put well after the record's `since`
-  if (inFlight === 0 && now - Math.max(rec.since, publishedAt) < Math.min(ROUTING_SETTLE_MS, drainGraceMs)) return { kind: 'wait', note: null };
-  if (inFlight === 0 || inFlight === 'gone') return { kind: 'terminate', note: { level: 'info', msg: 'replica drained: stopping it', fields: { ...fields, drainedMs: now - rec.since } } };
+  const drained = { kind: 'terminate' as const, note: { level: 'info' as const, msg: 'replica drained: stopping it', fields: { ...fields, drainedMs: now - rec.since, routers: look.routers } } };
+  if (look.inFlight === 'gone') return drained;
+  const quiet = look.inFlight === 0 && look.behind.length === 0;
+  if (quiet && look.quietSince !== null && now - look.quietSince >= QUIET_MS) return drained;
   if (now - rec.since >= drainGraceMs) {
-    return { kind: 'terminate', note: { level: 'warn', msg: 'drain grace over with requests still in flight: stopping the replica', fields: { ...fields, inFlight, graceMs: drainGraceMs } } };
+    if (look.behind.length > 0) {
+      const behind = look.behind.slice(0, 10);
+      return { kind: 'terminate', note: { level: 'warn', msg: 'drain grace over with routers still routing from a snapshot that offers the replica: stopping it', fields: { ...fields, code: 'DRAIN_ROUTERS_BEHIND', behind, inFlight: look.inFlight, graceMs: drainGraceMs } } };
+    }
+    if (look.inFlight !== 0) return { kind: 'terminate', note: { level: 'warn', msg: 'drain grace over with requests still in flight: stopping the replica', fields: { ...fields, inFlight: look.inFlight, graceMs: drainGraceMs } } };
+    return drained;
   }
-  return { kind: 'wait', note: null };
+  return { kind: 'wait', note: null, quietSince: quiet ? (look.quietSince ?? now) : null };
 }

@@ -9,7 +9,7 @@
 import type { Etcd3 } from 'etcd3';
 import type { Logger } from 'pino';
 import { Requests } from '../ha/channel.js';
-import { HaController, type TermOptions } from '../ha/controller.js';
+import { HaController, type RouterRevisionsPort, type TermOptions } from '../ha/controller.js';
 import { Election } from '../ha/election.js';
 import type { EtcdSettings } from '../ha/etcd.js';
 import { EtcdStateStore } from '../ha/etcd-state.js';
@@ -33,6 +33,8 @@ export interface HaWiringOptions {
   /** The cluster's engine API key (shared through etcd). */
   readonly engineApiKey: string;
   readonly onLeadership?: (leading: boolean) => void;
+  /** Each router's applied revision of the published snapshot in etcd, for drains (ha/router-revisions.ts). */
+  readonly routerRevisions?: RouterRevisionsPort;
   /** The term's own parts; `election` bounds the epochs a status branch or a node may carry. */
   readonly term: (t: TermOptions, election: Election) => TermParts;
 }
@@ -76,6 +78,7 @@ export function wireHa(o: HaWiringOptions): HaWiring {
     engineApiKey: o.engineApiKey,
     logger: o.logger,
     ...(o.onLeadership ? { onLeadership: o.onLeadership } : {}),
+    ...(o.routerRevisions ? { routerRevisions: o.routerRevisions } : {}),
     makeReconciler: (t) =>
       new Reconciler({
         ...o.term(t, election),
@@ -87,6 +90,7 @@ export function wireHa(o: HaWiringOptions): HaWiring {
         control: t.control,
         epoch: () => t.epoch,
         onDeposed: t.onDeposed,
+        routing: t.routing,
         // an owner-record epoch above etcd's revision was not made by this etcd (a restore, a forgery): taken over
         epochBound: () => election.revision(),
       }),

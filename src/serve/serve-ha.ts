@@ -10,11 +10,13 @@ import type { FleetRepo } from '../git/repo.js';
 import type { HaController } from '../ha/controller.js';
 import { openEtcd } from '../ha/etcd.js';
 import { RolloutBoard } from '../ha/rollout-figures.js';
+import { RouterRevisions } from '../ha/router-revisions.js';
 import { RouterShares } from '../ha/router-shares.js';
 import { clusterOwner, sharedValues } from '../ha/shared.js';
 import type { ShellTime } from '../ha/shell-time.js';
 import type { Fence, NodeDriver } from '../nodes/driver.js';
 import { nodeTimers } from '../reconciler/loop.js';
+import { DRAIN_PROBE_MS } from '../reconciler/stop-runner.js';
 import type { SupersedeOf } from '../reconciler/node-fleet.js';
 import type { ReconcilerOptions } from '../reconciler/reconciler-options.js';
 import { SpecTracker } from '../git/tracker.js';
@@ -83,6 +85,8 @@ export async function serveHa(e: EtcdConfig, p: HaServeParts): Promise<HaServed>
     logger: log,
     tracker: new SpecTracker(repo),
     engineApiKey: shared.engineApiKey,
+    // the published revision this router routes from, and every other router's: a drain waits for them all
+    routerRevisions: new RouterRevisions({ client, prefix: e.prefix, id: instance.id, ttlSeconds: e.leaseTtlSeconds, retryMs: e.retryPeriodMs, maxAgeMs: DRAIN_PROBE_MS, time, log: log.child({ component: 'router-revisions' }) }),
     onLeadership: (leading) => {
       rolloutBoard?.setLeading(leading);
       p.onLeadership(leading);

@@ -35,13 +35,14 @@ export class FakePublished implements PublishedChannel {
     this.writes++;
   }
 
-  async watch(onValue: (p: PublishedSnapshot | null, problem: string | null) => void): Promise<() => Promise<void>> {
-    const seen = (json: string | null): void => {
+  async watch(onValue: (p: PublishedSnapshot | null, problem: string | null, revision: number | null) => void): Promise<() => Promise<void>> {
+    const seen = (json: string | null, revision: number | null): void => {
       const p = json === null ? null : parsePublished(json);
-      onValue(p, json !== null && p === null ? `the published snapshot at ${this.key} is not one this version reads` : null);
+      onValue(p, json !== null && p === null ? `the published snapshot at ${this.key} is not one this version reads` : null, revision);
     };
-    const w = this.client.watch(this.key, { put: (kv) => seen(kv.value), delete: () => seen(null), error: () => undefined });
-    seen((await this.client.get(this.key)).kv?.value ?? null);
+    const w = this.client.watch(this.key, { put: (kv) => seen(kv.value, kv.modRevision), delete: () => seen(null, null), error: () => undefined });
+    const now = (await this.client.get(this.key)).kv;
+    seen(now?.value ?? null, now?.modRevision ?? null);
     return () => w.cancel();
   }
 }

@@ -17,12 +17,15 @@ export interface Tally {
   spans: [number, number, 'ok' | 'cut' | 'failed', number | null][];
 }
 
-/**
- * `concurrency` workers streaming chat completions until stopped; every outcome counted. `o.maxTokens`:
- * each request's max_tokens (default 80 to 199, by worker and request).
- */
-export function streamLoad(client: OpenAI, model: string, concurrency: number, o: { maxTokens?: (worker: number, request: number) => number } = {}): { stop: () => Promise<Tally>; tally: Tally } {
-  const maxTokens = o.maxTokens ?? ((w: number, i: number): number => 80 + ((w * 37 + i * 53) % 120));
+/** How the workers stream: `maxTokens` (default 80–200, varied; or by worker and request), a pause between a worker's requests (default none). */
+export interface StreamLoadOptions {
+  readonly maxTokens?: number | ((worker: number, request: number) => number);
+  /** Traffic with gaps: a replica's /slots reads 0 between requests, while a router may still send it more. */
+  readonly pauseMs?: number;
+}
+
+/** Workers streaming chat completions until stopped; every outcome counted. */
+export function streamLoad(client: OpenAI, model: string, concurrency: number, opts: StreamLoadOptions = {}): { stop: () => Promise<Tally>; tally: Tally } {
   const tally: Tally = { sent: 0, ok: 0, cut: 0, failed: 0, errors: [], spans: [] };
   let running = true;
   const worker = async (w: number): Promise<void> => {
@@ -37,7 +40,7 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number, o
           model,
           messages: [{ role: 'user', content: `worker ${w} request ${i}: tell me about fleets` }],
           stream: true,
-          max_tokens: maxTokens(w, i),
+          max_tokens: typeof opts.maxTokens === 'function' ? opts.maxTokens(w, i) : (opts.maxTokens ?? 80 + ((w * 37 + i * 53) % 120)),
         });
         for await (const c of stream) {
           chunks++;
@@ -58,6 +61,7 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number, o
         tally.errors.push(`worker ${w} #${i} (${outcome} after ${chunks} chunks, ${Math.round(performance.now() - t0)} ms): ${(e as Error).message}`);
         tally.spans.push([t0, performance.now(), outcome, first]);
       }
+      if (opts.pauseMs && running) await new Promise((r) => setTimeout(r, opts.pauseMs));
     }
   };
   const workers = Array.from({ length: concurrency }, (_, w) => worker(w));

@@ -7,6 +7,8 @@
  *   connections accepted but unconnected: packets vanish, nobody is told. gRPC does not notice a
  *   stalled connection until its own deadlines or keepalive pings fail. `restore()` relays again
  *   what was held (TCP after a healed partition), and connects the held clients.
+ * And a slow link: `delayDown(ms)` holds every byte from the target for `ms` before the client gets
+ * it, in order (open connections and new ones): a client whose etcd watch lags by that much.
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
@@ -20,6 +22,8 @@ export interface TcpForwarder {
   /** Bytes relayed from the target to clients so far. */
   readonly bytesDown: number;
   cut(): void;
+  /** Bytes from the target reach the client `ms` later, in order, on every connection from now on (open ones too). */
+  delayDown(ms: number): void;
   /** Stop relaying, keep the sockets open (see above). */
   stall(): void;
   restore(): void;
@@ -29,6 +33,32 @@ export interface TcpForwarder {
 interface Pair {
   readonly client: Socket;
   upstream: Socket | null;
+  /** Bytes from the target are held this long (set when it was dialled); 0: piped. */
+  delayMs: number;
+  /** The delayed relay is attached (once: a restore resumes it). */
+  delaying: boolean;
+}
+
+/** Relays `from` to `to`, each chunk `ms` after it arrived, in order. */
+function delayedRelay(from: Socket, to: Socket, ms: number): void {
+  const queue: { readonly at: number; readonly data: Buffer }[] = [];
+  let timer: NodeJS.Timeout | null = null;
+  const flush = (): void => {
+    timer = null;
+    const now = Date.now();
+    while (queue.length > 0 && queue[0]!.at <= now) {
+      const { data } = queue.shift()!;
+      if (!to.destroyed) to.write(data);
+    }
+    if (queue.length > 0) timer = setTimeout(flush, queue[0]!.at - now);
+  };
+  from.on('data', (data: Buffer) => {
+    queue.push({ at: Date.now() + ms, data });
+    timer ??= setTimeout(flush, ms);
+  });
+  to.on('close', () => {
+    if (timer) clearTimeout(timer);
+  });
 }
 
 export async function startTcpForwarder(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpForwarder> {
@@ -38,6 +68,7 @@ export async function startTcpForwarder(targetPort: number, targetHost = '127.0.
   let accepted = 0;
   let refused = 0;
   let bytesDown = 0;
+  let delayMs = 0;
   const end = (pair: Pair): void => {
     pairs.delete(pair);
     pair.client.destroy();
@@ -46,7 +77,11 @@ export async function startTcpForwarder(targetPort: number, targetHost = '127.0.
   const relay = (pair: Pair): void => {
     const up = pair.upstream!;
     pair.client.pipe(up);
-    up.pipe(pair.client);
+    if (pair.delayMs === 0) up.pipe(pair.client);
+    else if (!pair.delaying) {
+      pair.delaying = true;
+      delayedRelay(up, pair.client, pair.delayMs);
+    } else up.resume();
   };
   const hold = (pair: Pair): void => {
     pair.client.unpipe();
@@ -68,7 +103,7 @@ export async function startTcpForwarder(targetPort: number, targetHost = '127.0.
       return;
     }
     accepted++;
-    const pair: Pair = { client, upstream: null };
+    const pair: Pair = { client, upstream: null, delayMs, delaying: false };
     pairs.add(pair);
     client.on('error', () => end(pair)).on('close', () => end(pair));
     if (stalled) client.pause();
@@ -93,6 +128,17 @@ export async function startTcpForwarder(targetPort: number, targetHost = '127.0.
       return bytesDown;
     },
     cut,
+    delayDown(ms: number) {
+      delayMs = ms;
+      for (const pair of pairs) {
+        if (!pair.upstream || pair.delaying || ms === 0) continue;
+        pair.upstream.unpipe(pair.client);
+        pair.delayMs = ms;
+        pair.delaying = true;
+        delayedRelay(pair.upstream, pair.client, ms);
+        pair.upstream.resume(); // unpipe left it paused
+      }
+    },
     stall() {
       if (down) return;
       stalled = true;

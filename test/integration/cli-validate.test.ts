@@ -45,6 +45,34 @@ describe('llmgw validate', () => {
     }
   });
 
+  it('refuses what takes away /slots (a drain waits on it before every stop): --no-slots and --api-prefix in extra_args, and (by the node schema, as every LLAMA_*) LLAMA_ARG_ENDPOINT_SLOTS in a node\'s env, each at its file:line', async () => {
+    const files = minimalFleet();
+    files['profiles/chat.yaml'] += 'extra_args:\n  - --slots\n  - --no-slots\n  - --api-prefix=/llm\n';
+    files['profiles/embed.yaml'] += 'extra_args: [--api-prefix, /llm]\n';
+    files['nodes/cpu-01.yaml'] += 'env:\n  GGML_VK_VISIBLE_DEVICES: "0"\n  LLAMA_ARG_ENDPOINT_SLOTS: "0"\n';
+    const f = tempFleet(files);
+    try {
+      const r = await runCli(['validate', f.dir, '-f', 'json']);
+      assert.equal(r.code, 2, r.stdout);
+      const out = JSON.parse(r.stdout) as { problems: { file: string; line: number; path: string; code: string; message: string }[] };
+      assert.deepEqual(
+        out.problems.map((p) => [p.file, p.line, p.path, p.code]),
+        [
+          ['nodes/cpu-01.yaml', 7, '/env', 'SPEC_SCHEMA'],
+          ['nodes/cpu-01.yaml', 8, '/env/LLAMA_ARG_ENDPOINT_SLOTS', 'SPEC_SCHEMA'],
+          ['profiles/chat.yaml', 6, '/extra_args/1', 'SPEC_INVALID_VALUE'],
+          ['profiles/chat.yaml', 7, '/extra_args/2', 'SPEC_INVALID_VALUE'],
+          ['profiles/embed.yaml', 4, '/extra_args/0', 'SPEC_INVALID_VALUE'],
+        ],
+      );
+      assert.match(out.problems[2]!.message, /extra_args sets --no-slots, which takes away the endpoints llmgw reads/);
+      const text = await runCli(['validate', f.dir]);
+      assert.match(text.stdout, /profiles\/chat\.yaml:6:\d+: error: extra_args sets --no-slots/);
+    } finally {
+      f.cleanup();
+    }
+  });
+
   it('json format lists the problems with file, line, col, field, code and hint', async () => {
     const files = minimalFleet();
     files['models/beta.yaml'] = files['models/beta.yaml']!.replace('memory: 6GiB', 'memory: 6 GiBs');

@@ -20,6 +20,8 @@ const commands = readPage(PAGE);
 const OTHER_TOOLS: Record<string, string> = {
   '--api-key': 'llama-server',
   '--cache-ram': 'llama-server',
+  '--no-slots': 'llama-server',
+  '--api-prefix': 'llama-server',
   '--device': 'llama-server',
   '--list-devices': 'llama-server',
   '--query-gpu': 'nvidia-smi',

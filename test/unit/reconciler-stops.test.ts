@@ -9,7 +9,8 @@ import { decide, pruned, type DecideInput } from '../../src/reconciler/pass.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
 import { clockStepped, emptyState, healthByModel, type ControllerState } from '../../src/reconciler/state.js';
 import { stateFromJson } from '../../src/reconciler/state-migrate.js';
-import { drainStep, mayBeServing, ROUTING_SETTLE_MS, stopFinished, stopOf, stopsRequested, type InFlight, type StopRecord } from '../../src/reconciler/stops.js';
+import { drainStep, mayBeServing, QUIET_MS, stopFinished, stopOf, stopsRequested, type DrainLook, type StopRecord } from '../../src/reconciler/stops.js';
+import { ROUTERS_UNREADABLE, routersBehind, THIS_ROUTER, type RoutersSeen } from '../../src/reconciler/routing-acks.js';
 import { buildSnapshot, stopPhase } from '../../src/reconciler/summarize.js';
 import { startConcluded } from '../../src/reconciler/outcomes.js';
 import { readyReplicasOf } from '../../src/reconciler/availability.js';
@@ -33,29 +34,57 @@ function run(state: ControllerState, nodes: readonly ObservedNode[], over: Parti
 }
 
 describe('the stop sequence', () => {
-  it('each look at a draining replica: wait while it has requests in flight, within drain_grace; otherwise SIGTERM', () => {
-    const table: [string, StopRecord, InFlight, number, 'wait' | 'terminate', string | null][] = [
-      ['two in flight, just begun', rec(), 2, 1000, 'wait', null],
-      ['one in flight, grace nearly over', rec(), 1, 1000 + GRACE - 1, 'wait', null],
-      ['nothing in flight the moment it left routing: waits for every router to see it out (a standby may just have sent it one)', rec(), 0, 1001, 'wait', null],
-      ['nothing in flight once routing settled', rec(), 0, 1000 + ROUTING_SETTLE_MS, 'terminate', 'replica drained: stopping it'],
-      ['nothing listens any more', rec(), 'gone', 1001, 'terminate', 'replica drained: stopping it'],
-      ['slots unknown: waits out the grace', rec(), 'unknown', 1000 + GRACE - 1, 'wait', null],
-      ['slots unknown, grace over', rec(), 'unknown', 1000 + GRACE, 'terminate', 'drain grace over with requests still in flight: stopping the replica'],
-      ['still busy when the grace ends: cut, and said so (warn)', rec(), 3, 1000 + GRACE, 'terminate', 'drain grace over with requests still in flight: stopping the replica'],
-      ['a failed replica does not drain', rec({ reason: 'failed', drain: false }), 3, 1000, 'terminate', 'stopping replica'],
+  it('each look at a draining replica: wait while a router may still send it requests or it has some in flight, within drain_grace; otherwise SIGTERM', () => {
+    const look = (over: Partial<DrainLook> = {}): DrainLook => ({ inFlight: 0, behind: [], routers: 0, quietSince: null, ...over });
+    const GRACE_OVER = 'drain grace over with requests still in flight: stopping the replica';
+    const BEHIND_OVER = 'drain grace over with routers still routing from a snapshot that offers the replica: stopping it';
+    const table: [string, StopRecord, DrainLook, number, 'wait' | 'terminate', string | null, number | null][] = [
+      ['two in flight, just begun', rec(), look({ inFlight: 2 }), 1000, 'wait', null, null],
+      ['one in flight, grace nearly over', rec(), look({ inFlight: 1 }), 1000 + GRACE - 1, 'wait', null, null],
+      ['nothing in flight, every router without it, first look: waits one more look (a request on the wire)', rec(), look(), 1001, 'wait', null, 1001],
+      ['nothing in flight on two looks QUIET_MS apart, every router without it', rec(), look({ quietSince: 1001 }), 1001 + QUIET_MS, 'terminate', 'replica drained: stopping it', null],
+      ['the second look came sooner than QUIET_MS: waits, the quiet start kept', rec(), look({ quietSince: 1001 }), 1000 + QUIET_MS, 'wait', null, 1001],
+      ['nothing in flight but a standby has not applied the snapshot without it: waits, however long ago it left routing', rec(), look({ behind: ['b'], routers: 2, quietSince: null }), 1000 + GRACE - 1, 'wait', null, null],
+      ['a standby behind resets a quiet start', rec(), look({ behind: ['b'], quietSince: 1001 }), 1001 + QUIET_MS, 'wait', null, null],
+      ['a request again after a quiet look: the quiet start is dropped', rec(), look({ inFlight: 1, quietSince: 1001 }), 1001 + QUIET_MS, 'wait', null, null],
+      ['nothing listens any more, routers behind or not', rec(), look({ inFlight: 'gone', behind: ['b'] }), 1001, 'terminate', 'replica drained: stopping it', null],
+      ['slots unknown: waits out the grace', rec(), look({ inFlight: 'unknown' }), 1000 + GRACE - 1, 'wait', null, null],
+      ['slots unknown, grace over', rec(), look({ inFlight: 'unknown' }), 1000 + GRACE, 'terminate', GRACE_OVER, null],
+      ['still busy when the grace ends: cut, and said so (warn)', rec(), look({ inFlight: 3 }), 1000 + GRACE, 'terminate', GRACE_OVER, null],
+      ['routers still behind when the grace ends: stopped, and said so with DRAIN_ROUTERS_BEHIND', rec(), look({ behind: ['b'], routers: 1 }), 1000 + GRACE, 'terminate', BEHIND_OVER, null],
+      ['quiet on one look when the grace ends: drained', rec(), look(), 1000 + GRACE, 'terminate', 'replica drained: stopping it', null],
+      ['a failed replica does not drain', rec({ reason: 'failed', drain: false }), look({ inFlight: 3, behind: ['b'] }), 1000, 'terminate', 'stopping replica', null],
     ];
-    for (const [what, r, inFlight, now, want, msg] of table) {
-      const step = drainStep('alpha-1', r, inFlight, now, GRACE);
+    for (const [what, r, l, now, want, msg, quietSince] of table) {
+      const step = drainStep('alpha-1', r, l, now, GRACE);
       assert.equal(step.kind, want, what);
       assert.equal(step.note?.msg ?? null, msg, what);
+      if (step.kind === 'wait') assert.equal(step.quietSince, quietSince, what);
     }
-    assert.equal(drainStep('a', rec(), 3, 1000 + GRACE, GRACE).note?.level, 'warn');
-    // a slow pass published the stop 4 s after its record's since: the settle counts from the publication
-    assert.equal(drainStep('a', rec(), 0, 1000 + ROUTING_SETTLE_MS, GRACE, 5000).kind, 'wait');
-    assert.equal(drainStep('a', rec(), 0, 5000 + ROUTING_SETTLE_MS, GRACE, 5000).kind, 'terminate');
-    // the grace still counts from the record's since
-    assert.equal(drainStep('a', rec(), 2, 1000 + GRACE, GRACE, 5000).kind, 'terminate');
+    const cut = drainStep('a', rec(), look({ inFlight: 3 }), 1000 + GRACE, GRACE);
+    assert.equal(cut.note?.level, 'warn');
+    const behind = drainStep('a', rec(), look({ inFlight: 0, behind: ['b', 'c'], routers: 2 }), 1000 + GRACE, GRACE);
+    assert.equal(behind.note?.level, 'warn');
+    assert.equal(behind.note?.fields?.code, 'DRAIN_ROUTERS_BEHIND');
+    assert.deepEqual(behind.note?.fields?.behind, ['b', 'c']);
+    const drained = drainStep('a', rec(), look({ routers: 2, quietSince: 2000 }), 2000 + QUIET_MS, GRACE);
+    assert.deepEqual(drained.note?.fields, { model: 'alpha', node: 'cpu-01', replica: 'a', reason: 'replaced', drainedMs: 1000 + QUIET_MS, routers: 2 });
+  });
+
+  it('which routers may still send a draining replica requests: its own snapshot, and every other router below the revision that took it out', () => {
+    const seen = (outAt: number | null, routers: RoutersSeen['routers']): RoutersSeen => ({ outAt, routers });
+    const table: [string, boolean, RoutersSeen | null, string[]][] = [
+      ['a lone controller whose snapshot has it out', true, null, []],
+      ['a lone controller whose snapshot still offers it (the next turn publishes it)', false, null, [THIS_ROUTER]],
+      ['no other router live', true, seen(null, []), []],
+      ['every standby at or past the save that took it out', true, seen(40, [{ id: 'b', applied: 40 }, { id: 'c', applied: 41 }]), []],
+      ['a standby whose watch lags', true, seen(40, [{ id: 'b', applied: 39 }, { id: 'c', applied: 41 }]), ['b']],
+      ['no save showing it out seen yet: every standby may still offer it', true, seen(null, [{ id: 'b', applied: 41 }]), ['b']],
+      ['a router that states no revision (just started, or an older llmgw) counts as behind', true, seen(40, [{ id: 'b', applied: null }]), ['b']],
+      ['the routers not readable in etcd', true, seen(40, null), [ROUTERS_UNREADABLE]],
+      ['its own snapshot and a standby both behind', false, seen(40, [{ id: 'b', applied: 12 }]), [THIS_ROUTER, 'b']],
+    ];
+    for (const [what, localOut, s, want] of table) assert.deepEqual(routersBehind(localOut, s), want, what);
   });
 
   it('which stops drain: every reason a serving replica is stopped for, not failed or orphan replicas', () => {
