@@ -181,7 +181,7 @@ async function runMode(mode: Routing, dir: string, model: string): Promise<ModeR
     ),
   );
   const metrics = createMetrics({ defaultMetrics: false });
-  const fleet = new FakeFleetView(fakeSpec({ models: { chat: { parallel: PARALLEL, routing: mode } }, keys: [{ name: 'bench', key: KEY, models: ['*'] }] }));
+  const fleet = new FakeFleetView(fakeSpec({ models: { chat: { parallel: PARALLEL, routing: mode } }, keys: [{ name: 'bench', key: KEY, models: ['*'], trusted: true }] })); // trusted: it reads timings off the answers
   fleet.setReady('chat', servers.map((s, i) => replica('chat', s.url, `r${i + 1}`)));
   const app = buildRouter({ fleet, metrics: metrics.router, auth: { required: true }, ...(process.env['BENCH_NO_SLOTS'] ? { slotsRefreshMs: 0 } : {}) });
   await app.listen({ port: 0, host: '127.0.0.1' });

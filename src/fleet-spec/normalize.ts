@@ -222,6 +222,8 @@ export function normalizeKeys(raw: Raw): AccessKeySpec[] {
     models: (k.models as string[] | undefined) ?? ['*'],
     limits: k.limits === undefined ? null : normalizeLimits(obj(k.limits)),
     modelLimits: Object.fromEntries(Object.entries(obj(k.model_limits)).map(([m, l]) => [m, normalizeLimits(obj(l))])),
+    trusted: k.trusted === true,
+    isolateCache: k.isolate_cache === true,
   }));
 }
 

@@ -206,6 +206,10 @@ export interface AccessKeySpec {
   readonly limits: KeyLimits | null;
   /** The key's limits per model (canonical name → limits). */
   readonly modelLimits: Readonly<Record<string, KeyLimits>>;
+  /** `trusted: true`: the key sees llama-server's prompt-cache figures (router/redact.ts). */
+  readonly trusted: boolean;
+  /** `isolate_cache: true`: the key's affinity keys are namespaced by the key (affinity.ts `isolatedKey`). */
+  readonly isolateCache: boolean;
 }
 
 /** Limits of access/keys.yaml (`limits: {requests_per_minute, tokens_per_minute, concurrency}`); null: no limit. */

@@ -149,6 +149,15 @@ export function affinityKey(path: string, body: Readonly<Record<string, unknown>
   return null;
 }
 
+/**
+ * A request's affinity key namespaced by its API key's name (`isolate_cache: true` in
+ * access/keys.yaml): the same prompt prefix sent with another key has another key here, so it lands
+ * on its own point of the ring and its own sticky entry, never another key's bucket.
+ */
+export function isolatedKey(key: number, keyName: string): number {
+  return mix(fnv(Math.imul(key ^ 0x5bd1e995, 0x01000193), keyName, KEY_CHARS));
+}
+
 /** The bounded-load cap for a request joining `totalLoad` others on `replicas` usable replicas. */
 export function loadCap(totalLoad: number, replicas: number, factor = LOAD_FACTOR): number {
   return Math.ceil((factor * (totalLoad + 1)) / replicas);

@@ -28,10 +28,17 @@ export interface KeyGrant {
   readonly limits: KeyLimits | null;
   /** Per canonical model: the key's model_limits and the model's cap (access/keys.yaml `models:`), the tighter of each. */
   readonly modelLimits: ReadonlyMap<string, KeyLimits>;
+  /** `trusted: true`: its answers keep llama-server's prompt-cache figures (else redact.ts takes them out). */
+  readonly trusted: boolean;
+  /** `isolate_cache: true`: its affinity keys are namespaced by the key (affinity.ts `isolatedKey`). */
+  readonly isolateCache: boolean;
 }
 
-/** The grant when auth is explicitly turned off (local single-user setups). */
-export const OPEN_GRANT: KeyGrant = Object.freeze({ name: '(auth disabled)', all: true, models: new Set<string>(), limited: false, limits: null, modelLimits: new Map<string, KeyLimits>() });
+/**
+ * The grant when auth is explicitly turned off (local single-user setups): trusted, as there are no
+ * keys to tell apart and every client already shares one identity.
+ */
+export const OPEN_GRANT: KeyGrant = Object.freeze({ name: '(auth disabled)', all: true, models: new Set<string>(), limited: false, limits: null, modelLimits: new Map<string, KeyLimits>(), trusted: true, isolateCache: false });
 
 export function grantAllows(grant: KeyGrant, canonicalModel: string): boolean {
   return grant.all || grant.models.has(canonicalModel);
@@ -62,7 +69,7 @@ export function compileSpec(spec: FleetSpec): CompiledSpec {
     for (const [m, l] of Object.entries(spec.access.modelLimits ?? {})) modelLimits.set(m, l);
     for (const [m, l] of Object.entries(k.modelLimits ?? {})) modelLimits.set(m, tighter(l, modelLimits.get(m))!);
     const limits = k.limits ?? null;
-    keys.set(k.sha256.toLowerCase(), Object.freeze({ name: k.name, all, models, limited: limits !== null || modelLimits.size > 0, limits, modelLimits }));
+    keys.set(k.sha256.toLowerCase(), Object.freeze({ name: k.name, all, models, limited: limits !== null || modelLimits.size > 0, limits, modelLimits, trusted: k.trusted, isolateCache: k.isolateCache }));
   }
   c = Object.freeze({ names, keys });
   compiled.set(spec, c);

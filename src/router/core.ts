@@ -18,7 +18,7 @@ import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
-import { affinityKey, isPromptPath } from './affinity.js';
+import { affinityKey, isolatedKey, isPromptPath } from './affinity.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderFor, routeNotFound, writeRendered } from './errors.js';
 import { limitError, track, trackedOf, usageHook } from './key-usage.js';
@@ -33,6 +33,8 @@ import { SlotQueues, slotsOf, type Pending } from './slot-queues.js';
 import { Ejections } from './eject.js';
 import { CanarySplitter, type Split } from './canary.js';
 import { RouterRollouts } from './rollout-figures.js';
+import { redactsPath } from './redact.js';
+import { readRequestBody } from './request-body.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
@@ -239,22 +241,7 @@ export class RouterCore {
 
   /** A whole body: read `model`, check the key's grant, then proxy (or activate first). */
   private route(req: IncomingMessage, res: ServerResponse, t0: number, adm: Admission, body: Buffer): void {
-    if (body.length === 0) throw new RouterError('BAD_JSON', 'The request body is empty; send a JSON object naming a model.');
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(body.toString('utf8'));
-    } catch (e) {
-      throw new RouterError('BAD_JSON', `The request body is not valid JSON: ${(e as Error).message}`);
-    }
-    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-      throw new RouterError('BAD_REQUEST', 'The request body must be a JSON object.');
-    }
-    const fields = parsed as Record<string, unknown>;
-    const name = fields['model'];
-    if (name === undefined || name === null || name === '') {
-      throw new RouterError('MODEL_MISSING', 'The request body names no model: set "model" to a model name or alias.', { param: 'model' });
-    }
-    if (typeof name !== 'string') throw new RouterError('BAD_REQUEST', '"model" must be a string.', { param: 'model' });
+    const { fields, name } = readRequestBody(body);
     const model = adm.compiled.names.get(name);
     if (model === undefined) {
       throw modelNotFound(name);
@@ -276,23 +263,26 @@ export class RouterCore {
       else t.end(0);
     }
     // the only things read from the parsed body (the key; a canary step's split): `fields` is not held past here
-    const key = adm.spec.models[model]?.routing === 'affinity' ? affinityKey(req.url ?? '/', fields) : null;
-    const split = this.canary.of(model, adm.grant.name, key, req.url ?? '/', fields);
+    const path = req.url ?? '/';
+    const prefix = adm.spec.models[model]?.routing === 'affinity' ? affinityKey(path, fields) : null;
+    const key = prefix !== null && adm.grant.isolateCache ? isolatedKey(prefix, adm.grant.name) : prefix;
+    const split = this.canary.of(model, adm.grant.name, key, path, fields);
+    const redact = !adm.grant.trusted && redactsPath(path);
     // activity from here until the response closes: waiting for activation, queued or proxied
     res.once('close', this.fleet.hold(model));
     const replicas = this.fleet.readyReplicas(model);
     if (replicas.length > 0) {
-      this.proxy(req, res, t0, adm.spec, model, body, key, split, replicas);
+      this.proxy(req, res, t0, adm.spec, model, body, key, split, redact, replicas);
       return;
     }
-    void this.activateThenProxy(req, res, t0, adm.spec, model, body, key, split);
+    void this.activateThenProxy(req, res, t0, adm.spec, model, body, key, split, redact);
   }
 
   /**
    * Sends the request to a replica, or, when every slot of the model's ready replicas is busy (or
    * others are already waiting), into the model's queue.
    */
-  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null, replicas: readonly ReplicaView[]): void {
+  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null, redact: boolean, replicas: readonly ReplicaView[]): void {
     const ms = spec.models[model]!;
     const counter = modelCounter(this.ctx, model);
     const max = ms.maxConcurrency;
@@ -300,7 +290,7 @@ export class RouterCore {
       this.fail(res, model, t0, new RouterError('CONCURRENCY_LIMIT', `Model '${model}' is at its concurrency limit of ${max} requests; retry shortly.`, { model, retryAfterSeconds: 1 }));
       return;
     }
-    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, key, slots: slotsOf(spec, ms), split };
+    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, key, slots: slotsOf(spec, ms), split, redact };
     const q = counter.queue;
     if ((q !== null && q.length > 0) || !this.choice.hasFreeSlot(split === null ? replicas : split.replicas(replicas), p.slots, performance.now())) {
       this.queues.enqueue(p, counter, replicas.length);
@@ -324,6 +314,7 @@ export class RouterCore {
     let first: ReplicaView | null = null;
     const call = new ProxyCall(this.ctx, p.model, p.path, this.engineHeaders(), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     call.split = p.split;
+    call.redact = p.redact;
     if (key !== null) {
       const c = this.choice.affine(p.split === null ? p.model : p.split.scope(replicas), replicas, key, p.slots, null, now, fromQueue);
       if (c !== null) {
@@ -348,7 +339,7 @@ export class RouterCore {
     for (const [model, counter] of this.ctx.modelInFlight) if (counter.n > 0) this.fleet.touch(model);
   }
 
-  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null): Promise<void> {
+  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null, redact: boolean): Promise<void> {
     const gone = new AbortController();
     const onClose = (): void => {
       if (!res.writableFinished) gone.abort(new ClientGoneDuringActivation('client went away'));
@@ -372,7 +363,7 @@ export class RouterCore {
     }
     if (replicas !== null) {
       try {
-        this.proxy(req, res, t0, spec, model, body, key, split, replicas);
+        this.proxy(req, res, t0, spec, model, body, key, split, redact, replicas);
       } catch (e) {
         this.fail(res, model, t0, e);
       }

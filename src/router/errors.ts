@@ -48,6 +48,8 @@ export type RouterReasonCode =
   | 'FOREIGN_HOST'
   | 'FOREIGN_ORIGIN'
   | 'UNSUPPORTED_MEDIA_TYPE'
+  | 'SLOT_PICK_REFUSED'
+  | 'RESPONSE_NOT_REDACTABLE'
   | 'INTERNAL';
 
 export interface RouterErrorDetail {

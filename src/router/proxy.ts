@@ -16,7 +16,11 @@
  *   (UPSTREAM_FIRST_BYTE_TIMEOUT) and a stream idle for too long (UPSTREAM_STALLED); after the first
  *   byte a stream ends with an error event in its API's shape, other bodies are cut;
  * - only a small allowlist of upstream response headers is forwarded (nothing that could echo the
- *   engine API key); the engine key goes upstream as `Authorization: Bearer`, the client's never does.
+ *   engine API key); the engine key goes upstream as `Authorization: Bearer`, the client's never does;
+ * - for a key not marked trusted (`redact`), the response's prompt-cache figures are taken out on the
+ *   way (redact.ts): a stream line by line, another body held whole (its status and headers with it,
+ *   so one that cannot be rid of them gets an error envelope instead); the router's own reading of
+ *   the figures (the tail) sees the replica's bytes as they came.
  */
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
@@ -27,7 +31,8 @@ import { RouterError, renderFor, writeRendered } from './errors.js';
 import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
 import { forwardedHeaders } from './forward-headers.js';
 import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type EarlyEnd, type ModelCounter, type ProxyContext } from './proxy-context.js';
-import { promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES, type PromptTokens } from './usage.js';
+import { countEvents, promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES, type PromptTokens } from './usage.js';
+import { bodyRedactor, REDACT_HOLD_BYTES, type BodyRedactor } from './redact.js';
 import type { Split } from './canary.js';
 import { DOWN_FOR_MS, type Upstream } from './upstreams.js';
 
@@ -91,6 +96,10 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   sticky: StickyEntry | null = null;
   /** Its side of a canary step (set by the caller; canary.ts): its arm, and its end is counted there. */
   split: Split | null = null;
+  /** Take the prompt-cache figures out of the response (set by the caller: a key not trusted; redact.ts). */
+  redact = false;
+  /** The current attempt's redactor (null: the bytes pass as they come). */
+  private redactor: BodyRedactor | null = null;
   /** performance.now() at the first response byte (0: none yet), and the prompt tokens read off the tail. */
   private firstByteAt = 0;
   private tokens: PromptTokens | null = null;
@@ -158,6 +167,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.sse = false;
     this.tail = null;
     this.tailBytes = 0;
+    this.redactor = null;
     u.model = this.model;
     u.replicaId = r.id;
     u.inFlight++;
@@ -199,6 +209,10 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
     this.sse = ct !== undefined && ct.startsWith('text/event-stream');
+    if (this.redact) {
+      this.redactor = bodyRedactor(this.sse);
+      delete out['content-length'];
+    }
     if (this.ctx.shuttingDown) out['connection'] = 'close';
     // written with the first body byte: until then the request may still go to another replica
     this.head = out;
@@ -220,7 +234,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       this.gotByte = true;
       this.firstByteAt = performance.now();
       this.ctx.metrics.timeToFirstToken(this.model, (this.firstByteAt - this.t0) / 1000);
-      this.writeHead();
+      if (this.redactor === null || this.redactor.streams) this.writeHead();
     }
     const tail = this.tail;
     if (tail !== null) {
@@ -229,9 +243,19 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       this.tailBytes += chunk.length;
       while (tail.length > 1 && this.tailBytes - tail[0]!.length >= USAGE_TAIL_BYTES) this.tailBytes -= tail.shift()!.length;
     }
+    let out = chunk;
+    if (this.redactor !== null) {
+      const o = this.redactor.push(chunk);
+      if (o === null) {
+        this.abort(notRedactable(`the replica's answer holds more than ${REDACT_HOLD_BYTES} bytes ${this.sse ? 'in one line' : 'not streamed'}`));
+        return false;
+      }
+      if (o.length === 0) return true;
+      out = o;
+    }
     // node's ServerResponse.write corks the socket until the next tick, so the chunks and the end
     // that arrive in one tick (headers included) leave in one write
-    if (this.res.write(chunk)) return true;
+    if (this.res.write(out)) return true;
     this.res.once('drain', this.resumeFn);
     return false;
   }
@@ -239,7 +263,9 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   onComplete(): void {
     this.completed = true;
     const u = this.upstream;
-    this.writeHead();
+    const rest = this.redactor === null ? undefined : this.redactor.end();
+    if (rest != null && this.head !== null && !this.redactor!.streams) this.head['content-length'] = String(rest.length);
+    if (rest !== null) this.writeHead();
     this.releaseUpstream();
     if (this.tail !== null && this.tail.length > 0) {
       const t = this.tail.length === 1 ? this.tail[0]! : Buffer.concat(this.tail, this.tailBytes);
@@ -258,7 +284,11 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       }
       this.tail = null;
     }
-    this.res.end();
+    if (rest === null) {
+      this.fail(notRedactable('the replica\'s answer may carry prompt-cache figures and is not JSON'));
+      return;
+    }
+    this.res.end(rest);
     this.finish(this.status, NO_REASON);
   }
 
@@ -409,11 +439,6 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   }
 }
 
-const EVENT = Buffer.from('data: {');
-
-/** The stream events (`data: {`) a chunk starts: about one per token. */
-function countEvents(chunk: Buffer): number {
-  let n = 0;
-  for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) n++;
-  return n;
+function notRedactable(why: string): RouterError {
+  return new RouterError('RESPONSE_NOT_REDACTABLE', `The answer cannot be passed to this API key without its prompt-cache figures (${why}); the key is not marked trusted in access/keys.yaml.`);
 }

@@ -35,6 +35,8 @@ export interface Pending {
   readonly slots: number;
   /** Its side of the model's canary step, read at arrival (canary.ts); null outside one. */
   readonly split: Split | null;
+  /** Its key is not trusted: the prompt-cache figures are taken out of the response (redact.ts). */
+  readonly redact: boolean;
 }
 
 /** A model's slots per replica: its profile's `parallel`; Infinity (no queueing) when the profile is unknown. */

@@ -75,6 +75,14 @@ export function promptTokensOf(tail: string): PromptTokens | null {
   return null;
 }
 
+const EVENT = Buffer.from('data: {');
+
+/** The stream events (`data: {`) a chunk starts: about one per token. */
+export function countEvents(chunk: Buffer): number {
+  let n = 0;
+  for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) n++;
+  return n;
+}
 
 export type { TokenUsage, UsageRecord, UsageSink } from '../metrics/ports.js';
 

@@ -2,7 +2,8 @@
  * #36 N1 against a real `llmgw serve` child (admin token on, 1,000 on-demand models: a /metrics of
  * about 600 KiB): 256 clients with a 4 KiB receive buffer ask for /metrics and never read, and
  * 256 more drip a body declaring 500,000 bytes to an unknown admin path, held for HOLD_S seconds
- * (20 s rather than the issue's 60 s, to keep the suite's budget; the doors do not depend on time).
+ * (the issue's 60 s, four times the 15 s send timeout that cuts a stuck scrape; it adds 40 s to the
+ * suite over the 20 s it held before).
  * Throughout, the authenticated GET /admin/v1/status and the unauthenticated GET /healthz answer 200
  * within 1 s, and the router's GET /v1/models answers 200; the drips get 401 from their headers and
  * are closed. (Non-readers hold a slot only when the scrape is larger than loopback's socket buffers
@@ -27,7 +28,7 @@ const ADMIN_TOKEN = 'doors-admin-token-6c1e9b3f70';
 const ROUTER_KEY = 'doors-router-key-2a8d5e1c94';
 const MODELS = 1000;
 const CLIENTS = 256;
-const HOLD_S = 20;
+const HOLD_S = 60;
 
 /** 256 non-reading /metrics clients (SO_RCVBUF 4 KiB) and 256 drips; prints what they saw, then exits. */
 const HOLDER = String.raw`

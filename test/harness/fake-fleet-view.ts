@@ -47,6 +47,10 @@ export interface FakeKey {
   readonly limits?: KeyLimits;
   /** Per model (name or alias). */
   readonly modelLimits?: Readonly<Record<string, KeyLimits>>;
+  /** access/keys.yaml's `trusted:` (default false: the router takes the prompt-cache figures out of its answers). */
+  readonly trusted?: boolean;
+  /** access/keys.yaml's `isolate_cache:`. */
+  readonly isolateCache?: boolean;
 }
 
 export const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
@@ -90,6 +94,8 @@ export function fakeSpec(opts: { models: Record<string, FakeModelInit>; keys?: r
     models: k.models.map((m) => (m === '*' ? m : (modelNames[m] ?? m))),
     limits: k.limits ?? null,
     modelLimits: Object.fromEntries(Object.entries(k.modelLimits ?? {}).map(([m, l]) => [modelNames[m] ?? m, l])),
+    trusted: k.trusted ?? false,
+    isolateCache: k.isolateCache ?? false,
   }));
   const modelLimits = Object.fromEntries(Object.entries(opts.modelLimits ?? {}).map(([m, l]) => [modelNames[m] ?? m, l]));
   return Object.freeze({

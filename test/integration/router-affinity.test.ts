@@ -31,6 +31,7 @@ import { until } from '../harness/wait.js';
 
 const BUILD_TIMEOUT = 40 * 60_000;
 const KEY = 'client-key';
+const SIX = [1, 2, 3, 4, 5, 6];
 const IDS = ['r-a', 'r-b', 'r-c'];
 
 /**
@@ -107,7 +108,12 @@ describe('router affinity, slots and queue with three real llama-server replicas
           impatient: { parallel: 2, routing: 'least_busy', queue: { max: 4, timeoutMs: 300 } },
           spread: {},
         },
-        keys: [{ name: 'all', key: KEY, models: ['*'] }],
+        // trusted: the test reads the replicas' timings (cache_n, prompt_n) off the answers
+        keys: [
+          { name: 'all', key: KEY, models: ['*'], trusted: true },
+          ...SIX.map((i) => ({ name: `shared-${i}`, key: `${KEY}-shared-${i}`, models: ['*'] })),
+          ...SIX.map((i) => ({ name: `iso-${i}`, key: `${KEY}-iso-${i}`, models: ['*'], isolateCache: true })),
+        ],
       }),
     );
     const views = (model: string, urls: readonly string[]) => urls.map((u, i) => replica(model, u, IDS[i]));
@@ -339,6 +345,21 @@ describe('router affinity, slots and queue with three real llama-server replicas
     assert.ok(delta('llmgw_router_queue_wait_seconds_sum', { model: 'impatient' }) >= 0.29);
     assert.ok(delta('llmgw_router_requests_total', { model: 'lb', code: '429' }) >= 2);
     assert.equal(delta('llmgw_router_requests_total', { model: 'lb', code: '499' }) >= 1, true, 'q2 counted as gone');
+  });
+
+  test('isolate_cache: one prompt from six keys goes to one replica; from six isolated keys, to their own replicas', async () => {
+    const replicaOf = async (key: string, content: string): Promise<string> => {
+      const r = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ model: 'chat', messages: [{ role: 'user', content }], max_tokens: 1 }) });
+      assert.equal(r.status, 200);
+      await r.text();
+      return r.headers.get('x-llmgw-replica')!;
+    };
+    const shared = new Set<string>();
+    for (const i of SIX) shared.add(await replicaOf(`${KEY}-shared-${i}`, 'the same system prompt, shared'));
+    const isolated = new Set<string>();
+    for (const i of SIX) isolated.add(await replicaOf(`${KEY}-iso-${i}`, 'the same system prompt, isolated'));
+    assert.equal(shared.size, 1, `not isolated: ${[...shared].join(', ')}`);
+    assert.ok(isolated.size >= 2, `isolated: ${[...isolated].join(', ')}`);
   });
 
   test('one replica stopped mid-run: only its conversations move, and stay where they moved; prompt tokens counted (JSON and streamed) match what llama-server reported', async () => {

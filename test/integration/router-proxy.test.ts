@@ -41,7 +41,9 @@ async function stub(...args: Parameters<typeof startStubUpstream>): Promise<Stub
 }
 
 async function router(models: Record<string, FakeModelInit>, limits: Partial<RouterLimits> = {}): Promise<Setup> {
-  const fleet = new FakeFleetView(fakeSpec({ models, keys: [{ name: 'k', key: 'k', models: ['*'] }] }));
+  // trusted: these tests are about the bytes as the replica sends them (a key not trusted gets them
+  // through router/redact.ts: a non-streamed body held whole, so a stalled one gets an envelope, not a cut)
+  const fleet = new FakeFleetView(fakeSpec({ models, keys: [{ name: 'k', key: 'k', models: ['*'], trusted: true }, { name: 'u', key: 'u', models: ['*'] }] }));
   const registry = new Registry();
   // the stubs are not llama-server: no GET /slots polls among the requests they record
   const app = buildRouter({ fleet, auth: { required: true }, limits, metrics: createRouterMetrics(registry), slotsRefreshMs: 0 });
@@ -67,11 +69,11 @@ interface Res {
   chunkTimes: number[];
 }
 
-function post(url: string, body: unknown, opts: { path?: string; onResponse?: (res: IncomingMessage) => void; agent?: Agent } = {}): Promise<Res> {
+function post(url: string, body: unknown, opts: { path?: string; onResponse?: (res: IncomingMessage) => void; agent?: Agent; key?: string } = {}): Promise<Res> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     const payload = JSON.stringify(body);
-    const req = httpRequest(`${url}${opts.path ?? '/v1/chat/completions'}`, { method: 'POST', headers: { authorization: KEY, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }, agent: opts.agent ?? false }, (res) => {
+    const req = httpRequest(`${url}${opts.path ?? '/v1/chat/completions'}`, { method: 'POST', headers: { authorization: opts.key ?? KEY, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }, agent: opts.agent ?? false }, (res) => {
       opts.onResponse?.(res);
       const parts: Buffer[] = [];
       const chunkTimes: number[] = [];
@@ -191,6 +193,11 @@ describe('router proxy (stub upstreams, real sockets)', { timeout: 60_000 }, () 
     assert.deepEqual(await counted('m'), { requests: ['200 reason=UPSTREAM_STALLED 1'], upstreamErrors: ['UPSTREAM_STALLED 1'] });
     const j = await post(url, chat('m'), { path: '/v1/completions' }).catch((e: Error) => ({ status: -1, body: e.message, headers: {}, chunkTimes: [] }));
     assert.ok(j.status === -1 || j.body.endsWith('<<aborted>>'), `not cut: ${j.body}`);
+    // a key not trusted: the body was held to take the cache figures out, so nothing went out yet and
+    // the client gets the stall as an envelope
+    const u = await post(url, chat('m'), { path: '/v1/completions', key: 'Bearer u' });
+    assert.equal(u.status, 504);
+    assert.equal(JSON.parse(u.body).error.code, 'upstream_stalled');
   });
 
   test('a client that goes away mid-stream aborts the upstream request', async () => {

@@ -100,6 +100,28 @@ describe('fleet spec loading', () => {
     }
   });
 
+  it('reads access/keys.yaml trusted: and isolate_cache: (both false unless set; anything but a boolean refused)', async () => {
+    const files = minimalFleet();
+    files['access/keys.yaml'] += ['    trusted: true', '  - name: tenant', `    sha256: ${'c'.repeat(64)}`, '    isolate_cache: true', ''].join('\n');
+    const f = tempFleet(files);
+    try {
+      const r = await loadFleetSpec(dirFiles(f.dir), null);
+      assert.ok(r.ok, JSON.stringify(!r.ok && r.problems));
+      assert.deepEqual(r.spec.access.keys.map((k) => [k.name, k.trusted, k.isolateCache]), [['team', true, false], ['tenant', false, true]]);
+    } finally {
+      f.cleanup();
+    }
+    const bad = minimalFleet();
+    bad['access/keys.yaml'] += '    trusted: "yes"\n';
+    const g = tempFleet(bad);
+    try {
+      const r = await loadFleetSpec(dirFiles(g.dir), null);
+      assert.ok(!r.ok && r.problems.some((p) => p.code === 'SPEC_SCHEMA' && p.path.includes('trusted')), JSON.stringify(!r.ok && r.problems));
+    } finally {
+      g.cleanup();
+    }
+  });
+
   it('validates the example fleet repo', async () => {
     const r = await loadFleetSpec(dirFiles(join(repoRoot, 'example-fleet-repo')), null);
     assert.ok(r.ok, JSON.stringify(!r.ok && r.problems, null, 2));
