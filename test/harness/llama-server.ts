@@ -341,9 +341,12 @@ async function startOnce(dir: string, port: number, opts: StartLlamaServerOption
   // "listening on" is printed once the model is loaded; it also tells the port when we asked for 0
   const listening = /listening on http:\/\/127\.0\.0\.1:(\d+)/;
   let url = '';
+  const deadline = Date.now() + timeoutMs;
   try {
     url = await until('llama-server healthy', timeoutMs, async () => {
       if (exitInfo) throw new GiveUp('exited');
+      // until probes once more after its pause; a server healthy only past the deadline is a timeout
+      if (Date.now() > deadline) throw new GiveUp('timed out');
       const m = listening.exec(logText);
       if (!m) return false;
       const u = `http://127.0.0.1:${m[1]}`;
