@@ -189,17 +189,22 @@ describe('rollout checks through the reconciler', () => {
   });
 });
 
+/** Two ready replicas of v1, then v2 pushed and its check failing: held, the new replica gone. */
+async function held(w: World): Promise<void> {
+  await w.until('two ready replicas of v1', () => routable(w.r).filter((d) => d === A1).length === 2);
+  w.source.push(v2, 'rev2');
+  w.verdict = 'fail';
+  await w.until('held', () => w.r.model('alpha')?.rollout?.phase === 'held');
+  assert.equal(w.r.record().models.alpha!.rollout!.stableRevision, 'rev1', 'the rollout names the revision that defines the stable one');
+  await w.until('the new replica gone', () => w.processes().a2 === 0);
+}
+
 describe('a held rollout\'s stable revision heals', () => {
   it('a stable replica that fails while the rollout is held starts again from the stable revision\'s spec; the new one does not', async () => {
     const w = world();
     await w.r.start();
     try {
-      await w.until('two ready replicas of v1', () => routable(w.r).filter((d) => d === A1).length === 2);
-      w.source.push(v2, 'rev2');
-      w.verdict = 'fail';
-      await w.until('held', () => w.r.model('alpha')?.rollout?.phase === 'held');
-      assert.equal(w.r.record().models.alpha!.rollout!.stableRevision, 'rev1', 'the rollout names the revision that defines the stable one');
-      await w.until('the new replica gone', () => w.processes().a2 === 0);
+      await held(w);
       // a stable replica dies
       const [node, victim] = [...w.nodes.values()].flatMap((n) => [...n.replicas.values()].filter((x) => x.digest === A1).map((x) => [n, x] as const))[0]!;
       node.replicas.set(victim.id, { ...victim, state: 'failed' });
@@ -220,11 +225,7 @@ describe('a held rollout\'s stable revision heals', () => {
     const w = world();
     await w.r.start();
     try {
-      await w.until('two ready replicas of v1', () => routable(w.r).filter((d) => d === A1).length === 2);
-      w.source.push(v2, 'rev2');
-      w.verdict = 'fail';
-      await w.until('held', () => w.r.model('alpha')?.rollout?.phase === 'held');
-      await w.until('the new replica gone', () => w.processes().a2 === 0);
+      await held(w);
       const old = w.r.readyReplicas('alpha')[0]!.id;
       void w.r.restart({ replicas: [old] });
       let fewest = 2;
