@@ -15,7 +15,8 @@ import OpenAI from 'openai';
 import { buildRouter, routerStats } from '../../src/router/app.js';
 import { RouterLoad } from '../../src/router/load-report.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
-import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
+import { scaleFleetFiles } from '../harness/scale-files.js';
+import { startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { freePort } from '../harness/ports.js';
 import { until } from '../harness/wait.js';
 
@@ -30,13 +31,7 @@ let client: OpenAI;
 before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
   const chat = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'sc.gguf'), { seed: 42, embeddingLength: 512, layers: 8, tensorType: 'f16' });
-  const f = fleet.baseFiles();
-  delete f['models/kev.yaml'];
-  delete f['models/huge.yaml'];
-  delete f['models/good.yaml'];
-  f['fleet.yaml'] = ['poll_interval: 1h', 'placement_reserve: 256MiB', 'stop_grace: 1s', 'drain_grace: 30s', `scale: { target: 80%, up_after: ${UP_AFTER_MS / 1000}s, down_after: ${DOWN_AFTER_MS / 1000}s }`, 'queue: { max: 64, timeout: 5m }', ''].join('\n');
-  f['profiles/one-slot.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 2048', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
-  f['models/sc.yaml'] = modelYaml(chat, ['on_demand: { idle_timeout: 10m, max_replicas: 3 }', 'memory: 300MiB']).replace('profile: tiny', 'profile: one-slot');
+  const f = scaleFleetFiles(fleet, { model: 'sc', gguf: chat, scale: `{ target: 80%, up_after: ${UP_AFTER_MS / 1000}s, down_after: ${DOWN_AFTER_MS / 1000}s }` });
   await fleet.push(f, 'an on-demand model that scales to 3');
   const load = new RouterLoad('test-router');
   ctl = await fleet.startController({ modelLoad: () => [load.report()] });

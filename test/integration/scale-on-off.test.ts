@@ -19,7 +19,8 @@ import OpenAI from 'openai';
 import type { EventJson, EventsJson } from '../../src/wire/events.js';
 import type { ModelJson } from '../../src/wire/shape.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
-import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
+import { startTestFleet, type TestFleet } from '../harness/controller.js';
+import { scaleFleetFiles } from '../harness/scale-files.js';
 import { procsDiag, spawnServe, type ServeProc } from '../harness/serve-proc.js';
 import { streamLoad, type Tally } from '../harness/stream-load.js';
 import { until } from '../harness/wait.js';
@@ -37,14 +38,8 @@ const diag = (): string => procsDiag([serve], 4000);
 before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
   const chat = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'oo.gguf'), { seed: 42, embeddingLength: 512, layers: 8, tensorType: 'f16' });
-  const f = fleet.baseFiles();
-  delete f['models/kev.yaml'];
-  delete f['models/huge.yaml'];
-  delete f['models/good.yaml'];
   // no poll passes (1 h): the looks are the ones the decision asks for, and those requests cause
-  f['fleet.yaml'] = ['poll_interval: 1h', 'placement_reserve: 256MiB', 'stop_grace: 1s', 'drain_grace: 30s', `scale: { target: 80%, up_after: 2s, down_after: ${DOWN_AFTER_MS / 1000}s }`, 'queue: { max: 64, timeout: 5m }', ''].join('\n');
-  f['profiles/one-slot.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 2048', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
-  f[`models/${MODEL}.yaml`] = modelYaml(chat, ['on_demand: { idle_timeout: 10m, max_replicas: 3 }', 'memory: 300MiB']).replace('profile: tiny', 'profile: one-slot');
+  const f = scaleFleetFiles(fleet, { model: MODEL, gguf: chat, scale: `{ target: 80%, up_after: 2s, down_after: ${DOWN_AFTER_MS / 1000}s }` });
   // this 2-core machine's node would take 2 one-thread replicas (the cores rule: scale-place and
   // scale-short-evict test it); it is declared with 4 so the test reaches max_replicas: 3
   f['nodes/node-1.yaml'] += 'capacity: { cpus: 4 }\n';

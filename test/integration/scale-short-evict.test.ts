@@ -18,6 +18,7 @@ import { RouterLoad } from '../../src/router/load-report.js';
 import type { ModelJson } from '../../src/wire/shape.js';
 import { writeTinyModel } from '../fixtures/gguf.js';
 import { runCli } from '../harness/cli.js';
+import { scaleFleetFiles } from '../harness/scale-files.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { freePort } from '../harness/ports.js';
 import { until } from '../harness/wait.js';
@@ -34,15 +35,9 @@ const load = new RouterLoad('test-router');
 before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
   const chat = await writeTinyModel(join(fleet.stateDir, '..', 'models', 'sc.gguf'), { seed: 42, embeddingLength: 512, layers: 8, tensorType: 'f16' });
-  const f = fleet.baseFiles();
-  delete f['models/kev.yaml'];
-  delete f['models/huge.yaml'];
-  delete f['models/good.yaml'];
-  f['fleet.yaml'] = ['poll_interval: 1h', 'placement_reserve: 256MiB', 'stop_grace: 2s', 'drain_grace: 60s', 'scale: { target: 80%, up_after: 2s, down_after: 10m }', 'queue: { max: 64, timeout: 5m }', ''].join('\n');
+  const f = scaleFleetFiles(fleet, { model: 'sc', gguf: chat, scale: '{ target: 80%, up_after: 2s, down_after: 10m }', stopGrace: '2s', drainGrace: '60s', ctxSize: 1024 });
   // room for 2 replicas of 300 MiB (744 MiB after the reserve); the cores are not what holds the third back
   f['nodes/node-1.yaml'] = f['nodes/node-1.yaml']!.replace('transport: ssh', 'transport: ssh\ncapacity: { memory: 1000MiB, cpus: 8 }');
-  f['profiles/one-slot.yaml'] = ['engine: llama-cpp@test', 'ctx_size: 1024', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n');
-  f['models/sc.yaml'] = modelYaml(chat, ['on_demand: { idle_timeout: 10m, max_replicas: 3 }', 'memory: 300MiB']).replace('profile: tiny', 'profile: one-slot');
   f['models/other.yaml'] = modelYaml(fleet.models.good, ['on_demand: { idle_timeout: 10m }', 'memory: 300MiB']);
   await fleet.push(f, 'a scaling model with room for 2 of its 3, and another on-demand model');
   ctl = await fleet.startController({ modelLoad: () => [load.report()] });
