@@ -9,7 +9,7 @@
  *    cores rule (placement.ts coresAllow): an extra never takes room an activation waits for, so the
  *    room an evicted extra gave up goes to the model that asked for it, not back to the extra.
  */
-import { place, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
+import { extraShortReason, place, type PlacementNode, type PlacementRequest, type PlacementResult, type Unplaceable } from './placement.js';
 
 export interface OrderedWant {
   readonly onDemand: boolean;
@@ -59,7 +59,7 @@ export function placeInOrder(
     const [r] = place({ nodes: nodesNow(), requests: [{ ...extra, existingOn: [...extra.existingOn, ...floor.nodes] }], reserveBytes });
     took(r!);
     const devices = floor.devices || r!.devices ? { devices: [...(floor.devices ?? []), ...(r!.devices ?? [])] } : {};
-    out[i] = { result: { model: floor.model, nodes: [...floor.nodes, ...r!.nodes], ...devices, unplaceable: null }, extraUnplaceable: r!.unplaceable };
+    out[i] = { result: { model: floor.model, nodes: [...floor.nodes, ...r!.nodes], ...devices, unplaceable: null }, extraUnplaceable: r!.unplaceable && { ...r!.unplaceable, reason: extraShortReason(r!.unplaceable) } };
   }
   return out;
 }

@@ -314,6 +314,20 @@ export function unplaceableReason(
   return [...parts, ...checkedParts(counts, placedCount, wanted)].join('; ');
 }
 
+/**
+ * The reason extra replicas of a scaling model did not all fit (#42), worded the same however many
+ * were new this pass: always "per replica", never "placed K of N" (the caller's "wants 3, 2 fit"
+ * says that). Otherwise the text would change with how the replicas arrived (one pass placing none
+ * of 1 against another placing 1 of 2), and a status commit would follow each change.
+ */
+export function extraShortReason(u: Unplaceable): string {
+  const perReplica = { placed: 0, wanted: 2 }; // wanted > 1: "per replica"; placed 0: no "placed K of N"
+  if (u.code === 'PLACEMENT_NO_CORES' && u.cores) return coresReason(u.cores.threads, u.cores.nodes, perReplica.placed, perReplica.wanted, u);
+  if (u.code === 'PLACEMENT_NO_DEVICE_ROOM' && u.device) return deviceUnplaceableReason(u.device.needBytes, u.device.largestFree, perReplica.placed, perReplica.wanted, u);
+  if (u.code === 'PLACEMENT_NO_ROOM' && u.needBytes !== null) return unplaceableReason(u.needBytes, u.largestFree, perReplica.placed, perReplica.wanted, u);
+  return u.reason;
+}
+
 /** The end both unplaceable reasons share: "3 nodes checked, 1 excluded by selector; placed 1 of 2". */
 function checkedParts(counts: { checked: number; excludedBySelector: number; unknown: number; avoided?: number }, placedCount: number, wanted: number): string[] {
   let checked = `${counts.checked} node${counts.checked === 1 ? '' : 's'} checked`;

@@ -8,6 +8,7 @@ import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import type { ReplicaObservation } from '../../src/nodes/driver.js';
 import { initialHealth, type ModelHealth } from '../../src/reconciler/health.js';
+import { placeInOrder } from '../../src/reconciler/place-order.js';
 import { coresAllow, place, type PlacementNode, type PlacementRequest } from '../../src/reconciler/placement.js';
 import { planPass, type ObservedNode, type PlanInput } from '../../src/reconciler/planner.js';
 import { GiB, node, observed, specOf } from '../harness/reconciler-core.js';
@@ -62,6 +63,21 @@ describe('place() with the cores rule', () => {
   });
 });
 
+describe('the extras\' short reason (place-order.ts)', () => {
+  const n = (name: string, usedBytes: number): PlacementNode => ({ name, labels: {}, capacityBytes: 2.5 * GiB, usedBytes, reachable: true, cores: 8 });
+  const req = (count: number, existingOn: string[]): PlacementRequest => ({ model: 'm', count, memoryBytes: GiB, nodeSelector: {}, existingOn, cores: { threads: 1 } });
+  const shortOf = (extraCount: number, existing: number, usedBytes: number): string | undefined =>
+    placeInOrder([{ onDemand: false, recency: 0, floor: req(0, Array(existing).fill('a')), extra: req(extraCount, Array(existing).fill('a')) }], () => [n('a', usedBytes)], 0, () => {})[0]!.extraUnplaceable?.reason;
+
+  it('the same words whether this pass places 1 of 2 extras or 0 of the 1 left: "per replica", no "placed K of N"', () => {
+    // wants 3 on a node with room for 2: from 1 running, 2 extras wanted, 1 fits; then with 2 running, 1 wanted, none fits
+    const both = shortOf(2, 1, 1 * GiB);
+    const one = shortOf(1, 2, 2 * GiB);
+    assert.equal(both, 'needs 1 GiB per replica; largest free 512 MiB on a; 1 node checked');
+    assert.equal(one, both);
+  });
+});
+
 const spec = await specOf((f) => {
   f['models/beta.yaml'] = f['models/beta.yaml']!.replace('on_demand: { idle_timeout: 10m }', 'on_demand: { idle_timeout: 10m, max_replicas: 3 }');
   f['models/delta.yaml'] = f['models/beta.yaml']!.replace('max_replicas: 3', 'max_replicas: 1');
@@ -93,7 +109,7 @@ describe('the planner: extras under the cores rule, after every floor', () => {
     const out = planPass(input({ nodes: [cpu01([replica('alpha-1', 'alpha')], 4)], scaled: { alpha: 3 } }));
     assert.deepEqual(summary(out), ['start alpha on cpu-01']);
     assert.deepEqual(out.unplaceable, {});
-    assert.deepEqual(out.short?.alpha, { wants: 3, fit: 2, code: 'PLACEMENT_NO_CORES', reason: 'each replica runs 2 threads; cpu-01: 4 of its 4 cores taken by 2 replicas of it (another would compete for them); 1 node checked; placed 1 of 2' });
+    assert.deepEqual(out.short?.alpha, { wants: 3, fit: 2, code: 'PLACEMENT_NO_CORES', reason: 'each replica runs 2 threads; cpu-01: 4 of its 4 cores taken by 2 replicas of it (another would compete for them); 1 node checked' });
   });
 
   it('the floor is placed whatever the cores: min 2 on a 2-core node starts both', () => {
