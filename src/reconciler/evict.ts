@@ -68,10 +68,11 @@ export function evictFor(
 
 /**
  * The replicas of scaling models above their floor (the range's min, 1 on demand) that an activation
- * may take the room of (#42), never the asking model's own: those with nothing in flight first, then
- * the fewest in flight (a stop drains them: their requests finish, new ones go to the model's other
- * replicas), newest first among equals (the oldest has the warmest cache). Busy extras go before
- * anyone's last replica: under load every extra is busy, and the room is the activation's.
+ * may take the room of (#42), never the asking model's own. A model's surplus is its newest replicas,
+ * the ones scaling added (the oldest has the warmest cache, and the choice does not turn on which
+ * replica was between two requests at the pass); a stop drains them (their requests finish, new ones
+ * go to the model's other replicas). Across models the idle surplus goes first, then the busy; busy
+ * extras go before anyone's last replica: under load every extra is busy, and the room is the activation's.
  */
 export function extraReplicas(asking: string, input: Pick<PlanInput, 'spec' | 'now' | 'busy' | 'inFlight'>, byModel: ReadonlyMap<string, readonly Located[]>, stoppedIds: ReadonlySet<string>): { model: string; located: Located; lastRequestAt: number }[] {
   const out: { model: string; located: Located; lastRequestAt: number }[] = [];
@@ -82,7 +83,7 @@ export function extraReplicas(asking: string, input: Pick<PlanInput, 'spec' | 'n
     const alive = list.filter((l) => l.r.state !== 'failed' && !stoppedIds.has(l.r.id));
     const spare = alive.length - (m.scaling.mode === 'on_demand' ? 1 : rangeNow(m, input.now).min);
     if (spare <= 0) continue;
-    const cands = alive.filter((l) => l.reachable).sort((a, b) => inFlight(a) - inFlight(b) || b.r.startedAt - a.r.startedAt || a.r.id.localeCompare(b.r.id));
+    const cands = alive.filter((l) => l.reachable).sort((a, b) => b.r.startedAt - a.r.startedAt || a.r.id.localeCompare(b.r.id));
     for (const l of cands.slice(0, spare)) out.push({ model, located: l, lastRequestAt: -Infinity });
   }
   // idle extras of every model before any busy one

@@ -133,9 +133,9 @@ describe('the planner: extras under the cores rule, after every floor', () => {
     const busy = planPass(input({ nodes: world, scaled: { beta: 2 }, demand, busy: new Set(['beta-1', 'beta-2']), inFlight: new Map([['beta-1', 1], ['beta-2', 1]]) }));
     assert.deepEqual(summary(busy), ['stop beta-2 (evicted)']);
     assert.deepEqual(busy.waitingForRoom, []);
-    // the fewer in flight goes, whatever the age
-    const fewer = planPass(input({ nodes: world, scaled: { beta: 2 }, demand, busy: new Set(['beta-1', 'beta-2']), inFlight: new Map([['beta-1', 1], ['beta-2', 2]]) }));
-    assert.deepEqual(summary(fewer), ['stop beta-1 (evicted)']);
+    // the newer goes whatever is in flight: which replica was between two requests at the pass does not pick it
+    const fewer = planPass(input({ nodes: world, scaled: { beta: 2 }, demand, busy: new Set(['beta-2']), inFlight: new Map([['beta-1', 0], ['beta-2', 2]]) }));
+    assert.deepEqual(summary(fewer), ['stop beta-2 (evicted)']);
     // an idle surplus of alpha ({min 1, max 3}) goes before a busy one of beta
     const mixed = [cpu01([replica('beta-1', 'beta', { startedAt: 1000 }), replica('beta-2', 'beta', { startedAt: 2000 })]), { ...node('cpu-02', [replica('alpha-1', 'alpha', { startedAt: 1000 }), replica('alpha-2', 'alpha', { startedAt: 3000 })]), memoryTotalBytes: 12 * GiB }];
     const memory = { ...Object.fromEntries(Object.values(spec.models).map((m) => [m.name, m.memoryBytes])), alpha: 5 * GiB };
