@@ -16,7 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import Fastify from 'fastify';
 import { Registry } from 'prom-client';
 import { renderAdminError } from '../../src/admin/errors.js';
-import { registerUsageRoute, type UsageJson } from '../../src/admin/usage-route.js';
+import { registerUsageRoute, type UsageJson } from '../../src/admin/routes/usage.js';
 import { createKeyMetrics } from '../../src/metrics/keys.js';
 import { buildRouter } from '../../src/router/app.js';
 import { fanOut, UsageBook } from '../../src/router/usage-book.js';

@@ -16,7 +16,7 @@ import OpenAI from 'openai';
 import Fastify from 'fastify';
 import { Registry } from 'prom-client';
 import { renderAdminError } from '../../src/admin/errors.js';
-import { registerUsageRoute, type UsageJson } from '../../src/admin/usage-route.js';
+import { registerUsageRoute, type UsageJson } from '../../src/admin/routes/usage.js';
 import { renderUsage } from '../../src/cli/usage-format.js';
 import { UsageBook, fanOut } from '../../src/router/usage-book.js';
 import { createKeyMetrics } from '../../src/metrics/keys.js';

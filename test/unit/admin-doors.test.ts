@@ -16,7 +16,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildAdminApp, type AdminAppDeps } from '../../src/admin/app.js';
 import type { AdminBackend } from '../../src/admin/backend.js';
 import { doorOf } from '../../src/admin/doors.js';
-import { deliveryId, PassCoalescer } from '../../src/admin/webhook-route.js';
+import { deliveryId, PassCoalescer } from '../../src/admin/routes/webhook.js';
 import { createKeyMetrics } from '../../src/metrics/keys.js';
 import { foreignRequest, hostOf, isLoopbackHost, parseAllowedHosts } from '../../src/util/local-only.js';
 import { FakeClock, FakeTimers } from '../harness/fake-node.js';

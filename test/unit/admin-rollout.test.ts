@@ -7,7 +7,7 @@ import { strict as assert } from 'node:assert';
 import { beforeEach, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { buildAdminApp } from '../../src/admin/app.js';
-import { overrideMessage } from '../../src/admin/rollout-routes.js';
+import { overrideMessage } from '../../src/admin/routes/rollout.js';
 import { Reasons } from '../../src/errors/catalogue.js';
 import type { RolloutOneJson, RolloutOverrideJson } from '../../src/wire/shape.js';
 import { CHAT_FIGURES, ROLLOUT_AT, ROLLOUT_SPEC, RolloutBackend } from '../harness/rollout-backend.js';

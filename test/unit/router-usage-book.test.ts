@@ -1,7 +1,7 @@
 /** The usage book behind GET /admin/v1/usage (pure, an injected clock) and the admin route on the real admin app. */
 import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
-import { parseSince } from '../../src/admin/usage-route.js';
+import { parseSince } from '../../src/admin/routes/usage.js';
 import { renderUsage } from '../../src/cli/usage-format.js';
 import { MINUTE_MS, UsageBook, p50 } from '../../src/router/usage-book.js';
 import { usageOf, type UsageRecord } from '../../src/router/usage.js';

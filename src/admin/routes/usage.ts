@@ -5,16 +5,14 @@
  * included). Keys are named by their name in access/keys.yaml, never their value.
  */
 import type { FastifyInstance } from 'fastify';
-import { LlmgwError } from '../errors/catalogue.js';
-import { parseDuration } from '../fleet-spec/units.js';
-import type { UsageQuery } from '../router/usage-book.js';
-import type { UsageJson, UsageRow } from '../wire/usage.js';
+import { LlmgwError } from '../../errors/catalogue.js';
+import { parseDuration } from '../../fleet-spec/units.js';
+import type { UsageJson, UsageRow } from '../../wire/usage.js';
+import type { AdminRoutes, UsageSource } from './context.js';
 
-export interface UsageSource {
-  query(q: UsageQuery): UsageRow[];
-}
+export type { UsageSource } from './context.js';
 
-export type { UsageJson } from '../wire/usage.js';
+export type { UsageJson } from '../../wire/usage.js';
 
 /** `since` → Date.now() milliseconds; throws ADMIN_BAD_REQUEST. */
 export function parseSince(since: string, now: number): number {
@@ -49,3 +47,6 @@ export function registerUsageRoute(api: FastifyInstance, source: UsageSource | n
     },
   );
 }
+
+/** GET /usage on the admin API: the router's book of this instance. */
+export const usageRoutes: AdminRoutes = (api, ctx) => registerUsageRoute(api, ctx.usage);

@@ -11,10 +11,10 @@
  * 409 ROLLOUT_NONE; an unknown one: 404 NOT_FOUND.
  */
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { rolloutJson, type RolloutOneJson, type RolloutOverrideJson } from '../wire/shape.js';
-import type { AdminBackend, RolloutOverridden, RolloutOverride } from './backend.js';
+import { rolloutJson, type RolloutOneJson, type RolloutOverrideJson } from '../../wire/shape.js';
+import type { AdminBackend, RolloutOverridden, RolloutOverride } from '../backend.js';
+import { nameParams, type AdminRoutes } from './context.js';
 
-const MAX_NAME = 256;
 /** Longest `by` an override may carry. */
 const MAX_BY = 120;
 
@@ -36,8 +36,10 @@ export function overrideMessage(o: RolloutOverridden, how: RolloutOverride): str
   return `${o.model}: the rollout of revision ${rev} was ${was} already; nothing changed${undo}`;
 }
 
+export const rolloutRoutes: AdminRoutes = (api, ctx) => registerRolloutRoutes(api, ctx);
+
 export function registerRolloutRoutes(api: FastifyInstance, d: RolloutRoutesDeps): void {
-  const params = { type: 'object', properties: { name: { type: 'string', minLength: 1, maxLength: MAX_NAME } } } as const;
+  const params = nameParams;
 
   api.get<{ Params: { name: string } }>('/models/:name/rollout', { schema: { params } }, async (req, reply) => {
     const model = d.canonicalModel(req.params.name);

@@ -13,12 +13,12 @@
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
-import { nodeTimers, type LoopTimers } from '../reconciler/loop.js';
-import { LlmgwError } from '../errors/catalogue.js';
-import { constantTimeEqual } from './auth.js';
-import type { AdminBackend } from './backend.js';
-import { bodyDeadline, declaredTooLarge, Gate, gateHook } from './guard.js';
-import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig, type WebhookSource } from './webhook.js';
+import { nodeTimers, type LoopTimers } from '../../reconciler/loop.js';
+import { LlmgwError } from '../../errors/catalogue.js';
+import { constantTimeEqual } from '../auth.js';
+import type { AdminBackend } from '../backend.js';
+import { bodyDeadline, declaredTooLarge, Gate, gateHook } from '../guard.js';
+import { decideWebhook, signatureHeaderProblem, verifyWebhookSignature, type WebhookConfig, type WebhookSource } from '../webhook.js';
 
 export interface WebhookLimits {
   readonly webhookBodyBytes: number;
