@@ -35,6 +35,7 @@ import { scriptError } from './script-errors.js';
 import type { ExecResult, Shell } from './shell.js';
 import { resolveModelSource } from './sources.js';
 import { openShell, type OpenShellOptions } from './transport.js';
+import { healthPollDelayMs } from './health-poll.js';
 
 export interface DriverTimeouts {
   /** Small scripts: inspect, log tail, port query, start (default 60 s). */
@@ -313,7 +314,9 @@ export class ShellNodeDriver implements NodeDriver {
   async waitReady(id: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<void> {
     const deadline = Date.now() + opts.timeoutMs;
     let port = this.known.get(id)?.port;
-    let nextCheck = 0;
+    // one this driver just launched (the start script saw it run): its process looked at after a second, not before /health
+    let nextCheck = port === undefined ? 0 : Date.now() + 1_000;
+    let polls = 0;
     for (;;) {
       opts.signal?.throwIfAborted();
       if (port === undefined || Date.now() >= nextCheck) {
@@ -335,7 +338,7 @@ export class ShellNodeDriver implements NodeDriver {
           node: this.node, replica: id, logTail,
         });
       }
-      await sleep(Math.min(250, Math.max(0, deadline - Date.now())), undefined, opts.signal ? { signal: opts.signal } : undefined).catch((e: unknown) => {
+      await sleep(Math.min(healthPollDelayMs(polls++), Math.max(0, deadline - Date.now())), undefined, opts.signal ? { signal: opts.signal } : undefined).catch((e: unknown) => {
         throw opts.signal?.reason ?? e;
       });
     }
