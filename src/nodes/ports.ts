@@ -49,6 +49,19 @@ export function pickPort(node: string, range: { readonly from: number; readonly 
   });
 }
 
+/**
+ * A replica's first port, picked without asking the node (#38): the lowest in the range that no
+ * replica the driver knows holds; null when they hold every one (then the node is asked). The start
+ * script refuses a port that is taken (EXIT_PORT_TAKEN), and the next pick asks the node.
+ */
+export function firstPick(node: string, range: { readonly from: number; readonly to: number }, known: readonly number[]): number | null {
+  try {
+    return pickPort(node, range, new Set(known));
+  } catch {
+    return null;
+  }
+}
+
 function countIn(range: { from: number; to: number }, a: ReadonlySet<number>, b: ReadonlySet<number>): number {
   let n = 0;
   for (let p = range.from; p <= range.to; p++) if (a.has(p) || b.has(p)) n++;

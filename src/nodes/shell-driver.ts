@@ -30,7 +30,7 @@ import {
 } from './ops/replica-start.js';
 import { stopReplicaScript } from './ops/replica-stop.js';
 import { tailOf } from './ops/sections.js';
-import { pickPort } from './ports.js';
+import { firstPick, pickPort } from './ports.js';
 import { scriptError } from './script-errors.js';
 import type { ExecResult, Shell } from './shell.js';
 import { resolveModelSource } from './sources.js';
@@ -276,15 +276,14 @@ export class ShellNodeDriver implements NodeDriver {
     const fence = this.fence();
     const avoid = new Set<number>();
     for (let attempt = 0; attempt < 8; attempt++) {
-      const nonce = randomBytes(8).toString('hex');
-      const q = await this.exec(usedPortsScript(this.dataDir, nonce), 'query ports', { timeoutMs: this.timeouts.opMs });
-      const used = parseUsedPorts(q.stdout, nonce);
-      let port: number;
-      if (spec.port !== undefined) {
-        port = spec.port;
-        if (used.has(port)) throw new LlmgwError('REPLICA_PORT_IN_USE', `node ${this.node}: port ${port} is in use`, { node: this.node, replica: spec.id, port });
-      } else {
-        port = pickPort(this.node, this.spec.ports, used, avoid);
+      // first a port around those this driver knows, without asking the node (#38: one exec less); the start script
+      // checks it under the node's lock, and a port taken meanwhile or by another process makes the next attempt ask
+      let port = spec.port === undefined && attempt === 0 ? firstPick(this.node, this.spec.ports, [...this.known.values()].map((k) => k.port)) : null;
+      if (port === null) {
+        const nonce = randomBytes(8).toString('hex');
+        const used = parseUsedPorts((await this.exec(usedPortsScript(this.dataDir, nonce), 'query ports', { timeoutMs: this.timeouts.opMs })).stdout, nonce);
+        if (spec.port !== undefined && used.has(spec.port)) throw new LlmgwError('REPLICA_PORT_IN_USE', `node ${this.node}: port ${spec.port} is in use`, { node: this.node, replica: spec.id, port: spec.port });
+        port = spec.port ?? pickPort(this.node, this.spec.ports, used, avoid);
       }
       const argv = replicaArgv(spec, this.bindHost, port);
       const stateHead = replicaStateHead(spec, this.dataDir, this.bindHost, port, argv);
