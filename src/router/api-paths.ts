@@ -3,8 +3,10 @@
  *
  * llama-server serves more under /v1/ than the APIs llmgw offers, and some of it reaches other
  * clients' requests: `/v1/chat/completions/control` acts on a running completion named by its id
- * (`reasoning_end`), `/v1/streams/lookup` finds the resumable streams of running requests (read from
- * llama.cpp's tools/server/server.cpp, the build node-llama-cpp 3.21.1 ships). A path is forwarded
+ * (`reasoning_end`), `/v1/streams/lookup` answers which of the conversation ids it is given have a
+ * resumable stream running, anyone's (read from llama.cpp's tools/server/server.cpp and
+ * server-stream.h, the build node-llama-cpp 3.21.1 ships; GET and DELETE /v1/stream, the rest of
+ * that API, are no POST and never reach the proxy). A path is forwarded
  * only when it is one of FORWARDED_PATHS; everything else under POST /v1/ is 404 ROUTE_NOT_FOUND
  * before its body is read, and never reaches a replica.
  *

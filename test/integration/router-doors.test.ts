@@ -108,7 +108,7 @@ describe('router doors with a real llama-server', { timeout: BUILD_TIMEOUT + 5 *
     }
   });
 
-  test('through the router, both are 404 ROUTE_NOT_FOUND for any key and never reach the replica', async () => {
+  test('through the router, both are 404 ROUTE_NOT_FOUND for any key and never reach the replica (nor GET or DELETE /v1/stream)', async () => {
     const before = fwd.seen.length;
     for (const key of [UNTRUSTED, TRUSTED]) {
       for (const path of REFUSED) {
@@ -121,6 +121,13 @@ describe('router doors with a real llama-server', { timeout: BUILD_TIMEOUT + 5 *
           assert.ok(env.error.message.includes(path), env.error.message);
         }
       }
+    }
+    // the rest of llama-server's resumable-stream API: no POST, so fastify's 404
+    for (const method of ['GET', 'DELETE']) {
+      const r = await fetch(`${open.url}/v1/stream?conv_id=someone-else`, { method, headers: { authorization: `Bearer ${UNTRUSTED}` } });
+      assert.equal(r.status, 404, `${method} /v1/stream`);
+      assert.equal(r.headers.get('x-llmgw-reason'), 'ROUTE_NOT_FOUND');
+      await r.text();
     }
     assert.deepEqual(fwd.seen.slice(before), [], 'the replica saw none of them');
   });

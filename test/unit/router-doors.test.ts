@@ -27,7 +27,7 @@ describe('forwardsPath: the allow-list of POST paths', () => {
     ['/v1/reranking', true, 'rerank alias'],
     ['/v1/rerank?x=/../&y=%2e', true, 'a query string is not a path'],
     ['/v1/chat/completions/control', false, "llama-server's control of a running completion (another client's, by id)"],
-    ['/v1/streams/lookup', false, "llama-server's lookup of running requests' streams"],
+    ['/v1/streams/lookup', false, "llama-server's lookup of which conversation ids have a stream running (anyone's)"],
     ['/v1/chat/completions/input_tokens', false, "llama-server's own token count (no OpenAI API)"],
     ['/v1/audio/transcriptions', false, 'multipart: the router reads JSON only'],
     ['/v1/health', false, 'a GET of llama-server'],
