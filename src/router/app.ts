@@ -1,8 +1,9 @@
 /**
  * The router: llmgw's OpenAI-compatible data plane (fastify + undici).
  *
- *   POST /v1/chat/completions, /v1/completions, /v1/embeddings and any other POST /v1/* naming a
- *        `model` in its JSON body → proxied to the least-busy ready replica of that model
+ *   POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages and the
+ *        other paths of api-paths.ts's allow-list, naming a `model` in their JSON body → proxied to a
+ *        ready replica of that model; any other POST /v1/* → 404 ROUTE_NOT_FOUND, never proxied
  *   GET  /v1/models, /v1/models/:model → the models the key may use, with their phase (`llmgw` field)
  *
  * Every error is the OpenAI envelope {error:{message,type,code,param}} (see errors.ts); what a model
@@ -50,7 +51,7 @@ export interface RouterLimits {
   readonly requestTimeoutMs: number;
   /** Most POST /v1/* requests in progress at once (reading the body, waiting for activation, proxied); 503 ROUTER_OVERLOADED above. */
   readonly maxInFlight: number;
-  /** Most request-body bytes held at once over all requests in progress; 503 ROUTER_OVERLOADED above. */
+  /** Most bytes held at once over all requests in progress (bodies; answers held to redact them); 503 ROUTER_OVERLOADED above. */
   readonly maxBufferedBytes: number;
 }
 
@@ -117,6 +118,8 @@ export function isJsonContentType(value: string | undefined): boolean {
 export interface RouterStats {
   /** Requests being proxied right now. */
   readonly active: number;
+  /** Bytes held now against maxBufferedBytes: request bodies, answers held to redact them (byte-budget.ts). */
+  readonly buffered: number;
   /** In-flight proxied requests to a replica endpoint. */
   inFlight(endpoint: string): number;
   /** Requests waiting in a model's queue. */
@@ -215,6 +218,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   Object.defineProperty(app, ROUTER_STATS, {
     value: {
       get active() { return core.ctx.active.size; },
+      get buffered() { return core.ctx.buffers.held; },
       inFlight: (e: string) => core.upstreams.inFlight(e),
       queued: (m: string) => core.ctx.modelInFlight.get(m)?.queue?.length ?? 0,
       external: (e: string) => core.upstreams.external(e),

@@ -35,13 +35,15 @@ import { CanarySplitter, type Split } from './canary.js';
 import { RouterRollouts } from './rollout-figures.js';
 import { redactsPath } from './redact.js';
 import { readRequestBody } from './request-body.js';
+import { forwardsPath } from './api-paths.js';
+import { ByteBudget } from './byte-budget.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
   readonly bodyBytes: number;
   /** Most requests in handle() at once (body, activation wait, proxying); 503 ROUTER_OVERLOADED above. */
   readonly maxInFlight: number;
-  /** Most body bytes held at once over those requests; 503 ROUTER_OVERLOADED above. */
+  /** Most bytes held at once over those requests (bodies; answers held to redact them); 503 ROUTER_OVERLOADED above. */
   readonly maxBufferedBytes: number;
 }
 
@@ -57,14 +59,6 @@ export interface Admission {
   readonly compiled: CompiledSpec;
   readonly grant: KeyGrant;
 }
-
-/**
- * Paths passed through: /v1/ and segments of letters, digits, '_', '-' and '.', none starting with a
- * dot (so no '.' or '..' segment reaches a replica), then an optional query string.
- */
-const PROXY_PATH = /^\/v1(?:\/[A-Za-z0-9_-][A-Za-z0-9._-]*)+(?:\?.*)?$/;
-/** The usual paths, which PROXY_PATH accepts, checked first without the regex. */
-const KNOWN_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings']);
 
 /** True for the requests `handle()` serves: POST /v1/…. */
 export function isProxyRequest(method: string | undefined, url: string | undefined): boolean {
@@ -89,8 +83,6 @@ export class RouterCore {
   private activating = 0;
   /** Requests in handle(), from their headers until their response closes. */
   private admitted = 0;
-  /** Body bytes held by those requests. */
-  private buffered = 0;
   private headersKey: string | null = null;
   private upstreamHeaders: Record<string, string> = {};
   /** Per-key limits of access/keys.yaml. */
@@ -128,6 +120,7 @@ export class RouterCore {
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
       onUsage: usageHook,
+      buffers: new ByteBudget(limits.maxBufferedBytes),
     };
     this.activator = new Activator(fleet);
     this.queues = new SlotQueues({
@@ -174,7 +167,8 @@ export class RouterCore {
     let adm: Admission;
     try {
       const url = req.url ?? '';
-      if (!KNOWN_PATHS.has(url) && !PROXY_PATH.test(url)) {
+      // an allow-list: llama-server's other /v1/ routes reach other clients' requests (api-paths.ts)
+      if (!forwardsPath(url)) {
         throw routeNotFound(req.method ?? '', url);
       }
       adm = this.admit(req.headers, req.socket);
@@ -198,7 +192,7 @@ export class RouterCore {
     let size = 0;
     res.once('close', () => {
       this.admitted--;
-      this.buffered -= size;
+      this.ctx.buffers.give(size);
     });
     let first: Buffer | null = null;
     let parts: Buffer[] | null = null;
@@ -206,17 +200,17 @@ export class RouterCore {
     req.on('data', (chunk: Buffer) => {
       if (over) return;
       size += chunk.length;
-      this.buffered += chunk.length;
+      const fits = this.ctx.buffers.take(chunk.length);
       if (size > limit) {
         over = true;
         first = parts = null;
         this.fail(res, '', t0, this.tooLarge(), true);
         return;
       }
-      if (this.buffered > this.limits.maxBufferedBytes) {
+      if (!fits) {
         over = true;
         first = parts = null;
-        this.fail(res, '', t0, this.overloaded(`request bodies in progress hold more than ${this.limits.maxBufferedBytes} bytes`), true);
+        this.fail(res, '', t0, this.overloaded(`the requests in progress hold more than ${this.limits.maxBufferedBytes} bytes`), true);
         return;
       }
       if (first === null) first = chunk;

@@ -198,6 +198,16 @@ export function routeNotFound(method: string, url: string): RouterError {
   return new RouterError('ROUTE_NOT_FOUND', `Unknown request URL: ${method} ${quote(url)}.`);
 }
 
+/** 502: an answer to a key not trusted that cannot be rid of its prompt-cache figures (redact.ts). */
+export function notRedactable(why: string): RouterError {
+  return new RouterError('RESPONSE_NOT_REDACTABLE', `The answer cannot be passed to this API key without its prompt-cache figures (${why}); the key is not marked trusted in access/keys.yaml.`);
+}
+
+/** 503: an answer held to redact it would take the bytes the router holds past maxBufferedBytes (byte-budget.ts). */
+export function heldOverBound(max: number): RouterError {
+  return new RouterError('ROUTER_OVERLOADED', `The router is overloaded (the requests in progress hold more than ${max} bytes, with this answer held to take its prompt-cache figures out); retry shortly.`, { retryAfterSeconds: 1 });
+}
+
 /** The same error as one SSE event (`data: {"error":…}`), which OpenAI SDKs raise as an APIError mid-stream. */
 export function sseErrorEvent(e: unknown): string {
   return sseEvent(renderError(e));

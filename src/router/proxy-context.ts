@@ -7,6 +7,7 @@
 import type { ServerResponse } from 'node:http';
 import type { RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
+import type { ByteBudget } from './byte-budget.js';
 import type { ReplicaChoice } from './choose.js';
 import type { UpstreamFailure } from './failover.js';
 import type { WaitQueue } from './queue.js';
@@ -88,6 +89,8 @@ export interface ProxyContext {
   /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
   readonly health: ReplicaHealth;
   readonly log: { warn(obj: object, msg: string): void };
+  /** The bytes held over all requests (bodies, answers held to redact them) against maxBufferedBytes. */
+  readonly buffers: ByteBudget;
   /**
    * keys hook (usage and per-key limits, key-usage.ts): called once per call as it ends, with the
    * replica that answered and the last bytes of a 200 response (null: none kept), where the

@@ -27,12 +27,13 @@ import type { Dispatcher } from 'undici';
 import { NO_REASON } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
 import type { StickyEntry } from './affinity.js';
-import { RouterError, renderFor, writeRendered } from './errors.js';
+import { heldOverBound, notRedactable, RouterError, renderFor, writeRendered } from './errors.js';
 import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
 import { forwardedHeaders } from './forward-headers.js';
 import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type EarlyEnd, type ModelCounter, type ProxyContext } from './proxy-context.js';
 import { countEvents, promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES, type PromptTokens } from './usage.js';
 import { bodyRedactor, REDACT_HOLD_BYTES, type BodyRedactor } from './redact.js';
+import { HeldBytes } from './byte-budget.js';
 import type { Split } from './canary.js';
 import { DOWN_FOR_MS, type Upstream } from './upstreams.js';
 
@@ -98,8 +99,9 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   split: Split | null = null;
   /** Take the prompt-cache figures out of the response (set by the caller: a key not trusted; redact.ts). */
   redact = false;
-  /** The current attempt's redactor (null: the bytes pass as they come). */
+  /** The current attempt's redactor (null: the bytes pass as they come), and its bytes counted in maxBufferedBytes. */
   private redactor: BodyRedactor | null = null;
+  private held: HeldBytes | null = null;
   /** performance.now() at the first response byte (0: none yet), and the prompt tokens read off the tail. */
   private firstByteAt = 0;
   private tokens: PromptTokens | null = null;
@@ -145,6 +147,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     // first among the close's listeners: the usage of an early end is known before it is recorded
     this.res.prependListener('close', this.onClientClose);
+    // held answer bytes count until the response closes (they may sit in the socket's buffer until then)
+    if (this.redact) this.res.once('close', (this.held = new HeldBytes(this.ctx.buffers)).release);
     this.attempt(first);
   }
 
@@ -168,6 +172,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.tail = null;
     this.tailBytes = 0;
     this.redactor = null;
+    this.held?.release();
     u.model = this.model;
     u.replicaId = r.id;
     u.inFlight++;
@@ -248,6 +253,10 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       const o = this.redactor.push(chunk);
       if (o === null) {
         this.abort(notRedactable(`the replica's answer holds more than ${REDACT_HOLD_BYTES} bytes ${this.sse ? 'in one line' : 'not streamed'}`));
+        return false;
+      }
+      if (!this.held!.hold(this.redactor.held)) {
+        this.abort(heldOverBound(this.ctx.buffers.max));
         return false;
       }
       if (o.length === 0) return true;
@@ -437,8 +446,4 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
     if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
   }
-}
-
-function notRedactable(why: string): RouterError {
-  return new RouterError('RESPONSE_NOT_REDACTABLE', `The answer cannot be passed to this API key without its prompt-cache figures (${why}); the key is not marked trusted in access/keys.yaml.`);
 }

@@ -113,6 +113,8 @@ export interface BodyRedactor {
   push(chunk: Buffer): Buffer | null;
   /** The bytes left at the end; null when they cannot be rid of their figures (not JSON). */
   end(): Buffer | null;
+  /** Bytes held now, not passed on yet (counted in the router's maxBufferedBytes: byte-budget.ts). */
+  readonly held: number;
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -123,15 +125,19 @@ export class JsonBodyRedactor implements BodyRedactor {
   readonly streams = false;
   private parts: Buffer[] = [];
   private bytes = 0;
+  get held(): number {
+    return this.bytes;
+  }
   push(chunk: Buffer): Buffer | null {
+    if (this.bytes + chunk.length > REDACT_HOLD_BYTES) return null;
     this.bytes += chunk.length;
-    if (this.bytes > REDACT_HOLD_BYTES) return null;
     this.parts.push(chunk);
     return EMPTY;
   }
   end(): Buffer | null {
     const body = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.bytes);
     this.parts = [];
+    this.bytes = 0;
     return body.length === 0 ? body : redactJson(body);
   }
 }
@@ -144,6 +150,9 @@ export class JsonBodyRedactor implements BodyRedactor {
 export class SseRedactor implements BodyRedactor {
   readonly streams = true;
   private carry: Buffer | null = null;
+  get held(): number {
+    return this.carry?.length ?? 0;
+  }
 
   push(chunk: Buffer): Buffer | null {
     const b = this.carry === null ? chunk : Buffer.concat([this.carry, chunk]);

@@ -3,7 +3,7 @@
  * bytes over real sockets. Router: built over a fake fleet view whose one ready replica is a stub
  * upstream recording every path it gets. Admin API: the real `llmgw serve` child (real reconciler
  * behind it). Must hold: never a 5xx with INTERNAL; never a request reaching a replica with a path
- * outside /v1/<plain segments>[?query]; every JSON error has a catalogue code; a request without a
+ * outside /v1/<plain segments>[?query] or the router's allow-list (router/api-paths.ts); every JSON error has a catalogue code; a request without a
  * valid grant (no key, a wrong one, one not granted the model) gets no 2xx and reaches no replica,
  * and a well-formed one gets 401/403.
  */
@@ -15,6 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
 import { Reasons } from '../../src/errors/catalogue.js';
 import { buildRouter } from '../../src/router/app.js';
+import { forwardsPath } from '../../src/router/api-paths.js';
 import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
 import { startStubUpstream, type StubUpstream } from '../harness/stub-upstream.js';
 import { replicaPortRange } from '../harness/ports.js';
@@ -28,6 +29,7 @@ const PORTS = replicaPortRange();
 const RUNS = Number(process.env.LLMGW_FUZZ_RUNS ?? 150);
 const ROUTER_KEY = 'fuzz-router-key-77c1d0e4';
 const ADMIN_TOKEN = 'fuzz-admin-token-0b9e13aa';
+/** Plain segments under /v1/; and of those only the router's allow-list (router/api-paths.ts) is forwarded. */
 const ALLOWED_UPSTREAM_PATH = /^\/v1(?:\/[A-Za-z0-9_-][A-Za-z0-9._-]*)+(?:\?.*)?$/;
 
 interface RawResponse {
@@ -228,14 +230,14 @@ describe('fault 11: fuzzing the router over real sockets', () => {
     );
     // The router's own background look at the replica's slots (router/slots.ts) is GET /slots, every
     // second: not a client request; under load the fuzz run outlasts a second and meets it.
-    for (const r of stub.requests) if (r.url !== '/slots') assert.match(r.url, ALLOWED_UPSTREAM_PATH, `the replica got ${r.url}`);
+    for (const r of stub.requests) if (r.url !== '/slots') assert.ok(ALLOWED_UPSTREAM_PATH.test(r.url) && forwardsPath(r.url), `the replica got ${r.url}`);
     for (const r of stub.requests) assert.equal(r.headers.authorization, 'Bearer fuzz-engine-key-5d2a9c41', 'the replica gets the engine key, not the client key');
     assert.ok(stub.requests.length > 0, 'some requests were proxied (the fuzz reaches the proxy)');
     assert.ok(refusedChecked > RUNS / 20, `the auth oracle checked only ${refusedChecked} requests`);
     const scan = new SecretsScan().secret('router key', ROUTER_KEY);
     scan.collect('upstream requests', JSON.stringify(stub.requests.map((r) => ({ ...r, headers: { ...r.headers, authorization: undefined } }))));
     scan.assertClean();
-    recordFault({ fault: '11 fuzzing: router HTTP', injected: `${RUNS} raw requests (random methods, paths with ../%2e/empty/unicode segments, headers, JSON and binary bodies, exact/short/chunked/no length)`, held: `no INTERNAL; none without a grant reached the replica (${refusedChecked} checked 401/403 or not proxied); ${stub.requests.length} proxied, all to /v1/<plain segments>, all with the engine key and not the client's; statuses ${JSON.stringify(Object.fromEntries(statuses))}` });
+    recordFault({ fault: '11 fuzzing: router HTTP', injected: `${RUNS} raw requests (random methods, paths with ../%2e/empty/unicode segments, headers, JSON and binary bodies, exact/short/chunked/no length)`, held: `no INTERNAL; none without a grant reached the replica (${refusedChecked} checked 401/403 or not proxied); ${stub.requests.length} proxied, all to /v1/<plain segments> on the allow-list, all with the engine key and not the client's; statuses ${JSON.stringify(Object.fromEntries(statuses))}` });
   });
 });
 
