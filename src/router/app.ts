@@ -153,7 +153,9 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   const fleet = deps.fleet;
   // requests per model in this router (waiting for activation, queued or proxied): its load (#42)
   const inRouter = new Map<string, number>();
-  const metrics = deps.load ? countingInFlight(deps.metrics ?? noRouterMetrics, inRouter) : (deps.metrics ?? noRouterMetrics);
+  const load = deps.load;
+  // each change of a model's count samples its figures: a report holds the peak since the last one
+  const metrics = load ? countingInFlight(deps.metrics ?? noRouterMetrics, inRouter, (m) => load.sample(m)) : (deps.metrics ?? noRouterMetrics);
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
   const localOnly = deps.localOnly ?? null;
