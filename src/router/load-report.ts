@@ -19,6 +19,7 @@ export type { LoadReport, ModelLoad } from '../scale/decide.js';
 
 export class RouterLoad {
   private read: (() => Readonly<Record<string, ModelLoad>>) | null = null;
+  private readOne: ((model: string) => ModelLoad | undefined) | null = null;
   /** Each reader's peaks since its last report, per model. */
   private readonly peaks: Map<string, ModelLoad>[] = [];
   private readonly own: () => LoadReport;
@@ -31,9 +32,10 @@ export class RouterLoad {
     this.own = this.reporter();
   }
 
-  /** The router's figures per model, read at each report and each sample (app.ts buildRouter). */
-  attach(read: () => Readonly<Record<string, ModelLoad>>): void {
+  /** The router's figures per model, read at each report, and one model's, read at each sample (app.ts buildRouter; without `readOne`, `read`'s). */
+  attach(read: () => Readonly<Record<string, ModelLoad>>, readOne?: (model: string) => ModelLoad | undefined): void {
     this.read = read;
+    this.readOne = readOne ?? ((model) => read()[model]);
   }
 
   /** The default reader's report: each model's peak since its last report with the figures now (none before a router is attached). */
@@ -54,7 +56,7 @@ export class RouterLoad {
 
   /** A model's count of requests in the router changes: every reader's peak takes its figures in. */
   sample(model: string): void {
-    const m = this.read?.()[model];
+    const m = this.readOne?.(model);
     if (m === undefined) return;
     for (const p of this.peaks) p.set(model, higher(p.get(model), m));
   }

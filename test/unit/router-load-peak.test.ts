@@ -95,6 +95,16 @@ describe('RouterLoad: the peak since the reader\'s last report', () => {
     assert.deepEqual(pass().models, {});
   });
 
+  it('a router that gives one model\'s figures: a sample reads that model only', () => {
+    const asked: string[] = [];
+    const load = new RouterLoad('r1', () => 5);
+    load.attach(() => ({ a: l(1, 0), b: l(1, 0) }), (m) => (asked.push(m), m === 'a' ? l(1, 3) : undefined));
+    load.sample('a');
+    load.sample('b');
+    assert.deepEqual(asked, ['a', 'b']);
+    assert.deepEqual(load.report().models, { a: l(1, 3), b: l(1, 0) });
+  });
+
   it('no router attached: no figures, and a sample is a no-op', () => {
     const load = new RouterLoad('r1', () => 5);
     load.sample('m');
