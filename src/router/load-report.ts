@@ -70,10 +70,15 @@ export class RouterLoad {
  */
 export function higher(a: ModelLoad | undefined, b: ModelLoad): ModelLoad {
   if (a === undefined) return b;
-  const total = (x: ModelLoad): number => x.busy + x.queued;
-  const top = total(b) > total(a) || (total(b) === total(a) && b.busy > a.busy) ? b : a;
-  const waitMs = Math.max(a.waitMs ?? 0, b.waitMs ?? 0);
-  return waitMs > 0 ? { busy: top.busy, queued: top.queued, waitMs } : { busy: top.busy, queued: top.queued };
+  const ta = a.busy + a.queued;
+  const tb = b.busy + b.queued;
+  const bTop = tb > ta || (tb === ta && b.busy > a.busy);
+  const aw = a.waitMs ?? 0;
+  const bw = b.waitMs ?? 0;
+  // one of the two as it is where it also has the longer wait (no allocation: a sample per request)
+  if (bTop ? bw >= aw : aw >= bw) return bTop ? b : a;
+  const top = bTop ? b : a;
+  return { busy: top.busy, queued: top.queued, waitMs: Math.max(aw, bw) };
 }
 
 /** A report's figures: each model's peak since the last report with its figures now (a model with neither is absent). */
