@@ -31,6 +31,8 @@ export class RouterShares {
   private slot: RouterSlot | null = null;
   /** This router's load report (#42), written beside its key each refresh; null: none. */
   private load: (() => LoadReport) | null = null;
+  /** This router's report as loadReports() reads it (the leader's pass): a reader of its own. */
+  private own: (() => LoadReport) | null = null;
   /** The other routers' load reports as the last refresh read them. */
   private others: readonly LoadReport[] = [];
   private lease: Lease | null = null;
@@ -50,14 +52,18 @@ export class RouterShares {
   /**
    * Scaling (#42): each refresh writes this router's load report to `<prefix>/load/<id>` (on its
    * lease: gone with the instance) and reads every other router's; the leader scales on them all.
+   * A report holds the peaks since its reader's last one (router/load-report.ts): `own`, the reader
+   * loadReports() takes this router's report from, is another than the refresh's (`load`), so
+   * neither takes the other's peaks.
    */
-  reportLoad(load: () => LoadReport): void {
+  reportLoad(load: () => LoadReport, own: () => LoadReport = load): void {
     this.load = load;
+    this.own = own;
   }
 
   /** Every router's load: this one's now, the others' as the last refresh read them (each with the time it was taken). */
   loadReports(): LoadReport[] {
-    return [...(this.load ? [this.load()] : []), ...this.others];
+    return [...(this.own ? [this.own()] : []), ...this.others];
   }
 
   /** The live routers and this one's rank among their ids; null until the first count. */

@@ -156,7 +156,9 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   const fleet = deps.fleet;
   // requests per model in this router (waiting for activation, queued or proxied): its load (#42)
   const inRouter = new Map<string, number>();
-  const metrics = deps.load ? countingInFlight(deps.metrics ?? noRouterMetrics, inRouter) : (deps.metrics ?? noRouterMetrics);
+  const load = deps.load;
+  // each change of a model's count samples its figures: a report holds the peak since the last one
+  const metrics = load ? countingInFlight(deps.metrics ?? noRouterMetrics, inRouter, (m) => load.sample(m)) : (deps.metrics ?? noRouterMetrics);
   const limits: RouterLimits = { ...DEFAULT_ROUTER_LIMITS, ...(deps.limits ?? {}) };
   const log = deps.logger;
   const localOnly = deps.localOnly ?? null;
@@ -227,19 +229,25 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
   });
   Object.defineProperty(app, ROLLOUT_FIGURES, { value: rollouts satisfies RolloutFigures });
   // each model's load (#42): its requests on replicas (slots busy), in its queue, and the oldest one's wait
+  const figuresOf = (model: string): ModelLoad | undefined => {
+    const n = inRouter.get(model) ?? 0;
+    if (n <= 0) return undefined;
+    // waiting for a slot: in the queue, or for the model's activation
+    const counter = core.ctx.modelInFlight.get(model);
+    const busy = counter?.n ?? 0;
+    const head = counter?.queue?.peek() ?? null;
+    const activating = core.activator.waitingSince(model);
+    const waitMs = Math.max(0, head === null ? 0 : performance.now() - head.since, activating === null ? 0 : Date.now() - activating);
+    return { busy, queued: Math.max(0, n - busy), waitMs: Math.round(waitMs) };
+  };
   deps.load?.attach(() => {
     const out: Record<string, ModelLoad> = {};
-    for (const [model, n] of inRouter) {
-      // waiting for a slot: in the queue, or for the model's activation
-      const counter = core.ctx.modelInFlight.get(model);
-      const busy = counter?.n ?? 0;
-      const head = counter?.queue?.peek() ?? null;
-      const activating = core.activator.waitingSince(model);
-      const waitMs = Math.max(0, head === null ? 0 : performance.now() - head.since, activating === null ? 0 : Date.now() - activating);
-      if (n > 0) out[model] = { busy, queued: Math.max(0, n - busy), waitMs: Math.round(waitMs) };
+    for (const model of inRouter.keys()) {
+      const f = figuresOf(model);
+      if (f) out[model] = f;
     }
     return out;
-  });
+  }, figuresOf);
   const sweepTimer = setInterval(() => {
     for (const u of core.upstreams.sweep(performance.now())) core.ejections.forget(u);
     core.keyLimiter.sweep();

@@ -138,7 +138,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     etcdClient = ha.client;
     routerShares = ha.routerShares;
     rolloutBoard = ha.rolloutBoard;
-    routerShares.reportLoad(() => routerLoad.report());
+    // two readers of the router's peaks (router/load-report.ts): the etcd refresh's, and the leader's pass's
+    routerShares.reportLoad(routerLoad.reporter(), routerLoad.reporter());
   } else {
     const statePath = join(cfg.stateDir, 'state.json');
     const { state, problem: stateProblem } = await loadState(statePath);
