@@ -25,7 +25,11 @@ const commands: Record<string, () => Promise<Command>> = {
   validate: async () => (await import('./validate.js')).validateCommand,
   plan: async () => (await import('./plan.js')).planCommand,
   ctl: async () => (await import('./ctl.js')).ctlCommand,
-  serve: async () => (await import('./serve.js')).serveCommand,
+  serve: async () => {
+    // before serve's modules load (the young generation grows while they do): src/serve/heap-sizing.ts
+    (await import('../serve/heap-sizing.js')).sizeHeap();
+    return (await import('./serve.js')).serveCommand;
+  },
 };
 
 export async function run(argv: readonly string[], io: Io = processIo): Promise<number> {

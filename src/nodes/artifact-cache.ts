@@ -8,7 +8,7 @@ import { mkdir, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { fetch } from 'undici';
+import { fetch } from '../util/undici-lean.js';
 import { LlmgwError } from '../errors/catalogue.js';
 
 /** In-flight controller-side artifact downloads, shared by every driver in the process. */

@@ -9,7 +9,7 @@ import { isIP } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Agent, request } from 'undici';
+import { Agent, request } from '../util/undici-lean.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
 import { fetchArtifact } from './artifact-cache.js';

@@ -3,7 +3,7 @@
  * requests proxied by any router instance — leader or standby — count. Read with the router's own
  * parser (engine-api/slots.ts readSlots).
  */
-import { request } from 'undici';
+import { request } from '../util/undici-lean.js';
 import { readSlots } from '../engine-api/slots.js';
 import type { InFlight } from './stops.js';
 

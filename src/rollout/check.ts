@@ -16,7 +16,8 @@
  * could not be reached, and when a 2xx stream broke off (an error event, or no `data: [DONE]`). A
  * caller's own abort (`opts.signal`) is no verdict: runCheck rejects with the signal's reason.
  */
-import { Agent, request, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
+import { Agent, request } from '../util/undici-lean.js';
 import { reasonText, Reasons } from '../errors/catalogue.js';
 import { cap, durationWords, judgeAnswer, type AnswerJudgement } from './answer.js';
 import { AnswerStream, MAX_ANSWER_CHARS, contentOf } from './answer-stream.js';

@@ -4,7 +4,7 @@
  * its circuit breaker, its timings). The choice among a model's ready replicas is in choose.ts, the
  * call itself in proxy.ts.
  */
-import { Pool } from 'undici';
+import { Pool } from '../util/undici-lean.js';
 import { CLOSED, type Breaker } from './breaker.js';
 import { ReplicaTimes } from './move.js';
 

@@ -40,6 +40,7 @@ import { isLoopbackListen, type LocalOnly } from '../util/local-only.js';
 /** A node's owner record outlives its owner's last renewal by this much before another controller may take the node. */
 const OWNER_TTL_SECONDS = 60;
 import { tokenSecrets } from './secrets.js';
+import { heapSizing } from './heap-sizing.js';
 import { operatorSecretEnv, operatorSecretFile, stateSecret, type StateSecret } from './state-secrets.js';
 
 /** Paths logs must never show. */
@@ -227,7 +228,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   };
   const routerUrl = url(router);
   const adminUrl = url(admin);
-  log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth, instance: instance.id, etcd: cfg.etcd ? cfg.etcd.hosts : null }, 'llmgw serving');
+  log.info({ router: routerUrl, admin: adminUrl, fleet: repo.label, routerAuth: cfg.router.auth, adminAuth: cfg.admin.auth, instance: instance.id, etcd: cfg.etcd ? cfg.etcd.hosts : null, heap: heapSizing() }, 'llmgw serving');
   controller.start().catch((err: unknown) => log.error({ err }, 'the controller failed to start'));
   routerShares?.start();
   rolloutBoard?.start();

@@ -1,7 +1,8 @@
 /**
  * `llmgw serve` logs JSON lines under a pipe (unchanged, for log shippers) and compact readable
  * lines on a terminal — a real pseudo-terminal from util-linux `script` — and so does `npm start`.
- * Runs the real binary (bin/llmgw.js on dist/) as a child process.
+ * Runs the real binary (bin/llmgw.js on dist/) as a child process. Its start line says how it sized
+ * its V8 heap (by itself, or node's flags).
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -91,7 +92,15 @@ describe('log format', () => {
       assert.equal(typeof o.time, 'number');
       assert.equal(o.service, 'llmgw');
     }
-    assert.ok(ls.some((l) => (JSON.parse(l) as { msg: string }).msg === 'llmgw serving'));
+    const serving = ls.map((l) => JSON.parse(l) as { msg: string; heap?: unknown }).find((o) => o.msg === 'llmgw serving');
+    // started as the service starts it (no node flags), the serve sized its own heap (src/serve/heap-sizing.ts)
+    assert.deepEqual(serving?.heap, { youngCapBytes: 4 * 2 ** 20, growingPercent: 20 });
+  });
+
+  it("a heap flag given to node is node's: the serve's start log says it left the young generation alone", async () => {
+    const { stdout } = await runUntil(process.execPath, serveArgs('node-options'), { ...process.env, LLMGW_LOG_FORMAT: '', NODE_OPTIONS: '--max-semi-space-size=8' }, /"msg":"llmgw serving"/, 30_000);
+    const serving = lines(stdout).map((l) => JSON.parse(l) as { msg: string; heap?: unknown }).find((o) => o.msg === 'llmgw serving');
+    assert.deepEqual(serving?.heap, { youngCapBytes: null, growingPercent: 20 });
   });
 
   it('on a terminal, llmgw serve writes readable lines: time, level, message, fields', async () => {

@@ -38,6 +38,8 @@ const OTHER_TOOLS: Record<string, string> = {
   '--max-semi-space-size': 'node',
   '--heap-growing-percent': 'node',
   '--optimize-for-size': 'node',
+  '--semi-space-growth-factor': 'node',
+  '--min-semi-space-size': 'node',
   '--ignore-scripts': 'npm',
 };
 
