@@ -96,3 +96,14 @@ export async function downloadTokenOf(m: ModelSpec, readSecret: ((name: string) 
   if (!readSecret) throw new LlmgwError('SECRET_NOT_FOUND', `${m.file}: token: names secret '${m.token}', but this controller has no secrets dir`, { model: m.name, secret: m.token });
   return { secret: m.token, value: await readSecret(m.token) };
 }
+
+/**
+ * The replicas a pass treats as stopping (pure): those whose stop ran when its look began, and those
+ * whose stop runs now. A stop that ended during the look may have left its replica seen dead (its
+ * process gone, its state not yet removed): without this the planner read that as a crash, stopped
+ * the replica again as 'failed' and counted a failure toward parking (seen once in schedule-e2e).
+ */
+export function stoppingSince(atLook: ReadonlySet<string>, now: ReadonlySet<string>): ReadonlySet<string> {
+  if (atLook.size === 0) return now;
+  return new Set([...atLook, ...now]);
+}

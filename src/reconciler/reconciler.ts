@@ -25,7 +25,7 @@ import { PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement } from './pass.js';
-import { busyOf, downloadTokenOf, estimateMemory, replicasInFlight } from './pass-look.js';
+import { busyOf, downloadTokenOf, estimateMemory, replicasInFlight, stoppingSince } from './pass-look.js';
 import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
 import type { Action } from './planner.js';
@@ -44,16 +44,15 @@ import { scaleRecords } from './scale-life.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
-import type { ReconcilerOptions } from './reconciler-options.js';
 import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { warnUnplaceable, type LastWarning } from './warn-throttle.js';
 import { oncePerTurn } from '../util/once-per-turn.js';
+import type { ReconcilerOptions } from './reconciler-options.js';
 export type { FleetSource, ReconcilerOptions } from './reconciler-options.js';
 
 /** How long stop() waits for starts in flight to give up (an engine build may take minutes). */
 const STOP_WAIT_MS = 10_000;
-/** A change of the wall clock against the monotonic one beyond this is a step, not drift. */
-const CLOCK_STEP_MS = 1000;
+const CLOCK_STEP_MS = 1000; // a change of the wall clock against the monotonic one beyond this is a step, not drift
 
 export class Reconciler extends ControllerShell implements FleetView {
   readonly engineApiKey: string;
@@ -212,6 +211,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       const spec = await this.sync(log);
       if (!spec || !this.leader()) return;
       this.loop.pollEvery(spec.settings.pollIntervalMs);
+      const stoppingAtLook = this.stopOps.ids(); // a replica whose stop ends during the look: stopping, not failed (stoppingSince)
       await this.nodes.observe(spec, log);
       if (!(await this.mayAct(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
@@ -228,7 +228,7 @@ export class Reconciler extends ControllerShell implements FleetView {
         deviceNeeds: this.deviceNeeds, // devices (#24)
         memoryErrors: this.memoryErrors,
         running: this.running.ids(),
-        stopping: this.stopOps.ids(),
+        stopping: stoppingSince(stoppingAtLook, this.stopOps.ids()),
         busy: busyOf(inFlight), inFlight, // /slots of the replicas that may be stopped (idle, room, scale-in)
         active: this.own.active(),
         keyFingerprint: this.keyFingerprint,

@@ -143,8 +143,9 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     assert.deepEqual(atDrain.filter(([, , o]) => o !== 'ok'), [], 'a stream in flight at the drain start was cut');
     assert.equal(tally.cut, 0, `streams cut: ${tally.errors.join(' | ')}`);
     // the router uses the new replica as soon as it is ready: of the requests sent after the old one
-    // left routing (only the new one can serve them), the first chunk came within a second of the new
-    // replica's 'replica ready'
+    // left routing (only the new one can serve them), the first chunk came within the pass that the
+    // start's outcome asks for (its sync, observation and snapshot: 0.2-1.2 s on a loaded 2-core VM),
+    // not at the drain's end (15 s) or the next poll (1 h)
     const epoch = (t: number): number => performance.timeOrigin + t;
     const outAt = Number(ctl.logs.find((l) => l.msg === 'stopping replica' && l.replica === old!.id)?.time);
     const readyAt = Number(ctl.logs.find((l) => l.msg === 'replica ready' && l.model === 'chat' && Number(l.time) > outAt)?.time);
@@ -152,7 +153,7 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     // eslint-disable-next-line no-console
     console.log(`no room: out of routing → new replica ready ${Math.round(readyAt - outAt)} ms; ready → first chunk served by it ${Math.round(firstUse - readyAt)} ms`);
     assert.ok(Number.isFinite(readyAt) && Number.isFinite(firstUse), 'the new replica served');
-    assert.ok(firstUse - readyAt < 1000, `the router first used the new replica ${Math.round(firstUse - readyAt)} ms after it was ready`);
+    assert.ok(firstUse - readyAt < 5000, `the router first used the new replica ${Math.round(firstUse - readyAt)} ms after it was ready`);
     assert.equal(tally.failed, 0, `requests in the gap failed: ${tally.errors.join(' | ')}`);
     // a stopping replica's memory counts until its process is gone: never two on node-1
     assert.ok(max1 <= 1, `node-1 (room for one replica) ran ${max1} llama-server processes at once`);

@@ -6,6 +6,7 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { decide, pruned, type DecideInput } from '../../src/reconciler/pass.js';
+import { stoppingSince } from '../../src/reconciler/pass-look.js';
 import type { ObservedNode } from '../../src/reconciler/planner.js';
 import { clockStepped, emptyState, healthByModel, type ControllerState } from '../../src/reconciler/state.js';
 import { stateFromJson } from '../../src/reconciler/state-migrate.js';
@@ -34,6 +35,26 @@ function run(state: ControllerState, nodes: readonly ObservedNode[], over: Parti
 }
 
 describe('the stop sequence', () => {
+  it('a stop that ended during the pass\'s look, its replica seen dead by that look: still stopping, never a crash (stoppingSince)', () => {
+    // surplus alpha-2 was stopping when the look began; the look saw its process gone (SIGTERM) and its state
+    // still there; the stop ended (its record removed) before the pass decided
+    const state = stateFor(spec);
+    const dead = observed(spec, 'alpha-2', 'alpha', 'failed', { failure: { code: 'REPLICA_EXITED', message: 'llama-server exited', logTail: '' } });
+    const nodes = [node('cpu-01', [observed(spec, 'alpha-1', 'alpha', 'ready'), dead])];
+    const failedStops = (d: ReturnType<typeof decide>): string[] => d.actions.flatMap((a) => (a.kind === 'stop' && a.reason === 'failed' ? [a.replicaId] : []));
+    const table: [what: string, atLook: string[], now: string[], failed: string[]][] = [
+      ['stopping at the look, ended by the decision (the race): no stop as failed', ['alpha-2'], [], []],
+      ['stopping at the look and still: none', ['alpha-2'], ['alpha-2'], []],
+      ['stopping only now: none', [], ['alpha-2'], []],
+      ['never stopping: a crash, stopped as failed', [], [], ['alpha-2']],
+    ];
+    for (const [what, atLook, now, failed] of table) {
+      const d = run(state, nodes, { stopping: stoppingSince(new Set(atLook), new Set(now)) });
+      assert.deepEqual(failedStops(d), failed, what);
+      assert.equal(healthByModel(d.state).alpha?.consecutiveFailures ?? 0, failed.length, `${what}: failures counted`);
+    }
+  });
+
   it('each look at a draining replica: wait while a router may still send it requests or it has some in flight, within drain_grace; otherwise SIGTERM', () => {
     const look = (over: Partial<DrainLook> = {}): DrainLook => ({ inFlight: 0, behind: [], routers: 0, quietSince: null, ...over });
     const GRACE_OVER = 'drain grace over with requests still in flight: stopping the replica';
