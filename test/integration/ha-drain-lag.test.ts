@@ -102,7 +102,7 @@ describe('a drain waits for a standby whose etcd watch lags 3 s', { timeout: 10 
         const now = Date.now();
         if (l && leaderOut === null && l.some((r) => r.id === old && r.phase !== 'ready')) leaderOut = now;
         if (s?.some((r) => r.id === old && r.phase === 'ready')) standbyLastReady = now;
-        await new Promise((r) => setTimeout(r, 100));
+        await new Promise((r) => setTimeout(r, 100)); // deliberate: the sampler's period (both views every 100 ms: when each changed is what is measured, no condition to wait on)
       }
     })();
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${standby.routerPort}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
