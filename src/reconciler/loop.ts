@@ -3,6 +3,13 @@
  * finished, a due time) only request a pass; passes never overlap, and requests made during a pass
  * coalesce into one next pass. Timers are the loop's only clock-driven I/O.
  */
+/**
+ * The trigger of a demand whose fresh placement is a start and nothing else (pass.ts freshPlacement):
+ * the pass it asks for decides on the last look (Reconciler.startNow, #38). Coalesced with others
+ * (asked for while a pass runs), it is a whole pass like any.
+ */
+export const DEMAND_START = 'demand-start';
+
 export interface LoopTimers {
   setTimeout(fn: () => void, ms: number): unknown;
   clearTimeout(t: unknown): void;

@@ -232,16 +232,21 @@ function rolloutsSettled(s: ControllerState): ControllerState {
 
 /**
  * A fresh placement of one model against the controller's current view (the last observation plus
- * the starts and stops it knows of), for a request that found no ready replica: 'pass' when
- * something should start (or the memory need is not known yet), the reason when it fits nowhere,
- * null when there is nothing to do now (parked, already starting, backing off).
+ * the starts and stops it knows of), for a request that found no ready replica: 'start' when it
+ * should start and starts are all a pass would do, 'pass' when something else should happen first
+ * (evictions, other actions, or the memory need is not known yet), the reason when it fits
+ * nowhere, null when there is nothing to do now (parked, already starting, backing off).
  */
-export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'memoryErrors' | 'stopping' | 'busy' | 'keyFingerprint' | 'now'>, model: string): 'pass' | Unplaceable | null {
+export function freshPlacement(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'memory' | 'deviceNeeds' | 'memoryErrors' | 'stopping' | 'busy' | 'keyFingerprint' | 'now'>, model: string): 'pass' | 'start' | Unplaceable | null {
   if (i.memory[model] === undefined) return 'pass';
   if (i.state.models[model]?.health.parked) return null;
   const out = planPass(planInputOf({ ...i, newReplicaId: () => 'preview' }));
-  // A start for it, or evictions that make room for it (it starts in the pass after they are gone).
-  if (out.actions.some((a) => (a.model === model && a.kind === 'start') || (a.kind === 'stop' && a.reason === 'evicted'))) return 'pass';
+  // Evictions that make room for it (it starts in the pass after they are gone), or a start for it
+  // among other actions: a whole pass. A start for it, and only starts: 'start' (#38: may be taken
+  // on this look, without a sync and a look of every node first).
+  const starts = out.actions.some((a) => a.model === model && a.kind === 'start');
+  if (starts && out.actions.every((a) => a.kind === 'start')) return 'start';
+  if (starts || out.actions.some((a) => a.kind === 'stop' && a.reason === 'evicted')) return 'pass';
   const u = out.unplaceable[model];
   // A replica became ready since the last look (a start the record still holds): it may be evictable
   // once looked at, so look again rather than refuse on a view that does not show it yet.

@@ -14,6 +14,7 @@ import type { Unplaceable } from './placement.js';
 import { rolloutOverridden } from './rollout-life.js';
 import type { ShellPorts } from './shell-ports.js';
 import { demanded, restartRequested, retryHandled } from './state.js';
+import { DEMAND_START } from './loop.js';
 import { stopOf } from './stops.js';
 import { rolloutView } from './summarize.js';
 import { rangeNow, scales } from '../scale/range.js';
@@ -32,7 +33,7 @@ export interface ActsPorts extends ShellPorts {
   /** Whether this process runs the replica's stop now. */
   stopping(replicaId: string): boolean;
   /** A fresh placement against the current view (pass.ts freshPlacement); 'pass' before the first look. */
-  placeNow(model: string): 'pass' | Unplaceable | null;
+  placeNow(model: string): 'pass' | 'start' | Unplaceable | null;
   /** The model's unplaceable reason as the last look found it. */
   unplaceable(model: string): Unplaceable | undefined;
   /** Shows a fresh placement's reason in the snapshot now (no pass). */
@@ -202,8 +203,10 @@ export class ReconcilerActs implements ControllerActs {
   async demand(model: string): Promise<DemandResult> {
     this.touch(model);
     const fresh = this.p.placeNow(model);
-    if (fresh === 'pass') {
-      await this.requestPass('demand');
+    if (fresh === 'pass' || fresh === 'start') {
+      // a start and nothing else: a pass that starts it on the last look (#38), without the sync and
+      // the look of every node first (when a pass runs already, the next pass is a whole one)
+      await this.requestPass(fresh === 'start' ? DEMAND_START : 'demand');
       return demandResultOf(this.p.model(model));
     }
     if (fresh) {

@@ -20,8 +20,9 @@ import { LlmgwError, reasonOf, type ReasonRef } from '../errors/catalogue.js';
 import { retryId } from '../git/trailers.js';
 import { engineKeyFingerprint, type DownloadToken } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import { Acting } from './acting.js';
 import { ControllerShell, type ControllerActs } from './controller-shell.js';
-import { PassLoop } from './loop.js';
+import { DEMAND_START, PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement } from './pass.js';
@@ -44,7 +45,6 @@ import { scaleRecords } from './scale-life.js';
 import { buildSnapshot } from './summarize.js';
 import { STANDALONE, type ControlView, type FleetSnapshot, type FleetView, type PassSummary } from './view.js';
 import { wakeAfterPass } from './wake.js';
-import { forgeriesShown, needsBound, ownershipOf, takenOver, type ShownForgery } from './ownership.js';
 import { warnUnplaceable, type LastWarning } from './warn-throttle.js';
 import { oncePerTurn } from '../util/once-per-turn.js';
 import type { ReconcilerOptions } from './reconciler-options.js';
@@ -97,10 +97,8 @@ export class Reconciler extends ControllerShell implements FleetView {
   private lastPass: PassSummary | null = null;
   /** The time the last decision was taken at: due times after it still need a pass, even if passed by now. */
   private decidedAt: number | null = null;
-  /** Why this controller does not act on the fleet (a node owned by another controller, or a newer epoch), or null. */
-  private notActing: ReasonRef | null = null;
-  /** Owner records above etcd's revision this leader took over, shown for a while (ownership.ts). */
-  private takeovers: ShownForgery[] = [];
+  /** Whether this controller acts on the fleet (the nodes' owner records), and why not. */
+  private readonly acting: Acting;
   /** Snapshots published so far: a pass publishes a newer one than it built if any came meanwhile. */
   private publications = 0;
 
@@ -119,6 +117,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     this.status = o.status;
     this.nodes = new NodeFleet(o.driverFor, { concurrency: o.concurrency ?? 8, observeTimeoutMs: o.observeTimeoutMs ?? 30_000, clock: this.clock });
     this.loop = new PassLoop((trigger) => this.pass(trigger), this.clock, o.timers);
+    this.acting = new Acting(this.nodes, o, this.clock, (trigger) => void this.requestPass(trigger));
     const publishNextTurn = oncePerTurn(() => this.publish(this.summarize()));
     const ports: ShellPorts = {
       record: () => this.state,
@@ -208,44 +207,21 @@ export class Reconciler extends ControllerShell implements FleetView {
     this.followClockSteps(log);
     this.decidedAt = started;
     try {
+      const early = trigger === DEMAND_START ? await this.startNow(log) : null;
+      if (early !== null) {
+        actions = early;
+        return;
+      }
       const spec = await this.sync(log);
       if (!spec || !this.leader()) return;
       this.loop.pollEvery(spec.settings.pollIntervalMs);
       const stoppingAtLook = this.stopOps.ids(); // a replica whose stop ends during the look: stopping, not failed (stoppingSince)
       await this.nodes.observe(spec, log);
-      if (!(await this.mayAct(spec, log))) return;
+      if (!(await this.acting.check(spec, log))) return;
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
       const inFlight = await replicasInFlight(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);
-      // No await from here to apply(): start outcomes that arrive meanwhile land before or after, never inside.
-      this.decidedAt = this.now(log);
-      this.state = this.canary.judge(this.state, spec, this.decidedAt, log);
-      const d = decide({
-        state: this.state,
-        spec,
-        nodes: this.nodes.observed(spec),
-        memory: this.memoryNeeds,
-        deviceNeeds: this.deviceNeeds, // devices (#24)
-        memoryErrors: this.memoryErrors,
-        running: this.running.ids(),
-        stopping: stoppingSince(stoppingAtLook, this.stopOps.ids()),
-        busy: busyOf(inFlight), inFlight, // /slots of the replicas that may be stopped (idle, room, scale-in)
-        active: this.own.active(),
-        keyFingerprint: this.keyFingerprint,
-        load: this.o.modelLoad?.(), // scaling (#42): the routers' load, read as the pass decides
-        stableSpecs: this.stableSpecs.wanted(this.state, this.decidedAt, log),
-        now: this.decidedAt,
-        newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
-      });
-      this.state = d.state;
-      this.desired = d.desired;
-      this.unplaceable = d.unplaceable;
-      this.waitingForRoom = d.waitingForRoom;
-      this.scaleSeen = { short: d.short, load: d.load }; // scaling (#42)
-      logNotes(log, d.notes);
-      warnUnplaceable(this.unplaceable, this.unplaceableWarned, spec.settings.unplaceableLogIntervalMs, this.clock(), log);
-      actions = d.actions.length;
-      await this.apply(spec, d.actions, log);
+      actions = (await this.decideAndApply(spec, log, { stopping: stoppingSince(stoppingAtLook, this.stopOps.ids()), inFlight }))!;
     } catch (e) {
       error = reasonOf(e);
       log.error({ err: e, code: error.code }, 'reconcile pass failed');
@@ -259,40 +235,55 @@ export class Reconciler extends ControllerShell implements FleetView {
   }
 
   /**
-   * The nodes' owner records decide whether this controller acts at all this pass (ownership.ts).
-   * etcd's revision is read only when a node shows a newer epoch, after the look that saw it.
+   * Decides on the look and applies what was decided. No await from the decision to apply(): start
+   * outcomes that arrive meanwhile land before or after, never inside. With `startsOnly` (startNow)
+   * nothing is committed, and null returned, unless every action decided is a start.
    */
-  private async mayAct(spec: FleetSpec, log: Logger): Promise<boolean> {
-    const fences = this.nodes.fences(spec);
-    const ownEpoch = this.o.epoch?.() ?? 0;
-    let bound: number | null = null;
-    if (needsBound(fences) && this.o.epochBound) {
-      try {
-        bound = await this.o.epochBound();
-      } catch (e) {
-        log.warn({ code: reasonOf(e).code, reason: reasonOf(e).message }, 'could not read etcd\'s revision: a newer epoch on a node counts as a newer leader');
-      }
-    }
-    const o = ownershipOf(fences, ownEpoch, bound);
-    const took = takenOver(fences, ownEpoch);
-    for (const r of took) log.error({ code: r.code, reason: r.message }, 'took over a node whose owner record carried an epoch this etcd did not make');
-    this.takeovers = forgeriesShown(this.takeovers, took, this.clock());
-    this.nodes.supersede('supersede' in o ? o.supersede : []);
-    const was = this.notActing;
-    this.notActing = o.acting ? null : o.reason;
-    if (o.acting) {
-      if (was) log.info({ was: was.code }, 'acting on the fleet again: every node reached is ours');
-      return true;
-    }
-    if (was?.message !== o.reason.message) {
-      const msg = o.deposed ? 'a newer leader acts on the fleet: stepping down' : 'supersede' in o ? 'a node\'s owner record carries an epoch this etcd did not make: taking the node over' : 'not acting on the fleet: another controller owns it';
-      log.error({ code: o.reason.code, reason: o.reason.message }, msg);
-    }
-    if (o.deposed) this.o.onDeposed?.(o.reason);
-    // the next look takes the records over (they are named in this controller's fence from now): at
-    // once the first time; when the last pass had named records too (rewritten since), at the next poll
-    if ('supersede' in o && was?.code !== 'NODE_EPOCH_FORGED') void this.requestPass('epoch-forged');
-    return false;
+  private async decideAndApply(spec: FleetSpec, log: Logger, look: { stopping: ReadonlySet<string>; inFlight: ReadonlyMap<string, number> }, startsOnly = false): Promise<number | null> {
+    const now = this.now(log);
+    const state = startsOnly ? this.state : this.canary.judge(this.state, spec, now, log);
+    const d = decide({
+      state,
+      spec,
+      nodes: this.nodes.observed(spec),
+      memory: this.memoryNeeds,
+      deviceNeeds: this.deviceNeeds, // devices (#24)
+      memoryErrors: this.memoryErrors,
+      running: this.running.ids(),
+      stopping: look.stopping,
+      busy: busyOf(look.inFlight), inFlight: look.inFlight, // /slots of the replicas that may be stopped (idle, room, scale-in)
+      active: this.own.active(),
+      keyFingerprint: this.keyFingerprint,
+      load: this.o.modelLoad?.(), // scaling (#42): the routers' load, read as the pass decides
+      stableSpecs: this.stableSpecs.wanted(state, now, log),
+      now,
+      newReplicaId: (model) => this.o.newReplicaId?.(model) ?? `${model}-${randomBytes(4).toString('hex')}`,
+    });
+    if (startsOnly && (d.actions.length === 0 || d.actions.some((a) => a.kind !== 'start'))) return null;
+    this.decidedAt = now;
+    this.state = d.state;
+    this.desired = d.desired;
+    this.unplaceable = d.unplaceable;
+    this.waitingForRoom = d.waitingForRoom;
+    this.scaleSeen = { short: d.short, load: d.load }; // scaling (#42)
+    logNotes(log, d.notes);
+    warnUnplaceable(this.unplaceable, this.unplaceableWarned, spec.settings.unplaceableLogIntervalMs, this.clock(), log);
+    await this.apply(spec, d.actions, log);
+    return d.actions.length;
+  }
+
+  /**
+   * A demand's start (DEMAND_START, #38): decided on the last look, without the fleet repo's sync
+   * and the look at every node that a whole pass begins with (86 ms of a quiet pass, a second under
+   * load). Only where nothing else needs the look — this controller acts, no rollout is in flight —
+   * and only if starts are all the decision holds; otherwise null, and the pass is a whole one. The
+   * pass that the start's outcome asks for looks again.
+   */
+  private async startNow(log: Logger): Promise<number | null> {
+    const spec = this.o.tracker.applied?.spec;
+    if (!spec || !this.leader() || this.acting.notActing !== null || this.nodes.states.size === 0) return null;
+    if (Object.keys(rolloutsByModel(this.state)).length > 0) return null;
+    return this.decideAndApply(spec, log, { stopping: this.stopOps.ids(), inFlight: new Map() }, true);
   }
 
   /**
@@ -378,7 +369,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     return buildSnapshot({
       spec: t.applied?.spec ?? null,
       now: this.clock(),
-      leader: this.leader() && this.notActing === null,
+      leader: this.leader() && this.acting.notActing === null,
       control: this.controlView(),
       appliedRevision: t.applied?.revision ?? this.state.appliedRevision,
       rejected: t.rejected ? { revision: t.rejected.revision, problems: t.rejected.problems } : null,
@@ -403,8 +394,8 @@ export class Reconciler extends ControllerShell implements FleetView {
 
   private controlView(): ControlView {
     const base = this.o.control?.() ?? STANDALONE;
-    const forged = [...(this.status?.forged ? [this.status.forged] : []), ...this.takeovers.map((t) => t.reason)];
-    return { ...base, ...(this.notActing ? { notActing: this.notActing } : {}), ...(forged.length ? { forgedEpochs: forged } : {}) };
+    const forged = [...(this.status?.forged ? [this.status.forged] : []), ...this.acting.takeovers.map((t) => t.reason)];
+    return { ...base, ...(this.acting.notActing ? { notActing: this.acting.notActing } : {}), ...(forged.length ? { forgedEpochs: forged } : {}) };
   }
 
   private publish(s: FleetSnapshot): void {
@@ -427,11 +418,11 @@ export class Reconciler extends ControllerShell implements FleetView {
     const built = this.publications;
     const snap = this.summarize();
     const spec = this.o.tracker.applied?.spec;
-    if (this.status && spec && this.leader() && this.notActing === null) {
+    if (this.status && spec && this.leader() && this.acting.notActing === null) {
       const stale = await this.status.write(snap, spec, this.clock, log, this.o.epoch?.());
       if (stale) {
         log.error({ code: stale.code, reason: stale.message }, 'a newer leader writes the status branch: stepping down');
-        this.notActing = stale;
+        this.acting.notActing = stale;
         this.o.onDeposed?.(stale);
       }
     }
@@ -442,7 +433,7 @@ export class Reconciler extends ControllerShell implements FleetView {
   // ------------------------------------------------------------------ for the router (reconciler-acts.ts)
 
   /** A fresh placement against the current view (pass.ts freshPlacement); 'pass' before the first look. */
-  private placeNow(model: string): 'pass' | Unplaceable | null {
+  private placeNow(model: string): 'pass' | 'start' | Unplaceable | null {
     const spec = this.spec();
     if (!spec?.models[model] || this.nodes.states.size === 0) return 'pass';
     return freshPlacement({ state: this.state, spec, nodes: this.nodes.observed(spec), memory: this.memoryNeeds, deviceNeeds: this.deviceNeeds, memoryErrors: this.memoryErrors, stopping: this.stopOps.ids(), keyFingerprint: this.keyFingerprint, now: this.now() }, model);

@@ -114,7 +114,11 @@ export class FakeNode implements NodeDriver {
   /** While set, an observation waits for it (a slow node: the pass stays in its look). */
   observeGate: Promise<void> | null = null;
 
+  /** Looks taken so far. */
+  observes = 0;
+
   async observe(): Promise<NodeObservation> {
+    this.observes++;
     if (this.observeGate) await this.observeGate;
     const at = this.clock.t;
     const read = this.ssh.lookTicks > 0 ? [...this.replicas.values()] : null;

@@ -8,6 +8,8 @@ import pino from 'pino';
 import type { RetryRequest } from '../../src/git/trailers.js';
 import type { RefreshResult } from '../../src/git/tracker.js';
 import { backoffMs } from '../../src/reconciler/health.js';
+import type { FleetSpec } from '../../src/fleet-spec/types.js';
+import { DEMAND_START } from '../../src/reconciler/loop.js';
 import { Reconciler, type FleetSource } from '../../src/reconciler/reconciler.js';
 import { emptyState, type ControllerState } from '../../src/reconciler/state.js';
 import { FakeClock, FakeFleetLog, FakeNode, FakeTimers, ticks } from './fake-node.js';
@@ -20,7 +22,10 @@ export const spec = await specOf((f) => {
 export const S = spec.settings;
 
 class FixedSpec implements FleetSource {
-  applied = { spec, revision: 'rev1', warnings: [], at: new Date(0) };
+  applied: { spec: FleetSpec; revision: string; warnings: never[]; at: Date };
+  constructor(spec: FleetSpec) {
+    this.applied = { spec, revision: 'rev1', warnings: [], at: new Date(0) };
+  }
   rejected = null;
   lastSyncOk = null;
   lastSyncError = null;
@@ -47,16 +52,17 @@ export interface Run {
   readonly clock: FakeClock;
   readonly tracker: FixedSpec;
   readonly saved: () => ControllerState;
+  readonly nodes: ReadonlyMap<string, FakeNode>;
   /** Steps of the world until `done` holds (or maxSteps); up to triggersPerStep − 1 triggers arrive every step. */
   drive(done: () => boolean, maxSteps?: number, triggersPerStep?: number): Promise<void>;
 }
 
-export function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => void; observeMs?: number; saveMs?: number } = {}): Run {
+export function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode>) => void; observeMs?: number; saveMs?: number; spec?: FleetSpec } = {}): Run {
   const random = rng(seed);
   const clock = new FakeClock();
   const timers = new FakeTimers(clock);
   const log = new FakeFleetLog();
-  const tracker = new FixedSpec();
+  const tracker = new FixedSpec(opts.spec ?? spec);
   const report = 1 + Math.floor(random() * 8);
   const nodes = new Map(Object.keys(spec.nodes).map((n) => [n, new FakeNode(n, clock, log, new Set(['alpha']), report, opts.observeMs ?? 0)]));
   opts.adopt?.(nodes);
@@ -88,10 +94,12 @@ export function setup(seed: number, opts: { adopt?: (nodes: Map<string, FakeNode
     clock,
     tracker,
     saved: () => saved,
+    nodes,
     async drive(done, maxSteps = 4000, triggersPerStep = 4) {
       for (let step = 0; step < maxSteps && !done(); step++) {
         const triggers = Math.floor(random() * triggersPerStep);
-        for (let i = 0; i < triggers; i++) void r.requestPass('demand');
+        // a router's demands: for a start and nothing else (DEMAND_START, decided on the last look) or not
+        for (let i = 0; i < triggers; i++) void r.requestPass(random() < 0.5 ? 'demand' : DEMAND_START);
         await ticks(1 + Math.floor(random() * 6));
         clock.advance(100 + Math.floor(random() * 500));
         timers.fire();

@@ -7,7 +7,7 @@
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, it } from 'node:test';
@@ -114,6 +114,19 @@ for (const shell of SHELLS) {
       assert.equal(scriptError('n', 'path', run(shell, pathEngineScript({ ...paths('p2'), path: bad }))).code, 'ENGINE_NOT_FOUND');
       assert.equal(scriptError('n', 'path', run(shell, pathEngineScript({ ...paths('p2'), path: join(fx.root, 'none') }))).code, 'ENGINE_NOT_FOUND');
       assert.equal(installed('p2'), null);
+    });
+
+    it('path: --version runs once while the binary is unchanged, and again when it is replaced (#38: ~50 ms a start)', () => {
+      const runs = join(fx.root, `runs-${shell}`);
+      const exe = writeExe(join(fx.root, `counted-${shell}`), `[ "$1" = --version ] && { echo x >>${JSON.stringify(runs)}; echo "version: 1"; exit 0; }\nexit 2\n`);
+      const runsSoFar = () => (existsSync(runs) ? readFileSync(runs, 'utf8').split('\n').filter(Boolean).length : 0);
+      for (let i = 0; i < 3; i++) assert.equal(parseInstalledBinary(runOk(shell, pathEngineScript({ ...paths('p3'), path: exe })).stdout), exe);
+      assert.equal(runsSoFar(), 1);
+      // replaced by one that no longer runs (another inode and size): run again, refused, unrecorded
+      rmSync(exe);
+      writeExe(exe, 'exit 1 # broken now\n');
+      assert.equal(scriptError('n', 'path', run(shell, pathEngineScript({ ...paths('p3'), path: exe }))).code, 'ENGINE_NOT_FOUND');
+      assert.equal(installed('p3'), null);
     });
 
     it('build: git clone at a ref, cmake, the target binary installed and run; a missing ref is ENGINE_BUILD_FAILED', () => {

@@ -145,22 +145,25 @@ describe('a pass decides (interleavings of a failing start)', () => {
     assert.deepEqual(asV2(later.state).avoid, {});
   });
 
-  it('a fresh placement for a request: the reason when it fits nowhere, a pass when something should start, nothing otherwise', () => {
+  it('a fresh placement for a request: the reason when it fits nowhere, a start or a pass when something should start, nothing otherwise', () => {
     const base = { spec, memory: memoryOf(spec), memoryErrors: {}, stopping: new Set<string>(), now: NOW };
     const free = [node('cpu-01'), node('cpu-02')];
-    assert.equal(freshPlacement({ ...base, state: stateFor(spec), nodes: free }, 'alpha'), 'pass');
+    assert.equal(freshPlacement({ ...base, state: stateFor(spec), nodes: free }, 'alpha'), 'start', 'starts are all a pass would do: started on this look (#38)');
+    // a pass would also stop the replica of a model gone from the spec: a whole pass, not a start on this look
+    const gone = { ...observed(spec, 'g-1', 'alpha', 'ready'), model: 'gone', digest: 'd0' };
+    assert.equal(freshPlacement({ ...base, state: stateFor(spec), nodes: [node('cpu-01', [gone]), node('cpu-02')] }, 'alpha'), 'pass');
     assert.equal(freshPlacement({ ...base, state: inFlight, nodes: free }, 'alpha'), null, 'already starting');
     assert.equal(freshPlacement({ ...base, state: stateFor(spec, { models: { alpha: { ...initialHealth(alpha.digest), parked: { since: 0, lastError: kev } } } }), nodes: free }, 'alpha'), null);
     assert.equal(freshPlacement({ ...base, memory: {}, state: stateFor(spec), nodes: free }, 'alpha'), 'pass', 'memory need not estimated yet: the pass estimates it');
     const full = [{ ...node('cpu-01'), memoryTotalBytes: 2 * 2 ** 30 }, node('cpu-02', [], false)];
     const u = freshPlacement({ ...base, spec: { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: null, cpus: null } }, 'cpu-02': spec.nodes['cpu-02']! } }, state: stateFor(spec), nodes: full }, 'alpha');
-    assert.ok(u && u !== 'pass', `want unplaceable, got ${JSON.stringify(u)}`);
+    assert.ok(u && u !== 'pass' && u !== 'start', `want unplaceable, got ${JSON.stringify(u)}`);
     assert.equal(u.code, 'PLACEMENT_NO_ROOM');
     // a replica ready since the last look (its start still in the record) may be evictable once seen: look again, do not refuse
     const readySince = stateFor(spec, { starts: { 'beta-r': { model: 'beta', node: 'cpu-01', digest: 'd', startedAt: 0, readyAt: NOW - 1 } } });
     assert.equal(freshPlacement({ ...base, spec: { ...spec, nodes: { 'cpu-01': { ...spec.nodes['cpu-01']!, capacity: { memoryBytes: null, cpus: null } }, 'cpu-02': spec.nodes['cpu-02']! } }, state: readySince, nodes: full }, 'alpha'), 'pass');
     const unknown = freshPlacement({ ...base, memory: { alpha: null }, memoryErrors: { alpha: 'memory need unknown: could not read the GGUF header (timed out)' }, state: stateFor(spec), nodes: free }, 'alpha');
-    assert.deepEqual(unknown && unknown !== 'pass' ? [unknown.code, unknown.reason] : unknown, ['PLACEMENT_MEMORY_UNKNOWN', 'memory need unknown: could not read the GGUF header (timed out)']);
+    assert.deepEqual(unknown && unknown !== 'pass' && unknown !== 'start' ? [unknown.code, unknown.reason] : unknown, ['PLACEMENT_MEMORY_UNKNOWN', 'memory need unknown: could not read the GGUF header (timed out)']);
   });
 
   it('a replica started with another engine key (the key was lost and made anew) is replaced surge-first, and the log says why', () => {

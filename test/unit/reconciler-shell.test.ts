@@ -37,6 +37,34 @@ describe('the reconciler shell with fake nodes and a fake clock', () => {
     assert.deepEqual((await Promise.all([half(1, 100), half(101, 200)])).filter((f) => f !== null), []);
   });
 
+  it('a demand whose fresh placement is a start: started by the pass it asks for, on the last look, with no sync or look first (#38)', async () => {
+    const onDemand = await specOf((f) => {
+      f['fleet.yaml'] = 'park_after_failures: 5\nplacement_reserve: 1GiB\npoll_interval: 1h\nbackoff: { initial: 1s, max: 4s }\n';
+      delete f['models/alpha.yaml'];
+      delete f['access/keys.yaml'];
+    });
+    const run = setup(3, { spec: onDemand });
+    try {
+      await run.r.start();
+      await run.drive(() => run.r.model('gamma')?.phase === 'ready', 200, 1);
+      const looks = (): number => [...run.nodes.values()].reduce((n, x) => n + x.observes, 0);
+      const before = looks();
+      assert.deepEqual(await run.r.demand('beta'), { kind: 'starting' });
+      assert.equal(looks(), before, 'no node was looked at before the start');
+      assert.deepEqual(Object.values(run.r.record().replicas).filter((x) => x.model === 'beta').map((x) => x.phase.kind), ['launching']);
+      await run.drive(() => run.r.model('beta')?.phase === 'ready', 200, 1);
+      assert.equal(run.log.startsOf('beta').length, 1);
+      assert.ok(looks() > before, 'the pass the start\'s outcome asked for looked again');
+      // a second demand while it is ready: nothing to start, no pass
+      assert.equal((await run.r.demand('beta')).kind, 'ready');
+      await run.r.requestPass('test');
+      await run.r.requestPass('test');
+      assert.equal(run.r.snapshot().lastPass?.actions, 0, 'an unchanged world plans nothing after it');
+    } finally {
+      await run.r.stop();
+    }
+  });
+
   it('a second pass over an unchanged world plans zero actions', async () => {
     const run = setup(7);
     try {

@@ -116,7 +116,7 @@ exit 0
 `;
 }
 
-/** Path method: the binary must exist and run `--version`; recorded as installed. */
+/** Path method: the binary must exist and run `--version` (once while its identity is unchanged); recorded as installed. */
 export function pathEngineScript(p: EnginePaths & { readonly path: string }): string {
   return `${PRELUDE}
 ${fenceDefs(p.dataDir, p.fence)}${engineVars(p)}
@@ -124,11 +124,15 @@ b=${shq(p.path)}
 # a binary that stopped working is no longer recorded as installed
 llmgw_path_fail() { rm -rf "$final"; rmdir "$base" 2>/dev/null; llmgw_fail ENGINE_NOT_FOUND "$1"; }
 [ -f "$b" ] && [ -x "$b" ] || llmgw_path_fail "$b does not exist or is not executable on the node"
+# the binary's identity (device, inode, size, mtime, following links): recorded with it, and while it
+# is unchanged the binary is not run again (--version loads every library: ~50 ms a start, #38)
+id=$(stat -L -c '%d:%i:%s:%Y' "$b" 2>/dev/null) || id=
+if [ -n "$id" ] && [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s\\n%s' "$b" "$fp" "$id")" ]; then printf '%s\\n' "$b"; exit 0; fi
 if command -v timeout >/dev/null 2>&1; then v=$(timeout 60 "$b" --version 2>&1 </dev/null); else v=$("$b" --version 2>&1 </dev/null); fi
 [ $? -eq 0 ] || llmgw_path_fail "$b does not run --version: $(printf '%s' "$v" | tail -n 3 | tr '\\n' ' ')"
-if [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s' "$b" "$fp")" ]; then printf '%s\\n' "$b"; exit 0; fi
+if [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s\\n%s' "$b" "$fp" "$id")" ]; then printf '%s\\n' "$b"; exit 0; fi
 ${fenceAct(p.fence)}mkdir -p "$stage" || exit 1
-printf '%s\\n%s\\n' "$b" "$fp" >"$stage/.complete" || { rm -rf "$stage"; exit 1; }
+printf '%s\\n%s\\n%s\\n' "$b" "$fp" "$id" >"$stage/.complete" || { rm -rf "$stage"; exit 1; }
 rm -rf "$final" && mv "$stage" "$final" || { rm -rf "$stage"; exit 1; }
 printf '%s\\n' "$b"
 `;

@@ -172,10 +172,11 @@ cd "$r" || exit 1
 started=$(date +%s)
 setsid sh -c 'echo $$ >pid.tmp && mv pid.tmp pid && exec "$@"' llmgw-replica ${shJoin(s.argv)} </dev/null >>log 2>&1 7>&- &
 unset LLAMA_API_KEY
+# the pid file is written a few ms after the fork: looked for every 5 ms (was 50: #38), for 10 s
 i=0
 while [ ! -s pid ]; do
-  i=$((i+1)); [ $i -gt 200 ] && llmgw_fail NODE_COMMAND_FAILED "the replica process did not start"
-  sleep 0.05
+  i=$((i+1)); [ $i -gt 2000 ] && llmgw_fail NODE_COMMAND_FAILED "the replica process did not start"
+  sleep 0.005
 done
 pid=$(cat pid)
 case $pid in ''|*[!0-9]*) llmgw_fail NODE_COMMAND_FAILED "bad pid file";; esac
