@@ -108,6 +108,7 @@ export const Reasons = catalogue({
   REPLICA_EXITED: { http: 500, retryable: true, counts: true, hint: 'The replica process exited; see the log tail in the detail.' },
   REPLICA_UNHEALTHY: { http: 504, retryable: true, counts: true, hint: 'The replica\'s process is alive but has not answered /health for longer than the profile\'s start_timeout (hung, or the node is overloaded); llmgw stopped it and starts a new one. Check the node\'s load and the replica\'s log (`llmgw ctl logs`).' },
   REPLICA_NOT_FOUND: { http: 404, retryable: false, counts: true, hint: 'No replica with that id exists on the node: there never was one, or it was stopped (replaced, surplus, idle, evicted, failed), and a stopped replica\'s directory goes with it, its log included. `llmgw ctl status` lists the replicas there are.' },
+  REPLICA_INPUT_GONE: { http: 503, retryable: true, counts: false, hint: 'The engine or the model file this controller had found installed on the node was gone or changed when a replica started; llmgw installed or fetched it again and started the replica once more (not counted). If it repeats, something removes or replaces files in the node\'s data dir or the engine\'s path.' },
 
   // --- controller ---
   INTERNAL: { http: 500, retryable: true, counts: false, openai: { type: 'server_error', code: 'internal_error' }, hint: 'An unexpected error inside llmgw; see the controller log for the stack and report it.' },

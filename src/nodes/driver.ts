@@ -188,7 +188,12 @@ export interface NodeDriver {
   readonly node: string;
   /** One look at the node. Throws LlmgwError (NODE_UNREACHABLE, NODE_TIMEOUT, …): an unreachable node is unknown, never empty. */
   observe(): Promise<NodeObservation>;
-  /** Install engine@version once (idempotent; concurrent calls coalesce). Returns the binary's path on the node. */
+  /**
+   * Install engine@version once (idempotent; concurrent calls coalesce). Returns the binary's path on
+   * the node. What this driver found installed before (and its last look still lists) may be answered
+   * without a check: startReplica checks it first and fails with REPLICA_INPUT_GONE, having done
+   * nothing, when it is gone; ensureEngine then checks it again (so do ensureModel and model files).
+   */
   ensureEngine(v: EngineVersionSpec): Promise<{ binary: string }>;
   /**
    * Fetch and verify a model file into models/<sha256>.gguf (idempotent; concurrent calls coalesce).

@@ -4,7 +4,7 @@
  * inputs, coalesces installs and fetches, picks ports, polls health (undici), and turns a failed
  * script into its catalogue reason (script-errors.ts, fence.ts).
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -12,21 +12,18 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request } from '../util/undici-lean.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
-import { fetchArtifact } from './artifact-cache.js';
 import type { DownloadToken, Fence, NodeDriver, NodeObservation, ReplicaHandle, ReplicaObservation, ReplicaStartSpec } from './driver.js';
 import { replicaDeviceSetup } from './devices.js';
 import { checkFence, EXIT_FENCE_REFUSED, fenceError, refusalOf } from './fence.js';
-import { artifactInstallScript } from './ops/engine-artifact.js';
-import { buildInstallScript } from './ops/engine-build.js';
-import {
-  engineCleanupScript, engineInstalledScript, engineStageDir, engineStageScript, parseInstalledBinary, pathEngineScript, type EnginePaths,
-} from './ops/engine.js';
+import { engineFingerprint, installEngine, type EngineInstallContext } from './engine-install.js';
+import { engineStillInstalled } from './ops/engine.js';
 import { modelFromFileScript, modelFromUrlInput, modelFromUrlScript, modelPath, parseModelBytes } from './ops/model-fetch.js';
 import { observeScript, parseObservation } from './ops/observe.js';
 import { failureOf, inspectReplicaScript, parseInspection, type Inspection, type ReplicaState } from './ops/replica-inspect.js';
 import { logTailScript, parseRange, readRangeScript } from './ops/replica-log.js';
 import {
-  EXIT_PORT_TAKEN, EXIT_REPLICA_EXISTS, parseStarted, parseUsedPorts, replicaArgv, replicaStateHead, startReplicaScript, usedPortsScript,
+  EXIT_INPUT_GONE, EXIT_PORT_TAKEN, EXIT_REPLICA_EXISTS, parseStarted, parseUsedPorts, replicaArgv, replicaStateHead, startReplicaScript, usedPortsScript,
+  type StartScriptInput,
 } from './ops/replica-start.js';
 import { stopReplicaScript } from './ops/replica-stop.js';
 import { tailOf } from './ops/sections.js';
@@ -93,7 +90,6 @@ export interface ShellNodeDriverOptions {
 
 /** Replica ids: chosen by the reconciler; safe as a path segment. */
 export const REPLICA_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
-const ENGINE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$/;
 const SHA256_RE = /^[0-9a-f]{64}$/;
 /** A secret's name (a file in the controller's secrets dir; the schema's name pattern is stricter). */
 const SECRET_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
@@ -112,6 +108,9 @@ export class ShellNodeDriver implements NodeDriver {
   private readonly logLines: number;
   private readonly engines = new Map<string, Promise<{ binary: string }>>();
   private readonly models = new Map<string, Promise<{ path: string; bytes: number }>>();
+  /** Engines and model files found installed (by engine@version and by sha256): a start checks them in its own script. */
+  private readonly enginesSeen = new Map<string, { fingerprint: string; binary: string; check: string }>();
+  private readonly modelsSeen = new Map<string, { path: string; bytes: number }>();
   /** Ports of replicas this driver started or observed, for waitReady without a round trip. */
   private readonly known = new Map<string, { port: number }>();
   private readonly agent = new Agent({ keepAliveTimeout: 1_000, keepAliveMaxTimeout: 1_000, connections: 4 });
@@ -139,6 +138,9 @@ export class ShellNodeDriver implements NodeDriver {
     const res = await this.exec(observeScript(this.dataDir, nonce, this.logLines, fence, env), 'observe', { timeoutMs: this.timeouts.observeMs });
     const o = parseObservation(res.stdout, res.stderr, nonce, this.node, env);
     const replicas = await Promise.all(o.replicas.map((r) => this.replicaObservation(r.id, r.state, r.alive, r.logTail, r.offloaded)));
+    // what the look no longer finds installed is forgotten: the next ensure checks it with its own script
+    for (const [key, e] of this.enginesSeen) if (!o.engines.some((x) => `${x.engine}@${x.version}` === key && x.binary === e.binary)) this.enginesSeen.delete(key);
+    for (const sha of this.modelsSeen.keys()) if (!o.models.some((x) => x.sha256 === sha)) this.modelsSeen.delete(sha);
     return {
       node: this.node,
       at,
@@ -177,66 +179,42 @@ export class ShellNodeDriver implements NodeDriver {
 
   ensureEngine(v: EngineVersionSpec): Promise<{ binary: string }> {
     const key = `${v.engine}@${v.version}`;
+    const fingerprint = engineFingerprint(v);
+    // found installed before: the start's preflight checks it is still there (#38: no exec now)
+    const seen = this.enginesSeen.get(key);
+    if (seen?.fingerprint === fingerprint) return Promise.resolve({ binary: seen.binary });
     const inflight = this.engines.get(key);
     if (inflight) return inflight;
-    const p = this.installEngine(v).finally(() => this.engines.delete(key));
+    const p = installEngine(this.installContext(), v)
+      .then((r) => {
+        const check = engineStillInstalled({ dataDir: this.dataDir, engine: v.engine, version: v.version, fingerprint }, v.install.method, r.binary);
+        if (r.binary !== '') this.enginesSeen.set(key, { fingerprint, binary: r.binary, check });
+        return r;
+      })
+      .finally(() => this.engines.delete(key));
     this.engines.set(key, p);
     return p;
   }
 
-  private async installEngine(v: EngineVersionSpec): Promise<{ binary: string }> {
-    if (!ENGINE_NAME_RE.test(v.engine) || !ENGINE_NAME_RE.test(v.version)) {
-      throw new LlmgwError('SPEC_INVALID_VALUE', `bad engine name or version: ${JSON.stringify(v.engine)}@${JSON.stringify(v.version)}`, { node: this.node });
-    }
-    const what = `install engine ${v.engine}@${v.version}`;
-    const fingerprint = createHash('sha256').update(JSON.stringify(v.install)).digest('hex').slice(0, 32);
-    const fence = this.fence();
-    const paths: EnginePaths = { dataDir: this.dataDir, engine: v.engine, version: v.version, nonce: randomBytes(6).toString('hex'), fingerprint, fence };
-    const inst = v.install;
-    if (inst.method === 'path') {
-      if (!inst.path.startsWith('/')) throw new LlmgwError('ENGINE_NOT_FOUND', `engine ${v.engine}@${v.version}: path must be absolute: ${inst.path}`, { node: this.node });
-      const res = await this.exec(pathEngineScript({ ...paths, path: inst.path }), what, { timeoutMs: this.timeouts.opMs, fence });
-      return { binary: parseInstalledBinary(res.stdout) ?? '' };
-    }
-    const installed = parseInstalledBinary((await this.exec(engineInstalledScript(paths), `${what}: check`, { timeoutMs: this.timeouts.opMs })).stdout);
-    if (installed !== null) return { binary: installed };
-
-    if (inst.method === 'artifact') {
-      checkRelativePath(inst.binary, `engine ${v.engine}@${v.version} binary`);
-      const sha256 = inst.sha256.toLowerCase();
-      if (!SHA256_RE.test(sha256)) throw new LlmgwError('SPEC_INVALID_VALUE', `engine ${v.engine}@${v.version}: bad sha256 ${inst.sha256}`, { node: this.node });
-      if (inst.fetch === 'node') {
-        const res = await this.exec(artifactInstallScript({ ...paths, url: inst.url, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs, fence });
-        return { binary: parseInstalledBinary(res.stdout) ?? '' };
-      }
-      const local = await fetchArtifact(inst.url, sha256, this.opts.artifactCacheDir ?? join(homedir(), '.cache', 'llmgw', 'artifacts'), this.timeouts.downloadMs);
-      await this.exec(engineStageScript(paths), `${what}: stage`, { timeoutMs: this.timeouts.opMs, fence });
-      try {
-        await this.shell.upload(local, `${engineStageDir(paths)}/.artifact`, { timeoutMs: this.timeouts.downloadMs, mode: 0o644 });
-      } catch (e) {
-        await this.exec(engineCleanupScript(paths), `${what}: cleanup`, { timeoutMs: this.timeouts.opMs }).catch(() => {});
-        throw e;
-      }
-      const res = await this.exec(artifactInstallScript({ ...paths, url: null, sha256, binary: inst.binary }), what, { timeoutMs: this.timeouts.downloadMs, fence });
-      return { binary: parseInstalledBinary(res.stdout) ?? '' };
-    }
-    // build
-    if (!/^[A-Za-z0-9._-]+$/.test(inst.target)) throw new LlmgwError('SPEC_INVALID_VALUE', `engine ${v.engine}@${v.version}: bad build target ${inst.target}`, { node: this.node });
-    const res = await this.exec(
-      buildInstallScript({ ...paths, git: inst.git, ref: inst.ref, cmakeFlags: inst.cmakeFlags, target: inst.target, jobs: this.opts.buildJobs ?? null }),
-      what,
-      { timeoutMs: this.timeouts.buildMs, fence },
-    );
-    return { binary: parseInstalledBinary(res.stdout) ?? '' };
+  private installContext(): EngineInstallContext {
+    return {
+      node: this.node, dataDir: this.dataDir, timeouts: this.timeouts, shell: this.shell,
+      artifactCacheDir: this.opts.artifactCacheDir ?? join(homedir(), '.cache', 'llmgw', 'artifacts'), buildJobs: this.opts.buildJobs ?? null,
+      fence: () => this.fence(), exec: (script, what, opts) => this.exec(script, what, opts),
+    };
   }
 
   // ------------------------------------------------------------------------------- models
 
   ensureModel(source: string, sha256: string, token?: DownloadToken): Promise<{ path: string; bytes: number }> {
     const sha = sha256.toLowerCase();
+    const seen = this.modelsSeen.get(sha);
+    if (seen) return Promise.resolve(seen); // the start's preflight checks it is still there (#38)
     const inflight = this.models.get(sha);
     if (inflight) return inflight;
-    const p = this.fetchModel(source, sha, token).finally(() => this.models.delete(sha));
+    const p = this.fetchModel(source, sha, token)
+      .then((r) => (this.modelsSeen.set(sha, r), r))
+      .finally(() => this.models.delete(sha));
     this.models.set(sha, p);
     return p;
   }
@@ -289,10 +267,12 @@ export class ShellNodeDriver implements NodeDriver {
       const stateHead = replicaStateHead(spec, this.dataDir, this.bindHost, port, argv);
       // the node's env, then the visibility of the devices placement chose (none: nothing visible)
       const env = { ...(this.spec.env ?? {}), ...replicaDeviceSetup(spec.devices ?? [], this.spec.env ?? {}).env };
-      const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead, fence, env }), {
+      const inputs = this.inputsOf(spec);
+      const res = await this.shell.run(startReplicaScript({ dataDir: this.dataDir, id: spec.id, port, argv, stateHead, fence, env, ...(inputs ? { inputs } : {}) }), {
         stdin: `${spec.apiKey}\n`,
         timeoutMs: this.timeouts.opMs,
       });
+      if (res.code === EXIT_INPUT_GONE) throw this.inputGone(spec, res.stderr);
       if (res.code === EXIT_PORT_TAKEN) {
         if (spec.port !== undefined) throw new LlmgwError('REPLICA_PORT_IN_USE', `node ${this.node}: port ${port} is in use`, { node: this.node, replica: spec.id, port });
         avoid.add(port);
@@ -308,6 +288,21 @@ export class ShellNodeDriver implements NodeDriver {
       return { id: spec.id, port, pid: started.pid, endpoint: this.endpoint(port), startedAt: started.startedAtMs };
     }
     throw new LlmgwError('NODE_NO_FREE_PORT', `node ${this.node}: every port tried was taken meanwhile`, { node: this.node, tried: [...avoid] });
+  }
+
+  /** What the start's preflight checks: the engine and the model file as this driver found them (none when it did not). */
+  private inputsOf(spec: ReplicaStartSpec): StartScriptInput['inputs'] {
+    const engine = [...this.enginesSeen.values()].find((e) => e.binary === spec.binary);
+    const model = [...this.modelsSeen.values()].some((m) => m.path === spec.modelPath);
+    return engine && model ? { engine: engine.check, modelPath: spec.modelPath } : undefined;
+  }
+
+  /** The preflight found the engine or the model gone: forgotten, so the next ensure checks them with their own scripts. */
+  private inputGone(spec: ReplicaStartSpec, stderr: string): LlmgwError {
+    for (const [k, e] of this.enginesSeen) if (e.binary === spec.binary) this.enginesSeen.delete(k);
+    for (const [k, m] of this.modelsSeen) if (m.path === spec.modelPath) this.modelsSeen.delete(k);
+    const why = /llmgw-start-input: (.*)/.exec(stderr)?.[1] ?? 'the engine or the model file is gone';
+    return new LlmgwError('REPLICA_INPUT_GONE', `node ${this.node}: start replica ${spec.id}: ${why}`, { node: this.node, replica: spec.id });
   }
 
   async waitReady(id: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<void> {
@@ -440,10 +435,4 @@ export function openNodeDriver(
   const { driver, fence, ...shellOpts } = opts;
   const fenced = fence ?? driver?.fence;
   return new ShellNodeDriver(node, openShell(node, shellOpts), { ...driver, ...(fenced ? { fence: fenced } : {}) });
-}
-
-function checkRelativePath(p: string, what: string): void {
-  if (p === '' || p.startsWith('/') || p.split('/').some((s) => s === '..' || s === '')) {
-    throw new LlmgwError('SPEC_INVALID_VALUE', `${what} must be a relative path inside the archive, got ${JSON.stringify(p)}`, { path: p });
-  }
 }

@@ -42,15 +42,27 @@ export async function runStart(op: StartOp): Promise<void> {
       throw e;
     }
     stage = 'model';
-    const file = await driver.ensureModel(op.model.source, op.model.sha256, await op.downloadToken());
+    let file = await driver.ensureModel(op.model.source, op.model.sha256, await op.downloadToken());
     if (stopSignal.aborted) {
       log.info({ stage }, 'controller stopping: replica not launched');
       return op.conclude({ kind: 'abandoned' });
     }
     stage = 'start';
-    const handle = await driver.startReplica({
+    const launch = () => driver.startReplica({
       id: a.replicaId, model: a.model, digest: a.digest, modelPath: file.path, binary, profile: op.profile, apiKey: op.engineApiKey,
       ...(a.devices && a.devices.length > 0 ? { devices: a.devices, gpuLayers: a.gpuLayers ?? 'all' } : {}),
+    });
+    const handle = await launch().catch(async (e: unknown) => {
+      // the engine or the model file the driver had found was gone at the start (nothing was done):
+      // both checked again with their own scripts (installed or fetched again), then one more start
+      if (!isLlmgwError(e) || e.code !== 'REPLICA_INPUT_GONE') throw e;
+      log.warn({ code: e.code, reason: e.message }, 'replica start: its engine or model file was gone; checking them again');
+      stage = 'engine';
+      ({ binary } = await driver.ensureEngine(op.engine));
+      stage = 'model';
+      file = await driver.ensureModel(op.model.source, op.model.sha256, await op.downloadToken());
+      stage = 'start';
+      return launch();
     });
     await driver.waitReady(a.replicaId, { timeoutMs: op.profile.startTimeoutMs, signal: stopSignal });
     op.conclude({ kind: 'ready', endpoint: handle.endpoint, startedAt: handle.startedAt });

@@ -30,6 +30,8 @@ const rendered: Record<string, string> = {
   startReplicaScript: scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server', '-m', `${H}/m.gguf`, '--alias', "x'; id"], stateHead: '{"id":"good-1a2b","model":"it\'s $(id)"' }),
   'startReplicaScript(env)': scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server'], stateHead: '{"id":"good-1a2b"', env: { GGML_VK_VISIBLE_DEVICES: '0', CUDA_VISIBLE_DEVICES: "$(id)'" } }),
   'startReplicaScript(fence)': scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server', "x'; id"], stateHead: '{"id":"good-1a2b"', fence: F }),
+  'startReplicaScript(inputs, path engine)': scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server'], stateHead: '{"id":"good-1a2b"', inputs: { engine: scripts.engineStillInstalled({ dataDir: H, engine: 'llama', version: "v'1", fingerprint: 'fp$(id)' }, 'path', '/opt/llama server/llama-server`id`'), modelPath: `${H}/models/$(id).gguf` } }),
+  'startReplicaScript(inputs, artifact)': scripts.startReplicaScript({ dataDir: H, id: 'good-1a2b', port: 24001, argv: ['/opt/llama server/llama-server'], stateHead: '{"id":"good-1a2b"', fence: F, inputs: { engine: scripts.engineStillInstalled({ dataDir: H, engine: 'llama', version: 'v1', fingerprint: 'fp' }, 'artifact', `${H}/engines/llama/v1/bin/llama-server`), modelPath: `${H}/models/a b.gguf` } }),
   stopReplicaScript: scripts.stopReplicaScript(H, 'good-1a2b', 2000),
   'stopReplicaScript(fence)': scripts.stopReplicaScript(H, 'good-1a2b', 2000, F),
   logTailScript: scripts.logTailScript(H, 'good-1a2b', 100),
@@ -61,7 +63,7 @@ interface Finding {
 }
 
 const LITERAL_QUOTES = new Set([2089, 2090]);
-const MEANT_SPLIT = /set -- \$_x|\$launcher/;
+const MEANT_SPLIT = /set -- \$\{_s##\*\) \}|\$launcher/;
 
 describe('fault 11: the node scripts pass shellcheck with hostile values', () => {
   it('every exported script function is rendered here', () => {

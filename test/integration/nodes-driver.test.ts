@@ -152,6 +152,15 @@ describe('engines', () => {
     assert.deepEqual((await l.ensureEngine(wrapped)), { binary: wrapper });
     assert.deepEqual((await l.observe()).engines.map((e) => e.version).sort(), ['cached', 'wrapped']);
     await rm(wrapper);
+    // found installed before, it is answered from what the driver found (#38); the start's own check
+    // finds it gone and does nothing; then the engine's own script says why
+    assert.deepEqual(await l.ensureEngine(wrapped), { binary: wrapper });
+    const model = await l.ensureModel(`file://${good.path}`, good.sha256);
+    await assert.rejects(
+      l.startReplica({ id: 'engine-gone', model: 'tiny', digest: 'd', modelPath: model.path, binary: wrapper, profile: tinyProfile(), apiKey: API_KEY }),
+      isCode('REPLICA_INPUT_GONE', /engine is no longer installed/),
+    );
+    assert.equal(existsSync(join(nodeL.dataDir, 'replicas', 'engine-gone')), false, 'nothing was started');
     await assert.rejects(l.ensureEngine(wrapped), isCode('ENGINE_NOT_FOUND'));
     assert.deepEqual((await l.observe()).engines.map((e) => e.version), ['cached']);
   });
@@ -321,6 +330,36 @@ describe('replicas', () => {
     assert.ok(!(await a.observe()).replicas.some((x) => x.id === 'good-1'));
     await a.stopReplica('good-1', 5_000); // idempotent
     await assert.rejects(a.logTail('good-1', 10), isCode('REPLICA_NOT_FOUND'));
+  });
+
+  test('a start after the engine and model were found is one exec on an ssh node; a model file removed since is REPLICA_INPUT_GONE, nothing started, and found again after (#38)', async () => {
+    let runs = 0;
+    const shell = openShell(nodeB, { secretsDir: sshB.secretsDir });
+    const counted = Object.assign(Object.create(shell) as typeof shell, { run: (...args: Parameters<typeof shell.run>) => (runs++, shell.run(...args)) });
+    const d = new ShellNodeDriver(nodeB, counted);
+    try {
+      const { binary } = await d.ensureEngine(pathEngine);
+      const m = await d.ensureModel(`file://${good.path}`, good.sha256);
+      runs = 0;
+      assert.deepEqual(await d.ensureEngine(pathEngine), { binary });
+      assert.deepEqual(await d.ensureModel(`file://${good.path}`, good.sha256), m);
+      const h = await d.startReplica({ id: 'one-exec', model: 'tiny', digest: 'd1', modelPath: m.path, binary, profile: tinyProfile(), apiKey: API_KEY });
+      startedPids.add(h.pid);
+      assert.equal(runs, 1, 'the engine check, the model check and the launch: one script');
+      await d.stopReplica('one-exec', 2_000);
+      await rm(m.path);
+      await assert.rejects(
+        d.startReplica({ id: 'model-gone', model: 'tiny', digest: 'd1', modelPath: m.path, binary, profile: tinyProfile(), apiKey: API_KEY }),
+        isCode('REPLICA_INPUT_GONE', /model file is gone/),
+      );
+      assert.equal(existsSync(join(nodeB.dataDir, 'replicas', 'model-gone')), false, 'nothing was started');
+      runs = 0;
+      assert.deepEqual(await d.ensureModel(`file://${good.path}`, good.sha256), m, 'fetched again');
+      assert.equal(runs, 1);
+      assert.ok(existsSync(m.path));
+    } finally {
+      await d.close();
+    }
   });
 
   test('the unknown-architecture model fails with REPLICA_UNKNOWN_ARCHITECTURE and the engine line; observe agrees', async () => {

@@ -80,6 +80,18 @@ if [ -f "$final/.complete" ] && [ "$(sed -n 2p "$final/.complete")" = "$fp" ] &&
 fi
 `;
 
+/**
+ * A sh condition (exit 0) that engine@version is still installed as the last install or check found
+ * it, with `binary` as its binary: what engineInstalledScript and the path method's fast path check,
+ * for a start's preflight (#38: the start is then one exec; replica-start.ts `inputs`).
+ */
+export function engineStillInstalled(p: Omit<EnginePaths, 'nonce' | 'fence'>, method: 'path' | 'artifact' | 'build', binary: string): string {
+  const complete = shq(`${p.dataDir}/engines/${p.engine}/${p.version}/.complete`);
+  return method === 'path'
+    ? `{ _b=${shq(binary)}; [ -f "$_b" ] && [ -x "$_b" ] && _id=$(stat -L -c '%d:%i:%s:%Y' "$_b" 2>/dev/null) && [ "$(cat ${complete} 2>/dev/null)" = "$(printf '%s\n%s\n%s' "$_b" ${shq(p.fingerprint)} "$_id")" ]; }`
+    : `{ _f=${complete}; [ -f "$_f" ] && [ "$(sed -n 2p "$_f")" = ${shq(p.fingerprint)} ] && [ "$(head -n 1 "$_f")" = ${shq(binary)} ] && [ -x ${shq(binary)} ]; }`;
+}
+
 /** Cleanup on failure, and the common last step: check the binary runs, write .complete, move in place. */
 export const ENGINE_FINISH = `llmgw_cleanup() { rm -rf "$stage" \${work:+"$work"}; rmdir "$base" 2>/dev/null; true; }
 trap llmgw_cleanup EXIT

@@ -27,21 +27,29 @@ export const PRELUDE = `set -u
 umask 022
 llmgw_fail() { printf 'llmgw-error: %s %s\\n' "$1" "$2" >&2; exit 3; }
 llmgw_need() { command -v "$1" >/dev/null 2>&1 || llmgw_fail ENGINE_TOOL_MISSING "'$1' is not installed on the node"; }
-# /proc/<pid>/stat fields after the "(comm)" field: $1 = state (field 3), $18 = num_threads (field 20),
-# $20 = starttime (field 22). Prints "<state> <starttime> <threads>".
-llmgw_procstat() { _s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; printf '%s\\n' "\${_s##*) }" | awk '{print $1, $20, $18}'; }
+# /proc/<pid>/stat fields after the "(comm)" field, read with builtins only (no fork: a start and a
+# look run this for every replica on the node, #38): sets _ps_state (field 3), _ps_threads
+# (num_threads, field 20) and _ps_start (starttime, field 22).
+llmgw_procstat_vars() {
+  _s=
+  read -r _s 2>/dev/null <"/proc/$1/stat" || [ -n "$_s" ] || return 1
+  set -- \${_s##*) }
+  [ "$#" -ge 20 ] || return 1
+  _ps_state=$1; _ps_threads=\${18}; _ps_start=\${20}
+}
+# Prints "<state> <starttime> <threads>".
+llmgw_procstat() { llmgw_procstat_vars "$1" || return 1; printf '%s %s %s\\n' "$_ps_state" "$_ps_start" "$_ps_threads"; }
 # 0 if the process recorded in replica dir $1 is alive: same pid, same start time, not a zombie. A
 # zombie thread-group leader whose other threads still run (the process is still exiting, its log not
 # yet complete) counts as alive until the last thread is gone.
 llmgw_alive() {
-  _p=$(cat "$1/pid" 2>/dev/null) || return 1
+  _p=; _t=
+  read -r _p 2>/dev/null <"$1/pid" || [ -n "$_p" ] || return 1
   case $_p in ''|*[!0-9]*) return 1;; esac
-  _t=$(cat "$1/starttime" 2>/dev/null) || return 1
-  _x=$(llmgw_procstat "$_p") || return 1
-  set -- $_x
-  [ "$#" -eq 3 ] || return 1
-  case $1 in Z|X|x) [ "$3" -gt 1 ] 2>/dev/null || return 1;; esac
-  [ "$2" = "$_t" ]
+  read -r _t 2>/dev/null <"$1/starttime" || [ -n "$_t" ] || return 1
+  llmgw_procstat_vars "$_p" || return 1
+  case $_ps_state in Z|X|x) [ "$_ps_threads" -gt 1 ] 2>/dev/null || return 1;; esac
+  [ "$_ps_start" = "$_t" ]
 }
 llmgw_sha256() { sha256sum "$1" | awk '{print $1}'; }
 `;

@@ -16,6 +16,8 @@ import { parseSections } from './sections.js';
 export const EXIT_PORT_TAKEN = 75;
 /** Exit code of the start script when a live replica with the same id exists. */
 export const EXIT_REPLICA_EXISTS = 76;
+/** The start's preflight (`inputs`) found the engine or the model file gone or changed: nothing was done. */
+export const EXIT_INPUT_GONE = 74;
 
 /** Ports that are taken: listening sockets (/proc/net/tcp{,6}) and ports claimed by live replicas. */
 export function usedPortsScript(dataDir: string, nonce: string): string {
@@ -98,6 +100,12 @@ export function replicaStateHead(spec: ReplicaStartSpec, dataDir: string, bindHo
   }).replace(/\}$/, '');
 }
 
+function inputsCheck(i: NonNullable<StartScriptInput['inputs']>): string {
+  return `if ! ${i.engine}; then echo 'llmgw-start-input: the engine is no longer installed as it was' >&2; exit ${EXIT_INPUT_GONE}; fi
+[ -f ${shq(i.modelPath)} ] || { echo 'llmgw-start-input: the model file is gone' >&2; exit ${EXIT_INPUT_GONE}; }
+`;
+}
+
 export interface StartScriptInput {
   readonly dataDir: string;
   readonly id: string;
@@ -110,6 +118,13 @@ export interface StartScriptInput {
   readonly fence?: Fence | null;
   /** The replica's environment (the node's env, then the device visibility llmgw chose). */
   readonly env?: Readonly<Record<string, string>>;
+  /**
+   * What the driver found installed before, checked first (#38: the start is one exec, without the
+   * engine's and the model's own scripts): a sh condition that the engine is still installed
+   * (engine.ts engineStillInstalled) and the model file's path. Either gone: EXIT_INPUT_GONE, before
+   * anything is done, and the driver checks them with their own scripts and starts again.
+   */
+  readonly inputs?: { readonly engine: string; readonly modelPath: string };
 }
 
 /**
@@ -126,7 +141,7 @@ export function startReplicaScript(s: StartScriptInput): string {
   const portHex = int(s.port).toString(16).toUpperCase().padStart(4, '0');
   const fenced = s.fence ? `fj=",\\"fence\\":{\\"epoch\\":$fe,\\"seq\\":$fence_seq}"\n` : '';
   return `${PRELUDE}
-${fenceDefs(s.dataDir, s.fence)}d=${shq(s.dataDir)}
+${fenceDefs(s.dataDir, s.fence)}${s.inputs ? inputsCheck(s.inputs) : ''}d=${shq(s.dataDir)}
 r="$d/replicas/"${shq(s.id)}
 port=${int(s.port)}
 command -v setsid >/dev/null 2>&1 || llmgw_fail NODE_COMMAND_FAILED "setsid (util-linux) is not installed on the node"
@@ -149,13 +164,14 @@ if [ -d "$r" ]; then
   if llmgw_alive "$r"; then echo "replica exists and is running" >&2; exit ${EXIT_REPLICA_EXISTS}; fi
   rm -rf "$r"
 fi
-if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}' | grep -qi ':${portHex}$'; then
+if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" && toupper($2) ~ /:${portHex}$/ { f = 1 } END { exit !f }'; then
   echo "port $port is listening" >&2; exit ${EXIT_PORT_TAKEN}
 fi
 for o in "$d"/replicas/*/; do
   o=\${o%/}
   [ -f "$o/port" ] || continue
-  if [ "$(cat "$o/port")" = "$port" ] && llmgw_alive "$o"; then echo "port $port is claimed by $o" >&2; exit ${EXIT_PORT_TAKEN}; fi
+  _op=; read -r _op 2>/dev/null <"$o/port" || true
+  if [ "$_op" = "$port" ] && llmgw_alive "$o"; then echo "port $port is claimed by $o" >&2; exit ${EXIT_PORT_TAKEN}; fi
 done
 mkdir -p "$r" || exit 1
 printf '%s\\n' "$port" >"$r/port"
@@ -170,17 +186,19 @@ ${envExports(s.env ?? {})}
 cd "$r" || exit 1
 : >log
 started=$(date +%s)
-setsid sh -c 'echo $$ >pid.tmp && mv pid.tmp pid && exec "$@"' llmgw-replica ${shJoin(s.argv)} </dev/null >>log 2>&1 7>&- &
+setsid sh -c 'echo $$ >pid && exec "$@"' llmgw-replica ${shJoin(s.argv)} </dev/null >>log 2>&1 7>&- &
 unset LLAMA_API_KEY
-# the pid file is written a few ms after the fork: looked for every 5 ms (was 50: #38), for 10 s
+# the pid file is written (one write, by the replica's shell before it execs llama-server) a few ms
+# after the fork: looked for every 5 ms (was 50: #38), for 10 s. Builtins where a command would fork:
+# every fork costs ~5-15 ms on a loaded node, and this script is most of a start.
 i=0
 while [ ! -s pid ]; do
   i=$((i+1)); [ $i -gt 2000 ] && llmgw_fail NODE_COMMAND_FAILED "the replica process did not start"
   sleep 0.005
 done
-pid=$(cat pid)
+pid=; read -r pid <pid || true
 case $pid in ''|*[!0-9]*) llmgw_fail NODE_COMMAND_FAILED "bad pid file";; esac
-st=$(llmgw_procstat "$pid" | awk '{print $2}')
+st=0; llmgw_procstat_vars "$pid" && st=$_ps_start
 case $st in ''|*[!0-9]*) st=0;; esac
 printf '%s\\n' "$st" >starttime
 printf '%s,"pid":%s,"procStartTime":%s,"startedAt":%s000%s}\\n' ${shq(s.stateHead)} "$pid" "$st" "$started" "$fj" >state.json.tmp && mv state.json.tmp state.json
