@@ -9,7 +9,8 @@ import { isIP } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Agent, request } from '../util/undici-lean.js';
+import { Agent } from '../util/undici-lean.js';
+import { healthStatus, servesModel } from './replica-probe.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
 import type { DownloadToken, Fence, NodeDriver, NodeObservation, ReplicaHandle, ReplicaObservation, ReplicaStartSpec } from './driver.js';
@@ -112,7 +113,7 @@ export class ShellNodeDriver implements NodeDriver {
   private readonly enginesSeen = new Map<string, { fingerprint: string; binary: string; check: string }>();
   private readonly modelsSeen = new Map<string, { path: string; bytes: number }>();
   /** Ports of replicas this driver started or observed, for waitReady without a round trip. */
-  private readonly known = new Map<string, { port: number }>();
+  private readonly known = new Map<string, { port: number; launched?: { apiKey: string; modelPath: string } }>();
   private readonly agent = new Agent({ keepAliveTimeout: 1_000, keepAliveMaxTimeout: 1_000, connections: 4 });
   private startQueue: Promise<unknown> = Promise.resolve();
   private closed = false;
@@ -164,7 +165,8 @@ export class ShellNodeDriver implements NodeDriver {
         failure: { code: 'REPLICA_EXITED', message: `replica ${id}: state.json is unreadable`, logTail },
       };
     }
-    this.known.set(id, { port: st.port });
+    const k = this.known.get(id);
+    this.known.set(id, k?.port === st.port ? k : { port: st.port });
     const base = {
       id, model: st.model, digest: st.digest, port: st.port, pid: st.pid, startedAt: st.startedAt, endpoint: this.endpoint(st.port),
       ...(st.keyFingerprint !== null ? { keyFingerprint: st.keyFingerprint } : {}),
@@ -284,7 +286,7 @@ export class ShellNodeDriver implements NodeDriver {
       this.check(res, `start replica ${spec.id}`, fence);
       const started = parseStarted(res.stdout);
       if (!started) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${this.node}: start replica ${spec.id}: unexpected output`, { node: this.node, stdout: tailOf(res.stdout, 5) });
-      this.known.set(spec.id, { port });
+      this.known.set(spec.id, { port, launched: { apiKey: spec.apiKey, modelPath: spec.modelPath } });
       return { id: spec.id, port, pid: started.pid, endpoint: this.endpoint(port), startedAt: started.startedAtMs };
     }
     throw new LlmgwError('NODE_NO_FREE_PORT', `node ${this.node}: every port tried was taken meanwhile`, { node: this.node, tried: [...avoid] });
@@ -321,7 +323,11 @@ export class ShellNodeDriver implements NodeDriver {
         nextCheck = Date.now() + 1_000;
       }
       if ((await this.health(port, opts.signal)) === 200) {
-        // make sure the 200 came from our process, not from whatever else answers on the port
+        // make sure the 200 came from our process, not from whatever else answers on the port: one this
+        // driver launched answers /props to the engine key with its model file (#38: no exec; none of
+        // our replicas holds its port, claimed under the node's lock); else a look at the process
+        const launched = this.known.get(id)?.launched;
+        if (launched && (await servesModel(this.endpoint(port), this.agent, this.timeouts.healthMs, launched, opts.signal))) return;
         const ins = await this.inspect(id, opts.signal);
         if (ins.alive) return;
         throw this.failureError(id, ins.logTail);
@@ -373,16 +379,8 @@ export class ShellNodeDriver implements NodeDriver {
   }
 
   /** GET /health: the status code, or null when nothing answered. */
-  private async health(port: number, signal?: AbortSignal): Promise<number | null> {
-    const t = this.timeouts.healthMs;
-    const sig = signal ? AbortSignal.any([signal, AbortSignal.timeout(t)]) : AbortSignal.timeout(t);
-    try {
-      const res = await request(`${this.endpoint(port)}/health`, { method: 'GET', dispatcher: this.agent, headersTimeout: t, bodyTimeout: t, signal: sig });
-      await res.body.dump();
-      return res.statusCode;
-    } catch {
-      return null;
-    }
+  private health(port: number, signal?: AbortSignal): Promise<number | null> {
+    return healthStatus(this.endpoint(port), this.agent, this.timeouts.healthMs, signal);
   }
 
   private async inspect(id: string, signal?: AbortSignal): Promise<Inspection> {

@@ -343,9 +343,13 @@ describe('replicas', () => {
       runs = 0;
       assert.deepEqual(await d.ensureEngine(pathEngine), { binary });
       assert.deepEqual(await d.ensureModel(`file://${good.path}`, good.sha256), m);
+      const launchedAt = Date.now();
       const h = await d.startReplica({ id: 'one-exec', model: 'tiny', digest: 'd1', modelPath: m.path, binary, profile: tinyProfile(), apiKey: API_KEY });
       startedPids.add(h.pid);
       assert.equal(runs, 1, 'the engine check, the model check and the launch: one script');
+      await d.waitReady('one-exec', { timeoutMs: 60_000 });
+      // its process is looked at once a second while it loads, and not after /health's 200: /props to the key names its model file
+      assert.ok(runs - 1 <= Math.floor((Date.now() - launchedAt) / 1000), `${runs - 1} looks while it became ready in ${Date.now() - launchedAt} ms`);
       await d.stopReplica('one-exec', 2_000);
       await rm(m.path);
       await assert.rejects(
