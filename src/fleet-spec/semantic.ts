@@ -9,7 +9,7 @@ import { problem } from './yaml.js';
 import { cronProblem, isTimeZone } from './cron.js';
 import { checkRollouts } from './rollout.js';
 import type { RolloutSpec } from '../rollout/types.js';
-import { SCALE_DEFAULTS, type AccessKeySpec, type EngineSpec, type FleetSettings, type KeyLimits, type ModelSpec, type NodeSpec, type ProfileSpec, type Problem } from './types.js';
+import { PLACEMENT_DEFAULT, SCALE_DEFAULTS, type EngineVersionSpec, type AccessKeySpec, type EngineSpec, type FleetSettings, type KeyLimits, type ModelSpec, type NodeSpec, type ProfileSpec, type Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 
 export interface SpecParts {
@@ -102,6 +102,10 @@ export function checkSpec(p: SpecParts): CheckResult {
     } else if (!engine.versions[pr.engineVersion]) {
       add('profile', pr.name, ['engine'], 'SPEC_DANGLING_REF', `engine "${pr.engine}" has no version "${pr.engineVersion}"`, listHint(`versions of ${pr.engine}`, Object.keys(engine.versions), `${engine.file}`));
     }
+    const prVersion = engine?.versions[pr.engineVersion];
+    if (prVersion && pr.placement?.spread === 'rpc' && prVersion.rpc !== true) {
+      add('profile', pr.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', noRpcMessage(prVersion, engine!.file), noRpcHint(prVersion, engine!.file));
+    }
     pr.extraArgs.forEach((a, i) => {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
@@ -162,6 +166,11 @@ export function checkSpec(p: SpecParts): CheckResult {
       add('model', m.name, ['memory'], 'SPEC_INVALID_VALUE', `memory ${formatBytes(m.memoryBytes)} is not a plausible need for one replica`, `use a size between ${formatBytes(MIN_MODEL_MEMORY)} and ${formatBytes(MAX_MODEL_MEMORY)}, e.g. 6GiB`);
     }
     const engineVersion = profile ? engineByName.get(profile.engine)?.versions[profile.engineVersion] : undefined;
+    const placement = m.placement ?? profile?.placement ?? PLACEMENT_DEFAULT;
+    if (engineVersion && m.placement?.spread === 'rpc' && engineVersion.rpc !== true) {
+      const file = engineByName.get(engineVersion.engine)!.file;
+      add('model', m.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', `${noRpcMessage(engineVersion, file)} (the engine of profile "${m.profile}")`, noRpcHint(engineVersion, file));
+    }
     const rollout = rollouts.byModel.get(m.name);
     if (profile && engineVersion && m.scaling && rollout !== undefined) {
       models.push({
@@ -180,8 +189,9 @@ export function checkSpec(p: SpecParts): CheckResult {
         token: m.token,
         rollout,
         scale: { ...SCALE_DEFAULTS, ...p.settings.scale, ...m.scale },
+        placement,
         // not of the rollout: changing how a revision rolls out does not roll it out
-        digest: definitionDigest(m.source, m.sha256, profile, engineVersion),
+        digest: definitionDigest(m.source, m.sha256, profile, engineVersion, placement.spread),
       });
     }
   }
@@ -255,6 +265,16 @@ function checkSchedule(m: ModelDraft, add: (path: (string | number)[], message: 
       add(['schedule', i, 'cron'], `cron "${e.cron}" is not valid${field}: ${bad.message}`, `${range ? `${bad.field} takes ${range}; ` : ''}five fields: minute hour day-of-month month day-of-week (optionally seconds first), e.g. "0 8 * * 1-5" for 08:00 Monday to Friday`);
     }
   });
+}
+
+/** "placement spread: rpc needs rpc-server, and engine llama-cpp version b6500 (engines/llama-cpp.yaml) does not carry it" */
+function noRpcMessage(v: EngineVersionSpec, file: string): string {
+  return `placement spread: rpc runs the model as a llama.cpp RPC group, which needs rpc-server; engine ${v.engine} version ${v.version} (${file}) does not carry it`;
+}
+
+function noRpcHint(v: EngineVersionSpec, file: string): string {
+  const how = v.install.method === 'build' ? 'add -DGGML_RPC=ON to its build cmake_flags' : 'set rpc: true on it if its install carries rpc-server';
+  return `in ${file}, version ${v.version}: ${how}; or profile an engine version with rpc, or use spread: none`;
 }
 
 function listHint(what: string, names: readonly string[], where: string): string {
