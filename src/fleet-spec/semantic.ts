@@ -64,10 +64,11 @@ export function checkSpec(p: SpecParts): CheckResult {
     code: keyof typeof Reasons,
     message: string,
     hint?: string,
+    to: Problem[] = problems,
   ): void => {
     const o = obj(kind, name);
     const file = o?.parsed.file ?? (kind === 'fleet' ? 'fleet.yaml' : kind === 'keys' ? 'access/keys.yaml' : `${kind}s/${name}.yaml`);
-    problems.push(problem(file, o ? o.parsed.position(path) : null, path.length ? '/' + path.join('/') : '', code, message, hint));
+    to.push(problem(file, o ? o.parsed.position(path) : null, path.length ? '/' + path.join('/') : '', code, message, hint));
   };
 
   // fleet.yaml
@@ -105,7 +106,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     const prVersion = engine?.versions[pr.engineVersion];
     if (prVersion && pr.placement?.spread === 'rpc' && prVersion.rpc !== true) {
       add('profile', pr.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', noRpcMessage(prVersion, engine!.file), noRpcHint(prVersion, engine!.file));
-    }
+    } else if (pr.placement?.spread === 'rpc') add('profile', pr.name, ['placement', 'spread'], 'SPEC_NOT_ACTED_ON', GROUPS_NOT_RUN, GROUPS_NOT_RUN_HINT, warnings);
     pr.extraArgs.forEach((a, i) => {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
@@ -170,7 +171,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     if (engineVersion && m.placement?.spread === 'rpc' && engineVersion.rpc !== true) {
       const file = engineByName.get(engineVersion.engine)!.file;
       add('model', m.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', `${noRpcMessage(engineVersion, file)} (the engine of profile "${m.profile}")`, noRpcHint(engineVersion, file));
-    }
+    } else if (m.placement?.spread === 'rpc') add('model', m.name, ['placement', 'spread'], 'SPEC_NOT_ACTED_ON', GROUPS_NOT_RUN, GROUPS_NOT_RUN_HINT, warnings);
     const rollout = rollouts.byModel.get(m.name);
     if (profile && engineVersion && m.scaling && rollout !== undefined) {
       models.push({
@@ -266,6 +267,10 @@ function checkSchedule(m: ModelDraft, add: (path: (string | number)[], message: 
     }
   });
 }
+
+/** Until the reconciler runs RPC groups (#40): what spread: rpc does today. */
+const GROUPS_NOT_RUN = 'placement spread: rpc: this llmgw does not start RPC groups yet: a replica that no single node holds stays unplaceable (MODEL_UNPLACEABLE); one that fits a node runs there, as with spread: none';
+const GROUPS_NOT_RUN_HINT = '`llmgw plan` shows the group such a replica would run as (its hosts and each one\'s layers and memory); docs/fleet-repo.md says what runs today';
 
 /** "placement spread: rpc needs rpc-server, and engine llama-cpp version b6500 (engines/llama-cpp.yaml) does not carry it" */
 function noRpcMessage(v: EngineVersionSpec, file: string): string {
