@@ -111,11 +111,13 @@ export function placeGroup(input: GroupPlacementInput): GroupPlacement {
     return { kind: 'group', hosts, totalLayers: req.layers ? req.layers.weightBytes.length : null, why: groupWhy(need, hosts) };
   }
   const base = unplaceableReason(need, largest, 0, 1, counts).split('; ');
-  const groupPart = cands.length < 2
-    ? `a group needs 2 nodes, ${cands.length === 0 ? 'none has' : 'only 1 has'} known free memory`
-    : `group of ${most} at most ${formatBytes(cands.slice(0, most).reduce((s, c) => s + c.free, 0))}${cands.slice(0, most).reduce((s, c) => s + c.free, 0) >= need ? ', and its layers do not divide to fit' : ''}`;
+  const mostFree = cands.slice(0, most).reduce((s, c) => s + c.free, 0);
+  // (no candidate at all: the replica's reason says so already)
+  const groupPart = cands.length === 0 ? [] : cands.length === 1
+    ? ['a group needs 2 nodes, only 1 has known free memory']
+    : [`group of ${most} at most ${formatBytes(mostFree)}${mostFree >= need ? ', and its layers do not divide to fit' : ''}`];
   // "needs 64 GiB; largest free 40 GiB on node-a; group of 3 at most 58 GiB; 3 nodes checked"
-  const reason = [...base.slice(0, 2), groupPart, ...base.slice(2)].join('; ');
+  const reason = [...base.slice(0, 2), ...groupPart, ...base.slice(2)].join('; ');
   return unplaceable({ code: matching.length === 0 ? 'PLACEMENT_NO_MATCHING_NODE' : 'PLACEMENT_NO_ROOM', needBytes: need, largestFree: largest, reason });
 }
 

@@ -91,6 +91,12 @@ const cases: { name: string; nodes: PlacementNode[]; request: GroupRequest; rese
     request: req(64),
     want: { hosts: [['a', 'head'], ['c', 'worker']] },
   },
+  {
+    name: 'no node matches the selector: no matching node, no group part',
+    nodes: [node('a', 40, { zone: 'x' })],
+    request: req(64, { nodeSelector: { zone: 'q' } }),
+    want: { code: 'PLACEMENT_NO_MATCHING_NODE', reason: /^needs 64 GiB; no node with known free memory; 1 node checked, 1 excluded by selector$/ },
+  },
   { name: 'memory need unknown', nodes: [node('a', 40)], request: req(null), want: { code: 'PLACEMENT_MEMORY_UNKNOWN', reason: /memory need unknown/ } },
 ];
 
