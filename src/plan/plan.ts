@@ -190,6 +190,7 @@ export function planChanges(input: {
         if (b.sha256 !== h.sha256) what.push('sha256');
         if (b.profile !== h.profile) what.push(`profile ${b.profile} → ${h.profile}`);
         if (engineOf(base!, b) !== engineOf(head, h)) what.push(`engine ${engineOf(base!, b)} → ${engineOf(head, h)}`);
+        if ((b.placement?.spread ?? 'none') !== (h.placement?.spread ?? 'none')) what.push(`placement spread ${b.placement?.spread ?? 'none'} → ${h.placement?.spread ?? 'none'}`);
         if (what.length === 0) what.push(`profile ${h.profile} settings`);
         effects.push(`definition changed (${what.join(', ')}): replicas are replaced one at a time`);
       }
@@ -201,6 +202,7 @@ export function planChanges(input: {
       if (!sameJson(b.aliases, h.aliases)) effects.push(`aliases: [${b.aliases.join(', ')}] → [${h.aliases.join(', ')}]`);
       if (!sameJson(b.nodeSelector, h.nodeSelector)) effects.push('node selector changed: replicas may move');
       if (b.memoryBytes !== h.memoryBytes) effects.push('memory override changed: placement is redone');
+      if (h.placement?.spread === 'rpc' && b.placement?.spread === 'rpc' && b.placement.maxHosts !== h.placement.maxHosts) effects.push(`placement max_hosts: ${b.placement.maxHosts} → ${h.placement.maxHosts} (a bound on a group's hosts: nothing running is replaced)`);
       if (b.maxConcurrency !== h.maxConcurrency) effects.push(`max_concurrency: ${b.maxConcurrency ?? 'none'} → ${h.maxConcurrency ?? 'none'}`);
       if (b.routing !== h.routing) effects.push(`routing: ${b.routing} → ${h.routing}`);
       if (!sameJson(b.queue, h.queue)) effects.push(`queue: max ${b.queue.max}, timeout ${b.queue.timeoutMs / 1000}s → max ${h.queue.max}, timeout ${h.queue.timeoutMs / 1000}s`);

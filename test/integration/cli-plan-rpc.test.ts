@@ -38,7 +38,7 @@ before(async () => {
 after(cleanupTempDirs);
 
 /** A repo whose base has node-a (60 % of the need), node-b (50 %) and node-c (20 %), and a head adding `models`. */
-async function planOf(models: Record<string, string>): Promise<{ code: number; text: string; json: PlanJson; md: string }> {
+async function planOf(models: Record<string, string>, baseModels: Record<string, string> = {}): Promise<{ code: number; text: string; json: PlanJson; md: string }> {
   const files = minimalFleet();
   delete files['nodes/cpu-01.yaml'];
   delete files['nodes/cpu-02.yaml'];
@@ -51,7 +51,7 @@ async function planOf(models: Record<string, string>): Promise<{ code: number; t
   for (const m of ['alpha', 'beta', 'gamma']) delete files[`models/${m}.yaml`];
   delete files['access/keys.yaml'];
   const repo = await WorkRepo.init();
-  await repo.write(files);
+  await repo.write({ ...files, ...baseModels });
   const base = await repo.commit('base');
   await repo.write(models);
   await repo.commit('add models');
@@ -109,6 +109,14 @@ describe('llmgw plan: RPC groups', () => {
     const small = r.json.models.find((m) => m.model === 'small')!.placement!;
     assert.deepEqual([small.verdict, small.nodes, small.groups], ['fits', ['node-c'], undefined]);
     assert.match(r.text, /\+ small +added: .*\n +fits on node-c\n/);
+  });
+
+  it('changing spread is a definition change, named; changing max_hosts is not', async () => {
+    const small = (placement: string): string => `source: hf://org/s-GGUF/s.gguf\nsha256: ${'c'.repeat(64)}\nprofile: rpc\nreplicas: 1\nmemory: 1MiB\nplacement: ${placement}\n`;
+    const r = await planOf({ 'models/s1.yaml': small('{ spread: rpc }'), 'models/s2.yaml': small('{ spread: rpc, max_hosts: 4 }') }, { 'models/s1.yaml': small('{ spread: none }'), 'models/s2.yaml': small('{ spread: rpc, max_hosts: 2 }') });
+    assert.match(r.text, /~ s1 +definition changed \(placement spread none → rpc\)/);
+    assert.match(r.text, /~ s2 +placement max_hosts: 2 → 4 \(a bound on a group's hosts: nothing running is replaced\)\n/);
+    assert.doesNotMatch(r.text, /s2 +definition changed/);
   });
 
   it('more than max_hosts would hold it: fits nowhere, with the group\'s numbers', async () => {
