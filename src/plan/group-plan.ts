@@ -16,7 +16,7 @@ import type { ModelOutcome, NodeUsage } from './simulate.js';
 /** One group of a model's replica: its hosts, in order (the head first). */
 export interface PlannedGroup {
   readonly hosts: readonly GroupHost[];
-  /** The model's repeating layers; null when not known (a memory: override, the split in bytes). */
+  /** The model's repeating layers; null when not known (its header not read: a memory: override, a need from the status): the split in bytes. */
   readonly totalLayers: number | null;
   /** "solo needs 64 GiB; largest free 40 GiB; group node-a (head, 40 GiB) + node-b (28 GiB)" */
   readonly why: string;

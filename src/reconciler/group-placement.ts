@@ -190,7 +190,7 @@ export function groupWhy(need: number, hosts: readonly GroupHost[]): string {
 /** "node-a (head): layers 0-13 (14 of 32), weights 20 GiB, KV 1 GiB, 23.4 GiB in all of 40 GiB free" */
 export function hostLine(h: GroupHost, totalLayers: number | null): string {
   const layers = h.layers === null || totalLayers === null
-    ? 'layers not known (memory: override; the split in bytes)'
+    ? 'layers not known (the GGUF header was not read: the split in bytes)'
     : h.layers.count === 0 ? `no layers of ${totalLayers}` : `layers ${h.layers.first}-${h.layers.first + h.layers.count - 1} (${h.layers.count} of ${totalLayers})`;
   const parts = [layers];
   if (h.weightBytes !== null) parts.push(`weights ${formatBytes(h.weightBytes)}`);

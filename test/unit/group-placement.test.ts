@@ -128,7 +128,7 @@ describe('group placement', () => {
     if (g.kind !== 'group') return;
     assert.equal(g.hosts.reduce((s, h) => s + h.bytes, 0), 64 * GiB);
     assert.ok(Math.abs(g.hosts[0]!.bytes - (64 * GiB * 40) / 68) < 2 && Math.abs(g.hosts[1]!.bytes - (64 * GiB * 28) / 68) < 2);
-    assert.equal(hostLine(g.hosts[1]!, g.totalLayers), 'b (worker): layers not known (memory: override; the split in bytes), 26.4 GiB in all of 28 GiB free');
+    assert.equal(hostLine(g.hosts[1]!, g.totalLayers), 'b (worker): layers not known (the GGUF header was not read: the split in bytes), 26.4 GiB in all of 28 GiB free');
   });
 
   it('the split by layers: the head keeps the first layers and what is its own, the worker the rest; shares follow the room', () => {
