@@ -272,14 +272,14 @@ function checkSchedule(m: ModelDraft, add: (path: (string | number)[], message: 
 const GROUPS_NOT_RUN = 'placement spread: rpc: this llmgw does not start RPC groups yet: a replica that no single node holds stays unplaceable (MODEL_UNPLACEABLE); one that fits a node runs there, as with spread: none';
 const GROUPS_NOT_RUN_HINT = '`llmgw plan` shows the group such a replica would run as (its hosts and each one\'s layers and memory); docs/fleet-repo.md says what runs today';
 
-/** "placement spread: rpc needs rpc-server, and engine llama-cpp version b6500 (engines/llama-cpp.yaml) does not carry it" */
+/** "placement spread: rpc runs the model as a llama.cpp RPC group, which needs rpc-server; engine llama-cpp version b6500 (engines/llama-cpp.yaml) does not carry it" */
 function noRpcMessage(v: EngineVersionSpec, file: string): string {
   return `placement spread: rpc runs the model as a llama.cpp RPC group, which needs rpc-server; engine ${v.engine} version ${v.version} (${file}) does not carry it`;
 }
 
 function noRpcHint(v: EngineVersionSpec, file: string): string {
   const how = v.install.method === 'build' ? 'add -DGGML_RPC=ON to its build cmake_flags' : 'set rpc: true on it if its install carries rpc-server';
-  return `in ${file}, version ${v.version}: ${how}; or profile an engine version with rpc, or use spread: none`;
+  return `in ${file}, version ${v.version}: ${how}; or point the profile at an engine version with rpc, or use spread: none`;
 }
 
 function listHint(what: string, names: readonly string[], where: string): string {

@@ -77,5 +77,7 @@ export function planGroups(head: FleetSpec, m: ModelSpec, o: ModelOutcome | unde
     ? `fits as an RPC group of ${size(head0)}${onDemand} (no node holds it alone): ${head0.why}`
     : `${groups.length} of ${o.desired} fit as RPC groups${onDemand} (no node holds one alone): ${groups.map((g) => g.why).join(' | ')}${unplaceable ? `; the rest fit nowhere: ${unplaceable}` : ''}`;
   const details = groups.flatMap((g, gi) => g.hosts.map((h) => `${groups.length > 1 ? `group ${gi + 1}: ` : ''}${hostLine(h, g.totalLayers)}`));
+  // (the validate warning says the same; gone when the reconciler runs groups)
+  details.push('(this llmgw does not start RPC groups yet: until it does, the model stays unplaceable)');
   return { groups, unplaceable, text, details };
 }
