@@ -163,7 +163,9 @@ export function splitOver(hosts: readonly Candidate[], need: number, layers: Gro
     const kv = mine.reduce((s, j) => s + layers.kvBytes[j]!, 0);
     const extra = i === 0 ? headOnly : 0;
     const bytes = Math.ceil(weights + kv + extra);
-    if (bytes > h.free) return null;
+    // a host over its free memory, or a worker holding no layer (an idle member; a head without
+    // layers still holds the rest, as llama-server with every layer offloaded does)
+    if (bytes > h.free || (i > 0 && mine.length === 0)) return null;
     out.push({ node: h.node, role: role(i), freeBytes: h.free, layers: { first: mine[0] ?? 0, count: mine.length }, weightBytes: Math.round(weights), kvBytes: Math.round(kv), ownBytes: Math.round(extra), bytes });
   }
   return out;

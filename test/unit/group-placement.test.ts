@@ -156,6 +156,16 @@ describe('group placement', () => {
     if (u.kind === 'unplaceable') assert.match(u.unplaceable.reason, /group of 3 at most 41 GiB, and its layers do not divide to fit/);
   });
 
+  it('a head may hold no layer (every layer offloaded to the workers): it keeps its own bytes', () => {
+    // one layer of 10 GiB, 3 GiB the head alone holds: the head (12 GiB free) keeps its 3, the worker (10 GiB) takes the layer
+    const one: GroupLayers = { weightBytes: [10 * GiB], kvBytes: [0] };
+    const g = placeGroup({ nodes: [node('a', 12), node('b', 10)], reserveBytes: 0, request: req(13, { layers: one }) });
+    assert.equal(g.kind, 'group', JSON.stringify(g));
+    if (g.kind !== 'group') return;
+    assert.deepEqual(g.hosts.map((h) => [h.node, h.layers?.count, h.bytes / GiB]), [['a', 0, 3], ['b', 1, 10]]);
+    assert.equal(hostLine(g.hosts[0]!, 1), 'a (head): no layers of 1, weights 0 B, KV 0 B, 3 GiB of its own (embeddings and output, prompt cache, overhead), 3 GiB in all of 12 GiB free');
+  });
+
   it('groupLayersOf: the tensor table\'s weights per layer and the KV cache per layer; the file over the block count without a table', () => {
     const shape = { fileBytes: 1000, layers: 4, headCountKv: 2, keyLength: 8, valueLength: 8 };
     const kvPerLayer = (4 * 64 * 2 * 16 * 2) / 4;
