@@ -148,11 +148,15 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
   };
 }
 
-/** A `placement:` block (schema defaults applied); null when absent. */
-export function normalizePlacement(v: unknown): PlacementSpec | null {
+/** The fields a `placement:` block sets (a profile's or a model's); null when absent. */
+export function normalizePlacement(v: unknown): Partial<PlacementSpec> | null {
   if (v === undefined || v === null || typeof v !== 'object') return null;
   const o = obj(v);
-  return { spread: o.spread === 'rpc' ? 'rpc' : 'none', maxHosts: num(o.max_hosts) ?? 2 };
+  const maxHosts = num(o.max_hosts);
+  return {
+    ...(o.spread === 'rpc' || o.spread === 'none' ? { spread: o.spread } : {}),
+    ...(maxHosts !== null ? { maxHosts } : {}),
+  };
 }
 
 export interface ModelDraft {
@@ -177,8 +181,8 @@ export interface ModelDraft {
   readonly scale: Partial<ScaleSpec>;
   /** Ranges as written, each with its field path (checked in semantic.ts: min ≤ max). */
   readonly ranges: readonly DraftRange[];
-  /** The model file's own `placement:` (null: its profile's, else none). */
-  readonly placement?: PlacementSpec | null;
+  /** The fields of the model file's own `placement:` (over its profile's; null: none set). */
+  readonly placement?: Partial<PlacementSpec> | null;
 }
 
 /** A replica range as written, where it was written. */

@@ -9,7 +9,7 @@ import { problem } from './yaml.js';
 import { cronProblem, isTimeZone } from './cron.js';
 import { checkRollouts } from './rollout.js';
 import type { RolloutSpec } from '../rollout/types.js';
-import { PLACEMENT_DEFAULT, SCALE_DEFAULTS, type EngineVersionSpec, type AccessKeySpec, type EngineSpec, type FleetSettings, type KeyLimits, type ModelSpec, type NodeSpec, type ProfileSpec, type Problem } from './types.js';
+import { PLACEMENT_DEFAULT, SCALE_DEFAULTS, type EngineVersionSpec, type PlacementSpec, type AccessKeySpec, type EngineSpec, type FleetSettings, type KeyLimits, type ModelSpec, type NodeSpec, type ProfileSpec, type Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 
 export interface SpecParts {
@@ -167,7 +167,7 @@ export function checkSpec(p: SpecParts): CheckResult {
       add('model', m.name, ['memory'], 'SPEC_INVALID_VALUE', `memory ${formatBytes(m.memoryBytes)} is not a plausible need for one replica`, `use a size between ${formatBytes(MIN_MODEL_MEMORY)} and ${formatBytes(MAX_MODEL_MEMORY)}, e.g. 6GiB`);
     }
     const engineVersion = profile ? engineByName.get(profile.engine)?.versions[profile.engineVersion] : undefined;
-    const placement = m.placement ?? profile?.placement ?? PLACEMENT_DEFAULT;
+    const placement: PlacementSpec = { ...PLACEMENT_DEFAULT, ...profile?.placement, ...m.placement };
     if (engineVersion && m.placement?.spread === 'rpc' && engineVersion.rpc !== true) {
       const file = engineByName.get(engineVersion.engine)!.file;
       add('model', m.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', `${noRpcMessage(engineVersion, file)} (the engine of profile "${m.profile}")`, noRpcHint(engineVersion, file));

@@ -133,8 +133,8 @@ export interface ProfileSpec {
   readonly mainGpu?: number | null;
   /** How many devices of one node a replica uses (1 unless tensor_split names more). */
   readonly deviceCount?: number;
-  /** The profile's `placement:` (its models' unless a model sets its own); null or absent: none set. */
-  readonly placement?: PlacementSpec | null;
+  /** The fields of the profile's `placement:` (its models', under the fields a model sets); null or absent: none set. */
+  readonly placement?: Partial<PlacementSpec> | null;
 }
 
 /**
@@ -213,7 +213,7 @@ export interface ModelSpec {
    */
   readonly scale?: ScaleSpec;
   /**
-   * The placement in force: the model file's `placement:`, else its profile's, else PLACEMENT_DEFAULT.
+   * The placement in force: the model file's `placement:` fields over its profile's over PLACEMENT_DEFAULT.
    * (Optional for hand-built specs; the loader always sets it.) spread is part of the definition
    * (a group runs other processes than a solo replica); max_hosts is not (a bound, like node_selector).
    */

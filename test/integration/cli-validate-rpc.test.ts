@@ -92,7 +92,7 @@ describe('llmgw validate: placement spread rpc', () => {
     assert.match(r.out.problems.find((p) => p.file === 'engines/llama-cpp.yaml')!.hint, /exactly one install method: artifact, build or path \(and rpc: true/);
   });
 
-  it('the loaded spec: the model\'s placement over its profile\'s over the default; spread rpc moves the digest, max_hosts does not', async () => {
+  it('the loaded spec: the model\'s placement fields over its profile\'s over the default; spread rpc moves the digest, max_hosts does not', async () => {
     const files = minimalFleet();
     files['engines/llama-cpp.yaml'] = files['engines/llama-cpp.yaml']!.replace('    path: /opt/llama/b6500/llama-server\n', '    path: /opt/llama/b6500/llama-server\n    rpc: true\n') + BUILD_RPC;
     const load = async (f: Record<string, string>) => {
@@ -118,5 +118,12 @@ describe('llmgw validate: placement spread rpc', () => {
     assert.equal(byModel.models.alpha!.digest, byProfile.models.alpha!.digest);
     const none = await load({ ...files, 'models/alpha.yaml': files['models/alpha.yaml'] + 'placement: { spread: none }\n' });
     assert.equal(none.models.alpha!.digest, plain.models.alpha!.digest);
+    // field by field: a model setting max_hosts keeps its profile's spread; one setting spread: none turns it off
+    const rpcProfile = { ...files, 'profiles/chat.yaml': files['profiles/chat.yaml'] + 'placement: { spread: rpc, max_hosts: 4 }\n' };
+    const hostsOnly = await load({ ...rpcProfile, 'models/alpha.yaml': files['models/alpha.yaml'] + 'placement: { max_hosts: 6 }\n' });
+    assert.deepEqual(hostsOnly.models.alpha!.placement, { spread: 'rpc', maxHosts: 6 });
+    const off = await load({ ...rpcProfile, 'models/alpha.yaml': files['models/alpha.yaml'] + 'placement: { spread: none }\n' });
+    assert.deepEqual(off.models.alpha!.placement, { spread: 'none', maxHosts: 4 });
+    assert.equal(off.models.alpha!.digest, plain.models.alpha!.digest);
   });
 });
