@@ -38,7 +38,7 @@ before(async () => {
 after(cleanupTempDirs);
 
 /** A repo whose base has node-a (60 % of the need), node-b (50 %) and node-c (20 %), and a head adding `models`. */
-async function planOf(models: Record<string, string>, baseModels: Record<string, string> = {}): Promise<{ code: number; text: string; json: PlanJson; md: string }> {
+async function planOf(models: Record<string, string>, baseModels: Record<string, string> = {}): Promise<{ code: number; text: string; json: PlanJson; md: string; gh: string }> {
   const files = minimalFleet();
   delete files['nodes/cpu-01.yaml'];
   delete files['nodes/cpu-02.yaml'];
@@ -60,7 +60,8 @@ async function planOf(models: Record<string, string>, baseModels: Record<string,
   const text = await runCli(['plan', '--base', base, '--no-status'], repo.dir);
   const json = await runCli(['plan', '--base', base, '--no-status', '-f', 'json'], repo.dir);
   const md = await runCli(['plan', '--base', base, '--no-status', '-f', 'markdown'], repo.dir);
-  return { code: text.code, text: text.stdout, json: JSON.parse(json.stdout) as PlanJson, md: md.stdout };
+  const gh = await runCli(['plan', '--base', base, '--no-status', '-f', 'github'], repo.dir);
+  return { code: text.code, text: text.stdout, json: JSON.parse(json.stdout) as PlanJson, md: md.stdout, gh: gh.stdout };
 }
 
 const bigModel = (placement: string, extra = ''): string => `source: file://${tiny.path}\nsha256: ${tiny.sha256}\nprofile: rpc\nreplicas: 1\nplacement: ${placement}\n${extra}`;
@@ -104,6 +105,7 @@ describe('llmgw plan: RPC groups', () => {
     // both hosts get the engine
     assert.deepEqual(r.json.engineInstalls, [{ engine: 'llama-cpp@b6500', nodes: ['node-a', 'node-b', 'node-c'] }]);
     assert.match(r.md, /\| ✅ fits as an RPC group of 2 hosts .*<br>node-a \(head\): layers 0-/);
+    assert.match(r.gh, /^::notice file=models\/big\.yaml,line=4,title=llmgw plan%3A big added::added: .*%0Afits as an RPC group of 2 hosts .*%0Anode-a \(head\): layers 0-.*%0Anode-b \(worker\): layers /m);
 
     // fits one node (node-c): placed as any replica, never split
     const small = r.json.models.find((m) => m.model === 'small')!.placement!;
