@@ -1,6 +1,7 @@
 /**
  * A model's definition digest: sha256 over the canonical JSON of what decides what runs —
- * normalized source, sha256, and the resolved profile with its engine version's install spec.
+ * normalized source, sha256, the resolved profile with its engine version's install spec, and
+ * the placement's spread when it is rpc.
  * Scheduling fields (replicas, on_demand, aliases, selector, memory) are not part of it, nor is
  * the profile's name: renaming a profile without changing it does not restart anything.
  */
@@ -46,9 +47,13 @@ function argsOf(profile: ProfileSpec): Record<string, unknown> {
 
 const engineOf = (engine: EngineVersionSpec): Record<string, unknown> => ({ name: engine.engine, version: engine.version, install: engine.install });
 
-/** The definition a digest is taken of: its canonical JSON is what is hashed. */
-export function definitionOf(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): Record<string, unknown> {
-  return { v: 1, source, sha256: sha256.toLowerCase(), engine: engineOf(engine), args: argsOf(profile) };
+/**
+ * The definition a digest is taken of: its canonical JSON is what is hashed. `spread`: the model's
+ * placement spread; rpc is part of it (a group runs a head and rpc-server workers, not one
+ * llama-server), none is not, so the digests of models that do not spread stay as they were.
+ */
+export function definitionOf(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec, spread: 'none' | 'rpc' = 'none'): Record<string, unknown> {
+  return { v: 1, source, sha256: sha256.toLowerCase(), engine: engineOf(engine), args: argsOf(profile), ...(spread === 'rpc' ? { placement: { spread } } : {}) };
 }
 
 /**
@@ -70,9 +75,10 @@ function engineAndArgs(profile: ProfileSpec, engine: EngineVersionSpec): string 
 
 /**
  * sha256 of canonicalJson(definitionOf(…)), assembled from the cached part: the definition's keys
- * in canonical order are args, engine, sha256, source, v (spec-digest-canonical.test.ts checks it).
+ * in canonical order are args, engine, placement (when rpc), sha256, source, v (spec-digest-canonical.test.ts checks it).
  */
-export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec): string {
-  const text = `{${engineAndArgs(profile, engine)},"sha256":${JSON.stringify(sha256.toLowerCase())},"source":${JSON.stringify(source)},"v":1}`;
+export function definitionDigest(source: string, sha256: string, profile: ProfileSpec, engine: EngineVersionSpec, spread: 'none' | 'rpc' = 'none'): string {
+  const placement = spread === 'rpc' ? ',"placement":{"spread":"rpc"}' : '';
+  const text = `{${engineAndArgs(profile, engine)}${placement},"sha256":${JSON.stringify(sha256.toLowerCase())},"source":${JSON.stringify(source)},"v":1}`;
   return createHash('sha256').update(text).digest('hex');
 }

@@ -10,6 +10,7 @@ import type {
   KeyLimits,
   ModelScaling,
   NodeSpec,
+  PlacementSpec,
   ProfileSpec,
   Routing,
   ScaleSpec,
@@ -100,10 +101,22 @@ function normalizeInstall(raw: Raw): EngineInstall {
   return { method: 'path', path: str(raw.path) };
 }
 
+/** A cmake flag list turns GGML_RPC on (-DGGML_RPC=ON, -DGGML_RPC:BOOL=1, …: cmake's true values). */
+export function rpcInFlags(flags: readonly string[]): boolean {
+  let on = false;
+  for (const f of flags) {
+    const m = /^-DGGML_RPC(?::[A-Z]+)?=(.*)$/.exec(f);
+    if (m) on = /^(on|1|true|yes|y)$/i.test(m[1]!); // the last one wins, as in cmake
+  }
+  return on;
+}
+
 export function normalizeEngine(name: string, file: string, raw: Raw): EngineSpec {
   const versions: Record<string, EngineVersionSpec> = {};
   for (const [version, v] of Object.entries(obj(raw.versions))) {
-    versions[version] = { engine: name, version, install: normalizeInstall(obj(v)) };
+    const install = normalizeInstall(obj(v));
+    const rpc = typeof obj(v).rpc === 'boolean' ? (obj(v).rpc as boolean) : install.method === 'build' && rpcInFlags(install.cmakeFlags);
+    versions[version] = { engine: name, version, install, rpc };
   }
   return { name, file, versions };
 }
@@ -131,6 +144,18 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
     tensorSplit: (raw.tensor_split as number[] | undefined) ?? [],
     mainGpu: num(raw.main_gpu),
     deviceCount: Math.max(1, ((raw.tensor_split as number[] | undefined) ?? []).length),
+    placement: normalizePlacement(raw.placement),
+  };
+}
+
+/** The fields a `placement:` block sets (a profile's or a model's); null when absent. */
+export function normalizePlacement(v: unknown): Partial<PlacementSpec> | null {
+  if (v === undefined || v === null || typeof v !== 'object') return null;
+  const o = obj(v);
+  const maxHosts = num(o.max_hosts);
+  return {
+    ...(o.spread === 'rpc' || o.spread === 'none' ? { spread: o.spread } : {}),
+    ...(maxHosts !== null ? { maxHosts } : {}),
   };
 }
 
@@ -156,6 +181,8 @@ export interface ModelDraft {
   readonly scale: Partial<ScaleSpec>;
   /** Ranges as written, each with its field path (checked in semantic.ts: min ≤ max). */
   readonly ranges: readonly DraftRange[];
+  /** The fields of the model file's own `placement:` (over its profile's; null: none set). */
+  readonly placement?: Partial<PlacementSpec> | null;
 }
 
 /** A replica range as written, where it was written. */
@@ -212,6 +239,7 @@ export function normalizeModel(name: string, file: string, raw: Raw): ModelDraft
     timezone,
     scale: scaleFields(raw.scale),
     ranges,
+    placement: normalizePlacement(raw.placement),
   };
 }
 

@@ -9,7 +9,7 @@ import { problem } from './yaml.js';
 import { cronProblem, isTimeZone } from './cron.js';
 import { checkRollouts } from './rollout.js';
 import type { RolloutSpec } from '../rollout/types.js';
-import { SCALE_DEFAULTS, type AccessKeySpec, type EngineSpec, type FleetSettings, type KeyLimits, type ModelSpec, type NodeSpec, type ProfileSpec, type Problem } from './types.js';
+import { PLACEMENT_DEFAULT, SCALE_DEFAULTS, type EngineVersionSpec, type PlacementSpec, type AccessKeySpec, type EngineSpec, type FleetSettings, type KeyLimits, type ModelSpec, type NodeSpec, type ProfileSpec, type Problem } from './types.js';
 import type { Reasons } from '../errors/catalogue.js';
 
 export interface SpecParts {
@@ -64,10 +64,11 @@ export function checkSpec(p: SpecParts): CheckResult {
     code: keyof typeof Reasons,
     message: string,
     hint?: string,
+    to: Problem[] = problems,
   ): void => {
     const o = obj(kind, name);
     const file = o?.parsed.file ?? (kind === 'fleet' ? 'fleet.yaml' : kind === 'keys' ? 'access/keys.yaml' : `${kind}s/${name}.yaml`);
-    problems.push(problem(file, o ? o.parsed.position(path) : null, path.length ? '/' + path.join('/') : '', code, message, hint));
+    to.push(problem(file, o ? o.parsed.position(path) : null, path.length ? '/' + path.join('/') : '', code, message, hint));
   };
 
   // fleet.yaml
@@ -102,6 +103,10 @@ export function checkSpec(p: SpecParts): CheckResult {
     } else if (!engine.versions[pr.engineVersion]) {
       add('profile', pr.name, ['engine'], 'SPEC_DANGLING_REF', `engine "${pr.engine}" has no version "${pr.engineVersion}"`, listHint(`versions of ${pr.engine}`, Object.keys(engine.versions), `${engine.file}`));
     }
+    const prVersion = engine?.versions[pr.engineVersion];
+    if (prVersion && pr.placement?.spread === 'rpc' && prVersion.rpc !== true) {
+      add('profile', pr.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', noRpcMessage(prVersion, engine!.file), noRpcHint(prVersion, engine!.file));
+    } else if (pr.placement?.spread === 'rpc') add('profile', pr.name, ['placement', 'spread'], 'SPEC_NOT_ACTED_ON', GROUPS_NOT_RUN, GROUPS_NOT_RUN_HINT, warnings);
     pr.extraArgs.forEach((a, i) => {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
@@ -162,6 +167,11 @@ export function checkSpec(p: SpecParts): CheckResult {
       add('model', m.name, ['memory'], 'SPEC_INVALID_VALUE', `memory ${formatBytes(m.memoryBytes)} is not a plausible need for one replica`, `use a size between ${formatBytes(MIN_MODEL_MEMORY)} and ${formatBytes(MAX_MODEL_MEMORY)}, e.g. 6GiB`);
     }
     const engineVersion = profile ? engineByName.get(profile.engine)?.versions[profile.engineVersion] : undefined;
+    const placement: PlacementSpec = { ...PLACEMENT_DEFAULT, ...profile?.placement, ...m.placement };
+    if (engineVersion && m.placement?.spread === 'rpc' && engineVersion.rpc !== true) {
+      const file = engineByName.get(engineVersion.engine)!.file;
+      add('model', m.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', `${noRpcMessage(engineVersion, file)} (the engine of profile "${m.profile}")`, noRpcHint(engineVersion, file));
+    } else if (m.placement?.spread === 'rpc') add('model', m.name, ['placement', 'spread'], 'SPEC_NOT_ACTED_ON', GROUPS_NOT_RUN, GROUPS_NOT_RUN_HINT, warnings);
     const rollout = rollouts.byModel.get(m.name);
     if (profile && engineVersion && m.scaling && rollout !== undefined) {
       models.push({
@@ -180,8 +190,9 @@ export function checkSpec(p: SpecParts): CheckResult {
         token: m.token,
         rollout,
         scale: { ...SCALE_DEFAULTS, ...p.settings.scale, ...m.scale },
+        placement,
         // not of the rollout: changing how a revision rolls out does not roll it out
-        digest: definitionDigest(m.source, m.sha256, profile, engineVersion),
+        digest: definitionDigest(m.source, m.sha256, profile, engineVersion, placement.spread),
       });
     }
   }
@@ -255,6 +266,20 @@ function checkSchedule(m: ModelDraft, add: (path: (string | number)[], message: 
       add(['schedule', i, 'cron'], `cron "${e.cron}" is not valid${field}: ${bad.message}`, `${range ? `${bad.field} takes ${range}; ` : ''}five fields: minute hour day-of-month month day-of-week (optionally seconds first), e.g. "0 8 * * 1-5" for 08:00 Monday to Friday`);
     }
   });
+}
+
+/** Until the reconciler runs RPC groups (#40): what spread: rpc does today. */
+const GROUPS_NOT_RUN = 'placement spread: rpc: this llmgw does not start RPC groups yet: a replica that no single node holds stays unplaceable (MODEL_UNPLACEABLE); one that fits a node runs there, as with spread: none';
+const GROUPS_NOT_RUN_HINT = '`llmgw plan` shows the group such a replica would run as (its hosts and each one\'s layers and memory); docs/fleet-repo.md says what runs today';
+
+/** "placement spread: rpc runs the model as a llama.cpp RPC group, which needs rpc-server; engine llama-cpp version b6500 (engines/llama-cpp.yaml) does not carry it" */
+function noRpcMessage(v: EngineVersionSpec, file: string): string {
+  return `placement spread: rpc runs the model as a llama.cpp RPC group, which needs rpc-server; engine ${v.engine} version ${v.version} (${file}) does not carry it`;
+}
+
+function noRpcHint(v: EngineVersionSpec, file: string): string {
+  const how = v.install.method === 'build' ? 'add -DGGML_RPC=ON to its build cmake_flags' : 'set rpc: true on it if its install carries rpc-server';
+  return `in ${file}, version ${v.version}: ${how}; or point the profile at an engine version with rpc, or use spread: none`;
 }
 
 function listHint(what: string, names: readonly string[], where: string): string {

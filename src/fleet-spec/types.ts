@@ -91,6 +91,11 @@ export interface EngineVersionSpec {
   readonly engine: string;
   readonly version: string;
   readonly install: EngineInstall;
+  /**
+   * The install carries rpc-server (llama.cpp with GGML_RPC): the version's `rpc:`, else true for a
+   * build whose cmake_flags set -DGGML_RPC=ON. (Optional for hand-built specs; the loader always sets it.)
+   */
+  readonly rpc?: boolean;
 }
 
 export interface EngineSpec {
@@ -128,7 +133,22 @@ export interface ProfileSpec {
   readonly mainGpu?: number | null;
   /** How many devices of one node a replica uses (1 unless tensor_split names more). */
   readonly deviceCount?: number;
+  /** The fields of the profile's `placement:` (its models', under the fields a model sets); null or absent: none set. */
+  readonly placement?: Partial<PlacementSpec> | null;
 }
+
+/**
+ * How a replica may be spread over nodes (#40). none: one node per replica (today's behaviour);
+ * rpc: a replica that fits on no single node runs as a llama.cpp RPC group of 2..maxHosts hosts.
+ */
+export interface PlacementSpec {
+  readonly spread: 'none' | 'rpc';
+  /** Hosts of a group at most, the head included (2..8; default 2). */
+  readonly maxHosts: number;
+}
+
+/** A model's placement when neither it nor its profile sets one. */
+export const PLACEMENT_DEFAULT: PlacementSpec = Object.freeze({ spread: 'none', maxHosts: 2 });
 
 export type GpuLayers = 'all' | 'auto' | number;
 
@@ -192,6 +212,12 @@ export interface ModelSpec {
    * where the model has a range. Absent on hand-built specs: SCALE_DEFAULTS. Not part of the definition.
    */
   readonly scale?: ScaleSpec;
+  /**
+   * The placement in force: the model file's `placement:` fields over its profile's over PLACEMENT_DEFAULT.
+   * (Optional for hand-built specs; the loader always sets it.) spread is part of the definition
+   * (a group runs other processes than a solo replica); max_hosts is not (a bound, like node_selector).
+   */
+  readonly placement?: PlacementSpec;
   /** sha256 (hex) over the model's definition: source, sha256, resolved profile and engine version. */
   readonly digest: string;
 }

@@ -8,12 +8,14 @@
 import { stat } from 'node:fs/promises';
 import { gguf } from '@huggingface/gguf';
 import { estimateOf, shapeOfHeader, type DeviceNeed, type GgufShape } from '../reconciler/memory.js';
+import { groupLayersOf, type GroupLayers } from '../reconciler/group-placement.js';
 import { resolveModelSource } from '../nodes/sources.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { formatDuration } from '../fleet-spec/units.js';
 import { redactUrls } from '../util/redact-url.js';
 
-export type Need = { readonly bytes: number; readonly from: 'override' | 'header' | 'status'; readonly device?: DeviceNeed } | { readonly error: string };
+/** layers: of a `spread: rpc` model whose header was read (how a group would split it). */
+export type Need = { readonly bytes: number; readonly from: 'override' | 'header' | 'status'; readonly device?: DeviceNeed; readonly layers?: GroupLayers } | { readonly error: string };
 
 export interface NeedsOptions {
   /** Per model header read (default 10 s). */
@@ -53,7 +55,9 @@ export async function needOf(spec: FleetSpec, m: ModelSpec, timeoutMs: number = 
   const profile = spec.profiles[m.profile]!;
   const signal = AbortSignal.timeout(timeoutMs);
   try {
-    return { ...estimateOf(await readHeader(m.source, signal), profile), from: 'header' };
+    const shape = await readHeader(m.source, signal);
+    const layers = m.placement?.spread === 'rpc' ? groupLayersOf(shape, profile.ctxSize) : null;
+    return { ...estimateOf(shape, profile), from: 'header', ...(layers ? { layers } : {}) };
   } catch (e) {
     const why = signal.aborted ? `timed out after ${formatDuration(timeoutMs)}` : e instanceof Error ? e.message : String(e);
     return { error: redactUrls(`memory need unknown: could not read the GGUF header of ${m.source} (${why}); set memory: in ${m.file}`) };

@@ -15,6 +15,7 @@ import type { Need } from './needs.js';
 import type { ObservedFleet } from './observed.js';
 import { rolloutPlan, type RolloutPlan } from './rollout-plan.js';
 import { simulateMerge, type ModelOutcome, type NodeUsage, type Simulation } from './simulate.js';
+import { planGroups, type PlannedGroup } from './group-plan.js';
 
 export interface PlanRetry {
   readonly model: string;
@@ -42,6 +43,10 @@ export interface ModelPlan {
     readonly nodes: readonly string[];
     readonly evicts: readonly { readonly model: string; readonly node: string }[];
     readonly text: string;
+    /** A spread: rpc model no node holds alone: the RPC groups its replicas run as (#40). */
+    readonly groups?: readonly PlannedGroup[];
+    /** Lines under the text (each host of a group: its layers, weights, KV and bytes). */
+    readonly details?: readonly string[];
   } | null;
   /** Memory per replica as the plan used it; null when unknown. */
   readonly memoryBytes: number | null;
@@ -185,6 +190,7 @@ export function planChanges(input: {
         if (b.sha256 !== h.sha256) what.push('sha256');
         if (b.profile !== h.profile) what.push(`profile ${b.profile} → ${h.profile}`);
         if (engineOf(base!, b) !== engineOf(head, h)) what.push(`engine ${engineOf(base!, b)} → ${engineOf(head, h)}`);
+        if ((b.placement?.spread ?? 'none') !== (h.placement?.spread ?? 'none')) what.push(`placement spread ${b.placement?.spread ?? 'none'} → ${h.placement?.spread ?? 'none'}`);
         if (what.length === 0) what.push(`profile ${h.profile} settings`);
         effects.push(`definition changed (${what.join(', ')}): replicas are replaced one at a time`);
       }
@@ -196,6 +202,7 @@ export function planChanges(input: {
       if (!sameJson(b.aliases, h.aliases)) effects.push(`aliases: [${b.aliases.join(', ')}] → [${h.aliases.join(', ')}]`);
       if (!sameJson(b.nodeSelector, h.nodeSelector)) effects.push('node selector changed: replicas may move');
       if (b.memoryBytes !== h.memoryBytes) effects.push('memory override changed: placement is redone');
+      if (h.placement?.spread === 'rpc' && b.placement?.spread === 'rpc' && b.placement.maxHosts !== h.placement.maxHosts) effects.push(`placement max_hosts: ${b.placement.maxHosts} → ${h.placement.maxHosts} (a bound on a group's hosts: nothing running is replaced)`);
       if (b.maxConcurrency !== h.maxConcurrency) effects.push(`max_concurrency: ${b.maxConcurrency ?? 'none'} → ${h.maxConcurrency ?? 'none'}`);
       if (b.routing !== h.routing) effects.push(`routing: ${b.routing} → ${h.routing}`);
       if (!sameJson(b.queue, h.queue)) effects.push(`queue: max ${b.queue.max}, timeout ${b.queue.timeoutMs / 1000}s → max ${h.queue.max}, timeout ${h.queue.timeoutMs / 1000}s`);
@@ -244,6 +251,8 @@ export function planChanges(input: {
     changed: new Set(models.filter((m) => m.change === 'added' || m.change === 'changed').map((m) => m.model)),
     now,
   });
+  const nodes = [...sim.nodes]; // with the memory of RPC groups added
+  const groupHosts = new Map<string, string[]>();
   for (const [i, mp] of models.entries()) {
     const h = head.models[mp.model];
     if (!h) continue;
@@ -256,6 +265,13 @@ export function planChanges(input: {
     const room = mp.change === 'unchanged' ? null : roomForMax(h, head, sim, memory[mp.model] ?? null); // scaling (#42)
     const effects = room ? [...withRollout, room] : withRollout;
     models[i] = { ...mp, effects, rollout: rollout?.plan ?? null, placement: placementOf(h, sim.models[mp.model], input.needs[mp.model], head.settings.drainGraceMs, mp.definitionChanged && (sim.models[mp.model]?.before.length ?? 0) > 0), memoryBytes: memory[mp.model] ?? null };
+    const g = models[i]!.placement?.verdict === 'fits-nowhere' ? planGroups(head, h, sim.models[mp.model], input.needs[mp.model], nodes) : null;
+    if (g) {
+      const hosts = g.groups.flatMap((x) => x.hosts.map((y) => y.node));
+      groupHosts.set(mp.model, hosts);
+      const verdict = g.groups.length === 0 ? 'fits-nowhere' : g.unplaceable ? 'partly' : 'fits';
+      models[i] = { ...models[i]!, placement: { verdict, fits: g.unplaceable === null, nodes: hosts, evicts: [], text: g.text, groups: g.groups, details: g.details } };
+    }
   }
   for (const r of input.retries) {
     if (!head.modelNames[r.model]) other.push(`retry trailer in ${r.commit.slice(0, 12)} names "${r.model}", which is not a model: ignored`);
@@ -274,7 +290,7 @@ export function planChanges(input: {
   const installs = new Map<string, Set<string>>();
   for (const m of Object.values(head.models)) {
     const engine = engineOf(head, m);
-    for (const n of sim.models[m.name]?.starts ?? []) {
+    for (const n of [...(sim.models[m.name]?.starts ?? []), ...(groupHosts.get(m.name) ?? [])]) {
       if (present.has(`${n}|${engine}`)) continue;
       installs.set(engine, (installs.get(engine) ?? new Set()).add(n));
     }
@@ -323,7 +339,7 @@ export function planChanges(input: {
     usage: sim.usage,
     capacitySource: status ? 'status' : 'declared',
     models,
-    nodes: sim.nodes,
+    nodes,
     engineInstalls,
     other,
     changed,

@@ -63,7 +63,7 @@ export function renderText(r: PlanReport): string {
     lines.push('', 'models:');
     const width = Math.max(...changed.map((m) => m.model.length));
     for (const m of changed) {
-      const details = [...m.effects, ...(m.placement ? [m.placement.text] : [])];
+      const details = [...m.effects, ...(m.placement ? [m.placement.text, ...(m.placement.details ?? []).map((d) => `  ${d}`)] : [])];
       lines.push(`  ${MARK[m.change]} ${m.model.padEnd(width)}  ${details[0] ?? ''}`);
       for (const d of details.slice(1)) lines.push(`    ${''.padEnd(width)}  ${d}`);
     }
@@ -115,7 +115,7 @@ export function renderMarkdown(r: PlanReport): string {
     for (const m of changed) {
       const icon = m.change === 'added' ? '➕' : m.change === 'removed' ? '➖' : m.unparks ? '🔓' : '✏️';
       const effects = m.effects.map((e) => (m.unparks && /unparks/.test(e) ? `**${md(e)}**` : md(e)));
-      const placement = m.placement ? `${VERDICT_ICON[m.placement.verdict]} ${md(m.placement.text)}` : '—';
+      const placement = m.placement ? `${VERDICT_ICON[m.placement.verdict]} ${[m.placement.text, ...(m.placement.details ?? [])].map(md).join('<br>')}` : '—';
       lines.push(`| ${icon} | \`${m.model}\` | ${effects.join('<br>')} | ${placement} |`);
     }
     lines.push('');
@@ -179,7 +179,7 @@ export function renderGithub(r: PlanReport, files: Readonly<Record<string, strin
     const keys = p.verdict === 'need-unknown' ? ['memory', 'source'] : ['replicas', 'on_demand', 'schedule', 'memory', 'source'];
     const file = prefix ? join(prefix, m.file) : m.file;
     const title = `llmgw plan: ${m.model} ${p.verdict === 'fits-nowhere' ? 'fits nowhere' : p.verdict === 'partly' ? 'fits only in part' : p.verdict === 'need-unknown' ? 'memory need unknown' : m.change}`;
-    const message = [...m.effects, p.text].join('\n');
+    const message = [...m.effects, p.text, ...(p.details ?? [])].join('\n');
     out.push(`::${warn ? 'warning' : 'notice'} file=${escProp(file)},line=${lineOf(files[m.file], keys)},title=${escProp(title)}::${escData(message)}`);
   }
   return out;

@@ -66,7 +66,7 @@ export interface PlacementRequest {
   readonly cores?: { readonly threads: number | null };
 }
 
-export type UnplaceableCode = 'PLACEMENT_MEMORY_UNKNOWN' | 'PLACEMENT_NO_MATCHING_NODE' | 'PLACEMENT_NO_ROOM' | 'PLACEMENT_NO_DEVICE_ROOM' | 'PLACEMENT_NO_CORES';
+export type UnplaceableCode = 'PLACEMENT_MEMORY_UNKNOWN' | 'PLACEMENT_NO_MATCHING_NODE' | 'PLACEMENT_NO_ROOM' | 'PLACEMENT_NO_DEVICE_ROOM' | 'PLACEMENT_NO_CORES' | 'PLACEMENT_GROUP_VERSIONS';
 
 /** Why a model fits nowhere, as domain values (the reason text is derived from them). */
 export interface Unplaceable {

@@ -252,10 +252,7 @@ describe('catalogue ↔ src/', () => {
    * Codes in the catalogue that src/ does not raise yet, and why. An entry that src/ does use is
    * stale and fails the test: remove it.
    */
-  const UNUSED_BY_DESIGN: Record<string, string> = {
-    // a shipped code never goes: validate warned with it while the controller did not run canary steps (#34); it runs them now
-    SPEC_NOT_ACTED_ON: 'kept for a field a future llmgw validates before it acts on it',
-  };
+  const UNUSED_BY_DESIGN: Record<string, string> = {};
 
   const srcDir = join(repoRoot, 'src');
   const files = (dir: string): string[] =>

@@ -46,4 +46,15 @@ describe('definitionDigest', () => {
     }
     assert.equal(n, profiles.length * engines.length * sources.length * 2);
   });
+
+  it('with placement spread rpc: the canonical JSON with placement in it, and a digest of its own; none: the digest without it', () => {
+    for (const p of profiles) for (const e of engines) {
+      const s = sources[0]!;
+      const sha = 'c'.repeat(64);
+      const rpc = createHash('sha256').update(canonicalJson(definitionOf(s, sha, p, e, 'rpc'))).digest('hex');
+      assert.equal(definitionDigest(s, sha, p, e, 'rpc'), rpc);
+      assert.notEqual(rpc, reference(s, sha, p, e));
+      assert.equal(definitionDigest(s, sha, p, e, 'none'), reference(s, sha, p, e));
+    }
+  });
 });
