@@ -5,7 +5,8 @@
  * - bare: exec llama-server with the argv a replica gets (model, ctx, threads, slots, cache), poll
  *   GET /health every 2 ms until 200, then one chat completion of 1 token: exec → answer.
  * - llmgw: one chat completion of 1 token through the router to an on-demand model that has no
- *   replica (a fresh model each round): request → answer.
+ *   replica (a fresh model each round): request → answer; one serve on a local node, one on an
+ *   sshd node on loopback (its connection open, as a serve's is between activations).
  *
  * Medians of ROUNDS (default 5), and llmgw's path split by its own log lines (pino `time`, ms) into
  * where the time went: the request to the start, the start (the node's start script), the wait for
@@ -16,6 +17,7 @@ import { join } from 'node:path';
 import { chatOnce, makeScaleFleet, serveScaleFleet, waitFor } from '../test/harness/scale-fleet.js';
 import { llamaServerDir } from '../test/harness/llama-server.js';
 import { freePort } from '../test/harness/ports.js';
+import { startSshd } from '../test/harness/sshd.js';
 
 const ROUNDS = Number(process.argv[2] ?? 5);
 const median = (xs: readonly number[]): number => {
@@ -59,37 +61,40 @@ function linesOf(out: string, model: string, since: number): LogLine[] {
   return lines;
 }
 
-const fleet = await makeScaleFleet(ROUNDS, { hot: false });
-const serve = await serveScaleFleet(fleet);
+const sshd = await startSshd();
+const fleets = { local: await makeScaleFleet(ROUNDS, { hot: false }), ssh: await makeScaleFleet(ROUNDS, { hot: false, ssh: sshd }) };
+const serves = { local: await serveScaleFleet(fleets.local), ssh: await serveScaleFleet(fleets.ssh) };
 try {
-  await waitFor('the serve ready', 60_000, serve, async () => (await fetch(`${serve.adminUrl}/readyz`).catch(() => null))?.status === 200);
+  for (const serve of Object.values(serves)) await waitFor('the serve ready', 60_000, serve, async () => (await fetch(`${serve.adminUrl}/readyz`).catch(() => null))?.status === 200);
   const binary = join(await llamaServerDir(), 'llama-server');
-  const tiny = join(fleet.root, 'tiny.gguf');
+  const tiny = join(fleets.local.root, 'tiny.gguf');
   await bare(binary, tiny); // warm the page cache and the binary once
-  const bares: number[] = [];
-  const ours: number[] = [];
+  const times: Record<'bare' | 'local' | 'ssh', number[]> = { bare: [], local: [], ssh: [] };
   const timelines: string[] = [];
   for (let i = 0; i < ROUNDS; i++) {
-    const model = fleet.onDemand[i]!;
-    const order = i % 2 === 0 ? ['bare', 'llmgw'] : ['llmgw', 'bare'];
+    const order = (['bare', 'local', 'ssh'] as const).map((_, k, all) => all[(k + i) % all.length]!);
     for (const which of order) {
-      if (which === 'bare') bares.push(await bare(binary, tiny));
+      if (which === 'bare') times.bare.push(await bare(binary, tiny));
       else {
+        const serve = serves[which];
+        const model = fleets[which].onDemand[i]!;
         const since = Date.now();
         const r = await chatOnce(serve.routerUrl, model);
-        if (r.status !== 200) throw new Error(`llmgw chat to ${model}: ${r.status}\n${serve.out().slice(-3000)}`);
-        ours.push(r.ms);
+        if (r.status !== 200) throw new Error(`llmgw (${which}) chat to ${model}: ${r.status}\n${serve.out().slice(-3000)}`);
+        times[which].push(r.ms);
         await new Promise((res) => setTimeout(res, 300)); // deliberate: the log lines of the answer reach out()
         const tl = linesOf(serve.out(), model, since).map((l) => `+${l.time - since} ms ${l.msg}`);
-        timelines.push(`${model} (${r.ms.toFixed(0)} ms):\n    ${tl.join('\n    ')}`);
+        timelines.push(`${which} ${model} (${r.ms.toFixed(0)} ms):\n    ${tl.join('\n    ')}`);
       }
     }
   }
-  const [b, o] = [median(bares), median(ours)];
-  console.log(`activation, ${ROUNDS} interleaved rounds (medians): bare llama-server exec → /health → 1-token answer ${b.toFixed(0)} ms; llmgw cold first answer ${o.toFixed(0)} ms: ${(o / b).toFixed(2)} × bare (+${(o - b).toFixed(0)} ms)`);
-  console.log(`  bare: ${bares.map((x) => x.toFixed(0)).join(', ')} ms; llmgw: ${ours.map((x) => x.toFixed(0)).join(', ')} ms`);
+  const b = median(times.bare);
+  const line = (which: 'local' | 'ssh'): string => `${which} node ${median(times[which]).toFixed(0)} ms: ${(median(times[which]) / b).toFixed(2)} × bare (+${(median(times[which]) - b).toFixed(0)} ms)`;
+  console.log(`activation, ${ROUNDS} interleaved rounds (medians): bare llama-server exec → /health → 1-token answer ${b.toFixed(0)} ms; llmgw's cold first answer on a ${line('local')}; on an ${line('ssh')}`);
+  for (const [k, v] of Object.entries(times)) console.log(`  ${k}: ${v.map((x) => x.toFixed(0)).join(', ')} ms`);
   console.log(`llmgw's timelines (from the request; the serve's log lines naming the model):\n  ${timelines.join('\n  ')}`);
 } finally {
-  await serve.stop();
-  fleet.cleanup();
+  await Promise.all(Object.values(serves).map((s) => s.stop()));
+  for (const f of Object.values(fleets)) f.cleanup();
+  await sshd.stop();
 }

@@ -4,7 +4,7 @@
  * for router traffic. Used by the scale bench (bench/scale.bench.ts) and the scrape-under-load test.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeTinyModel } from '../fixtures/gguf.js';
@@ -13,11 +13,14 @@ import { llamaServerDir } from './llama-server.js';
 import { freePort, replicaPortRange } from './ports.js';
 import { GiveUp, until } from './wait.js';
 import { repoRoot } from './paths.js';
+import type { SshdInstance } from './sshd.js';
 
 export interface ScaleFleet {
   readonly root: string;
   readonly fleetDir: string;
   readonly nodeDir: string;
+  /** Files the serve's secrets dir holds (name → where to copy it from): an ssh node's identity. */
+  readonly secrets: Readonly<Record<string, string>>;
   /** Names of the on-demand models (m-00000 …). */
   readonly onDemand: readonly string[];
   /** Commits the fleet repo's working tree (after writing files into it); returns the new head. */
@@ -36,7 +39,7 @@ const git = (dir: string, ...args: string[]): string => {
 };
 
 /** The fleet repo (a local git repo) with `models` on-demand models and the always-on "hot". */
-export async function makeScaleFleet(models: number, opts: { hot?: boolean } = {}): Promise<ScaleFleet> {
+export async function makeScaleFleet(models: number, opts: { hot?: boolean; ssh?: SshdInstance } = {}): Promise<ScaleFleet> {
   const root = mkdtempSync(join(tmpdir(), 'llmgw-scale-'));
   const fleetDir = join(root, 'fleet');
   const nodeDir = join(root, 'node');
@@ -45,7 +48,9 @@ export async function makeScaleFleet(models: number, opts: { hot?: boolean } = {
   const ports = replicaPortRange(20);
   const files: FleetFilesMap = {
     'fleet.yaml': ['poll_interval: 1h', 'park_after_failures: 5', 'backoff: { initial: 100ms, max: 400ms }', 'placement_reserve: 256MiB', 'stop_grace: 2s', 'drain_grace: 1s', ''].join('\n'),
-    'nodes/local.yaml': `transport: local\ndata_dir: ${nodeDir}\nports: { from: ${ports.from}, to: ${ports.to} }\n`,
+    ...(opts.ssh
+      ? { 'nodes/ssh.yaml': `transport: ssh\nhost: 127.0.0.1\nport: ${opts.ssh.port}\nuser: ${opts.ssh.user}\nhost_key: ${opts.ssh.hostKey}\nidentity: node-ssh-key\ndata_dir: ${nodeDir}\nports: { from: ${ports.from}, to: ${ports.to} }\n` }
+      : { 'nodes/local.yaml': `transport: local\ndata_dir: ${nodeDir}\nports: { from: ${ports.from}, to: ${ports.to} }\n` }),
     'engines/llama-cpp.yaml': ['versions:', '  test:', `    path: ${join(engineDir, 'llama-server')}`, ''].join('\n'),
     'profiles/tiny.yaml': ['engine: llama-cpp@test', 'ctx_size: 256', 'threads: 1', 'parallel: 1', 'memory_overhead: 64MiB', 'cache_ram: 16MiB', 'start_timeout: 60s', ''].join('\n'),
   };
@@ -66,6 +71,7 @@ export async function makeScaleFleet(models: number, opts: { hot?: boolean } = {
     fleetDir,
     nodeDir,
     onDemand,
+    secrets: opts.ssh ? { 'node-ssh-key': join(opts.ssh.secretsDir, opts.ssh.identityName) } : {},
     commit(message) {
       git(fleetDir, 'add', '-A');
       git(fleetDir, 'commit', '-qm', message);
@@ -96,6 +102,10 @@ export async function serveScaleFleet(f: ScaleFleet, opts: { nodeArgs?: readonly
   const stateDir = join(f.root, 'state');
   const secretsDir = join(f.root, 'secrets');
   mkdirSync(secretsDir, { recursive: true, mode: 0o700 });
+  for (const [name, from] of Object.entries(f.secrets)) {
+    copyFileSync(from, join(secretsDir, name));
+    chmodSync(join(secretsDir, name), 0o600);
+  }
   let out = '';
   const child = spawn(
     process.execPath,
