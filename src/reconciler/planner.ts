@@ -10,13 +10,10 @@ import { mayStart, type ModelHealth } from './health.js';
 import type { PlacementNode, PlacementRequest, PlacementResult, Unplaceable } from './placement.js';
 import { placeInOrder } from './place-order.js';
 import type { PlannedRollout } from './rollout-life.js';
-import { stablePlan, stableRank } from './stable-replicas.js';
-import { avoidKey } from './state.js';
-import { countNow, rangeNow, scales } from '../scale/range.js';
-import { evictFor, optionalDevice } from './evict.js';
-import { modelsInOrder } from './spec-order.js';
-// --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
-import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, type DeviceDelta, type ObservedDevice } from './device-use.js';
+import { countNow } from '../scale/range.js';
+import type { ObservedDevice } from './device-use.js';
+import { placeWants } from './plan-place.js';
+import { wantsOf } from './plan-wants.js';
 import type { DeviceNeed } from './memory.js';
 
 export interface ObservedNode {
@@ -172,17 +169,47 @@ export function observedFailures(input: Pick<PlanInput, 'spec' | 'nodes' | 'infl
   return out;
 }
 
-export function planPass(input: PlanInput): PlanOutput {
-  const { spec, now } = input;
-  const actions: Action[] = [];
-  const failures: ObservedFailure[] = [];
-  const desired: Record<string, number> = {};
-  const unplaceable: Record<string, Unplaceable> = {};
-  const drainStarted: string[] = [];
-  const waitingForRoom: string[] = [];
-  const short: Record<string, ShortOfRoom> = {};
+/** What a pass knows of the replicas, by model; those being stopped apart (they only hold memory). */
+export interface Seen {
+  readonly byModel: ReadonlyMap<string, Located[]>;
+  readonly stoppingByModel: ReadonlyMap<string, Located[]>;
+  /** Starts in flight that no look shows alive yet, by model. */
+  readonly inflightByModel: ReadonlyMap<string, InflightStart[]>;
+  readonly inflightIds: ReadonlySet<string>;
+}
 
-  // Every replica we know of, by model (those being stopped apart: they only hold memory).
+/** A pass's output as its steps build it. */
+export interface PlanDraft {
+  readonly actions: Action[];
+  readonly failures: ObservedFailure[];
+  readonly desired: Record<string, number>;
+  readonly unplaceable: Record<string, Unplaceable>;
+  readonly drainStarted: string[];
+  readonly waitingForRoom: string[];
+  readonly short: Record<string, ShortOfRoom>;
+}
+
+/** A stop of this pass. */
+export function stopIn(out: PlanDraft, model: string, l: Located, reason: StopReason): void {
+  out.actions.push({ kind: 'stop', model, node: l.node, replicaId: l.r.id, reason });
+}
+
+/**
+ * The pass's steps, each a function of the input and what the steps before it found: what is where
+ * (seenOf), failed and removed replicas stopped (reap), what each model wants (plan-wants.ts), and
+ * where its missing replicas go, or whom they evict (plan-place.ts).
+ */
+export function planPass(input: PlanInput): PlanOutput {
+  const out: PlanDraft = { actions: [], failures: [], desired: {}, unplaceable: {}, drainStarted: [], waitingForRoom: [], short: {} };
+  const seen = seenOf(input);
+  reap(input, seen, out);
+  const wants = wantsOf(input, seen, out);
+  placeWants(input, seen, wants, out);
+  return out;
+}
+
+/** Every replica the nodes show and every start in flight, by model (those being stopped apart: they only hold memory). */
+export function seenOf(input: PlanInput): Seen {
   const byModel = new Map<string, Located[]>();
   const stoppingByModel = new Map<string, Located[]>();
   for (const n of input.nodes) {
@@ -207,13 +234,15 @@ export function planPass(input: PlanInput): PlanOutput {
     inflightByModel.set(s.model, [...(inflightByModel.get(s.model) ?? []), s]);
   }
   const inflightIds = new Set(input.inflightStarts.map((s) => s.replicaId));
+  return { byModel, stoppingByModel, inflightByModel, inflightIds };
+}
 
-  const stop = (model: string, l: Located, reason: StopReason): void => {
-    actions.push({ kind: 'stop', model, node: l.node, replicaId: l.r.id, reason });
-  };
-
-  // Failed replicas: reap them (reachable nodes only); count a failure unless a start op reports it.
-  failures.push(...observedFailures(input));
+/** Failed replicas stopped (reachable nodes only) and counted unless a start reports them; replicas of models gone from the spec stopped. */
+function reap(input: PlanInput, seen: Seen, out: PlanDraft): void {
+  const { spec } = input;
+  const { byModel, inflightIds } = seen;
+  const stop = (model: string, l: Located, reason: StopReason): void => stopIn(out, model, l, reason);
+  out.failures.push(...observedFailures(input));
   for (const [model, list] of byModel) {
     for (const l of list) if (l.r.state === 'failed' && l.reachable && !inflightIds.has(l.r.id)) stop(model, l, 'failed');
   }
@@ -223,214 +252,4 @@ export function planPass(input: PlanInput): PlanOutput {
     if (spec.models[model]) continue;
     for (const l of list) if (l.reachable && l.r.state !== 'failed') stop(model, l, 'removed');
   }
-
-  // Memory in use per node: every replica whose process lives (including in-flight starts, and
-  // replicas being stopped: their memory is free only once their process is gone).
-  const used = new Map<string, number>();
-  const mem = (model: string): number => input.memory[model] ?? 0;
-  for (const [model, list] of byModel) for (const l of list) if (l.r.state !== 'failed') used.set(l.node, (used.get(l.node) ?? 0) + mem(model));
-  for (const [model, list] of stoppingByModel) for (const l of list) used.set(l.node, (used.get(l.node) ?? 0) + mem(model));
-  for (const [model, list] of inflightByModel) for (const s of list) used.set(s.node, (used.get(s.node) ?? 0) + mem(model));
-
-  interface Want {
-    model: ModelSpec;
-    count: number;
-    existingOn: string[];
-    surge: boolean;
-    outdated: Located[];
-    /** A replica of the model is being stopped: room comes when it is gone (wait, not unplaceable). */
-    roomComing: boolean;
-    /** Replicas it serves with anyway (its range's min, 1 on demand): those above are extras (scaling); null: none are. */
-    floor: number | null;
-    /** Of `count`, those below the floor (all of them when the model does not scale). */
-    floorCount: number;
-  }
-  const busy = input.busy ?? new Set<string>();
-  const wants: Want[] = [];
-  for (const m of modelsInOrder(spec)) {
-    const rollout = input.rollouts?.[m.name];
-    const asked = desiredNow(m, input.demand[m.name], now, input.scaled?.[m.name]);
-    desired[m.name] = asked;
-    // a rollout: the new revision's replicas are what it wants of the current digest
-    const want = rollout ? rollout.want : asked;
-    const located = byModel.get(m.name);
-    const inflight = inflightByModel.get(m.name) ?? [];
-    // a rollout's stable replicas starting again (stable-replicas.ts) are not the current revision's
-    const pending = rollout ? inflight.filter((p) => p.digest !== rollout.stable) : inflight;
-    // nothing of it anywhere and nothing wanted (most on-demand models): nothing to plan
-    if (want === 0 && located === undefined && inflight.length === 0) continue;
-    const h = input.health[m.name];
-    const alive = (located ?? []).filter((l) => l.r.state !== 'failed');
-    const isCurrent = (l: Located): boolean => l.r.digest === m.digest && !input.restarts.has(l.r.id) && keyMatches(l.r, input.keyFingerprint);
-    const current = alive.filter(isCurrent);
-    const outdated = alive.filter((l) => !isCurrent(l));
-    const currentReady = current.filter((l) => l.r.state === 'ready' && l.reachable).length;
-    const currentStarting = current.filter((l) => l.r.state === 'starting').length + pending.length;
-    const haveCurrent = current.length + pending.length;
-
-    // Too many current replicas: stop the extras (starting, then idle ones, newest first: the oldest is warmest).
-    if (haveCurrent > want) {
-      const inUse = (l: Located): number => input.inFlight?.get(l.r.id) ?? (busy.has(l.r.id) ? 1 : 0);
-      const extra = [...current]
-        .filter((l) => l.reachable)
-        .sort((a, b) => (a.r.state === 'ready' ? 1 : 0) - (b.r.state === 'ready' ? 1 : 0) || inUse(a) - inUse(b) || b.r.startedAt - a.r.startedAt)
-        .slice(0, haveCurrent - want);
-      const reason: StopReason = m.scaling.mode === 'on_demand' && want === 0 ? 'idle' : 'surplus';
-      // A request in flight is activity: an idle replica serving one is not stopped yet.
-      for (const l of extra) if (!(reason === 'idle' && busy.has(l.r.id))) stop(m.name, l, reason);
-    }
-
-    // Outdated replicas (new digest or a restart): keep as many as still needed to serve — during a
-    // rollout, every replica of the stable revision (and only those) until it is promoted.
-    const stable = rollout ? stablePlan({ stable: outdated.filter((l) => l.r.digest === rollout.stable), restarts: input.restarts, pending: inflight.length - pending.length, asked: Math.max(0, asked - rollout.want), canStart: rollout.stableModel !== undefined }) : null;
-    if (outdated.length) {
-      const rank = (l: Located): number => (rollout ? stableRank(l, rollout.stable, input.restarts) : 0);
-      const byAge = [...outdated].sort((a, b) => rank(a) - rank(b) || a.r.startedAt - b.r.startedAt || a.r.id.localeCompare(b.r.id));
-      const keep = stable ? stable.keep : Math.max(0, want - currentReady);
-      const toStop = byAge.slice(0, Math.max(0, byAge.length - keep));
-      for (const l of toStop) if (l.reachable) stop(m.name, l, 'replaced');
-      // A drain that has run its grace: stop it now, its room goes to the new replica.
-      for (const l of byAge.slice(toStop.length)) {
-        const since = input.draining[l.r.id];
-        if (since !== undefined && now - since >= spec.settings.drainGraceMs && l.reachable) stop(m.name, l, 'drained');
-      }
-    }
-
-    // a stable replica missing while the rollout is unpromoted: started again from the stable definition
-    if (stable?.start && rollout?.stableModel && h && mayStart(h, now)) {
-      const roomComing = (stoppingByModel.get(m.name) ?? []).length > 0 || actions.some((a) => a.kind === 'stop' && a.model === m.name);
-      wants.push({ model: rollout.stableModel, count: 1, floorCount: 1, existingOn: alive.map((l) => l.node), surge: false, outdated: [], roomComing, floor: null });
-    }
-
-    const missing = want - haveCurrent;
-    if (missing <= 0 || !h || !mayStart(h, now)) continue;
-    // One start at a time while failing or rolling; all at once otherwise. A rolling model's next
-    // replacement waits for the previous replaced replica's stop to finish (never more than
-    // replicas + 1 processes): a stop of this pass or one still running holds it.
-    const stoppingHere = (stoppingByModel.get(m.name) ?? []).length > 0 || actions.some((a) => a.kind === 'stop' && a.model === m.name && a.reason !== 'failed');
-    const rolling = outdated.length > 0 || stoppingHere;
-    if ((h.consecutiveFailures > 0 || rolling) && currentStarting > 0) continue;
-    if (stoppingHere) continue;
-    const count = h.consecutiveFailures > 0 || rolling ? 1 : missing;
-    const floor = scales(m) && !rollout ? (m.scaling.mode === 'on_demand' ? 1 : rangeNow(m, now).min) : null;
-    wants.push({
-      model: m,
-      count,
-      existingOn: [...current.map((l) => l.node), ...pending.map((p) => p.node)],
-      surge: outdated.length > 0,
-      outdated,
-      roomComing: stoppingHere,
-      floor,
-      // what is missing below the floor first; the rest are extras (placed last, under the cores rule)
-      floorCount: floor === null ? count : Math.min(count, Math.max(0, floor - haveCurrent)),
-    });
-  }
-
-  // This pass's stops free no room for its placement: a replica's memory is in use until its
-  // process is gone (the stop finishes in the background, and the pass after it places).
-  const stoppedIds = new Set(actions.filter((a) => a.kind === 'stop').map((a) => a.replicaId));
-  const evictionsRunning = [...stoppingByModel.values()].flat().length > 0;
-
-  // devices (#24): device room of the replicas on the node — a stopping one's until its process is gone, like its RAM
-  const devices = placementDevices({
-    spec, needs: input.deviceNeeds, pending: [...inflightByModel.values()].flat(),
-    nodes: input.nodes.map((n) => ({ name: n.name, devices: n.devices ?? [], replicas: n.replicas.filter((r) => r.state !== 'failed').map((r) => ({ model: r.model, r })) })),
-  });
-  const devicesPlaced: DeviceDelta = new Map(); // devices (#24): what this pass's placements take
-  const placementNodes = (extraFree: ReadonlyMap<string, number> = new Map(), devicesFreed: DeviceDelta = new Map()): PlacementNode[] =>
-    input.nodes.map((n) => {
-      const ns = spec.nodes[n.name];
-      return {
-        name: n.name,
-        labels: ns?.labels ?? {},
-        capacityBytes: ns?.capacity.memoryBytes ?? n.memoryTotalBytes,
-        usedBytes: (used.get(n.name) ?? 0) - (extraFree.get(n.name) ?? 0),
-        reachable: n.reachable && ns !== undefined,
-        cores: ns?.capacity.cpus ?? n.cpus ?? null,
-        devices: applyDeviceDelta(devices.get(n.name) ?? [], devicesPlaced.get(n.name), devicesFreed.get(n.name)),
-      };
-    });
-  const avoided = (model: string): string[] => input.nodes.map((n) => n.name).filter((n) => input.avoid?.has(avoidKey(model, n)));
-  const requests: PlacementRequest[] = wants.map((w) => ({
-    model: w.model.name,
-    count: w.floorCount,
-    memoryBytes: input.memory[w.model.name] ?? null,
-    nodeSelector: w.model.nodeSelector,
-    existingOn: w.existingOn,
-    avoidNodes: avoided(w.model.name),
-    ...optionalDevice(deviceRequestOf(spec, w.model.name, input.deviceNeeds)),
-  }));
-  // What this pass's placements take, so an eviction below places against it, not against the room before them.
-  const placedUse = new Map<string, number>();
-  const take = (model: string, nodes: readonly string[]): void => {
-    for (const n of nodes) placedUse.set(n, (placedUse.get(n) ?? 0) + mem(model));
-  };
-  // devices (#24): what each placement takes on its devices
-  const placeDevices = (r: PlacementResult): void =>
-    r.nodes.forEach((n, k) => addDeviceUse(devicesPlaced, n, placedDeviceBytes(spec, r.model, input.deviceNeeds, r.devices?.[k]), 1));
-  // floors first (always-on together, then on-demand by recency), extras last (place-order.ts)
-  const ordered = placeInOrder(
-    wants.map((w, i) => ({
-      onDemand: w.model.scaling.mode === 'on_demand',
-      recency: input.demand[w.model.name]?.lastRequestAt ?? 0,
-      floor: requests[i]!,
-      extra: w.count > w.floorCount ? { ...requests[i]!, count: w.count - w.floorCount, cores: { threads: spec.profiles[w.model.profile]?.threads ?? null } } : null,
-    })),
-    () => placementNodes(new Map([...placedUse].map(([n, b]) => [n, -b]))),
-    spec.settings.placementReserveBytes,
-    (r) => {
-      take(r.model, r.nodes);
-      placeDevices(r); // devices (#24)
-    },
-  );
-  const results = ordered.map((o) => o.result);
-  const roomAfterPlacements = (freed: ReadonlyMap<string, number>, devicesFreed?: DeviceDelta): PlacementNode[] =>
-    placementNodes(new Map(input.nodes.map((n) => [n.name, (freed.get(n.name) ?? 0) - (placedUse.get(n.name) ?? 0)])), devicesFreed);
-
-  for (const [i, r] of results.entries()) {
-    const w = wants[i]!;
-    const nodes = r.nodes;
-    // extra replicas (scaling) that fit nowhere: the model serves at its floor, evicts nobody and is not unplaceable
-    const extraShort = ordered[i]!.extraUnplaceable;
-    if (extraShort) short[w.model.name] = { wants: desired[w.model.name] ?? 0, fit: w.existingOn.length + nodes.length, code: extraShort.code, reason: extraShort.reason };
-    if (r.unplaceable && nodes.length === 0) {
-      // Surge restart without room: drain the oldest outdated replica, then take its place.
-      if (w.surge) {
-        const oldest = [...w.outdated].sort((a, b) => a.r.startedAt - b.r.startedAt)[0];
-        if (oldest && input.draining[oldest.r.id] === undefined && !stoppedIds.has(oldest.r.id)) drainStarted.push(oldest.r.id);
-        continue;
-      }
-      if (w.roomComing) continue;
-      // An on-demand model may take the room of idle on-demand replicas (nothing in flight), least
-      // recently used first. The victims drain and stop; the newcomer starts in the pass after
-      // (their memory is in use until then), and waits meanwhile — so does any model while some
-      // replica's stop is still running (its room may be the one it needs).
-      if (w.model.scaling.mode === 'on_demand') {
-        if (evictionsRunning) continue;
-        const evicted = evictFor({ ...w, count: w.floorCount, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements);
-        if (evicted) {
-          for (const l of evicted.stop) {
-            stop(l.model, l.located, 'evicted');
-            stoppedIds.add(l.located.r.id);
-          }
-          continue;
-        }
-        // room held by replicas with work in flight: the newcomer waits for it to end
-        if (evictFor({ ...w, count: w.floorCount, avoidNodes: avoided(w.model.name) }, input, byModel, stoppedIds, roomAfterPlacements, true)) {
-          waitingForRoom.push(w.model.name);
-          continue;
-        }
-      }
-      if (nodes.length === 0) {
-        unplaceable[w.model.name] = r.unplaceable;
-        continue;
-      }
-    }
-    for (const [k, node] of nodes.entries()) {
-      const dev = r.devices?.[k]; // devices (#24)
-      const onDevice = dev && dev.devices.length > 0 ? { devices: dev.devices, gpuLayers: dev.gpuLayers } : {};
-      actions.push({ kind: 'start', model: w.model.name, node, replicaId: input.newReplicaId(w.model.name, w.model.digest), digest: w.model.digest, ...onDevice });
-    }
-  }
-  return { actions, failures, desired, unplaceable, drainStarted, waitingForRoom, short };
 }
