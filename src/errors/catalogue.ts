@@ -92,6 +92,7 @@ export const Reasons = catalogue({
   ENGINE_TOOL_MISSING: { http: 500, retryable: false, counts: true, hint: 'A tool the install needs (git, cmake, a C++ compiler, tar, curl) is missing on the node; install it there.' },
   ENGINE_NOT_FOUND: { http: 500, retryable: false, counts: true, hint: 'The engine binary at the configured path does not exist or does not run `--version` on the node.' },
   ENGINE_ARTIFACT_INVALID: { http: 502, retryable: false, counts: true, hint: 'The engine artifact does not unpack (tar.gz, tar or zip) or has no runnable binary at its `binary:` path; fix the archive or the path in engines/<engine>.yaml.' },
+  ENGINE_NO_RPC: { http: 500, retryable: false, counts: true, hint: 'The engine version has no rpc-server beside its llama-server, so it cannot run an RPC worker of a split model: build it with -DGGML_RPC=ON in cmake_flags (llmgw then builds and installs rpc-server too), or use an artifact that carries rpc-server (or ggml-rpc-server) beside llama-server.' },
 
   // --- nodes: model files ---
   MODEL_CHECKSUM_MISMATCH: { http: 502, retryable: false, counts: true, hint: 'The model file does not match the sha256 in models/<model>.yaml; fix the source or the checksum.' },
@@ -108,6 +109,11 @@ export const Reasons = catalogue({
   REPLICA_EXITED: { http: 500, retryable: true, counts: true, hint: 'The replica process exited; see the log tail in the detail.' },
   REPLICA_UNHEALTHY: { http: 504, retryable: true, counts: true, hint: 'The replica\'s process is alive but has not answered /health for longer than the profile\'s start_timeout (hung, or the node is overloaded); llmgw stopped it and starts a new one. Check the node\'s load and the replica\'s log (`llmgw ctl logs`).' },
   REPLICA_NOT_FOUND: { http: 404, retryable: false, counts: true, hint: 'No replica with that id exists on the node: there never was one, or it was stopped (replaced, surplus, idle, evicted, failed), and a stopped replica\'s directory goes with it, its log included. `llmgw ctl status` lists the replicas there are.' },
+  RPC_BIND_REFUSED: { http: 500, retryable: false, counts: false, avoidsNode: true, hint: 'An RPC worker (rpc-server) binds one IPv4 address only, the node\'s listen_address or 127.0.0.1: never 0.0.0.0 or a name, since the RPC protocol has no authentication or encryption. Set listen_address in nodes/<node>.yaml to the node\'s address on a private network (docs/rpc-groups.md).' },
+  RPC_WORKER_EXITED: { http: 500, retryable: true, counts: true, hint: 'The RPC worker (rpc-server) of a split model exited; the message has its last log line (an address in use, an abort). The head cannot compute without it.' },
+  RPC_WORKER_START_TIMEOUT: { http: 504, retryable: true, counts: true, hint: 'rpc-server did not listen on its address within 30 s of its start and was stopped; check the node\'s load and the worker\'s log in the detail.' },
+  RPC_VERSION_MISMATCH: { http: 500, retryable: false, counts: true, hint: 'The head\'s llama-server and a worker\'s rpc-server speak different RPC protocol versions (the head\'s log: "RPC server version mismatch"): the major must be equal and the worker\'s minor not newer. Every host of a group runs the same engine version; install that version on each.' },
+  RPC_WORKER_UNREACHABLE: { http: 502, retryable: true, counts: true, hint: 'The head could not connect to a worker\'s rpc-server (its log: "Failed to connect to HOST:PORT"): the worker is not running, or the head cannot reach the worker\'s listen_address (a firewall, another network).' },
 
   // --- controller ---
   INTERNAL: { http: 500, retryable: true, counts: false, openai: { type: 'server_error', code: 'internal_error' }, hint: 'An unexpected error inside llmgw; see the controller log for the stack and report it.' },

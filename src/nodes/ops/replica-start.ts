@@ -17,14 +17,14 @@ export const EXIT_PORT_TAKEN = 75;
 /** Exit code of the start script when a live replica with the same id exists. */
 export const EXIT_REPLICA_EXISTS = 76;
 
-/** Ports that are taken: listening sockets (/proc/net/tcp{,6}) and ports claimed by live replicas. */
+/** Ports that are taken: listening sockets (/proc/net/tcp{,6}) and ports claimed by live replicas and RPC workers. */
 export function usedPortsScript(dataDir: string, nonce: string): string {
   const m = `@@${nonce}`;
   return `${PRELUDE}
 d=${shq(dataDir)}
 echo ${shq(`${m} listen`)}; cat /proc/net/tcp /proc/net/tcp6 2>/dev/null
 echo ${shq(`${m} claimed`)}
-for r in "$d"/replicas/*/; do
+for r in "$d"/replicas/*/ "$d"/rpc/*/; do
   r=\${r%/}
   [ -f "$r/port" ] || continue
   llmgw_alive "$r" && cat "$r/port"
@@ -152,7 +152,7 @@ fi
 if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}' | grep -qi ':${portHex}$'; then
   echo "port $port is listening" >&2; exit ${EXIT_PORT_TAKEN}
 fi
-for o in "$d"/replicas/*/; do
+for o in "$d"/replicas/*/ "$d"/rpc/*/; do
   o=\${o%/}
   [ -f "$o/port" ] || continue
   if [ "$(cat "$o/port")" = "$port" ] && llmgw_alive "$o"; then echo "port $port is claimed by $o" >&2; exit ${EXIT_PORT_TAKEN}; fi
