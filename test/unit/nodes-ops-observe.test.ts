@@ -143,7 +143,7 @@ describe('ops/observe: render, run under dash and bash, parse', () => {
       const wd = workers.get('w-dead')!;
       assert.equal(wd.state, 'failed');
       assert.equal(wd.failure?.code, 'RPC_WORKER_EXITED');
-      assert.equal(wd.failure?.message, 'rpc-server exited: Failed to bind: Address already in use');
+      assert.equal(wd.failure?.message, 'rpc-server exited; its last log line: Failed to bind: Address already in use');
       assert.deepEqual([...workers.keys()].sort(), ['w-dead', 'w-live']);
     });
   }

@@ -116,7 +116,13 @@ ${envExports(s.env ?? {})}
 cd "$r" || exit 1
 : >log
 started=$(date +%s)
-setsid sh -c 'echo $$ >pid.tmp && mv pid.tmp pid && exec "$@"' llmgw-rpc-worker "$bin" ${shJoin(s.args)} </dev/null >>log 2>&1 7>&- &
+# its stdout line-buffered where the node has stdbuf: the banner (endpoint, devices and their memory)
+# is in the log even when the worker is killed
+if command -v stdbuf >/dev/null 2>&1; then
+  setsid sh -c 'echo $$ >pid.tmp && mv pid.tmp pid && exec "$@"' llmgw-rpc-worker stdbuf -oL "$bin" ${shJoin(s.args)} </dev/null >>log 2>&1 7>&- &
+else
+  setsid sh -c 'echo $$ >pid.tmp && mv pid.tmp pid && exec "$@"' llmgw-rpc-worker "$bin" ${shJoin(s.args)} </dev/null >>log 2>&1 7>&- &
+fi
 i=0
 while [ ! -s pid ]; do
   i=$((i+1)); [ $i -gt 200 ] && llmgw_fail NODE_COMMAND_FAILED "the rpc worker process did not start"
@@ -188,10 +194,10 @@ export function parseRpcWorkerState(text: string): RpcWorkerState | null {
   }
 }
 
-/** A dead worker's failure: its last non-empty log line (rpc-server's own words: a bind error, an abort). */
+/** A dead worker's failure, with its last non-empty log line (rpc-server's own words when it failed: a bind error, an abort; a killed one's says nothing). */
 export function rpcWorkerFailure(logTail: string): ReplicaFailure {
   const last = logTail.split('\n').map((l) => l.trim()).filter((l) => l !== '').pop();
-  return { code: 'RPC_WORKER_EXITED', message: last ? `rpc-server exited: ${last}` : 'rpc-server exited (its log is empty)', logTail: tailOf(logTail, 40) };
+  return { code: 'RPC_WORKER_EXITED', message: last ? `rpc-server exited; its last log line: ${last}` : 'rpc-server exited (its log is empty)', logTail: tailOf(logTail, 40) };
 }
 
 /** Stop a worker as a replica is stopped (its process group: TERM, KILL after graceMs), then remove rpc/<id>. */
