@@ -260,7 +260,8 @@ export interface NodeDriver {
   /**
    * Start an RPC worker (rpc-server beside the engine's llama-server) detached, bound to the node's
    * listen_address or 127.0.0.1 (never a wildcard: RPC_BIND_REFUSED) on a port of node.ports;
-   * resolves once it listens there (RPC_WORKER_EXITED, RPC_WORKER_START_TIMEOUT, ENGINE_NO_RPC).
+   * resolves once it listens there. RPC_WORKER_EXITED / RPC_WORKER_START_TIMEOUT (with its log tail;
+   * its dir removed), ENGINE_NO_RPC, RPC_BIND_REFUSED.
    * Absent on drivers that cannot run workers (test fakes).
    */
   startRpcWorker?(spec: RpcWorkerStartSpec): Promise<RpcWorkerHandle>;

@@ -4,7 +4,7 @@
  * meanwhile, and the stop. ShellNodeDriver delegates startRpcWorker / stopRpcWorker here.
  */
 import { randomBytes } from 'node:crypto';
-import { LlmgwError } from '../errors/catalogue.js';
+import { isLlmgwError, LlmgwError } from '../errors/catalogue.js';
 import type { NodeSpec } from '../fleet-spec/types.js';
 import type { Fence, RpcWorkerHandle, RpcWorkerStartSpec } from './driver.js';
 import { EXIT_FENCE_REFUSED, fenceError, refusalOf } from './fence.js';
@@ -61,7 +61,13 @@ export async function startRpcWorker(ctx: RpcWorkerContext, w: RpcWorkerStartSpe
       continue;
     }
     if (res.code === EXIT_REPLICA_EXISTS) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${node}: rpc worker ${w.id} already exists and is running`, { node, worker: w.id });
-    check(ctx, res, `start rpc worker ${w.id}`);
+    try {
+      check(ctx, res, `start rpc worker ${w.id}`);
+    } catch (e) {
+      // a worker that exited or never listened: its dir goes (the error carries its log tail)
+      if (isLlmgwError(e) && (e.code === 'RPC_WORKER_EXITED' || e.code === 'RPC_WORKER_START_TIMEOUT')) await stopRpcWorker(ctx, w.id, 0).catch(() => {});
+      throw e;
+    }
     const started = parseStarted(res.stdout);
     if (!started) throw new LlmgwError('NODE_COMMAND_FAILED', `node ${node}: start rpc worker ${w.id}: unexpected output`, { node, stdout: tailOf(res.stdout, 5) });
     return { id: w.id, host, port, pid: started.pid, endpoint: `${host}:${port}`, startedAt: started.startedAtMs };

@@ -127,6 +127,14 @@ describe('RPC workers on an ssh node', () => {
     assert.equal((await driver.observe()).rpcWorkers, undefined);
   });
 
+  test('a worker that exits at start is RPC_WORKER_EXITED with rpc-server\'s own words, and leaves nothing behind', async () => {
+    const { driver } = driverFor({});
+    const { binary } = await driver.ensureEngine({ engine: 'llama', version: 'cached', install: { method: 'path', path: join(llamaDir, 'llama-server') } });
+    await assert.rejects(driver.startRpcWorker({ id: 'w-bad', group: 'big', binary, threads: 0 }), isCode('RPC_WORKER_EXITED', /rpc-server exited at start: Invalid parameters/));
+    assert.equal(existsSync(join(sshd.dataDir, 'rpc', 'w-bad')), false);
+    assert.equal((await driver.observe()).rpcWorkers, undefined);
+  });
+
   test('0.0.0.0 is refused: by the driver (RPC_BIND_REFUSED, nothing started) and by the node script itself', async () => {
     const { driver } = driverFor({ listenAddress: '0.0.0.0' });
     const { binary } = await driver.ensureEngine({ engine: 'llama', version: 'cached', install: { method: 'path', path: join(llamaDir, 'llama-server') } });
