@@ -7,6 +7,9 @@
  *   head keeps the embeddings and the sampling;
  * - rpc half: the head with -ngl = half the layers: half on the worker, half on the head's CPU (a
  *   split whose weights sit on both hosts, what a group of two placed by memory does).
+ * - rpc all over ssh: as rpc all, the head reaching the worker through an OpenSSH local forward
+ *   (`ssh -N -L`, to a real sshd on loopback: the harness's): what tunnelling RPC over SSH between
+ *   the nodes would cost (encryption and one more hop per message).
  *
  * Each round sends one streamed chat completion to each (interleaved, in a fresh order each round, a
  * fresh prompt per round: no prompt cache), max_tokens generated (ignore_eos). TTFT: request → first
@@ -18,10 +21,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { writeTinyModel } from '../test/fixtures/gguf.js';
 import { llamaServerDir, startLlamaServer, type LlamaServer } from '../test/harness/llama-server.js';
 import { freePort } from '../test/harness/ports.js';
+import { startSshd, type SshdInstance } from '../test/harness/sshd.js';
 import { until } from '../test/harness/wait.js';
 
 const ROUNDS = Number(process.argv[2] ?? 9);
@@ -33,17 +38,25 @@ const median = (xs: readonly number[]): number => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 
-async function worker(dir: string): Promise<{ endpoint: string; proc: ChildProcess }> {
+const accepts = (port: number): Promise<boolean> => new Promise<boolean>((resolve) => {
+  const s = connect(port, '127.0.0.1', () => { s.destroy(); resolve(true); });
+  s.on('error', () => resolve(false));
+});
+
+async function worker(dir: string): Promise<{ endpoint: string; port: number; proc: ChildProcess }> {
   const port = await freePort();
   const proc = spawn(join(dir, 'rpc-server'), ['--host', '127.0.0.1', '--port', String(port), '--threads', THREADS], { stdio: 'ignore' });
-  await until(`rpc-server on ${port}`, 30_000, async () => {
-    const { connect } = await import('node:net');
-    return new Promise<boolean>((resolve) => {
-      const s = connect(port, '127.0.0.1', () => { s.destroy(); resolve(true); });
-      s.on('error', () => resolve(false));
-    });
-  });
-  return { endpoint: `127.0.0.1:${port}`, proc };
+  await until(`rpc-server on ${port}`, 30_000, () => accepts(port));
+  return { endpoint: `127.0.0.1:${port}`, port, proc };
+}
+
+/** An OpenSSH local forward 127.0.0.1:L → (through the sshd) 127.0.0.1:port. */
+async function tunnel(sshd: SshdInstance, port: number): Promise<{ endpoint: string; proc: ChildProcess }> {
+  const local = await freePort();
+  const proc = spawn('ssh', ['-N', '-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR', '-o', 'ExitOnForwardFailure=yes',
+    '-i', join(sshd.secretsDir, sshd.identityName), '-p', String(sshd.port), '-L', `127.0.0.1:${local}:127.0.0.1:${port}`, `${sshd.user}@127.0.0.1`], { stdio: 'ignore' });
+  await until(`ssh -L ${local}`, 30_000, () => accepts(local));
+  return { endpoint: `127.0.0.1:${local}`, proc };
 }
 
 /** One streamed completion: TTFT (ms) and decode tokens/s (content chunks after the first). */
@@ -85,14 +98,18 @@ async function main(): Promise<void> {
   const base = ['--threads', THREADS, '--threads-batch', THREADS, '--ctx-size', '1024'];
   const workers: ChildProcess[] = [];
   const heads: LlamaServer[] = [];
+  const sshd = await startSshd();
   try {
     const wAll = await worker(dir);
     const wHalf = await worker(dir);
-    workers.push(wAll.proc, wHalf.proc);
+    const wSsh = await worker(dir);
+    const t = await tunnel(sshd, wSsh.port);
+    workers.push(wAll.proc, wHalf.proc, wSsh.proc, t.proc);
     const arms: [string, LlamaServer][] = [
       ['solo', await startLlamaServer({ model: model.path, args: base, dir })],
       ['rpc all', await startLlamaServer({ model: model.path, args: [...base, '--rpc', wAll.endpoint, '-ngl', 'all'], dir })],
       ['rpc half', await startLlamaServer({ model: model.path, args: [...base, '--rpc', wHalf.endpoint, '-ngl', String(LAYERS / 2)], dir })],
+      ['rpc ssh', await startLlamaServer({ model: model.path, args: [...base, '--rpc', t.endpoint, '-ngl', 'all'], dir })],
     ];
     heads.push(...arms.map(([, s]) => s));
     const words = ['fleet', 'node', 'model', 'token', 'replica', 'git', 'server', 'ready', 'llama', 'world'];
@@ -117,6 +134,7 @@ async function main(): Promise<void> {
   } finally {
     for (const h of heads) await h.stop();
     for (const w of workers) w.kill('SIGKILL');
+    await sshd.stop();
     await rm(work, { recursive: true, force: true });
   }
 }
