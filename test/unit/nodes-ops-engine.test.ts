@@ -7,7 +7,7 @@
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, it } from 'node:test';
@@ -29,6 +29,9 @@ let repo: string;
 
 before(() => {
   fx = makeDataDir('engine');
+  // with an rpc-server beside the binary, stored without its exec bit (the install makes it runnable)
+  mkdirSync(join(fx.root, 'src', 'bin'), { recursive: true });
+  writeFileSync(join(fx.root, 'src', 'bin', 'rpc-server'), '#!/bin/sh\nexit 0\n', { mode: 0o644 });
   tgz = archive('src', '[ "$1" = --version ] && { echo "version: 1 (stand-in)"; exit 0; }\nexit 2\n');
   zip = join(fx.root, 'engine.zip');
   execFileSync('zip', ['-qr', zip, 'bin'], { cwd: join(fx.root, 'src') });
@@ -72,6 +75,7 @@ for (const shell of SHELLS) {
       assert.equal(parseInstalledBinary(res.stdout), bin);
       assert.equal(installed('a1'), bin);
       assert.equal(readFileSync(join(base(), 'a1', '.complete'), 'utf8'), `${bin}\nfp-a1\n`);
+      assert.equal(statSync(join(base(), 'a1', 'bin', 'rpc-server')).mode & 0o111, 0o111, 'the rpc-server beside it is executable');
       // again: found installed under the lock, nothing downloaded
       const again = runOk(shell, artifactInstallScript({ ...paths('a1', 'n2'), url: 'file:///nonexistent', sha256: sha(tgz), binary: 'bin/llama-server' }));
       assert.equal(parseInstalledBinary(again.stdout), bin);
