@@ -1,13 +1,15 @@
 /**
  * The head's RPC log matchers (src/nodes/rpc-log.ts) on lines captured from the real llama-server and
- * rpc-server of the test engine (test/fixtures/rpc-logs/: a head at -lv 4 with one worker; a head whose
- * worker is not listening; one whose "worker" answered HELLO as protocol 5.0.0; one whose worker was
- * killed with SIGKILL before a request), and on lines they must not match.
+ * rpc-server of the test engine (test/fixtures/rpc-logs/: a head at -lv 4 with one worker; the whole log
+ * of a head whose worker is not listening, with the abort's backtrace; of one whose "worker" answered
+ * HELLO as protocol 5.0.0; the tail of one whose worker was killed with SIGKILL before a request), and
+ * on lines they must not match; and classifyFailure (failure.ts) on those logs.
  */
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { classifyFailure } from '../../src/nodes/failure.js';
 import { parseRpcBuffer, rpcBuffers, rpcHeadFailure, workersNotLoaded } from '../../src/nodes/rpc-log.js';
 import { repoRoot } from '../harness/paths.js';
 
@@ -44,4 +46,21 @@ describe('rpc-log: why a head failed', () => {
     ['worker-start', null],
   ];
   for (const [name, want] of cases) it(name, () => assert.deepEqual(rpcHeadFailure(log(name)), want));
+});
+
+describe('a head that died of its worker, classified like any replica failure', () => {
+  // the abort's backtrace carries "No such file or directory" lines, which alone would read as a model load failure
+  const cases: [string, string, RegExp][] = [
+    ['head-version-mismatch', 'RPC_VERSION_MISMATCH', /RPC server version mismatch: 5\.0\.0/],
+    ['head-unreachable', 'RPC_WORKER_UNREACHABLE', /ggml-rpc\.cpp:547: Failed to connect to 127\.0\.0\.1:31989$/],
+    ['head-worker-died', 'RPC_WORKER_EXITED', /Remote RPC server crashed or returned malformed response$/],
+  ];
+  for (const [name, code, message] of cases) {
+    it(name, () => {
+      assert.match(log(name), /No such file or directory/);
+      const f = classifyFailure(log(name), 'process gone');
+      assert.equal(f.code, code);
+      assert.match(f.message, message);
+    });
+  }
 });
