@@ -135,7 +135,7 @@ case $st in ''|*[!0-9]*) st=0;; esac
 printf '%s\\n' "$st" >starttime
 printf '%s,"binary":"%s","pid":%s,"procStartTime":%s,"startedAt":%s000}\\n' ${shq(s.stateHead)} "$(printf '%s' "$bin" | sed 's/[\\\\"]/\\\\&/g')" "$pid" "$st" "$started" >state.json.tmp && mv state.json.tmp state.json
 ${s.fence ? 'llmgw_fence_unlock\n' : ''}rmdir "$lock" 2>/dev/null; trap - EXIT
-# up: listening on exactly host:port (its /proc/net/tcp local address), nowhere else
+# up: listening on exactly host:port (its /proc/net/tcp local address)
 i=0
 until awk '$4 == "0A" {print $2}' /proc/net/tcp 2>/dev/null | grep -qi '^${listenAt}$'; do
   if ! llmgw_alive "$r"; then
