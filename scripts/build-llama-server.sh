@@ -2,6 +2,8 @@
 # Builds llama.cpp's llama-server from the source that node-llama-cpp ships as a git bundle
 # (llama/gitRelease.bundle) and caches it by version, laid out like llama.cpp's release
 # archives: bin/llama-server with its shared libraries beside it and an $ORIGIN rpath.
+# Built with GGML_RPC=ON: rpc-server sits beside llama-server (llama-server --rpc host:port uses it).
+# A cache without rpc-server (built before RPC) is rebuilt, incrementally in the same build dir.
 #
 #   scripts/build-llama-server.sh            # prints the cached directory, building if needed
 #
@@ -13,7 +15,8 @@ cache="${LLMGW_CACHE_DIR:-$HOME/.cache/llmgw}"
 out="$cache/llama-server/node-llama-cpp-$version"
 jobs="${LLMGW_BUILD_JOBS:-$(nproc)}"
 
-if [ -x "$out/llama-server" ] && [ -f "$out/.complete" ]; then
+cached() { [ -x "$out/llama-server" ] && [ -x "$out/rpc-server" ] && [ -f "$out/.complete" ]; }
+if cached; then
   echo "$out"
   exit 0
 fi
@@ -24,7 +27,7 @@ if command -v flock >/dev/null && [ -z "${LLMGW_BUILD_LOCKED:-}" ]; then
   exec 9>"$cache/.build-llama-server.lock"
   flock 9
   export LLMGW_BUILD_LOCKED=1
-  if [ -x "$out/llama-server" ] && [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
+  if cached; then echo "$out"; exit 0; fi
 fi
 
 for tool in git cmake make g++ npm tar; do
@@ -51,19 +54,30 @@ fi
 
 log "configuring (cmake)"
 cmake -S "$work/src" -B "$work/src/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_RPC=ON \
   -DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_INSTALL_RPATH='$ORIGIN' >"$work/cmake.log" 2>&1 \
   || { tail -30 "$work/cmake.log" >&2; exit 1; }
-log "building llama-server with $jobs jobs (about 10 minutes on 2 cores)"
-cmake --build "$work/src/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 \
+log "building llama-server and rpc-server with $jobs jobs (about 10 minutes on 2 cores; minutes when incremental)"
+cmake --build "$work/src/build" --target llama-server ggml-rpc-server -j "$jobs" >"$work/build.log" 2>&1 \
   || { tail -30 "$work/build.log" >&2; exit 1; }
 
 tmp="$out.tmp.$$"
 rm -rf "$tmp"; mkdir -p "$tmp"
 cp "$work/src/build/bin/llama-server" "$tmp/"
+# this llama.cpp names the target and binary ggml-rpc-server; cached under the name its docs use
+cp "$work/src/build/bin/ggml-rpc-server" "$tmp/rpc-server"
 find "$work/src/build" -name '*.so*' \( -type f -o -type l \) -exec cp -P {} "$tmp/" \;
 "$tmp/llama-server" --version >"$tmp/VERSION" 2>&1 || { cat "$tmp/VERSION" >&2; exit 1; }
+"$tmp/llama-server" --help 2>&1 | grep -q -- '--rpc' \
+  || { echo "build-llama-server: llama-server was built without RPC (no --rpc in --help)" >&2; exit 1; }
+"$tmp/rpc-server" --help >/dev/null 2>&1 \
+  || { echo "build-llama-server: rpc-server --help failed" >&2; exit 1; }
 touch "$tmp/.complete"
-rm -rf "$out"; mv "$tmp" "$out"
+# Swap: the old dir moves aside and the new one takes its name (two renames, no copy), so tests
+# that run from the cache while this rebuilds see one or the other; running processes keep their files.
+old="$out.old.$$"
+if [ -e "$out" ]; then mv "$out" "$old"; fi
+mv "$tmp" "$out"
+rm -rf "$old"
 log "cached at $out"
 echo "$out"

@@ -10,6 +10,7 @@
  *   models/<sha256>.gguf                verified model files (downloaded to `<sha256>.gguf.part`, renamed when verified)
  *   replicas/<id>/state.json            what was started (pid, process start time, port, argv, model, digest, log path)
  *   replicas/<id>/log                   llama-server's stdout + stderr
+ *   rpc/<id>/state.json, log            an RPC worker (rpc-server) of a split model, recorded like a replica
  *   .locks/                             flock files of engine installs and model downloads; with a fence,
  *                                       `owner` (the one owner record: owner, label, epoch, renewedAt, ttl) and `owner.lock`
  *
@@ -75,6 +76,8 @@ export interface EngineObservation {
   readonly binary: string;
   /** What `llama-server --list-devices` of this engine reports on the node (empty: none, or not listable). */
   readonly devices?: readonly DeviceObservation[];
+  /** Whether an rpc-server (or ggml-rpc-server) sits beside its llama-server: it can run RPC workers. Absent: not looked at. */
+  readonly rpc?: boolean;
 }
 
 export interface ModelFileObservation {
@@ -101,6 +104,46 @@ export interface NodeObservation {
   readonly devices?: readonly DeviceObservation[];
   /** The node's owner record as this look found (and, when 'mine', renewed) it; absent when the driver has no fence. */
   readonly fence?: NodeFenceView;
+  /** The RPC workers (rpc-server) on the node, live or dead (rpc/<id>/); absent when there are none. */
+  readonly rpcWorkers?: readonly RpcWorkerObservation[];
+}
+
+/** An RPC worker as a look found it. */
+export interface RpcWorkerObservation {
+  readonly id: string;
+  /** What it serves (the group's model), as recorded at its start. */
+  readonly group: string;
+  /** The address it binds (the node's listen_address or 127.0.0.1) and its port: the head's --rpc entry is `${host}:${port}`. */
+  readonly host: string;
+  readonly port: number;
+  readonly pid: number;
+  readonly startedAt: number;
+  /** ready: alive and listening on its port; starting: alive, not (yet) listening; failed: the process is gone. */
+  readonly state: ReplicaState;
+  readonly failure?: ReplicaFailure;
+}
+
+export interface RpcWorkerStartSpec {
+  /** Chosen by the caller, like a replica id ([A-Za-z0-9][A-Za-z0-9._-]{0,127}), unique among the node's workers. */
+  readonly id: string;
+  /** What it serves (the group's model): recorded, not interpreted. */
+  readonly group: string;
+  /** The engine's llama-server on the node (from ensureEngine); rpc-server is taken from beside it. */
+  readonly binary: string;
+  /** rpc-server's CPU threads (its default is 1). */
+  readonly threads?: number;
+  /** A fixed port (must be free); default: allocated from node.ports like a replica's. */
+  readonly port?: number;
+}
+
+export interface RpcWorkerHandle {
+  readonly id: string;
+  readonly host: string;
+  readonly port: number;
+  readonly pid: number;
+  /** `${host}:${port}`: the entry for the head's `llama-server --rpc`. */
+  readonly endpoint: string;
+  readonly startedAt: number;
 }
 
 /**
@@ -219,6 +262,16 @@ export interface NodeDriver {
   readFileRange(path: string, offset: number, length: number): Promise<{ data: Buffer; size: number }>;
   /** The last `lines` lines of the replica's log. REPLICA_NOT_FOUND for an unknown id. */
   logTail(id: string, lines: number): Promise<string>;
+  /**
+   * Start an RPC worker (rpc-server beside the engine's llama-server) detached, bound to the node's
+   * listen_address or 127.0.0.1 (never a wildcard: RPC_BIND_REFUSED) on a port of node.ports;
+   * resolves once it listens there. RPC_WORKER_EXITED / RPC_WORKER_START_TIMEOUT (with its log tail;
+   * its dir removed), ENGINE_NO_RPC, RPC_BIND_REFUSED.
+   * Absent on drivers that cannot run workers (test fakes).
+   */
+  startRpcWorker?(spec: RpcWorkerStartSpec): Promise<RpcWorkerHandle>;
+  /** Stop an RPC worker and its children (TERM, KILL after graceMs), then remove rpc/<id>. Idempotent. */
+  stopRpcWorker?(id: string, graceMs: number): Promise<void>;
   /** Close the transport. */
   close(): Promise<void>;
 }

@@ -11,6 +11,8 @@
  *   device OOM     vk::Device::allocateMemory: ErrorOutOfDeviceMemory / cudaMalloc failed: out of memory /
  *                  failed to allocate Vulkan0 buffer of size … (before the host rule: it says "allocate" too)
  *   out of memory  failed to allocate … / unable to allocate … / std::bad_alloc / Cannot allocate memory
+ *   RPC worker     RPC server version mismatch: 5.0.0 / …/ggml-rpc.cpp:547: Failed to connect to 10.0.0.5:50052 /
+ *                  …/ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response (a head, #40)
  *
  * llama-server can exit without its reason: its logger is a background thread that is not drained
  * at exit (common/log.cpp leaks it on purpose), so the lines still queued when main() returns are
@@ -41,6 +43,11 @@ interface Rule {
 // Order matters: an unknown architecture is also "failed to load model"; a failed allocation is
 // also a failed load.
 const RULES: readonly Rule[] = [
+  // a head of an RPC group (#40, rpc-log.ts) aborts on its worker's failure, and the abort's backtrace
+  // has "No such file or directory" lines: these first
+  { code: 'RPC_VERSION_MISMATCH', test: /RPC server version mismatch/ },
+  { code: 'RPC_WORKER_UNREACHABLE', test: /ggml-rpc\.cpp:\d+: Failed to connect to/ },
+  { code: 'RPC_WORKER_EXITED', test: /Remote RPC server crashed or returned malformed response/ },
   { code: 'REPLICA_UNKNOWN_ARCHITECTURE', test: /unknown model architecture/i },
   { code: 'REPLICA_DEVICE_OUT_OF_MEMORY', test: /ErrorOutOfDeviceMemory|OutOfDeviceMemory|cudaMalloc failed|CUDA error: out of memory|(failed|unable) to allocate (Vulkan|CUDA)\d+ buffer|ggml_vulkan: (Device memory allocation|.*out of memory)/i },
   { code: 'REPLICA_OUT_OF_MEMORY', test: /failed to allocate|unable to allocate|std::bad_alloc|cannot allocate memory|out of memory|failed to initialize the context|\boom\b/i },

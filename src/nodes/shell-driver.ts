@@ -13,7 +13,7 @@ import { Agent } from '../util/undici-lean.js';
 import { healthStatus, servesModel } from './replica-probe.js';
 import { LlmgwError } from '../errors/catalogue.js';
 import type { EngineVersionSpec, NodeSpec } from '../fleet-spec/types.js';
-import type { DownloadToken, Fence, NodeDriver, NodeObservation, ReplicaHandle, ReplicaObservation, ReplicaStartSpec } from './driver.js';
+import type { DownloadToken, Fence, NodeDriver, NodeObservation, ReplicaHandle, ReplicaObservation, ReplicaStartSpec, RpcWorkerHandle, RpcWorkerStartSpec } from './driver.js';
 import { replicaDeviceSetup } from './devices.js';
 import { checkFence, EXIT_FENCE_REFUSED, fenceError, refusalOf } from './fence.js';
 import { engineFingerprint, installEngine, type EngineInstallContext } from './engine-install.js';
@@ -34,6 +34,10 @@ import type { ExecResult, Shell } from './shell.js';
 import { resolveModelSource } from './sources.js';
 import { openShell, type OpenShellOptions } from './transport.js';
 import { healthPollDelayMs } from './health-poll.js';
+import { replicaBindHost } from './bind-host.js';
+import { startRpcWorker, stopRpcWorker, type RpcWorkerContext } from './rpc-workers.js';
+
+export { replicaBindHost } from './bind-host.js';
 
 export interface DriverTimeouts {
   /** Small scripts: inspect, log tail, port query, start (default 60 s). */
@@ -55,15 +59,6 @@ export const DEFAULT_DRIVER_TIMEOUTS: DriverTimeouts = Object.freeze({
   buildMs: 120 * 60_000,
   healthMs: 2_000,
 });
-
-/**
- * The address a node's replicas bind: its listen_address; else 127.0.0.1 for the local transport;
- * for ssh, its host when that is an IP address, else 0.0.0.0 (every interface: a DNS name may
- * resolve on the node to a loopback address, as Debian's /etc/hosts maps the machine's own name).
- */
-export function replicaBindHost(spec: Pick<NodeSpec, 'transport' | 'host' | 'listenAddress'>): string {
-  return spec.listenAddress ?? (spec.transport === 'local' ? '127.0.0.1' : isIP(spec.host) !== 0 ? spec.host : '0.0.0.0');
-}
 
 export interface ShellNodeDriverOptions {
   /**
@@ -155,6 +150,7 @@ export class ShellNodeDriver implements NodeDriver {
       models: o.models,
       replicas,
       ...(o.fence !== undefined ? { fence: o.fence } : {}),
+      ...(o.rpcWorkers !== undefined ? { rpcWorkers: o.rpcWorkers } : {}),
     };
   }
 
@@ -356,6 +352,11 @@ export class ShellNodeDriver implements NodeDriver {
     const res = await this.exec(logTailScript(this.dataDir, id, Math.max(1, Math.floor(lines))), `log tail ${id}`, { timeoutMs: this.timeouts.opMs });
     return res.stdout;
   }
+
+  // RPC workers of split models (rpc-workers.ts, ops/rpc-worker.ts)
+  startRpcWorker(spec: RpcWorkerStartSpec): Promise<RpcWorkerHandle> { return startRpcWorker(this.rpcContext(), spec); }
+  stopRpcWorker(id: string, graceMs: number): Promise<void> { return stopRpcWorker(this.rpcContext(), id, graceMs); }
+  private rpcContext(): RpcWorkerContext { return { spec: this.spec, dataDir: this.dataDir, shell: this.shell, fence: this.fence(), opMs: this.timeouts.opMs }; }
 
   async readFileRange(path: string, offset: number, length: number): Promise<{ data: Buffer; size: number }> {
     if (!path.startsWith('/')) throw new LlmgwError('MODEL_FILE_NOT_FOUND', `node ${this.node}: not an absolute path: ${path}`, { node: this.node, path });

@@ -52,6 +52,10 @@ const rendered: Record<string, string> = {
   'modelFromUrlScript(token)': scripts.modelFromUrlScript(H, SHA, 'hf-token'),
   'modelFromUrlScript(token, fence)': scripts.modelFromUrlScript(H, SHA, 'hf-token', F),
   modelFromFileScript: scripts.modelFromFileScript(H, SHA, `${H}/m.gguf`),
+  'buildInstallScript(rpc)': scripts.buildInstallScript({ ...E, git: '/srv/x.bundle', ref: 'main', cmakeFlags: ['-DGGML_RPC=ON'], target: 'llama-server', jobs: 1 }),
+  rpcWorkerStartScript: scripts.rpcWorkerStartScript({ dataDir: H, id: 'w-1a2b', host: '10.0.0.5', port: 24002, engineBinary: `${H}/engines/e/v/llama-server`, args: scripts.rpcWorkerArgs('10.0.0.5', 24002, 4), stateHead: '{"id":"w-1a2b","group":"it\'s $(id)"', env: { CUDA_VISIBLE_DEVICES: "$(id)'" } }),
+  'rpcWorkerStartScript(fence)': scripts.rpcWorkerStartScript({ dataDir: H, id: 'w-1a2b', host: '127.0.0.1', port: 24002, engineBinary: "/opt/llama server'$(id)/llama-server", args: [], stateHead: '{"id":"w"', fence: F }),
+  rpcWorkerStopScript: scripts.rpcWorkerStopScript(H, 'w-1a2b', 2000, F),
   'modelFromFileScript(fence)': scripts.modelFromFileScript(H, SHA, `${H}/m.gguf`, F),
 };
 

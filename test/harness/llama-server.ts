@@ -101,6 +101,7 @@ export function llamaServerCacheDir(): string {
 function isComplete(dir: string): boolean {
   try {
     accessSync(join(dir, 'llama-server'), fsConstants.X_OK);
+    accessSync(join(dir, 'rpc-server'), fsConstants.X_OK); // a cache from before RPC (#40) is rebuilt
     return existsSync(join(dir, '.complete'));
   } catch {
     return false;

@@ -1,7 +1,7 @@
 /**
  * Engine install by the build method, over ssh: llama.cpp's source from the git bundle that
  * node-llama-cpp 3.21.1 ships (the same one scripts/build-llama-server.sh uses), built on the node
- * with cmake and GGML_NATIVE=ON, then run as a replica.
+ * with cmake, GGML_NATIVE=ON and GGML_RPC=ON, then run as a replica (and rpc-server as a worker).
  *
  * The real build is slow: ~10-15 min on 2 cores when cold. The driver uses ccache as the compiler
  * launcher when the node has it (Debian package `ccache`, installed by .ci/run), with CCACHE_BASEDIR
@@ -26,7 +26,8 @@ import { killReplica, tinyProfile } from '../harness/nodes-driver.js';
 import { isCode } from '../harness/errors.js';
 
 const execFileP = promisify(execFile);
-const BUILD_FLAGS = ['-DLLAMA_CURL=OFF', '-DLLAMA_BUILD_TESTS=OFF', '-DLLAMA_BUILD_EXAMPLES=OFF'];
+/** With GGML_RPC on, rpc-server is built and installed beside llama-server too (#40). */
+const BUILD_FLAGS = ['-DLLAMA_CURL=OFF', '-DLLAMA_BUILD_TESTS=OFF', '-DLLAMA_BUILD_EXAMPLES=OFF', '-DGGML_RPC=ON'];
 
 let work: string;
 let sshd: SshdInstance;
@@ -105,6 +106,13 @@ describe('engine build method', () => {
     const { stdout: ldd } = await execFileP('ldd', [r1.binary]);
     assert.match(ldd, new RegExp(`libllama[^\\n]*=> ${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}/`), 'libraries resolve beside the binary ($ORIGIN rpath)');
     assert.deepEqual(await driver.ensureEngine(spec), r1);
+    // rpc-server beside it (GGML_RPC=ON): it runs, the look says so, and a worker starts from it
+    await execFileP(join(dir, 'rpc-server'), ['--help']);
+    assert.deepEqual((await driver.observe()).engines.map((e) => [e.version, e.rpc]), [['native', true]]);
+    const w = await driver.startRpcWorker({ id: 'built-w', group: 'tiny', binary: r1.binary, threads: 1 });
+    pids.add(w.pid);
+    assert.equal(w.endpoint, `127.0.0.1:${w.port}`);
+    await driver.stopRpcWorker('built-w', 2_000);
 
     const m = await driver.ensureModel(`file://${model.path}`, model.sha256);
     const h = await driver.startReplica({ id: 'built-1', model: 'tiny', digest: 'd', modelPath: m.path, binary: r1.binary, profile: tinyProfile(), apiKey: 'sk-build' });

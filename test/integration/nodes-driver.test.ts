@@ -140,7 +140,7 @@ describe('engines', () => {
     const { binary } = await l.ensureEngine(pathEngine);
     assert.equal(binary, join(llamaDir, 'llama-server'));
     const o = await l.observe();
-    assert.deepEqual(o.engines, [{ engine: 'llama', version: 'cached', binary }]);
+    assert.deepEqual(o.engines, [{ engine: 'llama', version: 'cached', binary, rpc: true }], 'the cached engine carries rpc-server (#40)');
     await assert.rejects(l.ensureEngine({ engine: 'llama', version: 'gone', install: { method: 'path', path: join(work, 'nope', 'llama-server') } }), isCode('ENGINE_NOT_FOUND', /does not exist/));
     await assert.rejects(l.ensureEngine({ engine: 'llama', version: 'false', install: { method: 'path', path: '/bin/false' } }), isCode('ENGINE_NOT_FOUND', /--version/));
     assert.deepEqual((await l.observe()).engines.map((e) => e.version), ['cached']);
@@ -180,7 +180,7 @@ describe('engines', () => {
     assert.equal(stdout, '');
     assert.deepEqual(await a.ensureEngine(spec), { binary });
     assert.equal(files.count('/llama.tar.gz') - before, 1, 'installed: no second download');
-    assert.deepEqual((await a.observe()).engines, [{ engine: 'llama', version: 'art-node', binary }]);
+    assert.deepEqual((await a.observe()).engines, [{ engine: 'llama', version: 'art-node', binary, rpc: true }], 'the archive carries rpc-server beside llama-server');
     // nothing but the engine dir is left in engines/llama (no staging dirs)
     assert.deepEqual(await readdir(join(nodeA.dataDir, 'engines', 'llama')), ['art-node']);
   });

@@ -41,6 +41,7 @@ const OTHER_TOOLS: Record<string, string> = {
   '--semi-space-growth-factor': 'node',
   '--min-semi-space-size': 'node',
   '--ignore-scripts': 'npm',
+  '--rpc': 'llama-server',
 };
 
 const longFlags = (text: string): Set<string> => new Set([...text.matchAll(/(?<![\w-])--[a-z][a-z0-9-]*/g)].map((m) => m[0]));

@@ -7,7 +7,7 @@
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, it } from 'node:test';
@@ -29,6 +29,9 @@ let repo: string;
 
 before(() => {
   fx = makeDataDir('engine');
+  // with an rpc-server beside the binary, stored without its exec bit (the install makes it runnable)
+  mkdirSync(join(fx.root, 'src', 'bin'), { recursive: true });
+  writeFileSync(join(fx.root, 'src', 'bin', 'rpc-server'), '#!/bin/sh\nexit 0\n', { mode: 0o644 });
   tgz = archive('src', '[ "$1" = --version ] && { echo "version: 1 (stand-in)"; exit 0; }\nexit 2\n');
   zip = join(fx.root, 'engine.zip');
   execFileSync('zip', ['-qr', zip, 'bin'], { cwd: join(fx.root, 'src') });
@@ -36,7 +39,8 @@ before(() => {
   // a git repo with a cmake project whose target prints a version
   repo = join(fx.root, 'repo');
   mkdirSync(repo);
-  writeFileSync(join(repo, 'CMakeLists.txt'), 'cmake_minimum_required(VERSION 3.10)\nproject(standin CXX)\nadd_executable(llama-server main.cpp)\n');
+  // with GGML_RPC on, like llama.cpp, it also has the ggml-rpc-server target
+  writeFileSync(join(repo, 'CMakeLists.txt'), 'cmake_minimum_required(VERSION 3.10)\nproject(standin CXX)\noption(GGML_RPC "rpc" OFF)\nadd_executable(llama-server main.cpp)\nif(GGML_RPC)\n  add_executable(ggml-rpc-server main.cpp)\nendif()\n');
   writeFileSync(join(repo, 'main.cpp'), '#include <cstdio>\n#include <cstring>\nint main(int c, char** v) { if (c > 1 && !std::strcmp(v[1], "--version")) { std::puts("version: built"); return 0; } return 2; }\n');
   const git = (...a: string[]) => execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@t', ...a], { cwd: repo, stdio: 'ignore' });
   git('init', '-q', '-b', 'main');
@@ -71,6 +75,7 @@ for (const shell of SHELLS) {
       assert.equal(parseInstalledBinary(res.stdout), bin);
       assert.equal(installed('a1'), bin);
       assert.equal(readFileSync(join(base(), 'a1', '.complete'), 'utf8'), `${bin}\nfp-a1\n`);
+      assert.equal(statSync(join(base(), 'a1', 'bin', 'rpc-server')).mode & 0o111, 0o111, 'the rpc-server beside it is executable');
       // again: found installed under the lock, nothing downloaded
       const again = runOk(shell, artifactInstallScript({ ...paths('a1', 'n2'), url: 'file:///nonexistent', sha256: sha(tgz), binary: 'bin/llama-server' }));
       assert.equal(parseInstalledBinary(again.stdout), bin);
@@ -134,10 +139,18 @@ for (const shell of SHELLS) {
       const bin = join(base(), 'b1', 'llama-server');
       assert.equal(parseInstalledBinary(res.stdout), bin);
       assert.equal(execFileSync(bin, ['--version'], { encoding: 'utf8' }), 'version: built\n');
+      assert.equal(existsSync(join(base(), 'b1', 'rpc-server')), false, 'no rpc-server without GGML_RPC');
       const r = run(shell, buildInstallScript({ ...paths('b2'), git: repo, ref: 'no-such-ref', cmakeFlags: [], target: 'llama-server', jobs: 1 }), { timeoutMs: 60_000 });
       const e = scriptError('n', 'build', r);
       assert.equal(e.code, 'ENGINE_BUILD_FAILED');
       assert.match(e.message, /git ref 'no-such-ref' not found/);
+      assert.deepEqual(leftovers(), []);
+    });
+
+    it('build with -DGGML_RPC=ON: rpc-server (the ggml-rpc-server target) built and installed beside the binary', () => {
+      const res = runOk(shell, buildInstallScript({ ...paths('b3'), git: repo, ref: 'main', cmakeFlags: ['-DGGML_RPC=ON'], target: 'llama-server', jobs: 1 }), { timeoutMs: 180_000 });
+      assert.equal(parseInstalledBinary(res.stdout), join(base(), 'b3', 'llama-server'));
+      assert.equal(execFileSync(join(base(), 'b3', 'rpc-server'), ['--version'], { encoding: 'utf8' }), 'version: built\n');
       assert.deepEqual(leftovers(), []);
     });
   });

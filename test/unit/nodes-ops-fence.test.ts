@@ -6,14 +6,15 @@
  * NODE_FENCED, and the refusal's `llmgw-fence:` line names the record.
  */
 import { strict as assert } from 'node:assert';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Fence } from '../../src/nodes/driver.js';
 import { EXIT_FENCE_REFUSED, fenceError, refusalOf } from '../../src/nodes/fence.js';
 import { observeScript, parseObservation } from '../../src/nodes/ops/observe.js';
 import { stopReplicaScript } from '../../src/nodes/ops/replica-stop.js';
-import { makeDataDir, run, runOk, SHELLS, type DataDir } from '../harness/nodes-ops-fixture.js';
+import { rpcWorkerStartScript, rpcWorkerStopScript } from '../../src/nodes/ops/rpc-worker.js';
+import { makeDataDir, run, runOk, SHELLS, writeExe, type DataDir } from '../harness/nodes-ops-fixture.js';
 
 const NONCE = '1122334455667788';
 const A: Fence = { owner: "ctl-a'$(id)", label: 'llmgw on a', epoch: 7, ttlSeconds: 600 };
@@ -69,6 +70,23 @@ for (const shell of SHELLS) {
       assert.equal(r.state, 'newer-epoch');
       assert.equal(fenceError('n1', 'stop replica r-1', A, r).code, 'NODE_FENCED');
       runOk(shell, stopReplicaScript(dataDir, 'r-1', 0, { ...A, epoch: 8 }));
+    });
+
+    it("an RPC worker's start and stop carry the fence too: another owner's are refused, nothing started or removed", () => {
+      const eng = join(dataDir, 'eng');
+      mkdirSync(eng, { recursive: true });
+      writeExe(join(eng, 'llama-server'), 'exit 0\n');
+      writeExe(join(eng, 'rpc-server'), 'sleep 60\n');
+      const start = run(shell, rpcWorkerStartScript({ dataDir, id: 'w-1', host: '127.0.0.1', port: 24999, engineBinary: join(eng, 'llama-server'), args: [], stateHead: '{"id":"w-1"', fence: B }));
+      assert.equal(start.code, EXIT_FENCE_REFUSED, start.stderr);
+      assert.equal(refusalOf(start.stderr)?.state, 'other');
+      assert.equal(existsSync(join(dataDir, 'rpc', 'w-1')), false, 'nothing started');
+      mkdirSync(join(dataDir, 'rpc', 'w-0'), { recursive: true });
+      const stop = run(shell, rpcWorkerStopScript(dataDir, 'w-0', 0, B));
+      assert.equal(stop.code, EXIT_FENCE_REFUSED, stop.stderr);
+      assert.ok(existsSync(join(dataDir, 'rpc', 'w-0')), 'nothing removed');
+      runOk(shell, rpcWorkerStopScript(dataDir, 'w-0', 0, { ...A, epoch: 8 }));
+      assert.equal(existsSync(join(dataDir, 'rpc', 'w-0')), false);
     });
   });
 }

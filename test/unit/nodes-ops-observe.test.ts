@@ -21,6 +21,8 @@ const ENV = { GGML_VK_VISIBLE_DEVICES: "1'$(id)" };
 let fx: DataDir;
 let live: number;
 let binary: string;
+let rpcBinary: string;
+let liveWorker: number;
 
 function replicaDir(id: string, state: string, extra: Record<string, string> = {}): void {
   const r = join(fx.dataDir, 'replicas', id);
@@ -39,6 +41,12 @@ before(() => {
 printf 'Available devices:\\n  Vulkan0: Fake GPU vis=%s (2048 MiB, 1024 MiB free)\\n' "$GGML_VK_VISIBLE_DEVICES"
 `);
   writeFileSync(join(ed, '.complete'), `${binary}\nfp1\n`);
+  // an engine with an rpc-server beside its llama-server (#40): it can run RPC workers
+  const er = join(d, 'engines', 'llama', 'b-rpc');
+  mkdirSync(er, { recursive: true });
+  rpcBinary = writeExe(join(er, 'llama-server'), 'exit 2\n');
+  writeExe(join(er, 'rpc-server'), 'exit 0\n');
+  writeFileSync(join(er, '.complete'), `${rpcBinary}\nfp2\n`);
   // install leftovers: one from two days ago (removed), one fresh (kept: an install may be running)
   const stale = join(d, 'engines', 'llama', '.b0.tmp-old');
   const fresh = join(d, 'engines', 'llama', '.b2.build-new');
@@ -63,11 +71,26 @@ printf 'Available devices:\\n  Vulkan0: Fake GPU vis=%s (2048 MiB, 1024 MiB free
     pid: '999999999\n', starttime: '1\n', log: "load_tensors: offloaded 1/4 layers to GPU\nloading\nllama_model_load: error loading model architecture: unknown model architecture: 'kev'\n",
   });
   replicaDir('broken-1', '{not json');
+  // RPC workers (rpc/<id>/): a live one (alive, not listening on its port: starting) and a dead one with its log
+  const w = spawn('sleep', ['120'], { detached: true, stdio: 'ignore' });
+  w.unref();
+  liveWorker = w.pid!;
+  const worker = (id: string, state: object, extra: Record<string, string>): void => {
+    const r = join(d, 'rpc', id);
+    mkdirSync(r, { recursive: true });
+    writeFileSync(join(r, 'state.json'), JSON.stringify(state));
+    for (const [k, v] of Object.entries(extra)) writeFileSync(join(r, k), v);
+  };
+  worker('w-live', { version: 1, kind: 'rpc-worker', id: 'w-live', group: 'big', host: '127.0.0.1', port: 24130, args: [], log: '', binary: '/x/rpc-server', pid: liveWorker, procStartTime: 1, startedAt: 7000 },
+    { pid: `${liveWorker}\n`, starttime: `${procStartTime(liveWorker)}\n`, port: '24130\n' });
+  worker('w-dead', { version: 1, kind: 'rpc-worker', id: 'w-dead', group: 'big', host: '10.0.0.5', port: 24131, args: [], log: '', binary: '/x/rpc-server', pid: 999_999_998, procStartTime: 1, startedAt: 8000 },
+    { pid: '999999998\n', starttime: '1\n', port: '24131\n', log: 'Starting RPC server v6.0.0\n  endpoint       : 10.0.0.5:24131\nFailed to bind: Address already in use\n\n' });
   mkdirSync(join(d, 'replicas', 'nostate-1'));
 });
 
 after(() => {
   killGroup(live);
+  killGroup(liveWorker);
   fx.remove();
 });
 
@@ -89,7 +112,10 @@ describe('ops/observe: render, run under dash and bash, parse', () => {
       assert.ok(o.cpuFlags.length > 0, 'cpu flags read');
 
       const dev = { name: 'Vulkan0', description: "Fake GPU vis=1'$(id)", totalBytes: 2048 * 2 ** 20, freeBytes: 1024 * 2 ** 20 };
-      assert.deepEqual(o.engines, [{ engine: 'llama', version: 'b1', binary, devices: [dev] }]);
+      assert.deepEqual([...o.engines].sort((a, b) => a.version.localeCompare(b.version)), [
+        { engine: 'llama', version: 'b-rpc', binary: rpcBinary, rpc: true },
+        { engine: 'llama', version: 'b1', binary, rpc: false, devices: [dev] },
+      ]);
       assert.deepEqual(o.devices, [dev]);
       assert.deepEqual(o.models, [{ sha256: SHA, path: join(fx.dataDir, 'models', `${SHA}.gguf`), bytes: 1234 }]);
 
@@ -111,6 +137,14 @@ describe('ops/observe: render, run under dash and bash, parse', () => {
       assert.ok(!existsSync(join(fx.dataDir, 'engines', 'llama', '.b0.tmp-old')), 'a day-old staging dir is removed');
       assert.ok(existsSync(join(fx.dataDir, 'engines', 'llama', '.b2.build-new')), 'a fresh build dir is kept');
       assert.equal(o.fence, undefined);
+
+      const workers = new Map((o.rpcWorkers ?? []).map((w) => [w.id, w]));
+      assert.deepEqual(workers.get('w-live'), { id: 'w-live', group: 'big', host: '127.0.0.1', port: 24130, pid: liveWorker, startedAt: 7000, state: 'starting' }, 'alive, not listening on its port');
+      const wd = workers.get('w-dead')!;
+      assert.equal(wd.state, 'failed');
+      assert.equal(wd.failure?.code, 'RPC_WORKER_EXITED');
+      assert.equal(wd.failure?.message, 'rpc-server exited; its last log line: Failed to bind: Address already in use');
+      assert.deepEqual([...workers.keys()].sort(), ['w-dead', 'w-live']);
     });
   }
 

@@ -8,8 +8,17 @@ import { DISK_FULL, fenceDefs, int, PRELUDE } from './prelude.js';
  * CPU flags), an $ORIGIN rpath, the spec's flags; ccache as the compiler launcher when the node has it
  * (with CCACHE_BASEDIR so a rebuild in another directory hits the cache). Copies the target binary and
  * every shared library into the engine dir. Prints the installed binary's path (parseInstalledBinary).
+ * With GGML_RPC on in the flags (wantsRpc) it also builds rpc-server (the target is ggml-rpc-server in
+ * newer llama.cpp, rpc-server in older) and installs it as rpc-server beside the binary.
  */
 export function buildInstallScript(p: EnginePaths & { readonly git: string; readonly ref: string; readonly cmakeFlags: readonly string[]; readonly target: string; readonly jobs: number | null }): string {
+  const rpc = wantsRpc(p.cmakeFlags)
+    ? `cmake --build "$work/build" --target ggml-rpc-server -j "$jobs" >>"$log" 2>&1 || cmake --build "$work/build" --target rpc-server -j "$jobs" >>"$log" 2>&1 || llmgw_build_fail ENGINE_BUILD_FAILED "GGML_RPC is on but neither ggml-rpc-server nor rpc-server builds"
+rb=$(find "$work/build" -type f \\( -name ggml-rpc-server -o -name rpc-server \\) -perm -u+x | head -n 1)
+[ -n "$rb" ] || llmgw_build_fail ENGINE_BUILD_FAILED "GGML_RPC is on but the build produced no rpc-server binary"
+cp "$rb" "$stage/rpc-server" || llmgw_build_fail NODE_COMMAND_FAILED "copy failed"
+`
+    : '';
   return `${PRELUDE}
 ${fenceDefs(p.dataDir, p.fence)}${engineVars(p)}
 ${engineLockVars(p)}
@@ -41,8 +50,13 @@ cmake --build "$work/build" --target "$target" -j "$jobs" >>"$log" 2>&1 || llmgw
 b=$(find "$work/build" -type f -name "$target" -perm -u+x | head -n 1)
 [ -n "$b" ] || llmgw_build_fail ENGINE_BUILD_FAILED "the build produced no '$target' binary"
 cp "$b" "$stage/" || llmgw_build_fail NODE_COMMAND_FAILED "copy failed"
-find "$work/build" -name '*.so*' \\( -type f -o -type l \\) -exec cp -P {} "$stage/" \\; || llmgw_build_fail NODE_COMMAND_FAILED "copying shared libraries failed"
+${rpc}find "$work/build" -name '*.so*' \\( -type f -o -type l \\) -exec cp -P {} "$stage/" \\; || llmgw_build_fail NODE_COMMAND_FAILED "copying shared libraries failed"
 rm -rf "$work"; work=
 llmgw_finish "$target"
 `;
+}
+
+/** Whether cmake flags turn llama.cpp's RPC backend on (-DGGML_RPC=ON, or the older -DLLAMA_RPC=ON). */
+export function wantsRpc(cmakeFlags: readonly string[]): boolean {
+  return cmakeFlags.some((f) => /^-D(GGML|LLAMA)_RPC(:BOOL)?=(ON|1|TRUE|YES|Y)$/i.test(f.trim()));
 }

@@ -103,6 +103,8 @@ trap '' PIPE
 llmgw_finish() {  # $1 = binary path relative to the stage
   [ -f "$stage/$1" ] || llmgw_fail ENGINE_ARTIFACT_INVALID "the engine has no file '$1' (binary:)"
   chmod +x "$stage/$1" || exit 1
+  # an rpc-server beside it (#40) runs too, whatever mode the archive gave it
+  _d=$(dirname "$stage/$1"); for _n in rpc-server ggml-rpc-server; do if [ -f "$_d/$_n" ]; then chmod +x "$_d/$_n" || exit 1; fi; done
   if command -v timeout >/dev/null 2>&1; then _v=$(timeout 60 "$stage/$1" --version 2>&1 </dev/null); else _v=$("$stage/$1" --version 2>&1 </dev/null); fi
   [ $? -eq 0 ] || llmgw_fail ENGINE_ARTIFACT_INVALID "'$1' does not run --version on the node: $(printf '%s' "$_v" | tail -n 3 | tr '\\n' ' ')"
   printf '%s\\n%s\\n' "$final/$1" "$fp" >"$stage/.complete.tmp" && mv "$stage/.complete.tmp" "$stage/.complete" || exit 1

@@ -12,4 +12,5 @@ export * from './replica-inspect.js';
 export * from './replica-log.js';
 export * from './replica-start.js';
 export * from './replica-stop.js';
+export * from './rpc-worker.js';
 export * from './sections.js';

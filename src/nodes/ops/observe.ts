@@ -3,12 +3,13 @@
  * devices they see, NVIDIA GPUs' live memory, model files, replicas), and the parsing of it.
  */
 import { LlmgwError } from '../../errors/catalogue.js';
-import type { EngineObservation, Fence, ModelFileObservation, NodeFenceView, NodeObservation } from '../driver.js';
+import type { EngineObservation, Fence, ModelFileObservation, NodeFenceView, NodeObservation, RpcWorkerObservation } from '../driver.js';
 import { mergeDevices, NVIDIA_SMI_QUERY, parseListDevices, parseNvidiaSmiQuery, withLiveCudaMemory, type NvidiaGpu } from '../devices.js';
 import { parseFenceSection } from '../fence.js';
 import { shq } from '../shell.js';
 import { envExports, fenceDefs, int, PRELUDE } from './prelude.js';
 import type { ReplicaState } from './replica-inspect.js';
+import { RPC_SERVER_NAMES, rpcWorkerObservation, rpcWorkerObserveLoop } from './rpc-worker.js';
 import { parseState } from './replica-inspect.js';
 import { parseSections, tailOf } from './sections.js';
 
@@ -16,7 +17,7 @@ import { parseSections, tailOf } from './sections.js';
 export const STALE_INSTALL_MINUTES = 24 * 60;
 
 /** Every section the observe script prints, each read by parseObservation. */
-export const OBSERVE_SECTIONS = ['fence', 'mem', 'cpus', 'flags', 'arch', 'df', 'gpus', 'engine', 'devices', 'model', 'replica', 'state', 'offload', 'alive', 'dead', 'end'] as const;
+export const OBSERVE_SECTIONS = ['fence', 'mem', 'cpus', 'flags', 'arch', 'df', 'gpus', 'engine', 'devices', 'model', 'replica', 'state', 'offload', 'alive', 'dead', 'rpc', 'rpc-state', 'rpc-alive', 'rpc-dead', 'end'] as const;
 export type ObserveSection = (typeof OBSERVE_SECTIONS)[number];
 
 /**
@@ -53,6 +54,10 @@ for f in "$d"/engines/*/*/.complete; do
   [ -f "$f" ] || continue
   v=\${f%/.complete}; e=\${v%/*}
   echo ${shq(`${m} engine`)}; printf '%s\\n' "\${e##*/}" "\${v##*/}"; head -n 1 "$f"
+  # whether an rpc-server sits beside its llama-server (the engine can run RPC workers)
+  x=$(head -n 1 "$f"); x=\${x%/*}; o=no-rpc
+  for n in ${RPC_SERVER_NAMES.map((n) => shq(n)).join(' ')}; do [ -x "$x/$n" ] && o=rpc; done
+  printf '%s\\n' "$o"
   # the devices this engine sees (its ggml backends, with the node's env), bounded in time: an
   # engine that ignores SIGTERM is killed 2 s after the 15 s bound, so a look never hangs on one
   b=$(head -n 1 "$f")
@@ -66,6 +71,7 @@ for f in "$d"/models/*.gguf; do
   echo ${shq(`${m} model`)}; printf '%s\\n' "$f"; stat -c %s "$f" 2>/dev/null || wc -c <"$f"
 done
 ${replicaLoop(m, logLines)}
+${rpcWorkerObserveLoop(m, logLines)}
 echo ${shq(`${m} end`)}
 `;
 }
@@ -137,6 +143,7 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
   type Pending = { id: string; stateText: string; alive: boolean; logTail: string; offloaded: Offloaded | null };
   const pending: Pending[] = [];
   let cur: Pending | null = null;
+  const workers: { id: string; stateText: string; alive: boolean; listening: boolean; logTail: string }[] = [];
   for (const s of sections) {
     switch (s.name as ObserveSection) {
       case 'mem':
@@ -159,8 +166,8 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
         diskFreeBytes = parseDfAvailableKb(s.lines[0] ?? '') * 1024;
         break;
       case 'engine': {
-        const [engine, version, binary] = s.lines;
-        if (engine && version && binary) engines.push({ engine, version, binary });
+        const [engine, version, binary, rpc] = s.lines;
+        if (engine && version && binary) engines.push({ engine, version, binary, ...(rpc === 'rpc' || rpc === 'no-rpc' ? { rpc: rpc === 'rpc' } : {}) });
         break;
       }
       case 'devices': {
@@ -198,6 +205,18 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
       case 'dead':
         if (cur) { cur.alive = false; cur.logTail = s.lines.join('\n'); }
         break;
+      case 'rpc':
+        workers.push({ id: (s.lines[0] ?? '').trim(), stateText: '', alive: false, listening: false, logTail: '' });
+        break;
+      case 'rpc-state':
+        if (workers.length > 0) workers[workers.length - 1]!.stateText = s.lines.join('\n');
+        break;
+      case 'rpc-alive':
+        if (workers.length > 0) Object.assign(workers[workers.length - 1]!, { alive: true, listening: s.lines.some((l) => l.trim() !== '') });
+        break;
+      case 'rpc-dead':
+        if (workers.length > 0) Object.assign(workers[workers.length - 1]!, { alive: false, logTail: s.lines.join('\n') });
+        break;
       case 'end':
       default:
         break;
@@ -218,6 +237,7 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
     models,
     replicas: pending.map((p) => ({ id: p.id, state: parseState(p.stateText), alive: p.alive, logTail: p.logTail, ...(p.offloaded ? { offloaded: p.offloaded } : {}) })),
     ...(fenceView !== null ? { fence: fenceView } : {}),
+    ...(workers.length > 0 ? { rpcWorkers: workers.map((w): RpcWorkerObservation => rpcWorkerObservation(w.id, w.stateText, w.alive, w.listening, w.logTail)) } : {}),
   };
 }
 

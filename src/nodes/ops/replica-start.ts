@@ -19,14 +19,14 @@ export const EXIT_REPLICA_EXISTS = 76;
 /** The start's preflight (`inputs`) found the engine or the model file gone or changed: nothing was done. */
 export const EXIT_INPUT_GONE = 74;
 
-/** Ports that are taken: listening sockets (/proc/net/tcp{,6}) and ports claimed by live replicas. */
+/** Ports that are taken: listening sockets (/proc/net/tcp{,6}) and ports claimed by live replicas and RPC workers. */
 export function usedPortsScript(dataDir: string, nonce: string): string {
   const m = `@@${nonce}`;
   return `${PRELUDE}
 d=${shq(dataDir)}
 echo ${shq(`${m} listen`)}; cat /proc/net/tcp /proc/net/tcp6 2>/dev/null
 echo ${shq(`${m} claimed`)}
-for r in "$d"/replicas/*/; do
+for r in "$d"/replicas/*/ "$d"/rpc/*/; do
   r=\${r%/}
   [ -f "$r/port" ] || continue
   llmgw_alive "$r" && cat "$r/port"
@@ -167,7 +167,7 @@ fi
 if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" && toupper($2) ~ /:${portHex}$/ { f = 1 } END { exit !f }'; then
   echo "port $port is listening" >&2; exit ${EXIT_PORT_TAKEN}
 fi
-for o in "$d"/replicas/*/; do
+for o in "$d"/replicas/*/ "$d"/rpc/*/; do
   o=\${o%/}
   [ -f "$o/port" ] || continue
   _op=; read -r _op 2>/dev/null <"$o/port" || true

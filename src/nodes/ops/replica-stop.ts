@@ -6,12 +6,12 @@ import { fenceAct, fenceDefs, int, PRELUDE } from './prelude.js';
 /**
  * SIGTERM, wait up to graceMs, SIGKILL, wait for the process to be gone, remove the replica dir. With a
  * fence: checked before the SIGTERM, and again (held from there to the end) before the SIGKILL and the
- * removal, not through the grace.
+ * removal, not through the grace. `dir`: replicas/, or rpc/ for an RPC worker (ops/rpc-worker.ts).
  */
-export function stopReplicaScript(dataDir: string, id: string, graceMs: number, fence?: Fence | null): string {
+export function stopReplicaScript(dataDir: string, id: string, graceMs: number, fence?: Fence | null, dir: 'replicas' | 'rpc' = 'replicas'): string {
   const tenths = Math.max(0, Math.ceil(int(graceMs) / 100));
   return `${PRELUDE}
-${fenceDefs(dataDir, fence)}r=${shq(`${dataDir}/replicas/${id}`)}
+${fenceDefs(dataDir, fence)}r=${shq(`${dataDir}/${dir}/${id}`)}
 [ -d "$r" ] || exit 0
 ${fenceAct(fence)}if llmgw_alive "$r"; then
   pid=$(cat "$r/pid")
