@@ -108,6 +108,8 @@ export const Reasons = catalogue({
   REPLICA_EXITED: { http: 500, retryable: true, counts: true, hint: 'The replica process exited; see the log tail in the detail.' },
   REPLICA_UNHEALTHY: { http: 504, retryable: true, counts: true, hint: 'The replica\'s process is alive but has not answered /health for longer than the profile\'s start_timeout (hung, or the node is overloaded); llmgw stopped it and starts a new one. Check the node\'s load and the replica\'s log (`llmgw ctl logs`).' },
   REPLICA_NOT_FOUND: { http: 404, retryable: false, counts: true, hint: 'No replica with that id exists on the node: there never was one, or it was stopped (replaced, surplus, idle, evicted, failed), and a stopped replica\'s directory goes with it, its log included. `llmgw ctl status` lists the replicas there are.' },
+  WARMUP_TIMED_OUT: { http: 504, retryable: true, counts: false, hint: 'A new replica\'s warm-up (its model\'s hottest prompt prefixes replayed to it before it takes traffic) did not finish within the profile\'s warmup.timeout; the replica took traffic then, its cache primed with what was replayed. Raise warmup.timeout, or lower warmup.prefixes / warmup.max_tokens.' },
+  WARMUP_REPLAY_FAILED: { http: 502, retryable: true, counts: false, hint: 'A new replica answered a warm-up replay with an error or not at all (the message says which); the warm-up stopped there and the replica took traffic at once. Nothing to do unless it recurs: then see the replica\'s log (`llmgw ctl logs`).' },
 
   // --- controller ---
   INTERNAL: { http: 500, retryable: true, counts: false, openai: { type: 'server_error', code: 'internal_error' }, hint: 'An unexpected error inside llmgw; see the controller log for the stack and report it.' },

@@ -14,6 +14,7 @@ import type {
   Routing,
   ScaleSpec,
   ScheduleEntry,
+  WarmupSpec,
 } from './types.js';
 import { SCALE_DEFAULTS } from './types.js';
 
@@ -131,7 +132,13 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
     tensorSplit: (raw.tensor_split as number[] | undefined) ?? [],
     mainGpu: num(raw.main_gpu),
     deviceCount: Math.max(1, ((raw.tensor_split as number[] | undefined) ?? []).length),
+    warmup: normalizeWarmup(obj(raw.warmup)),
   };
+}
+
+/** A profile's `warmup` (schema defaults applied; a hand-built raw profile gets them here too). */
+export function normalizeWarmup(raw: Raw): WarmupSpec {
+  return { prefixes: num(raw.prefixes) ?? 8, maxTokens: num(raw.max_tokens) ?? 16_384, timeoutMs: raw.timeout === undefined ? 10_000 : dur(raw.timeout) };
 }
 
 export interface ModelDraft {

@@ -128,6 +128,18 @@ export interface ProfileSpec {
   readonly mainGpu?: number | null;
   /** How many devices of one node a replica uses (1 unless tensor_split names more). */
   readonly deviceCount?: number;
+  /** A new replica's warm-up before it takes traffic (#38; the loader always sets it; not in the definition digest). */
+  readonly warmup?: WarmupSpec;
+}
+
+/** How a new replica's prompt cache is primed with its model's hottest prefixes (router/warmer.ts). */
+export interface WarmupSpec {
+  /** Most prefixes replayed; 0: no warm-up. */
+  readonly prefixes: number;
+  /** Most prompt tokens replayed (estimated before, counted after each replay). */
+  readonly maxTokens: number;
+  /** Longest a warm-up holds the replica back; it takes traffic then whatever is left. */
+  readonly timeoutMs: number;
 }
 
 export type GpuLayers = 'all' | 'auto' | number;

@@ -11,6 +11,7 @@ import type { Action } from './planner.js';
 import type { ShellPorts } from './shell-ports.js';
 import { runStart } from './start-op.js';
 import { startLaunched } from './state.js';
+import type { ReplicaWarmup, WarmupTarget } from './warm-up.js';
 
 export interface StartRunnerOptions {
   readonly engineApiKey: string;
@@ -19,6 +20,8 @@ export interface StartRunnerOptions {
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
   /** The spec that defines another revision of a model than the one in force (a rollout's stable one), if read. */
   readonly specOf?: (model: string, digest: string) => FleetSpec | undefined;
+  /** Warms a new replica up before it takes traffic (warm-up.ts); absent: none. */
+  readonly warmup?: ReplicaWarmup;
 }
 
 export class StartRunner {
@@ -78,10 +81,23 @@ export class StartRunner {
         if (outcome.kind === 'ready') this.p.publish();
       },
       persist: () => this.p.saveState(),
+      ...(this.o.warmup ? { warm: (endpoint: string) => this.warm(this.o.warmup!, { model: a.model, node: a.node, replica: a.replicaId, endpoint, profile }, rlog) } : {}),
     }).finally(() => {
       this.ops.delete(a.replicaId);
       void this.p.requestPass('start-finished');
     });
     this.ops.set(a.replicaId, op);
+  }
+
+  /** The warm-up of a ready replica: a look shows it starting meanwhile (NodeFleet.warmingUp); never throws. */
+  private async warm(w: ReplicaWarmup, r: WarmupTarget, log: Logger): Promise<void> {
+    this.p.nodes.warmingUp(r.replica, true);
+    try {
+      await w(r, this.p.stopSignal(), log);
+    } catch (err) {
+      log.warn({ err }, 'replica warm-up failed');
+    } finally {
+      this.p.nodes.warmingUp(r.replica, false);
+    }
   }
 }

@@ -37,6 +37,8 @@ import { redactsPath } from './redact.js';
 import { readRequestBody } from './request-body.js';
 import { forwardsPath } from './api-paths.js';
 import { ByteBudget } from './byte-budget.js';
+import type { HotEntry, HotPrefixes } from './hot-prefixes.js';
+import { hotUsage } from './hot-usage.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
@@ -89,6 +91,8 @@ export class RouterCore {
   readonly keyLimiter: KeyLimiter;
   /** The canary split and its figures (canary.ts, rollout-figures.ts). */
   readonly canary: CanarySplitter;
+  /** Each keyed request's hot prefix, told what its answer took from the cache (hot-usage.ts). */
+  private readonly hotOf = new WeakMap<ServerResponse, HotEntry>();
 
   constructor(
     private readonly fleet: FleetView,
@@ -100,6 +104,8 @@ export class RouterCore {
     clock: () => number = Date.now,
     routers: () => RouterCount = () => 1,
     rollouts: RouterRollouts = new RouterRollouts(),
+    /** The models' hot prefixes, for a new replica's warm-up (hot-prefixes.ts); null: not kept. */
+    readonly hot: HotPrefixes | null = null,
   ) {
     this.keyLimiter = new KeyLimiter(clock, routers);
     this.canary = new CanarySplitter(fleet, rollouts, clock);
@@ -119,7 +125,7 @@ export class RouterCore {
       health: this.ejections,
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
-      onUsage: usageHook,
+      onUsage: hot === null ? usageHook : (res, replica, tail, early) => hotUsage(this.hotOf, res, replica, tail, early),
       buffers: new ByteBudget(limits.maxBufferedBytes),
     };
     this.activator = new Activator(fleet);
@@ -309,6 +315,8 @@ export class RouterCore {
     const call = new ProxyCall(this.ctx, p.model, p.path, this.engineHeaders(), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     call.split = p.split;
     call.redact = p.redact;
+    const hot = p.key !== null ? this.hot?.seen(p.model, p.key, p.path, p.body, Date.now()) : null;
+    if (hot) this.hotOf.set(p.res, hot);
     if (key !== null) {
       const c = this.choice.affine(p.split === null ? p.model : p.split.scope(replicas), replicas, key, p.slots, null, now, fromQueue);
       if (c !== null) {
