@@ -171,6 +171,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   controller.onSnapshot((s) => metrics.applySnapshot(s));
   // the router's canary windows live as long as their step: a model whose canary ended drops its own
   controller.onSnapshot((s) => rolloutFigures.retain(new Set(s.models.filter((m) => m.rollout?.phase === 'canary').map((m) => m.name)), s.at));
+  controller.onSnapshot((s) => hot.retain(new Set(s.models.map((m) => m.name))));
   metrics.applySnapshot(controller.snapshot());
 
   // With TLS both apps run on https servers whose certificate follows the files.
