@@ -396,7 +396,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       stopProgress: this.stopOps.progress(),
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)
-      lastPass: this.lastPass,
+      lastPass: this.lastPass, warmups: this.running.warmups, // warm-ups (#38)
       scale: { records: scaleRecords(this.state), ...this.scaleSeen }, // scaling (#42)
     });
   }

@@ -11,7 +11,8 @@ import type { Action } from './planner.js';
 import type { ShellPorts } from './shell-ports.js';
 import { runStart } from './start-op.js';
 import { startLaunched } from './state.js';
-import type { ReplicaWarmup, WarmupTarget } from './warm-up.js';
+import { WARMUPS_KEPT, type ReplicaWarmup, type WarmupTarget } from './warm-up.js';
+import type { WarmupView } from './view.js';
 
 export interface StartRunnerOptions {
   readonly engineApiKey: string;
@@ -25,6 +26,8 @@ export interface StartRunnerOptions {
 }
 
 export class StartRunner {
+  /** The warm-ups this process ran, by replica (the newest WARMUPS_KEPT), for the snapshot. */
+  readonly warmups = new Map<string, WarmupView>();
   /** Starts this process runs (the background operations), awaited by the controller's stop(). */
   private readonly ops = new Map<string, Promise<void>>();
 
@@ -93,7 +96,9 @@ export class StartRunner {
   private async warm(w: ReplicaWarmup, r: WarmupTarget, log: Logger): Promise<void> {
     this.p.nodes.warmingUp(r.replica, true);
     try {
-      await w(r, this.p.stopSignal(), log);
+      const v = await w(r, this.p.stopSignal(), log);
+      if (v !== null) this.warmups.set(r.replica, v);
+      if (this.warmups.size > WARMUPS_KEPT) this.warmups.delete(this.warmups.keys().next().value!);
     } catch (err) {
       log.warn({ err }, 'replica warm-up failed');
     } finally {

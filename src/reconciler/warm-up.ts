@@ -8,6 +8,7 @@
  */
 import type { Logger } from 'pino';
 import type { ProfileSpec } from '../fleet-spec/types.js';
+import type { WarmupView } from './view.js';
 
 /** The replica to warm. */
 export interface WarmupTarget {
@@ -19,5 +20,8 @@ export interface WarmupTarget {
   readonly profile: ProfileSpec;
 }
 
-/** Warms `target` up; resolves when done, failed or timed out (it reports its own outcome); `signal`: the controller stops. */
-export type ReplicaWarmup = (target: WarmupTarget, signal: AbortSignal, log: Logger) => Promise<void>;
+/** Warms `target` up; resolves when done, failed or timed out with what it did (null: nothing to replay); `signal`: the controller stops. */
+export type ReplicaWarmup = (target: WarmupTarget, signal: AbortSignal, log: Logger) => Promise<WarmupView | null>;
+
+/** Warm-ups remembered for the snapshot's replicas (the newest; a replica that left is forgotten by then). */
+export const WARMUPS_KEPT = 1024;

@@ -18,13 +18,14 @@ export function replicaWarmup(hot: HotPrefixes, engineApiKey: string, onCost: (m
   const headers: Record<string, string> = engineApiKey ? { 'content-type': 'application/json', authorization: `Bearer ${engineApiKey}` } : { 'content-type': 'application/json' };
   return async (t, signal, log) => {
     const w = t.profile.warmup ?? DEFAULT_WARMUP;
-    if (w.prefixes <= 0 || w.maxTokens <= 0 || w.timeoutMs <= 0) return;
+    if (w.prefixes <= 0 || w.maxTokens <= 0 || w.timeoutMs <= 0) return null;
     const replays = planWarmup(hot.hottest(t.model, HOT_ENTRIES, clock()), w, t.profile.parallel, t.profile.cacheRamBytes > 0);
-    if (replays.length === 0) return;
+    if (replays.length === 0) return null;
     const r = await runWarmup(t.endpoint, headers, replays, w.timeoutMs, signal);
     onCost(t.model, r);
     const fields = { prefixes: r.prefixes, of: replays.length, tokens: r.tokens, cached: r.cached, seconds: Math.round(r.seconds * 1000) / 1000, outcome: r.outcome };
     if (r.code === null) log.info(fields, 'replica warmed up: it takes traffic now');
     else log.warn({ ...fields, code: r.code, reason: r.message }, 'replica warm-up ended early: it takes traffic now');
+    return { prefixes: r.prefixes, tokens: r.tokens, seconds: r.seconds, code: r.code, message: r.message };
   };
 }
