@@ -54,6 +54,8 @@ export class NodeFleet {
   readonly states = new Map<string, NodeState>();
   /** Replicas being warmed before they take traffic (warm-up.ts): a look shows them starting until released. */
   private readonly warming = new Set<string>();
+  /** Those of them the last look saw ready (shown starting): shown ready again when released. */
+  private readonly heldReady = new Set<string>();
 
   constructor(
     private readonly driverFor: (node: NodeSpec, supersede: SupersedeOf) => NodeDriver,
@@ -87,7 +89,7 @@ export class NodeFleet {
       const lookedAt = this.opts.clock();
       const prev = this.states.get(n.name);
       try {
-        const obs = heldBack(await withTimeout(this.driver(n).observe(), this.opts.observeTimeoutMs, n.name), this.warming);
+        const obs = heldBack(await withTimeout(this.driver(n).observe(), this.opts.observeTimeoutMs, n.name), this.warming, this.heldReady);
         if (prev && !prev.reachable) log.info({ node: n.name }, 'node reachable again');
         this.states.set(n.name, { reachable: true, error: null, obs, lookedAt, installFailures: prev?.installFailures ?? {} });
       } catch (e) {
@@ -106,11 +108,12 @@ export class NodeFleet {
   warmingUp(id: string, on: boolean): void {
     if (on) this.warming.add(id);
     else this.warming.delete(id);
+    const held = this.heldReady.delete(id);
     for (const [name, ns] of this.states) {
       const r = ns.obs?.replicas.find((x) => x.id === id);
       if (r === undefined || ns.obs === null) continue;
-      if (on && r.state !== 'ready') continue;
-      if (!on && r.state !== 'starting') continue;
+      if (on ? r.state !== 'ready' : !held || r.state !== 'starting') continue;
+      if (on) this.heldReady.add(id);
       const state = on ? ('starting' as const) : ('ready' as const);
       this.states.set(name, { ...ns, obs: { ...ns.obs, replicas: ns.obs.replicas.map((x) => (x.id === id ? { ...x, state } : x)) } });
     }
@@ -210,8 +213,17 @@ export class NodeFleet {
   }
 }
 
-/** An observation with the replicas being warmed up shown starting (NodeFleet.warmingUp). */
-function heldBack(obs: NodeObservation, warming: ReadonlySet<string>): NodeObservation {
-  if (warming.size === 0 || !obs.replicas.some((r) => r.state === 'ready' && warming.has(r.id))) return obs;
+/**
+ * An observation with the replicas being warmed up shown starting (NodeFleet.warmingUp); `heldReady`
+ * follows which of them it saw ready (a replica that died meanwhile is not shown ready at release).
+ */
+export function heldBack(obs: NodeObservation, warming: ReadonlySet<string>, heldReady: Set<string>): NodeObservation {
+  if (warming.size === 0) return obs;
+  for (const r of obs.replicas) {
+    if (!warming.has(r.id)) continue;
+    if (r.state === 'ready') heldReady.add(r.id);
+    else heldReady.delete(r.id);
+  }
+  if (!obs.replicas.some((r) => r.state === 'ready' && warming.has(r.id))) return obs;
   return { ...obs, replicas: obs.replicas.map((r) => (r.state === 'ready' && warming.has(r.id) ? { ...r, state: 'starting' as const } : r)) };
 }
