@@ -121,6 +121,7 @@ export async function runWarmup(endpoint: string, headers: Record<string, string
       status = res.status;
       text = await res.text();
     } catch (e) {
+      if (signal?.aborted) return end('failed', 'WARMUP_REPLAY_FAILED', `the controller is stopping; ${prefixes} of ${replays.length} prefixes replayed`);
       if (timeout.aborted) return end('timeout', 'WARMUP_TIMED_OUT', `the warm-up was cut at its timeout of ${timeoutMs} ms after ${prefixes} of ${replays.length} prefixes`);
       return end('failed', 'WARMUP_REPLAY_FAILED', `replay ${prefixes + 1} of ${replays.length} (${r.path}) got no answer: ${e instanceof Error ? e.message : String(e)}`);
     }

@@ -7,7 +7,10 @@
  *   takes traffic, the old one serving meanwhile); the 12 next requests (each conversation's 4th
  *   turn) take ≥ 80 % of the steady state's share of prompt tokens from the cache (cache_n /
  *   (cache_n + prompt_n), llama-server's own counts), and the first of them most of its prompt; the
- *   warm-up's cost in tokens and seconds is printed, from /metrics and its event;
+ *   warm-up's cost in tokens and seconds is printed, from /metrics and its event (the same run with
+ *   the warm-up off: bench/RESULTS.md; its first request is evaluated whole);
+ * - 6 conversations with a system prompt of their own each (no prefix shared): after the restart
+ *   each one's next turn takes most of its prompt from the cache (the warm-up carried them all);
  * - a warm-up whose timeout is tiny (1 ms) still leaves the replica serving, with WARMUP_TIMED_OUT
  *   in the events.
  */
@@ -42,10 +45,12 @@ before(async () => {
   modelDir = mkdtempSync(join(tmpdir(), 'llmgw-warmup-'));
   const long = await writeTinyModel(join(modelDir, 'long.gguf'), { seed: 3, contextLength: 8192 });
   files['models/good.yaml'] = modelYaml(long, ['replicas: 1']);
+  // and once more, for conversations that share no system prompt (a table of hot prefixes of its own)
+  files['models/own.yaml'] = modelYaml(long, ['replicas: 1']);
   files['models/hurried.yaml'] = modelYaml(fleet.models.good2, ['replicas: 1']).replace('profile: tiny', 'profile: hurried');
   await fleet.push(files, 'fleet: a model warmed up before it takes traffic, one whose warm-up times out');
   serve = await spawnServe({ name: 'warmup', fleet });
-  await until('models ready', 120_000, async () => (await serve.admin<ModelsJson>('/models')).models.filter((m) => m.phase === 'ready').length === 2, { diag });
+  await until('models ready', 120_000, async () => (await serve.admin<ModelsJson>('/models')).models.filter((m) => m.phase === 'ready').length === 3, { diag });
 });
 
 after(async () => {
@@ -84,26 +89,32 @@ describe('a new replica joins warm', () => {
   };
   const share = (fs: readonly Figures[]): number => fs.reduce((a, f) => a + f.cache, 0) / fs.reduce((a, f) => a + f.cache + f.prompt, 0);
 
-  it('12 conversations with a 2k-token system prompt: after `ctl restart` the next 12 requests take ≥ 80 % of the steady share from the cache', async () => {
-    const system = words('sys', 290); // ~2,000 tokens
-    const convs: Msg[][] = Array.from({ length: 12 }, (_, c) => [{ role: 'system', content: system }, { role: 'user', content: `conversation ${c}: ${words(`c${c}q`, 8)}` }]);
+  /** `n` conversations of 3 turns on `model`, `ctl restart` of it, then each one's 4th turn: the follow-ups' figures before and after. */
+  const acrossRestart = async (model: string, shared = true, n = 12): Promise<{ steady: Figures[]; next: Figures[] }> => {
+    // ~2,000 tokens, the same for every conversation (or, `shared` false, ~1,000 of its own each)
+    const system = (c: number): string => (shared ? words('sys', 290) : words(`s${c}x`, 150));
+    const convs: Msg[][] = Array.from({ length: n }, (_, c) => [{ role: 'system', content: system(c) }, { role: 'user', content: `conversation ${c}: ${words(`c${c}q`, 8)}` }]);
     const steady: Figures[] = [];
     for (let turn = 0; turn < 3; turn++) {
       for (let c = 0; c < convs.length; c++) {
-        const { text, f } = await ask('good', convs[c]!);
+        const { text, f } = await ask(model, convs[c]!);
         if (turn > 0) steady.push(f);
         convs[c]!.push({ role: 'assistant', content: text }, { role: 'user', content: `turn ${turn + 1}: ${words(`c${c}t${turn}`, 6)}` });
       }
     }
-    const before = (await serve.admin<ModelsJson>('/models')).models.find((m) => m.name === 'good')!.replicas.map((r) => r.id);
-    await restart('good');
-    await until('the old replica gone, a new one ready', 120_000, async () => {
-      const m = (await serve.admin<ModelsJson>('/models')).models.find((x) => x.name === 'good')!;
+    const before = (await serve.admin<ModelsJson>('/models')).models.find((m) => m.name === model)!.replicas.map((r) => r.id);
+    await restart(model);
+    await until(`${model}: the old replica gone, a new one ready`, 120_000, async () => {
+      const m = (await serve.admin<ModelsJson>('/models')).models.find((x) => x.name === model)!;
       return m.phase === 'ready' && m.replicas.length === 1 && !before.includes(m.replicas[0]!.id);
     }, { diag });
     const next: Figures[] = [];
-    for (let c = 0; c < convs.length; c++) next.push((await ask('good', convs[c]!)).f);
+    for (let c = 0; c < convs.length; c++) next.push((await ask(model, convs[c]!)).f);
+    return { steady, next };
+  };
 
+  it('12 conversations with a 2k-token system prompt: after `ctl restart` the next 12 requests take ≥ 80 % of the steady share from the cache', async () => {
+    const { steady, next } = await acrossRestart('good');
     const s = share(steady);
     const n = share(next);
     const m = await metricsOf();
@@ -111,7 +122,8 @@ describe('a new replica joins warm', () => {
     const prefixes = sampleValue(m, 'llmgw_replica_warmup_prefixes_total', { model: 'good' }) ?? 0;
     const seconds = sampleValue(m, 'llmgw_replica_warmup_seconds_sum', { model: 'good', outcome: 'done' }) ?? 0;
     const events = (await serve.admin<EventsJson>('/events?model=good')).events.filter((e) => e.kind === 'replica-warmed');
-    console.log(`warm-up after ctl restart: steady follow-up cache share ${(s * 100).toFixed(1)} %, the next 12 requests ${(n * 100).toFixed(1)} % (ratio ${(n / s).toFixed(3)}; first request ${next[0]!.cache}/${next[0]!.cache + next[0]!.prompt} tokens from cache); the warm-up replayed ${prefixes} prefixes, ${tokens} prompt tokens evaluated, ${seconds.toFixed(2)} s; event: ${events.at(-1)?.message}`);
+    const first = (f: Figures): string => `${f.cache}/${f.cache + f.prompt}`;
+    console.log(`warm-up after ctl restart: steady follow-up cache share ${(s * 100).toFixed(1)} %, the next 12 requests ${(n * 100).toFixed(1)} % (ratio ${(n / s).toFixed(3)}; first request ${first(next[0]!)} tokens from cache); the warm-up replayed ${prefixes} prefixes, ${tokens} prompt tokens evaluated, ${seconds.toFixed(2)} s; event: ${events.at(-1)?.message}`);
     assert.ok(n >= 0.8 * s, `follow-up cache share after the restart ${n.toFixed(3)} ≥ 0.8 × steady ${s.toFixed(3)}`);
     // a cold replica would evaluate the first request's whole prompt: the warm-up's work
     assert.ok(next[0]!.cache >= 0.8 * (next[0]!.cache + next[0]!.prompt), `the first request after the restart took most of its prompt from the cache: ${JSON.stringify(next[0])}`);
@@ -120,6 +132,15 @@ describe('a new replica joins warm', () => {
     assert.equal(events.length, 1, JSON.stringify(events));
     assert.equal(events[0]!.code, null);
     assert.match(events[0]!.message, /warmed up before taking traffic \(12 prefixes, \d+ prompt tokens, [\d.]+ s\)/);
+  });
+
+  it('6 conversations with a system prompt of their own each: the warm-up carries every one through the prompt cache', async () => {
+    // without a warm-up each one's next turn is evaluated whole (its prompt shares nothing with another's)
+    const { steady, next } = await acrossRestart('own', false, 6);
+    const [s, n] = [share(steady), share(next)];
+    console.log(`own system prompts: steady ${(s * 100).toFixed(1)} %, the next 6 requests ${(n * 100).toFixed(1)} % (ratio ${(n / s).toFixed(3)}; from cache: ${next.map((f) => `${f.cache}/${f.cache + f.prompt}`).join(', ')})`);
+    assert.ok(n >= 0.8 * s, `follow-up cache share after the restart ${n.toFixed(3)} ≥ 0.8 × steady ${s.toFixed(3)}`);
+    for (const f of next) assert.ok(f.cache >= 0.8 * (f.cache + f.prompt), `each conversation's next turn took most of its prompt from the cache: ${JSON.stringify(next)}`);
   });
 
   it('a warm-up that times out leaves the replica serving, with WARMUP_TIMED_OUT in the events', async () => {
