@@ -37,8 +37,8 @@ import { redactsPath } from './redact.js';
 import { readRequestBody } from './request-body.js';
 import { forwardsPath } from './api-paths.js';
 import { ByteBudget } from './byte-budget.js';
-import type { HotEntry, HotPrefixes } from './hot-prefixes.js';
-import { hotUsage } from './hot-usage.js';
+import type { HotPrefixes } from './hot-prefixes.js';
+import { hotUsage, type HotRequest } from './hot-usage.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
@@ -91,8 +91,8 @@ export class RouterCore {
   readonly keyLimiter: KeyLimiter;
   /** The canary split and its figures (canary.ts, rollout-figures.ts). */
   readonly canary: CanarySplitter;
-  /** Each keyed request's hot prefix, told what its answer took from the cache (hot-usage.ts). */
-  private readonly hotOf = new WeakMap<ServerResponse, HotEntry>();
+  /** Each keyed request, counted among its model's hot prefixes once answered 200 (hot-usage.ts). */
+  private readonly hotOf = new WeakMap<ServerResponse, HotRequest>();
 
   constructor(
     private readonly fleet: FleetView,
@@ -125,7 +125,7 @@ export class RouterCore {
       health: this.ejections,
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
-      onUsage: hot === null ? usageHook : (res, replica, tail, early) => hotUsage(this.hotOf, res, replica, tail, early),
+      onUsage: hot === null ? usageHook : (res, replica, tail, early) => hotUsage(hot, this.hotOf, res, replica, tail, early),
       buffers: new ByteBudget(limits.maxBufferedBytes),
     };
     this.activator = new Activator(fleet);
@@ -315,8 +315,7 @@ export class RouterCore {
     const call = new ProxyCall(this.ctx, p.model, p.path, this.engineHeaders(), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     call.split = p.split;
     call.redact = p.redact;
-    const hot = p.key !== null ? this.hot?.seen(p.model, p.key, p.path, p.body, Date.now()) : null;
-    if (hot) this.hotOf.set(p.res, hot);
+    if (p.key !== null && this.hot !== null) this.hotOf.set(p.res, { model: p.model, key: p.key, path: p.path, body: p.body });
     if (key !== null) {
       const c = this.choice.affine(p.split === null ? p.model : p.split.scope(replicas), replicas, key, p.slots, null, now, fromQueue);
       if (c !== null) {

@@ -23,7 +23,7 @@ export function replicaWarmup(hot: HotPrefixes, engineApiKey: string, onCost: (m
     if (replays.length === 0) return null;
     const r = await runWarmup(t.endpoint, headers, replays, w.timeoutMs, signal);
     onCost(t.model, r);
-    const fields = { prefixes: r.prefixes, of: replays.length, tokens: r.tokens, cached: r.cached, seconds: Math.round(r.seconds * 1000) / 1000, outcome: r.outcome };
+    const fields = { prefixes: r.prefixes, of: replays.length, skipped: r.skipped, tokens: r.tokens, cached: r.cached, seconds: Math.round(r.seconds * 1000) / 1000, outcome: r.outcome };
     if (r.code === null) log.info(fields, 'replica warmed up: it takes traffic now');
     else log.warn({ ...fields, code: r.code, reason: r.message }, 'replica warm-up ended early: it takes traffic now');
     return { prefixes: r.prefixes, tokens: r.tokens, seconds: r.seconds, code: r.code, message: r.message };

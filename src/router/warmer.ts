@@ -12,6 +12,7 @@
  * Bounded by the profile's `warmup`: at most `prefixes` replays, at most `maxTokens` prompt tokens
  * (a prefix's size estimated before it is sent from its last answer, else its bytes ÷ 4, and counted
  * from each answer's `timings`), and `timeoutMs` for the whole (the replay in flight is cut then).
+ * A prefix the replica refuses (4xx) is skipped; a 5xx or no answer ends the warm-up (WARMUP_REPLAY_FAILED).
  * The hottest prefix is replayed last, so it is the one a slot still holds where the prompt cache is
  * off (cache_ram 0): there, at most `parallel` prefixes are replayed, each into its own slot (`id_slot`).
  */
@@ -32,6 +33,8 @@ export interface WarmupResult {
   readonly tokens: number;
   /** Prompt tokens it already held (cache_n: prefixes sharing a start). */
   readonly cached: number;
+  /** Prefixes the replica refused (4xx: e.g. longer than a new definition's context); the next ones were sent. */
+  readonly skipped: number;
   readonly seconds: number;
   /** done (every planned prefix replayed, or none known), timeout, failed. */
   readonly outcome: 'done' | 'timeout' | 'failed';
@@ -112,7 +115,8 @@ export async function runWarmup(endpoint: string, headers: Record<string, string
   let prefixes = 0;
   let tokens = 0;
   let cached = 0;
-  const end = (outcome: WarmupResult['outcome'], code: string | null, message: string | null): WarmupResult => ({ prefixes, tokens, cached, seconds: (performance.now() - t0) / 1000, outcome, code, message });
+  let skipped = 0;
+  const end = (outcome: WarmupResult['outcome'], code: string | null, message: string | null): WarmupResult => ({ prefixes, tokens, cached, skipped, seconds: (performance.now() - t0) / 1000, outcome, code, message });
   for (const r of replays) {
     let status = 0;
     let text = '';
@@ -121,11 +125,15 @@ export async function runWarmup(endpoint: string, headers: Record<string, string
       status = res.status;
       text = await res.text();
     } catch (e) {
-      if (signal?.aborted) return end('failed', 'WARMUP_REPLAY_FAILED', `the controller is stopping; ${prefixes} of ${replays.length} prefixes replayed`);
-      if (timeout.aborted) return end('timeout', 'WARMUP_TIMED_OUT', `the warm-up was cut at its timeout of ${timeoutMs} ms after ${prefixes} of ${replays.length} prefixes`);
-      return end('failed', 'WARMUP_REPLAY_FAILED', `replay ${prefixes + 1} of ${replays.length} (${r.path}) got no answer: ${e instanceof Error ? e.message : String(e)}`);
+      if (signal?.aborted) return end('failed', 'WARMUP_REPLAY_FAILED', `the controller is stopping; ${prefixes + skipped} of ${replays.length} prefixes replayed`);
+      if (timeout.aborted) return end('timeout', 'WARMUP_TIMED_OUT', `the warm-up was cut at its timeout of ${timeoutMs} ms after ${prefixes + skipped} of ${replays.length} prefixes`);
+      return end('failed', 'WARMUP_REPLAY_FAILED', `replay ${prefixes + skipped + 1} of ${replays.length} (${r.path}) got no answer: ${e instanceof Error ? e.message : String(e)}`);
     }
-    if (status !== 200) return end('failed', 'WARMUP_REPLAY_FAILED', `replay ${prefixes + 1} of ${replays.length} (${r.path}) was answered ${status}: ${text.slice(0, 200)}`);
+    if (status >= 400 && status < 500) {
+      skipped++;
+      continue;
+    }
+    if (status !== 200) return end('failed', 'WARMUP_REPLAY_FAILED', `replay ${prefixes + skipped + 1} of ${replays.length} (${r.path}) was answered ${status}: ${text.slice(0, 200)}`);
     const p = promptTokensOf(text.length > 4096 ? text.slice(-4096) : text);
     if (p !== null) {
       tokens += p.evaluated;
