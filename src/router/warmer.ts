@@ -12,7 +12,8 @@
  * Bounded by the profile's `warmup`: at most `prefixes` replays, at most `maxTokens` prompt tokens
  * (a prefix's size estimated before it is sent from its last answer, else its bytes ÷ 4, and counted
  * from each answer's `timings`), and `timeoutMs` for the whole (the replay in flight is cut then).
- * A prefix the replica refuses (4xx) is skipped; a 5xx or no answer ends the warm-up (WARMUP_REPLAY_FAILED).
+ * A prefix the replica refuses (4xx) is skipped; a 5xx, a refused engine key (401, 403) or no answer
+ * ends the warm-up (WARMUP_REPLAY_FAILED).
  * The hottest prefix is replayed last, so it is the one a slot still holds where the prompt cache is
  * off (cache_ram 0): there, at most `parallel` prefixes are replayed, each into its own slot (`id_slot`).
  */
@@ -129,7 +130,8 @@ export async function runWarmup(endpoint: string, headers: Record<string, string
       if (timeout.aborted) return end('timeout', 'WARMUP_TIMED_OUT', `the warm-up was cut at its timeout of ${timeoutMs} ms after ${prefixes + skipped} of ${replays.length} prefixes`);
       return end('failed', 'WARMUP_REPLAY_FAILED', `replay ${prefixes + skipped + 1} of ${replays.length} (${r.path}) got no answer: ${e instanceof Error ? e.message : String(e)}`);
     }
-    if (status >= 400 && status < 500) {
+    // a prompt refused (400: past the context, 413, …) is skipped; a key refused (401, 403) is the replica's
+    if (status >= 400 && status < 500 && status !== 401 && status !== 403) {
       skipped++;
       continue;
     }
