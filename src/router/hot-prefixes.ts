@@ -11,8 +11,9 @@
  * just as frequent that saves none); the heat halves every HALF_LIFE_MS without traffic (recency).
  *
  * Bounds, per model: HOT_ENTRIES entries and HOT_BYTES bytes of bodies (a body over
- * HOT_ENTRY_BYTES is not kept); over either, the lowest-ranked entry goes. Models no longer in the
- * spec are dropped (`retain`). A request costs a map lookup, and a copy of its body only when the
+ * HOT_ENTRY_BYTES is not kept); over either, the lowest-ranked entry goes. Over all models,
+ * HOT_TOTAL_BYTES: the model holding the most bytes gives up its lowest-ranked entry first (a fleet of
+ * a thousand busy models keeps 64 KiB of each). Models no longer in the spec are dropped (`retain`). A request costs a map lookup, and a copy of its body only when the
  * entry's body changes length (a conversation's next turn).
  */
 
@@ -20,6 +21,8 @@
 export const HOT_ENTRIES = 64;
 /** Bytes of request bodies kept per model. */
 export const HOT_BYTES = 4 * 1024 * 1024;
+/** Bytes of request bodies kept over every model. */
+export const HOT_TOTAL_BYTES = 64 * 1024 * 1024;
 /** A request body larger than this is not kept (it would crowd out the rest). */
 export const HOT_ENTRY_BYTES = 1024 * 1024;
 /** The heat of an entry without traffic halves in this time. */
@@ -57,11 +60,12 @@ export function rankOf(e: HotEntry, now: number, halfLifeMs = HALF_LIFE_MS): num
 export interface HotBounds {
   readonly entries: number;
   readonly bytes: number;
+  readonly totalBytes: number;
   readonly entryBytes: number;
   readonly halfLifeMs: number;
 }
 
-export const HOT_BOUNDS: HotBounds = { entries: HOT_ENTRIES, bytes: HOT_BYTES, entryBytes: HOT_ENTRY_BYTES, halfLifeMs: HALF_LIFE_MS };
+export const HOT_BOUNDS: HotBounds = { entries: HOT_ENTRIES, bytes: HOT_BYTES, totalBytes: HOT_TOTAL_BYTES, entryBytes: HOT_ENTRY_BYTES, halfLifeMs: HALF_LIFE_MS };
 
 class ModelTable {
   readonly m = new Map<number, HotEntry>();
@@ -70,6 +74,8 @@ class ModelTable {
 
 export class HotPrefixes {
   private readonly models = new Map<string, ModelTable>();
+  /** Bytes of bodies over every model. */
+  private total = 0;
 
   constructor(private readonly bounds: HotBounds = HOT_BOUNDS) {}
 
@@ -90,23 +96,38 @@ export class HotPrefixes {
       e = new HotEntry(key, path, Buffer.from(body), now);
       t.m.set(key, e);
       t.bytes += body.length;
+      this.total += body.length;
     } else {
       e.heat = rankOf(e, now, b.halfLifeMs);
       e.at = Math.max(e.at, now);
       e.path = path;
       if (e.body.length !== body.length) {
         t.bytes += body.length - e.body.length;
+        this.total += body.length - e.body.length;
         e.body = Buffer.from(body);
       }
     }
     e.heat += 1;
-    while (t.m.size > b.entries || t.bytes > b.bytes) {
-      const low = lowest(t, now, b.halfLifeMs, e);
-      if (low === null) break;
-      t.m.delete(low.key);
-      t.bytes -= low.body.length;
-    }
+    while (t.m.size > b.entries || t.bytes > b.bytes) if (!this.evict(t, now, e)) break;
+    while (this.total > b.totalBytes) if (!this.evict(this.largest(), now, e)) break;
     return t.m.get(key) === e ? e : null;
+  }
+
+  /** Drops the lowest-ranked entry of `t` (`keep` last); false when it has none. */
+  private evict(t: ModelTable | null, now: number, keep: HotEntry): boolean {
+    const low = t === null ? null : lowest(t, now, this.bounds.halfLifeMs, keep);
+    if (t === null || low === null) return false;
+    t.m.delete(low.key);
+    t.bytes -= low.body.length;
+    this.total -= low.body.length;
+    return true;
+  }
+
+  /** The table holding the most bytes. */
+  private largest(): ModelTable | null {
+    let big: ModelTable | null = null;
+    for (const t of this.models.values()) if (big === null || t.bytes > big.bytes) big = t;
+    return big;
   }
 
   /** The model's entries, hottest first, at most `n`. */
@@ -127,9 +148,18 @@ export class HotPrefixes {
     return { entries: t?.m.size ?? 0, bytes: t?.bytes ?? 0 };
   }
 
+  /** Bytes kept over every model. */
+  get totalBytes(): number {
+    return this.total;
+  }
+
   /** Drops the tables of models not in `models`. */
   retain(models: ReadonlySet<string>): void {
-    for (const name of this.models.keys()) if (!models.has(name)) this.models.delete(name);
+    for (const [name, t] of this.models) {
+      if (models.has(name)) continue;
+      this.total -= t.bytes;
+      this.models.delete(name);
+    }
   }
 }
 

@@ -60,6 +60,20 @@ describe('HotPrefixes', () => {
     assert.deepEqual(h.size('n'), { entries: 1, bytes: b.length });
   });
 
+  test('bounded over every model: the model holding the most bytes gives up its coldest entry first', () => {
+    const b = body('x'.repeat(100));
+    const h = new HotPrefixes({ ...HOT_BOUNDS, totalBytes: 5 * b.length });
+    for (let k = 1; k <= 4; k++) h.seen('big', k, C, b, T0 + k);
+    h.seen('small', 1, C, b, T0);
+    assert.equal(h.totalBytes, 5 * b.length);
+    h.seen('small', 2, C, b, T0 + 10);
+    assert.equal(h.totalBytes, 5 * b.length);
+    assert.deepEqual([h.size('big').entries, h.size('small').entries], [3, 2]);
+    assert.deepEqual(h.hottest('big', 10, T0 + 10).map((e) => e.key).sort(), [2, 3, 4]);
+    h.retain(new Set(['small']));
+    assert.equal(h.totalBytes, 2 * b.length);
+  });
+
   test('keys with isolate_cache keep their own entries: the same prefix of two keys is two entries', () => {
     const h = new HotPrefixes();
     const fields = JSON.parse(body('same').toString()) as Record<string, unknown>;
