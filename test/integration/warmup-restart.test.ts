@@ -32,7 +32,7 @@ let modelDir = '';
 const diag = (): string => serve?.out().slice(-4000) ?? '';
 
 interface ModelsJson { models: { name: string; phase: string; replicas: { id: string; phase: string }[] }[] }
-interface EventsJson { events: { kind: string; model: string | null; replica: string | null; code: string | null; message: string }[] }
+interface EventsJson { events: { seq: number; kind: string; model: string | null; replica: string | null; code: string | null; message: string }[] }
 
 before(async () => {
   fleet = await startTestFleet({ nodes: 1 });
@@ -90,7 +90,7 @@ describe('a new replica joins warm', () => {
   const share = (fs: readonly Figures[]): number => fs.reduce((a, f) => a + f.cache, 0) / fs.reduce((a, f) => a + f.cache + f.prompt, 0);
 
   /** `n` conversations of 3 turns on `model`, `ctl restart` of it, then each one's 4th turn: the follow-ups' figures before and after. */
-  const acrossRestart = async (model: string, shared = true, n = 12): Promise<{ steady: Figures[]; next: Figures[] }> => {
+  const acrossRestart = async (model: string, shared = true, n = 12): Promise<{ steady: Figures[]; next: Figures[]; old: string[]; fresh: string }> => {
     // ~2,000 tokens, the same for every conversation (or, `shared` false, ~1,000 of its own each)
     const system = (c: number): string => (shared ? words('sys', 290) : words(`s${c}x`, 150));
     const convs: Msg[][] = Array.from({ length: n }, (_, c) => [{ role: 'system', content: system(c) }, { role: 'user', content: `conversation ${c}: ${words(`c${c}q`, 8)}` }]);
@@ -108,13 +108,14 @@ describe('a new replica joins warm', () => {
       const m = (await serve.admin<ModelsJson>('/models')).models.find((x) => x.name === model)!;
       return m.phase === 'ready' && m.replicas.length === 1 && !before.includes(m.replicas[0]!.id);
     }, { diag });
+    const fresh = (await serve.admin<ModelsJson>('/models')).models.find((x) => x.name === model)!.replicas[0]!.id;
     const next: Figures[] = [];
     for (let c = 0; c < convs.length; c++) next.push((await ask(model, convs[c]!)).f);
-    return { steady, next };
+    return { steady, next, old: before, fresh };
   };
 
   it('12 conversations with a 2k-token system prompt: after `ctl restart` the next 12 requests take ≥ 80 % of the steady share from the cache', async () => {
-    const { steady, next } = await acrossRestart('good');
+    const { steady, next, old, fresh } = await acrossRestart('good');
     const s = share(steady);
     const n = share(next);
     const m = await metricsOf();
@@ -131,6 +132,13 @@ describe('a new replica joins warm', () => {
     assert.ok(tokens > 0 && seconds > 0, `the warm-up's cost is counted: ${tokens} tokens, ${seconds} s`);
     assert.equal(events.length, 1, JSON.stringify(events));
     assert.equal(events[0]!.code, null);
+    // offered to routers in the snapshot its warm-up ended in, not before; the old replica stopped after that
+    const all = (await serve.admin<EventsJson>('/events?model=good')).events;
+    const ready = all.find((e) => e.kind === 'replica-ready' && e.replica === fresh);
+    assert.equal(events[0]!.replica, fresh);
+    assert.equal(events[0]!.seq, (ready?.seq ?? -1) + 1, JSON.stringify(all));
+    const stopped = all.find((e) => e.kind === 'replica-stopped' && e.replica === old[0]);
+    assert.ok(stopped !== undefined && stopped.seq > events[0]!.seq, JSON.stringify(all));
     assert.match(events[0]!.message, /warmed up before taking traffic \(12 prefixes, \d+ prompt tokens, [\d.]+ s\)/);
   });
 
