@@ -10,6 +10,7 @@ import type { FleetSnapshot, ModelView, ReplicaView } from '../reconciler/view.j
 export type FleetEventKind =
   | 'replica-starting'
   | 'replica-ready'
+  | 'replica-warmed'
   | 'replica-stopped'
   | 'start-failed'
   | 'parked'
@@ -56,11 +57,20 @@ function replicaEvents(at: number, before: ModelView, after: ModelView): FleetEv
     const where = { model: after.name, node: r.node, replica: r.id };
     if (!o && r.phase === 'starting') out.push(draft(at, 'replica-starting', `${after.name}: starting replica ${r.id} on ${r.node}`, where));
     else if (r.phase === 'ready' && o?.phase !== 'ready') out.push(draft(at, 'replica-ready', `${after.name}: replica ${r.id} on ${r.node} is ready${r.endpoint ? ` at ${r.endpoint}` : ''}`, where));
+    if (r.warmup !== undefined && o?.warmup === undefined) out.push(warmedEvent(at, after.name, r, where));
   }
   for (const o of before.replicas) {
     if (!now.has(o.id)) out.push(draft(at, 'replica-stopped', `${after.name}: replica ${o.id} on ${o.node} is gone`, { model: after.name, node: o.node, replica: o.id }));
   }
   return out;
+}
+
+/** A replica's warm-up before it took traffic (#38): what it replayed and cost, and why it ended early. */
+function warmedEvent(at: number, model: string, r: ReplicaView, where: { model: string; node: string; replica: string }): FleetEventDraft {
+  const w = r.warmup!;
+  const cost = `${w.prefixes} prefixes, ${w.tokens} prompt tokens, ${w.seconds.toFixed(2)} s`;
+  const msg = w.code === null ? `${model}: replica ${r.id} warmed up before taking traffic (${cost})` : `${model}: replica ${r.id} took traffic before its warm-up finished (${cost}): ${w.message ?? w.code}`;
+  return draft(at, 'replica-warmed', msg, w.code === null ? where : { ...where, code: w.code });
 }
 
 /** A rollout's move (#34): its checks began, a canary step began, it was held, rolled back or promoted. */

@@ -15,6 +15,7 @@ import type {
   Routing,
   ScaleSpec,
   ScheduleEntry,
+  WarmupSpec,
 } from './types.js';
 import { SCALE_DEFAULTS } from './types.js';
 
@@ -121,6 +122,11 @@ export function normalizeEngine(name: string, file: string, raw: Raw): EngineSpe
   return { name, file, versions };
 }
 
+/** A profile's `warmup` (schema defaults applied; a hand-built raw profile gets them here too). */
+export function normalizeWarmup(raw: Raw): WarmupSpec {
+  return { prefixes: num(raw.prefixes) ?? 8, maxTokens: num(raw.max_tokens) ?? 16_384, timeoutMs: raw.timeout === undefined ? 10_000 : dur(raw.timeout) };
+}
+
 export function normalizeProfile(name: string, file: string, raw: Raw): ProfileSpec {
   const [engine = '', engineVersion = ''] = str(raw.engine).split('@');
   return {
@@ -138,6 +144,7 @@ export function normalizeProfile(name: string, file: string, raw: Raw): ProfileS
     memoryOverheadBytes: size(raw.memory_overhead) ?? 0,
     cacheRamBytes: size(raw.cache_ram) ?? 0,
     startTimeoutMs: dur(raw.start_timeout),
+    warmup: normalizeWarmup(obj(raw.warmup)),
     gpuLayers: raw.gpu_layers === 'all' || raw.gpu_layers === 'auto' ? raw.gpu_layers : num(raw.gpu_layers),
     devices: (raw.devices as string[] | undefined) ?? [],
     splitMode: raw.split_mode === 'none' || raw.split_mode === 'layer' || raw.split_mode === 'row' ? raw.split_mode : null,

@@ -104,6 +104,16 @@ export interface EngineSpec {
   readonly versions: Readonly<Record<string, EngineVersionSpec>>;
 }
 
+/** How a new replica's prompt cache is primed with its model's hottest prefixes (router/warmer.ts). */
+export interface WarmupSpec {
+  /** Most prefixes replayed; 0: no warm-up. */
+  readonly prefixes: number;
+  /** Most prompt tokens replayed (estimated before, counted after each replay). */
+  readonly maxTokens: number;
+  /** Longest a warm-up holds the replica back; it takes traffic then whatever is left. */
+  readonly timeoutMs: number;
+}
+
 export interface ProfileSpec {
   readonly name: string;
   readonly file: string;
@@ -121,6 +131,8 @@ export interface ProfileSpec {
   /** llama-server's host-RAM prompt cache (--cache-ram), part of the replica's memory need; 0 disables it. */
   readonly cacheRamBytes: number;
   readonly startTimeoutMs: number;
+  /** A new replica's warm-up before it takes traffic (#38; the loader always sets it; not in the definition digest). */
+  readonly warmup?: WarmupSpec;
   /** (Device fields are optional for hand-built specs; the loader always sets them.) Layers offloaded to a device (-ngl): all, a number, auto (as many as fit); null: none (CPU only). */
   readonly gpuLayers?: GpuLayers | null;
   /** Which devices may be used: backend names (Vulkan, CUDA) or device names (Vulkan0); empty = any. */

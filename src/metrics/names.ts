@@ -76,6 +76,11 @@ export const MetricNames = Object.freeze({
   routerEjectedReplicas: 'llmgw_router_ejected_replicas',
   routerReplicaEjectionsTotal: 'llmgw_router_replica_ejections_total',
 
+  // --- replica warm-ups (label model) ---
+  replicaWarmupPrefixesTotal: 'llmgw_replica_warmup_prefixes_total',
+  replicaWarmupTokensTotal: 'llmgw_replica_warmup_tokens_total',
+  replicaWarmupSeconds: 'llmgw_replica_warmup_seconds',
+
   // --- per API key (label key: the key's name in access/keys.yaml, never its value) ---
   keyRequestsTotal: 'llmgw_key_requests_total',
   keyTokensTotal: 'llmgw_key_tokens_total',
@@ -92,6 +97,7 @@ export const HISTOGRAM_NAMES: readonly MetricName[] = Object.freeze([
   MetricNames.routerRequestDurationSeconds,
   MetricNames.routerTimeToFirstTokenSeconds,
   MetricNames.routerQueueWaitSeconds,
+  MetricNames.replicaWarmupSeconds,
 ]);
 
 /** Every phase a model can be in, for the one-hot llmgw_model_state{state}. */

@@ -13,6 +13,7 @@ import { createKeyMetrics } from './keys.js';
 import type { UsageSink } from './ports.js';
 import { registerScheduleMetrics } from './schedule.js';
 import { registerEventLoopDelayMetrics } from './event-loop.js';
+import { registerWarmupMetrics, type WarmupMetrics } from './warmup.js';
 
 export interface MetricsOptions {
   /** Certificate file paths (PEM or DER), asked for and read at each scrape. */
@@ -44,6 +45,8 @@ export interface LlmgwMetrics {
    * engineInstallFailures stay authoritative (counts are not doubled; pairs it no longer lists go).
    */
   engineInstall(node: string, engine: string, version: string, result: 'ok' | 'error'): void;
+  /** A new replica's warm-up ended (warmup.ts). */
+  readonly warmup: WarmupMetrics;
   /** The llmgw_* metric names in the registry, sorted. */
   metricNames(): string[];
   /** The scrape: exposition text and its content type. */
@@ -73,6 +76,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
   registerCertificateMetrics(live, opts.certificates ?? (() => []));
   const schedules = registerScheduleMetrics(live, opts.clock ?? Date.now);
   const eventLoop = registerEventLoopDelayMetrics(live);
+  const warmup = registerWarmupMetrics(live);
   const registry = Registry.merge([modelRegistry, fleetRegistry, live]);
   let modelText: Promise<Buffer[]> | null = null;
   let fleetText: Promise<Buffer> | null = null;
@@ -103,6 +107,7 @@ export function createMetrics(opts: MetricsOptions = {}): LlmgwMetrics {
     passFinished: (result, durationSeconds) => changed(fleet.passFinished(result, durationSeconds)),
     leaderChanged: (isLeader) => changed(fleet.leaderChanged(isLeader)),
     engineInstall: (node, engine, version, result) => changed(fleet.engineInstall(node, engine, version, result)),
+    warmup,
     metricNames: () =>
       registry
         .getMetricsAsArray()

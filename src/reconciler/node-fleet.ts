@@ -5,7 +5,7 @@
  */
 import type { Logger } from 'pino';
 import { LlmgwError, reasonOf } from '../errors/catalogue.js';
-import type { NodeDriver } from '../nodes/driver.js';
+import type { NodeDriver, NodeObservation } from '../nodes/driver.js';
 import type { EngineVersionSpec, FleetSpec, ModelSpec, NodeSpec } from '../fleet-spec/types.js';
 import type { RangeReader } from './memory.js';
 import { selectorMatches } from './placement.js';
@@ -52,6 +52,10 @@ export class NodeFleet {
   private superseding = new Map<string, Supersede>();
   /** The last look at each node. */
   readonly states = new Map<string, NodeState>();
+  /** Replicas being warmed before they take traffic (warm-up.ts): a look shows them starting until released. */
+  private readonly warming = new Set<string>();
+  /** Those of them the last look saw ready (shown starting): shown ready again when released. */
+  private readonly heldReady = new Set<string>();
 
   constructor(
     private readonly driverFor: (node: NodeSpec, supersede: SupersedeOf) => NodeDriver,
@@ -85,7 +89,7 @@ export class NodeFleet {
       const lookedAt = this.opts.clock();
       const prev = this.states.get(n.name);
       try {
-        const obs = await withTimeout(this.driver(n).observe(), this.opts.observeTimeoutMs, n.name);
+        const obs = heldBack(await withTimeout(this.driver(n).observe(), this.opts.observeTimeoutMs, n.name), this.warming, this.heldReady);
         if (prev && !prev.reachable) log.info({ node: n.name }, 'node reachable again');
         this.states.set(n.name, { reachable: true, error: null, obs, lookedAt, installFailures: prev?.installFailures ?? {} });
       } catch (e) {
@@ -94,6 +98,25 @@ export class NodeFleet {
         this.states.set(n.name, { reachable: false, error, obs: prev?.obs ?? null, lookedAt: prev?.lookedAt ?? null, installFailures: prev?.installFailures ?? {} });
       }
     });
+  }
+
+  /**
+   * A replica's warm-up begins (`on`) or ends: while it runs, every look (and the last one) shows the
+   * replica starting though its /health is 200, so no pass counts it ready (a surge's old replica
+   * keeps serving) and no snapshot offers it to routers; at its end the last look shows it ready again.
+   */
+  warmingUp(id: string, on: boolean): void {
+    if (on) this.warming.add(id);
+    else this.warming.delete(id);
+    const held = this.heldReady.delete(id);
+    for (const [name, ns] of this.states) {
+      const r = ns.obs?.replicas.find((x) => x.id === id);
+      if (r === undefined || ns.obs === null) continue;
+      if (on ? r.state !== 'ready' : !held || r.state !== 'starting') continue;
+      if (on) this.heldReady.add(id);
+      const state = on ? ('starting' as const) : ('ready' as const);
+      this.states.set(name, { ...ns, obs: { ...ns.obs, replicas: ns.obs.replicas.map((x) => (x.id === id ? { ...x, state } : x)) } });
+    }
   }
 
   private readonly deviceInstalls = new Set<string>();
@@ -188,4 +211,19 @@ export class NodeFleet {
   async close(): Promise<void> {
     await Promise.all([...this.drivers.values()].map((d) => d.driver.close().catch(() => undefined)));
   }
+}
+
+/**
+ * An observation with the replicas being warmed up shown starting (NodeFleet.warmingUp); `heldReady`
+ * follows which of them it saw ready (a replica that died meanwhile is not shown ready at release).
+ */
+export function heldBack(obs: NodeObservation, warming: ReadonlySet<string>, heldReady: Set<string>): NodeObservation {
+  if (warming.size === 0) return obs;
+  for (const r of obs.replicas) {
+    if (!warming.has(r.id)) continue;
+    if (r.state === 'ready') heldReady.add(r.id);
+    else heldReady.delete(r.id);
+  }
+  if (!obs.replicas.some((r) => r.state === 'ready' && warming.has(r.id))) return obs;
+  return { ...obs, replicas: obs.replicas.map((r) => (r.state === 'ready' && warming.has(r.id) ? { ...r, state: 'starting' as const } : r)) };
 }

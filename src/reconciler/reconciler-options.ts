@@ -20,6 +20,7 @@ import type { RolloutFigures } from '../rollout/types.js';
 import type { ChecksRun } from './rollout-runner.js';
 import type { ControlView } from './view.js';
 import type { LoadReport } from '../scale/decide.js';
+import type { ReplicaWarmup } from './warm-up.js';
 
 /** What the loop needs of the fleet repo's tracker (a fake serves a fixed spec in tests). */
 export type FleetSource = Pick<SpecTracker, 'refresh' | 'applied' | 'rejected' | 'lastSyncOk' | 'lastSyncError'> & Partial<Pick<SpecTracker, 'specAt'>>;
@@ -70,6 +71,8 @@ export interface ReconcilerOptions {
   /** Called after every pass with its result (metrics). */
   readonly onPass?: (result: 'ok' | 'error', durationSeconds: number) => void;
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
+  /** Warms each new replica up before it takes traffic (warm-up.ts); absent: none. */
+  readonly warmup?: ReplicaWarmup;
   /** Runs a rollout's checks against a replica (default: rollout/check.ts's runChecks over HTTP). */
   readonly runChecks?: ChecksRun;
   /** What the routers saw of each arm of a canary step (serve: this instance's router, or every router's in HA); none: steps are judged on no figures. */

@@ -141,7 +141,7 @@ export class Reconciler extends ControllerShell implements FleetView {
     this.canary = new CanarySteps(o.rolloutFigures ?? null);
     this.stableSpecs = new StableSpecs(o.tracker.specAt?.bind(o.tracker), () => void this.requestPass('stable-spec-read'));
     this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, canary: this.canary, ...(o.runChecks ? { run: o.runChecks } : {}) });
-    this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall, specOf: (model, digest) => this.stableSpecs.forDigest(model, digest) });
+    this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall, specOf: (model, digest) => this.stableSpecs.forDigest(model, digest), ...(o.warmup ? { warmup: o.warmup } : {}) });
     this.own = new ReconcilerActs({
       ...ports,
       snapshot: () => this.snapshot(),
@@ -387,7 +387,7 @@ export class Reconciler extends ControllerShell implements FleetView {
       stopProgress: this.stopOps.progress(),
       memory: this.memoryNeeds,
       deviceNeeds: this.deviceNeeds, // devices (#24)
-      lastPass: this.lastPass,
+      lastPass: this.lastPass, warmups: this.running.warmups, // warm-ups (#38)
       scale: { records: scaleRecords(this.state), ...this.scaleSeen }, // scaling (#42)
     });
   }

@@ -27,6 +27,8 @@ export interface StartOp {
   readonly conclude: (outcome: StartOutcome) => void;
   /** Writes the state record (before a failed replica, the evidence on the node, is removed). */
   readonly persist: () => Promise<void>;
+  /** Primes the ready replica's prompt cache before it takes traffic, within its own bound; never throws (warm-up.ts). */
+  readonly warm?: (endpoint: string) => Promise<void>;
 }
 
 export async function runStart(op: StartOp): Promise<void> {
@@ -65,6 +67,7 @@ export async function runStart(op: StartOp): Promise<void> {
       return launch();
     });
     await driver.waitReady(a.replicaId, { timeoutMs: op.profile.startTimeoutMs, signal: stopSignal });
+    if (op.warm) await op.warm(handle.endpoint);
     op.conclude({ kind: 'ready', endpoint: handle.endpoint, startedAt: handle.startedAt });
   } catch (e) {
     if (stopSignal.aborted) {

@@ -11,6 +11,8 @@ import type { Action } from './planner.js';
 import type { ShellPorts } from './shell-ports.js';
 import { runStart } from './start-op.js';
 import { startLaunched } from './state.js';
+import { WARMUPS_KEPT, type ReplicaWarmup, type WarmupTarget } from './warm-up.js';
+import type { WarmupView } from './view.js';
 
 export interface StartRunnerOptions {
   readonly engineApiKey: string;
@@ -19,9 +21,13 @@ export interface StartRunnerOptions {
   readonly onEngineInstall?: (node: string, engine: string, version: string, result: 'ok' | 'error') => void;
   /** The spec that defines another revision of a model than the one in force (a rollout's stable one), if read. */
   readonly specOf?: (model: string, digest: string) => FleetSpec | undefined;
+  /** Warms a new replica up before it takes traffic (warm-up.ts); absent: none. */
+  readonly warmup?: ReplicaWarmup;
 }
 
 export class StartRunner {
+  /** The warm-ups this process ran, by replica (the newest WARMUPS_KEPT), for the snapshot. */
+  readonly warmups = new Map<string, WarmupView>();
   /** Starts this process runs (the background operations), awaited by the controller's stop(). */
   private readonly ops = new Map<string, Promise<void>>();
 
@@ -78,10 +84,25 @@ export class StartRunner {
         if (outcome.kind === 'ready') this.p.publish();
       },
       persist: () => this.p.saveState(),
+      ...(this.o.warmup ? { warm: (endpoint: string) => this.warm(this.o.warmup!, { model: a.model, node: a.node, replica: a.replicaId, endpoint, profile }, rlog) } : {}),
     }).finally(() => {
       this.ops.delete(a.replicaId);
       void this.p.requestPass('start-finished');
     });
     this.ops.set(a.replicaId, op);
+  }
+
+  /** The warm-up of a ready replica: a look shows it starting meanwhile (NodeFleet.warmingUp); never throws. */
+  private async warm(w: ReplicaWarmup, r: WarmupTarget, log: Logger): Promise<void> {
+    this.p.nodes.warmingUp(r.replica, true);
+    try {
+      const v = await w(r, this.p.stopSignal(), log);
+      if (v !== null) this.warmups.set(r.replica, v);
+      if (this.warmups.size > WARMUPS_KEPT) this.warmups.delete(this.warmups.keys().next().value!);
+    } catch (err) {
+      log.warn({ err }, 'replica warm-up failed');
+    } finally {
+      this.p.nodes.warmingUp(r.replica, false);
+    }
   }
 }

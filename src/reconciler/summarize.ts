@@ -16,7 +16,7 @@ import type { StopRecord } from './stops.js';
 import type { ScaleRecord, SummedLoad } from '../scale/decide.js';
 import { rangeNow, scales } from '../scale/range.js';
 import type { ShortOfRoom } from './planner.js';
-import type { ControlView, FleetSnapshot, ScaleView, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView } from './view.js';
+import type { ControlView, FleetSnapshot, ScaleView, ModelView, NodeDeviceView, NodeView, PassSummary, ReplicaView, WarmupView } from './view.js';
 
 export interface NodeState {
   readonly reachable: boolean;
@@ -68,6 +68,8 @@ export interface SummaryInput {
   readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   readonly lastPass: PassSummary | null;
   /** Scaling (#42): each scaling model's record, and those short of room for their extra replicas. */
+  /** Warm-ups this process ran, by replica (#38). */
+  readonly warmups?: ReadonlyMap<string, WarmupView>;
   readonly scale?: { readonly records: Readonly<Record<string, ScaleRecord>>; readonly short: Readonly<Record<string, ShortOfRoom>>; readonly load?: Readonly<Record<string, SummedLoad>> };
 }
 
@@ -119,6 +121,12 @@ export function rolloutView(r: RolloutRecord, canary: CanarySpec | null = null, 
   };
 }
 
+/** A replica's warm-up for its view, if one ran. */
+function warmupOf(i: SummaryInput, id: string): { warmup?: WarmupView } {
+  const w = i.warmups?.get(id);
+  return w === undefined ? {} : { warmup: w };
+}
+
 export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   const replicas: ReplicaView[] = [];
   const seen = new Set<string>();
@@ -133,7 +141,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
         continue;
       }
       const phase = r.state === 'ready' && (!ns.reachable || underTest(i, r.model, r.digest)) ? 'starting' : r.state;
-      replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt, ...device });
+      replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt, ...device, ...warmupOf(i, r.id) });
     }
   }
   for (const id in i.replicas) {
@@ -143,7 +151,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     // node is out of reach: an observed ready replica there is shown starting too)
     const endpoint = s.phase.kind === 'ready' ? s.phase.endpoint : undefined;
     const ready = endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false && !underTest(i, s.model, s.digest);
-    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? endpoint : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt });
+    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? endpoint : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt, ...warmupOf(i, id) });
   }
   const byModel = new Map<string, ReplicaView[]>();
   for (const r of replicas) {

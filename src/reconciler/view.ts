@@ -30,6 +30,18 @@ export interface ReplicaView {
   readonly inFlight?: number | null;
   /** Where it runs on devices (a replica placed with gpu_layers, once its node shows it); absent: host only. */
   readonly device?: ReplicaDeviceView;
+  /** Its warm-up before it took traffic (#38; reconciler/warm-up.ts); absent: none ran in this process. */
+  readonly warmup?: WarmupView;
+}
+
+/** What a replica's warm-up replayed and cost, and why it ended early (WARMUP_TIMED_OUT, WARMUP_REPLAY_FAILED; null: it did not). */
+export interface WarmupView {
+  readonly prefixes: number;
+  /** Prompt tokens the replica evaluated for them. */
+  readonly tokens: number;
+  readonly seconds: number;
+  readonly code: string | null;
+  readonly message: string | null;
 }
 
 /** A replica on devices (#37 item 8): which, its layers there, and the device bytes llmgw reserves for it. */

@@ -33,6 +33,7 @@ import { RouterRollouts, type RolloutFigures } from './rollout-figures.js';
 import { countingInFlight, type ModelLoad, type RouterLoad } from './load-report.js';
 import { foreignRequest, type LocalOnly } from '../util/local-only.js';
 import type { RouterCount } from './limits.js';
+import type { HotPrefixes } from './hot-prefixes.js';
 
 export interface RouterLimits {
   /** Largest request body accepted (413 above). */
@@ -101,6 +102,8 @@ export interface RouterDeps {
   readonly routers?: () => RouterCount;
   /** Where the canary figures go (#34; serve hands the same object to the controller); the router's own by default. */
   readonly rollouts?: RouterRollouts;
+  /** Where the models' hot prefixes are kept (#38; serve hands the same table to the controller's warm-ups); none by default. */
+  readonly hot?: HotPrefixes;
   /** Where each model's load goes (#42; serve hands the same object to the controller, which scales on it). */
   readonly load?: RouterLoad;
   /** Auth off: serve only requests whose Host and Origin are this machine's (or allowed hosts); null/absent: no check. */
@@ -181,7 +184,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     return new RouterError('UNSUPPORTED_MEDIA_TYPE', `The router reads the request body only as JSON; this request's Content-Type is ${type === undefined ? 'missing' : JSON.stringify(String(type).slice(0, 100))}: send \`Content-Type: application/json\`.`);
   };
   const rollouts = deps.rollouts ?? new RouterRollouts();
-  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1), rollouts);
+  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1), rollouts, deps.hot ?? null);
 
   // POST /v1/* goes straight to the core; the rest to fastify
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;

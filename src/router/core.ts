@@ -37,6 +37,8 @@ import { redactsPath } from './redact.js';
 import { readRequestBody } from './request-body.js';
 import { forwardsPath } from './api-paths.js';
 import { ByteBudget } from './byte-budget.js';
+import type { HotPrefixes } from './hot-prefixes.js';
+import { hotUsage, type HotRequest } from './hot-usage.js';
 
 export interface CoreLimits extends UpstreamTimeouts {
   /** Largest request body accepted (413 above). */
@@ -89,6 +91,8 @@ export class RouterCore {
   readonly keyLimiter: KeyLimiter;
   /** The canary split and its figures (canary.ts, rollout-figures.ts). */
   readonly canary: CanarySplitter;
+  /** Each keyed request, counted among its model's hot prefixes once answered 200 (hot-usage.ts). */
+  private readonly hotOf = new WeakMap<ServerResponse, HotRequest>();
 
   constructor(
     private readonly fleet: FleetView,
@@ -100,6 +104,8 @@ export class RouterCore {
     clock: () => number = Date.now,
     routers: () => RouterCount = () => 1,
     rollouts: RouterRollouts = new RouterRollouts(),
+    /** The models' hot prefixes, for a new replica's warm-up (hot-prefixes.ts); null: not kept. */
+    readonly hot: HotPrefixes | null = null,
   ) {
     this.keyLimiter = new KeyLimiter(clock, routers);
     this.canary = new CanarySplitter(fleet, rollouts, clock);
@@ -119,7 +125,7 @@ export class RouterCore {
       health: this.ejections,
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
-      onUsage: usageHook,
+      onUsage: hot === null ? usageHook : (res, replica, tail, early) => hotUsage(hot, this.hotOf, res, replica, tail, early),
       buffers: new ByteBudget(limits.maxBufferedBytes),
     };
     this.activator = new Activator(fleet);
@@ -309,6 +315,7 @@ export class RouterCore {
     const call = new ProxyCall(this.ctx, p.model, p.path, this.engineHeaders(), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
     call.split = p.split;
     call.redact = p.redact;
+    if (p.key !== null && this.hot !== null) this.hotOf.set(p.res, { model: p.model, key: p.key, path: p.path, body: p.body });
     if (key !== null) {
       const c = this.choice.affine(p.split === null ? p.model : p.split.scope(replicas), replicas, key, p.slots, null, now, fromQueue);
       if (c !== null) {

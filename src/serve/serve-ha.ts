@@ -34,7 +34,7 @@ export interface HaServeParts {
   readonly log: Logger;
   readonly ownerTtlSeconds: number;
   /** The reconciler options every term shares (memory, secrets, logger, metrics callbacks). */
-  readonly common: Pick<ReconcilerOptions, 'memory' | 'rolloutFigures' | 'modelLoad' | 'readSecret' | 'logger' | 'onPass' | 'onEngineInstall'>;
+  readonly common: Pick<ReconcilerOptions, 'memory' | 'rolloutFigures' | 'modelLoad' | 'readSecret' | 'logger' | 'onPass' | 'onEngineInstall' | 'warmup'>;
   readonly openDriver: (n: NodeSpec, fence: () => Fence, supersede: SupersedeOf) => NodeDriver;
   readonly onLeadership: (leading: boolean) => void;
 }

@@ -23,6 +23,8 @@ import { MemoryEstimator } from '../reconciler/memory.js';
 import { loadState, StateStore } from '../reconciler/state-store.js';
 import { clientTimeoutOptions } from '../util/client-timeouts.js';
 import { buildRouter } from '../router/app.js';
+import { HotPrefixes } from '../router/hot-prefixes.js';
+import { replicaWarmup } from '../router/warm-replica.js';
 import { RouterRollouts } from '../router/rollout-figures.js';
 import { RouterLoad } from '../router/load-report.js';
 import type { ServeConfig } from './config.js';
@@ -107,6 +109,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   const rolloutFigures = new RouterRollouts();
   // Each model's load as this instance's router sees it; the controller scales models with a range on it (#42)
   const routerLoad = new RouterLoad(instance.id);
+  // The prefixes this instance's router serves most; the controller replays them to a new replica before it takes traffic (#38)
+  const hot = new HotPrefixes();
   const common = {
     rolloutFigures,
     // under HA every router's report, read from etcd (ha/router-shares.ts), the leader summing them
@@ -116,6 +120,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     logger: log,
     onPass: (result: 'ok' | 'error', seconds: number) => metrics.passFinished(result, seconds),
     onEngineInstall: (node: string, engine: string, version: string, result: 'ok' | 'error') => metrics.engineInstall(node, engine, version, result),
+    warmup: replicaWarmup(hot, engineApiKey, (model, r) => metrics.warmup(model, r)),
   };
   // `supersede`: an owner record above etcd's revision the reconciler takes over (ownership.ts), named in every fence
   const openDriver = (n: NodeSpec, fence: () => Fence, supersede: SupersedeOf): NodeDriver =>
@@ -166,6 +171,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
   controller.onSnapshot((s) => metrics.applySnapshot(s));
   // the router's canary windows live as long as their step: a model whose canary ended drops its own
   controller.onSnapshot((s) => rolloutFigures.retain(new Set(s.models.filter((m) => m.rollout?.phase === 'canary').map((m) => m.name)), s.at));
+  controller.onSnapshot((s) => hot.retain(new Set(s.models.map((m) => m.name))));
   metrics.applySnapshot(controller.snapshot());
 
   // With TLS both apps run on https servers whose certificate follows the files.
@@ -189,6 +195,7 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     fleet: controller,
     rollouts: rolloutFigures,
     load: routerLoad,
+    hot,
     metrics: metrics.router,
     ...(routerShares ? { routers: () => routerShares.routers() } : {}),
     usage: fanOut(usageLog ? [metrics.keys, usageBook, usageLog] : [metrics.keys, usageBook]),

@@ -32,6 +32,7 @@ describe('fleet spec loading', () => {
       assert.deepEqual(spec.settings.queue, { max: 64, timeoutMs: 60_000 });
       assert.deepEqual(spec.models.alpha!.queue, { max: 64, timeoutMs: 60_000 });
       assert.equal(spec.profiles.chat!.cacheRamBytes, 2 ** 30);
+      assert.deepEqual(spec.profiles.chat!.warmup, { prefixes: 8, maxTokens: 16_384, timeoutMs: 10_000 });
     } finally {
       f.cleanup();
     }
@@ -55,6 +56,24 @@ describe('fleet spec loading', () => {
       assert.equal(r.spec.profiles.chat!.reranking, true);
     } finally {
       f.cleanup();
+    }
+  });
+
+  it('a profile\'s warmup is read, and changing it changes no model\'s definition digest (it rolls nothing out)', async () => {
+    const files = minimalFleet();
+    const f0 = tempFleet(files);
+    const f = tempFleet({ ...files, 'profiles/chat.yaml': files['profiles/chat.yaml'] + 'warmup: { prefixes: 16, max_tokens: 65536, timeout: 30s }\n' });
+    const off = tempFleet({ ...files, 'profiles/chat.yaml': files['profiles/chat.yaml'] + 'warmup: { prefixes: 0 }\n' });
+    try {
+      const [a, b, c] = await Promise.all([loadFleetSpec(dirFiles(f0.dir), null), loadFleetSpec(dirFiles(f.dir), null), loadFleetSpec(dirFiles(off.dir), null)]);
+      assert.ok(a.ok && b.ok && c.ok, JSON.stringify([a, b, c].map((x) => !x.ok && x.problems)));
+      assert.deepEqual(b.spec.profiles.chat!.warmup, { prefixes: 16, maxTokens: 65_536, timeoutMs: 30_000 });
+      assert.deepEqual(c.spec.profiles.chat!.warmup, { prefixes: 0, maxTokens: 16_384, timeoutMs: 10_000 });
+      for (const m of Object.keys(a.spec.models)) assert.equal(b.spec.models[m]!.digest, a.spec.models[m]!.digest, m);
+    } finally {
+      f0.cleanup();
+      f.cleanup();
+      off.cleanup();
     }
   });
 
