@@ -63,7 +63,8 @@ export function replicaFailed(s: ControllerState, f: ReplicaFailure, now: number
   }
   const next = startFailed(h, f.error, now, settings, f.silent === true);
   const note: Note = next.parked
-    ? { level: 'error', msg: 'model parked: not started again until its definition changes or a retry', fields: { ...fields, failures: next.consecutiveFailures, parkAfter: settings.parkAfterFailures } }
+    ? // parked with the reason it keeps (a silent last failure keeps the engine's reason from before: startFailed)
+      { level: 'error', msg: 'model parked: not started again until its definition changes or a retry', fields: { ...fields, code: next.parked.lastError.code, reason: next.parked.lastError.message, failures: next.consecutiveFailures, parkAfter: settings.parkAfterFailures } }
     : { level: 'warn', msg: 'replica start failed', fields: { ...fields, failures: next.consecutiveFailures, nextAttemptAt: new Date(next.nextAttemptAt ?? 0).toISOString() } };
   return { state: withModel(marked, f.model, { ...m, health: next }), notes: [note] };
 }

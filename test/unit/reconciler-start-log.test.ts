@@ -79,6 +79,7 @@ describe("a start's outcome from its own log", () => {
     for (const [what, steps, lastError, parked] of table) {
       let s: ControllerState = stateFor(spec);
       let t = 1_000;
+      let notes: readonly { msg: string; fields: Record<string, unknown> }[] = [];
       steps.forEach((step, i) => {
         t += 60_000;
         if (step === 'retry') s = { ...s, models: { alpha: { ...s.models.alpha!, health: retried(s.models.alpha!.health, `admin:${i}`).health } } };
@@ -88,12 +89,15 @@ describe("a start's outcome from its own log", () => {
           const id = `a${i}`;
           s = startLaunched(s, id, { model: 'alpha', node: 'cpu-01', digest: alpha.digest, startedAt: t });
           const outcome: StartOutcome = step.silent ? { kind: 'failed', error: step.error, silent: true } : { kind: 'failed', error: step.error };
-          s = startConcluded(s, id, outcome, t, S).state;
+          ({ state: s, notes } = startConcluded(s, id, outcome, t, S));
         }
       });
       const h = s.models.alpha!.health;
       assert.deepEqual(h.lastError, lastError, what);
       assert.deepEqual(h.parked?.lastError ?? null, parked ? lastError : null, what);
+      // the log line says what it is parked with, not the silent last failure's words
+      const parkedNote = notes.find((n) => n.msg.startsWith('model parked'));
+      assert.deepEqual(parkedNote ? [parkedNote.fields.code, parkedNote.fields.reason] : null, parked ? [lastError.code, lastError.message] : null, what);
     }
 
     // the same for a failure the nodes show (a replica that died with nobody's start running for it)
