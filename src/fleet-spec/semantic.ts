@@ -106,7 +106,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     const prVersion = engine?.versions[pr.engineVersion];
     if (prVersion && pr.placement?.spread === 'rpc' && prVersion.rpc !== true) {
       add('profile', pr.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', noRpcMessage(prVersion, engine!.file), noRpcHint(prVersion, engine!.file));
-    } else if (pr.placement?.spread === 'rpc') add('profile', pr.name, ['placement', 'spread'], 'SPEC_NOT_ACTED_ON', GROUPS_NOT_RUN, GROUPS_NOT_RUN_HINT, warnings);
+    }
     pr.extraArgs.forEach((a, i) => {
       const flag = a.split('=')[0] ?? a;
       if (MANAGED_ARGS.has(flag)) {
@@ -171,7 +171,7 @@ export function checkSpec(p: SpecParts): CheckResult {
     if (engineVersion && m.placement?.spread === 'rpc' && engineVersion.rpc !== true) {
       const file = engineByName.get(engineVersion.engine)!.file;
       add('model', m.name, ['placement', 'spread'], 'SPEC_ENGINE_NO_RPC', `${noRpcMessage(engineVersion, file)} (the engine of profile "${m.profile}")`, noRpcHint(engineVersion, file));
-    } else if (m.placement?.spread === 'rpc') add('model', m.name, ['placement', 'spread'], 'SPEC_NOT_ACTED_ON', GROUPS_NOT_RUN, GROUPS_NOT_RUN_HINT, warnings);
+    }
     const rollout = rollouts.byModel.get(m.name);
     if (profile && engineVersion && m.scaling && rollout !== undefined) {
       models.push({
@@ -267,10 +267,6 @@ function checkSchedule(m: ModelDraft, add: (path: (string | number)[], message: 
     }
   });
 }
-
-/** Until the reconciler runs RPC groups (#40): what spread: rpc does today. */
-const GROUPS_NOT_RUN = 'placement spread: rpc: this llmgw does not start RPC groups yet: a replica that no single node holds stays unplaceable (MODEL_UNPLACEABLE); one that fits a node runs there, as with spread: none';
-const GROUPS_NOT_RUN_HINT = '`llmgw plan` shows the group such a replica would run as (its hosts and each one\'s layers and memory); docs/fleet-repo.md says what runs today';
 
 /** "placement spread: rpc runs the model as a llama.cpp RPC group, which needs rpc-server; engine llama-cpp version b6500 (engines/llama-cpp.yaml) does not carry it" */
 function noRpcMessage(v: EngineVersionSpec, file: string): string {

@@ -211,6 +211,12 @@ export interface ReplicaStartSpec {
    */
   readonly devices?: readonly string[];
   readonly gpuLayers?: number | 'all';
+  /**
+   * The head of an RPC group (#40): its workers' rpc-servers (host:port, from startRpcWorker), given
+   * to llama-server as --rpc; every repeating layer goes to them (-ngl all), and the head runs at
+   * -lv 4 so its log shows each worker's buffers (the group's readiness).
+   */
+  readonly rpc?: readonly string[];
 }
 
 export interface ReplicaHandle {

@@ -4,8 +4,8 @@
  * cache and bytes, and why this many hosts — placed by group-placement.ts on the room the
  * simulated pass leaves (each node's room less what runs there after the merge). A model that
  * fits one node is placed as any replica and never shows here. The group's memory is added to its
- * hosts' usage, so the node table shows each host's share. (The reconciler does not run groups
- * yet: the plan shows what the group would be.)
+ * hosts' usage, so the node table shows each host's share. The reconciler places the same groups
+ * (group-start.ts), by bytes where it does not know the layers.
  */
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { hostLine, placeGroup, type GroupHost } from '../reconciler/group-placement.js';
@@ -77,7 +77,5 @@ export function planGroups(head: FleetSpec, m: ModelSpec, o: ModelOutcome | unde
     ? `fits as an RPC group of ${size(head0)}${onDemand} (no node holds it alone): ${head0.why}`
     : `${groups.length} of ${o.desired} fit as RPC groups${onDemand} (no node holds one alone): ${groups.map((g) => g.why).join(' | ')}${unplaceable ? `; the rest fit nowhere: ${unplaceable}` : ''}`;
   const details = groups.flatMap((g, gi) => g.hosts.map((h) => `${groups.length > 1 ? `group ${gi + 1}: ` : ''}${hostLine(h, g.totalLayers)}`));
-  // (the validate warning says the same; gone when the reconciler runs groups)
-  details.push('(this llmgw does not start RPC groups yet: until it does, the model stays unplaceable)');
   return { groups, unplaceable, text, details };
 }

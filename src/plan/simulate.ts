@@ -147,7 +147,10 @@ export function simulateMerge(input: SimulationInput): Simulation {
   const out = pass(head, nodes, health, demand, input.memory, now, input.deviceNeeds);
   const mem = (model: string): number => input.memory[model] ?? 0;
 
-  const starts = out.actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start');
+  const allStarts = out.actions.filter((a): a is Extract<Action, { kind: 'start' }> => a.kind === 'start');
+  // RPC groups (#40) are placed again by group-plan.ts, with the layers the plan knows, for the split it shows
+  const grouped = new Set(allStarts.filter((a) => a.group !== undefined).map((a) => a.model));
+  const starts = allStarts.filter((a) => a.group === undefined);
   const stops = out.actions.filter((a): a is Extract<Action, { kind: 'stop' }> => a.kind === 'stop');
   // An eviction's newcomer starts in the pass after its victims are gone (their memory is in use
   // until then): the pass after is simulated too.
@@ -170,7 +173,7 @@ export function simulateMerge(input: SimulationInput): Simulation {
       evicts,
       stops: stops.filter((s) => s.model === m.name).map((s) => ({ node: s.node, reason: s.reason })),
       drains: nodes.flatMap((n) => n.replicas).filter((r) => r.model === m.name && drained.has(r.id)).length,
-      unplaceable: out.unplaceable[m.name]?.reason ?? null,
+      unplaceable: out.unplaceable[m.name]?.reason ?? (grouped.has(m.name) ? 'no node holds it alone' : null),
       parked: health[m.name]!.parked !== null,
     };
   }

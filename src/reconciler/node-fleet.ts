@@ -10,6 +10,8 @@ import type { EngineVersionSpec, FleetSpec, ModelSpec, NodeSpec } from '../fleet
 import type { RangeReader } from './memory.js';
 import { selectorMatches } from './placement.js';
 import type { NodeFence, Supersede } from './ownership.js';
+import { orphanWorkers, withGroupHealth } from './group-health.js';
+import type { GroupMember } from './replica-life.js';
 import type { ObservedNode } from './planner.js';
 import type { NodeState } from './summarize.js';
 
@@ -76,8 +78,11 @@ export class NodeFleet {
     return driver;
   }
 
-  /** One look at every node of the spec (nodes that left it are forgotten). */
-  async observe(spec: FleetSpec, log: Logger): Promise<void> {
+  /**
+   * One look at every node of the spec (nodes that left it are forgotten). `groups`: the record's RPC
+   * groups (#40), whose head a look shows failed once a worker is gone (group-health.ts).
+   */
+  async observe(spec: FleetSpec, log: Logger, groups: ReadonlyMap<string, readonly GroupMember[]> = new Map()): Promise<void> {
     for (const name of [...this.drivers.keys()]) {
       if (spec.nodes[name]) continue;
       void this.drivers.get(name)?.driver.close().catch(() => undefined);
@@ -98,6 +103,8 @@ export class NodeFleet {
         this.states.set(n.name, { reachable: false, error, obs: prev?.obs ?? null, lookedAt: prev?.lookedAt ?? null, installFailures: prev?.installFailures ?? {} });
       }
     });
+    const failedGroups = groups.size > 0 ? withGroupHealth(this.states, groups) : null;
+    if (failedGroups) for (const [name, ns] of failedGroups) if (this.states.get(name) !== ns) this.states.set(name, ns);
   }
 
   /**
@@ -116,6 +123,28 @@ export class NodeFleet {
       if (on) this.heldReady.add(id);
       const state = on ? ('starting' as const) : ('ready' as const);
       this.states.set(name, { ...ns, obs: { ...ns.obs, replicas: ns.obs.replicas.map((x) => (x.id === id ? { ...x, state } : x)) } });
+    }
+  }
+
+  /** Orphaned RPC workers being stopped (node|id): one stop each at a time. */
+  private readonly reaping = new Set<string>();
+
+  /** The RPC workers of no group in the record (group-health.ts orphanWorkers) stopped in the background. */
+  reapOrphanWorkers(spec: FleetSpec, replicas: Parameters<typeof orphanWorkers>[1], log: Logger): void {
+    for (const { node, worker } of orphanWorkers(this.states, replicas)) {
+      const n = spec.nodes[node];
+      const key = `${node}|${worker}`;
+      if (!n || this.reaping.has(key)) continue;
+      this.reaping.add(key);
+      log.info({ node, worker }, 'stopping an rpc worker of no group');
+      void (this.driver(n).stopRpcWorker?.(worker, 0) ?? Promise.resolve()).then(
+        () => this.reaping.delete(key),
+        (e: unknown) => {
+          this.reaping.delete(key);
+          const r = reasonOf(e);
+          log.warn({ node, worker, code: r.code, reason: r.message }, 'stopping an rpc worker of no group failed; tried again next pass');
+        },
+      );
     }
   }
 

@@ -12,7 +12,7 @@ import { replicaFailed } from './outcomes.js';
 import type { Unplaceable } from './placement.js';
 import type { DeviceNeed } from './memory.js';
 import { keyMatches, observedFailures, planPass, type Action, type InflightStart, type ObservedNode, type PlanInput, type ShortOfRoom } from './planner.js';
-import { isInflightStart, moved } from './replica-life.js';
+import { isInflightStart, moved, type GroupMember } from './replica-life.js';
 import { plannedRollout, rolloutSettled, type PlannedRollout } from './rollout-life.js';
 import { avoidanceAt, demanded, demandByModel, healthByModel, withReplica, type ControllerState, type ModelRecord, type Note } from './state.js';
 import { stopIds, stopsRequested } from './stops.js';
@@ -77,6 +77,22 @@ export function inflightStarts(s: ControllerState): InflightStart[] {
   return out;
 }
 
+/** The hosts of the record's RPC groups, by replica id (none: the same empty map). */
+const NO_GROUPS: ReadonlyMap<string, readonly GroupMember[]> = new Map();
+const groupsOfReplicas = new WeakMap<object, ReadonlyMap<string, readonly GroupMember[]>>();
+export function groupsOf(s: Pick<ControllerState, 'replicas'>): ReadonlyMap<string, readonly GroupMember[]> {
+  let out = groupsOfReplicas.get(s.replicas);
+  if (out === undefined) {
+    const m = new Map<string, readonly GroupMember[]>();
+    for (const id in s.replicas) {
+      const g = s.replicas[id]!.group;
+      if (g !== undefined) m.set(id, g);
+    }
+    groupsOfReplicas.set(s.replicas, (out = m.size ? m : NO_GROUPS));
+  }
+  return out;
+}
+
 /** The rollouts the planner keeps the stable revision for, by model (none: the same empty object). */
 const NO_ROLLOUTS: Readonly<Record<string, PlannedRollout>> = Object.freeze({});
 function rolloutsOf(s: ControllerState, stableSpecs: StableSpecsByRevision | undefined): Readonly<Record<string, PlannedRollout>> {
@@ -125,6 +141,7 @@ export function planInputOf(i: Pick<DecideInput, 'state' | 'spec' | 'nodes' | 'm
     restarts: facts.restarts,
     draining: facts.draining,
     memory: i.memory,
+    groups: groupsOf(s),
     ...(i.deviceNeeds ? { deviceNeeds: i.deviceNeeds } : {}),
     accountedFailures: facts.counted,
     rollouts: rolloutsOf(s, i.stableSpecs),

@@ -10,6 +10,7 @@ import { evictFor, optionalDevice } from './evict.js';
 import type { PlanDraft, PlanInput, Seen, StopReason, Located } from './planner.js';
 import { stopIn } from './planner.js';
 import type { Want } from './plan-wants.js';
+import { placeGroups } from './group-start.js';
 // --- devices (#24): the planner's only device hooks are marked "devices (#24)" ---
 import { addDeviceUse, applyDeviceDelta, deviceRequestOf, placedDeviceBytes, placementDevices, type DeviceDelta } from './device-use.js';
 
@@ -20,11 +21,17 @@ export function placeWants(input: PlanInput, seen: Seen, wants: readonly Want[],
   const stop = (model: string, l: Located, reason: StopReason): void => stopIn(out, model, l, reason);
   // Memory in use per node: every replica whose process lives (including in-flight starts, and
   // replicas being stopped: their memory is free only once their process is gone).
+  // An RPC group's replica (#40) uses each host's share instead.
   const used = new Map<string, number>();
   const mem = (model: string): number => input.memory[model] ?? 0;
-  for (const [model, list] of byModel) for (const l of list) if (l.r.state !== 'failed') used.set(l.node, (used.get(l.node) ?? 0) + mem(model));
-  for (const [model, list] of stoppingByModel) for (const l of list) used.set(l.node, (used.get(l.node) ?? 0) + mem(model));
-  for (const [model, list] of inflightByModel) for (const s of list) used.set(s.node, (used.get(s.node) ?? 0) + mem(model));
+  const use = (id: string, node: string, model: string): void => {
+    const group = input.groups?.get(id);
+    if (group === undefined) used.set(node, (used.get(node) ?? 0) + mem(model));
+    else for (const h of group) used.set(h.node, (used.get(h.node) ?? 0) + h.bytes);
+  };
+  for (const [model, list] of byModel) for (const l of list) if (l.r.state !== 'failed') use(l.r.id, l.node, model);
+  for (const [model, list] of stoppingByModel) for (const l of list) use(l.r.id, l.node, model);
+  for (const [model, list] of inflightByModel) for (const s of list) use(s.replicaId, s.node, model);
 
   // This pass's stops free no room for its placement: a replica's memory is in use until its
   // process is gone (the stop finishes in the background, and the pass after it places).
@@ -90,6 +97,19 @@ export function placeWants(input: PlanInput, seen: Seen, wants: readonly Want[],
   for (const [i, r] of results.entries()) {
     const w = wants[i]!;
     const nodes = r.nodes;
+    // A model that may spread (#40) and fits on no node alone: its missing replicas as RPC groups
+    if (r.unplaceable && nodes.length === 0 && w.model.placement?.spread === 'rpc') {
+      const g = placeGroups(input, w, requests[i]!.count, roomAfterPlacements(new Map()), avoided(w.model.name));
+      for (const s of g.starts) {
+        out.actions.push(s);
+        for (const h of s.group) placedUse.set(h.node, (placedUse.get(h.node) ?? 0) + h.bytes);
+      }
+      if (g.starts.length > 0) continue;
+      if (g.unplaceable) {
+        out.unplaceable[w.model.name] = g.unplaceable;
+        continue;
+      }
+    }
     // extra replicas (scaling) that fit nowhere: the model serves at its floor, evicts nobody and is not unplaceable
     const extraShort = ordered[i]!.extraUnplaceable;
     if (extraShort) out.short[w.model.name] = { wants: out.desired[w.model.name] ?? 0, fit: w.existingOn.length + nodes.length, code: extraShort.code, reason: extraShort.reason };

@@ -15,6 +15,7 @@ import type { ObservedDevice } from './device-use.js';
 import { placeWants } from './plan-place.js';
 import { wantsOf } from './plan-wants.js';
 import type { DeviceNeed } from './memory.js';
+import type { GroupMember } from './replica-life.js';
 
 export interface ObservedNode {
   readonly name: string;
@@ -71,6 +72,8 @@ export interface PlanInput {
   readonly draining: Readonly<Record<string, number>>;
   /** Memory per replica of each model (override or estimate); missing/null = unknown. */
   readonly memory: Readonly<Record<string, number | null>>;
+  /** The hosts of the replicas that run as RPC groups (#40), by replica id: their memory is each host's share. */
+  readonly groups?: ReadonlyMap<string, readonly GroupMember[]>;
   /** devices (#24): the device need of models whose profile offloads layers. */
   readonly deviceNeeds?: Readonly<Record<string, DeviceNeed>>;
   /** Replica ids whose failure was already counted. */
@@ -96,7 +99,7 @@ export interface PlanInput {
 export type StopReason = 'removed' | 'surplus' | 'idle' | 'replaced' | 'drained' | 'evicted' | 'failed' | 'orphan';
 
 export type Action =
-  | { readonly kind: 'start'; readonly model: string; readonly node: string; readonly replicaId: string; readonly digest: string; readonly devices?: readonly string[]; readonly gpuLayers?: number | 'all' }
+  | { readonly kind: 'start'; readonly model: string; readonly node: string; readonly replicaId: string; readonly digest: string; readonly devices?: readonly string[]; readonly gpuLayers?: number | 'all'; readonly group?: readonly GroupMember[] }
   | { readonly kind: 'stop'; readonly model: string; readonly node: string; readonly replicaId: string; readonly reason: StopReason };
 
 export interface ObservedFailure {

@@ -25,7 +25,7 @@ import { ControllerShell, type ControllerActs } from './controller-shell.js';
 import { DEMAND_START, PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { NodeFleet } from './node-fleet.js';
-import { decide, freshPlacement } from './pass.js';
+import { decide, freshPlacement, groupsOf } from './pass.js';
 import { busyOf, downloadTokenOf, estimateMemory, replicasInFlight, stoppingSince } from './pass-look.js';
 import { StateSaver, type StatusSink } from './persist.js';
 import type { Unplaceable } from './placement.js';
@@ -216,8 +216,9 @@ export class Reconciler extends ControllerShell implements FleetView {
       if (!spec || !this.leader()) return;
       this.loop.pollEvery(spec.settings.pollIntervalMs);
       const stoppingAtLook = this.stopOps.ids(); // a replica whose stop ends during the look: stopping, not failed (stoppingSince)
-      await this.nodes.observe(spec, log);
+      await this.nodes.observe(spec, log, groupsOf(this.state));
       if (!(await this.acting.check(spec, log))) return;
+      this.nodes.reapOrphanWorkers(spec, this.state.replicas, log); // RPC groups (#40)
       this.nodes.prepareDeviceEngines(spec, log, () => void this.requestPass('device-engine-installed')); // devices (#24)
       await this.estimateMemory(spec);
       const inFlight = await replicasInFlight(spec, this.nodes.observed(spec), stopIds(this.state), this.inFlight);

@@ -36,6 +36,23 @@ export type PhaseKind = ReplicaPhase['kind'];
 /** A phase's name in the edge table: leaving splits by why. */
 export type PhaseName = 'new' | 'launching' | 'ready' | 'unready' | 'leaving:surge' | 'leaving:stop';
 
+/**
+ * One host of an RPC group (#40): a replica of a `placement: {spread: rpc}` model that fits on no
+ * single node runs as its head's llama-server (on the replica's node) with an rpc-server on each
+ * worker's node. The group has the replica's one phase: it starts, serves and leaves as one.
+ */
+export interface GroupMember {
+  readonly node: string;
+  readonly role: 'head' | 'worker';
+  /** What it holds of the replica (its share of the model's memory need), in bytes. */
+  readonly bytes: number;
+  /** A worker's id on its node (rpc/<id>/): the replica's id and `.w1`, `.w2`, … */
+  readonly worker?: string;
+}
+
+/** A group worker's id on its node: the replica's id, then `.w` and its place among the workers (1…). */
+export const groupWorkerId = (replicaId: string, i: number): string => `${replicaId}.w${i}`;
+
 export interface ReplicaRecord {
   readonly model: string;
   readonly node: string;
@@ -48,6 +65,8 @@ export interface ReplicaRecord {
   readonly restartAsked?: number;
   /** Epoch ms its failure was counted toward its model's health (never counted twice). */
   readonly counted?: number;
+  /** Its hosts when it runs as an RPC group (#40), the head (its own node) first. */
+  readonly group?: readonly GroupMember[];
 }
 
 export const phaseName = (p: ReplicaPhase | undefined): PhaseName => (p === undefined ? 'new' : p.kind === 'leaving' ? `leaving:${p.why}` : p.kind);

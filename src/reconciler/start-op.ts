@@ -10,6 +10,7 @@ import type { DownloadToken, NodeDriver } from '../nodes/driver.js';
 import type { EngineVersionSpec, ModelSpec, ProfileSpec } from '../fleet-spec/types.js';
 import type { StartOutcome } from './outcomes.js';
 import type { Action } from './planner.js';
+import { groupReadiness, startGroupWorkers, stopGroupWorkers, type DriverOf } from './group-workers.js';
 
 export interface StartOp {
   readonly action: Extract<Action, { kind: 'start' }>;
@@ -17,6 +18,8 @@ export interface StartOp {
   readonly profile: ProfileSpec;
   readonly engine: EngineVersionSpec;
   readonly driver: NodeDriver;
+  /** The driver of another node of the spec (an RPC group's workers, #40). */
+  readonly driverOf?: DriverOf;
   readonly engineApiKey: string;
   readonly downloadToken: () => Promise<DownloadToken | undefined>;
   /** Aborted when the controller stops. */
@@ -33,7 +36,9 @@ export interface StartOp {
 
 export async function runStart(op: StartOp): Promise<void> {
   const { action: a, driver, stopSignal, log } = op;
-  let stage: 'engine' | 'model' | 'start' = 'engine';
+  let stage: 'engine' | 'model' | 'workers' | 'start' = 'engine';
+  const group = a.group;
+  let workersUp = false;
   try {
     let binary: string;
     try {
@@ -49,10 +54,18 @@ export async function runStart(op: StartOp): Promise<void> {
       log.info({ stage }, 'controller stopping: replica not launched');
       return op.conclude({ kind: 'abandoned' });
     }
+    // an RPC group (#40): its workers first, the head then names them
+    let rpc: string[] | null = null;
+    if (group) {
+      stage = 'workers';
+      rpc = await startGroupWorkers({ model: a.model, replicaId: a.replicaId, group }, op.engine, op.profile, op.driverOf ?? (() => undefined), log);
+      workersUp = true;
+    }
     stage = 'start';
     const launch = () => driver.startReplica({
       id: a.replicaId, model: a.model, digest: a.digest, modelPath: file.path, binary, profile: op.profile, apiKey: op.engineApiKey,
       ...(a.devices && a.devices.length > 0 ? { devices: a.devices, gpuLayers: a.gpuLayers ?? 'all' } : {}),
+      ...(rpc ? { rpc } : {}),
     });
     const handle = await launch().catch(async (e: unknown) => {
       // the engine or the model file the driver had found was gone at the start (nothing was done):
@@ -67,6 +80,8 @@ export async function runStart(op: StartOp): Promise<void> {
       return launch();
     });
     await driver.waitReady(a.replicaId, { timeoutMs: op.profile.startTimeoutMs, signal: stopSignal });
+    // a group is ready when its head's log also shows every worker's model buffer
+    if (rpc) await groupReadiness(driver, a.replicaId, rpc);
     if (op.warm) await op.warm(handle.endpoint);
     op.conclude({ kind: 'ready', endpoint: handle.endpoint, startedAt: handle.startedAt });
   } catch (e) {
@@ -82,5 +97,6 @@ export async function runStart(op: StartOp): Promise<void> {
     op.conclude(silent ? { kind: 'failed', error, silent } : { kind: 'failed', error });
     await op.persist();
     if (stage === 'start') await driver.stopReplica(a.replicaId, 0).catch(() => undefined);
+    if (group && workersUp) await stopGroupWorkers(group, op.driverOf ?? (() => undefined), log, 0);
   }
 }

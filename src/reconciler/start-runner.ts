@@ -59,7 +59,7 @@ export class StartRunner {
     const engine = spec.engines[profile.engine]!.versions[profile.engineVersion]!;
     const rlog = log.child({ model: a.model, node: a.node, replica: a.replicaId });
     const startedAt = this.p.now(log); // before the record is read: taking the time may shift it for a clock step
-    this.p.setRecord(startLaunched(this.p.record(), a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt }));
+    this.p.setRecord(startLaunched(this.p.record(), a.replicaId, { model: a.model, node: a.node, digest: a.digest, startedAt, ...(a.group ? { group: a.group } : {}) }));
     rlog.info('starting replica');
     const op = runStart({
       action: a,
@@ -67,6 +67,10 @@ export class StartRunner {
       profile,
       engine,
       driver: this.p.nodes.driver(inForce.nodes[a.node] ?? spec.nodes[a.node]!),
+      driverOf: (node) => {
+        const n = inForce.nodes[node] ?? spec.nodes[node];
+        return n ? this.p.nodes.driver(n) : undefined;
+      },
       engineApiKey: this.o.engineApiKey,
       downloadToken: () => this.o.downloadToken(m),
       stopSignal: this.p.stopSignal(),

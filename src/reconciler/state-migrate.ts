@@ -13,7 +13,7 @@
  */
 import { LlmgwError } from '../errors/catalogue.js';
 import type { ModelHealth } from './health.js';
-import type { ReplicaPhase, ReplicaRecord } from './replica-life.js';
+import type { GroupMember, ReplicaPhase, ReplicaRecord } from './replica-life.js';
 import type { RolloutRecord } from './rollout-life.js';
 import type { ScaleChange, ScaleRecord } from '../scale/decide.js';
 import { STATE_VERSION, type ControllerState, type ModelRecord } from './state.js';
@@ -53,7 +53,21 @@ export function replicaFromJson(v: unknown): ReplicaRecord | null {
   if (!isRecord(v) || typeof v.model !== 'string' || typeof v.node !== 'string' || typeof v.digest !== 'string' || !finite(v.startedAt)) return null;
   const phase = phaseFromJson(v.phase);
   if (phase === null) return null;
-  return { model: v.model, node: v.node, digest: v.digest, startedAt: v.startedAt, phase, ...(finite(v.restartAsked) ? { restartAsked: v.restartAsked } : {}), ...(finite(v.counted) ? { counted: v.counted } : {}) };
+  const group = groupFromJson(v.group);
+  return { model: v.model, node: v.node, digest: v.digest, startedAt: v.startedAt, phase, ...(finite(v.restartAsked) ? { restartAsked: v.restartAsked } : {}), ...(finite(v.counted) ? { counted: v.counted } : {}), ...(group ? { group } : {}) };
+}
+
+/** An RPC group's hosts from JSON (#40): the head first, each worker with its id; null when absent or not one. */
+function groupFromJson(v: unknown): GroupMember[] | null {
+  if (!Array.isArray(v) || v.length < 2) return null;
+  const out: GroupMember[] = [];
+  for (const [i, h] of v.entries()) {
+    if (!isRecord(h) || typeof h.node !== 'string' || !finite(h.bytes)) return null;
+    if (i === 0 && h.role === 'head') out.push({ node: h.node, role: 'head', bytes: h.bytes });
+    else if (i > 0 && h.role === 'worker' && typeof h.worker === 'string') out.push({ node: h.node, role: 'worker', bytes: h.bytes, worker: h.worker });
+    else return null;
+  }
+  return out;
 }
 
 /** One model entry from JSON, or null when it is not one. */

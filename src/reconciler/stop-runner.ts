@@ -4,6 +4,7 @@
  * in the snapshot. A stop never holds up a pass or its publication.
  */
 import type { Logger } from 'pino';
+import { stopGroupWorkers } from './group-workers.js';
 import { reasonOf } from '../errors/catalogue.js';
 import { nodeTimers, type LoopTimers } from './loop.js';
 import type { ShellPorts } from './shell-ports.js';
@@ -138,7 +139,11 @@ export class StopRunner {
         this.setStopProgress(id, { phase: 'stopping', inFlight: count });
         const n = spec.nodes[rec.node];
         try {
-          if (n) await this.p.nodes.driver(n).stopReplica(id, rec.reason === 'failed' ? 0 : spec.settings.stopGraceMs);
+          const grace = rec.reason === 'failed' ? 0 : spec.settings.stopGraceMs;
+          if (n) await this.p.nodes.driver(n).stopReplica(id, grace);
+          // an RPC group's workers go with its head (#40)
+          const group = this.p.record().replicas[id]?.group;
+          if (group) await stopGroupWorkers(group, (node) => (spec.nodes[node] ? this.p.nodes.driver(spec.nodes[node]) : undefined), log, grace);
           this.p.nodes.forgetReplica(rec.node, id);
           this.p.setRecord(stopFinished(this.p.record(), id));
           await this.p.saveState();

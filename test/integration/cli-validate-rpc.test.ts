@@ -60,13 +60,8 @@ describe('llmgw validate: placement spread rpc', () => {
     const ok = await validate(files);
     assert.equal(ok.code, 0, ok.text);
     assert.equal(ok.out.valid, true);
-    // the reconciler does not run groups yet: a warning where spread: rpc is set says what happens instead
-    assert.deepEqual(ok.out.warnings.map((w) => [w.file, w.path, w.code]).sort((a, b) => a[0]!.localeCompare(b[0]!)), [
-      ['models/alpha.yaml', '/placement/spread', 'SPEC_NOT_ACTED_ON'],
-      ['profiles/embed.yaml', '/placement/spread', 'SPEC_NOT_ACTED_ON'],
-    ]);
-    assert.match(ok.out.warnings.find((w) => w.file === 'models/alpha.yaml')!.message, /does not start RPC groups yet: a replica that no single node holds stays unplaceable/);
-    assert.match(ok.text, /: valid — .* \(2 warnings\)$/m);
+    // the reconciler runs groups: spread: rpc is valid with no warning
+    assert.deepEqual(ok.out.warnings, []);
 
     const off = { ...files, 'engines/llama-cpp.yaml': files['engines/llama-cpp.yaml']!.replace('-DGGML_RPC=ON', '-DGGML_RPC=OFF') };
     const r = await validate(off);

@@ -67,8 +67,16 @@ export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: numb
     ...(p.reranking ? ['--reranking'] : []),
     '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
     ...deviceArgv(spec, n),
+    ...rpcArgv(spec),
     ...p.extraArgs,
   ];
+}
+
+/** A group's head (#40): --rpc to its workers, every layer on them, and the log level that prints their buffers. */
+function rpcArgv(spec: ReplicaStartSpec): string[] {
+  const rpc = spec.rpc ?? [];
+  if (rpc.length === 0) return [];
+  return ['--rpc', rpc.join(','), ...((spec.devices?.length ?? 0) > 0 ? [] : ['-ngl', 'all']), '-lv', '4'];
 }
 
 /**

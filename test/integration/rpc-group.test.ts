@@ -1,0 +1,146 @@
+/**
+ * #40: a model larger than any node runs as a llama.cpp RPC group. Through a real `llmgw serve` on
+ * two sshd nodes on loopback, the real llama-server and rpc-server (built with GGML_RPC), a tiny
+ * GGUF and the official `openai` client:
+ * - a `placement: {spread: rpc}` model whose declared need exceeds each node's free memory but fits
+ *   their sum runs as a head on one node and an rpc-server on the other, bound to 127.0.0.1 only on
+ *   a port of its node's range; it answers chats through the router; a model that fits one node is
+ *   not split;
+ * - `kill -9` of the worker's rpc-server while a stream runs: the stream ends with an error, never
+ *   hanging; the group is seen failed within 10 s with RPC_WORKER_EXITED, replaced by a new group,
+ *   which answers;
+ * - the model removed from the fleet: its head and worker are stopped, and nothing listens on the
+ *   worker's port.
+ */
+import { strict as assert } from 'node:assert';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import OpenAI from 'openai';
+import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
+import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
+import { until } from '../harness/wait.js';
+
+let fleet: TestFleet;
+let serve: ServeProc;
+const diag = (): string => serve?.out().slice(-6000) ?? '';
+
+interface ModelsJson { models: { name: string; phase: string; replicas: { id: string; node: string; phase: string }[] }[] }
+interface EventsJson { events: { seq: number; kind: string; model: string | null; replica: string | null; code: string | null; message: string }[] }
+interface WorkerState { id: string; group: string; host: string; port: number; pid: number }
+
+/** Local addresses of the sockets listening on `port` (`ss -ltn`: this machine is both nodes). */
+function listeningOn(port: number): string[] {
+  return execFileSync('ss', ['-ltnH'], { encoding: 'utf8' }).split('\n')
+    .map((l) => l.trim().split(/\s+/)[3] ?? '')
+    .filter((local) => local.endsWith(`:${port}`));
+}
+
+/** The RPC workers recorded on each node (rpc/<id>/state.json), with the node's index. */
+function workers(): (WorkerState & { node: number })[] {
+  return fleet.nodes.flatMap((n, i) => {
+    const dir = join(n.dataDir, 'rpc');
+    if (!existsSync(dir)) return [];
+    return readdirSync(dir).flatMap((id) => {
+      const f = join(dir, id, 'state.json');
+      return existsSync(f) ? [{ ...(JSON.parse(readFileSync(f, 'utf8')) as WorkerState), node: i + 1 }] : [];
+    });
+  });
+}
+
+/** A replica's argv as its node recorded it. */
+function argvOf(node: number, replica: string): string[] {
+  return (JSON.parse(readFileSync(join(fleet.nodes[node - 1]!.dataDir, 'replicas', replica, 'state.json'), 'utf8')) as { argv: string[] }).argv;
+}
+
+const modelOf = async (name: string): Promise<ModelsJson['models'][number] | undefined> => (await serve.admin<ModelsJson>('/models')).models.find((m) => m.name === name);
+
+before(async () => {
+  fleet = await startTestFleet({ nodes: 2 });
+  const files = fleet.baseFiles();
+  for (const f of Object.keys(files)) if (f.startsWith('models/')) delete files[f];
+  // a look every second: a dead worker is seen within 10 s
+  files['fleet.yaml'] = files['fleet.yaml']!.replace('poll_interval: 1h', 'poll_interval: 1s');
+  files['engines/llama-cpp.yaml'] += '    rpc: true\n';
+  // each node declares 1 GiB: 768 MiB free after the reserve; the big model needs 1.2 GiB, the small one 100 MiB
+  for (const n of ['node-1', 'node-2']) files[`nodes/${n}.yaml`] += 'capacity: { memory: 1GiB }\n';
+  files['models/big.yaml'] = modelYaml(fleet.models.good, ['replicas: 1', 'memory: 1200MiB', 'placement: { spread: rpc, max_hosts: 2 }']);
+  files['models/small.yaml'] = modelYaml(fleet.models.good2, ['replicas: 1', 'memory: 100MiB', 'placement: { spread: rpc }']);
+  await fleet.push(files, 'fleet: a model no node holds alone, split over two; one that fits a node');
+  serve = await spawnServe({ name: 'rpc-group', fleet });
+  await until('both models ready', 120_000, async () => (await serve.admin<ModelsJson>('/models')).models.filter((m) => m.phase === 'ready').length === 2, { diag });
+});
+
+after(async () => {
+  await serve?.sigkill();
+  await fleet?.cleanup();
+});
+
+describe('an RPC group', () => {
+  const openai = (): OpenAI => new OpenAI({ apiKey: 'none', baseURL: `http://127.0.0.1:${serve.routerPort}/v1`, maxRetries: 0, timeout: 60_000 });
+  const chat = async (model: string): Promise<string> => (await openai().chat.completions.create({ model, messages: [{ role: 'user', content: 'hello' }], max_tokens: 4, temperature: 0 })).choices[0]?.message.content ?? '';
+
+  it('runs a head and a worker on two nodes, the worker bound to the node address only, and answers chats', async () => {
+    const big = (await modelOf('big'))!;
+    assert.equal(big.replicas.length, 1);
+    const head = big.replicas[0]!;
+    const ws = workers();
+    assert.equal(ws.length, 1, `one rpc worker in all: ${JSON.stringify(ws)}`);
+    const w = ws[0]!;
+    assert.equal(w.id, `${head.id}.w1`);
+    assert.equal(w.group, 'big');
+    assert.notEqual(`node-${w.node}`, head.node, 'the worker runs on the other node');
+    // bound to the node's address (no listen_address: 127.0.0.1) and nothing else
+    assert.deepEqual(listeningOn(w.port), [`127.0.0.1:${w.port}`]);
+    const argv = argvOf(Number(head.node.slice(5)), head.id);
+    assert.equal(argv[argv.indexOf('--rpc') + 1], `127.0.0.1:${w.port}`);
+    assert.equal(typeof (await chat('big')), 'string');
+    // the small model fits a node alone: never split
+    const small = (await modelOf('small'))!;
+    assert.equal(small.replicas.length, 1);
+    assert.ok(!argvOf(Number(small.replicas[0]!.node.slice(5)), small.replicas[0]!.id).includes('--rpc'));
+  });
+
+  it('a worker killed under a stream: the stream ends with an error, the group is seen failed within 10 s and replaced', async () => {
+    const before = (await modelOf('big'))!.replicas[0]!.id;
+    const w = workers()[0]!;
+    const seqBefore = Math.max(0, ...(await serve.admin<EventsJson>('/events?model=big')).events.map((e) => e.seq));
+    // a long stream on the head, then the worker killed under it
+    const stream = await openai().chat.completions.create({ model: 'big', messages: [{ role: 'user', content: 'tell me a long story' }], max_tokens: 2000, temperature: 0, stream: true });
+    const reading = (async () => {
+      let chunks = 0;
+      try {
+        for await (const _ of stream) chunks++;
+        return { chunks, error: null as unknown };
+      } catch (e) {
+        return { chunks, error: e };
+      }
+    })();
+    process.kill(w.pid, 'SIGKILL');
+    const killedAt = Date.now();
+    const seen = await until('the group seen failed with the worker\'s reason', 10_000, async () => (await serve.admin<EventsJson>('/events?model=big')).events.find((e) => e.seq > seqBefore && e.code === 'RPC_WORKER_EXITED'), { diag });
+    const detectMs = Date.now() - killedAt;
+    console.log(`# worker killed: seen failed after ${detectMs} ms: ${seen.message}`);
+    const r = await reading;
+    // the stream ended (the head aborted, or was stopped): with an error unless it had finished before the kill
+    assert.ok(r.error !== null || r.chunks > 0, 'the stream ended');
+    await until('a new group ready', 120_000, async () => {
+      const m = await modelOf('big');
+      return m?.phase === 'ready' && m.replicas.length === 1 && m.replicas[0]!.id !== before && m.replicas[0]!.phase === 'ready';
+    }, { diag });
+    const now = (await modelOf('big'))!.replicas[0]!.id;
+    await until('the old worker gone, the new one up', 30_000, async () => {
+      const ws = workers();
+      return ws.length === 1 && ws[0]!.id === `${now}.w1`;
+    }, { diag });
+    assert.equal(typeof (await chat('big')), 'string');
+  });
+
+  it('the model removed: its head and its worker stop, and nothing listens on the worker\'s port', async () => {
+    const w = workers()[0]!;
+    await fleet.push({ 'models/big.yaml': null }, 'fleet: the big model goes');
+    await until('the group gone', 60_000, async () => (await modelOf('big')) === undefined && workers().length === 0, { diag });
+    assert.deepEqual(listeningOn(w.port), []);
+  });
+});
