@@ -54,7 +54,6 @@ export const Reasons = catalogue({
   SPEC_DUPLICATE_NAME: { http: 422, retryable: false, counts: false, hint: 'Model names and aliases share one namespace; rename one of them.' },
   SPEC_INVALID_VALUE: { http: 422, retryable: false, counts: false, hint: 'Change the value to one within the allowed range.' },
   SPEC_MISSING_FLEET: { http: 422, retryable: false, counts: false, hint: 'Add a fleet.yaml at the top of the fleet repo (an empty mapping `{}` takes all defaults).' },
-  SPEC_NOT_ACTED_ON: { http: 422, retryable: false, counts: false, hint: 'A warning, not an error: the field is valid, but this llmgw does not act on it yet (the message says what happens instead). The field\'s docs page says what runs today.' },
   SPEC_UNUSED_CHECK: { http: 422, retryable: false, counts: false, hint: 'A warning, not an error: no rollout names this checks/ file. Name it from a model\'s (or fleet.yaml\'s) rollout.checks with `- use: NAME`, or remove the file.' },
   SPEC_ENGINE_NO_RPC: { http: 422, retryable: false, counts: false, hint: 'placement: {spread: rpc} runs a model that fits on no single node as a llama.cpp RPC group, whose hosts run rpc-server: the profile\'s engine version must carry it. Build it with -DGGML_RPC=ON in its cmake_flags, set rpc: true on a version whose artifact or path carries rpc-server, or use spread: none.' },
 
