@@ -299,8 +299,15 @@ export function renderReplicas(rs: ReplicasJson): string {
   };
   // a DEVICE column (devices, layers K/M, reserved bytes) where some replica runs on a device
   const gpu = rs.replicas.some((r) => r.device !== undefined);
-  const rows = rs.replicas.map((r) => [r.id, r.model, r.node, phase(r), shortDuration(Date.parse(rs.at) - Date.parse(r.startedAt)), ...(gpu ? [r.device ? replicaDeviceText(r.device) : '-'] : []), r.endpoint || '-']);
-  return table(['REPLICA', 'MODEL', 'NODE', 'PHASE', 'AGE', ...(gpu ? ['DEVICE'] : []), 'ENDPOINT'], rows);
+  // a GROUP column (each host and its share) where some replica runs as an RPC group (#40)
+  const groups = rs.replicas.some((r) => r.group !== undefined);
+  const rows = rs.replicas.map((r) => [r.id, r.model, r.node, phase(r), shortDuration(Date.parse(rs.at) - Date.parse(r.startedAt)), ...(gpu ? [r.device ? replicaDeviceText(r.device) : '-'] : []), ...(groups ? [r.group ? groupText(r.group) : '-'] : []), r.endpoint || '-']);
+  return table(['REPLICA', 'MODEL', 'NODE', 'PHASE', 'AGE', ...(gpu ? ['DEVICE'] : []), ...(groups ? ['RPC GROUP'] : []), 'ENDPOINT'], rows);
+}
+
+/** "node-1 head 600 MiB + node-2 worker 600 MiB" */
+export function groupText(group: NonNullable<ReplicasJson['replicas'][number]['group']>): string {
+  return group.map((h) => `${h.node} ${h.role} ${formatBytes(h.bytes)}`).join(' + ');
 }
 
 export function renderNodes(ns: NodesJson): string {

@@ -127,6 +127,12 @@ function warmupOf(i: SummaryInput, id: string): { warmup?: WarmupView } {
   return w === undefined ? {} : { warmup: w };
 }
 
+/** An RPC group's hosts (#40), from the record. */
+function groupOf(i: SummaryInput, id: string): { group?: ReplicaView['group'] } {
+  const g = i.replicas[id]?.group;
+  return g === undefined ? {} : { group: g };
+}
+
 export function buildSnapshot(i: SummaryInput): FleetSnapshot {
   const replicas: ReplicaView[] = [];
   const seen = new Set<string>();
@@ -137,11 +143,11 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
       const p = i.replicas[r.id]?.phase;
       if (p?.kind === 'leaving' && p.why === 'stop') {
         const sp = stopPhase(p, i.stopProgress.get(r.id));
-        replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight, ...device });
+        replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase: sp.phase, digest: r.digest, startedAt: r.startedAt, inFlight: sp.inFlight, ...device, ...groupOf(i, r.id) });
         continue;
       }
       const phase = r.state === 'ready' && (!ns.reachable || underTest(i, r.model, r.digest)) ? 'starting' : r.state;
-      replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt, ...device, ...warmupOf(i, r.id) });
+      replicas.push({ id: r.id, model: r.model, node, endpoint: r.endpoint, phase, digest: r.digest, startedAt: r.startedAt, ...device, ...warmupOf(i, r.id), ...groupOf(i, r.id) });
     }
   }
   for (const id in i.replicas) {
@@ -151,7 +157,7 @@ export function buildSnapshot(i: SummaryInput): FleetSnapshot {
     // node is out of reach: an observed ready replica there is shown starting too)
     const endpoint = s.phase.kind === 'ready' ? s.phase.endpoint : undefined;
     const ready = endpoint !== undefined && i.nodes.get(s.node)?.reachable !== false && !underTest(i, s.model, s.digest);
-    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? endpoint : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt, ...warmupOf(i, id) });
+    replicas.push({ id, model: s.model, node: s.node, endpoint: ready ? endpoint : '', phase: ready ? 'ready' : 'starting', digest: s.digest, startedAt: s.startedAt, ...warmupOf(i, id), ...groupOf(i, id) });
   }
   const byModel = new Map<string, ReplicaView[]>();
   for (const r of replicas) {

@@ -9,6 +9,7 @@ import type { ReasonRef } from '../errors/catalogue.js';
 import type { FleetSpec, ModelSpec, Problem } from '../fleet-spec/types.js';
 import type { RolloutView } from '../rollout/types.js';
 import type { Unplaceable } from './placement.js';
+import type { GroupMember } from './replica-life.js';
 
 /**
  * draining: being stopped, out of routing, waiting for its in-flight requests (`inFlight`, as
@@ -32,6 +33,8 @@ export interface ReplicaView {
   readonly device?: ReplicaDeviceView;
   /** Its warm-up before it took traffic (#38; reconciler/warm-up.ts); absent: none ran in this process. */
   readonly warmup?: WarmupView;
+  /** Its hosts when it runs as an RPC group (#40): the head (its node) first, each with its share of the memory. */
+  readonly group?: readonly GroupMember[];
 }
 
 /** What a replica's warm-up replayed and cost, and why it ended early (WARMUP_TIMED_OUT, WARMUP_REPLAY_FAILED; null: it did not). */

@@ -32,6 +32,8 @@ export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' |
   readonly inFlight?: number | null;
   /** A replica on devices: which, its layers there (K of M) and the device bytes reserved for it; absent: host only. */
   readonly device?: ReplicaDeviceJson;
+  /** An RPC group's hosts (#40): the head (the replica's node) first, then each worker, with each one's share of the memory. */
+  readonly group?: readonly { readonly node: string; readonly role: 'head' | 'worker'; readonly bytes: number; readonly worker?: string }[];
 }
 
 /** A replica on devices, K/M = layers/layersOf; layersFrom: llama-server's own count (its load log at -lv 4 and above) or the -ngl asked. */
@@ -258,6 +260,7 @@ export function replicaJson(r: ReplicaView, modelDigest: string | null): Replica
     startedAt: isoNow(r.startedAt),
     ...(r.phase === 'draining' || r.phase === 'stopping' ? { inFlight: r.inFlight ?? null } : {}),
     ...(r.device ? { device: replicaDeviceJson(r.device) } : {}),
+    ...(r.group ? { group: r.group.map((h) => ({ node: h.node, role: h.role, bytes: h.bytes, ...(h.worker ? { worker: h.worker } : {}) })) } : {}),
   };
 }
 

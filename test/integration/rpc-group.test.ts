@@ -18,6 +18,8 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
+import { renderReplicas } from '../../src/format/ctl-format.js';
+import type { ReplicasJson } from '../../src/wire/shape.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
 import { until } from '../harness/wait.js';
@@ -98,6 +100,12 @@ describe('an RPC group', () => {
     const argv = argvOf(Number(head.node.slice(5)), head.id);
     assert.equal(argv[argv.indexOf('--rpc') + 1], `127.0.0.1:${w.port}`);
     assert.equal(typeof (await chat('big')), 'string');
+    // the admin API (and ctl replicas, which renders it) shows the group's hosts and each one's share
+    const rs = await serve.admin<ReplicasJson>('/replicas');
+    const shown = rs.replicas.find((r) => r.id === head.id)!;
+    assert.deepEqual(shown.group?.map((h) => [h.node, h.role, h.worker ?? null]), [[head.node, 'head', null], [`node-${w.node}`, 'worker', w.id]]);
+    assert.equal(shown.group!.reduce((n, h) => n + h.bytes, 0), 1200 * 1024 * 1024);
+    assert.match(renderReplicas(rs), new RegExp(`RPC GROUP[\\s\\S]*${head.node} head [\\d.]+ MiB \\+ node-${w.node} worker [\\d.]+ MiB`));
     // the small model fits a node alone: never split
     const small = (await modelOf('small'))!;
     assert.equal(small.replicas.length, 1);
