@@ -97,7 +97,12 @@ export function placeWants(input: PlanInput, seen: Seen, wants: readonly Want[],
   for (const [i, r] of results.entries()) {
     const w = wants[i]!;
     const nodes = r.nodes;
-    // A model that may spread (#40) and fits on no node alone: its missing replicas as RPC groups
+    // extra replicas (scaling) that fit nowhere: the model serves at its floor, evicts nobody and is not unplaceable
+    const extraShort = ordered[i]!.extraUnplaceable;
+    if (extraShort) out.short[w.model.name] = { wants: out.desired[w.model.name] ?? 0, fit: w.existingOn.length + nodes.length, code: extraShort.code, reason: extraShort.reason };
+    // A model that may spread (#40) and fits on no node alone: its missing replicas as RPC groups;
+    // where not even a group fits, what follows (a surge's drain, a wait) as for any replica, with the group's reason
+    let unplaceable = r.unplaceable;
     if (r.unplaceable && nodes.length === 0 && w.model.placement?.spread === 'rpc') {
       const g = placeGroups(input, w, requests[i]!.count, roomAfterPlacements(new Map()), avoided(w.model.name));
       for (const s of g.starts) {
@@ -105,14 +110,8 @@ export function placeWants(input: PlanInput, seen: Seen, wants: readonly Want[],
         for (const h of s.group) placedUse.set(h.node, (placedUse.get(h.node) ?? 0) + h.bytes);
       }
       if (g.starts.length > 0) continue;
-      if (g.unplaceable) {
-        out.unplaceable[w.model.name] = g.unplaceable;
-        continue;
-      }
+      unplaceable = g.unplaceable ?? unplaceable;
     }
-    // extra replicas (scaling) that fit nowhere: the model serves at its floor, evicts nobody and is not unplaceable
-    const extraShort = ordered[i]!.extraUnplaceable;
-    if (extraShort) out.short[w.model.name] = { wants: out.desired[w.model.name] ?? 0, fit: w.existingOn.length + nodes.length, code: extraShort.code, reason: extraShort.reason };
     if (r.unplaceable && nodes.length === 0) {
       // Surge restart without room: drain the oldest outdated replica, then take its place.
       if (w.surge) {
@@ -142,7 +141,7 @@ export function placeWants(input: PlanInput, seen: Seen, wants: readonly Want[],
         }
       }
       if (nodes.length === 0) {
-        out.unplaceable[w.model.name] = r.unplaceable;
+        out.unplaceable[w.model.name] = unplaceable!;
         continue;
       }
     }

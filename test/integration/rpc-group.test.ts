@@ -9,6 +9,8 @@
  * - `kill -9` of the worker's rpc-server while a stream runs: the stream ends with an error, never
  *   hanging; the group is seen failed within 10 s with RPC_WORKER_EXITED, replaced by a new group,
  *   which answers;
+ * - a definition change with no room beside the group: the old group drains and stops (head and
+ *   worker), then a new group starts and answers;
  * - the model removed from the fleet: its head and worker are stopped, and nothing listens on the
  *   worker's port.
  */
@@ -150,6 +152,21 @@ describe('an RPC group', () => {
     }, { diag });
     const now = (await modelOf('big'))!.replicas[0]!.id;
     await until('the old worker gone, the new one up', 30_000, async () => {
+      const ws = workers();
+      return ws.length === 1 && ws[0]!.id === `${now}.w1`;
+    }, { diag });
+    assert.equal(typeof (await chat('big')), 'string');
+  });
+
+  it('a definition change with no room beside the group: the old group drains and stops, a new one starts', async () => {
+    const before = (await modelOf('big'))!.replicas[0]!.id;
+    await fleet.push({ 'profiles/long.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('ctx_size: 256', 'ctx_size: 1024') }, 'fleet: the big model\'s context shrinks');
+    await until('the new group ready, the old one gone', 120_000, async () => {
+      const m = await modelOf('big');
+      return m?.phase === 'ready' && m.replicas.length === 1 && m.replicas[0]!.id !== before && m.replicas[0]!.phase === 'ready';
+    }, { diag });
+    const now = (await modelOf('big'))!.replicas[0]!.id;
+    await until('only the new group\'s worker', 30_000, async () => {
       const ws = workers();
       return ws.length === 1 && ws[0]!.id === `${now}.w1`;
     }, { diag });
