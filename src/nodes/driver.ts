@@ -78,6 +78,8 @@ export interface EngineObservation {
   readonly devices?: readonly DeviceObservation[];
   /** Whether an rpc-server (or ggml-rpc-server) sits beside its llama-server: it can run RPC workers. Absent: not looked at. */
   readonly rpc?: boolean;
+  /** The build its `--version` named at the install ("0.4.0-dev (build 1, commit 80fb11a)"); absent: not recorded (an install from before it was). */
+  readonly build?: string;
 }
 
 export interface ModelFileObservation {

@@ -40,6 +40,12 @@ export interface GroupRequest {
    * not named gets the profile's version installed. Hosts on different versions form no group.
    */
   readonly installed?: Readonly<Record<string, string>>;
+  /**
+   * The build of the profile's engine version (what its `--version` named) on each node where it is
+   * installed; null: installed, build not recorded. When given, only these nodes host a group (its
+   * hosts' builds are known before it forms), and hosts of different builds form no group.
+   */
+  readonly builds?: Readonly<Record<string, string | null>>;
 }
 
 export interface GroupHost {
@@ -88,7 +94,7 @@ export function placeGroup(input: GroupPlacementInput): GroupPlacement {
   const { request: req, nodes } = input;
   const matching = nodes.filter((n) => selectorMatches(req.nodeSelector, n.labels));
   const selected = matching.filter((n) => !req.avoidNodes?.includes(n.name));
-  const known = selected.filter((n) => n.reachable && n.capacityBytes !== null);
+  const known = selected.filter((n) => n.reachable && n.capacityBytes !== null && (req.builds === undefined || n.name in req.builds));
   const counts = { checked: nodes.length, excludedBySelector: nodes.length - matching.length, unknown: selected.length - known.length, avoided: matching.length - selected.length };
   const cands: Candidate[] = known
     .map((n) => ({ node: n.name, free: Math.max(0, n.capacityBytes! - input.reserveBytes - n.usedBytes) }))
@@ -106,7 +112,7 @@ export function placeGroup(input: GroupPlacementInput): GroupPlacement {
   for (let k = 2; k <= most; k++) {
     const hosts = splitOver(cands.slice(0, k), need, req.layers ?? null);
     if (!hosts) continue;
-    const mismatch = versionMismatch(hosts, req);
+    const mismatch = versionMismatch(hosts, req) ?? buildMismatch(hosts, req);
     if (mismatch) return unplaceable({ code: 'PLACEMENT_GROUP_VERSIONS', needBytes: need, largestFree: largest, reason: mismatch });
     return { kind: 'group', hosts, totalLayers: req.layers ? req.layers.weightBytes.length : null, why: groupWhy(need, hosts) };
   }
@@ -180,6 +186,19 @@ function versionMismatch(hosts: readonly GroupHost[], req: GroupRequest): string
   if (versions.length < 2) return null;
   const named = versions.map((v) => `${engine.name}@${v} on ${runs.filter((r) => r.version === v).map((r) => (r.role === 'head' ? `${r.node} (head)` : r.node)).join(', ')}`);
   return `a group's hosts run one engine version, and these would not: ${named.join('; ')}; the profile names ${engine.name}@${engine.version}: install it on every host (or remove the other)`;
+}
+
+/** Hosts whose installs of the engine version are different builds: the reason naming them, else null. */
+function buildMismatch(hosts: readonly GroupHost[], req: GroupRequest): string | null {
+  if (!req.builds || !req.engine) return null;
+  const runs = hosts.flatMap((h) => {
+    const b = req.builds![h.node];
+    return b ? [{ host: h.role === 'head' ? `${h.node} (head)` : h.node, build: b }] : [];
+  });
+  const builds = [...new Set(runs.map((r) => r.build))];
+  if (builds.length < 2) return null;
+  const named = builds.map((b) => `${b} on ${runs.filter((r) => r.build === b).map((r) => r.host).join(', ')}`);
+  return `a group's hosts run one build of ${req.engine.name}@${req.engine.version}, and these would not: ${named.join('; ')}: install the same build on every host`;
 }
 
 /** "solo needs 64 GiB; largest free 40 GiB; group node-a (head, 40 GiB) + node-b (28 GiB)" */

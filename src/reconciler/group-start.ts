@@ -19,9 +19,12 @@ export interface GroupsPlaced {
   readonly unplaceable: Unplaceable | null;
 }
 
-export function placeGroups(input: Pick<PlanInput, 'spec' | 'memory' | 'newReplicaId'>, w: Pick<Want, 'model'>, count: number, room: readonly PlacementNode[], avoidNodes: readonly string[]): GroupsPlaced {
+export function placeGroups(input: Pick<PlanInput, 'spec' | 'memory' | 'newReplicaId'> & { readonly nodes?: PlanInput['nodes'] }, w: Pick<Want, 'model'>, count: number, room: readonly PlacementNode[], avoidNodes: readonly string[]): GroupsPlaced {
   const m = w.model;
   const profile = input.spec.profiles[m.profile];
+  // its hosts: the nodes with the profile's engine installed (installed ahead, NodeFleet.prepareEngines), of one build
+  const key = profile ? `${profile.engine}@${profile.engineVersion}` : '';
+  const builds = input.nodes ? Object.fromEntries(input.nodes.flatMap((n) => (n.engines && key in n.engines ? [[n.name, n.engines[key] ?? null]] : []))) : undefined;
   let nodes = room;
   const starts: GroupStart[] = [];
   for (let k = 0; k < count; k++) {
@@ -35,6 +38,7 @@ export function placeGroups(input: Pick<PlanInput, 'spec' | 'memory' | 'newRepli
         maxHosts: m.placement?.maxHosts ?? 2,
         avoidNodes,
         ...(profile ? { engine: { name: profile.engine, version: profile.engineVersion } } : {}),
+        ...(builds ? { builds } : {}),
       },
     });
     // solo: placement found no node for it (a device, an avoided node), so no group is made for it either

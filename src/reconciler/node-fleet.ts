@@ -42,7 +42,9 @@ function gpuModels(spec: FleetSpec): readonly { readonly m: ModelSpec; readonly 
   out = Object.values(spec.models).flatMap((m) => {
     const p = spec.profiles[m.profile];
     const v = p && spec.engines[p.engine]?.versions[p.engineVersion];
-    return !p || !v || p.gpuLayers == null || p.gpuLayers === 0 ? [] : [{ m, v }];
+    // a GPU profile (its engine lists the node's devices), or a model that may run as an RPC group (#40: its hosts' builds)
+    const ahead = (p?.gpuLayers != null && p.gpuLayers !== 0) || m.placement?.spread === 'rpc';
+    return !p || !v || !ahead ? [] : [{ m, v }];
   });
   gpuModelsOf.set(spec, out);
   return out;
@@ -152,7 +154,8 @@ export class NodeFleet {
 
   /**
    * devices (#24): a node's devices are what its installed engines list, so a GPU profile's engine
-   * is installed ahead of placement on every reachable node its models may use (the selector
+   * (and the engine of a model that may run as an RPC group, #40: a group forms on nodes whose build
+   * of it is known) is installed ahead of placement on every reachable node its models may use (the selector
    * matches) that lacks it; `onInstalled` (a new pass) runs when one finishes. Until then the node's
    * devices are unknown and placement finds no device there.
    */
@@ -165,7 +168,7 @@ export class NodeFleet {
         const key = `${n.name}|${v.engine}@${v.version}`;
         if (this.deviceInstalls.has(key)) continue;
         this.deviceInstalls.add(key);
-        log.info({ node: n.name, engine: v.engine, version: v.version, model: m.name }, 'installing a GPU profile\'s engine to list the node\'s devices');
+        log.info({ node: n.name, engine: v.engine, version: v.version, model: m.name }, m.placement?.spread === 'rpc' ? 'installing the engine of a model that may run as an RPC group, ahead of its placement' : 'installing a GPU profile\'s engine to list the node\'s devices');
         void this.driver(n).ensureEngine(v).then(
           () => {
             this.deviceInstalls.delete(key);
@@ -188,6 +191,7 @@ export class NodeFleet {
       return {
         name: n.name, reachable: ns?.reachable ?? false, memoryTotalBytes: ns?.obs?.memory.totalBytes ?? null, replicas: ns?.obs?.replicas ?? [],
         devices: (ns?.obs?.devices ?? []).map((d) => ({ name: d.name, totalBytes: d.totalBytes })),
+        ...(ns?.obs ? { engines: enginesOf(ns.obs) } : {}),
         ...(ns?.obs?.cpus ? { cpus: ns.obs.cpus } : {}),
         ...(ns?.lookedAt != null ? { lookedAt: ns.lookedAt } : {}),
       };
@@ -255,4 +259,12 @@ export function heldBack(obs: NodeObservation, warming: ReadonlySet<string>, hel
   }
   if (!obs.replicas.some((r) => r.state === 'ready' && warming.has(r.id))) return obs;
   return { ...obs, replicas: obs.replicas.map((r) => (r.state === 'ready' && warming.has(r.id) ? { ...r, state: 'starting' as const } : r)) };
+}
+
+/** The engine versions a look found installed, with their builds (by observation: one object each). */
+const enginesOfObs = new WeakMap<NodeObservation, Readonly<Record<string, string | null>>>();
+function enginesOf(obs: NodeObservation): Readonly<Record<string, string | null>> {
+  let out = enginesOfObs.get(obs);
+  if (out === undefined) enginesOfObs.set(obs, (out = Object.fromEntries(obs.engines.map((e) => [`${e.engine}@${e.version}`, e.build ?? null]))));
+  return out;
 }

@@ -26,6 +26,8 @@ export interface ObservedNode {
   readonly replicas: readonly ReplicaObservation[];
   /** devices (#24): the devices the node's engines list (absent: none known). */
   readonly devices?: readonly ObservedDevice[];
+  /** The engine versions installed on it ("llama-cpp@b6500") and each one's build (null: not recorded); absent: not observed. */
+  readonly engines?: Readonly<Record<string, string | null>>;
   /** CPU cores the node shows (nproc); absent: not observed (the cores rule, #42). */
   readonly cpus?: number;
   /**

@@ -24,7 +24,7 @@ export interface ReasonJson {
 }
 
 /** A replica as the admin API, the status branch and ctl read it: the view's fields, its start as ISO time. */
-export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' | 'endpoint' | 'phase' | 'digest'> {
+export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' | 'endpoint' | 'phase' | 'digest' | 'group'> {
   /** The replica runs an older definition of its model than the one in force. */
   readonly outdated: boolean;
   readonly startedAt: string;
@@ -32,8 +32,6 @@ export interface ReplicaJson extends Pick<ReplicaView, 'id' | 'model' | 'node' |
   readonly inFlight?: number | null;
   /** A replica on devices: which, its layers there (K of M) and the device bytes reserved for it; absent: host only. */
   readonly device?: ReplicaDeviceJson;
-  /** An RPC group's hosts (#40): the head (the replica's node) first, then each worker, with each one's share of the memory. */
-  readonly group?: readonly { readonly node: string; readonly role: 'head' | 'worker'; readonly bytes: number; readonly worker?: string }[];
 }
 
 /** A replica on devices, K/M = layers/layersOf; layersFrom: llama-server's own count (its load log at -lv 4 and above) or the -ngl asked. */
@@ -259,8 +257,7 @@ export function replicaJson(r: ReplicaView, modelDigest: string | null): Replica
     outdated: modelDigest !== null && r.digest !== modelDigest,
     startedAt: isoNow(r.startedAt),
     ...(r.phase === 'draining' || r.phase === 'stopping' ? { inFlight: r.inFlight ?? null } : {}),
-    ...(r.device ? { device: replicaDeviceJson(r.device) } : {}),
-    ...(r.group ? { group: r.group.map((h) => ({ node: h.node, role: h.role, bytes: h.bytes, ...(h.worker ? { worker: h.worker } : {}) })) } : {}),
+    ...(r.device ? { device: replicaDeviceJson(r.device) } : {}), ...(r.group ? { group: r.group } : {}), // an RPC group's hosts (#40)
   };
 }
 

@@ -28,6 +28,8 @@ const execFileP = promisify(execFile);
 const API_KEY = `sk-llmgw-test-${randomBytes(12).toString('hex')}`;
 
 let llamaDir: string;
+/** The test engine's build as its --version names it (what an install records, #40). */
+let BUILD: string;
 let work: string;
 let sshA: SshdInstance;
 let sshB: SshdInstance;
@@ -62,6 +64,8 @@ async function listen(port: number, host = '127.0.0.1'): Promise<Server> {
 
 before(async () => {
   llamaDir = await llamaServerDir();
+  const v = await execFileP(join(llamaDir, 'llama-server'), ['--version']);
+  BUILD = /^version: (.+)$/m.exec(v.stderr + v.stdout)![1]!;
   work = await mkdtemp(join(tmpdir(), 'llmgw-driver-'));
   [sshA, sshB] = await Promise.all([startSshd(), startSshd()]);
   nodeA = sshdNodeSpec(sshA, { name: 'node-a' });
@@ -140,7 +144,7 @@ describe('engines', () => {
     const { binary } = await l.ensureEngine(pathEngine);
     assert.equal(binary, join(llamaDir, 'llama-server'));
     const o = await l.observe();
-    assert.deepEqual(o.engines, [{ engine: 'llama', version: 'cached', binary, rpc: true }], 'the cached engine carries rpc-server (#40)');
+    assert.deepEqual(o.engines, [{ engine: 'llama', version: 'cached', binary, rpc: true, build: BUILD }], 'the cached engine carries rpc-server, and its build is what --version names (#40)');
     await assert.rejects(l.ensureEngine({ engine: 'llama', version: 'gone', install: { method: 'path', path: join(work, 'nope', 'llama-server') } }), isCode('ENGINE_NOT_FOUND', /does not exist/));
     await assert.rejects(l.ensureEngine({ engine: 'llama', version: 'false', install: { method: 'path', path: '/bin/false' } }), isCode('ENGINE_NOT_FOUND', /--version/));
     assert.deepEqual((await l.observe()).engines.map((e) => e.version), ['cached']);
@@ -180,7 +184,7 @@ describe('engines', () => {
     assert.equal(stdout, '');
     assert.deepEqual(await a.ensureEngine(spec), { binary });
     assert.equal(files.count('/llama.tar.gz') - before, 1, 'installed: no second download');
-    assert.deepEqual((await a.observe()).engines, [{ engine: 'llama', version: 'art-node', binary, rpc: true }], 'the archive carries rpc-server beside llama-server');
+    assert.deepEqual((await a.observe()).engines, [{ engine: 'llama', version: 'art-node', binary, rpc: true, build: BUILD }], 'the archive carries rpc-server beside llama-server');
     // nothing but the engine dir is left in engines/llama (no staging dirs)
     assert.deepEqual(await readdir(join(nodeA.dataDir, 'engines', 'llama')), ['art-node']);
   });

@@ -12,12 +12,15 @@
  * - a definition change with no room beside the group: the old group drains and stops (head and
  *   worker), then a new group starts and answers;
  * - the model removed from the fleet: its head and worker are stopped, and nothing listens on the
- *   worker's port.
+ *   worker's port;
+ * - nodes whose installs of the engine version are different builds (what --version names) form no
+ *   group: the model is unplaceable with both builds named, and nothing is started.
  */
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { renderReplicas } from '../../src/format/ctl-format.js';
@@ -29,8 +32,9 @@ import { until } from '../harness/wait.js';
 let fleet: TestFleet;
 let serve: ServeProc;
 const diag = (): string => serve?.out().slice(-6000) ?? '';
+const cleanups: (() => void)[] = [];
 
-interface ModelsJson { models: { name: string; phase: string; replicas: { id: string; node: string; phase: string }[] }[] }
+interface ModelsJson { models: { name: string; phase: string; replicas: { id: string; node: string; phase: string }[]; unplaceable: { code: string; reason: string } | null }[] }
 interface EventsJson { events: { seq: number; kind: string; model: string | null; replica: string | null; code: string | null; message: string }[] }
 interface WorkerState { id: string; group: string; host: string; port: number; pid: number }
 
@@ -81,6 +85,7 @@ before(async () => {
 after(async () => {
   await serve?.sigkill();
   await fleet?.cleanup();
+  for (const c of cleanups) c();
 });
 
 describe('an RPC group', () => {
@@ -178,5 +183,34 @@ describe('an RPC group', () => {
     await fleet.push({ 'models/big.yaml': null }, 'fleet: the big model goes');
     await until('the group gone', 60_000, async () => (await modelOf('big')) === undefined && workers().length === 0, { diag });
     assert.deepEqual(listeningOn(w.port), []);
+  });
+
+  it('hosts whose builds of the engine differ form no group, and the reason names both builds', async () => {
+    // the same path on each node holding another build, as when llama-server was installed by hand:
+    // here one binary behind a wrapper whose --version answers for the node it is reached on (sshd's port)
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-builds-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const real = fleet.engineBinary;
+    writeFileSync(join(dir, 'llama-server'), `#!/bin/sh
+if [ "$1" = --version ]; then
+  case "$SSH_CONNECTION" in *" ${fleet.nodes[1]!.port}") printf 'version: 9.9.9 (build 2, commit feedbee)\\nbuilt by hand\\n'; exit 0 ;; esac
+fi
+exec ${real} "$@"
+`, { mode: 0o755 });
+    symlinkSync(join(dirname(real), 'rpc-server'), join(dir, 'rpc-server'));
+    await fleet.push({
+      'engines/handmade.yaml': ['versions:', '  v1:', `    path: ${join(dir, 'llama-server')}`, '    rpc: true', ''].join('\n'),
+      'profiles/handmade.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('llama-cpp@test', 'handmade@v1'),
+      'models/split.yaml': modelYaml(fleet.models.good, ['replicas: 1', 'memory: 1200MiB', 'placement: { spread: rpc }']).replace('profile: tiny', 'profile: handmade'),
+    }, 'fleet: a model split over nodes whose engines differ');
+    const m = await until('the model unplaceable, naming both builds', 60_000, async () => {
+      const x = await modelOf('split');
+      return x?.unplaceable?.code === 'PLACEMENT_GROUP_VERSIONS' ? x : null;
+    }, { diag });
+    assert.match(m.unplaceable!.reason, /^a group's hosts run one build of handmade@v1, and these would not: .+; .+: install the same build on every host$/);
+    assert.match(m.unplaceable!.reason, /0\.4\.0-dev \(build 1, commit [0-9a-f]+\) on node-1( \(head\))?[;:]/);
+    assert.match(m.unplaceable!.reason, /9\.9\.9 \(build 2, commit feedbee\) on node-2( \(head\))?[;:]/);
+    assert.equal(m.replicas.length, 0);
+    assert.equal(workers().length, 0, 'no worker started');
   });
 });

@@ -92,6 +92,16 @@ export function engineStillInstalled(p: Omit<EnginePaths, 'nonce' | 'fence'>, me
     : `{ _f=${complete}; [ -f "$_f" ] && [ "$(sed -n 2p "$_f")" = ${shq(p.fingerprint)} ] && [ "$(head -n 1 "$_f")" = ${shq(binary)} ] && [ -x ${shq(binary)} ]; }`;
 }
 
+/**
+ * The build an engine's `--version` names (#40: a group's hosts run one build), recorded in `.build`
+ * beside `.complete` and listed by each look: llama-server's "version: …" line, else its first line.
+ */
+const BUILD_LINE = `llmgw_build_line() {  # $1 = what --version printed
+  _bl=$(printf '%s\\n' "$1" | sed -n 's/^version: //p' | head -n 1)
+  [ -n "$_bl" ] || _bl=$(printf '%s\\n' "$1" | head -n 1)
+  printf '%s\\n' "$_bl"
+}`;
+
 /** Cleanup on failure, and the common last step: check the binary runs, write .complete, move in place. */
 export const ENGINE_FINISH = `llmgw_cleanup() { rm -rf "$stage" \${work:+"$work"}; rmdir "$base" 2>/dev/null; true; }
 trap llmgw_cleanup EXIT
@@ -100,6 +110,7 @@ trap llmgw_cleanup EXIT
 # the staging dir (a partial archive, a build tree) behind. Ignored, the write fails and the run
 # ends through the trap.
 trap '' PIPE
+${BUILD_LINE}
 llmgw_finish() {  # $1 = binary path relative to the stage
   [ -f "$stage/$1" ] || llmgw_fail ENGINE_ARTIFACT_INVALID "the engine has no file '$1' (binary:)"
   chmod +x "$stage/$1" || exit 1
@@ -107,6 +118,7 @@ llmgw_finish() {  # $1 = binary path relative to the stage
   _d=$(dirname "$stage/$1"); for _n in rpc-server ggml-rpc-server; do if [ -f "$_d/$_n" ]; then chmod +x "$_d/$_n" || exit 1; fi; done
   if command -v timeout >/dev/null 2>&1; then _v=$(timeout 60 "$stage/$1" --version 2>&1 </dev/null); else _v=$("$stage/$1" --version 2>&1 </dev/null); fi
   [ $? -eq 0 ] || llmgw_fail ENGINE_ARTIFACT_INVALID "'$1' does not run --version on the node: $(printf '%s' "$_v" | tail -n 3 | tr '\\n' ' ')"
+  llmgw_build_line "$_v" >"$stage/.build" || exit 1
   printf '%s\\n%s\\n' "$final/$1" "$fp" >"$stage/.complete.tmp" && mv "$stage/.complete.tmp" "$stage/.complete" || exit 1
   rm -rf "$final" && mv "$stage" "$final" || exit 1
   printf '%s\\n' "$final/$1"
@@ -134,6 +146,7 @@ exit 0
 export function pathEngineScript(p: EnginePaths & { readonly path: string }): string {
   return `${PRELUDE}
 ${fenceDefs(p.dataDir, p.fence)}${engineVars(p)}
+${BUILD_LINE}
 b=${shq(p.path)}
 # a binary that stopped working is no longer recorded as installed
 llmgw_path_fail() { rm -rf "$final"; rmdir "$base" 2>/dev/null; llmgw_fail ENGINE_NOT_FOUND "$1"; }
@@ -141,11 +154,12 @@ llmgw_path_fail() { rm -rf "$final"; rmdir "$base" 2>/dev/null; llmgw_fail ENGIN
 # the binary's identity (device, inode, size, mtime, following links): recorded with it, and while it
 # is unchanged the binary is not run again (--version loads every library: ~50 ms a start, #38)
 id=$(stat -L -c '%d:%i:%s:%Y' "$b" 2>/dev/null) || id=
-if [ -n "$id" ] && [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s\\n%s' "$b" "$fp" "$id")" ]; then printf '%s\\n' "$b"; exit 0; fi
+if [ -n "$id" ] && [ -f "$final/.build" ] && [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s\\n%s' "$b" "$fp" "$id")" ]; then printf '%s\\n' "$b"; exit 0; fi
 if command -v timeout >/dev/null 2>&1; then v=$(timeout 60 "$b" --version 2>&1 </dev/null); else v=$("$b" --version 2>&1 </dev/null); fi
 [ $? -eq 0 ] || llmgw_path_fail "$b does not run --version: $(printf '%s' "$v" | tail -n 3 | tr '\\n' ' ')"
-if [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s\\n%s' "$b" "$fp" "$id")" ]; then printf '%s\\n' "$b"; exit 0; fi
+if [ -f "$final/.build" ] && [ "$(cat "$final/.complete" 2>/dev/null)" = "$(printf '%s\\n%s\\n%s' "$b" "$fp" "$id")" ]; then printf '%s\\n' "$b"; exit 0; fi
 ${fenceAct(p.fence)}mkdir -p "$stage" || exit 1
+llmgw_build_line "$v" >"$stage/.build" || { rm -rf "$stage"; exit 1; }
 printf '%s\\n%s\\n%s\\n' "$b" "$fp" "$id" >"$stage/.complete" || { rm -rf "$stage"; exit 1; }
 rm -rf "$final" && mv "$stage" "$final" || { rm -rf "$stage"; exit 1; }
 printf '%s\\n' "$b"

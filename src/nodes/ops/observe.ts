@@ -58,6 +58,9 @@ for f in "$d"/engines/*/*/.complete; do
   x=$(head -n 1 "$f"); x=\${x%/*}; o=no-rpc
   for n in ${RPC_SERVER_NAMES.map((n) => shq(n)).join(' ')}; do [ -x "$x/$n" ] && o=rpc; done
   printf '%s\\n' "$o"
+  # its build as --version named it at the install (#40), empty when not recorded
+  bl=; if [ -f "$v/.build" ]; then read -r bl <"$v/.build" || true; fi
+  printf '%s\\n' "$bl"
   # the devices this engine sees (its ggml backends, with the node's env), bounded in time: an
   # engine that ignores SIGTERM is killed 2 s after the 15 s bound, so a look never hangs on one
   b=$(head -n 1 "$f")
@@ -166,8 +169,8 @@ export function parseObservation(stdout: string, stderr: string, nonce: string, 
         diskFreeBytes = parseDfAvailableKb(s.lines[0] ?? '') * 1024;
         break;
       case 'engine': {
-        const [engine, version, binary, rpc] = s.lines;
-        if (engine && version && binary) engines.push({ engine, version, binary, ...(rpc === 'rpc' || rpc === 'no-rpc' ? { rpc: rpc === 'rpc' } : {}) });
+        const [engine, version, binary, rpc, build] = s.lines;
+        if (engine && version && binary) engines.push({ engine, version, binary, ...(rpc === 'rpc' || rpc === 'no-rpc' ? { rpc: rpc === 'rpc' } : {}), ...(build ? { build: build.trim() } : {}) });
         break;
       }
       case 'devices': {
