@@ -7,6 +7,7 @@
  * `warmup.timeout`, so a warm-up never holds a replica back longer than that.
  */
 import type { Logger } from 'pino';
+import type { SlotRestoreDecision } from '../engine-api/slot-restore.js';
 import type { ProfileSpec } from '../fleet-spec/types.js';
 import type { WarmupView } from './view.js';
 
@@ -18,6 +19,11 @@ export interface WarmupTarget {
   /** http://host:port of its llama-server. */
   readonly endpoint: string;
   readonly profile: ProfileSpec;
+  /**
+   * A live replica of the model on the same node whose slots it may restore (#38 item 3; slot-donor.ts):
+   * where, and the decision (restore only where node, build, model file and cache flags match).
+   */
+  readonly slots?: { readonly donor: string; readonly endpoint: string; readonly decision: SlotRestoreDecision };
 }
 
 /** Warms `target` up; resolves when done, failed or timed out with what it did (null: nothing to replay); `signal`: the controller stops. */
