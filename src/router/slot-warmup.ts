@@ -100,7 +100,7 @@ export async function warmWithSlots(donor: string, target: string, headers: Reco
   const t0 = performance.now();
   const timeout = AbortSignal.timeout(Math.max(1, timeoutMs));
   const restore = await restoreFromDonor(donor, target, headers, slots, signal ? AbortSignal.any([timeout, signal]) : timeout);
-  const left = () => Math.max(1, timeoutMs - (performance.now() - t0));
+  const left = () => Math.max(1, Math.floor(timeoutMs - (performance.now() - t0)));
   let first: WarmupResult | null = null;
   let all: WarmupResult | null = null;
   if (replays.length > 0 && !signal?.aborted) {
