@@ -13,9 +13,9 @@
  * The files of a model sit in one dir per model on the node (slotSaveDir), shared by its replicas
  * there, so a new replica reads what an old one saved; one name per slot index (slotFileName), so a
  * model's files on a node never take more than `parallel` slots' worth of disk (each save overwrites).
+ * The calls themselves: router/slot-calls.ts.
  */
 import { createHash } from 'node:crypto';
-import { LlmgwError } from '../errors/catalogue.js';
 
 /** The slot-save dir of `model` under a node's data dir: slots/<16 hex of sha256(model)> (a model name is no path). */
 export function slotSaveDir(dataDir: string, model: string): string {
@@ -24,63 +24,5 @@ export function slotSaveDir(dataDir: string, model: string): string {
 
 /** The file a slot is saved to: a plain name llama-server accepts (letters, digits, dot, dash; no path). */
 export function slotFileName(slot: number): string {
-  if (!Number.isSafeInteger(slot) || slot < 0 || slot > 4095) throw new LlmgwError('INTERNAL', `bad slot index ${slot}`);
-  const f = `llmgw-slot-${slot}.bin`;
-  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(f)) throw new LlmgwError('INTERNAL', `bad slot file name ${JSON.stringify(f)}`);
-  return f;
-}
-
-/** One slot saved: its index, its file, and the tokens it held. */
-export interface SavedSlot {
-  readonly slot: number;
-  readonly file: string;
-  readonly tokens: number;
-}
-
-async function slotAction(endpoint: string, headers: Record<string, string>, slot: number, action: 'save' | 'restore', file: string, signal: AbortSignal): Promise<Record<string, unknown>> {
-  const url = `${endpoint.replace(/\/+$/, '')}/slots/${slot}?action=${action}`;
-  let status = 0;
-  let text = '';
-  try {
-    const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ filename: file }), signal });
-    status = res.status;
-    text = await res.text();
-  } catch (e) {
-    throw new LlmgwError('SLOT_RESTORE_FAILED', `${action} of slot ${slot} at ${endpoint} got no answer: ${e instanceof Error ? e.message : String(e)}`);
-  }
-  let body: unknown = null;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    /* reported below */
-  }
-  if (status !== 200 || typeof body !== 'object' || body === null) {
-    const msg = (body as { error?: { message?: unknown } } | null)?.error?.message;
-    throw new LlmgwError('SLOT_RESTORE_FAILED', `${action} of slot ${slot} (${file}) at ${endpoint} was answered ${status}: ${typeof msg === 'string' ? msg : text.slice(0, 200)}`);
-  }
-  return body as Record<string, unknown>;
-}
-
-const count = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : 0);
-
-/** Saves slots 0..slots-1 of the replica at `endpoint`, one after another; throws SLOT_RESTORE_FAILED at the first refused. */
-export async function saveSlots(endpoint: string, headers: Record<string, string>, slots: number, signal: AbortSignal): Promise<SavedSlot[]> {
-  const out: SavedSlot[] = [];
-  for (let slot = 0; slot < slots; slot++) {
-    const file = slotFileName(slot);
-    const r = await slotAction(endpoint, headers, slot, 'save', file, signal);
-    out.push({ slot, file, tokens: count(r['n_saved']) });
-  }
-  return out;
-}
-
-/** Restores the saved slots that held tokens into the same slots of the replica at `endpoint`: the tokens restored; throws SLOT_RESTORE_FAILED at the first refused. */
-export async function restoreSlots(endpoint: string, headers: Record<string, string>, saved: readonly SavedSlot[], signal: AbortSignal): Promise<number> {
-  let tokens = 0;
-  for (const s of saved) {
-    if (s.tokens <= 0) continue;
-    const r = await slotAction(endpoint, headers, s.slot, 'restore', s.file, signal);
-    tokens += count(r['n_restored']);
-  }
-  return tokens;
+  return `llmgw-slot-${Number.isSafeInteger(slot) && slot >= 0 ? slot : 0}.bin`;
 }

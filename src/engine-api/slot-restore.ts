@@ -15,7 +15,6 @@
  * each wins, as llama-server parses them; absent: the engine's default, which the same build shares).
  */
 import { createHash } from 'node:crypto';
-import type { EngineVersionSpec, ModelSpec, ProfileSpec } from '../fleet-spec/types.js';
 
 /** What shapes a replica's slot files. */
 export interface SlotIdentity {
@@ -86,8 +85,13 @@ function kvUnifiedOf(args: readonly string[]): string | null {
   return out;
 }
 
-/** The slot identity of a replica of `model` with `profile` on `engine`, on `node`. */
-export function slotIdentityOf(node: string, engine: EngineVersionSpec, model: Pick<ModelSpec, 'sha256'>, profile: Pick<ProfileSpec, 'ctxSize' | 'parallel' | 'extraArgs'>): SlotIdentity {
+/** The slot identity of a replica of `model` with `profile` on `engine` (a fleet spec's EngineVersionSpec, ModelSpec and ProfileSpec), on `node`. */
+export function slotIdentityOf(
+  node: string,
+  engine: { readonly engine: string; readonly version: string; readonly install: unknown },
+  model: { readonly sha256: string },
+  profile: { readonly ctxSize: number; readonly parallel: number; readonly extraArgs: readonly string[] },
+): SlotIdentity {
   const args = profile.extraArgs;
   const install = createHash('sha256').update(JSON.stringify(engine.install)).digest('hex').slice(0, 16);
   return {

@@ -2,7 +2,7 @@
  * A new replica warmed from an old one's slot files (#38 item 3), then checked by replay: where the
  * decision allows it (engine-api/slot-restore.ts: same node, build, model file, cache flags), the
  * old replica's slots are saved to the model's slot dir on the node and restored into the same slots
- * of the new one (engine-api/slot-files.ts), before it takes traffic and within the warm-up's timeout.
+ * of the new one (engine-api/slot-files.ts, slot-calls.ts), before it takes traffic and within the warm-up's timeout.
  *
  * A restore can report success and still leave the cache useless (llama.cpp #26676), so the gain is
  * seen, not assumed: the replays follow (router/warmer.ts), the hottest prefix first, and the first
@@ -14,7 +14,7 @@
  * With no prefix known to replay, a restore that brought tokens is kept, unverified (said so in the log).
  */
 import { reasonOf } from '../errors/catalogue.js';
-import { restoreSlots, saveSlots } from '../engine-api/slot-files.js';
+import { restoreSlots, saveSlots } from './slot-calls.js';
 import { runWarmup, type Replay, type WarmupResult } from './warmer.js';
 
 /** The first replay's share of prompt tokens from the cache that shows a restore helped. */
