@@ -13,7 +13,7 @@
  * The files of a model sit in one dir per model on the node (slotSaveDir), shared by its replicas
  * there, so a new replica reads what an old one saved; one name per slot index (slotFileName), so a
  * model's files on a node never take more than `parallel` slots' worth of disk (each save overwrites).
- * The calls themselves: router/slot-calls.ts.
+ * The calls themselves: reconciler/slot-calls.ts.
  */
 import { createHash } from 'node:crypto';
 

@@ -9,6 +9,7 @@
 import type { Logger } from 'pino';
 import type { SlotRestoreDecision } from '../engine-api/slot-restore.js';
 import type { ProfileSpec } from '../fleet-spec/types.js';
+import type { SavedSlot } from './slot-calls.js';
 import type { WarmupView } from './view.js';
 
 /** The replica to warm. */
@@ -23,7 +24,14 @@ export interface WarmupTarget {
    * A live replica of the model on the same node whose slots it may restore (#38 item 3; slot-donor.ts):
    * where, and the decision (restore only where node, build, model file and cache flags match).
    */
-  readonly slots?: { readonly donor: string; readonly endpoint: string; readonly decision: SlotRestoreDecision };
+  readonly slots?: {
+    readonly donor: string;
+    /** The donor's llama-server, whose slots are saved first; '' with `saved`. */
+    readonly endpoint: string;
+    readonly decision: SlotRestoreDecision;
+    /** Slot files already on the node (a replica stopped as idle saved them): restored without a save. */
+    readonly saved?: readonly SavedSlot[];
+  };
 }
 
 /** Warms `target` up; resolves when done, failed or timed out with what it did (null: nothing to replay); `signal`: the controller stops. */

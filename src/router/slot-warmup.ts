@@ -2,7 +2,7 @@
  * A new replica warmed from an old one's slot files (#38 item 3), then checked by replay: where the
  * decision allows it (engine-api/slot-restore.ts: same node, build, model file, cache flags), the
  * old replica's slots are saved to the model's slot dir on the node and restored into the same slots
- * of the new one (engine-api/slot-files.ts, slot-calls.ts), before it takes traffic and within the warm-up's timeout.
+ * of the new one (engine-api/slot-files.ts, reconciler/slot-calls.ts), before it takes traffic and within the warm-up's timeout.
  *
  * A restore can report success and still leave the cache useless (llama.cpp #26676), so the gain is
  * seen, not assumed: the replays follow (router/warmer.ts), the hottest prefix first, and the first
@@ -14,7 +14,7 @@
  * With no prefix known to replay, a restore that brought tokens is kept, unverified (said so in the log).
  */
 import { reasonOf } from '../errors/catalogue.js';
-import { restoreSlots, saveSlots } from './slot-calls.js';
+import { restoreSlots, saveSlots, type SavedSlot } from '../reconciler/slot-calls.js';
 import { runWarmup, type Replay, type WarmupResult } from './warmer.js';
 
 /** The first replay's share of prompt tokens from the cache that shows a restore helped. */
@@ -32,12 +32,15 @@ export interface RestoreOutcome {
   readonly message: string | null;
 }
 
-/** Saves the `slots` slots of the replica at `donor` and restores those holding tokens into the replica at `target`. Never throws. */
-export async function restoreFromDonor(donor: string, target: string, headers: Record<string, string>, slots: number, signal: AbortSignal): Promise<RestoreOutcome> {
+/**
+ * Saves the `slots` slots of the replica at `donor` (or takes `left`, files a stopped replica saved)
+ * and restores those holding tokens into the replica at `target`. Never throws.
+ */
+export async function restoreFromDonor(donor: string, target: string, headers: Record<string, string>, slots: number, signal: AbortSignal, left?: readonly SavedSlot[]): Promise<RestoreOutcome> {
   const t0 = performance.now();
   let saved = 0;
   try {
-    const files = await saveSlots(donor, headers, slots, signal);
+    const files = left ?? (await saveSlots(donor, headers, slots, signal));
     saved = files.reduce((n, f) => n + f.tokens, 0);
     const restored = saved > 0 ? await restoreSlots(target, headers, files, signal) : 0;
     return { saved, restored, seconds: (performance.now() - t0) / 1000, code: null, message: null };
@@ -94,18 +97,18 @@ export interface SlotWarmup {
 
 /**
  * The warm-up with a restore: save `slots` slots at `donor`, restore into `target`, then `replays`
- * (the hottest first) within what is left of `timeoutMs`. Never throws.
+ * (the hottest first) within what is left of `timeoutMs`; with `left`, those files instead of a save. Never throws.
  */
-export async function warmWithSlots(donor: string, target: string, headers: Record<string, string>, slots: number, replays: readonly Replay[], timeoutMs: number, signal?: AbortSignal): Promise<SlotWarmup> {
+export async function warmWithSlots(donor: string, target: string, headers: Record<string, string>, slots: number, replays: readonly Replay[], timeoutMs: number, signal?: AbortSignal, left?: readonly SavedSlot[]): Promise<SlotWarmup> {
   const t0 = performance.now();
   const timeout = AbortSignal.timeout(Math.max(1, timeoutMs));
-  const restore = await restoreFromDonor(donor, target, headers, slots, signal ? AbortSignal.any([timeout, signal]) : timeout);
-  const left = () => Math.max(1, Math.floor(timeoutMs - (performance.now() - t0)));
+  const restore = await restoreFromDonor(donor, target, headers, slots, signal ? AbortSignal.any([timeout, signal]) : timeout, left);
+  const remaining = () => Math.max(1, Math.floor(timeoutMs - (performance.now() - t0)));
   let first: WarmupResult | null = null;
   let all: WarmupResult | null = null;
   if (replays.length > 0 && !signal?.aborted) {
-    first = await runWarmup(target, headers, replays.slice(0, 1), left(), signal);
-    const rest = first.outcome === 'done' && replays.length > 1 ? await runWarmup(target, headers, replays.slice(1), left(), signal) : null;
+    first = await runWarmup(target, headers, replays.slice(0, 1), remaining(), signal);
+    const rest = first.outcome === 'done' && replays.length > 1 ? await runWarmup(target, headers, replays.slice(1), remaining(), signal) : null;
     all = joinResults(first, rest);
   }
   return { restore, replay: all, verdict: slotVerdict(restore, first, all), seconds: (performance.now() - t0) / 1000 };

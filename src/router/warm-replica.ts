@@ -43,7 +43,7 @@ export function replicaWarmup(hot: HotPrefixes, engineApiKey: string, onCost: (m
       const replays = planWarmup(entries, cacheRam ? w : { ...w, prefixes: Math.min(w.prefixes, t.profile.parallel) }, t.profile.parallel, true).reverse();
       const key = `${t.node}|${t.model}`;
       const before = turns.get(key) ?? Promise.resolve();
-      const run = before.then(() => warmWithSlots(slots.endpoint, t.endpoint, headers, t.profile.parallel, replays, w.timeoutMs, signal));
+      const run = before.then(() => warmWithSlots(slots.endpoint, t.endpoint, headers, t.profile.parallel, replays, w.timeoutMs, signal, slots.saved));
       turns.set(key, run.catch(() => undefined));
       const s = await run;
       if (turns.get(key) === run) turns.delete(key);
