@@ -3,7 +3,7 @@ import { strict as assert } from 'node:assert';
 import { describe, test } from 'node:test';
 import type { ReplicaObservation } from '../../src/nodes/driver.js';
 import { slotIdentityOf } from '../../src/engine-api/slot-restore.js';
-import { slotDonor } from '../../src/reconciler/slot-donor.js';
+import { leftSlots, slotDonor, SlotFilesBook } from '../../src/reconciler/slot-donor.js';
 import { joinResults, slotVerdict, type RestoreOutcome } from '../../src/router/slot-warmup.js';
 import type { WarmupResult } from '../../src/router/warmer.js';
 
@@ -64,5 +64,34 @@ describe('slotDonor', () => {
   test('a revision not known here is skipped; the new one\'s unknown: no donor', () => {
     assert.equal(slotDonor([rep('a', 'gone', 5), rep('b', 'd2', 1)], t, identityOf)?.donor, 'b');
     assert.equal(slotDonor([rep('b', 'd1', 1)], { ...t, digest: 'gone' }, identityOf), undefined);
+  });
+});
+
+describe('slot files a replica stopped as idle left', () => {
+  const engine = { engine: 'llama', version: 'b1', install: { method: 'path' as const, path: '/e' } };
+  const ident = (ctx: number) => slotIdentityOf('n1', engine, { sha256: 'a'.repeat(64) }, { ctxSize: ctx, parallel: 2, extraArgs: [] });
+  const saved = [{ slot: 0, file: 'llmgw-slot-0.bin', tokens: 700 }, { slot: 1, file: 'llmgw-slot-1.bin', tokens: 0 }];
+
+  test('kept per node and model, the newest; forgotten on demand', () => {
+    const book = new SlotFilesBook();
+    book.put('n1', 'm', { replica: 'old', identity: ident(4096), saved });
+    book.put('n1', 'm', { replica: 'older', identity: ident(4096), saved: [] });
+    book.put('n1', 'm', { replica: 'newest', identity: ident(4096), saved });
+    assert.equal(book.get('n1', 'm')?.replica, 'newest');
+    assert.equal(book.get('n2', 'm'), undefined);
+    assert.equal(book.get('n1', 'other'), undefined);
+    book.forget('n1', 'm');
+    assert.equal(book.get('n1', 'm'), undefined);
+  });
+  test('restored without a save where they fit; the decision says why not where they do not', () => {
+    const fits = leftSlots({ replica: 'old', identity: ident(4096), saved }, ident(4096));
+    assert.deepEqual(fits, { donor: 'old', endpoint: '', decision: { restore: true }, saved });
+    const other = leftSlots({ replica: 'old', identity: ident(4096), saved }, ident(8192));
+    assert.equal(other?.decision.restore === false ? other.decision.field : null, 'ctxSize');
+  });
+  test('none: no files, only empty slots, or the new replica\'s identity unknown', () => {
+    assert.equal(leftSlots(undefined, ident(4096)), undefined);
+    assert.equal(leftSlots({ replica: 'old', identity: ident(4096), saved: [{ slot: 0, file: 'llmgw-slot-0.bin', tokens: 0 }] }, ident(4096)), undefined);
+    assert.equal(leftSlots({ replica: 'old', identity: ident(4096), saved }, null), undefined);
   });
 });
