@@ -10,6 +10,8 @@
  *   and the prefix is in the cache all the same;
  * - where the new replica's slot dir holds a damaged file under the name (garbage), the engine
  *   refuses the restore: SLOT_RESTORE_FAILED, and replay.
+ * - where the old replica was started without a slot-save path (by an llmgw before slot files), it
+ *   saves nothing: a plain replay, no reason code.
  * One old replica serves every case; each case starts its own new one (~0.1 s each).
  */
 import { strict as assert } from 'node:assert';
@@ -71,13 +73,13 @@ const ask = async (url: string, body: object): Promise<Timings> => {
 };
 
 /** The warm-up port with a table holding `bodies` (hottest last), the old replica as donor; what it said and counted. */
-async function warm(neu: LlamaServer, bodies: object[]): Promise<{ view: Awaited<ReturnType<ReturnType<typeof replicaWarmup>>>; cost: WarmCost }> {
+async function warm(neu: LlamaServer, bodies: object[], donor: LlamaServer = old): Promise<{ view: Awaited<ReturnType<ReturnType<typeof replicaWarmup>>>; cost: WarmCost }> {
   const hot = new HotPrefixes();
   bodies.forEach((b, i) => hot.seen('m', i + 1, '/v1/chat/completions', Buffer.from(JSON.stringify(b)), 1000 + i));
   let cost: WarmCost | null = null;
   const port = replicaWarmup(hot, KEY, (_m, c) => (cost = c), () => 2000);
   const id = slotIdentityOf('node-1', { engine: 'llama-cpp', version: 'test', install: { method: 'path', path: '/x' } }, { sha256: 'a'.repeat(64) }, PROFILE);
-  const target: WarmupTarget = { model: 'm', node: 'node-1', replica: 'new', endpoint: neu.url, profile: PROFILE as unknown as ProfileSpec, slots: { donor: 'old', endpoint: old.url, decision: mayRestoreSlots(id, id) } };
+  const target: WarmupTarget = { model: 'm', node: 'node-1', replica: 'new', endpoint: neu.url, profile: PROFILE as unknown as ProfileSpec, slots: { donor: 'old', endpoint: donor.url, decision: mayRestoreSlots(id, id) } };
   const view = await port(target, new AbortController().signal, log);
   assert.ok(cost !== null, 'the cost was counted');
   return { view, cost };
@@ -129,5 +131,16 @@ describe('slot files on the real engine', () => {
     assert.equal(cost.prefixes, 1);
     const t = await ask(neu.url, HOT);
     assert.ok(t.cache_n >= 0.9 * (t.cache_n + t.prompt_n), `the replayed prefix is in the cache: ${JSON.stringify(t)}`);
+  });
+
+  it('an old replica started without a slot-save path saves nothing: plain replay, no code', async () => {
+    const legacy = await startLlamaServer({ model: modelPath, port: await freePort(), args: ['--ctx-size', '2048', '--parallel', '2', '--cache-ram', '64'], env: { LLAMA_API_KEY: KEY } });
+    started.push(legacy);
+    await ask(legacy.url, HOT);
+    const neu = await server(join(dir, 'slots'));
+    const { view, cost } = await warm(neu, [HOT], legacy);
+    assert.deepEqual([view?.via, view?.code, view?.restored], ['replay', null, undefined], JSON.stringify(view));
+    assert.equal(cost.prefixes, 1);
+    assert.ok(cost.tokens > 300, `the replay evaluated the prefix: ${JSON.stringify(cost)}`);
   });
 });
