@@ -69,7 +69,11 @@ function replicaEvents(at: number, before: ModelView, after: ModelView): FleetEv
 function warmedEvent(at: number, model: string, r: ReplicaView, where: { model: string; node: string; replica: string }): FleetEventDraft {
   const w = r.warmup!;
   const cost = `${w.prefixes} prefixes, ${w.tokens} prompt tokens, ${w.seconds.toFixed(2)} s`;
-  const msg = w.code === null ? `${model}: replica ${r.id} warmed up before taking traffic (${cost})` : `${model}: replica ${r.id} took traffic before its warm-up finished (${cost}): ${w.message ?? w.code}`;
+  const slots = w.code?.startsWith('SLOT_RESTORE_') === true;
+  const msg =
+    w.via === 'restore' ? `${model}: replica ${r.id} warmed up before taking traffic (${cost}), from the old replica's slot files (${w.restored ?? 0} tokens restored)${w.code === null ? '' : `: ${w.message ?? w.code}`}`
+    : slots ? `${model}: replica ${r.id} warmed up by replay before taking traffic (${cost}): ${w.message ?? w.code}`
+    : w.code === null ? `${model}: replica ${r.id} warmed up before taking traffic (${cost})` : `${model}: replica ${r.id} took traffic before its warm-up finished (${cost}): ${w.message ?? w.code}`;
   return draft(at, 'replica-warmed', msg, w.code === null ? where : { ...where, code: w.code });
 }
 

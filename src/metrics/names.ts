@@ -80,6 +80,8 @@ export const MetricNames = Object.freeze({
   replicaWarmupPrefixesTotal: 'llmgw_replica_warmup_prefixes_total',
   replicaWarmupTokensTotal: 'llmgw_replica_warmup_tokens_total',
   replicaWarmupSeconds: 'llmgw_replica_warmup_seconds',
+  replicaWarmupTotal: 'llmgw_replica_warmup_total',
+  replicaWarmupRestoredTokensTotal: 'llmgw_replica_warmup_restored_tokens_total',
 
   // --- per API key (label key: the key's name in access/keys.yaml, never its value) ---
   keyRequestsTotal: 'llmgw_key_requests_total',

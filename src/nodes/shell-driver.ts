@@ -36,6 +36,7 @@ import { openShell, type OpenShellOptions } from './transport.js';
 import { healthPollDelayMs } from './health-poll.js';
 import { replicaBindHost } from './bind-host.js';
 import { startRpcWorker, stopRpcWorker, type RpcWorkerContext } from './rpc-workers.js';
+import { slotSaveDir } from '../engine-api/slot-files.js';
 
 export { replicaBindHost } from './bind-host.js';
 
@@ -261,7 +262,7 @@ export class ShellNodeDriver implements NodeDriver {
         if (spec.port !== undefined && used.has(spec.port)) throw new LlmgwError('REPLICA_PORT_IN_USE', `node ${this.node}: port ${spec.port} is in use`, { node: this.node, replica: spec.id, port: spec.port });
         port = spec.port ?? pickPort(this.node, this.spec.ports, used, avoid);
       }
-      const argv = replicaArgv(spec, this.bindHost, port);
+      const argv = replicaArgv(spec, this.bindHost, port, slotSaveDir(this.dataDir, spec.model));
       const stateHead = replicaStateHead(spec, this.dataDir, this.bindHost, port, argv);
       // the node's env, then the visibility of the devices placement chose (none: nothing visible)
       const env = { ...(this.spec.env ?? {}), ...replicaDeviceSetup(spec.devices ?? [], this.spec.env ?? {}).env };

@@ -35,6 +35,7 @@ import type { ShellPorts } from './shell-ports.js';
 import { StartRunner } from './start-runner.js';
 import { slotsProbe } from './slots-probe.js';
 import { StopRunner } from './stop-runner.js';
+import { idleSlotSaver, SlotFilesBook } from './slot-donor.js';
 import { StableSpecs } from './stable-specs.js';
 import { CanarySteps } from './canary-steps.js';
 import { RolloutRunner } from './rollout-runner.js';
@@ -137,11 +138,12 @@ export class Reconciler extends ControllerShell implements FleetView {
       stopSignal: () => this.stopSignal.signal,
     };
     // localOut: this instance's router routes from this snapshot, so it has a replica out once the snapshot does
-    this.stopOps = new StopRunner(ports, this.inFlight, o.timers, { localOut: (m, id) => !this.model(m)?.replicas.some((r) => r.id === id && r.phase === 'ready'), acks: o.routing ?? null });
+    const slotFiles = o.warmup ? new SlotFilesBook() : undefined; // an idle replica's slot files, for its next start (#38)
+    this.stopOps = new StopRunner(ports, this.inFlight, o.timers, { localOut: (m, id) => !this.model(m)?.replicas.some((r) => r.id === id && r.phase === 'ready'), acks: o.routing ?? null }, slotFiles && idleSlotSaver(slotFiles, o.engineApiKey, ports, (m, d) => this.stableSpecs.forDigest(m, d)));
     this.canary = new CanarySteps(o.rolloutFigures ?? null);
     this.stableSpecs = new StableSpecs(o.tracker.specAt?.bind(o.tracker), () => void this.requestPass('stable-spec-read'));
     this.rollouts = new RolloutRunner(ports, { engineApiKey: o.engineApiKey, canary: this.canary, ...(o.runChecks ? { run: o.runChecks } : {}) });
-    this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall, specOf: (model, digest) => this.stableSpecs.forDigest(model, digest), ...(o.warmup ? { warmup: o.warmup } : {}) });
+    this.running = new StartRunner(ports, { engineApiKey: o.engineApiKey, downloadToken: (m) => this.downloadToken(m), onEngineInstall: o.onEngineInstall, specOf: (model, digest) => this.stableSpecs.forDigest(model, digest), ...(o.warmup ? { warmup: o.warmup } : {}), ...(slotFiles ? { slotFiles } : {}) });
     this.own = new ReconcilerActs({
       ...ports,
       snapshot: () => this.snapshot(),

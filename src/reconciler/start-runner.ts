@@ -9,6 +9,7 @@ import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { startConcluded } from './outcomes.js';
 import type { Action } from './planner.js';
 import type { ShellPorts } from './shell-ports.js';
+import { leftSlots, slotDonor, specSlotIdentity, type SlotFilesBook } from './slot-donor.js';
 import { runStart } from './start-op.js';
 import { startLaunched } from './state.js';
 import { WARMUPS_KEPT, type ReplicaWarmup, type WarmupTarget } from './warm-up.js';
@@ -23,6 +24,8 @@ export interface StartRunnerOptions {
   readonly specOf?: (model: string, digest: string) => FleetSpec | undefined;
   /** Warms a new replica up before it takes traffic (warm-up.ts); absent: none. */
   readonly warmup?: ReplicaWarmup;
+  /** Slot files replicas stopped as idle left (slot-donor.ts); absent: none kept. */
+  readonly slotFiles?: SlotFilesBook;
 }
 
 export class StartRunner {
@@ -88,12 +91,25 @@ export class StartRunner {
         if (outcome.kind === 'ready') this.p.publish();
       },
       persist: () => this.p.saveState(),
-      ...(this.o.warmup ? { warm: (endpoint: string) => this.warm(this.o.warmup!, { model: a.model, node: a.node, replica: a.replicaId, endpoint, profile }, rlog) } : {}),
+      ...(this.o.warmup ? { warm: (endpoint: string) => this.warm(this.o.warmup!, { model: a.model, node: a.node, replica: a.replicaId, endpoint, profile, ...this.slotsFor(inForce, a) }, rlog) } : {}),
     }).finally(() => {
       this.ops.delete(a.replicaId);
       void this.p.requestPass('start-finished');
     });
     this.ops.set(a.replicaId, op);
+  }
+
+  /** The replica on the same node whose slot files the new one may restore (#38 item 3; slot-donor.ts), if any. */
+  private slotsFor(inForce: FleetSpec, a: Extract<Action, { kind: 'start' }>): { slots?: NonNullable<WarmupTarget['slots']> } {
+    const identityOf = (digest: string) => {
+      const spec = inForce.models[a.model]?.digest === digest ? inForce : this.o.specOf?.(a.model, digest);
+      return spec ? specSlotIdentity(spec, a.model, a.node) : null;
+    };
+    const slots = slotDonor(this.p.nodes.states.get(a.node)?.obs?.replicas ?? [], { model: a.model, node: a.node, replica: a.replicaId, digest: a.digest }, identityOf);
+    // a live donor's save overwrites the files a stopped replica left; without one, those files
+    if (slots) this.o.slotFiles?.forget(a.node, a.model);
+    const left = slots ? undefined : leftSlots(this.o.slotFiles?.get(a.node, a.model), identityOf(a.digest));
+    return slots ? { slots } : left ? { slots: left } : {};
   }
 
   /** The warm-up of a ready replica: a look shows it starting meanwhile (NodeFleet.warmingUp); never throws. */

@@ -8,6 +8,7 @@ import { stopGroupWorkers } from './group-workers.js';
 import { reasonOf } from '../errors/catalogue.js';
 import { nodeTimers, type LoopTimers } from './loop.js';
 import type { ShellPorts } from './shell-ports.js';
+import type { BeforeStop } from './slot-donor.js';
 import { routersBehind, type RoutingAcks } from './routing-acks.js';
 import { drainStep, stopFinished, stopIds, stopOf, type InFlight } from './stops.js';
 import type { StopProgress } from './summarize.js';
@@ -27,6 +28,8 @@ export class StopRunner {
     private readonly timers: LoopTimers | undefined,
     /** The routers: whether this instance's own snapshot has the replica out of routing, and the other routers (HA; null: none). */
     private readonly routing: { readonly localOut: (model: string, replica: string) => boolean; readonly acks: RoutingAcks | null },
+    /** After the drain, before the replica is stopped (#38 item 3: an idle replica's slots saved; slot-donor.ts). */
+    private readonly beforeStop?: BeforeStop,
   ) {}
 
   /** The replicas whose stop runs now. */
@@ -138,6 +141,7 @@ export class StopRunner {
         this.p.logNotes(log, [step.note]);
         this.setStopProgress(id, { phase: 'stopping', inFlight: count });
         const n = spec.nodes[rec.node];
+        if (n && this.beforeStop) await this.beforeStop({ model: rec.model, node: rec.node, replica: id, reason: rec.reason }, log).catch(() => undefined);
         try {
           const grace = rec.reason === 'failed' ? 0 : spec.settings.stopGraceMs;
           if (n) await this.p.nodes.driver(n).stopReplica(id, grace);

@@ -45,6 +45,10 @@ export interface WarmupView {
   readonly seconds: number;
   readonly code: string | null;
   readonly message: string | null;
+  /** How it was warmed (#38 item 3): restore (the old replica's slot files, a gain seen) or replay; absent: replay (before slot files). */
+  readonly via?: 'restore' | 'replay';
+  /** Prompt tokens restored from slot files (0 or absent: none). */
+  readonly restored?: number;
 }
 
 /** A replica on devices (#37 item 8): which, its layers there, and the device bytes llmgw reserves for it. */

@@ -7,7 +7,9 @@
  * `warmup.timeout`, so a warm-up never holds a replica back longer than that.
  */
 import type { Logger } from 'pino';
+import type { SlotRestoreDecision } from '../engine-api/slot-restore.js';
 import type { ProfileSpec } from '../fleet-spec/types.js';
+import type { SavedSlot } from './slot-calls.js';
 import type { WarmupView } from './view.js';
 
 /** The replica to warm. */
@@ -18,6 +20,18 @@ export interface WarmupTarget {
   /** http://host:port of its llama-server. */
   readonly endpoint: string;
   readonly profile: ProfileSpec;
+  /**
+   * A live replica of the model on the same node whose slots it may restore (#38 item 3; slot-donor.ts):
+   * where, and the decision (restore only where node, build, model file and cache flags match).
+   */
+  readonly slots?: {
+    readonly donor: string;
+    /** The donor's llama-server, whose slots are saved first; '' with `saved`. */
+    readonly endpoint: string;
+    readonly decision: SlotRestoreDecision;
+    /** Slot files already on the node (a replica stopped as idle saved them): restored without a save. */
+    readonly saved?: readonly SavedSlot[];
+  };
 }
 
 /** Warms `target` up; resolves when done, failed or timed out with what it did (null: nothing to replay); `signal`: the controller stops. */

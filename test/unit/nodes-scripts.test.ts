@@ -7,6 +7,7 @@ import {
   usedPortsScript,
 } from '../../src/nodes/ops/index.js';
 import { parseDfAvailableKb, parseSections, replicaArgv } from '../../src/nodes/ops/index.js';
+import { slotSaveDir } from '../../src/engine-api/slot-files.js';
 import { scriptError } from '../../src/nodes/script-errors.js';
 import type { ProfileSpec } from '../../src/fleet-spec/types.js';
 
@@ -59,6 +60,17 @@ describe('node scripts', () => {
     assert.ok(!argv.includes('k'), 'the api key is never an argument');
     const rr = replicaArgv({ id: 'r', model: 'm', digest: 'd', modelPath: '/m/x.gguf', binary: '/e/llama-server', profile: { ...profile, embeddings: false, reranking: true }, apiKey: 'k' }, '127.0.0.1', 10001);
     assert.ok(rr.includes('--reranking') && !rr.includes('--embeddings'), rr.join(' '));
+  });
+
+  test('replicaArgv with the model\'s slot dir (#38 item 3): --slot-save-path before the extra args (a profile\'s own wins), made by the start script, quoted', () => {
+    const dir = slotSaveDir('/data dir/', 'm');
+    assert.match(dir, /^\/data dir\/slots\/[0-9a-f]{16}$/);
+    const argv = replicaArgv({ id: 'r', model: 'm', digest: 'd', modelPath: '/m/x.gguf', binary: '/e/llama-server', profile, apiKey: 'k' }, '127.0.0.1', 10001, dir);
+    assert.deepEqual(argv.slice(-6), ['--cache-ram', '0', '--slot-save-path', dir, '--no-webui', '; touch /tmp/pwned']);
+    const script = startReplicaScript({ dataDir: '/data dir', id: 'r', port: 10001, argv, stateHead: '{' });
+    assert.ok(script.includes(`mkdir -p '${dir}' || exit 1\n`), 'the slot dir is made, quoted');
+    assert.ok(!startReplicaScript({ dataDir: '/d', id: 'r', port: 1, argv: ['/e/llama-server'], stateHead: '{' }).includes('/slots/'));
+    assert.notEqual(slotSaveDir('/d', 'a'), slotSaveDir('/d', 'b'));
   });
 
   test('scriptError maps llmgw-error lines, ENOSPC and plain failures', () => {

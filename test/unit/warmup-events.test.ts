@@ -30,4 +30,18 @@ describe('warm-up events', () => {
     assert.equal(e.message, 'm: replica r1 took traffic before its warm-up finished (1 prefixes, 40 prompt tokens, 0.05 s): the warm-up was cut at its timeout of 50 ms after 1 of 12 prefixes');
     assert.match(e.hint ?? '', /warmup\.timeout/);
   });
+  it('a replica warmed from the old replica\'s slot files: said so, with the tokens restored (#38 item 3)', () => {
+    const restored: WarmupView = { prefixes: 12, tokens: 36, seconds: 0.5, code: null, message: null, via: 'restore', restored: 2406 };
+    const e = deriveEvents(snap(1, [r('starting')]), snap(2, [r('ready', restored)])).find((x) => x.kind === 'replica-warmed')!;
+    assert.equal(e.code, null);
+    assert.equal(e.message, 'm: replica r1 warmed up before taking traffic (12 prefixes, 36 prompt tokens, 0.50 s), from the old replica\'s slot files (2406 tokens restored)');
+  });
+
+  it('a restore that did not help: warmed by replay, with SLOT_RESTORE_NO_GAIN and its hint', () => {
+    const noGain: WarmupView = { prefixes: 1, tokens: 500, seconds: 0.3, code: 'SLOT_RESTORE_NO_GAIN', message: 'the new replica restored 700 tokens from slot files, but its first replay took 0 of 500 prompt tokens from the cache: warmed by replay', via: 'replay' };
+    const e = deriveEvents(snap(1, [r('starting')]), snap(2, [r('ready', noGain)])).find((x) => x.kind === 'replica-warmed')!;
+    assert.equal(e.code, 'SLOT_RESTORE_NO_GAIN');
+    assert.equal(e.message, `m: replica r1 warmed up by replay before taking traffic (1 prefixes, 500 prompt tokens, 0.30 s): ${noGain.message}`);
+    assert.match(e.hint ?? '', /cache_n/);
+  });
 });

@@ -46,8 +46,11 @@ export function parseUsedPorts(stdout: string, nonce: string): Set<number> {
   return used;
 }
 
-/** llama-server's argv for a replica (argv[0] = the binary). Profile extra args come last. */
-export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: number): string[] {
+/**
+ * llama-server's argv for a replica (argv[0] = the binary). Profile extra args come last. `slotDir`:
+ * the model's slot-file dir on the node (engine-api/slot-files.ts; #38 item 3), created by the start script.
+ */
+export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: number, slotDir?: string): string[] {
   const p = spec.profile;
   const n = (x: number) => {
     if (!Number.isSafeInteger(x)) throw new LlmgwError('SPEC_INVALID_VALUE', `profile ${p.name}: expected an integer, got ${x}`, { profile: p.name });
@@ -66,6 +69,7 @@ export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: numb
     ...(p.embeddings ? ['--embeddings'] : []),
     ...(p.reranking ? ['--reranking'] : []),
     '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
+    ...(slotDir !== undefined ? ['--slot-save-path', slotDir] : []),
     ...deviceArgv(spec, n),
     ...rpcArgv(spec),
     ...p.extraArgs,
@@ -191,7 +195,7 @@ for v in $(env | sed -n 's/^\\(LLAMA_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset "$v" 
 LLAMA_API_KEY=$key; export LLAMA_API_KEY
 key=
 ${envExports(s.env ?? {})}
-cd "$r" || exit 1
+${slotDirMkdir(s.argv)}cd "$r" || exit 1
 : >log
 started=$(date +%s)
 setsid sh -c 'echo $$ >pid && exec "$@"' llmgw-replica ${shJoin(s.argv)} </dev/null >>log 2>&1 7>&- &
@@ -212,6 +216,12 @@ printf '%s\\n' "$st" >starttime
 printf '%s,"pid":%s,"procStartTime":%s,"startedAt":%s000%s}\\n' ${shq(s.stateHead)} "$pid" "$st" "$started" "$fj" >state.json.tmp && mv state.json.tmp state.json
 ${s.fence ? 'llmgw_fence_unlock\n' : ''}printf 'pid=%s starttime=%s started=%s\\n' "$pid" "$st" "$started"
 `;
+}
+
+/** The slot-save dir in argv made first (llama-server refuses to start without it); '' when none. */
+function slotDirMkdir(argv: readonly string[]): string {
+  const i = argv.lastIndexOf('--slot-save-path');
+  return i >= 0 && i + 1 < argv.length ? `mkdir -p ${shq(argv[i + 1]!)} || exit 1\n` : '';
 }
 
 /** What a start that succeeded printed: the replica's pid, its process start time and the start time (epoch s). */
