@@ -101,6 +101,8 @@ export class StartRunner {
 
   /** The replica on the same node whose slot files the new one may restore (#38 item 3; slot-donor.ts), if any. */
   private slotsFor(inForce: FleetSpec, a: Extract<Action, { kind: 'start' }>): { slots?: NonNullable<WarmupTarget['slots']> } {
+    // an RPC group (#40) keeps its KV cache on its workers, whose hosts may differ from the donor's: replayed, never restored
+    if (a.group) return {};
     const identityOf = (digest: string) => {
       const spec = inForce.models[a.model]?.digest === digest ? inForce : this.o.specOf?.(a.model, digest);
       return spec ? specSlotIdentity(spec, a.model, a.node) : null;
