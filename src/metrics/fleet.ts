@@ -41,6 +41,7 @@ export class FleetMetrics {
   private readonly nodeAvailable: GaugeSeries<'node'>;
   private readonly nodeDiskFree: GaugeSeries<'node'>;
   private readonly nodeDeviceMemory: GaugeSeries<'node' | 'device' | 'kind'>;
+  private readonly groupHostBytes: GaugeSeries<'model' | 'replica' | 'node' | 'role'>;
   private readonly engineInstalls: GaugeSeries<'node' | 'engine' | 'version'>;
   private readonly engineFailures: Counter<'node' | 'engine' | 'version'>;
   /** Failure counts per node/engine/version as the counter shows them. */
@@ -94,6 +95,7 @@ export class FleetMetrics {
     this.nodeCapacity = gauge(N.nodeMemoryCapacityBytes, 'Memory capacity of the node (absent while unknown).', ['node']);
     this.nodeAvailable = gauge(N.nodeMemoryAvailableBytes, 'Memory available on the node (absent while unknown).', ['node']);
     this.nodeDeviceMemory = gauge(N.nodeDeviceMemoryBytes, 'Device (GPU) memory of the node as its engine lists it: total and free as reported, reserved_by_llmgw by its estimates of the replicas there (absent while unknown).', ['node', 'device', 'kind']);
+    this.groupHostBytes = gauge(N.rpcGroupHostBytes, 'Each host\'s share of the memory of a replica that runs as an RPC group (#40): its head and each worker, by node (present while the group is).', ['model', 'replica', 'node', 'role']);
     this.nodeDiskFree = gauge(N.nodeDiskFreeBytes, "Free bytes on the file system of the node's data dir (absent while unknown).", ['node']);
     this.engineInstalls = gauge(N.nodeEngineInstalls, '1 when the engine version is installed on the node, 0 when it is needed but not installed.', ['node', 'engine', 'version']);
     this.engineFailures = new Counter({
@@ -158,6 +160,7 @@ export class FleetMetrics {
     this.nodeCapacity.replace(s.nodes.flatMap((n) => (n.memory ? [one({ node: n.name }, n.memory.totalBytes)] : [])));
     this.nodeAvailable.replace(s.nodes.flatMap((n) => (n.memory ? [one({ node: n.name }, n.memory.availableBytes)] : [])));
     this.nodeDiskFree.replace(s.nodes.flatMap((n) => (n.diskFreeBytes !== null ? [one({ node: n.name }, n.diskFreeBytes)] : [])));
+    this.groupHostBytes.replace(s.models.flatMap((m) => m.replicas.flatMap((r) => (r.group ?? []).map((h) => one({ model: m.name, replica: r.id, node: h.node, role: h.role }, h.bytes)))));
     this.nodeDeviceMemory.replace(s.nodes.flatMap((n) => (n.devices ?? []).flatMap((d) => [
       one({ node: n.name, device: d.name, kind: 'total' }, d.totalBytes),
       ...(d.freeBytes !== null ? [one({ node: n.name, device: d.name, kind: 'free' }, d.freeBytes)] : []),

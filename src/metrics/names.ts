@@ -83,6 +83,9 @@ export const MetricNames = Object.freeze({
   replicaWarmupTotal: 'llmgw_replica_warmup_total',
   replicaWarmupRestoredTokensTotal: 'llmgw_replica_warmup_restored_tokens_total',
 
+  // --- RPC groups (#40) ---
+  rpcGroupHostBytes: 'llmgw_rpc_group_host_bytes',
+
   // --- per API key (label key: the key's name in access/keys.yaml, never its value) ---
   keyRequestsTotal: 'llmgw_key_requests_total',
   keyTokensTotal: 'llmgw_key_tokens_total',

@@ -113,6 +113,9 @@ describe('an RPC group', () => {
     assert.deepEqual(shown.group?.map((h) => [h.node, h.role, h.worker ?? null]), [[head.node, 'head', null], [`node-${w.node}`, 'worker', w.id]]);
     assert.equal(shown.group!.reduce((n, h) => n + h.bytes, 0), 1200 * 1024 * 1024);
     assert.match(renderReplicas(rs), new RegExp(`RPC GROUP[\\s\\S]*${head.node} head [\\d.]+ MiB \\+ node-${w.node} worker [\\d.]+ MiB`));
+    // and the metrics, a series per host
+    const text = await (await fetch(`http://127.0.0.1:${serve.adminPort}/metrics`)).text();
+    for (const h of shown.group!) assert.match(text, new RegExp(`^llmgw_rpc_group_host_bytes\\{[^}]*node="${h.node}"[^}]*\\} ${h.bytes}$`, 'm'));
     // the small model fits a node alone: never split
     const small = (await modelOf('small'))!;
     assert.equal(small.replicas.length, 1);
