@@ -14,7 +14,9 @@
  * - the model removed from the fleet: its head and worker are stopped, and nothing listens on the
  *   worker's port;
  * - nodes whose installs of the engine version are different builds (what --version names) form no
- *   group: the model is unplaceable with both builds named, and nothing is started.
+ *   group: the model is unplaceable with both builds named, and nothing is started;
+ * - a worker that cannot start (an engine without rpc-server): the group's start fails, counted once,
+ *   with the worker's host named, and no head is launched.
  */
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
@@ -34,7 +36,7 @@ let serve: ServeProc;
 const diag = (): string => serve?.out().slice(-6000) ?? '';
 const cleanups: (() => void)[] = [];
 
-interface ModelsJson { models: { name: string; phase: string; replicas: { id: string; node: string; phase: string }[]; unplaceable: { code: string; reason: string } | null }[] }
+interface ModelsJson { models: { name: string; phase: string; replicas: { id: string; node: string; phase: string }[]; unplaceable: { code: string; reason: string } | null; consecutiveFailures: number; lastError: { code: string; message: string } | null }[] }
 interface EventsJson { events: { seq: number; kind: string; model: string | null; replica: string | null; code: string | null; message: string }[] }
 interface WorkerState { id: string; group: string; host: string; port: number; pid: number }
 
@@ -215,5 +217,30 @@ exec ${real} "$@"
     assert.match(m.unplaceable!.reason, /9\.9\.9 \(build 2, commit feedbee\) on node-2( \(head\))?[;:]/);
     assert.equal(m.replicas.length, 0);
     assert.equal(workers().length, 0, 'no worker started');
+    await fleet.push({ 'models/split.yaml': null }, 'fleet: the split model goes');
+  });
+
+  it('a group whose worker cannot start: the start fails once, with the worker host\'s reason, and nothing is left running', async () => {
+    // an engine that says it carries rpc-server (rpc: true) and does not: the worker's start fails on its node
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-norpc-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    symlinkSync(fleet.engineBinary, join(dir, 'llama-server'));
+    await fleet.push({
+      'engines/norpc.yaml': ['versions:', '  v1:', `    path: ${join(dir, 'llama-server')}`, '    rpc: true', ''].join('\n'),
+      'profiles/norpc.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('llama-cpp@test', 'norpc@v1'),
+      'models/broken.yaml': modelYaml(fleet.models.good, ['replicas: 1', 'memory: 1200MiB', 'placement: { spread: rpc }']).replace('profile: tiny', 'profile: norpc'),
+    }, 'fleet: a model split over nodes whose engine has no rpc-server');
+    const m = await until('the group\'s start failed', 60_000, async () => {
+      const x = await modelOf('broken');
+      return x?.lastError ? x : null;
+    }, { diag });
+    assert.equal(m.lastError!.code, 'ENGINE_NO_RPC');
+    assert.match(m.lastError!.message, /node-\d/, 'the message names the worker\'s node');
+    // each failed start of the group counts once (the events of its failures match the count)
+    const failures = (await serve.admin<EventsJson>('/events?model=broken')).events.filter((e) => e.code === 'ENGINE_NO_RPC').length;
+    const now = (await modelOf('broken'))!;
+    assert.ok(failures >= 1 && now.consecutiveFailures >= 1 && now.consecutiveFailures <= failures, `failures counted ${now.consecutiveFailures}, events ${failures}`);
+    assert.equal(workers().length, 0, 'no worker left running');
+    assert.ok(fleet.nodes.every((n) => !existsSync(join(n.dataDir, 'replicas')) || readdirSync(join(n.dataDir, 'replicas')).every((id) => !id.startsWith('broken-'))), 'no head was launched');
   });
 });
