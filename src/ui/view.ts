@@ -9,7 +9,7 @@ import { Reasons } from '../errors/catalogue.js';
 import type { FleetSpec } from '../fleet-spec/types.js';
 import { formatBytes } from '../fleet-spec/units.js';
 import type { FleetSnapshot, ModelPhase } from '../reconciler/view.js';
-import { controlLines, type ControlLine, GROUP_BLURBS, modelDetail, readyCount, replicaDeviceText, scalingText, unparkLine } from '../format/ctl-format.js';
+import { controlLines, type ControlLine, GROUP_BLURBS, modelDetail, readyCount, groupText, replicaDeviceText, scalingText, unparkLine } from '../format/ctl-format.js';
 import type { RouterFigures } from './figures.js';
 import { modelJson, replicaDeviceJson, statusJson, type ModelJson, type ReasonJson, type StatusJson, type UnplaceableJson } from '../wire/shape.js';
 import { ALL_MODELS, attentionOrder, selectPage, type ViewPageInfo, type ViewQuery } from './view-page.js';
@@ -24,6 +24,8 @@ export interface PageReplica {
   readonly since: string;
   /** Its place on devices in `ctl replicas`' words ("Vulkan0 9/9 layers, 24.5 MiB reserved"); null: host only. */
   readonly device: string | null;
+  /** An RPC group's hosts in `ctl replicas`' words ("node-1 head 600 MiB + node-2 worker 600 MiB"); null: one node (#40). */
+  readonly group: string | null;
 }
 
 export interface PageModel {
@@ -141,7 +143,7 @@ function pageModel(m: ModelJson, at: string, figures: ReadonlyMap<string, Router
     unpark: m.parked ? unparkLine(m.name) : null,
     retry: m.parked !== null || m.consecutiveFailures > 0,
     memory: m.memoryBytes === null ? null : formatBytes(m.memoryBytes),
-    replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: replicaPhase(r, m.rollout), since: r.startedAt, device: r.device ? replicaDeviceText(r.device) : null })),
+    replicas: m.replicas.map((r) => ({ id: r.id, node: r.node, port: portOf(r.endpoint), phase: replicaPhase(r, m.rollout), since: r.startedAt, device: r.device ? replicaDeviceText(r.device) : null, group: r.group ? groupText(r.group) : null })),
     router: f ? figuresText(f) : figures ? figuresText({ requestsPerSecond: 0, p50Seconds: null, queueDepth: 0, cacheShare: null }) : null,
     rollout: m.rollout ? pageRollout(m.rollout, canary) : null,
   };
@@ -176,11 +178,14 @@ export function viewBase(s: FleetSnapshot, spec: FleetSpec | null): ViewBase {
   const byNode = new Map<string, PageNodeReplica[]>();
   for (const m of s.models) {
     for (const r of m.replicas) {
-      const bytes = m.memoryBytes;
-      let list = byNode.get(r.node);
-      if (list === undefined) byNode.set(r.node, (list = []));
-      const device = r.device ? `; ${replicaDeviceText(replicaDeviceJson(r.device))}` : '';
-      list.push({ id: r.id, model: r.model, phase: r.phase, bytes, text: `${r.model} (${r.phase}${bytes === null ? '' : `, ${formatBytes(bytes)}`}${device})` });
+      // an RPC group (#40) takes each host's share on that host's bar
+      for (const on of r.group ?? [{ node: r.node, role: null, bytes: m.memoryBytes }]) {
+        const bytes = on.bytes;
+        let list = byNode.get(on.node);
+        if (list === undefined) byNode.set(on.node, (list = []));
+        const device = r.device ? `; ${replicaDeviceText(replicaDeviceJson(r.device))}` : '';
+        list.push({ id: r.id, model: r.model, phase: r.phase, bytes, text: `${r.model} (${r.phase}${on.role ? `, rpc ${on.role}` : ''}${bytes === null ? '' : `, ${formatBytes(bytes)}`}${device})` });
+      }
     }
   }
   const nodes: PageNode[] = s.nodes.map((n) => {

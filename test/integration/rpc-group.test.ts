@@ -25,7 +25,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
-import { renderReplicas } from '../../src/format/ctl-format.js';
+import { groupText, renderReplicas } from '../../src/format/ctl-format.js';
+import type { PageView } from '../../src/ui/view.js';
 import type { ReplicasJson } from '../../src/wire/shape.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
@@ -118,6 +119,15 @@ describe('an RPC group', () => {
     // and the metrics, a series per host
     const text = await (await fetch(`http://127.0.0.1:${serve.adminPort}/metrics`)).text();
     for (const h of shown.group!) assert.match(text, new RegExp(`^llmgw_rpc_group_host_bytes\\{[^}]*node="${h.node}"[^}]*\\} ${h.bytes}$`, 'm'));
+    // the page: each node's bar takes its host's share, and the model's card names the group
+    const page = await serve.admin<PageView>('/view');
+    for (const h of shown.group!) {
+      const on = page.nodes.find((n) => n.name === h.node)!.replicas.find((r) => r.id === head.id);
+      assert.equal(on?.bytes, h.bytes, `${h.node}'s bar takes its share`);
+      assert.match(on!.text, new RegExp(`^big \\(ready, rpc ${h.role}, [\\d.]+ MiB\\)$`));
+    }
+    const card = page.groups.flatMap((g) => g.models).find((m) => m.name === 'big')!;
+    assert.equal(card.replicas[0]!.group, groupText(shown.group!));
     // the small model fits a node alone: never split
     const small = (await modelOf('small'))!;
     assert.equal(small.replicas.length, 1);

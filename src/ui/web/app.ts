@@ -132,8 +132,9 @@ function modelCard(m: PageModel): HTMLElement {
   if (m.replicas.length) {
     // a device column where a replica runs on a device (its layers K/M and the device bytes reserved)
     const gpu = m.replicas.some((r) => r.device);
-    const cols = ['replica', 'node', 'port', 'phase', 'since', ...(gpu ? ['device'] : [])];
-    const deviceCell = (r: PageModel['replicas'][number]): HTMLElement[] => (gpu ? [h('td', { class: 'device' }, r.device ?? '-')] : []);
+    const rpc = m.replicas.some((r) => r.group); // an RPC group's hosts and shares (#40)
+    const cols = ['replica', 'node', 'port', 'phase', 'since', ...(gpu ? ['device'] : []), ...(rpc ? ['rpc group'] : [])];
+    const deviceCell = (r: PageModel['replicas'][number]): HTMLElement[] => [...(gpu ? [h('td', { class: 'device' }, r.device ?? '-')] : []), ...(rpc ? [h('td', { class: 'group' }, r.group ?? '-')] : [])];
     card.append(
       h(
         'div',

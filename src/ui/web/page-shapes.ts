@@ -22,7 +22,7 @@ export interface PageModel {
   memory: string | null;
   router: string | null;
   /** device: its place on devices ("Vulkan0 9/9 layers, 24.5 MiB reserved"); null or absent (an older controller): host only. */
-  replicas: { id: string; node: string; port: string; phase: string; since: string; device?: string | null }[];
+  replicas: { id: string; node: string; port: string; phase: string; since: string; device?: string | null; group?: string | null }[];
   /** Its rollout (src/ui/rollout-view.ts); null without one (absent from an older controller). */
   rollout?: PageRollout | null;
 }
