@@ -10,6 +10,14 @@
  */
 export const DEMAND_START = 'demand-start';
 
+/**
+ * The trigger of the RPC groups' watch (#40): while the record holds a group, a look at the nodes
+ * every GROUP_WATCH_MS (without a sync of the fleet repo), so a dead worker is seen within 10 s
+ * whatever the poll interval; a head's /health does not say it (group-health.ts).
+ */
+export const GROUP_WATCH = 'group-watch';
+export const GROUP_WATCH_MS = 4_000;
+
 export interface LoopTimers {
   setTimeout(fn: () => void, ms: number): unknown;
   clearTimeout(t: unknown): void;
@@ -32,6 +40,7 @@ export class PassLoop {
   private next: { promise: Promise<void>; resolve: () => void } | null = null;
   private poll: { ms: number; timer: unknown } | null = null;
   private wake: { at: number; timer: unknown } | null = null;
+  private watch: unknown = null;
   private stopped = false;
 
   constructor(
@@ -81,6 +90,16 @@ export class PassLoop {
     this.poll = { ms, timer: this.timers.setInterval(() => void this.request('poll'), ms) };
   }
 
+  /** The groups' watch on (a GROUP_WATCH pass every GROUP_WATCH_MS) or off. */
+  watchGroups(on: boolean): void {
+    if (this.stopped || on === (this.watch !== null)) return;
+    if (on) this.watch = this.timers.setInterval(() => void this.request(GROUP_WATCH), GROUP_WATCH_MS);
+    else {
+      this.timers.clearInterval(this.watch);
+      this.watch = null;
+    }
+  }
+
   /**
    * A pass at `at` (epoch ms), unless one is due sooner already. A time that has passed already (it
    * came due while the pass that found it was running) gets a pass at once.
@@ -104,6 +123,8 @@ export class PassLoop {
     this.stopped = true;
     if (this.poll) this.timers.clearInterval(this.poll.timer);
     if (this.wake) this.timers.clearTimeout(this.wake.timer);
+    if (this.watch !== null) this.timers.clearInterval(this.watch);
+    this.watch = null;
     this.poll = null;
     this.wake = null;
     await this.running?.catch(() => undefined);

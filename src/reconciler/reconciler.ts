@@ -22,7 +22,7 @@ import { engineKeyFingerprint, type DownloadToken } from '../nodes/driver.js';
 import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
 import { Acting } from './acting.js';
 import { ControllerShell, type ControllerActs } from './controller-shell.js';
-import { DEMAND_START, PassLoop } from './loop.js';
+import { DEMAND_START, GROUP_WATCH, PassLoop } from './loop.js';
 import { MemoryEstimator, type DeviceNeed } from './memory.js';
 import { NodeFleet } from './node-fleet.js';
 import { decide, freshPlacement, groupsOf } from './pass.js';
@@ -214,9 +214,11 @@ export class Reconciler extends ControllerShell implements FleetView {
         actions = early;
         return;
       }
-      const spec = await this.sync(log);
+      // the groups' watch looks at the nodes without a sync of the fleet repo (#40)
+      const spec = trigger === GROUP_WATCH ? this.spec() : await this.sync(log);
       if (!spec || !this.leader()) return;
       this.loop.pollEvery(spec.settings.pollIntervalMs);
+      this.loop.watchGroups(groupsOf(this.state).size > 0);
       const stoppingAtLook = this.stopOps.ids(); // a replica whose stop ends during the look: stopping, not failed (stoppingSince)
       await this.nodes.observe(spec, log, groupsOf(this.state));
       if (!(await this.acting.check(spec, log))) return;

@@ -65,14 +65,19 @@ function argvOf(node: number, replica: string): string[] {
   return (JSON.parse(readFileSync(join(fleet.nodes[node - 1]!.dataDir, 'replicas', replica, 'state.json'), 'utf8')) as { argv: string[] }).argv;
 }
 
+/** A push, then a pass that syncs it (the poll is 1h: a retry of the healthy small model asks for one and answers after it). */
+async function pushAndSync(files: Record<string, string | null>, message: string): Promise<void> {
+  await fleet.push(files, message);
+  await serve.admin('/models/small/retry', { method: 'POST' });
+}
+
 const modelOf = async (name: string): Promise<ModelsJson['models'][number] | undefined> => (await serve.admin<ModelsJson>('/models')).models.find((m) => m.name === name);
 
 before(async () => {
   fleet = await startTestFleet({ nodes: 2 });
   const files = fleet.baseFiles();
   for (const f of Object.keys(files)) if (f.startsWith('models/')) delete files[f];
-  // a look every second: a dead worker is seen within 10 s
-  files['fleet.yaml'] = files['fleet.yaml']!.replace('poll_interval: 1h', 'poll_interval: 1s');
+  // the poll stays at the harness's 1h: a dead worker is seen within 10 s by the groups' own watch
   files['engines/llama-cpp.yaml'] += '    rpc: true\n';
   // each node declares 1 GiB: 768 MiB free after the reserve; the big model needs 1.2 GiB, the small one 100 MiB
   for (const n of ['node-1', 'node-2']) files[`nodes/${n}.yaml`] += 'capacity: { memory: 1GiB }\n';
@@ -180,7 +185,7 @@ describe('an RPC group', () => {
 
   it('a definition change with no room beside the group: the old group drains and stops, a new one starts', async () => {
     const before = (await modelOf('big'))!.replicas[0]!.id;
-    await fleet.push({ 'profiles/long.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('ctx_size: 256', 'ctx_size: 1024') }, 'fleet: the big model\'s context shrinks');
+    await pushAndSync({ 'profiles/long.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('ctx_size: 256', 'ctx_size: 1024') }, 'fleet: the big model\'s context shrinks');
     await until('the new group ready, the old one gone', 120_000, async () => {
       const m = await modelOf('big');
       return m?.phase === 'ready' && m.replicas.length === 1 && m.replicas[0]!.id !== before && m.replicas[0]!.phase === 'ready';
@@ -195,7 +200,7 @@ describe('an RPC group', () => {
 
   it('the model removed: its head and its worker stop, and nothing listens on the worker\'s port', async () => {
     const w = workers()[0]!;
-    await fleet.push({ 'models/big.yaml': null }, 'fleet: the big model goes');
+    await pushAndSync({ 'models/big.yaml': null }, 'fleet: the big model goes');
     await until('the group gone', 60_000, async () => (await modelOf('big')) === undefined && workers().length === 0, { diag });
     assert.deepEqual(listeningOn(w.port), []);
   });
@@ -213,7 +218,7 @@ fi
 exec ${real} "$@"
 `, { mode: 0o755 });
     symlinkSync(join(dirname(real), 'rpc-server'), join(dir, 'rpc-server'));
-    await fleet.push({
+    await pushAndSync({
       'engines/handmade.yaml': ['versions:', '  v1:', `    path: ${join(dir, 'llama-server')}`, '    rpc: true', ''].join('\n'),
       'profiles/handmade.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('llama-cpp@test', 'handmade@v1'),
       'models/split.yaml': modelYaml(fleet.models.good, ['replicas: 1', 'memory: 1200MiB', 'placement: { spread: rpc }']).replace('profile: tiny', 'profile: handmade'),
@@ -227,7 +232,7 @@ exec ${real} "$@"
     assert.match(m.unplaceable!.reason, /9\.9\.9 \(build 2, commit feedbee\) on node-2( \(head\))?[;:]/);
     assert.equal(m.replicas.length, 0);
     assert.equal(workers().length, 0, 'no worker started');
-    await fleet.push({ 'models/split.yaml': null }, 'fleet: the split model goes');
+    await pushAndSync({ 'models/split.yaml': null }, 'fleet: the split model goes');
   });
 
   it('a group whose worker cannot start: the start fails once, with the worker host\'s reason, and nothing is left running', async () => {
@@ -235,7 +240,7 @@ exec ${real} "$@"
     const dir = mkdtempSync(join(tmpdir(), 'llmgw-norpc-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     symlinkSync(fleet.engineBinary, join(dir, 'llama-server'));
-    await fleet.push({
+    await pushAndSync({
       'engines/norpc.yaml': ['versions:', '  v1:', `    path: ${join(dir, 'llama-server')}`, '    rpc: true', ''].join('\n'),
       'profiles/norpc.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('llama-cpp@test', 'norpc@v1'),
       'models/broken.yaml': modelYaml(fleet.models.good, ['replicas: 1', 'memory: 1200MiB', 'placement: { spread: rpc }']).replace('profile: tiny', 'profile: norpc'),
