@@ -115,8 +115,7 @@ export interface ReplicaHealth {
   responded(u: Upstream): void;
 }
 
-/** Status recorded for a request whose client went away (as nginx does). */
-export const CLIENT_CLOSED_STATUS = 499;
+export { CLIENT_CLOSED_STATUS } from './errors.js';
 
 /** The in-flight counter of a model (created on first use; one per model name, never removed). */
 export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {
