@@ -254,10 +254,10 @@ export class RouterCore {
     }
     // the only things read from the parsed body (the key; a canary step's split): `fields` is not held past here
     const path = x.path;
-    const ms = x.fleet.models[model]!;
+    const ms = x.fleetSpec.models[model]!;
     x.spec = ms;
     // slots per replica: the profile's parallel; Infinity (no queueing) when the profile is unknown
-    x.slots = x.fleet.profiles[ms.profile]?.parallel ?? Infinity;
+    x.slots = x.fleetSpec.profiles[ms.profile]?.parallel ?? Infinity;
     const prefix = ms.routing === 'affinity' ? affinityKey(path, fields) : null;
     x.key = prefix !== null && g.isolateCache ? isolatedKey(prefix, g.name) : prefix;
     x.split = this.canary.of(model, g.name, x.key, path, fields);
@@ -344,7 +344,7 @@ export class RouterCore {
     let failure: unknown = null;
     try {
       const startedAt = Date.now() - (performance.now() - t0);
-      replicas = await this.activator.activate(model, { windowMs: x.fleet.settings.activationWindowMs, startedAt, signal });
+      replicas = await this.activator.activate(model, { windowMs: x.fleetSpec.settings.activationWindowMs, startedAt, signal });
     } catch (e) {
       failure = e;
     } finally {

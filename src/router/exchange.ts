@@ -59,6 +59,7 @@ export class Exchange implements ExchangeUsage {
   split: Split | null = null;
   /** Its key is not trusted: the prompt-cache figures are taken out of the response (redact.ts). */
   redact = false;
+  // what the answer said, read at the close (ExchangeUsage above)
   replica = '';
   reason = '';
   tokens: TokenUsage = NO_TOKENS;
@@ -68,8 +69,8 @@ export class Exchange implements ExchangeUsage {
   constructor(
     readonly res: ServerResponse,
     readonly t0: number,
-    /** The fleet spec the request was admitted under, and what its key may use. */
-    readonly fleet: FleetSpec,
+    /** The fleet spec the request was admitted under (its compiled form), and what its key may use. */
+    readonly fleetSpec: FleetSpec,
     readonly compiled: CompiledSpec,
     readonly grant: KeyGrant,
     path: string,
