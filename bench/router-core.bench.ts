@@ -102,13 +102,12 @@ const bare: Handler = (req, res) => {
 };
 
 function routerHandler(limited = false): Handler {
-  const core = new RouterCore(
-    new StaticFleetView('http://127.0.0.1:9', 'bench-engine-key', limited ? NEVER_REACHED : undefined),
-    createRouterMetrics(new Registry()),
-    { bodyBytes: 8 << 20, connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000, maxInFlight: 1 << 20, maxBufferedBytes: 1 << 40 },
-    true,
-    null,
-  );
+  const core = new RouterCore({
+    fleet: new StaticFleetView('http://127.0.0.1:9', 'bench-engine-key', limited ? NEVER_REACHED : undefined),
+    metrics: createRouterMetrics(new Registry()),
+    limits: { bodyBytes: 8 << 20, connectTimeoutMs: 1000, firstByteTimeoutMs: 1000, streamIdleTimeoutMs: 1000, maxInFlight: 1 << 20, maxBufferedBytes: 1 << 40 },
+    authRequired: true,
+  });
   // every upstream answers synchronously instead of over a socket
   const get = core.upstreams.get.bind(core.upstreams);
   core.upstreams.get = (endpoint) => {

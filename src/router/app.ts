@@ -184,7 +184,7 @@ export function buildRouter(deps: RouterDeps): FastifyInstance {
     return new RouterError('UNSUPPORTED_MEDIA_TYPE', `The router reads the request body only as JSON; this request's Content-Type is ${type === undefined ? 'missing' : JSON.stringify(String(type).slice(0, 100))}: send \`Content-Type: application/json\`.`);
   };
   const rollouts = deps.rollouts ?? new RouterRollouts();
-  const core = new RouterCore(fleet, metrics, limits, deps.auth.required, log ?? null, deps.usage ?? null, deps.clock ?? Date.now, deps.routers ?? (() => 1), rollouts, deps.hot ?? null);
+  const core = new RouterCore({ fleet, metrics, limits, authRequired: deps.auth.required, log: log ?? null, usage: deps.usage ?? null, clock: deps.clock ?? Date.now, routers: deps.routers ?? (() => 1), rollouts, hot: deps.hot ?? null });
 
   // POST /v1/* goes straight to the core; the rest to fastify
   type Handler = (req: IncomingMessage, res: ServerResponse) => void;

@@ -39,7 +39,7 @@ import { NO_REASON } from '../metrics/ports.js';
 import type { FleetView, ModelView, ReplicaView } from '../reconciler/view.js';
 import type { Arm, ArmSample, RolloutView } from '../rollout/types.js';
 import { affinityKey } from './affinity.js';
-import { CLIENT_CLOSED_STATUS } from './proxy-context.js';
+import { CLIENT_CLOSED_STATUS } from './errors.js';
 import { FNV_OFFSET, fnv, mix } from './ring.js';
 import type { RouterRollouts } from './rollout-figures.js';
 import { usageOf, type PromptTokens } from './usage.js';

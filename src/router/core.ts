@@ -10,50 +10,40 @@
  * (GET /v1/models, 404s) and its inject() reaches `handle()` through a route that hands over the raw
  * request and response, so tests of the HTTP surface exercise this same code.
  *
- * A proxied request: the body is buffered as bytes (up to the body limit) and parsed once only to read
- * `model` and its affinity key; the original bytes are forwarded, and a request that waits holds only
- * them. No per-request logging.
+ * A proxied request is one `Exchange` (exchange.ts), made in `handle()` once it is admitted and handed
+ * whole to `route`, `proxy`, `dispatch`, the slot queues and the call. Its body is buffered as bytes
+ * (up to the body limit) and parsed once only to read `model` and its affinity key; the original bytes
+ * are forwarded, and a request that waits holds only them. No per-request logging. The shutdown flag
+ * and the drain's wait for idleness are the core's `Lifecycle` (lifecycle.ts).
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
-import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
+import type { FleetSpec } from '../fleet-spec/types.js';
 import { affinityKey, isolatedKey, isPromptPath } from './affinity.js';
 import { ConnectionKeys, authenticate, compileSpec, extractKey, grantAllows, type CompiledSpec, type KeyGrant } from './auth.js';
 import { RouterError, modelNotFound, renderFor, routeNotFound, writeRendered } from './errors.js';
-import { limitError, track, trackedOf, usageHook } from './key-usage.js';
-import { KeyLimiter, Ticket, type RouterCount } from './limits.js';
+import { limitError, track, usageHook } from './key-usage.js';
+import { KeyLimiter, Ticket } from './limits.js';
 import type { UsageSink } from './usage.js';
 import { ReplicaChoice } from './choose.js';
 import { ProxyCall } from './proxy.js';
-import { ActiveCalls, CLIENT_CLOSED_STATUS, modelCounter, type ModelCounter, type ProxyContext } from './proxy-context.js';
-import { Upstreams, type UpstreamTimeouts } from './upstreams.js';
+import { ActiveCalls, CLIENT_CLOSED_STATUS, modelCounter, type ProxyContext } from './proxy-context.js';
+import { Upstreams } from './upstreams.js';
 import { Activator } from './resolve.js';
-import { SlotQueues, slotsOf, type Pending } from './slot-queues.js';
+import { SlotQueues } from './slot-queues.js';
 import { Ejections } from './eject.js';
-import { CanarySplitter, type Split } from './canary.js';
+import { CanarySplitter } from './canary.js';
 import { RouterRollouts } from './rollout-figures.js';
 import { redactsPath } from './redact.js';
 import { readRequestBody } from './request-body.js';
 import { forwardsPath } from './api-paths.js';
 import { ByteBudget } from './byte-budget.js';
 import type { HotPrefixes } from './hot-prefixes.js';
-import { hotUsage, type HotRequest } from './hot-usage.js';
-
-export interface CoreLimits extends UpstreamTimeouts {
-  /** Largest request body accepted (413 above). */
-  readonly bodyBytes: number;
-  /** Most requests in handle() at once (body, activation wait, proxying); 503 ROUTER_OVERLOADED above. */
-  readonly maxInFlight: number;
-  /** Most bytes held at once over those requests (bodies; answers held to redact them); 503 ROUTER_OVERLOADED above. */
-  readonly maxBufferedBytes: number;
-}
-
-/** Where the warnings and internal errors go (a pino logger fits). */
-export interface CoreLog {
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
+import { hotUsage } from './hot-usage.js';
+import { Exchange } from './exchange.js';
+import { Lifecycle } from './lifecycle.js';
+import type { CoreLimits, CoreLog, RouterCoreOptions } from './core-options.js';
 
 /** A request's spec and what its key may use. */
 export interface Admission {
@@ -80,7 +70,8 @@ export class RouterCore {
   /** Requests waiting for a free slot, per model. */
   private readonly queues: SlotQueues;
   private readonly connectionKeys = new ConnectionKeys();
-  private readonly shutdown = new AbortController();
+  /** Serving, then shutting down; the drain's wait for idleness (lifecycle.ts). */
+  private readonly life: Lifecycle;
   /** Requests waiting for their model to become ready. */
   private activating = 0;
   /** Requests in handle(), from their headers until their response closes. */
@@ -91,41 +82,44 @@ export class RouterCore {
   readonly keyLimiter: KeyLimiter;
   /** The canary split and its figures (canary.ts, rollout-figures.ts). */
   readonly canary: CanarySplitter;
-  /** Each keyed request, counted among its model's hot prefixes once answered 200 (hot-usage.ts). */
-  private readonly hotOf = new WeakMap<ServerResponse, HotRequest>();
+  /** The models' hot prefixes, for a new replica's warm-up (hot-prefixes.ts); null: not kept. */
+  readonly hot: HotPrefixes | null;
+  private readonly fleet: FleetView;
+  private readonly metrics: RouterMetrics;
+  private readonly limits: CoreLimits;
+  private readonly authRequired: boolean;
+  private readonly log: CoreLog | null;
+  private readonly usage: UsageSink | null;
 
-  constructor(
-    private readonly fleet: FleetView,
-    private readonly metrics: RouterMetrics,
-    private readonly limits: CoreLimits,
-    private readonly authRequired: boolean,
-    private readonly log: CoreLog | null,
-    private readonly usage: UsageSink | null = null,
-    clock: () => number = Date.now,
-    routers: () => RouterCount = () => 1,
-    rollouts: RouterRollouts = new RouterRollouts(),
-    /** The models' hot prefixes, for a new replica's warm-up (hot-prefixes.ts); null: not kept. */
-    readonly hot: HotPrefixes | null = null,
-  ) {
-    this.keyLimiter = new KeyLimiter(clock, routers);
-    this.canary = new CanarySplitter(fleet, rollouts, clock);
+  constructor(o: RouterCoreOptions) {
+    const { fleet, metrics, limits } = o;
+    const clock = o.clock ?? Date.now;
+    const hot = (this.hot = o.hot ?? null);
+    this.fleet = fleet;
+    this.metrics = metrics;
+    this.limits = limits;
+    this.authRequired = o.authRequired;
+    const log = (this.log = o.log ?? null);
+    this.usage = o.usage ?? null;
+    this.keyLimiter = new KeyLimiter(clock, o.routers ?? (() => 1));
+    this.canary = new CanarySplitter(fleet, o.rollouts ?? new RouterRollouts(), clock);
     this.upstreams = new Upstreams(limits);
     this.choice = new ReplicaChoice(this.upstreams);
     const warn = (obj: object, msg: string): void => log?.warn(obj, msg);
     this.ejections = new Ejections(this.upstreams, metrics, { warn }, () => this.engineHeaders());
+    this.life = new Lifecycle(() => this.busy);
     this.ctx = {
       upstreams: this.upstreams,
       choice: this.choice,
       metrics,
       active: new ActiveCalls(),
       modelInFlight: new Map(),
-      shuttingDown: false,
-      onIdle: null,
-      onRelease: (model, counter) => this.queues.drainQueue(model, counter),
+      life: this.life,
+      release: (model, counter) => this.queues.drainQueue(model, counter),
       health: this.ejections,
       readyReplicas: (model) => this.fleet.readyReplicas(model),
       log: { warn },
-      onUsage: hot === null ? usageHook : (res, replica, tail, early) => hotUsage(hot, this.hotOf, res, replica, tail, early),
+      onUsage: hot === null ? usageHook : (x, replica, tail, early) => hotUsage(hot, x, replica, tail, early),
       buffers: new ByteBudget(limits.maxBufferedBytes),
     };
     this.activator = new Activator(fleet);
@@ -133,12 +127,8 @@ export class RouterCore {
       ctx: this.ctx,
       fleet,
       metrics,
-      shutdown: this.shutdown.signal,
-      dispatch: (p, replicas, fromQueue) => this.dispatch(p, replicas, fromQueue),
-      fail: (res, model, t0, e) => this.fail(res, model, t0, e),
-      left: () => {
-        if (this.ctx.onIdle && this.busy === 0) this.ctx.onIdle();
-      },
+      dispatch: (x, replicas, fromQueue) => this.dispatch(x, replicas, fromQueue),
+      fail: (x, e) => this.refuse(x, e),
     });
   }
 
@@ -152,7 +142,7 @@ export class RouterCore {
    * request's `connection` (its socket), a key already verified on that connection is not hashed again.
    */
   admit(headers: IncomingHttpHeaders, connection?: object): Admission {
-    if (this.ctx.shuttingDown) throw new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.', { retryAfterSeconds: 1 });
+    if (this.life.shuttingDown) throw new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.', { retryAfterSeconds: 1 });
     const spec = this.fleet.spec();
     if (spec === null) {
       // no key table yet: a request without any key is still refused as such; one with a key cannot
@@ -182,15 +172,16 @@ export class RouterCore {
       this.fail(res, '', t0, e);
       return;
     }
-    track(res, adm.grant.name, t0, this.usage);
+    const x = new Exchange(res, t0, adm.spec, adm.compiled, adm.grant, req.url ?? '/');
+    track(x, this.usage);
     const limit = this.limits.bodyBytes;
     const declared = req.headers['content-length'];
     if (declared !== undefined && Number(declared) > limit) {
-      this.fail(res, '', t0, this.tooLarge(), true);
+      this.refuse(x, this.tooLarge(), true);
       return;
     }
     if (this.admitted >= this.limits.maxInFlight) {
-      this.fail(res, '', t0, this.overloaded(`${this.admitted} requests in progress, the limit is ${this.limits.maxInFlight}`), true);
+      this.refuse(x, this.overloaded(`${this.admitted} requests in progress, the limit is ${this.limits.maxInFlight}`), true);
       return;
     }
     // counted from here until the response closes (body, activation wait, proxying), with its bytes
@@ -210,13 +201,13 @@ export class RouterCore {
       if (size > limit) {
         over = true;
         first = parts = null;
-        this.fail(res, '', t0, this.tooLarge(), true);
+        this.refuse(x, this.tooLarge(), true);
         return;
       }
       if (!fits) {
         over = true;
         first = parts = null;
-        this.fail(res, '', t0, this.overloaded(`the requests in progress hold more than ${this.limits.maxBufferedBytes} bytes`), true);
+        this.refuse(x, this.overloaded(`the requests in progress hold more than ${this.limits.maxBufferedBytes} bytes`), true);
         return;
       }
       if (first === null) first = chunk;
@@ -224,11 +215,12 @@ export class RouterCore {
     });
     req.on('end', () => {
       if (over) return;
-      const body = parts !== null ? Buffer.concat(parts, size) : (first ?? Buffer.alloc(0));
+      if (parts !== null) x.body = Buffer.concat(parts, size);
+      else if (first !== null) x.body = first;
       try {
-        this.route(req, res, t0, adm, body);
+        this.route(x);
       } catch (e) {
-        this.fail(res, '', t0, e);
+        x.reason = this.fail(res, '', t0, e);
       }
     });
     req.on('error', () => {
@@ -240,65 +232,66 @@ export class RouterCore {
   }
 
   /** A whole body: read `model`, check the key's grant, then proxy (or activate first). */
-  private route(req: IncomingMessage, res: ServerResponse, t0: number, adm: Admission, body: Buffer): void {
-    const { fields, name } = readRequestBody(body);
-    const model = adm.compiled.names.get(name);
+  private route(x: Exchange): void {
+    const { fields, name } = readRequestBody(x.body);
+    const g = x.grant;
+    const model = x.compiled.names.get(name);
     if (model === undefined) {
       throw modelNotFound(name);
     }
-    const tracked = trackedOf(res);
-    if (tracked !== undefined) tracked.model = model;
-    if (!grantAllows(adm.grant, model)) {
-      this.fail(res, model, t0, new RouterError('MODEL_FORBIDDEN', `This API key may not use model '${model}'.`, { param: 'model' }));
+    x.model = model;
+    if (!grantAllows(g, model)) {
+      this.refuse(x, new RouterError('MODEL_FORBIDDEN', `This API key may not use model '${model}'.`, { param: 'model' }));
       return;
     }
-    if (adm.grant.limited) {
-      const g = adm.grant;
+    if (g.limited) {
       const t = this.keyLimiter.admit(g.name, model, g.limits, g.modelLimits.get(model) ?? null);
       if (!(t instanceof Ticket)) {
-        this.fail(res, model, t0, limitError(t, model));
+        this.refuse(x, limitError(t, model));
         return;
       }
-      if (tracked !== undefined) tracked.ticket = t;
-      else t.end(0);
+      x.ticket = t;
     }
     // the only things read from the parsed body (the key; a canary step's split): `fields` is not held past here
-    const path = req.url ?? '/';
-    const prefix = adm.spec.models[model]?.routing === 'affinity' ? affinityKey(path, fields) : null;
-    const key = prefix !== null && adm.grant.isolateCache ? isolatedKey(prefix, adm.grant.name) : prefix;
-    const split = this.canary.of(model, adm.grant.name, key, path, fields);
-    const redact = !adm.grant.trusted && redactsPath(path);
+    const path = x.path;
+    const ms = x.fleetSpec.models[model]!;
+    x.spec = ms;
+    // slots per replica: the profile's parallel; Infinity (no queueing) when the profile is unknown
+    x.slots = x.fleetSpec.profiles[ms.profile]?.parallel ?? Infinity;
+    const prefix = ms.routing === 'affinity' ? affinityKey(path, fields) : null;
+    x.key = prefix !== null && g.isolateCache ? isolatedKey(prefix, g.name) : prefix;
+    x.split = this.canary.of(model, g.name, x.key, path, fields);
+    x.redact = !g.trusted && redactsPath(path);
     // activity from here until the response closes: waiting for activation, queued or proxied
-    res.once('close', this.fleet.hold(model));
+    x.res.once('close', this.fleet.hold(model));
     const replicas = this.fleet.readyReplicas(model);
     if (replicas.length > 0) {
-      this.proxy(req, res, t0, adm.spec, model, body, key, split, redact, replicas);
+      this.proxy(x, replicas);
       return;
     }
-    void this.activateThenProxy(req, res, t0, adm.spec, model, body, key, split, redact);
+    void this.activateThenProxy(x);
   }
 
   /**
    * Sends the request to a replica, or, when every slot of the model's ready replicas is busy (or
    * others are already waiting), into the model's queue.
    */
-  private proxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null, redact: boolean, replicas: readonly ReplicaView[]): void {
-    const ms = spec.models[model]!;
+  private proxy(x: Exchange, replicas: readonly ReplicaView[]): void {
+    const model = x.model;
     const counter = modelCounter(this.ctx, model);
-    const max = ms.maxConcurrency;
+    const max = x.spec!.maxConcurrency;
     if (max != null && counter.n >= max) {
-      this.fail(res, model, t0, new RouterError('CONCURRENCY_LIMIT', `Model '${model}' is at its concurrency limit of ${max} requests; retry shortly.`, { model, retryAfterSeconds: 1 }));
+      this.refuse(x, new RouterError('CONCURRENCY_LIMIT', `Model '${model}' is at its concurrency limit of ${max} requests; retry shortly.`, { model, retryAfterSeconds: 1 }));
       return;
     }
-    const p: Pending = { res, t0, model, spec: ms, path: req.url ?? '/', body, key, slots: slotsOf(spec, ms), split, redact };
     const q = counter.queue;
-    if ((q !== null && q.length > 0) || !this.choice.hasFreeSlot(split === null ? replicas : split.replicas(replicas), p.slots, performance.now())) {
-      this.queues.enqueue(p, counter, replicas.length);
+    if ((q !== null && q.length > 0) || !this.choice.hasFreeSlot(x.split === null ? replicas : x.split.replicas(replicas), x.slots, performance.now())) {
+      this.queues.enqueue(x, counter, replicas.length);
       // a slot may be free while others wait (a replica just became ready): the oldest go now
       if (q !== null) this.queues.drainQueue(model, counter);
       return;
     }
-    this.dispatch(p, replicas);
+    this.dispatch(x, replicas);
   }
 
   /**
@@ -306,22 +299,19 @@ export class RouterCore {
    * the call. A request from the queue (`fromQueue`) goes only to a replica with a free slot: it has
    * waited for one already.
    */
-  private dispatch(p: Pending, ready: readonly ReplicaView[], fromQueue = false): void {
+  private dispatch(x: Exchange, ready: readonly ReplicaView[], fromQueue = false): void {
     const now = performance.now();
     // in a canary step, the replicas of the request's arm (canary.ts)
-    const replicas = p.split === null ? ready : p.split.replicas(ready);
-    const key = replicas.length > 1 ? p.key : null;
+    const replicas = x.split === null ? ready : x.split.replicas(ready);
+    const key = replicas.length > 1 ? x.key : null;
     let first: ReplicaView | null = null;
-    const call = new ProxyCall(this.ctx, p.model, p.path, this.engineHeaders(), p.body, replicas, p.res, p.t0, key, p.slots, isPromptPath(p.path));
-    call.split = p.split;
-    call.redact = p.redact;
-    if (p.key !== null && this.hot !== null) this.hotOf.set(p.res, { model: p.model, key: p.key, path: p.path, body: p.body });
+    const call = new ProxyCall(this.ctx, x, this.engineHeaders(), replicas, key, isPromptPath(x.path));
     if (key !== null) {
-      const c = this.choice.affine(p.split === null ? p.model : p.split.scope(replicas), replicas, key, p.slots, null, now, fromQueue);
+      const c = this.choice.affine(x.split === null ? x.model : x.split.scope(replicas), replicas, key, x.slots, null, now, fromQueue);
       if (c !== null) {
         first = c.replica;
         call.sticky = c.entry;
-        this.metrics.affinity(p.model, c.home);
+        this.metrics.affinity(x.model, c.home);
       }
     }
     call.start(first ?? this.choice.pick(replicas, null, now)!);
@@ -340,33 +330,34 @@ export class RouterCore {
     for (const [model, counter] of this.ctx.modelInFlight) if (counter.n > 0) this.fleet.touch(model);
   }
 
-  private async activateThenProxy(req: IncomingMessage, res: ServerResponse, t0: number, spec: FleetSpec, model: string, body: Buffer, key: number | null, split: Split | null, redact: boolean): Promise<void> {
+  private async activateThenProxy(x: Exchange): Promise<void> {
+    const { res, t0, model } = x;
     const gone = new AbortController();
     const onClose = (): void => {
       if (!res.writableFinished) gone.abort(new ClientGoneDuringActivation('client went away'));
     };
     res.once('close', onClose);
-    const signal = AbortSignal.any([gone.signal, this.shutdown.signal]);
+    const signal = AbortSignal.any([gone.signal, this.life.signal]);
     this.metrics.inFlight(model, 1);
     this.activating++;
     let replicas: readonly ReplicaView[] | null = null;
     let failure: unknown = null;
     try {
       const startedAt = Date.now() - (performance.now() - t0);
-      replicas = await this.activator.activate(model, { windowMs: spec.settings.activationWindowMs, startedAt, signal });
+      replicas = await this.activator.activate(model, { windowMs: x.fleetSpec.settings.activationWindowMs, startedAt, signal });
     } catch (e) {
       failure = e;
     } finally {
       res.removeListener('close', onClose);
       this.metrics.inFlight(model, -1);
       this.activating--;
-      if (this.ctx.onIdle && this.busy === 0) this.ctx.onIdle();
+      this.life.left();
     }
     if (replicas !== null) {
       try {
-        this.proxy(req, res, t0, spec, model, body, key, split, redact, replicas);
+        this.proxy(x, replicas);
       } catch (e) {
-        this.fail(res, model, t0, e);
+        this.refuse(x, e);
       }
       return;
     }
@@ -375,20 +366,24 @@ export class RouterCore {
       this.metrics.request(model, CLIENT_CLOSED_STATUS, (performance.now() - t0) / 1000, NO_REASON);
       return;
     }
-    if (this.shutdown.signal.aborted) {
+    if (this.life.shuttingDown) {
       failure = new RouterError('ROUTER_SHUTTING_DOWN', `The router is shutting down; model '${model}' was still starting.`, { retryAfterSeconds: 1 });
     }
-    this.fail(res, model, t0, failure);
+    this.refuse(x, failure);
   }
 
   /** The error envelope for a request that is not proxied, and its metrics. `close` ends the connection. */
-  fail(res: ServerResponse, model: string, t0: number, e: unknown, close = false): void {
+  fail(res: ServerResponse, model: string, t0: number, e: unknown, close = false): string {
     const r = renderFor(res, e);
-    const tracked = trackedOf(res);
-    if (tracked !== undefined) tracked.reason = r.code;
     if (r.code === 'INTERNAL') this.log?.error({ err: e }, 'router: internal error');
     this.metrics.request(model, r.status, (performance.now() - t0) / 1000, r.code);
-    writeRendered(res, r, close || this.ctx.shuttingDown ? { connection: 'close' } : undefined);
+    writeRendered(res, r, close || this.life.shuttingDown ? { connection: 'close' } : undefined);
+    return r.code;
+  }
+
+  /** `fail` for an admitted request: its usage row says the reason. */
+  private refuse(x: Exchange, e: unknown, close = false): void {
+    x.reason = this.fail(x.res, x.model, x.t0, e, close);
   }
 
   private overloaded(why: string): RouterError {
@@ -414,29 +409,14 @@ export class RouterCore {
    * activations are cut; in-flight requests finish up to `graceMs`, then are aborted.
    */
   async drain(graceMs: number): Promise<void> {
-    this.ctx.shuttingDown = true;
-    this.shutdown.abort(new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.'));
+    this.life.stop(new RouterError('ROUTER_SHUTTING_DOWN', 'The router is shutting down.'));
     this.queues.refuseAll();
-    await this.whenIdle(graceMs);
+    await this.life.whenIdle(graceMs);
     if (this.ctx.active.size > 0) {
       this.log?.warn({ active: this.ctx.active.size, graceMs }, 'router: shutdown grace over; aborting in-flight requests');
       const gone = new RouterError('ROUTER_SHUTTING_DOWN', 'The router shut down before the response was complete.');
       for (const call of this.ctx.active.toArray()) call.abort(gone);
-      await this.whenIdle(1000);
+      await this.life.whenIdle(1000);
     }
-    this.ctx.onIdle = null;
-  }
-
-  private whenIdle(ms: number): Promise<void> {
-    if (this.busy === 0) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      const t = setTimeout(resolve, ms);
-      this.ctx.onIdle = () => {
-        if (this.busy === 0) {
-          clearTimeout(t);
-          resolve();
-        }
-      };
-    });
   }
 }

@@ -217,3 +217,6 @@ export function sseErrorEvent(e: unknown): string {
 export function sseEvent(r: RenderedError): string {
   return r.api === 'anthropic' ? `event: error\ndata: ${r.body}\n\n` : `data: ${r.body}\n\n`;
 }
+
+/** Status recorded for a request whose client went away (as nginx does). */
+export const CLIENT_CLOSED_STATUS = 499;

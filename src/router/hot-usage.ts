@@ -4,28 +4,18 @@
  * replica's cache, read off the same tail the keys hook reads (llama-server's timings, else usage).
  * A request refused, failed or cut is not kept: only a prompt the engine took is replayed.
  */
-import type { ServerResponse } from 'node:http';
+import type { Exchange } from './exchange.js';
 import type { HotPrefixes } from './hot-prefixes.js';
 import { usageHook } from './key-usage.js';
 import type { EarlyEnd } from './proxy-context.js';
 import { promptTokensOf } from './usage.js';
 
-/** A keyed request on its way: what its prefix's entry keeps once it is answered. */
-export interface HotRequest {
-  readonly model: string;
-  readonly key: number;
-  readonly path: string;
-  readonly body: Buffer;
-}
-
-export function hotUsage(hot: HotPrefixes, of: WeakMap<ServerResponse, HotRequest>, res: ServerResponse, replica: string, tail: string | null, early?: EarlyEnd | null): void {
-  usageHook(res, replica, tail, early);
-  const r = of.get(res);
-  if (r === undefined) return;
-  of.delete(res);
+export function hotUsage(hot: HotPrefixes, x: Exchange, replica: string, tail: string | null, early?: EarlyEnd | null): void {
+  usageHook(x, replica, tail, early);
+  const key = x.key;
   // a tail of a whole answer (proxy.ts keeps one for a 200, and for a canary arm's errors too)
-  if (early != null || tail === null || res.statusCode !== 200) return;
-  const e = hot.seen(r.model, r.key, r.path, r.body, Date.now());
+  if (key === null || early != null || tail === null || x.res.statusCode !== 200) return;
+  const e = hot.seen(x.model, key, x.path, x.body, Date.now());
   const p = promptTokensOf(tail);
   if (e !== null && p !== null) e.answered(p.cached, p.evaluated + p.cached);
 }

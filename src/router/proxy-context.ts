@@ -1,15 +1,16 @@
 /**
  * What every call of one router shares (`ProxyContext`): the pool and the replica choice, the calls
  * in flight (`ActiveCalls`), the in-flight counter and wait queue of each model (`ModelCounter`), the
- * breaker's port, the metrics and the keys hook. proxy.ts holds the call itself, core.ts builds the
+ * breaker's port, the metrics, the router's life and the keys hook. proxy.ts holds the call itself, core.ts builds the
  * context.
  */
-import type { ServerResponse } from 'node:http';
 import type { RouterMetrics } from '../metrics/ports.js';
 import type { ReplicaView } from '../reconciler/view.js';
 import type { ByteBudget } from './byte-budget.js';
 import type { ReplicaChoice } from './choose.js';
+import type { Exchange } from './exchange.js';
 import type { UpstreamFailure } from './failover.js';
+import type { RouterLife } from './lifecycle.js';
 import type { WaitQueue } from './queue.js';
 import type { Upstream, Upstreams } from './upstreams.js';
 
@@ -68,7 +69,7 @@ export interface ModelCounter {
 /** Weight of the latest request in `serviceSeconds`. */
 export const SERVICE_EWMA = 0.2;
 
-/** Shared by every ProxyCall of one router. */
+/** Shared by every ProxyCall of one router; set once, by core.ts. */
 export interface ProxyContext {
   readonly upstreams: Upstreams;
   /** The replica choice (least-busy, affinity) over `upstreams`. */
@@ -78,12 +79,10 @@ export interface ProxyContext {
   readonly active: ActiveCalls;
   /** In-flight proxied requests per model (for max_concurrency). */
   readonly modelInFlight: Map<string, ModelCounter>;
-  /** True once the router is shutting down: responses say `connection: close`. */
-  shuttingDown: boolean;
-  /** Called when `active` shrinks. */
-  onIdle: (() => void) | null;
+  /** The router's life (lifecycle.ts): shutting down or not; told when a call ends. */
+  readonly life: RouterLife;
   /** Called when a call of the model ends (its slot is free): the queue's turn. */
-  onRelease: ((model: string, counter: ModelCounter) => void) | null;
+  readonly release: (model: string, counter: ModelCounter) => void;
   /** The model's ready replicas now (FleetView.readyReplicas), for a retry elsewhere. */
   readonly readyReplicas: (model: string) => readonly ReplicaView[];
   /** What attempts say about each replica's health (the circuit breaker, eject.ts). */
@@ -97,7 +96,7 @@ export interface ProxyContext {
    * replica reported its token usage; `early` when the call ended before its response did (the
    * client went away, the stream was cut): what was seen of it (usage.ts earlyUsageOf).
    */
-  readonly onUsage?: ((res: ServerResponse, replica: string, tail: string | null, early?: EarlyEnd | null) => void) | null;
+  readonly onUsage?: ((x: Exchange, replica: string, tail: string | null, early?: EarlyEnd | null) => void) | null;
 }
 
 /** The breaker's port: an attempt that failed in a way that says the replica is not serving, or a response from it. */
@@ -116,8 +115,7 @@ export interface ReplicaHealth {
   responded(u: Upstream): void;
 }
 
-/** Status recorded for a request whose client went away (as nginx does). */
-export const CLIENT_CLOSED_STATUS = 499;
+export { CLIENT_CLOSED_STATUS } from './errors.js';
 
 /** The in-flight counter of a model (created on first use; one per model name, never removed). */
 export function modelCounter(ctx: ProxyContext, model: string): ModelCounter {

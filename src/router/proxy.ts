@@ -29,12 +29,12 @@ import type { ReplicaView } from '../reconciler/view.js';
 import type { StickyEntry } from './affinity.js';
 import { heldOverBound, notRedactable, RouterError, renderFor, writeRendered } from './errors.js';
 import { classifyUpstreamError, ejectable, failoverOf, isMove, ReplicaUnavailable, streamApiOf, streamErrorEvent, upstreamError, upstreamReason } from './failover.js';
+import type { Exchange } from './exchange.js';
 import { forwardedHeaders } from './forward-headers.js';
 import { CLIENT_CLOSED_STATUS, modelCounter, SERVICE_EWMA, type ActiveCall, type EarlyEnd, type ModelCounter, type ProxyContext } from './proxy-context.js';
 import { countEvents, promptTokensOf, slotTimesOf, USAGE_TAIL_BYTES, type PromptTokens } from './usage.js';
 import { bodyRedactor, REDACT_HOLD_BYTES, type BodyRedactor } from './redact.js';
 import { HeldBytes } from './byte-budget.js';
-import type { Split } from './canary.js';
 import { DOWN_FOR_MS, type Upstream } from './upstreams.js';
 
 class ClientGone extends Error {
@@ -95,10 +95,6 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
   private usageReported = false;
   /** The affinity key's entry, counting this call while it is in flight (set by the caller or a retry). */
   sticky: StickyEntry | null = null;
-  /** Its side of a canary step (set by the caller; canary.ts): its arm, and its end is counted there. */
-  split: Split | null = null;
-  /** Take the prompt-cache figures out of the response (set by the caller: a key not trusted; redact.ts). */
-  redact = false;
   /** The current attempt's redactor (null: the bytes pass as they come), and its bytes counted in maxBufferedBytes. */
   private redactor: BodyRedactor | null = null;
   private held: HeldBytes | null = null;
@@ -115,31 +111,30 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.reportUsage();
   };
 
+  private readonly res: ServerResponse;
+
   constructor(
     private readonly ctx: ProxyContext,
-    private readonly model: string,
-    private readonly path: string,
+    /** The request (exchange.ts): its model, path, body, times, canary side, and what its answer said. */
+    private readonly x: Exchange,
+    /** The headers for the replica (the engine key; core.ts engineHeaders). */
     private readonly headers: Record<string, string>,
-    private readonly body: Buffer,
     private readonly replicas: readonly ReplicaView[],
-    private readonly res: ServerResponse,
-    /** performance.now() at the request's arrival. */
-    private readonly t0: number,
     /** The request's affinity key (null: least-busy), for a retry on another replica. */
     private readonly key: number | null = null,
-    /** Slots per replica (Infinity: unknown). */
-    private readonly slots = Infinity,
     /** Read the prompt tokens off the response's end (chat and completion requests). */
     private readonly countTokens = false,
-  ) {}
+  ) {
+    this.res = x.res;
+  }
 
   /** Starts the call; `first` is the replica picked by the caller. */
   start(first: ReplicaView): void {
     this.ctx.active.add(this);
-    this.counter = modelCounter(this.ctx, this.model);
+    this.counter = modelCounter(this.ctx, this.x.model);
     this.counter.n++;
     this.dispatchedAt = performance.now();
-    this.ctx.metrics.inFlight(this.model, 1);
+    this.ctx.metrics.inFlight(this.x.model, 1);
     if (this.res.destroyed) {
       // the client left before anything was sent upstream (e.g. while its model was activating)
       this.finish(CLIENT_CLOSED_STATUS, NO_REASON);
@@ -148,7 +143,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     // first among the close's listeners: the usage of an early end is known before it is recorded
     this.res.prependListener('close', this.onClientClose);
     // held answer bytes count until the response closes (they may sit in the socket's buffer until then)
-    if (this.redact) this.res.once('close', (this.held = new HeldBytes(this.ctx.buffers)).release);
+    if (this.x.redact) this.res.once('close', (this.held = new HeldBytes(this.ctx.buffers)).release);
     this.attempt(first);
   }
 
@@ -173,11 +168,11 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.tailBytes = 0;
     this.redactor = null;
     this.held?.release();
-    u.model = this.model;
+    u.model = this.x.model;
     u.replicaId = r.id;
     u.inFlight++;
     u.lastUsed = performance.now();
-    u.pool.dispatch({ path: u.prefix + this.path, method: 'POST', headers: this.headers, body: this.body }, this);
+    u.pool.dispatch({ path: u.prefix + this.x.path, method: 'POST', headers: this.headers, body: this.x.body }, this);
   }
 
   private releaseUpstream(): void {
@@ -199,7 +194,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     this.responded = true;
     if (statusCode === 401 || statusCode === 403) {
       // the replica refused the engine key: never hand its "invalid API key" to the client as if it were theirs
-      this.abortUpstream?.(upstreamError('auth', true, { model: this.model, status: statusCode }));
+      this.abortUpstream?.(upstreamError('auth', true, { model: this.x.model, status: statusCode }));
       return false;
     }
     if (statusCode === 503 && failoverOf({ failure: 'unavailable', clientGotByte: false, replicaResponded: true, retriedSame: this.retriedSame, moves: this.moves }) === 'other' && this.nextReplica(false) !== null) {
@@ -209,16 +204,16 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     }
     this.status = statusCode;
     this.resumeUpstream = resume;
-    if (((this.countTokens || this.ctx.onUsage) && statusCode === 200) || (this.split !== null && statusCode >= 400)) this.tail = [];
+    if (((this.countTokens || this.ctx.onUsage) && statusCode === 200) || (this.x.split !== null && statusCode >= 400)) this.tail = [];
     const out: Record<string, string> = { 'x-llmgw-replica': this.replica!.id };
     forwardedHeaders(rawHeaders, out);
     const ct = out['content-type'];
     this.sse = ct !== undefined && ct.startsWith('text/event-stream');
-    if (this.redact) {
+    if (this.x.redact) {
       this.redactor = bodyRedactor(this.sse);
       delete out['content-length'];
     }
-    if (this.ctx.shuttingDown) out['connection'] = 'close';
+    if (this.ctx.life.shuttingDown) out['connection'] = 'close';
     // written with the first body byte: until then the request may still go to another replica
     this.head = out;
     return true;
@@ -229,7 +224,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     const head = this.head;
     if (head === null) return;
     this.head = null;
-    if (this.ctx.shuttingDown) head['connection'] = 'close';
+    if (this.ctx.life.shuttingDown) head['connection'] = 'close';
     this.res.writeHead(this.status, head);
     if (this.upstream !== null) this.ctx.health.responded(this.upstream);
   }
@@ -238,7 +233,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     if (!this.gotByte) {
       this.gotByte = true;
       this.firstByteAt = performance.now();
-      this.ctx.metrics.timeToFirstToken(this.model, (this.firstByteAt - this.t0) / 1000);
+      this.ctx.metrics.timeToFirstToken(this.x.model, (this.firstByteAt - this.x.t0) / 1000);
       if (this.redactor === null || this.redactor.streams) this.writeHead();
     }
     const tail = this.tail;
@@ -283,7 +278,7 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       this.usageTail = text; // keys hook
       const tokens = (this.tokens = this.countTokens ? promptTokensOf(text) : null);
       if (tokens !== null) {
-        this.ctx.metrics.promptTokens(this.model, tokens.evaluated, tokens.cached);
+        this.ctx.metrics.promptTokens(this.x.model, tokens.evaluated, tokens.cached);
         // what this replica's cache now holds of the key's prompt
         if (this.sticky !== null && this.sticky.id === this.replica!.id) this.sticky.tokens = tokens.evaluated + tokens.cached;
       }
@@ -316,8 +311,8 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       return;
     }
     if (err instanceof RouterError) {
-      this.ctx.metrics.upstreamError(this.model, upstreamReason('auth', this.gotByte));
-      this.ctx.log.warn({ model: this.model, replica: this.replica?.id, endpoint: this.replica?.endpoint, code: err.code, err: err.message }, "replica refused llmgw's engine API key");
+      this.ctx.metrics.upstreamError(this.x.model, upstreamReason('auth', this.gotByte));
+      this.ctx.log.warn({ model: this.x.model, replica: this.replica?.id, endpoint: this.replica?.endpoint, code: err.code, err: err.message }, "replica refused llmgw's engine API key");
       this.fail(err);
       return;
     }
@@ -325,12 +320,12 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     const failed = this.replica!;
     if (u !== null && ejectable(kind)) this.ctx.health.failed(u, kind);
     const decision = failoverOf({ failure: kind, clientGotByte: this.gotByte, replicaResponded: this.responded, retriedSame: this.retriedSame, moves: this.moves });
-    this.ctx.metrics.upstreamError(this.model, upstreamReason(kind, this.gotByte || decision === 'none'));
+    this.ctx.metrics.upstreamError(this.x.model, upstreamReason(kind, this.gotByte || decision === 'none'));
     if (decision === 'same') {
       // most often a keep-alive connection the replica had just closed: once more on a new
       // connection to the same replica, which holds the request's prompt cache, before moving on
       this.retriedSame = true;
-      this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
+      this.ctx.log.warn({ model: this.x.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind }, 'replica connection reset before a response; retrying it once');
       this.attempt(failed);
       return;
     }
@@ -338,16 +333,16 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       const next = this.nextReplica(true);
       if (next !== null) {
         if (isMove(kind)) this.moves++;
-        this.split?.failedAttempt(failed, this.t0);
-        this.ctx.log.warn({ model: this.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind, to: next.id }, 'replica failed before the first byte; trying another replica');
+        this.x.split?.failedAttempt(failed, this.x.t0);
+        this.ctx.log.warn({ model: this.x.model, replica: failed.id, endpoint: failed.endpoint, err: err.message, kind, to: next.id }, 'replica failed before the first byte; trying another replica');
         this.attempt(next);
         return;
       }
-      this.fail(upstreamError(kind, false, { model: this.model, tried: this.tried?.size ?? 1, detail: err.message }));
+      this.fail(upstreamError(kind, false, { model: this.x.model, tried: this.tried?.size ?? 1, detail: err.message }));
       return;
     }
-    this.ctx.log.warn({ model: this.model, replica: failed.id, err: err.message, kind, afterFirstByte: this.gotByte }, 'upstream request failed');
-    this.fail(upstreamError(kind, true, { model: this.model, midResponse: this.gotByte, detail: err.message }));
+    this.ctx.log.warn({ model: this.x.model, replica: failed.id, err: err.message, kind, afterFirstByte: this.gotByte }, 'upstream request failed');
+    this.fail(upstreamError(kind, true, { model: this.x.model, midResponse: this.gotByte, detail: err.message }));
   }
 
   /**
@@ -364,15 +359,15 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     if (take) this.ctx.upstreams.get(failed.endpoint).downUntil = now + DOWN_FOR_MS;
     // the model's ready replicas now (one may have become ready while this request waited on the
     // failed one), else those it was dispatched among
-    const fresh = this.ctx.readyReplicas(this.model);
+    const fresh = this.ctx.readyReplicas(this.x.model);
     const all = fresh.length > 0 ? fresh : this.replicas;
     // in a canary step, its arm's replicas first, then the other arm's
-    const split = this.split;
+    const split = this.x.split;
     const replicas = split === null ? all : split.replicas(all);
     let next: ReplicaView | null = null;
     if (this.key !== null && take) {
       if (this.sticky !== null) this.sticky.active--;
-      const c = this.ctx.choice.affine(split === null ? this.model : split.scope(replicas), replicas, this.key, this.slots, tried, now);
+      const c = this.ctx.choice.affine(split === null ? this.x.model : split.scope(replicas), replicas, this.key, this.x.slots, tried, now);
       this.sticky = c?.entry ?? null;
       next = c?.replica ?? null;
     }
@@ -389,9 +384,9 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     let status: number;
     this.head = null;
     if (!res.headersSent) {
-      status = writeRendered(res, r, this.ctx.shuttingDown ? { connection: 'close' } : undefined) || 502;
+      status = writeRendered(res, r, this.ctx.life.shuttingDown ? { connection: 'close' } : undefined) || 502;
     } else if (this.sse && !res.destroyed && !res.writableEnded) {
-      res.end(streamErrorEvent(streamApiOf(this.path), r));
+      res.end(streamErrorEvent(streamApiOf(this.x.path), r));
       status = this.status;
     } else {
       res.destroy();
@@ -409,14 +404,14 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
     if (this.ctx.onUsage == null || this.completed || this.replica === null) return null;
     if (!this.gotByte && !(this.abortReason instanceof ClientGone)) return null;
     const tail = this.tail !== null && this.tail.length > 0 ? Buffer.concat(this.tail).toString('latin1') : null;
-    return { tail, events: this.events, bodyBytes: this.body.length };
+    return { tail, events: this.events, bodyBytes: this.x.body.length };
   }
 
   /** The keys hook, once: the replica that answered, its usage, or what an early end saw. */
   private reportUsage(): void {
     if (this.usageReported) return;
     this.usageReported = true;
-    this.ctx.onUsage?.(this.res, this.replica?.id ?? '', this.usageTail, this.earlyEnd());
+    this.ctx.onUsage?.(this.x, this.replica?.id ?? '', this.usageTail, this.earlyEnd());
   }
 
   /** `reason`: the catalogue code the router ended the request with, NO_REASON for the replica's own answer. */
@@ -436,14 +431,14 @@ export class ProxyCall implements Dispatcher.DispatchHandler, ActiveCall {
       const s = (now - this.dispatchedAt) / 1000;
       counter.serviceSeconds = counter.serviceSeconds === 0 ? s : counter.serviceSeconds + SERVICE_EWMA * (s - counter.serviceSeconds);
     }
-    ctx.metrics.inFlight(this.model, -1);
-    ctx.metrics.request(this.model, status, (now - this.t0) / 1000, reason);
+    ctx.metrics.inFlight(this.x.model, -1);
+    ctx.metrics.request(this.x.model, status, (now - this.x.t0) / 1000, reason);
     this.reportUsage();
-    if (this.split !== null && this.replica !== null) {
-      this.split.ended(this.replica, { status, reason, tail: this.usageTail, tokens: this.tokens, t0: this.t0, firstByteAt: this.firstByteAt, now });
+    if (this.x.split !== null && this.replica !== null) {
+      this.x.split.ended(this.replica, { status, reason, tail: this.usageTail, tokens: this.tokens, t0: this.x.t0, firstByteAt: this.firstByteAt, now });
     }
     ctx.active.delete(this);
-    if (ctx.onIdle && ctx.active.size === 0) ctx.onIdle();
-    if (counter && counter.queue !== null && counter.queue.length > 0 && ctx.onRelease) ctx.onRelease(this.model, counter);
+    ctx.life.left();
+    if (counter && counter.queue !== null && counter.queue.length > 0) ctx.release(this.x.model, counter);
   }
 }

@@ -6,47 +6,18 @@
  * replica was ready all along), or at shutdown (`refuseAll`). core.ts hands requests in and dispatches
  * those that leave for a slot.
  */
-import type { ServerResponse } from 'node:http';
 import { NO_REASON, type RouterMetrics } from '../metrics/ports.js';
 import type { FleetView, ReplicaView } from '../reconciler/view.js';
-import type { FleetSpec, ModelSpec } from '../fleet-spec/types.js';
-import type { Split } from './canary.js';
 import type { ReplicaChoice } from './choose.js';
 import { RouterError } from './errors.js';
+import type { Exchange } from './exchange.js';
 import { CLIENT_CLOSED_STATUS, type ModelCounter, type ProxyContext } from './proxy-context.js';
 import { WaitQueue, retryAfterSeconds, type QueueEntry } from './queue.js';
 import { LOADING_RETRY_AFTER_SECONDS } from './resolve.js';
 
-/** A request ready to go upstream: what it needs once a slot is free. */
-export interface Pending {
-  readonly res: ServerResponse;
-  readonly t0: number;
-  readonly model: string;
-  readonly spec: ModelSpec;
-  readonly path: string;
-  readonly body: Buffer;
-  /**
-   * The request's affinity key (affinity.ts), read from the parsed body once, at arrival: a request
-   * waiting for activation or in the queue holds only its bytes (counted by maxBufferedBytes), never
-   * the parsed object, which can be many times their size.
-   */
-  readonly key: number | null;
-  /** Slots per replica: the profile's parallel (Infinity when the spec has no such profile). */
-  readonly slots: number;
-  /** Its side of the model's canary step, read at arrival (canary.ts); null outside one. */
-  readonly split: Split | null;
-  /** Its key is not trusted: the prompt-cache figures are taken out of the response (redact.ts). */
-  readonly redact: boolean;
-}
-
-/** A model's slots per replica: its profile's `parallel`; Infinity (no queueing) when the profile is unknown. */
-export function slotsOf(spec: FleetSpec, m: ModelSpec): number {
-  return spec.profiles[m.profile]?.parallel ?? Infinity;
-}
-
 /** A request waiting in its model's queue. */
 interface Queued {
-  readonly p: Pending;
+  readonly x: Exchange;
   timer: NodeJS.Timeout | null;
   onClose: (() => void) | null;
 }
@@ -56,14 +27,10 @@ export interface QueueHost {
   readonly ctx: ProxyContext;
   readonly fleet: FleetView;
   readonly metrics: RouterMetrics;
-  /** Aborted when the router shuts down (ends a wait for a ready replica). */
-  readonly shutdown: AbortSignal;
   /** Sends a request that left its queue to a replica with a free slot. */
-  dispatch(p: Pending, replicas: readonly ReplicaView[], fromQueue: boolean): void;
+  dispatch(x: Exchange, replicas: readonly ReplicaView[], fromQueue: boolean): void;
   /** Answers a request with an error envelope (and counts it). */
-  fail(res: ServerResponse, model: string, t0: number, e: unknown): void;
-  /** A request left a queue: the router may be idle now. */
-  left(): void;
+  fail(x: Exchange, e: unknown): void;
 }
 
 export class SlotQueues {
@@ -84,47 +51,47 @@ export class SlotQueues {
   }
 
   /** Queues a request for a free slot, or answers 429 model_overloaded when the queue is full. */
-  enqueue(p: Pending, counter: ModelCounter, replicas: number): void {
+  enqueue(x: Exchange, counter: ModelCounter, replicas: number): void {
     const q = (counter.queue ??= new WaitQueue<unknown>()) as WaitQueue<Queued>;
-    const limits = p.spec.queue;
-    const item: Queued = { p, timer: null, onClose: null };
+    const limits = x.spec!.queue;
+    const item: Queued = { x, timer: null, onClose: null };
     const entry = q.push(item, performance.now(), limits.max);
     if (entry === null) {
-      const retry = retryAfterSeconds(q.length, p.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
-      const slots = p.slots * replicas;
-      this.host.fail(p.res, p.model, p.t0, new RouterError(
+      const retry = retryAfterSeconds(q.length, x.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
+      const slots = x.slots * replicas;
+      this.host.fail(x, new RouterError(
         'MODEL_OVERLOADED',
         limits.max === 0
-          ? `Model '${p.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and it has no queue (queue.max 0); retry after ${retry} s.`
-          : `Model '${p.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and its queue is full (${q.length} of ${limits.max} waiting, the oldest for ${this.waitedText(q)}); retry after ${retry} s.`,
-        { model: p.model, retryAfterSeconds: retry },
+          ? `Model '${x.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and it has no queue (queue.max 0); retry after ${retry} s.`
+          : `Model '${x.model}' is overloaded: all ${slots} slots of its ${replicas} ready replicas are busy and its queue is full (${q.length} of ${limits.max} waiting, the oldest for ${this.waitedText(q)}); retry after ${retry} s.`,
+        { model: x.model, retryAfterSeconds: retry },
       ));
       return;
     }
     this.size++;
-    this.metrics.inFlight(p.model, 1);
-    this.metrics.queueDepth(p.model, q.length);
+    this.metrics.inFlight(x.model, 1);
+    this.metrics.queueDepth(x.model, q.length);
     item.onClose = () => {
-      if (p.res.writableFinished || !q.remove(entry)) return;
+      if (x.res.writableFinished || !q.remove(entry)) return;
       this.leaveQueue(item, entry, q);
-      p.res.destroy();
-      this.metrics.request(p.model, CLIENT_CLOSED_STATUS, (performance.now() - p.t0) / 1000, NO_REASON);
+      x.res.destroy();
+      this.metrics.request(x.model, CLIENT_CLOSED_STATUS, (performance.now() - x.t0) / 1000, NO_REASON);
     };
-    p.res.once('close', item.onClose);
+    x.res.once('close', item.onClose);
     item.timer = setTimeout(() => {
       if (!q.remove(entry)) return;
       const waited = this.leaveQueue(item, entry, q);
-      const retry = retryAfterSeconds(q.length, p.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
-      this.host.fail(p.res, p.model, p.t0, this.fleet.readyReplicas(p.model).length === 0
+      const retry = retryAfterSeconds(q.length, x.slots * replicas, counter.serviceSeconds || 1, limits.timeoutMs / 1000);
+      this.host.fail(x, this.fleet.readyReplicas(x.model).length === 0
         ? new RouterError(
           'MODEL_LOADING',
-          `Model '${p.model}' has had no ready replica (its replicas being replaced or restarted) for as long as the request waited in its queue: ${waited.toFixed(1)} s, the queue timeout; retry after ${LOADING_RETRY_AFTER_SECONDS} s.`,
-          { model: p.model, retryAfterSeconds: LOADING_RETRY_AFTER_SECONDS },
+          `Model '${x.model}' has had no ready replica (its replicas being replaced or restarted) for as long as the request waited in its queue: ${waited.toFixed(1)} s, the queue timeout; retry after ${LOADING_RETRY_AFTER_SECONDS} s.`,
+          { model: x.model, retryAfterSeconds: LOADING_RETRY_AFTER_SECONDS },
         )
         : new RouterError(
           'MODEL_OVERLOADED',
-          `Model '${p.model}' is overloaded: the request waited ${waited.toFixed(1)} s in its queue (the queue timeout; ${q.length} still waiting) without a free slot on its ready replicas; retry after ${retry} s.`,
-          { model: p.model, retryAfterSeconds: retry },
+          `Model '${x.model}' is overloaded: the request waited ${waited.toFixed(1)} s in its queue (the queue timeout; ${q.length} still waiting) without a free slot on its ready replicas; retry after ${retry} s.`,
+          { model: x.model, retryAfterSeconds: retry },
         ));
     }, limits.timeoutMs);
   }
@@ -132,14 +99,14 @@ export class SlotQueues {
   /** Bookkeeping of a request that left the queue (already removed from it); returns its wait in seconds. */
   private leaveQueue(item: Queued, entry: QueueEntry<Queued>, q: WaitQueue<Queued>): number {
     if (item.timer !== null) clearTimeout(item.timer);
-    if (item.onClose !== null) item.p.res.removeListener('close', item.onClose);
+    if (item.onClose !== null) item.x.res.removeListener('close', item.onClose);
     item.timer = item.onClose = null;
     this.size--;
     const waited = (performance.now() - entry.since) / 1000;
-    this.metrics.queueWait(item.p.model, waited);
-    this.metrics.queueDepth(item.p.model, q.length);
-    this.metrics.inFlight(item.p.model, -1);
-    this.host.left();
+    this.metrics.queueWait(item.x.model, waited);
+    this.metrics.queueDepth(item.x.model, q.length);
+    this.metrics.inFlight(item.x.model, -1);
+    this.ctx.life.left();
     return waited;
   }
 
@@ -161,10 +128,10 @@ export class SlotQueues {
       if (replicas.length === 0) this.wakeOnReady(model, counter);
       while (replicas.length > 0) {
         const head = q.peek();
-        if (head === null || !this.choice.hasFreeSlot(replicas, head.value.p.slots, performance.now())) break;
+        if (head === null || !this.choice.hasFreeSlot(replicas, head.value.x.slots, performance.now())) break;
         q.shift();
         this.leaveQueue(head.value, head, q);
-        this.host.dispatch(head.value.p, replicas, true);
+        this.host.dispatch(head.value.x, replicas, true);
       }
     } finally {
       this.draining = false;
@@ -176,12 +143,12 @@ export class SlotQueues {
    * snapshots, so with no delay of the router's own); one wait per model at a time.
    */
   private wakeOnReady(model: string, counter: ModelCounter): void {
-    if (counter.waking || this.ctx.shuttingDown) return;
+    if (counter.waking || this.ctx.life.shuttingDown) return;
     counter.waking = true;
     const timeoutMs = this.fleet.spec()?.models[model]?.queue.timeoutMs ?? 60_000;
-    void this.fleet.waitReady(model, { timeoutMs, signal: this.host.shutdown }).then((ready) => {
+    void this.fleet.waitReady(model, { timeoutMs, signal: this.ctx.life.signal }).then((ready) => {
       counter.waking = false;
-      if (counter.queue === null || counter.queue.length === 0 || this.ctx.shuttingDown) return;
+      if (counter.queue === null || counter.queue.length === 0 || this.ctx.life.shuttingDown) return;
       if (ready.length > 0) this.drainQueue(model, counter);
       // parked, unplaceable or the timeout: the waiting requests time out on their own; look again in a while
       else setTimeout(() => this.drainQueue(model, counter), 1000).unref();
@@ -199,7 +166,7 @@ export class SlotQueues {
     const q = counter.queue as WaitQueue<Queued> | null;
     for (let e = q?.shift() ?? null; e !== null; e = q!.shift()) {
       this.leaveQueue(e.value, e, q!);
-      this.host.fail(e.value.p.res, e.value.p.model, e.value.p.t0, new RouterError('ROUTER_SHUTTING_DOWN', `The router is shutting down; the request was still waiting in model '${e.value.p.model}''s queue.`, { retryAfterSeconds: 1 }));
+      this.host.fail(e.value.x, new RouterError('ROUTER_SHUTTING_DOWN', `The router is shutting down; the request was still waiting in model '${e.value.x.model}''s queue.`, { retryAfterSeconds: 1 }));
     }
   }
   }
