@@ -24,9 +24,16 @@ export interface StreamLoadOptions {
   readonly pauseMs?: number;
 }
 
-/** Workers streaming chat completions until stopped; every outcome counted. */
-export function streamLoad(client: OpenAI, model: string, concurrency: number, opts: StreamLoadOptions = {}): { stop: () => Promise<Tally>; tally: Tally } {
+/**
+ * Workers streaming chat completions until stopped; every outcome counted. `streaming(since)`: how
+ * many requests sent at or after `since` (performance.now ms) have their first chunk and have not
+ * ended, so a test waits for streams in flight instead of sleeping: more of them than a replica has
+ * slots are on more than one replica.
+ */
+export function streamLoad(client: OpenAI, model: string, concurrency: number, opts: StreamLoadOptions = {}): { stop: () => Promise<Tally>; tally: Tally; streaming: (since?: number) => number } {
   const tally: Tally = { sent: 0, ok: 0, cut: 0, failed: 0, errors: [], spans: [] };
+  /** Each worker's request now: when it was sent and whether its first chunk came (null: between requests). */
+  const current: ({ t0: number; first: boolean } | null)[] = Array.from({ length: concurrency }, () => null);
   let running = true;
   const worker = async (w: number): Promise<void> => {
     for (let i = 0; running; i++) {
@@ -35,6 +42,8 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number, o
       let chunks = 0;
       let first: number | null = null;
       let finished = false;
+      const now = { t0, first: false };
+      current[w] = now;
       try {
         const stream = await client.chat.completions.create({
           model,
@@ -45,6 +54,7 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number, o
         for await (const c of stream) {
           chunks++;
           first ??= performance.now();
+          now.first = true;
           if (c.choices[0]?.finish_reason) finished = true;
         }
         if (finished) {
@@ -61,12 +71,14 @@ export function streamLoad(client: OpenAI, model: string, concurrency: number, o
         tally.errors.push(`worker ${w} #${i} (${outcome} after ${chunks} chunks, ${Math.round(performance.now() - t0)} ms): ${(e as Error).message}`);
         tally.spans.push([t0, performance.now(), outcome, first]);
       }
+      current[w] = null;
       if (opts.pauseMs && running) await new Promise((r) => setTimeout(r, opts.pauseMs));
     }
   };
   const workers = Array.from({ length: concurrency }, (_, w) => worker(w));
   return {
     tally,
+    streaming: (since = 0) => current.filter((c) => c !== null && c.first && c.t0 >= since).length,
     stop: async () => {
       running = false;
       await Promise.all(workers);

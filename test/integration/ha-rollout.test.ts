@@ -161,7 +161,7 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
       while (watching) {
         const reps = await standby.admin<{ replicas: ReplicaJson[] }>('/replicas').catch(() => ({ replicas: [] as ReplicaJson[] }));
         for (const r of reps.replicas) if (r.phase === 'draining') drainSeen.set(r.id, Math.max(drainSeen.get(r.id) ?? 0, r.inFlight ?? 0));
-        await sleep(100);
+        await sleep(100); // deliberate: the sampler's period (the standby's view of the draining replicas, which has no event to wait on)
       }
     })();
     // Long streams through the standby, held open until the standby has shown an old replica draining
@@ -180,7 +180,10 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     const released = until('the standby showing an old replica draining with a stream in flight', 240_000, () => [...drainSeen.values()].some((n) => n >= 1), { diag }).finally(() => {
       for (const h of holds) h.ac.abort();
     });
-    await sleep(2500); // streams in flight on both replicas before the change
+    // streams in flight on both replicas before the change: the two held ones (the standby routes the
+    // second to the replica without one) and the load's under way beside them
+    const w0 = performance.now();
+    await until('the load\'s streams under way beside the held ones', 60_000, () => load.streaming() >= 1, { diag });
     const t0 = performance.now();
     await fleet.push(files({ cacheRam: '17MiB' }), 'chat: new definition');
     await pushWebhook(standby);
@@ -188,7 +191,12 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     await Promise.all(holds.map((h) => h.done));
     const done = await until('the rollout to finish (two ready replicas on the new definition)', 240_000, () => settled(leader.proc, 2, before.digest), { diag });
     const ms = performance.now() - t0;
-    await sleep(1500); // more streams after it, on the new replicas (through the standby's view of them)
+    // more streams after it, on the new replicas (the only ones left, through the standby's view of
+    // them): one sent after it, which the tally then counts ok or not
+    const settledAt = performance.now();
+    const sentBefore = load.tally.sent;
+    await until('a stream sent after the rollout', 60_000, () => load.tally.sent > sentBefore, { diag });
+    const waited = [t0 - w0, performance.now() - settledAt].map(Math.round);
     const tally = await load.stop();
     const maxProcs = sampler.stop();
     watching = false;
@@ -198,7 +206,7 @@ describe('three instances on etcd: streams through a standby lose nothing', { ti
     const leaders = procs.filter((p) => logsOf(p, 'elected leader').length > 0).map((p) => p.name);
     if (leaders.length > 1) t.diagnostic(`leaders over the file so far: ${leaders.join(', ')} (a lease was lost: see each one's election lines)`);
     const drained = oldIds.map((id) => byLeaders('replica drained: stopping it', id)[0]);
-    t.diagnostic(`rollout through standby ${standby.name}: sent ${tally.sent}, ok ${tally.ok}, cut ${tally.cut}, failed ${tally.failed}; ${Math.round(ms)} ms; max ${maxProcs} llama-server processes; drains ${drained.map((l) => `${String(l?.drainedMs)} ms`).join(', ')}; most in flight on a draining replica in the standby's view ${JSON.stringify(Object.fromEntries(drainSeen))}`);
+    t.diagnostic(`rollout through standby ${standby.name}: sent ${tally.sent}, ok ${tally.ok}, cut ${tally.cut}, failed ${tally.failed}; ${Math.round(ms)} ms; max ${maxProcs} llama-server processes; drains ${drained.map((l) => `${String(l?.drainedMs)} ms`).join(', ')}; most in flight on a draining replica in the standby's view ${JSON.stringify(Object.fromEntries(drainSeen))}; waited ${waited[0]} ms for streams on both replicas before it, ${waited[1]} ms after`);
 
     assert.deepEqual(tally.errors, [], `requests cut or failed through the standby:\n${diag()}`);
     assert.equal(tally.cut + tally.failed, 0);

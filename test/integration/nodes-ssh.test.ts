@@ -291,27 +291,28 @@ describe('SshShell connection handling', () => {
       });
     });
     let now = Date.parse('2026-01-01T00:00:00Z'); // the backoff's clock, moved by hand
-    const sh = ssh(a, { name: 'node-x', port: free }, { backoff: { initialMs: 400, maxMs: 1_000 }, clock: () => now });
+    // backoffs of seconds (on the clock moved by hand): an attempt that waited one out would take seconds of real time
+    const sh = ssh(a, { name: 'node-x', port: free }, { backoff: { initialMs: 4_000, maxMs: 10_000 }, clock: () => now });
     const tried = (e: unknown) => isLlmgwError(e, 'NODE_UNREACHABLE') && /ECONNREFUSED/.test(e.message) && !/backing off/.test(e.message);
     const backingOff = (next: number) => (e: unknown) =>
       isLlmgwError(e, 'NODE_UNREACHABLE') && /backing off/.test(e.message) && e.detail.nextAttemptAt === new Date(next).toISOString();
     const t = now;
     await assert.rejects(sh.run('true'), tried);
     const t0 = Date.now();
-    await assert.rejects(sh.run('true'), backingOff(t + 400));
-    assert.ok(Date.now() - t0 < 100, 'fails fast');
-    now = t + 399;
-    await assert.rejects(sh.run('true'), backingOff(t + 400));
-    now = t + 400;
+    await assert.rejects(sh.run('true'), backingOff(t + 4_000));
+    assert.ok(Date.now() - t0 < 2_000, 'fails fast (it did not wait out the 4 s backoff)');
+    now = t + 3_999;
+    await assert.rejects(sh.run('true'), backingOff(t + 4_000));
+    now = t + 4_000;
     await assert.rejects(sh.run('true'), tried);
-    // the delay doubles (800 ms), up to maxMs (1 s)
-    now = t + 400 + 799;
-    await assert.rejects(sh.run('true'), backingOff(t + 400 + 800));
-    now = t + 400 + 800;
+    // the delay doubles (8 s), up to maxMs (10 s)
+    now = t + 4_000 + 7_999;
+    await assert.rejects(sh.run('true'), backingOff(t + 4_000 + 8_000));
+    now = t + 4_000 + 8_000;
     await assert.rejects(sh.run('true'), tried);
-    now = t + 1200 + 999;
-    await assert.rejects(sh.run('true'), backingOff(t + 1200 + 1000));
-    now = t + 1200 + 1000;
+    now = t + 12_000 + 9_999;
+    await assert.rejects(sh.run('true'), backingOff(t + 12_000 + 10_000));
+    now = t + 12_000 + 10_000;
     await assert.rejects(sh.run('true'), tried);
   });
 

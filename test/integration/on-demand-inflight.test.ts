@@ -72,7 +72,7 @@ describe('on-demand: a stream longer than idle_timeout', { timeout: 5 * 60_000 }
       // demand time in the record is the pass seeing the request held and the replica busy
       const last = ctl.reconciler.record().models.od?.demand ?? 0;
       if (ended === 0 && last - t0 > 2500) keptByActivity++;
-      await new Promise((r) => setTimeout(r, 150));
+      await new Promise((r) => setTimeout(r, 150)); // deliberate: the pace of the passes along the stream (a busy router's triggers), not a wait for something
     }
     await streaming;
     const lasted = ended - t0;

@@ -14,16 +14,16 @@ import { strict as assert } from 'node:assert';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
 import { stopIds } from '../../src/reconciler/stops.js';
-import { buildRouter } from '../../src/router/app.js';
+import { buildRouter, routerStats } from '../../src/router/app.js';
 import { writeTinyModel, type TinyModelFile } from '../fixtures/gguf.js';
 import { modelYaml, startTestFleet, type TestController, type TestFleet } from '../harness/controller.js';
 import { asV2 } from '../harness/record-v2.js';
 import { replicaProcesses } from '../harness/replica-procs.js';
 import { streamLoad, sampleProcesses, type Tally } from '../harness/stream-load.js';
+import { until } from '../harness/wait.js';
 
 const CONCURRENCY = 6;
 
@@ -56,22 +56,33 @@ const settled = (n: number) => (): boolean => {
   return !!m && m.replicas.length === n && m.replicas.every((r) => r.phase === 'ready' && r.digest === m.spec.digest) && procs === n && stopIds(ctl.reconciler.record()).length === 0;
 };
 
+/** Every ready replica of chat has a stream of the load in flight through the router (and `also` holds). */
+const streamsOnEveryReplica = (what: string, also: () => boolean = () => true): Promise<true> =>
+  until(what, 60_000, () => {
+    const ready = ctl.reconciler.readyReplicas('chat');
+    return ready.length > 0 && ready.every((r) => routerStats(router).inFlight(r.endpoint) > 0) && also();
+  });
+
 /** Runs an operation under load until the fleet settles again; the tally and the most processes seen. */
 async function underLoad(what: string, op: () => Promise<unknown>, done: () => boolean, timeoutMs = 180_000): Promise<{ tally: Tally; maxProcs: number; ms: number }> {
   const l = streamLoad(client, 'chat', CONCURRENCY);
   const procs = sampleProcesses(fleet.nodes.map((n) => n.dataDir));
-  await sleep(2500); // streams in flight on every replica before the operation
+  const w0 = performance.now();
+  await streamsOnEveryReplica(`${what}: streams in flight on every replica before the operation`);
   const t0 = performance.now();
   await op();
   await ctl.until(`${what}: the operation to begin`, 30_000, () => !done()).catch(() => undefined);
   await ctl.until(`${what}: the fleet to settle`, timeoutMs, done);
   const ms = performance.now() - t0;
-  await sleep(1500); // more streams after it, on the new replicas
+  const sentBefore = l.tally.sent;
+  const w1 = performance.now();
+  await streamsOnEveryReplica(`${what}: more streams after it, on the new replicas`, () => l.tally.sent > sentBefore);
+  const waited = [t0 - w0, performance.now() - w1].map(Math.round);
   const tally = await l.stop();
   const maxProcs = procs.stop();
   const durations = tally.spans.map(([s, e]) => e - s).sort((a, b) => a - b);
   // eslint-disable-next-line no-console
-  console.log(`${what}: sent ${tally.sent}, ok ${tally.ok}, cut ${tally.cut}, failed ${tally.failed}, ${Math.round(ms)} ms, max ${maxProcs} llama-server processes; streams ${Math.round(durations[0] ?? 0)}–${Math.round(durations.at(-1) ?? 0)} ms (median ${Math.round(durations[durations.length >> 1] ?? 0)})`);
+  console.log(`${what}: sent ${tally.sent}, ok ${tally.ok}, cut ${tally.cut}, failed ${tally.failed}, ${Math.round(ms)} ms, max ${maxProcs} llama-server processes; streams ${Math.round(durations[0] ?? 0)}–${Math.round(durations.at(-1) ?? 0)} ms (median ${Math.round(durations[durations.length >> 1] ?? 0)}); waited ${waited[0]} ms for streams on every replica before it, ${waited[1]} ms after`);
   return { tally, maxProcs, ms };
 }
 
@@ -127,13 +138,14 @@ describe('routine operations lose nothing (real llama-server, sshd, git, the ope
     const l = streamLoad(client, 'chat', CONCURRENCY);
     // each node on its own: node-1's memory fits one replica, node-2's none
     const [on1, on2] = fleet.nodes.map((n) => sampleProcesses([n.dataDir]));
-    await sleep(2500);
+    await streamsOnEveryReplica('streams in flight on the replica before its restart');
     const [old] = ctl.reconciler.readyReplicas('chat');
     await ctl.reconciler.restart({ model: 'chat' });
     await ctl.until('the drain to start', 30_000, () => asV2(ctl.reconciler.record()).draining[old!.id] !== undefined);
     const drainAt = performance.now();
     await ctl.until('the replacement ready', 120_000, () => ctl.reconciler.restartDone([old!.id]) && settled(1)());
-    await sleep(1500);
+    const sentBefore = l.tally.sent;
+    await streamsOnEveryReplica('more streams after it, on the new replica', () => l.tally.sent > sentBefore);
     const tally = await l.stop();
     const [max1, max2] = [on1!.stop(), on2!.stop()];
     const atDrain = tally.spans.filter(([s, e]) => s < drainAt && e > drainAt);

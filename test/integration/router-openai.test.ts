@@ -73,6 +73,9 @@ describe('router with the openai client and real llama-server replicas', { timeo
   let counted: Awaited<ReturnType<typeof countingProxy>>;
   let fleet: FakeFleetView;
   let app: ReturnType<typeof buildRouter>;
+  /** The on-demand model's start: ready once a request waits for it (and when). */
+  let lazyReady: Promise<void> = Promise.resolve();
+  let lazyReadyAt: number | null = null;
   let baseURL = '';
   let routerRequests = 0;
   const metrics = recordingMetrics();
@@ -121,7 +124,11 @@ describe('router with the openai client and real llama-server replicas', { timeo
     fleet.onDemand = (model) => {
       if (model === 'huge') return { kind: 'unplaceable', code: 'PLACEMENT_NO_ROOM', reason: 'needs 14.2 GiB; largest free is 11.8 GiB on cpu-02; 3 nodes checked' };
       if (model === 'lazy') {
-        setTimeout(() => fleet.setReady('lazy', [replica('lazy', chatB.url, 'lazy-a')]), 700);
+        // ready once the request is seen waiting for it (no guessed delay)
+        lazyReady = until('the request waiting for lazy to be ready', 10_000, () => fleet.waiting('lazy') > 0).then(() => {
+          lazyReadyAt = performance.now();
+          fleet.setReady('lazy', [replica('lazy', chatB.url, 'lazy-a')]);
+        });
         return { kind: 'starting' };
       }
       return { kind: 'starting' };
@@ -237,10 +244,11 @@ describe('router with the openai client and real llama-server replicas', { timeo
   });
 
   test('on-demand model: the request activates it and is answered once a replica is ready', async () => {
-    const t = performance.now();
     const r = await client.chat.completions.create({ model: 'lazy', messages, max_tokens: 3 });
+    const answeredAt = performance.now();
+    await lazyReady;
     assert.equal(r.usage?.completion_tokens, 3);
-    assert.ok(performance.now() - t >= 900, 'answered before the model was ready?');
+    assert.ok(lazyReadyAt !== null && answeredAt >= lazyReadyAt, 'answered before the model was ready?');
     assert.ok(fleet.calls.demand.includes('lazy'));
   });
 

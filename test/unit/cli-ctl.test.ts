@@ -94,6 +94,7 @@ class FakeBackend implements AdminBackend {
     for (const id of req.replicas ?? []) if (!all.some((r) => r.id === id)) throw new LlmgwError('REPLICA_NOT_FOUND', `no running replica "${id}"`);
     const ids = all.filter((r) => req.all || r.model === req.model || req.replicas?.includes(r.id)).map((r) => r.id);
     for (const id of ids) this.pending.add(id);
+    // deliberate: the restart ends after real time, as ctl's wait is a loop over the server's long polls, each ended by its real-time limit (maxWaitMs)
     if (this.restartTakesMs !== null) setTimeout(() => ids.forEach((id) => this.pending.delete(id)), this.restartTakesMs);
     return ids;
   }

@@ -7,6 +7,7 @@ import { Activator, CONTROLLER_RETRY_AFTER_SECONDS, LOADING_RETRY_AFTER_SECONDS 
 import { RouterError } from '../../src/router/errors.js';
 import { FakeFleetView, fakeSpec, replica } from '../harness/fake-fleet-view.js';
 import { startStubUpstream, type StubUpstream } from '../harness/stub-upstream.js';
+import { until } from '../harness/wait.js';
 
 const KEY = { authorization: 'Bearer k' };
 const onDemand = { mode: 'on_demand', idleTimeoutMs: 600_000, maxReplicas: 1 } as const;
@@ -39,6 +40,8 @@ describe('router model states (inject, fake view)', () => {
   });
 
   const ask = (model: string) => app.inject({ method: 'POST', url: '/v1/chat/completions', headers: KEY, payload: JSON.stringify({ model, messages: [] }) });
+  /** Runs `then` once a request waits for `model` to be ready: the change lands during the wait, with no guessed delay. */
+  const onceWaiting = (model: string, then: () => void): Promise<void> => until(`a request waiting for ${model} to be ready`, 5_000, () => fleet.waiting(model) > 0).then(then);
 
   test('ready → proxied; touch() at the start and the end of each request; no demand()', async () => {
     const r = await ask('ready');
@@ -82,24 +85,31 @@ describe('router model states (inject, fake view)', () => {
 
   test('unplaceable, but the fresh attempt finds room → starts and is proxied', async () => {
     fleet.setUnplaceable('unplaceable', 'no room (before an idle replica was stopped)');
+    let started: Promise<void> | undefined;
     fleet.onDemand = (m) => {
-      setTimeout(() => fleet.setReady(m, [replica(m, stub.url)]), 100);
+      started = onceWaiting(m, () => fleet.setReady(m, [replica(m, stub.url)]));
       return { kind: 'starting' };
     };
     const r = await ask('unplaceable');
+    await started;
     assert.equal(r.statusCode, 200, r.body);
   });
 
   test('on-demand idle → demand(), wait for ready within the window, proxied', async () => {
     fleet.setPhase('lazy', 'idle');
+    let readyWhileWaiting = false;
+    let started: Promise<void> | undefined;
     fleet.onDemand = (m) => {
-      setTimeout(() => fleet.setReady(m, [replica(m, stub.url)]), 200);
+      started = onceWaiting(m, () => {
+        readyWhileWaiting = true;
+        fleet.setReady(m, [replica(m, stub.url)]);
+      });
       return { kind: 'starting' };
     };
-    const t = performance.now();
     const r = await ask('lazy');
+    await started;
     assert.equal(r.statusCode, 200, r.body);
-    assert.ok(performance.now() - t >= 190);
+    assert.ok(readyWhileWaiting, 'the request waited, and was answered once the replica was ready');
     assert.deepEqual(fleet.calls.demand, ['lazy']);
     assert.deepEqual(fleet.calls.waitReady, ['lazy']);
   });
@@ -121,6 +131,7 @@ describe('router model states (inject, fake view)', () => {
     fleet.setSpec(makeSpec(1500));
     fleet.setPhase('lazy', 'idle');
     // as a standby's forward does: no answer until its timeout, then LEADER_UNAVAILABLE
+    // deliberate: the window's budget in real time is what is tested (the router's timers are node's own)
     fleet.onDemand = (_m, o) => new Promise((_, reject) => setTimeout(() => reject(new LlmgwError('LEADER_UNAVAILABLE', `no leader answered the demand request within ${o?.timeoutMs} ms`)), o?.timeoutMs ?? 60_000));
     const t = performance.now();
     const r = await ask('lazy');
@@ -164,11 +175,13 @@ describe('router model states (inject, fake view)', () => {
   });
 
   test('parked while waiting → model_parked, not model_loading', async () => {
+    let parked: Promise<void> | undefined;
     fleet.onDemand = (m) => {
-      setTimeout(() => fleet.setParked(m, { code: 'REPLICA_EXITED', message: 'exit 1' }), 100);
+      parked = onceWaiting(m, () => fleet.setParked(m, { code: 'REPLICA_EXITED', message: 'exit 1' }));
       return { kind: 'starting' };
     };
     const r = await ask('starting');
+    await parked;
     assert.equal(r.statusCode, 503);
     assert.equal(r.json().error.code, 'model_parked');
   });
@@ -244,7 +257,8 @@ describe('Activator', () => {
     const a = new Activator(fleet);
     const ac = new AbortController();
     const p = a.activate('lazy', { windowMs: 30_000, startedAt: Date.now(), signal: ac.signal });
-    setTimeout(() => ac.abort(new Error('gone')), 50);
+    await until('the activation waiting for a ready replica', 5_000, () => fleet.waiting('lazy') > 0);
+    ac.abort(new Error('gone'));
     await assert.rejects(p, /gone/);
   });
 });
