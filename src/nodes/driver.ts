@@ -215,10 +215,11 @@ export interface ReplicaStartSpec {
   readonly gpuLayers?: number | 'all';
   /**
    * The head of an RPC group (#40): its workers' rpc-servers (host:port, from startRpcWorker), given
-   * to llama-server as --rpc; every repeating layer goes to them (-ngl all), and the head runs at
-   * -lv 4 so its log shows each worker's buffers (the group's readiness).
+   * to llama-server as --rpc; the layers offloaded to them (-ngl: the model's last layers and its
+   * output layer) and their split among the workers (-ts, with more than one); the head runs at -lv 4
+   * so its log shows each worker's buffers (the group's readiness).
    */
-  readonly rpc?: readonly string[];
+  readonly rpc?: { readonly endpoints: readonly string[]; readonly gpuLayers: number | 'all'; readonly split: readonly number[] | null };
 }
 
 export interface ReplicaHandle {

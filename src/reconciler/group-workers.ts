@@ -8,6 +8,7 @@ import type { EngineVersionSpec, ProfileSpec } from '../fleet-spec/types.js';
 import { isLlmgwError, LlmgwError, reasonOf } from '../errors/catalogue.js';
 import type { NodeDriver } from '../nodes/driver.js';
 import { rpcHeadFailure, workersNotLoaded } from '../nodes/rpc-log.js';
+import { readShapeVia } from './memory.js';
 import type { GroupMember } from './replica-life.js';
 
 /** Lines of the head's log read for its workers' buffers (printed while the model loads, at -lv 4). */
@@ -59,6 +60,17 @@ export async function groupReadiness(head: NodeDriver, replicaId: string, endpoi
   const f = rpcHeadFailure(log);
   if (f) throw new LlmgwError(f.code, f.message, { replica: replicaId, endpoint: f.endpoint });
   throw new LlmgwError('RPC_WORKER_UNREACHABLE', `the head answers /health but its log shows no model buffer on the worker${missing.length > 1 ? 's' : ''} at ${missing.join(', ')} (it runs at -lv 4, which prints them)`, { replica: replicaId, workers: missing });
+}
+
+/** The model's repeating layers, from the GGUF header of its file on the head's node; null (and logged) when it cannot be read. */
+export async function layersOf(head: NodeDriver, path: string, log: Logger): Promise<number | null> {
+  try {
+    const shape = await readShapeVia({ where: head.node, readFileRange: (p, o, l) => head.readFileRange(p, o, l) }, path);
+    return shape.layers > 0 ? shape.layers : null;
+  } catch (e) {
+    log.warn({ err: reasonOf(e).message, path }, 'rpc group: the model file\'s header could not be read; every layer goes to the workers');
+    return null;
+  }
 }
 
 /** Each worker's rpc-server stopped (idempotent: a worker gone already is fine); failures are logged, never thrown. */

@@ -189,7 +189,7 @@ export interface RangeReader {
 }
 
 /** The GGUF header of a file on a node: the gguf parser's range requests are served by the reader. */
-async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShape> {
+export async function readShapeVia(reader: RangeReader, path: string): Promise<GgufShape> {
   let size = -1;
   const fetchRange = async (_url: string | URL | Request, init?: RequestInit): Promise<Response> => {
     const m = /^bytes=(\d+)-(\d+)$/.exec(new Headers(init?.headers).get('range') ?? '');

@@ -6,11 +6,12 @@
  */
 import type { Logger } from 'pino';
 import { isLlmgwError, reasonOf } from '../errors/catalogue.js';
-import type { DownloadToken, NodeDriver } from '../nodes/driver.js';
+import type { DownloadToken, NodeDriver, ReplicaStartSpec } from '../nodes/driver.js';
 import type { EngineVersionSpec, ModelSpec, ProfileSpec } from '../fleet-spec/types.js';
 import type { StartOutcome } from './outcomes.js';
 import type { Action } from './planner.js';
-import { groupReadiness, startGroupWorkers, stopGroupWorkers, type DriverOf } from './group-workers.js';
+import { groupReadiness, layersOf, startGroupWorkers, stopGroupWorkers, type DriverOf } from './group-workers.js';
+import { groupLayerSplit } from './group-split.js';
 
 export interface StartOp {
   readonly action: Extract<Action, { kind: 'start' }>;
@@ -54,12 +55,15 @@ export async function runStart(op: StartOp): Promise<void> {
       log.info({ stage }, 'controller stopping: replica not launched');
       return op.conclude({ kind: 'abandoned' });
     }
-    // an RPC group (#40): its workers first, the head then names them
-    let rpc: string[] | null = null;
+    // an RPC group (#40): its layers split by the hosts' shares, its workers first, the head then names them
+    let rpc: ReplicaStartSpec['rpc'] | null = null;
     if (group) {
+      const split = groupLayerSplit(group, await layersOf(driver, file.path, log));
       stage = 'workers';
-      rpc = await startGroupWorkers({ model: a.model, replicaId: a.replicaId, group }, op.engine, op.profile, op.driverOf ?? (() => undefined), log);
+      const endpoints = await startGroupWorkers({ model: a.model, replicaId: a.replicaId, group }, op.engine, op.profile, op.driverOf ?? (() => undefined), log);
       workersUp = true;
+      rpc = { endpoints, gpuLayers: split.gpuLayers, split: split.split };
+      log.info({ headLayers: split.headLayers, workerLayers: split.split, gpuLayers: split.gpuLayers }, 'rpc group: its layers split by the hosts\' shares');
     }
     stage = 'start';
     const launch = () => driver.startReplica({
@@ -81,7 +85,7 @@ export async function runStart(op: StartOp): Promise<void> {
     });
     await driver.waitReady(a.replicaId, { timeoutMs: op.profile.startTimeoutMs, signal: stopSignal });
     // a group is ready when its head's log also shows every worker's model buffer
-    if (rpc) await groupReadiness(driver, a.replicaId, rpc);
+    if (rpc) await groupReadiness(driver, a.replicaId, rpc.endpoints);
     if (op.warm) await op.warm(handle.endpoint);
     op.conclude({ kind: 'ready', endpoint: handle.endpoint, startedAt: handle.startedAt });
   } catch (e) {

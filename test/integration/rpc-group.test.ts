@@ -27,6 +27,7 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { groupText, renderReplicas } from '../../src/format/ctl-format.js';
 import type { PageView } from '../../src/ui/view.js';
+import { groupLayerSplit } from '../../src/reconciler/group-split.js';
 import type { ReplicasJson } from '../../src/wire/shape.js';
 import { modelYaml, startTestFleet, type TestFleet } from '../harness/controller.js';
 import { spawnServe, type ServeProc } from '../harness/serve-proc.js';
@@ -115,6 +116,11 @@ describe('an RPC group', () => {
     const argv = argvOf(Number(head.node.slice(5)), head.id);
     assert.equal(argv[argv.indexOf('--rpc') + 1], `127.0.0.1:${w.port}`);
     assert.equal(typeof (await chat('big')), 'string');
+    // the head keeps the first of the tiny model's 4 layers in proportion to its share, the worker takes the rest and the output layer
+    const shares = (await serve.admin<ReplicasJson>('/replicas')).replicas.find((r) => r.id === head.id)!.group!;
+    const want = groupLayerSplit(shares, 4);
+    assert.equal(argv[argv.indexOf('-ngl') + 1], String(want.gpuLayers));
+    assert.equal(want.headLayers, 2, 'equal shares: half the layers each');
     // the admin API (and ctl replicas, which renders it) shows the group's hosts and each one's share
     const rs = await serve.admin<ReplicasJson>('/replicas');
     const shown = rs.replicas.find((r) => r.id === head.id)!;

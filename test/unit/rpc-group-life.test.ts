@@ -9,6 +9,7 @@ import type { FleetSpec, ModelSpec, ProfileSpec } from '../../src/fleet-spec/typ
 import type { NodeObservation, ReplicaObservation, RpcWorkerObservation } from '../../src/nodes/driver.js';
 import { replicaArgv } from '../../src/nodes/ops/replica-start.js';
 import { placeGroups } from '../../src/reconciler/group-start.js';
+import { groupLayerSplit } from '../../src/reconciler/group-split.js';
 import { groupFailure, groupOfWorker, orphanWorkers, withGroupHealth, type GroupNodeLook } from '../../src/reconciler/group-health.js';
 import type { PlacementNode } from '../../src/reconciler/placement.js';
 import type { GroupMember } from '../../src/reconciler/replica-life.js';
@@ -120,10 +121,24 @@ describe('the record and the head', () => {
     assert.equal(bad.group, undefined);
   });
 
-  it('the head runs with --rpc to its workers, every layer on them, at -lv 4', () => {
+  it('the head runs with --rpc to its workers, their layers and split, at -lv 4', () => {
     const profile = { name: 'p', ctxSize: 256, parallel: 1, threads: 1, batchSize: null, embeddings: false, reranking: false, cacheRamBytes: 0, extraArgs: [] } as unknown as ProfileSpec;
-    const argv = replicaArgv({ id: 'big-1', model: 'big', digest: 'd1', modelPath: '/m.gguf', binary: '/bin/llama-server', profile, apiKey: '', rpc: ['10.0.0.2:5000', '10.0.0.3:5001'] }, '0.0.0.0', 8080);
-    assert.deepEqual(argv.slice(argv.indexOf('--rpc')), ['--rpc', '10.0.0.2:5000,10.0.0.3:5001', '-ngl', 'all', '-lv', '4']);
+    const argv = replicaArgv({ id: 'big-1', model: 'big', digest: 'd1', modelPath: '/m.gguf', binary: '/bin/llama-server', profile, apiKey: '', rpc: { endpoints: ['10.0.0.2:5000', '10.0.0.3:5001'], gpuLayers: 21, split: [12, 8] } }, '0.0.0.0', 8080);
+    assert.deepEqual(argv.slice(argv.indexOf('--rpc')), ['--rpc', '10.0.0.2:5000,10.0.0.3:5001', '-ngl', '21', '-ts', '12,8', '-lv', '4']);
+    const one = replicaArgv({ id: 'big-1', model: 'big', digest: 'd1', modelPath: '/m.gguf', binary: '/bin/llama-server', profile, apiKey: '', rpc: { endpoints: ['10.0.0.2:5000'], gpuLayers: 'all', split: null } }, '0.0.0.0', 8080);
+    assert.deepEqual(one.slice(one.indexOf('--rpc')), ['--rpc', '10.0.0.2:5000', '-ngl', 'all', '-lv', '4'], 'one worker: no -ts');
     assert.ok(!replicaArgv({ id: 'x', model: 'x', digest: 'd', modelPath: '/m.gguf', binary: '/b', profile, apiKey: '' }, '0.0.0.0', 1).includes('--rpc'));
   });
+});
+
+describe('a group\'s layers at its start (group-split.ts)', () => {
+  const g = (...bytes: number[]): GroupMember[] => bytes.map((b, i) => (i === 0 ? { node: 'h', role: 'head', bytes: b } : { node: `w${i}`, role: 'worker', bytes: b, worker: `r.w${i}` }));
+  const cases: { name: string; group: GroupMember[]; layers: number | null; want: ReturnType<typeof groupLayerSplit> }[] = [
+    { name: 'half and half: the last 16 layers and the output layer offloaded', group: g(600, 600), layers: 32, want: { gpuLayers: 17, split: [16], headLayers: 16 } },
+    { name: 'by the shares: 40 % head, 35 % and 25 % workers', group: g(400, 350, 250), layers: 20, want: { gpuLayers: 13, split: [7, 5], headLayers: 8 } },
+    { name: 'a head with (almost) no share: every layer on the workers', group: g(1, 999), layers: 8, want: { gpuLayers: 'all', split: [8], headLayers: 0 } },
+    { name: 'a worker rounded to none still takes one layer', group: g(990, 10), layers: 8, want: { gpuLayers: 2, split: [1], headLayers: 7 } },
+    { name: 'layers not known: every layer on the workers', group: g(600, 600), layers: null, want: { gpuLayers: 'all', split: null, headLayers: null } },
+  ];
+  for (const c of cases) it(c.name, () => assert.deepEqual(groupLayerSplit(c.group, c.layers), c.want));
 });

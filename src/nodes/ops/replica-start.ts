@@ -71,16 +71,21 @@ export function replicaArgv(spec: ReplicaStartSpec, bindHost: string, port: numb
     '--cache-ram', n(cacheRamMiB(p.cacheRamBytes)),
     ...(slotDir !== undefined ? ['--slot-save-path', slotDir] : []),
     ...deviceArgv(spec, n),
-    ...rpcArgv(spec),
+    ...rpcArgv(spec, n),
     ...p.extraArgs,
   ];
 }
 
-/** A group's head (#40): --rpc to its workers, every layer on them, and the log level that prints their buffers. */
-function rpcArgv(spec: ReplicaStartSpec): string[] {
-  const rpc = spec.rpc ?? [];
-  if (rpc.length === 0) return [];
-  return ['--rpc', rpc.join(','), ...((spec.devices?.length ?? 0) > 0 ? [] : ['-ngl', 'all']), '-lv', '4'];
+/** A group's head (#40): --rpc to its workers, their layers and split, and the log level that prints their buffers. */
+function rpcArgv(spec: ReplicaStartSpec, n: (x: number) => string): string[] {
+  const rpc = spec.rpc;
+  if (!rpc || rpc.endpoints.length === 0) return [];
+  return [
+    '--rpc', rpc.endpoints.join(','),
+    '-ngl', rpc.gpuLayers === 'all' ? 'all' : n(rpc.gpuLayers),
+    ...(rpc.split && rpc.split.length > 1 ? ['-ts', rpc.split.map(n).join(',')] : []),
+    '-lv', '4',
+  ];
 }
 
 /**
