@@ -204,6 +204,9 @@ async function engineInstallCase(version: string, seed: number) {
       const got = tree(final);
       assert.equal(readFileSync(join(final, '.complete'), 'utf8').split('\n')[0], join(final, 'llama-server'));
       got.delete('.complete');
+      // and the build its --version named (#40), recorded beside .complete
+      assert.match(readFileSync(join(final, '.build'), 'utf8'), /^\S.*\n$/);
+      got.delete('.build');
       assert.deepEqual([...got].sort(), [...want].sort(), "the installed files are the archive's");
       assert.deepEqual(stages(), [], 'no staging dir left');
       // ready on the installed engine: the one llama-server of the model runs the binary from the artifact
