@@ -27,11 +27,17 @@ export type WarmCost = WarmupResult & { readonly via: 'restore' | 'replay'; read
 
 const NOTHING: WarmupResult = { prefixes: 0, tokens: 0, cached: 0, skipped: 0, seconds: 0, outcome: 'done', code: null, message: null };
 
-export function replicaWarmup(hot: HotPrefixes, engineApiKey: string, onCost: (model: string, r: WarmCost) => void, clock: () => number = Date.now): ReplicaWarmup {
-  const headers: Record<string, string> = engineApiKey ? { 'content-type': 'application/json', authorization: `Bearer ${engineApiKey}` } : { 'content-type': 'application/json' };
+/**
+ * `engineApiKey`: the key the controller starts replicas with, read at each warm-up (under HA it is
+ * the cluster's, from etcd, not this instance's state dir: a warm-up with another key is refused 401).
+ */
+export function replicaWarmup(hot: HotPrefixes, engineApiKey: string | (() => string), onCost: (model: string, r: WarmCost) => void, clock: () => number = Date.now): ReplicaWarmup {
+  const keyOf = typeof engineApiKey === 'string' ? () => engineApiKey : engineApiKey;
   /** The last slot warm-up of each node|model: the next one waits for it. */
   const turns = new Map<string, Promise<unknown>>();
   return async (t, signal, log) => {
+    const engineKey = keyOf();
+    const headers: Record<string, string> = engineKey ? { 'content-type': 'application/json', authorization: `Bearer ${engineKey}` } : { 'content-type': 'application/json' };
     const w = t.profile.warmup ?? DEFAULT_WARMUP;
     if (w.prefixes <= 0 || w.maxTokens <= 0 || w.timeoutMs <= 0) return null;
     const entries = hot.hottest(t.model, HOT_ENTRIES, clock());

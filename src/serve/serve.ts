@@ -120,7 +120,8 @@ export async function serve(cfg: ServeConfig, log: Logger): Promise<Served> {
     logger: log,
     onPass: (result: 'ok' | 'error', seconds: number) => metrics.passFinished(result, seconds),
     onEngineInstall: (node: string, engine: string, version: string, result: 'ok' | 'error') => metrics.engineInstall(node, engine, version, result),
-    warmup: replicaWarmup(hot, engineApiKey, (model, r) => metrics.warmup(model, r)),
+    // the key replicas are started with: under HA the cluster's (etcd), not this state dir's
+    warmup: replicaWarmup(hot, () => controller?.engineApiKey ?? engineApiKey, (model, r) => metrics.warmup(model, r)),
   };
   // `supersede`: an owner record above etcd's revision the reconciler takes over (ownership.ts), named in every fence
   const openDriver = (n: NodeSpec, fence: () => Fence, supersede: SupersedeOf): NodeDriver =>
