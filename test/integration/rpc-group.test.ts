@@ -72,6 +72,21 @@ async function pushAndSync(files: Record<string, string | null>, message: string
   await serve.admin('/models/small/retry', { method: 'POST' });
 }
 
+/** The big model's group `before` replaced: one new replica ready, only its worker running, and it answers. */
+async function replacedBy(before: string): Promise<void> {
+  await until('a new group ready, the old one gone', 120_000, async () => {
+    const m = await modelOf('big');
+    return m?.phase === 'ready' && m.replicas.length === 1 && m.replicas[0]!.id !== before && m.replicas[0]!.phase === 'ready';
+  }, { diag });
+  const now = (await modelOf('big'))!.replicas[0]!.id;
+  await until('only the new group\'s worker', 30_000, async () => {
+    const ws = workers();
+    return ws.length === 1 && ws[0]!.id === `${now}.w1`;
+  }, { diag });
+  const answer = await new OpenAI({ apiKey: 'none', baseURL: `http://127.0.0.1:${serve.routerPort}/v1`, maxRetries: 0, timeout: 60_000 }).chat.completions.create({ model: 'big', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4, temperature: 0 });
+  assert.equal(typeof (answer.choices[0]?.message.content ?? ''), 'string');
+}
+
 const modelOf = async (name: string): Promise<ModelsJson['models'][number] | undefined> => (await serve.admin<ModelsJson>('/models')).models.find((m) => m.name === name);
 
 before(async () => {
@@ -177,31 +192,13 @@ describe('an RPC group', () => {
     // the head aborted at its next token (or was stopped): the stream ends with an error event, which the client raises
     assert.ok(r.error instanceof OpenAI.APIError, `the stream ended with an error event, after ${r.chunks} chunks: ${String(r.error)}`);
     console.log(`# the stream: ${r.chunks} chunks, then: ${String(r.error)}`);
-    await until('a new group ready', 120_000, async () => {
-      const m = await modelOf('big');
-      return m?.phase === 'ready' && m.replicas.length === 1 && m.replicas[0]!.id !== before && m.replicas[0]!.phase === 'ready';
-    }, { diag });
-    const now = (await modelOf('big'))!.replicas[0]!.id;
-    await until('the old worker gone, the new one up', 30_000, async () => {
-      const ws = workers();
-      return ws.length === 1 && ws[0]!.id === `${now}.w1`;
-    }, { diag });
-    assert.equal(typeof (await chat('big')), 'string');
+    await replacedBy(before);
   });
 
   it('a definition change with no room beside the group: the old group drains and stops, a new one starts', async () => {
     const before = (await modelOf('big'))!.replicas[0]!.id;
     await pushAndSync({ 'profiles/long.yaml': fleet.baseFiles()['profiles/tiny.yaml']!.replace('ctx_size: 256', 'ctx_size: 1024') }, 'fleet: the big model\'s context shrinks');
-    await until('the new group ready, the old one gone', 120_000, async () => {
-      const m = await modelOf('big');
-      return m?.phase === 'ready' && m.replicas.length === 1 && m.replicas[0]!.id !== before && m.replicas[0]!.phase === 'ready';
-    }, { diag });
-    const now = (await modelOf('big'))!.replicas[0]!.id;
-    await until('only the new group\'s worker', 30_000, async () => {
-      const ws = workers();
-      return ws.length === 1 && ws[0]!.id === `${now}.w1`;
-    }, { diag });
-    assert.equal(typeof (await chat('big')), 'string');
+    await replacedBy(before);
   });
 
   it('the model removed: its head and its worker stop, and nothing listens on the worker\'s port', async () => {
